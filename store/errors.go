@@ -1,0 +1,25 @@
+package store
+
+import "errors"
+
+// Sentinel errors of the storage contract. Drivers return them (possibly wrapped) so
+// callers can test with errors.Is; the root package re-exports them.
+var (
+	// ErrRunNotFound: no run matches the reference.
+	ErrRunNotFound = errors.New("run not found")
+	// ErrRunExists: the reuse policy rejected a start because a run with the same
+	// workflow ID exists (and, by default, is still active).
+	ErrRunExists = errors.New("a run with this workflow ID already exists")
+	// ErrRunFinished: the run already reached a final state.
+	ErrRunFinished = errors.New("run already finished")
+	// ErrRunNotBlocked: Resume was asked of a run that is not blocked.
+	ErrRunNotBlocked = errors.New("run is not blocked")
+	// ErrLeaseLost: the lease token is stale; the write was rejected.
+	ErrLeaseLost = errors.New("lease lost: stale lease token")
+	// ErrKeyNotFound: the run store has no such key.
+	ErrKeyNotFound = errors.New("key not found")
+	// ErrInvalidParams: a parameter is missing or malformed.
+	ErrInvalidParams = errors.New("invalid parameters")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("store closed")
+)

@@ -1,0 +1,377 @@
+// Package store defines the storage contract of Trellis: the durable operations a
+// worker and a client need (start a run, claim runs, checkpoint, extend leases, cancel,
+// list, read history), each one atomic.
+//
+// Every driver (storesqlite, and later Postgres and the remote-worker client) implements
+// Store and passes the shared conformance suite in package storetest. The contract never
+// exposes a transaction: a driver may batch many calls into one transaction (group
+// commit), but each call succeeds or fails on its own.
+//
+// Times are supplied by the driver's clock; callers never pass "now".
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the storage contract. All methods are safe for concurrent use.
+type Store interface {
+	// RunCreate durably creates a run (status pending), applying the reuse policy
+	// for its workflow ID. It returns ErrRunExists when the policy rejects the start.
+	RunCreate(ctx context.Context, p *RunCreateParams) (*RunCreateResult, error)
+	// RunGet returns one run by reference: a run ID, or else the latest run with
+	// that workflow ID. ErrRunNotFound when neither matches.
+	RunGet(ctx context.Context, p *RunGetParams) (*Run, error)
+	// RunList lists runs newest first, with filters and cursor pagination.
+	RunList(ctx context.Context, p *RunListParams) (*RunListResult, error)
+	// RunCancel requests cancellation. A run that never started ends cancelled at
+	// once; a waiting or pending run that has history is made pending so a worker
+	// can observe the cancellation and run cleanup; a running run is flagged and its
+	// worker learns it at its next checkpoint or lease extension. Cancelling a
+	// finished run returns ErrRunFinished.
+	RunCancel(ctx context.Context, p *RunCancelParams) (*Run, error)
+	// RunResume makes a blocked run pending again (after a fixed deploy).
+	// ErrRunNotBlocked when the run is not blocked.
+	RunResume(ctx context.Context, p *RunResumeParams) (*Run, error)
+	// RunsResumeBlocked makes pending every blocked run of the given workflows;
+	// a worker calls it at start. It returns how many runs it resumed.
+	RunsResumeBlocked(ctx context.Context, p *RunsResumeBlockedParams) (int, error)
+
+	// RunsClaim claims up to Max due runs for a worker, in claim order
+	// (priority DESC, available_at ASC, sequence ASC, id ASC), giving each a fresh
+	// lease token, and returns them with their history. Runs whose lease expired
+	// and waiting runs whose time has come are due.
+	RunsClaim(ctx context.Context, p *RunsClaimParams) (*RunsClaimResult, error)
+	// LeasesExtend extends the leases a worker holds (heartbeat). Leases whose
+	// token no longer matches are reported lost; runs with a pending cancellation
+	// are reported so the worker can stop them.
+	LeasesExtend(ctx context.Context, p *LeasesExtendParams) (*LeasesExtendResult, error)
+	// LeaseRelease hands a run back (pending, available now) without recording
+	// anything else, e.g. on worker shutdown. ErrLeaseLost on a stale token.
+	LeaseRelease(ctx context.Context, p *LeaseReleaseParams) error
+	// Checkpoint atomically saves ops, attempts, run-store writes and the run's new
+	// state, fenced by the lease token: on a stale token it returns ErrLeaseLost and
+	// writes nothing.
+	Checkpoint(ctx context.Context, p *CheckpointParams) (*CheckpointResult, error)
+
+	// HistoryList returns a run's ops in position order with their failed attempts.
+	HistoryList(ctx context.Context, p *HistoryListParams) ([]*Op, error)
+	// KVGet reads one value of a run's store. ErrKeyNotFound when absent.
+	KVGet(ctx context.Context, p *KVGetParams) ([]byte, error)
+
+	// Subscribe returns a channel that receives a (coalesced) signal after each
+	// committed change on topic, and a function that ends the subscription.
+	// Topics are TopicReady and RunTopic(runID).
+	Subscribe(topic string) (<-chan struct{}, func())
+
+	// Close releases the store's resources.
+	Close() error
+}
+
+// TopicReady is signalled when runs may have become claimable (a run was created,
+// released, resumed, woken or cancelled).
+const TopicReady = "ready"
+
+// RunTopic is signalled on every committed change of one run's state.
+func RunTopic(namespace, runID string) string { return "run:" + namespace + "/" + runID }
+
+// Status is the state of a run. See docs/states.md.
+type Status string
+
+// Run states.
+const (
+	StatusPending   Status = "pending"
+	StatusRunning   Status = "running"
+	StatusWaiting   Status = "waiting"
+	StatusBlocked   Status = "blocked"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
+	StatusCancelled Status = "cancelled"
+)
+
+// Terminal reports whether s is a final state.
+func (s Status) Terminal() bool {
+	return s == StatusSucceeded || s == StatusFailed || s == StatusCancelled
+}
+
+// Valid reports whether s is one of the defined states.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusPending, StatusRunning, StatusWaiting, StatusBlocked,
+		StatusSucceeded, StatusFailed, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// ErrorInfo is an error as recorded in the store.
+type ErrorInfo struct {
+	// Message is the error text.
+	Message string `json:"message"`
+	// Type is the Go type or a code naming the error's kind, e.g. "deadline_exceeded".
+	Type string `json:"type,omitempty"`
+	// NonRetryable is set when the error must not be retried.
+	NonRetryable bool `json:"non_retryable,omitempty"`
+}
+
+// Run is one execution of a workflow.
+type Run struct {
+	Namespace  string `json:"namespace"`
+	ID         string `json:"id"`
+	WorkflowID string `json:"workflow_id"`
+	Workflow   string `json:"workflow"`
+	Queue      string `json:"queue"`
+	Priority   int    `json:"priority"`
+	Status     Status `json:"status"`
+	// Version is the workflow version the run was started with (pinned).
+	Version int `json:"version"`
+	// Sequence is the run's global creation order.
+	Sequence int64      `json:"sequence"`
+	Input    []byte     `json:"input,omitempty"`
+	Output   []byte     `json:"output,omitempty"`
+	Error    *ErrorInfo `json:"error,omitempty"`
+	// WaitReason says why a waiting or blocked run waits.
+	WaitReason      string     `json:"wait_reason,omitempty"`
+	CancelRequested bool       `json:"cancel_requested,omitempty"`
+	Deadline        *time.Time `json:"deadline,omitempty"`
+	AvailableAt     time.Time  `json:"available_at"`
+	// Attempts counts how many times the run was claimed.
+	Attempts       int        `json:"attempts"`
+	LeaseOwner     string     `json:"lease_owner,omitempty"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+}
+
+// OpKind names the kind of an operation in history.
+type OpKind string
+
+// Operation kinds.
+const (
+	OpStep   OpKind = "step"
+	OpNow    OpKind = "now"
+	OpUUID   OpKind = "uuid"
+	OpRandom OpKind = "random"
+	OpPatch  OpKind = "patch"
+	OpSet    OpKind = "set"
+	OpDelete OpKind = "delete"
+)
+
+// Op is one entry of a run's history.
+type Op struct {
+	Position int    `json:"position"`
+	Kind     OpKind `json:"kind"`
+	Name     string `json:"name"`
+	// Done is false for a step still being retried (its failed attempts are saved).
+	Done     bool       `json:"done"`
+	Result   []byte     `json:"result,omitempty"`
+	Error    *ErrorInfo `json:"error,omitempty"`
+	Attempts int        `json:"attempts"`
+	// AttemptLog lists failed attempts, oldest first (filled by HistoryList and
+	// RunsClaim).
+	AttemptLog []Attempt  `json:"attempt_log,omitempty"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// Attempt is one failed attempt of a step.
+type Attempt struct {
+	Position   int       `json:"position"`
+	Attempt    int       `json:"attempt"`
+	Error      ErrorInfo `json:"error"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+// KVWrite is a write to a run's store; Delete removes the key.
+type KVWrite struct {
+	Key    string `json:"key"`
+	Value  []byte `json:"value,omitempty"`
+	Delete bool   `json:"delete,omitempty"`
+}
+
+// ReusePolicy decides what RunCreate does when the workflow ID is already used.
+type ReusePolicy string
+
+// Reuse policies.
+const (
+	// ReuseRejectActive rejects a start while a run with the same workflow ID is
+	// active, and allows it once that run has finished. The default.
+	ReuseRejectActive ReusePolicy = ""
+	// ReuseReject rejects a start whenever any run with the workflow ID exists.
+	ReuseReject ReusePolicy = "reject"
+	// ReuseReturnExisting returns the latest run with the workflow ID, active or
+	// finished, instead of starting a new one.
+	ReuseReturnExisting ReusePolicy = "return_existing"
+)
+
+// RunCreateParams are the parameters of RunCreate.
+type RunCreateParams struct {
+	Namespace string `json:"namespace"`
+	// ID is the new run's unique ID.
+	ID string `json:"id"`
+	// WorkflowID is the caller's key; at most one active run per (namespace, key).
+	WorkflowID  string      `json:"workflow_id"`
+	Workflow    string      `json:"workflow"`
+	Queue       string      `json:"queue"`
+	Priority    int         `json:"priority"`
+	Version     int         `json:"version"`
+	Input       []byte      `json:"input,omitempty"`
+	Deadline    *time.Time  `json:"deadline,omitempty"`
+	AvailableAt *time.Time  `json:"available_at,omitempty"`
+	Reuse       ReusePolicy `json:"reuse,omitempty"`
+}
+
+// RunCreateResult is the result of RunCreate.
+type RunCreateResult struct {
+	Run *Run `json:"run"`
+	// Created is false when ReuseReturnExisting returned an existing run.
+	Created bool `json:"created"`
+}
+
+// RunGetParams are the parameters of RunGet.
+type RunGetParams struct {
+	Namespace string `json:"namespace"`
+	// Ref is a run ID or a workflow ID.
+	Ref string `json:"ref"`
+}
+
+// RunListParams are the parameters of RunList. Zero fields do not filter.
+type RunListParams struct {
+	Namespace     string    `json:"namespace"`
+	Statuses      []Status  `json:"statuses,omitempty"`
+	Workflow      string    `json:"workflow,omitempty"`
+	WorkflowID    string    `json:"workflow_id,omitempty"`
+	CreatedAfter  time.Time `json:"created_after,omitempty"`
+	CreatedBefore time.Time `json:"created_before,omitempty"`
+	// Limit caps the page size; 0 means 100. At most 1000.
+	Limit int `json:"limit,omitempty"`
+	// Cursor continues a previous listing (RunListResult.NextCursor).
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// RunListResult is one page of RunList.
+type RunListResult struct {
+	Runs []*Run `json:"runs"`
+	// NextCursor is empty on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// RunCancelParams are the parameters of RunCancel.
+type RunCancelParams struct {
+	Namespace string `json:"namespace"`
+	Ref       string `json:"ref"`
+}
+
+// RunResumeParams are the parameters of RunResume.
+type RunResumeParams struct {
+	Namespace string `json:"namespace"`
+	Ref       string `json:"ref"`
+}
+
+// RunsResumeBlockedParams are the parameters of RunsResumeBlocked.
+type RunsResumeBlockedParams struct {
+	Namespace string   `json:"namespace"`
+	Workflows []string `json:"workflows"`
+}
+
+// RunsClaimParams are the parameters of RunsClaim.
+type RunsClaimParams struct {
+	Namespace string `json:"namespace"`
+	// Queues to claim from; empty means all queues.
+	Queues []string `json:"queues,omitempty"`
+	// Workflows the worker can run; only runs of these are claimed.
+	Workflows []string `json:"workflows"`
+	// Worker identifies the claiming worker (recorded as lease owner).
+	Worker        string        `json:"worker"`
+	Max           int           `json:"max"`
+	LeaseDuration time.Duration `json:"lease_duration"`
+}
+
+// ClaimedRun is a run claimed by a worker, with its lease and history.
+type ClaimedRun struct {
+	Run            *Run      `json:"run"`
+	LeaseToken     int64     `json:"lease_token"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	History        []*Op     `json:"history"`
+}
+
+// RunsClaimResult is the result of RunsClaim.
+type RunsClaimResult struct {
+	Runs []*ClaimedRun `json:"runs"`
+	// NextDue is the earliest future time at which another run of these workflows
+	// becomes due (timer, backoff or lease expiry), if any. Workers sleep until
+	// then unless woken earlier by TopicReady.
+	NextDue *time.Time `json:"next_due,omitempty"`
+}
+
+// Lease identifies a worker's claim on a run.
+type Lease struct {
+	Namespace string `json:"namespace"`
+	RunID     string `json:"run_id"`
+	Token     int64  `json:"token"`
+}
+
+// LeasesExtendParams are the parameters of LeasesExtend.
+type LeasesExtendParams struct {
+	Leases   []Lease       `json:"leases"`
+	Duration time.Duration `json:"duration"`
+}
+
+// LeasesExtendResult is the result of LeasesExtend.
+type LeasesExtendResult struct {
+	// Lost lists the run IDs whose lease is no longer held.
+	Lost []string `json:"lost,omitempty"`
+	// CancelRequested lists the run IDs (of held leases) with a cancellation.
+	CancelRequested []string `json:"cancel_requested,omitempty"`
+}
+
+// LeaseReleaseParams are the parameters of LeaseRelease.
+type LeaseReleaseParams struct {
+	Lease Lease `json:"lease"`
+}
+
+// CheckpointParams are the parameters of Checkpoint.
+type CheckpointParams struct {
+	Lease Lease `json:"lease"`
+	// Ops are new or updated history entries (upserted by position).
+	Ops []*Op `json:"ops,omitempty"`
+	// Attempts are failed attempts to append.
+	Attempts []Attempt `json:"attempts,omitempty"`
+	// KV are run-store writes, applied in order.
+	KV []KVWrite `json:"kv,omitempty"`
+	// Status is the run's new state: running (keep the lease), waiting, blocked,
+	// pending (hand back), succeeded, failed or cancelled. Any state but running
+	// ends the lease.
+	Status Status `json:"status"`
+	// Output is the result of a succeeded run.
+	Output []byte `json:"output,omitempty"`
+	// Error is the error of a failed or cancelled run, or the reason of a blocked one.
+	Error *ErrorInfo `json:"error,omitempty"`
+	// WaitReason says why a waiting run waits.
+	WaitReason string `json:"wait_reason,omitempty"`
+	// WakeAt is when a waiting run becomes due again; nil waits until woken.
+	WakeAt *time.Time `json:"wake_at,omitempty"`
+}
+
+// CheckpointResult is the result of Checkpoint.
+type CheckpointResult struct {
+	// CancelRequested reports a pending cancellation of the run.
+	CancelRequested bool `json:"cancel_requested"`
+}
+
+// HistoryListParams are the parameters of HistoryList.
+type HistoryListParams struct {
+	Namespace string `json:"namespace"`
+	Ref       string `json:"ref"`
+}
+
+// KVGetParams are the parameters of KVGet.
+type KVGetParams struct {
+	Namespace string `json:"namespace"`
+	Ref       string `json:"ref"`
+	Key       string `json:"key"`
+}
