@@ -1,0 +1,151 @@
+package storesqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+const (
+	// sqlFence finds the run a lease holds, if the lease is current.
+	sqlFence = `SELECT sequence, status, cancel_requested FROM runs
+	WHERE namespace = ? AND id = ? AND status = 'running' AND lease_token = ?`
+	sqlOpUpsert = `INSERT INTO ops (run_seq, position, kind, name, done, result, error,
+	attempts, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (run_seq, position) DO UPDATE SET kind = excluded.kind, name = excluded.name,
+	done = excluded.done, result = excluded.result, error = excluded.error,
+	attempts = excluded.attempts, started_at = excluded.started_at,
+	finished_at = excluded.finished_at`
+	sqlAttemptInsert = `INSERT INTO attempts (run_seq, position, attempt, error, started_at,
+	finished_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+	sqlKVSet = `INSERT INTO kv (run_seq, key, value) VALUES (?, ?, ?)
+	ON CONFLICT (run_seq, key) DO UPDATE SET value = excluded.value`
+	sqlKVDelete = `DELETE FROM kv WHERE run_seq = ? AND key = ?`
+)
+
+// Run state changes of a checkpoint; ?1 is now, ?2 the run's sequence.
+const (
+	sqlCkRunning = `UPDATE runs SET updated_at = ?1 WHERE sequence = ?2`
+	sqlCkWaiting = `UPDATE runs SET status = 'waiting', available_at = ?3, wait_reason = ?4,
+	lease_owner = '', lease_expires_at = NULL, updated_at = ?1 WHERE sequence = ?2`
+	sqlCkBlocked = `UPDATE runs SET status = 'blocked', error = ?3, wait_reason = ?4,
+	lease_owner = '', lease_expires_at = NULL, updated_at = ?1 WHERE sequence = ?2`
+	sqlCkPending = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
+	lease_owner = '', lease_expires_at = NULL, updated_at = ?1 WHERE sequence = ?2`
+	sqlCkFinished = `UPDATE runs SET status = ?3, output = ?4, error = ?5, wait_reason = '',
+	lease_owner = '', lease_expires_at = NULL, finished_at = ?1, updated_at = ?1
+	WHERE sequence = ?2`
+)
+
+// Checkpoint implements store.Store.
+func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
+	if !p.Status.Valid() {
+		return nil, fmt.Errorf("checkpointing: %w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
+	}
+	errText, err := errJSON(p.Error)
+	if err != nil {
+		return nil, fmt.Errorf("checkpointing: %w", err)
+	}
+	var res *store.CheckpointResult
+	err = s.write(ctx, func(tx *wtx) error {
+		var err error
+		res, err = checkpoint(tx, p, errText)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpointing: %w", err)
+	}
+	return res, nil
+}
+
+func checkpoint(tx *wtx, p *store.CheckpointParams, errText any) (*store.CheckpointResult, error) {
+	l := p.Lease
+	var (
+		seq    int64
+		status store.Status
+		cancel bool
+	)
+	err := tx.queryRow(sqlFence, l.Namespace, l.RunID, l.Token).Scan(&seq, &status, &cancel)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := writeHistory(tx, seq, p); err != nil {
+		return nil, err
+	}
+	if err := setCheckpointStatus(tx, seq, p, errText); err != nil {
+		return nil, fmt.Errorf("updating run: %w", err)
+	}
+	if p.Status != status {
+		tx.publish(store.RunTopic(l.Namespace, l.RunID))
+	}
+	if p.Status == store.StatusPending || p.Status == store.StatusWaiting {
+		tx.publish(store.TopicReady)
+	}
+	return &store.CheckpointResult{CancelRequested: cancel}, nil
+}
+
+// writeHistory saves a checkpoint's ops, attempts and run-store writes.
+func writeHistory(tx *wtx, seq int64, p *store.CheckpointParams) error {
+	for _, op := range p.Ops {
+		e, err := errJSON(op.Error)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.exec(sqlOpUpsert, seq, op.Position, string(op.Kind), op.Name,
+			boolInt(op.Done), blob(op.Result), e, op.Attempts, ns(op.StartedAt),
+			nsPtr(op.FinishedAt)); err != nil {
+			return fmt.Errorf("saving op %d: %w", op.Position, err)
+		}
+	}
+	for _, a := range p.Attempts {
+		e, err := errJSON(&a.Error)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.exec(sqlAttemptInsert, seq, a.Position, a.Attempt, e,
+			ns(a.StartedAt), ns(a.FinishedAt)); err != nil {
+			return fmt.Errorf("saving attempt %d of op %d: %w", a.Attempt, a.Position, err)
+		}
+	}
+	for _, kv := range p.KV {
+		var err error
+		if kv.Delete {
+			_, err = tx.exec(sqlKVDelete, seq, kv.Key)
+		} else {
+			_, err = tx.exec(sqlKVSet, seq, kv.Key, nonNilBlob(kv.Value))
+		}
+		if err != nil {
+			return fmt.Errorf("writing key %q: %w", kv.Key, err)
+		}
+	}
+	return nil
+}
+
+// setCheckpointStatus moves the run to the checkpoint's status.
+func setCheckpointStatus(tx *wtx, seq int64, p *store.CheckpointParams, errText any) error {
+	now := tx.now.UnixNano()
+	var err error
+	switch p.Status {
+	case store.StatusRunning:
+		_, err = tx.exec(sqlCkRunning, now, seq)
+	case store.StatusWaiting:
+		_, err = tx.exec(sqlCkWaiting, now, seq, nsPtr(p.WakeAt), p.WaitReason)
+	case store.StatusBlocked:
+		reason := p.WaitReason
+		if reason == "" && p.Error != nil {
+			reason = p.Error.Message
+		}
+		_, err = tx.exec(sqlCkBlocked, now, seq, errText, reason)
+	case store.StatusPending:
+		_, err = tx.exec(sqlCkPending, now, seq)
+	default: // terminal
+		_, err = tx.exec(sqlCkFinished, now, seq, string(p.Status), blob(p.Output), errText)
+	}
+	return err
+}

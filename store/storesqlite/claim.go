@@ -1,0 +1,202 @@
+package storesqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// claimFilter restricts a claim query to the workflows (?3) and queues (?4, all
+// when empty) of the claiming worker, as JSON lists.
+const claimFilter = `workflow IN (SELECT value FROM json_each(?3))
+	AND (?4 = '[]' OR queue IN (SELECT value FROM json_each(?4)))`
+
+const (
+	// sqlWakeDue makes pending the waiting runs whose time has come.
+	sqlWakeDue = `UPDATE runs SET status = 'pending', wait_reason = '', updated_at = ?1
+	WHERE namespace = ?2 AND status = 'waiting' AND available_at IS NOT NULL AND available_at <= ?1`
+	// sqlExpireLeases makes pending the running runs whose lease expired.
+	sqlExpireLeases = `UPDATE runs SET status = 'pending', lease_owner = '', lease_expires_at = NULL,
+	updated_at = ?1 WHERE namespace = ?2 AND status = 'running' AND lease_expires_at <= ?1`
+	// sqlClaimable selects due pending runs in claim order.
+	sqlClaimable = `SELECT sequence FROM runs
+	WHERE namespace = ?1 AND status = 'pending' AND available_at <= ?2
+	AND ` + claimFilter + `
+	ORDER BY priority DESC, available_at ASC, sequence ASC, id ASC LIMIT ?5`
+	// sqlClaim leases one run.
+	sqlClaim = `UPDATE runs SET status = 'running', lease_owner = ?1, lease_token = lease_token + 1,
+	lease_expires_at = ?2, attempts = attempts + 1, started_at = COALESCE(started_at, ?3),
+	wait_reason = '', updated_at = ?3 WHERE sequence = ?4 RETURNING ` + runCols
+	// sqlNextDue is the earliest future time at which a run of these workflows
+	// (and queues) becomes due. Each branch walks a partial index in time order
+	// and stops at the first match.
+	sqlNextDue = `SELECT MIN(t) FROM (
+	SELECT * FROM (SELECT available_at AS t FROM runs
+		WHERE namespace = ?1 AND status = 'waiting' AND available_at IS NOT NULL
+		AND available_at > ?2 AND ` + claimFilter + ` ORDER BY available_at LIMIT 1)
+	UNION ALL SELECT * FROM (SELECT available_at FROM runs
+		WHERE namespace = ?1 AND status = 'pending' AND available_at > ?2
+		AND ` + claimFilter + ` ORDER BY available_at LIMIT 1)
+	UNION ALL SELECT * FROM (SELECT lease_expires_at FROM runs
+		WHERE namespace = ?1 AND status = 'running' AND lease_expires_at > ?2
+		AND ` + claimFilter + ` ORDER BY lease_expires_at LIMIT 1))`
+)
+
+// RunsClaim implements store.Store.
+func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+	switch {
+	case len(p.Workflows) == 0:
+		return nil, fmt.Errorf("claiming runs: %w: Workflows is required", store.ErrInvalidParams)
+	case p.Max <= 0:
+		return nil, fmt.Errorf("claiming runs: %w: Max must be positive", store.ErrInvalidParams)
+	case p.LeaseDuration <= 0:
+		return nil, fmt.Errorf("claiming runs: %w: LeaseDuration must be positive", store.ErrInvalidParams)
+	}
+	wfs, err := jsonList(p.Workflows)
+	if err != nil {
+		return nil, fmt.Errorf("claiming runs: %w", err)
+	}
+	queues, err := jsonList(append([]string{}, p.Queues...))
+	if err != nil {
+		return nil, fmt.Errorf("claiming runs: %w", err)
+	}
+	var res *store.RunsClaimResult
+	err = s.write(ctx, func(tx *wtx) error {
+		var err error
+		res, err = runsClaim(tx, p, wfs, queues)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claiming runs: %w", err)
+	}
+	return res, nil
+}
+
+func runsClaim(tx *wtx, p *store.RunsClaimParams, wfs, queues string) (*store.RunsClaimResult, error) {
+	now := tx.now.UnixNano()
+	if _, err := tx.exec(sqlWakeDue, now, p.Namespace); err != nil {
+		return nil, fmt.Errorf("waking due runs: %w", err)
+	}
+	if _, err := tx.exec(sqlExpireLeases, now, p.Namespace); err != nil {
+		return nil, fmt.Errorf("expiring leases: %w", err)
+	}
+	seqs, err := claimable(tx, p.Namespace, now, wfs, queues, p.Max)
+	if err != nil {
+		return nil, fmt.Errorf("selecting runs: %w", err)
+	}
+	res := &store.RunsClaimResult{Runs: make([]*store.ClaimedRun, 0, len(seqs))}
+	expires := tx.now.Add(p.LeaseDuration)
+	for _, seq := range seqs {
+		cr, err := claimOne(tx, p.Worker, expires, seq)
+		if err != nil {
+			return nil, err
+		}
+		res.Runs = append(res.Runs, cr)
+	}
+	var next sql.NullInt64
+	if err := tx.queryRow(sqlNextDue, p.Namespace, now, wfs, queues).Scan(&next); err != nil {
+		return nil, fmt.Errorf("computing next due time: %w", err)
+	}
+	res.NextDue = fromNSPtr(next)
+	return res, nil
+}
+
+func claimable(tx *wtx, namespace string, now int64, wfs, queues string, limit int) ([]int64, error) {
+	rows, err := tx.query(sqlClaimable, namespace, now, wfs, queues, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var seqs []int64
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			return nil, err
+		}
+		seqs = append(seqs, seq)
+	}
+	return seqs, rows.Err()
+}
+
+func claimOne(tx *wtx, worker string, expires time.Time, seq int64) (*store.ClaimedRun, error) {
+	run, token, err := scanRun(tx.queryRow(sqlClaim, worker, expires.UnixNano(), tx.now.UnixNano(), seq))
+	if err != nil {
+		return nil, fmt.Errorf("leasing run: %w", err)
+	}
+	hist, err := history(context.Background(), tx, seq)
+	if err != nil {
+		return nil, err
+	}
+	tx.publish(store.RunTopic(run.Namespace, run.ID))
+	return &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: expires, History: hist}, nil
+}
+
+const sqlExtend = `UPDATE runs SET lease_expires_at = ?1
+	WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4
+	RETURNING cancel_requested`
+
+// LeasesExtend implements store.Store.
+func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (*store.LeasesExtendResult, error) {
+	if p.Duration <= 0 {
+		return nil, fmt.Errorf("extending leases: %w: Duration must be positive", store.ErrInvalidParams)
+	}
+	if len(p.Leases) == 0 {
+		return &store.LeasesExtendResult{}, nil
+	}
+	var res *store.LeasesExtendResult
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		res, err = leasesExtend(tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("extending leases: %w", err)
+	}
+	return res, nil
+}
+
+func leasesExtend(tx *wtx, p *store.LeasesExtendParams) (*store.LeasesExtendResult, error) {
+	res := &store.LeasesExtendResult{}
+	expires := tx.now.Add(p.Duration).UnixNano()
+	for _, l := range p.Leases {
+		var cancel bool
+		err := tx.queryRow(sqlExtend, expires, l.Namespace, l.RunID, l.Token).Scan(&cancel)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			res.Lost = append(res.Lost, l.RunID)
+		case err != nil:
+			return nil, err
+		case cancel:
+			res.CancelRequested = append(res.CancelRequested, l.RunID)
+		}
+	}
+	return res, nil
+}
+
+const sqlRelease = `UPDATE runs SET status = 'pending', available_at = ?1, lease_owner = '',
+	lease_expires_at = NULL, updated_at = ?1
+	WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4`
+
+// LeaseRelease implements store.Store.
+func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) error {
+	l := p.Lease
+	err := s.write(ctx, func(tx *wtx) error {
+		res, err := tx.exec(sqlRelease, tx.now.UnixNano(), l.Namespace, l.RunID, l.Token)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return fmt.Errorf("%w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
+		}
+		tx.publish(store.RunTopic(l.Namespace, l.RunID), store.TopicReady)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("releasing lease: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+package storesqlite
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Durability selects what a commit waits for.
+type Durability string
+
+const (
+	// DurabilityFsync returns from a write only once it is on disk (WAL with
+	// synchronous=FULL). The default.
+	DurabilityFsync Durability = "fsync"
+	// DurabilityRelaxed (WAL with synchronous=NORMAL) survives a process crash but
+	// may lose the last commits on power loss or an OS crash.
+	DurabilityRelaxed Durability = "relaxed"
+)
+
+// DefaultMaxBatch is the default of Config.MaxBatch.
+const DefaultMaxBatch = 256
+
+// Config configures a Store.
+type Config struct {
+	// Path is the database file; it is created when missing. Required.
+	Path string
+	// Durability defaults to DurabilityFsync.
+	Durability Durability
+	// Now is the clock of every time the driver records. Default time.Now.
+	Now func() time.Time
+	// MaxBatch caps the write requests committed by one transaction. Default 256.
+	MaxBatch int
+	// Logger receives the writer's errors. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Durability == "" {
+		c.Durability = DurabilityFsync
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Path == "":
+		return errors.New("Config.Path is required")
+	case c.Path == ":memory:" || strings.HasPrefix(c.Path, "file:"):
+		return fmt.Errorf("Config.Path %q: must be a file path (readers and the writer use separate connections)", c.Path)
+	case strings.ContainsRune(c.Path, '?'):
+		return fmt.Errorf("Config.Path %q: must not contain '?'", c.Path)
+	case c.Durability != DurabilityFsync && c.Durability != DurabilityRelaxed:
+		return fmt.Errorf("Config.Durability %q: must be %q or %q", c.Durability, DurabilityFsync, DurabilityRelaxed)
+	case c.MaxBatch < 1:
+		return fmt.Errorf("Config.MaxBatch %d: must be positive", c.MaxBatch)
+	}
+	return nil
+}
+
+// ParseURL parses a store URL into a Config:
+//
+//	sqlite:///abs/path/trellis.db   absolute path
+//	sqlite:relative/path.db         path relative to the working directory
+//	sqlite://./relative/path.db     the same
+//
+// Query parameters: durability (fsync or relaxed) and max_batch. Any other
+// parameter is an error.
+func ParseURL(u string) (Config, error) {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return Config{}, fmt.Errorf("parsing store URL: %w", err)
+	}
+	if parsed.Scheme != "sqlite" {
+		return Config{}, fmt.Errorf("parsing store URL %q: scheme must be sqlite", u)
+	}
+	path, err := urlPath(parsed)
+	if err != nil {
+		return Config{}, fmt.Errorf("parsing store URL %q: %w", u, err)
+	}
+	cfg := Config{Path: path}
+	if err := applyURLQuery(&cfg, parsed.Query()); err != nil {
+		return Config{}, fmt.Errorf("parsing store URL %q: %w", u, err)
+	}
+	if err := cfg.withDefaults().validate(); err != nil {
+		return Config{}, fmt.Errorf("parsing store URL %q: %w", u, err)
+	}
+	return cfg, nil
+}
+
+func urlPath(u *url.URL) (string, error) {
+	if u.User != nil || u.Port() != "" {
+		return "", errors.New("user and port are not allowed")
+	}
+	var path string
+	switch {
+	case u.Opaque != "": // sqlite:relative/path
+		p, err := url.PathUnescape(u.Opaque)
+		if err != nil {
+			return "", err
+		}
+		path = p
+	case u.Host == "": // sqlite:///abs/path
+		path = u.Path
+	case u.Host == "." || u.Host == "..": // sqlite://./relative/path
+		path = u.Host + u.Path
+	default:
+		return "", fmt.Errorf("host %q not allowed: use sqlite:///abs/path or sqlite:relative/path", u.Host)
+	}
+	if path == "" || strings.HasSuffix(path, "/") {
+		return "", errors.New("missing database file path")
+	}
+	return path, nil
+}
+
+func applyURLQuery(cfg *Config, q url.Values) error {
+	var unknown []string
+	for key, vals := range q {
+		if len(vals) != 1 {
+			return fmt.Errorf("parameter %s given %d times", key, len(vals))
+		}
+		switch key {
+		case "durability":
+			cfg.Durability = Durability(vals[0])
+		case "max_batch":
+			n, err := strconv.Atoi(vals[0])
+			if err != nil || n < 1 {
+				return fmt.Errorf("parameter max_batch %q: must be a positive integer", vals[0])
+			}
+			cfg.MaxBatch = n
+		default:
+			unknown = append(unknown, key)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return fmt.Errorf("unknown parameters: %s", strings.Join(unknown, ", "))
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package storesqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/trellis-dev/trellis/internal/notify"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// busyTimeoutMS is how long a connection waits for a lock held by another process
+// (e.g. a second Open of the same file) before failing with SQLITE_BUSY.
+const busyTimeoutMS = 10000
+
+// Store is a store.Store on a SQLite file. Create it with Open.
+type Store struct {
+	cfg    Config
+	now    func() time.Time
+	log    *slog.Logger
+	hub    notify.Hub
+	readDB *sql.DB
+	w      *writer
+
+	closeOnce sync.Once
+	closeErr  error
+
+	transactions atomic.Int64
+	requests     atomic.Int64
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Stats counts the writer's work since Open.
+type Stats struct {
+	// Transactions is the number of write transactions committed.
+	Transactions int64
+	// Requests is the number of write requests those transactions carried.
+	Requests int64
+}
+
+// Open opens (creating if needed) the database at cfg.Path, applies pending
+// migrations and starts the writer.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("opening sqlite store: %w: %w", store.ErrInvalidParams, err)
+	}
+	s := &Store{cfg: cfg, now: cfg.Now, log: cfg.Logger}
+	w, err := openWriter(ctx, s, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening sqlite store: %w", err)
+	}
+	s.w = w
+	if s.readDB, err = openReadDB(cfg); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("opening sqlite store: %w", err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("opening sqlite store: %w", err)
+	}
+	return s, nil
+}
+
+func dsn(cfg Config, readOnly bool) string {
+	sync := "FULL"
+	if cfg.Durability == DurabilityRelaxed {
+		sync = "NORMAL"
+	}
+	d := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(%s)",
+		cfg.Path, busyTimeoutMS, sync)
+	if readOnly {
+		d += "&_pragma=query_only(1)"
+	}
+	return d
+}
+
+func openReadDB(cfg Config) (*sql.DB, error) {
+	db, err := sql.Open("sqlite", dsn(cfg, true))
+	if err != nil {
+		return nil, fmt.Errorf("opening read pool: %w", err)
+	}
+	n := max(4, runtime.GOMAXPROCS(0)*2)
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	return db, nil
+}
+
+// Stats returns counters of the writer's work (group commit efficiency is
+// Requests/Transactions).
+func (s *Store) Stats() Stats {
+	return Stats{Transactions: s.transactions.Load(), Requests: s.requests.Load()}
+}
+
+// Subscribe implements store.Store.
+func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
+	return s.hub.Subscribe(topic)
+}
+
+// Close stops the writer (pending requests fail with store.ErrClosed) and closes
+// the database. It is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		if s.w != nil {
+			s.closeErr = s.w.stop()
+		}
+		if s.readDB != nil {
+			if err := s.readDB.Close(); err != nil && s.closeErr == nil {
+				s.closeErr = fmt.Errorf("closing read pool: %w", err)
+			}
+		}
+	})
+	return s.closeErr
+}
+
+// closed reports whether Close was called.
+func (s *Store) closed() bool {
+	select {
+	case <-s.w.quit:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,216 @@
+package storesqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// cancelledError is the Error of a run cancelled before a worker could see it.
+var cancelledError = store.ErrorInfo{Message: "run cancelled", Type: "cancelled"}
+
+const sqlRunInsert = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
+	status, version, input, deadline, available_at, created_at, updated_at)
+	VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
+	RETURNING ` + runCols
+
+const sqlLatestByWorkflowID = `SELECT ` + runCols + ` FROM runs
+	WHERE namespace = ? AND workflow_id = ? ORDER BY sequence DESC LIMIT 1`
+
+// RunCreate implements store.Store.
+func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
+	if err := validateRunCreate(p); err != nil {
+		return nil, fmt.Errorf("creating run: %w", err)
+	}
+	var res *store.RunCreateResult
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		res, err = runCreate(tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating run: %w", err)
+	}
+	return res, nil
+}
+
+func validateRunCreate(p *store.RunCreateParams) error {
+	for _, f := range []struct{ name, val string }{
+		{"Namespace", p.Namespace}, {"ID", p.ID}, {"WorkflowID", p.WorkflowID},
+		{"Workflow", p.Workflow}, {"Queue", p.Queue},
+	} {
+		if f.val == "" {
+			return fmt.Errorf("%w: %s is required", store.ErrInvalidParams, f.name)
+		}
+	}
+	switch p.Reuse {
+	case store.ReuseRejectActive, store.ReuseReject, store.ReuseReturnExisting:
+		return nil
+	}
+	return fmt.Errorf("%w: Reuse: unknown policy %q", store.ErrInvalidParams, p.Reuse)
+}
+
+func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error) {
+	if p.Reuse != store.ReuseRejectActive {
+		latest, _, err := scanRun(tx.queryRow(sqlLatestByWorkflowID, p.Namespace, p.WorkflowID))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return nil, err
+		case p.Reuse == store.ReuseReturnExisting:
+			return &store.RunCreateResult{Run: latest, Created: false}, nil
+		default:
+			return nil, fmt.Errorf("%w: workflow ID %q (run %q)", store.ErrRunExists, p.WorkflowID, latest.ID)
+		}
+	}
+	avail := tx.now
+	if p.AvailableAt != nil {
+		avail = *p.AvailableAt
+	}
+	row := tx.queryRow(sqlRunInsert, p.Namespace, p.ID, p.WorkflowID, p.Workflow,
+		p.Queue, p.Priority, p.Version, blob(p.Input), nsPtr(p.Deadline), avail.UnixNano(),
+		tx.now.UnixNano(), tx.now.UnixNano())
+	run, _, err := scanRun(row)
+	if isUniqueViolation(err) {
+		// Either the run ID is taken or an active run has this workflow ID (the
+		// partial unique index enforces the default policy).
+		return nil, fmt.Errorf("%w: run %q or an active run with workflow ID %q", store.ErrRunExists, p.ID, p.WorkflowID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	tx.publish(store.TopicReady, store.RunTopic(run.Namespace, run.ID))
+	return &store.RunCreateResult{Run: run, Created: true}, nil
+}
+
+// Run state changes by reference. Each returns the updated row.
+const (
+	sqlCancelNow = `UPDATE runs SET status = 'cancelled', error = ?, wait_reason = '',
+	lease_owner = '', lease_expires_at = NULL, finished_at = ?2, updated_at = ?2
+	WHERE sequence = ?3 RETURNING ` + runCols
+	sqlCancelFlag = `UPDATE runs SET cancel_requested = 1, updated_at = ?1,
+	available_at = CASE WHEN status = 'waiting' THEN ?1 ELSE available_at END,
+	wait_reason = CASE WHEN status = 'waiting' THEN '' ELSE wait_reason END,
+	status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END
+	WHERE sequence = ?2 RETURNING ` + runCols
+	sqlResume = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
+	error = NULL, updated_at = ?1 WHERE sequence = ?2 RETURNING ` + runCols
+)
+
+// RunCancel implements store.Store.
+func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
+	var run *store.Run
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		run, err = runCancel(tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cancelling run: %w", err)
+	}
+	return run, nil
+}
+
+func runCancel(tx *wtx, p *store.RunCancelParams) (*store.Run, error) {
+	run, err := runByRef(context.Background(), tx, p.Namespace, p.Ref)
+	if err != nil {
+		return nil, err
+	}
+	var row *sql.Row
+	switch {
+	case run.Status.Terminal():
+		return nil, fmt.Errorf("%w: run %q is %s", store.ErrRunFinished, run.ID, run.Status)
+	case run.Status == store.StatusBlocked,
+		run.Status == store.StatusPending && run.Attempts == 0:
+		e, _ := errJSON(&cancelledError)
+		row = tx.queryRow(sqlCancelNow, e, tx.now.UnixNano(), run.Sequence)
+	default:
+		row = tx.queryRow(sqlCancelFlag, tx.now.UnixNano(), run.Sequence)
+	}
+	if run, _, err = scanRun(row); err != nil {
+		return nil, err
+	}
+	tx.publish(store.RunTopic(run.Namespace, run.ID), store.TopicReady)
+	return run, nil
+}
+
+// RunResume implements store.Store.
+func (s *Store) RunResume(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
+	var run *store.Run
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		run, err = runResume(tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("resuming run: %w", err)
+	}
+	return run, nil
+}
+
+func runResume(tx *wtx, p *store.RunResumeParams) (*store.Run, error) {
+	run, err := runByRef(context.Background(), tx, p.Namespace, p.Ref)
+	switch {
+	case err != nil:
+		return nil, err
+	case run.Status.Terminal():
+		return nil, fmt.Errorf("%w: run %q is %s", store.ErrRunFinished, run.ID, run.Status)
+	case run.Status != store.StatusBlocked:
+		return nil, fmt.Errorf("%w: run %q is %s", store.ErrRunNotBlocked, run.ID, run.Status)
+	}
+	if run, _, err = scanRun(tx.queryRow(sqlResume, tx.now.UnixNano(), run.Sequence)); err != nil {
+		return nil, err
+	}
+	tx.publish(store.RunTopic(run.Namespace, run.ID), store.TopicReady)
+	return run, nil
+}
+
+const sqlResumeBlocked = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
+	error = NULL, updated_at = ?1
+	WHERE namespace = ?2 AND status = 'blocked' AND workflow IN (SELECT value FROM json_each(?3))
+	RETURNING id`
+
+// RunsResumeBlocked implements store.Store.
+func (s *Store) RunsResumeBlocked(ctx context.Context, p *store.RunsResumeBlockedParams) (int, error) {
+	if len(p.Workflows) == 0 {
+		return 0, nil
+	}
+	wfs, err := jsonList(p.Workflows)
+	if err != nil {
+		return 0, fmt.Errorf("resuming blocked runs: %w", err)
+	}
+	var n int
+	err = s.write(ctx, func(tx *wtx) error {
+		var err error
+		n, err = runsResumeBlocked(tx, p.Namespace, wfs)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("resuming blocked runs: %w", err)
+	}
+	return n, nil
+}
+
+func runsResumeBlocked(tx *wtx, namespace, workflows string) (int, error) {
+	rows, err := tx.query(sqlResumeBlocked, tx.now.UnixNano(), namespace, workflows)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return 0, err
+		}
+		tx.publish(store.RunTopic(namespace, id))
+		n++
+	}
+	if n > 0 {
+		tx.publish(store.TopicReady)
+	}
+	return n, rows.Err()
+}

@@ -1,0 +1,125 @@
+package storesqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// querier is what the shared read helpers need: the read pool (*sql.DB) or the
+// write transaction (*wtx).
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// ns encodes a time as unix nanoseconds; the zero time is NULL.
+func ns(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixNano()
+}
+
+// nsPtr encodes an optional time; nil and the zero time are NULL.
+func nsPtr(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return ns(*t)
+}
+
+// fromNS decodes a time column; NULL is the zero time.
+func fromNS(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.Unix(0, v.Int64).UTC()
+}
+
+// fromNSPtr decodes an optional time column.
+func fromNSPtr(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := time.Unix(0, v.Int64).UTC()
+	return &t
+}
+
+// errJSON encodes an optional ErrorInfo as JSON text (NULL when nil).
+func errJSON(e *store.ErrorInfo) (any, error) {
+	if e == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encoding error info: %w", err)
+	}
+	return string(b), nil
+}
+
+// errFromJSON decodes an optional ErrorInfo column.
+func errFromJSON(v sql.NullString) (*store.ErrorInfo, error) {
+	if !v.Valid {
+		return nil, nil
+	}
+	var e store.ErrorInfo
+	if err := json.Unmarshal([]byte(v.String), &e); err != nil {
+		return nil, fmt.Errorf("decoding error info: %w", err)
+	}
+	return &e, nil
+}
+
+// isUniqueViolation reports whether err is a UNIQUE or PRIMARY KEY constraint
+// failure.
+func isUniqueViolation(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	c := se.Code()
+	return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+}
+
+// blob returns b as a BLOB argument, keeping nil as NULL.
+func blob(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// boolInt encodes a bool as 0 or 1.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// jsonList encodes a list for "IN (SELECT value FROM json_each(?))", which keeps
+// one prepared statement for any list length.
+func jsonList(list []string) (string, error) {
+	b, err := json.Marshal(list)
+	if err != nil {
+		return "", fmt.Errorf("encoding list: %w", err)
+	}
+	return string(b), nil
+}
+
+// nonNilBlob returns b as a BLOB argument, with nil stored as an empty BLOB (a
+// key set to nothing still exists).
+func nonNilBlob(b []byte) any {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
