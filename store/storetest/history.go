@@ -1,0 +1,93 @@
+package storetest
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+var historyCases = []testCase{
+	{"UnknownRun", historyUnknown},
+	{"EmptyForNewRun", historyEmpty},
+	{"RoundTripInPositionOrder", historyRoundTrip},
+}
+
+func historyUnknown(t *testing.T, e *env) {
+	_, err := e.st.HistoryList(e.ctx, &store.HistoryListParams{Namespace: ns, Ref: "nope"})
+	wantErr(t, "HistoryList of an unknown run", err, store.ErrRunNotFound)
+}
+
+func historyEmpty(t *testing.T, e *env) {
+	r := e.create()
+	if ops := e.history(r.ID); len(ops) != 0 {
+		t.Fatalf("history of a new run = %v, want empty", opPositions(ops))
+	}
+	cr := e.claimOne(r.ID)
+	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning, KV: []store.KVWrite{{Key: "k", Value: []byte("v")}}})
+	if ops := e.history(r.ID); len(ops) != 0 {
+		t.Fatalf("history after a checkpoint without ops = %v, want empty", opPositions(ops))
+	}
+}
+
+// historyOps returns one op of every kind at positions 0..6, and the failed attempts
+// of the step at position 2.
+func (e *env) historyOps() ([]*store.Op, []store.Attempt) {
+	t0 := e.clk.Now()
+	t1 := t0.Add(time.Second)
+	op := func(pos int, kind store.OpKind, name, result string) *store.Op {
+		return &store.Op{Position: pos, Kind: kind, Name: name, Done: true, Result: []byte(result),
+			Attempts: 1, StartedAt: t0, FinishedAt: &t1}
+	}
+	ops := []*store.Op{
+		op(0, store.OpNow, "now", `"2030-01-02T03:04:05Z"`),
+		op(1, store.OpUUID, "uuid", `"0b6f…"`),
+		op(2, store.OpStep, "charge", `{"id":"ch_1"}`),
+		op(3, store.OpRandom, "random", `4`),
+		op(4, store.OpPatch, "v2", `true`),
+		op(5, store.OpSet, "k", ``),
+		op(6, store.OpDelete, "k", ``),
+	}
+	ops[2].Attempts = 3
+	fail := func(n int) store.Attempt {
+		return store.Attempt{Position: 2, Attempt: n, Error: store.ErrorInfo{Message: "503"}, StartedAt: t0, FinishedAt: t1}
+	}
+	return ops, []store.Attempt{fail(1), fail(2)}
+}
+
+func historyRoundTrip(t *testing.T, e *env) {
+	cr := e.start()
+	want, attempts := e.historyOps()
+	// Two checkpoints, each with ops out of position order.
+	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning,
+		Ops: []*store.Op{want[4], want[0], want[2]}, Attempts: attempts})
+	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning,
+		Ops: []*store.Op{want[6], want[5], want[1], want[3]}})
+	got := e.history(cr.Run.ID)
+	if len(got) != len(want) {
+		t.Fatalf("history positions = %v, want 0..%d", opPositions(got), len(want)-1)
+	}
+	for i, w := range want {
+		wantOp(t, got[i], w)
+	}
+	if len(got[2].AttemptLog) != 2 || got[2].AttemptLog[1].Attempt != 2 || got[2].AttemptLog[0].Error.Message != "503" {
+		t.Fatalf("op 2 AttemptLog = %+v, want its 2 failed attempts", got[2].AttemptLog)
+	}
+	for _, op := range got {
+		if op.Position != 2 && len(op.AttemptLog) != 0 {
+			t.Fatalf("op %d has attempts %+v of another op", op.Position, op.AttemptLog)
+		}
+	}
+}
+
+func wantOp(t *testing.T, got, want *store.Op) {
+	t.Helper()
+	if got.Position != want.Position || got.Kind != want.Kind || got.Name != want.Name ||
+		got.Done != want.Done || got.Attempts != want.Attempts || !bytes.Equal(got.Result, want.Result) ||
+		(got.Error == nil) != (want.Error == nil) {
+		t.Fatalf("op at %d = %+v, want %+v", want.Position, got, want)
+	}
+	wantTime(t, "op StartedAt", got.StartedAt, want.StartedAt)
+	wantTimePtr(t, "op FinishedAt", got.FinishedAt, *want.FinishedAt)
+}

@@ -1,0 +1,118 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+var leaseCases = []testCase{
+	{"ExtendLive", leaseExtendLive},
+	{"ExtendStale", leaseExtendStale},
+	{"ExtendFinished", leaseExtendFinished},
+	{"ExtendReportsCancel", leaseExtendCancel},
+	{"Release", leaseRelease},
+	{"ReleaseStale", leaseReleaseStale},
+}
+
+func (e *env) extend(d time.Duration, crs ...*store.ClaimedRun) *store.LeasesExtendResult {
+	e.t.Helper()
+	p := &store.LeasesExtendParams{Duration: d}
+	for _, cr := range crs {
+		p.Leases = append(p.Leases, leaseOf(cr))
+	}
+	res, err := e.st.LeasesExtend(e.ctx, p)
+	if err != nil {
+		e.t.Fatalf("LeasesExtend: %v", err)
+	}
+	return res
+}
+
+func leaseExtendLive(t *testing.T, e *env) {
+	cr := e.start()
+	now := e.clk.Advance(20 * time.Second)
+	res := e.extend(time.Minute, cr)
+	if len(res.Lost) != 0 || len(res.CancelRequested) != 0 {
+		t.Fatalf("LeasesExtend of a live lease = %+v, want nothing lost or cancelled", res)
+	}
+	r := e.get(cr.Run.ID)
+	wantTimePtr(t, "LeaseExpiresAt after extend", r.LeaseExpiresAt, now.Add(time.Minute))
+	e.clk.Advance(leaseDur) // past the original expiry, before the new one
+	e.wantNoClaim(claimBy("worker-2"))
+	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning})
+	if r := e.wantStatus(cr.Run.ID, store.StatusRunning); r.LeaseOwner != worker {
+		t.Fatalf("lease owner = %q, want %s", r.LeaseOwner, worker)
+	}
+}
+
+func leaseExtendStale(t *testing.T, e *env) {
+	stale := e.start()
+	e.clk.Advance(leaseDur)
+	fresh := e.claimOne(stale.Run.ID, claimBy("worker-2"))
+	other := e.start()
+	res := e.extend(time.Hour, stale, other)
+	wantIDs(t, "Lost", res.Lost, []string{stale.Run.ID})
+	if len(res.CancelRequested) != 0 {
+		t.Fatalf("CancelRequested = %v, want none", res.CancelRequested)
+	}
+	r := e.get(stale.Run.ID)
+	if r.LeaseOwner != "worker-2" {
+		t.Fatalf("lease owner = %q, want worker-2", r.LeaseOwner)
+	}
+	wantTimePtr(t, "new holder's LeaseExpiresAt", r.LeaseExpiresAt, fresh.LeaseExpiresAt)
+	wantTimePtr(t, "extended lease", e.get(other.Run.ID).LeaseExpiresAt, e.clk.Now().Add(time.Hour))
+}
+
+func leaseExtendFinished(t *testing.T, e *env) {
+	cr := e.start()
+	e.finish(cr)
+	res := e.extend(time.Minute, cr)
+	wantIDs(t, "Lost after the run finished", res.Lost, []string{cr.Run.ID})
+	if r := e.wantStatus(cr.Run.ID, store.StatusSucceeded); r.LeaseExpiresAt != nil && r.LeaseExpiresAt.After(e.clk.Now()) {
+		t.Fatalf("finished run has a live lease until %v", *r.LeaseExpiresAt)
+	}
+}
+
+func leaseExtendCancel(t *testing.T, e *env) {
+	a, b := e.start(), e.start()
+	if _, err := e.st.RunCancel(e.ctx, &store.RunCancelParams{Namespace: ns, Ref: b.Run.ID}); err != nil {
+		t.Fatalf("RunCancel: %v", err)
+	}
+	now := e.clk.Now()
+	res := e.extend(time.Minute, a, b)
+	wantIDs(t, "CancelRequested", res.CancelRequested, []string{b.Run.ID})
+	if len(res.Lost) != 0 {
+		t.Fatalf("Lost = %v, want none", res.Lost)
+	}
+	wantTimePtr(t, "cancelled run's lease", e.get(b.Run.ID).LeaseExpiresAt, now.Add(time.Minute))
+}
+
+func leaseRelease(t *testing.T, e *env) {
+	cr := e.start()
+	now := e.clk.Advance(time.Second)
+	if err := e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: leaseOf(cr)}); err != nil {
+		t.Fatalf("LeaseRelease: %v", err)
+	}
+	r := e.wantStatus(cr.Run.ID, store.StatusPending)
+	wantTime(t, "AvailableAt after release", r.AvailableAt, now)
+	again := e.claimOne(cr.Run.ID, claimBy("worker-2"))
+	if again.LeaseToken <= cr.LeaseToken {
+		t.Fatalf("token after release = %d, want > %d", again.LeaseToken, cr.LeaseToken)
+	}
+	err := e.checkpointErr(cr, store.CheckpointParams{Status: store.StatusRunning})
+	wantErr(t, "Checkpoint with the released token", err, store.ErrLeaseLost)
+}
+
+func leaseReleaseStale(t *testing.T, e *env) {
+	stale := e.start()
+	e.clk.Advance(leaseDur)
+	fresh := e.claimOne(stale.Run.ID, claimBy("worker-2"))
+	err := e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: leaseOf(stale)})
+	wantErr(t, "LeaseRelease with a stale token", err, store.ErrLeaseLost)
+	if r := e.wantStatus(stale.Run.ID, store.StatusRunning); r.LeaseOwner != "worker-2" {
+		t.Fatalf("lease owner = %q, want worker-2", r.LeaseOwner)
+	}
+	e.wantNoClaim()
+	e.checkpoint(fresh, store.CheckpointParams{Status: store.StatusRunning})
+}

@@ -1,0 +1,143 @@
+package storetest
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+var listCases = []testCase{
+	{"NewestFirst", listNewestFirst},
+	{"Filters", listFilters},
+	{"Pagination", listPagination},
+	{"PaginationSameInstant", listPaginationSameInstant},
+	{"PaginationWithFilter", listPaginationFiltered},
+	{"DefaultLimit", listDefaultLimit},
+	{"MalformedCursor", listMalformedCursor},
+	{"Empty", listEmpty},
+}
+
+// createN creates n runs, advancing the clock by step before each, and returns their
+// IDs newest first.
+func (e *env) createN(n int, step time.Duration, opts ...runOpt) []string {
+	e.t.Helper()
+	ids := make([]string, 0, n)
+	for range n {
+		e.clk.Advance(step)
+		ids = append(ids, e.create(opts...).ID)
+	}
+	slices.Reverse(ids)
+	return ids
+}
+
+func listNewestFirst(t *testing.T, e *env) {
+	apart := e.createN(3, time.Second)
+	together := e.createN(3, 0) // same CreatedAt: Sequence decides
+	res := e.list(store.RunListParams{})
+	wantIDs(t, "RunList", runIDs(res.Runs), append(together, apart...))
+	if res.NextCursor != "" {
+		t.Fatalf("NextCursor = %q on the only page", res.NextCursor)
+	}
+	for i := 1; i < len(res.Runs); i++ {
+		if res.Runs[i].Sequence >= res.Runs[i-1].Sequence {
+			t.Fatalf("Sequence not decreasing: %d then %d", res.Runs[i-1].Sequence, res.Runs[i].Sequence)
+		}
+	}
+}
+
+func listFilters(t *testing.T, e *env) {
+	t0 := e.clk.Now()
+	r1 := e.create(withWorkflow("a"))
+	e.clk.Advance(time.Second)
+	r2 := e.create(withWorkflow("b"))
+	e.claimOne(r2.ID, claimWorkflows("b"))
+	e.clk.Advance(time.Second)
+	r3 := e.create(withWorkflow("a"), withWorkflowID("key"))
+	e.clk.Advance(time.Second)
+	r4 := e.create(withWorkflow("a"), withPriority(10))
+	e.finish(e.claimOne(r4.ID, claimWorkflows("a")))
+	e.create(withNamespace("ns2"), withWorkflow("a"))
+
+	for _, c := range []struct {
+		name string
+		p    store.RunListParams
+		want []string
+	}{
+		{"all", store.RunListParams{}, []string{r4.ID, r3.ID, r2.ID, r1.ID}},
+		{"statuses", store.RunListParams{Statuses: []store.Status{store.StatusPending, store.StatusSucceeded}}, []string{r4.ID, r3.ID, r1.ID}},
+		{"running", store.RunListParams{Statuses: []store.Status{store.StatusRunning}}, []string{r2.ID}},
+		{"workflow", store.RunListParams{Workflow: "a"}, []string{r4.ID, r3.ID, r1.ID}},
+		{"workflow ID", store.RunListParams{WorkflowID: "key"}, []string{r3.ID}},
+		{"created after (inclusive)", store.RunListParams{CreatedAfter: t0.Add(time.Second)}, []string{r4.ID, r3.ID, r2.ID}},
+		{"created before (exclusive)", store.RunListParams{CreatedBefore: t0.Add(2 * time.Second)}, []string{r2.ID, r1.ID}},
+		{"all filters", store.RunListParams{Workflow: "a", CreatedAfter: t0.Add(time.Second), CreatedBefore: t0.Add(3 * time.Second),
+			Statuses: []store.Status{store.StatusPending}}, []string{r3.ID}},
+		{"no match", store.RunListParams{Workflow: "a", Statuses: []store.Status{store.StatusRunning}}, nil},
+	} {
+		res := e.list(c.p)
+		wantIDs(t, "RunList "+c.name, runIDs(res.Runs), c.want)
+	}
+}
+
+// wantPages lists with p page after page and checks page sizes and the IDs in order.
+func (e *env) wantPages(p store.RunListParams, sizes []int, want []string) {
+	e.t.Helper()
+	var got []string
+	for i, size := range sizes {
+		res := e.list(p)
+		if len(res.Runs) != size {
+			e.t.Fatalf("page %d has %d runs, want %d", i+1, len(res.Runs), size)
+		}
+		got = append(got, runIDs(res.Runs)...)
+		last := i == len(sizes)-1
+		if last != (res.NextCursor == "") {
+			e.t.Fatalf("page %d of %d: NextCursor = %q", i+1, len(sizes), res.NextCursor)
+		}
+		p.Cursor = res.NextCursor
+	}
+	wantIDs(e.t, "runs over all pages", got, want)
+}
+
+func listPagination(t *testing.T, e *env) {
+	want := e.createN(25, time.Second)
+	e.wantPages(store.RunListParams{Limit: 10}, []int{10, 10, 5}, want)
+}
+
+func listPaginationSameInstant(t *testing.T, e *env) {
+	want := e.createN(25, 0)
+	e.wantPages(store.RunListParams{Limit: 7}, []int{7, 7, 7, 4}, want)
+}
+
+func listPaginationFiltered(t *testing.T, e *env) {
+	var want []string
+	for range 12 {
+		e.clk.Advance(time.Millisecond)
+		want = append(want, e.create(withWorkflow("a")).ID)
+		e.create(withWorkflow("b"))
+	}
+	slices.Reverse(want)
+	e.wantPages(store.RunListParams{Workflow: "a", Limit: 5}, []int{5, 5, 2}, want)
+}
+
+func listDefaultLimit(t *testing.T, e *env) {
+	want := e.createN(101, time.Microsecond)
+	e.wantPages(store.RunListParams{}, []int{100, 1}, want)
+}
+
+func listMalformedCursor(t *testing.T, e *env) {
+	e.create()
+	for _, c := range []string{"!!not a cursor!!", "%%%", "\x00"} {
+		_, err := e.st.RunList(e.ctx, &store.RunListParams{Namespace: ns, Cursor: c})
+		wantErr(t, "RunList with cursor "+c, err, store.ErrInvalidParams)
+	}
+}
+
+func listEmpty(t *testing.T, e *env) {
+	e.create(withNamespace("ns2"))
+	res := e.list(store.RunListParams{})
+	if len(res.Runs) != 0 || res.NextCursor != "" {
+		t.Fatalf("RunList of an empty namespace = %d runs, cursor %q", len(res.Runs), res.NextCursor)
+	}
+}
