@@ -1,0 +1,243 @@
+package trellis
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/trellis-dev/trellis/internal/worker"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// Run, Op and Status are the store's records, as the client returns them.
+type (
+	Run         = store.Run
+	Op          = store.Op
+	Status      = store.Status
+	ReusePolicy = store.ReusePolicy
+)
+
+// Run states; see docs/states.md.
+const (
+	StatusPending   = store.StatusPending
+	StatusRunning   = store.StatusRunning
+	StatusWaiting   = store.StatusWaiting
+	StatusBlocked   = store.StatusBlocked
+	StatusSucceeded = store.StatusSucceeded
+	StatusFailed    = store.StatusFailed
+	StatusCancelled = store.StatusCancelled
+)
+
+// Reuse policies for StartOptions.Reuse.
+const (
+	// ReuseRejectActive (the default) rejects a start while a run with the same
+	// workflow ID is active, and allows it once that run finished.
+	ReuseRejectActive = store.ReuseRejectActive
+	// ReuseReject rejects a start if any run with the workflow ID ever existed.
+	ReuseReject = store.ReuseReject
+	// ReuseReturnExisting returns the latest run with the workflow ID instead.
+	ReuseReturnExisting = store.ReuseReturnExisting
+)
+
+// Client starts and inspects runs and, unless Config.Worker.Disabled, runs the
+// workflows registered with it. Create one with Open; it is safe for concurrent use.
+type Client struct {
+	cfg       Config
+	store     store.Store
+	ownsStore bool
+	reg       registry
+	worker    *worker.Worker
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens the store, runs its migrations, and starts the embedded worker.
+func Open(ctx context.Context, cfg Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, store: cfg.Backend}
+	if c.store == nil {
+		s, err := OpenStore(ctx, cfg.Store, cfg.Now)
+		if err != nil {
+			return nil, fmt.Errorf("opening trellis: %w", err)
+		}
+		c.store, c.ownsStore = s, true
+	}
+	if !cfg.Worker.Disabled {
+		w, err := worker.New(worker.Config{
+			Store: c.store, Namespace: cfg.Namespace, Queues: cfg.Worker.Queues,
+			Workflows: c.reg.names, Name: cfg.Worker.Name,
+			Concurrency: cfg.Worker.Concurrency, ClaimBatch: cfg.Worker.ClaimBatch,
+			LeaseDuration: cfg.Worker.LeaseDuration, HeartbeatInterval: cfg.Worker.HeartbeatInterval,
+			ShutdownGrace: cfg.Worker.ShutdownGrace, PollInterval: cfg.Worker.PollInterval,
+			Logger: cfg.Logger,
+		}, executor{c})
+		if err != nil {
+			c.closeStore()
+			return nil, err
+		}
+		c.worker = w
+		w.Start()
+	}
+	return c, nil
+}
+
+// Register makes workflows known to this client, so its worker runs them and
+// StartRaw accepts their names. Blocked runs of these workflows are resumed: a new
+// deploy gets a chance to replay them.
+func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
+	names := make([]string, 0, len(wfs))
+	for _, wf := range wfs {
+		if err := c.reg.add(wf.definition()); err != nil {
+			return err
+		}
+		names = append(names, wf.Name())
+	}
+	if c.worker == nil {
+		return nil
+	}
+	if _, err := c.store.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: c.cfg.Namespace, Workflows: names}); err != nil {
+		return fmt.Errorf("resuming blocked runs: %w", err)
+	}
+	c.worker.Wake()
+	return nil
+}
+
+// Close stops the worker gracefully (active runs get Worker.ShutdownGrace to finish,
+// then are handed back) and closes the store. Idempotent.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		if c.worker != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Worker.LeaseDuration)
+			defer cancel()
+			if err := c.worker.Stop(ctx); err != nil {
+				c.closeErr = err
+			}
+		}
+		if err := c.closeStore(); err != nil && c.closeErr == nil {
+			c.closeErr = err
+		}
+	})
+	return c.closeErr
+}
+
+func (c *Client) closeStore() error {
+	if c.ownsStore {
+		return c.store.Close()
+	}
+	return nil
+}
+
+// Store returns the underlying store.
+func (c *Client) Store() store.Store { return c.store }
+
+// Get returns a run by run ID or workflow ID (the latest run with that ID).
+func (c *Client) Get(ctx context.Context, ref string) (*Run, error) {
+	return c.store.RunGet(ctx, &store.RunGetParams{Namespace: c.cfg.Namespace, Ref: ref})
+}
+
+// ListOptions filter List. Zero fields do not filter.
+type ListOptions struct {
+	Statuses      []Status
+	Workflow      string
+	WorkflowID    string
+	CreatedAfter  time.Time
+	CreatedBefore time.Time
+	// Limit is the page size; default 100, at most 1000.
+	Limit int
+	// Cursor continues from a previous page's NextCursor.
+	Cursor string
+}
+
+// RunPage is one page of List.
+type RunPage = store.RunListResult
+
+// List lists runs, newest first.
+func (c *Client) List(ctx context.Context, o ListOptions) (*RunPage, error) {
+	return c.store.RunList(ctx, &store.RunListParams{
+		Namespace: c.cfg.Namespace, Statuses: o.Statuses, Workflow: o.Workflow, WorkflowID: o.WorkflowID,
+		CreatedAfter: o.CreatedAfter, CreatedBefore: o.CreatedBefore, Limit: o.Limit, Cursor: o.Cursor,
+	})
+}
+
+// History returns a run's ops in position order, with every failed attempt.
+func (c *Client) History(ctx context.Context, ref string) ([]*Op, error) {
+	return c.store.HistoryList(ctx, &store.HistoryListParams{Namespace: c.cfg.Namespace, Ref: ref})
+}
+
+// Cancel cancels a run. A run that has not started ends cancelled at once; a running
+// or waiting run stops at its next op (its current step's context is cancelled), may
+// run cleanup steps through Context.Detached, and ends cancelled.
+func (c *Client) Cancel(ctx context.Context, ref string) error {
+	run, err := c.store.RunCancel(ctx, &store.RunCancelParams{Namespace: c.cfg.Namespace, Ref: ref})
+	if err != nil {
+		return err
+	}
+	if c.worker != nil {
+		c.worker.RequestCancel(run.ID)
+	}
+	return nil
+}
+
+// Resume makes a blocked run pending again, to replay with the code now deployed.
+func (c *Client) Resume(ctx context.Context, ref string) error {
+	_, err := c.store.RunResume(ctx, &store.RunResumeParams{Namespace: c.cfg.Namespace, Ref: ref})
+	return err
+}
+
+// Value decodes the value a run stored under key (Context.Set) into v.
+func (c *Client) Value(ctx context.Context, ref, key string, v any) error {
+	b, err := c.store.KVGet(ctx, &store.KVGetParams{Namespace: c.cfg.Namespace, Ref: ref, Key: key})
+	if err != nil {
+		return err
+	}
+	return c.cfg.Codec.Unmarshal(b, v)
+}
+
+// Wait blocks until the run reaches a final state and returns it. It is woken by a
+// push from the store; changes from other processes without push are seen within
+// Worker.PollInterval.
+func (c *Client) Wait(ctx context.Context, ref string) (*Run, error) {
+	run, err := c.Get(ctx, ref)
+	if err != nil || run.Status.Terminal() {
+		return run, err
+	}
+	return c.waitRun(ctx, run.ID)
+}
+
+// waitRun waits for the run with this exact ID: subscribed before each read, so no
+// change between the read and the wait is missed.
+func (c *Client) waitRun(ctx context.Context, runID string) (*Run, error) {
+	changed, unsubscribe := c.store.Subscribe(store.RunTopic(c.cfg.Namespace, runID))
+	defer unsubscribe()
+	var poll <-chan time.Time
+	for {
+		run, err := c.Get(ctx, runID)
+		if err != nil || run.Status.Terminal() {
+			return run, err
+		}
+		if poll == nil {
+			t := time.NewTicker(c.cfg.Worker.PollInterval)
+			defer t.Stop()
+			poll = t.C
+		}
+		select {
+		case <-changed:
+		case <-poll:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// runError turns a finished, unsuccessful run into its error.
+func runError(run *Run) error {
+	e := &RunError{RunID: run.ID, Status: run.Status}
+	if run.Error != nil {
+		e.Message, e.Type = run.Error.Message, run.Error.Type
+	}
+	return e
+}

@@ -1,0 +1,133 @@
+package trellis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storesqlite"
+)
+
+// DefaultMaxPayloadBytes is the default limit on inputs, outputs, step results and
+// run-store values.
+const DefaultMaxPayloadBytes = 2 << 20
+
+// Config configures Open. Zero fields take the documented defaults.
+type Config struct {
+	// Store is the store URL. Default "sqlite://trellis.db" (a file in the working
+	// directory). Forms: "sqlite:///abs/path.db", "sqlite://rel/path.db", with an
+	// optional "?durability=relaxed" (see README: Durability).
+	Store string
+	// Backend, when set, is used instead of opening Store; Close does not close it.
+	Backend store.Store
+	// Namespace isolates runs; default "default".
+	Namespace string
+	// Codec encodes payloads; default JSONCodec.
+	Codec Codec
+	// MaxPayloadBytes caps every encoded payload; default 2 MiB.
+	MaxPayloadBytes int
+	// Logger receives the engine's logs; default discards them.
+	Logger *slog.Logger
+	// Worker configures the embedded worker.
+	Worker WorkerOptions
+	// Now is the clock; default time.Now. Tests may inject a fake clock.
+	Now func() time.Time
+}
+
+// WorkerOptions configure the worker that Open starts in the same process.
+type WorkerOptions struct {
+	// Disabled: this process only starts and inspects runs; other processes run them.
+	Disabled bool
+	// Name identifies the worker as lease owner; default host-pid-random.
+	Name string
+	// Queues to take runs from; default all.
+	Queues []string
+	// Concurrency caps the runs executing at once; default 256.
+	Concurrency int
+	// ClaimBatch caps the runs claimed by one query; default 64.
+	ClaimBatch int
+	// LeaseDuration is how long a claim lasts without a heartbeat; default 30s.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often leases are extended; default LeaseDuration/3.
+	HeartbeatInterval time.Duration
+	// ShutdownGrace is how long Close lets active runs finish before handing them
+	// back; default 10s.
+	ShutdownGrace time.Duration
+	// MaxInlineBackoff: a retry backoff up to this long waits in the worker; a
+	// longer one releases the run to wait in the store. Default 2s.
+	MaxInlineBackoff time.Duration
+	// PollInterval is the fallback interval at which an idle worker looks for runs
+	// and Result re-reads a run, for changes made by other processes that no push
+	// reaches (SQLite across processes). Default 1s.
+	PollInterval time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Store == "" {
+		c.Store = "sqlite://trellis.db"
+	}
+	if c.Namespace == "" {
+		c.Namespace = "default"
+	}
+	if c.Codec == nil {
+		c.Codec = JSONCodec{}
+	}
+	if c.MaxPayloadBytes <= 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	w := &c.Worker
+	if w.Name == "" {
+		host, _ := os.Hostname()
+		w.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+	}
+	if w.LeaseDuration <= 0 {
+		w.LeaseDuration = 30 * time.Second
+	}
+	if w.MaxInlineBackoff <= 0 {
+		w.MaxInlineBackoff = 2 * time.Second
+	}
+	if w.PollInterval <= 0 {
+		w.PollInterval = time.Second
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Namespace == "__system__":
+		return errors.New("trellis config: Namespace __system__ is reserved")
+	case c.Worker.HeartbeatInterval >= c.Worker.LeaseDuration:
+		return errors.New("trellis config: Worker.HeartbeatInterval must be shorter than Worker.LeaseDuration")
+	case c.Worker.Concurrency < 0:
+		return errors.New("trellis config: Worker.Concurrency must not be negative")
+	}
+	return nil
+}
+
+func (c Config) now() time.Time { return c.Now() }
+
+// OpenStore opens the store named by a URL (see Config.Store).
+func OpenStore(ctx context.Context, url string, now func() time.Time) (store.Store, error) {
+	switch {
+	case strings.HasPrefix(url, "sqlite:"):
+		cfg, err := storesqlite.ParseURL(url)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Now = now
+		return storesqlite.Open(ctx, cfg)
+	}
+	return nil, fmt.Errorf("opening store %q: unsupported URL scheme (want sqlite:)", url)
+}

@@ -1,0 +1,36 @@
+// Package trellis is durable execution for Go: workflows are ordinary Go functions
+// whose every step is checkpointed, so a crash, deploy or restart resumes a run where
+// it stopped and nothing acknowledged is lost.
+//
+// Open a client on a store (a SQLite file by default), register workflows, start runs:
+//
+//	db, err := trellis.Open(ctx, trellis.Config{Store: "sqlite:///var/lib/app/trellis.db"})
+//	charge := trellis.NewWorkflow("charge-order", func(wc *trellis.Context, o Order) (Receipt, error) {
+//		auth, err := trellis.Step(wc, "authorize", func(ctx context.Context) (Auth, error) {
+//			return payments.Authorize(ctx, o, trellis.StepInfo(ctx).IdempotencyKey)
+//		}, trellis.StepOptions{Timeout: 10 * time.Second})
+//		...
+//	})
+//	db.Register(ctx, charge)
+//	h, err := trellis.Start(ctx, db, charge, order, trellis.StartOptions{ID: "order-42"})
+//	receipt, err := h.Result(ctx)
+//
+// # Execution model
+//
+// A worker that claims a run calls the workflow function from the beginning. Each op
+// (Step, Async, Context.Now, Context.UUID, Context.Random, Context.Patched,
+// Context.Set, Context.Delete) takes the next position in the run's history. When
+// history holds a result at that position the op returns it at once; when it holds a
+// different op the run stops in the blocked state with a *NonDeterminismError; when it
+// holds nothing the op executes and its result is queued for the next checkpoint.
+// Queued results are saved in one transaction before the next step starts, and with
+// the run's outcome when the function returns, so a step never runs before what
+// preceded it is durable.
+//
+// Steps run at least once; their recorded result is used exactly once. Use
+// StepInfo(ctx).IdempotencyKey to make external effects idempotent.
+//
+// Workflow code must be deterministic: no time.Now, no global math/rand, no goroutines
+// of its own, no iteration over maps whose order matters, no I/O outside steps. Use the
+// Context's helpers and Async instead.
+package trellis

@@ -1,0 +1,123 @@
+package trellis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/trellis-dev/trellis/internal/worker"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// executor runs claimed runs for the embedded worker.
+type executor struct{ c *Client }
+
+// Execute replays a claimed run from the start of its history and carries it on
+// until it finishes, waits, blocks or is handed back.
+func (e executor) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control) {
+	c := e.c
+	def, ok := c.reg.get(cr.Run.Workflow)
+	if !ok { // claims are filtered by registered names; be safe anyway
+		_ = c.store.LeaseRelease(context.WithoutCancel(ctx), &store.LeaseReleaseParams{
+			Lease: store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}})
+		return
+	}
+	cancelCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() { // owned by this call: ends when cancelCtx does (at return at the latest)
+		select {
+		case <-ctl.CancelRequested():
+			cancel(ErrCancelled)
+		case <-cancelCtx.Done():
+		}
+	}()
+	rs := newRunState(c, cr, ctx, ctl)
+	rs.cancelCtx = cancelCtx
+	if d := cr.Run.Deadline; d != nil && !rs.now().Before(*d) {
+		rs.deadlineHit = true
+		rs.finish(nil, ErrDeadlineExceeded)
+		return
+	}
+	out, err, returned := rs.runWorkflow(def)
+	rs.inflight.Wait()
+	if !returned {
+		rs.saveUnwind()
+		return
+	}
+	rs.finish(out, err)
+}
+
+// runWorkflow calls the workflow function on its own goroutine and waits for it. It
+// reports returned=false when the goroutine was unwound (Goexit) rather than returning.
+func (rs *runState) runWorkflow(def *definition) (out []byte, err error, returned bool) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if r := recover(); r != nil {
+				err, returned = fmt.Errorf("workflow panicked: %v\n%s", r, debug.Stack()), true
+				rs.mu.Lock()
+				rs.panicked = true
+				rs.mu.Unlock()
+			}
+		}()
+		out, err = def.run(&Context{rs: rs}, rs.run.Input)
+		returned = true
+	}()
+	<-done
+	return out, err, returned
+}
+
+// saveUnwind saves the state of a run whose workflow goroutine was unwound.
+func (rs *runState) saveUnwind() {
+	rs.mu.Lock()
+	kind, uerr, wakeAt, reason := rs.unwind, rs.unwindErr, rs.wakeAt, rs.waitReason
+	rs.mu.Unlock()
+	p := &store.CheckpointParams{}
+	switch kind {
+	case unwindBlocked:
+		info := errorInfo(uerr)
+		info.Type = errTypeNonDetermism
+		p.Status, p.Error = store.StatusBlocked, info
+	case unwindSuspend:
+		if d := rs.run.Deadline; d != nil && d.Before(*wakeAt) {
+			wakeAt = d
+		}
+		p.Status, p.WakeAt, p.WaitReason = store.StatusWaiting, wakeAt, reason
+	case unwindHandBack:
+		p.Status = store.StatusPending
+	default: // abandoned: the lease is lost or the store fails; write nothing
+		rs.c.cfg.Logger.Warn("abandoning run", "run", rs.run.ID, "err", uerr)
+		return
+	}
+	if _, err := rs.checkpoint(p, true); err != nil {
+		rs.c.cfg.Logger.Warn("saving run state", "run", rs.run.ID, "status", p.Status, "err", err)
+	}
+}
+
+// finish saves the outcome of a workflow function that returned.
+func (rs *runState) finish(out []byte, err error) {
+	rs.mu.Lock()
+	cancelled, deadline, panicked := rs.cancelSeen, rs.deadlineHit, rs.panicked
+	rs.mu.Unlock()
+	p := &store.CheckpointParams{Status: store.StatusSucceeded, Output: out}
+	switch {
+	case deadline:
+		p.Status, p.Output, p.Error = store.StatusFailed, nil, errorInfo(ErrDeadlineExceeded)
+	case err != nil && (cancelled || errors.Is(err, ErrCancelled)):
+		p.Status, p.Error = store.StatusCancelled, errorInfo(err)
+		p.Error.Type = errTypeCancelled
+	case err != nil:
+		p.Status, p.Error = store.StatusFailed, errorInfo(err)
+		if panicked {
+			p.Error.Type = errTypePanic
+		}
+	case len(out) > rs.c.cfg.MaxPayloadBytes:
+		p.Status, p.Output = store.StatusFailed, nil
+		p.Error = errorInfo(fmt.Errorf("%w: output is %d bytes (limit %d)", ErrPayloadTooLarge, len(out), rs.c.cfg.MaxPayloadBytes))
+	}
+	if _, err := rs.checkpoint(p, true); err != nil {
+		rs.c.cfg.Logger.Warn("saving run outcome", "run", rs.run.ID, "status", p.Status, "err", err)
+	}
+}

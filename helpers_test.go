@@ -1,0 +1,107 @@
+package trellis_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// storeURL returns a fresh SQLite store URL in a temporary directory.
+func storeURL(t *testing.T) string {
+	t.Helper()
+	return "sqlite://" + filepath.Join(t.TempDir(), "trellis.db")
+}
+
+// open opens a client on url with fast test settings and closes it at cleanup.
+func open(t *testing.T, url string, mod ...func(*trellis.Config)) *trellis.Client {
+	t.Helper()
+	cfg := trellis.Config{Store: url}
+	cfg.Worker.MaxInlineBackoff = 20 * time.Millisecond
+	cfg.Worker.PollInterval = 50 * time.Millisecond
+	cfg.Worker.ShutdownGrace = 2 * time.Second
+	for _, m := range mod {
+		m(&cfg)
+	}
+	c, err := trellis.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return c
+}
+
+// setup opens a client on a fresh store and registers wfs.
+func setup(t *testing.T, wfs ...trellis.Registrable) *trellis.Client {
+	t.Helper()
+	c := open(t, storeURL(t))
+	register(t, c, wfs...)
+	return c
+}
+
+func register(t *testing.T, c *trellis.Client, wfs ...trellis.Registrable) {
+	t.Helper()
+	if err := c.Register(context.Background(), wfs...); err != nil {
+		t.Fatalf("register: %v", err)
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitStatus waits (push, with the client's fallback poll) until the run has status.
+func waitStatus(t *testing.T, c *trellis.Client, ref string, want trellis.Status) *trellis.Run {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		run, err := c.Get(context.Background(), ref)
+		if err != nil {
+			t.Fatalf("get %s: %v", ref, err)
+		}
+		if run.Status == want {
+			return run
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s: status %s, want %s (wait reason %q, error %+v)", ref, run.Status, want, run.WaitReason, run.Error)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func mustResult[Out any](t *testing.T, h *trellis.Handle[Out]) Out {
+	t.Helper()
+	out, err := h.Result(ctxT(t))
+	if err != nil {
+		t.Fatalf("result of %s: %v", h.RunID(), err)
+	}
+	return out
+}
+
+func must[T any](t *testing.T) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+var errBoom = errors.New("boom")
+

@@ -1,0 +1,164 @@
+// Package bench measures Trellis end to end through the public API: start runs,
+// execute steps in the embedded worker, wait for results. Each workload prints one
+// JSON line (see Result).
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+)
+
+// Result is one workload's measurement; its JSON form is a contract of
+// `trellis bench --json`.
+type Result struct {
+	Workload      string         `json:"workload"`
+	N             int            `json:"n"`
+	WallS         float64        `json:"wall_s"`
+	WorkflowsPerS float64        `json:"workflows_per_s"`
+	StepsPerS     float64        `json:"steps_per_s"`
+	P50Ms         float64        `json:"p50_ms"`
+	P99Ms         float64        `json:"p99_ms"`
+	Settings      map[string]any `json:"settings"`
+}
+
+// Options configure a benchmark run.
+type Options struct {
+	Store       string
+	Concurrency int
+}
+
+// Workload runs one named workload with n runs (0: its default).
+type Workload struct {
+	Name        string
+	DefaultN    int
+	Description string
+	run         func(ctx context.Context, c *trellis.Client, n int) (*Result, error)
+}
+
+// Workloads lists every workload, in order.
+var Workloads = []Workload{
+	{"w1", 2000, "start N workflows concurrently, each 3 sequential no-op steps; wall time first start to last result", runW1},
+	{"w2", 20, "one 20-step sequential workflow, N times; per-step latency", runW2},
+	{"w3", 200, "N sequential start→result of a 1-step workflow; latency", runW3},
+}
+
+// Find returns the workload named name.
+func Find(name string) (Workload, bool) {
+	for _, w := range Workloads {
+		if w.Name == name {
+			return w, true
+		}
+	}
+	return Workload{}, false
+}
+
+// Run opens a client on o.Store, runs the workload and returns its result.
+func Run(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
+	if n <= 0 {
+		n = w.DefaultN
+	}
+	cfg := trellis.Config{Store: o.Store, Namespace: "bench"}
+	cfg.Worker.Concurrency = o.Concurrency
+	c, err := trellis.Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if err := c.Register(ctx, benchWorkflows...); err != nil {
+		return nil, err
+	}
+	res, err := w.run(ctx, c, n)
+	if err != nil {
+		return nil, fmt.Errorf("workload %s: %w", w.Name, err)
+	}
+	res.Workload, res.N = w.Name, n
+	res.Settings = settings(o)
+	return res, nil
+}
+
+func settings(o Options) map[string]any {
+	durability := "fsync"
+	if strings.Contains(o.Store, "durability=relaxed") {
+		durability = "relaxed"
+	}
+	driver, _, _ := strings.Cut(o.Store, ":")
+	return map[string]any{
+		"store": driver, "durability": durability, "concurrency": o.Concurrency,
+		"gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version(),
+	}
+}
+
+// payload is the ~100-byte string every benchmark step returns.
+var payload = strings.Repeat("trellis-", 12) + "bench"
+
+var (
+	threeSteps = trellis.NewWorkflow("bench-3-steps", func(wc *trellis.Context, _ int) (string, error) {
+		var out string
+		for _, name := range []string{"a", "b", "c"} {
+			s, err := trellis.Step(wc, name, noop)
+			if err != nil {
+				return "", err
+			}
+			out = s
+		}
+		return out[:8], nil
+	})
+	oneStep = trellis.NewWorkflow("bench-1-step", func(wc *trellis.Context, _ int) (string, error) {
+		s, err := trellis.Step(wc, "a", noop)
+		if err != nil {
+			return "", err
+		}
+		return s[:8], nil
+	})
+	benchWorkflows = []trellis.Registrable{threeSteps, oneStep, twentySteps}
+)
+
+func noop(context.Context) (string, error) { return payload, nil }
+
+// stepTimes records, per w2 run, when each step started.
+var stepTimes sync.Map // workflow ID -> *timeLog
+
+var twentySteps = trellis.NewWorkflow("bench-20-steps", func(wc *trellis.Context, _ int) (int, error) {
+	v, _ := stepTimes.Load(wc.WorkflowID())
+	times, _ := v.(*timeLog)
+	for i := range 20 {
+		if _, err := trellis.Step(wc, fmt.Sprintf("s%02d", i), func(context.Context) (string, error) {
+			if times != nil {
+				times.add(time.Now())
+			}
+			return payload, nil
+		}); err != nil {
+			return 0, err
+		}
+	}
+	return 20, nil
+})
+
+type timeLog struct {
+	mu sync.Mutex
+	t  []time.Time
+}
+
+func (l *timeLog) add(t time.Time) {
+	l.mu.Lock()
+	l.t = append(l.t, t)
+	l.mu.Unlock()
+}
+
+// percentile returns the p-th percentile (0..100) of d in milliseconds.
+func percentile(d []time.Duration, p float64) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(float64(len(s)-1) * p / 100)
+	return float64(s[i]) / float64(time.Millisecond)
+}

@@ -1,0 +1,151 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// claimLoop claims runs whenever there may be some and a slot is free, and sleeps
+// until a push (ready topic, wake) or the next due time otherwise.
+func (w *Worker) claimLoop() {
+	defer w.loops.Done()
+	ready, unsubscribe := w.cfg.Store.Subscribe(store.TopicReady)
+	defer unsubscribe()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for !w.stopped() {
+		next, again := w.claimOnce()
+		if again {
+			continue
+		}
+		wait := w.cfg.PollInterval
+		if next != nil {
+			wait = min(wait, max(time.Until(*next), 0))
+		}
+		timer.Reset(wait)
+		select {
+		case <-ready:
+		case <-w.wake:
+		case <-timer.C:
+		case <-w.stopping:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// claimOnce claims as many runs as there are free slots (up to ClaimBatch) and
+// starts them. It returns the next due time and whether to claim again at once.
+func (w *Worker) claimOnce() (next *time.Time, again bool) {
+	free := w.cfg.Concurrency - w.Active()
+	names := w.cfg.Workflows()
+	if free <= 0 || len(names) == 0 {
+		return nil, false
+	}
+	n := min(free, w.cfg.ClaimBatch)
+	ctx, cancel := context.WithTimeout(w.hardCtx, w.cfg.LeaseDuration)
+	defer cancel()
+	res, err := w.cfg.Store.RunsClaim(ctx, &store.RunsClaimParams{
+		Namespace: w.cfg.Namespace, Queues: w.cfg.Queues, Workflows: names,
+		Worker: w.cfg.Name, Max: n, LeaseDuration: w.cfg.LeaseDuration,
+	})
+	if err != nil {
+		if !w.stopped() {
+			w.cfg.Logger.Error("claiming runs", "err", err)
+		}
+		retry := time.Now().Add(time.Second)
+		return &retry, false
+	}
+	for _, cr := range res.Runs {
+		w.launch(cr)
+	}
+	full := len(res.Runs) == n
+	w.mu.Lock()
+	w.wantMore = full && n == free
+	w.mu.Unlock()
+	return res.NextDue, full && n < free
+}
+
+func (w *Worker) launch(cr *store.ClaimedRun) {
+	ctl := &Control{
+		Lease:     store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken},
+		cancelReq: make(chan struct{}),
+	}
+	if cr.Run.CancelRequested {
+		ctl.RequestCancel()
+	}
+	ctx, cancel := context.WithCancelCause(w.hardCtx)
+	w.mu.Lock()
+	w.active[cr.Run.ID] = &active{ctl: ctl, cancel: cancel}
+	w.mu.Unlock()
+	w.runs.Add(1)
+	go func() {
+		defer w.runs.Done()
+		defer w.finish(cr.Run.ID, cancel)
+		w.exec.Execute(ctx, cr, ctl)
+	}()
+}
+
+func (w *Worker) finish(runID string, cancel context.CancelCauseFunc) {
+	cancel(nil)
+	w.mu.Lock()
+	delete(w.active, runID)
+	more := w.wantMore
+	w.mu.Unlock()
+	if more {
+		w.Wake()
+	}
+}
+
+// heartbeatLoop extends every held lease in one call per interval, stops runs whose
+// lease was lost and passes on cancellations.
+func (w *Worker) heartbeatLoop() {
+	defer w.loops.Done()
+	ticker := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C:
+			w.heartbeat()
+		case <-w.hardCtx.Done():
+			return
+		}
+	}
+}
+
+func (w *Worker) heartbeat() {
+	w.mu.Lock()
+	leases := make([]store.Lease, 0, len(w.active))
+	for _, a := range w.active {
+		leases = append(leases, a.ctl.Lease)
+	}
+	w.mu.Unlock()
+	if len(leases) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.hardCtx, w.cfg.HeartbeatInterval)
+	defer cancel()
+	res, err := w.cfg.Store.LeasesExtend(ctx, &store.LeasesExtendParams{Leases: leases, Duration: w.cfg.LeaseDuration})
+	if err != nil {
+		w.cfg.Logger.Warn("extending leases", "err", err)
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range res.Lost {
+		if a := w.active[id]; a != nil {
+			a.cancel(store.ErrLeaseLost)
+		}
+	}
+	for _, id := range res.CancelRequested {
+		if a := w.active[id]; a != nil {
+			a.ctl.RequestCancel()
+		}
+	}
+}

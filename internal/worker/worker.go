@@ -1,0 +1,212 @@
+// Package worker runs the claim loop of a Trellis worker: it claims due runs in
+// batches, hands each to an Executor on its own goroutine, extends the leases it holds
+// with one batched heartbeat, and shuts down gracefully.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// ErrShutdown is the cause of a run context cancelled because the worker stops; the
+// executor hands the run back instead of recording anything.
+var ErrShutdown = errors.New("worker shutting down")
+
+// Executor runs one claimed run until it finishes, waits, blocks or is handed back.
+// It must return soon after ctx is done.
+type Executor interface {
+	Execute(ctx context.Context, run *store.ClaimedRun, ctl *Control)
+}
+
+// Control is the worker's side of one active run.
+type Control struct {
+	Lease     store.Lease
+	cancelReq chan struct{}
+	once      sync.Once
+}
+
+// CancelRequested is closed once a cancellation of the run is known.
+func (c *Control) CancelRequested() <-chan struct{} { return c.cancelReq }
+
+// RequestCancel records that the run was cancelled. Idempotent.
+func (c *Control) RequestCancel() { c.once.Do(func() { close(c.cancelReq) }) }
+
+// Config configures a worker.
+type Config struct {
+	Store     store.Store
+	Namespace string
+	Queues    []string
+	// Workflows returns the workflow names this worker can run.
+	Workflows func() []string
+	// Name identifies the worker as lease owner. Required.
+	Name string
+	// Concurrency caps the runs executing at once. Default 256.
+	Concurrency int
+	// ClaimBatch caps the runs claimed by one query. Default 64.
+	ClaimBatch int
+	// LeaseDuration is how long a claim lasts without a heartbeat. Default 30s.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often leases are extended. Default LeaseDuration/3.
+	HeartbeatInterval time.Duration
+	// ShutdownGrace is how long Stop lets active runs finish before handing them
+	// back. Default 10s.
+	ShutdownGrace time.Duration
+	// PollInterval is the fallback claim interval when no wake-up arrives, for
+	// resilience only. Default 30s.
+	PollInterval time.Duration
+	Logger       *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = "default"
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 256
+	}
+	if c.ClaimBatch <= 0 {
+		c.ClaimBatch = 64
+	}
+	if c.LeaseDuration <= 0 {
+		c.LeaseDuration = 30 * time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = c.LeaseDuration / 3
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("worker config: Store is required")
+	case c.Workflows == nil:
+		return errors.New("worker config: Workflows is required")
+	case c.Name == "":
+		return errors.New("worker config: Name is required")
+	case c.HeartbeatInterval >= c.LeaseDuration:
+		return errors.New("worker config: HeartbeatInterval must be shorter than LeaseDuration")
+	}
+	return nil
+}
+
+// Worker claims and executes runs. Start it once; Stop it once (Stop is idempotent).
+type Worker struct {
+	cfg  Config
+	exec Executor
+
+	wake     chan struct{} // coalesced: registry changed or a slot freed
+	stopOnce sync.Once
+	stopping chan struct{} // closed by Stop: claim no more
+	hardCtx  context.Context
+	hardStop context.CancelCauseFunc
+	loops    sync.WaitGroup // claim and heartbeat loops
+	runs     sync.WaitGroup // one per active run
+
+	mu       sync.Mutex
+	active   map[string]*active
+	wantMore bool // the last claim was capped by free slots
+}
+
+type active struct {
+	ctl    *Control
+	cancel context.CancelCauseFunc
+}
+
+// New returns a worker; it does nothing until Start.
+func New(cfg Config, exec Executor) (*Worker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	hardCtx, hardStop := context.WithCancelCause(context.Background())
+	return &Worker{
+		cfg: cfg, exec: exec,
+		wake:     make(chan struct{}, 1),
+		stopping: make(chan struct{}),
+		hardCtx:  hardCtx, hardStop: hardStop,
+		active: make(map[string]*active),
+	}, nil
+}
+
+// Start launches the claim and heartbeat loops.
+func (w *Worker) Start() {
+	w.loops.Add(2)
+	go w.claimLoop()
+	go w.heartbeatLoop()
+}
+
+// Wake makes the claim loop look for runs now (e.g. after a workflow is registered).
+func (w *Worker) Wake() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// RequestCancel tells an active run of this worker that it was cancelled. It reports
+// whether the run is active here.
+func (w *Worker) RequestCancel(runID string) bool {
+	w.mu.Lock()
+	a := w.active[runID]
+	w.mu.Unlock()
+	if a != nil {
+		a.ctl.RequestCancel()
+	}
+	return a != nil
+}
+
+// Active returns how many runs are executing.
+func (w *Worker) Active() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.active)
+}
+
+// Stop stops claiming, lets active runs finish for up to ShutdownGrace, then cancels
+// the rest (their executors hand them back) and waits for every goroutine, or until
+// ctx is done.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.stopOnce.Do(func() { close(w.stopping) })
+	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	defer grace.Stop()
+	finished := make(chan struct{})
+	go func() { w.runs.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	w.hardStop(ErrShutdown)
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		return fmt.Errorf("stopping worker: %w", ctx.Err())
+	}
+	w.loops.Wait()
+	return nil
+}
+
+func (w *Worker) stopped() bool {
+	select {
+	case <-w.stopping:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,88 @@
+package trellis
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Backoff computes the delay before retry number n (n = 1 after the first failure).
+type Backoff interface {
+	Delay(n int) time.Duration
+}
+
+// ExponentialBackoff waits Initial, then Initial*Factor, ... capped at Max, each delay
+// varied by up to ±Jitter (a fraction, e.g. 0.1) so that retries of many runs spread out.
+type ExponentialBackoff struct {
+	Initial time.Duration
+	Factor  float64
+	Max     time.Duration
+	Jitter  float64
+}
+
+// Exponential returns an exponential backoff with 10% jitter.
+func Exponential(initial time.Duration, factor float64, max time.Duration) ExponentialBackoff {
+	return ExponentialBackoff{Initial: initial, Factor: factor, Max: max, Jitter: 0.1}
+}
+
+// Delay implements Backoff.
+func (b ExponentialBackoff) Delay(n int) time.Duration {
+	factor := b.Factor
+	if factor < 1 {
+		factor = 1
+	}
+	d := float64(b.Initial) * math.Pow(factor, float64(max(n-1, 0)))
+	if b.Max > 0 && d > float64(b.Max) {
+		d = float64(b.Max)
+	}
+	if b.Jitter > 0 {
+		d += d * b.Jitter * (2*rand.Float64() - 1) // retry timing is not replayed
+	}
+	return time.Duration(max(d, 0))
+}
+
+// FixedBackoff waits the same delay before every retry.
+type FixedBackoff time.Duration
+
+// Fixed returns a backoff that always waits d.
+func Fixed(d time.Duration) FixedBackoff { return FixedBackoff(d) }
+
+// Delay implements Backoff.
+func (b FixedBackoff) Delay(int) time.Duration { return time.Duration(b) }
+
+// RetryPolicy says how a failing step is retried. The zero value means 3 attempts with
+// exponential backoff from 1s, doubling, capped at 1 minute.
+type RetryPolicy struct {
+	// MaxAttempts counts the first attempt: 1 disables retries. 0 means 3.
+	MaxAttempts int
+	// Backoff between attempts. nil means Exponential(time.Second, 2, time.Minute).
+	Backoff Backoff
+	// NonRetryableTypes lists error types (as recorded, e.g. "*mypkg.DeclinedError")
+	// that fail the step at once. Errors wrapped with NonRetryable always do.
+	NonRetryableTypes []string
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 3
+	}
+	if p.Backoff == nil {
+		p.Backoff = Exponential(time.Second, 2, time.Minute)
+	}
+	return p
+}
+
+// retryable reports whether a failed attempt may be retried.
+func (p RetryPolicy) retryable(err error, attempt int) bool {
+	if attempt >= p.MaxAttempts {
+		return false
+	}
+	var nr *nonRetryable
+	if errors.As(err, &nr) || errors.Is(err, ErrCancelled) ||
+		errors.Is(err, ErrDeadlineExceeded) || errors.Is(err, ErrPayloadTooLarge) {
+		return false
+	}
+	return !slices.Contains(p.NonRetryableTypes, errorInfo(err).Type)
+}

@@ -1,0 +1,246 @@
+package trellis
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/trellis-dev/trellis/internal/worker"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// unwindKind says why a workflow's goroutine stops before its function returns.
+type unwindKind int
+
+const (
+	unwindNone      unwindKind = iota
+	unwindBlocked              // non-determinism: save blocked
+	unwindSuspend              // a long wait: save waiting, release the run
+	unwindHandBack             // worker shutdown: save pending
+	unwindAbandon            // lease lost or store failing: write nothing more
+)
+
+// runState is one claimed run being executed: its history, the ops not yet
+// checkpointed, and the signals that stop it. Ops of the workflow goroutine and of
+// async steps share it, so its mutable fields are guarded by mu.
+type runState struct {
+	c       *Client
+	codec   Codec
+	run     *store.Run
+	lease   store.Lease
+	ctx     context.Context // done when the lease is lost or the worker stops hard
+	// cancelCtx is ctx, also done (cause ErrCancelled) once the run is cancelled.
+	cancelCtx context.Context
+	ctl     *worker.Control
+	history map[int]*store.Op
+	lastPos int // highest recorded position, -1 when none
+
+	mu          sync.Mutex
+	nextPos     int
+	pendingOps  []*store.Op
+	pendingAtt  []store.Attempt
+	pendingKV   []store.KVWrite
+	kv          map[string][]byte
+	cancelSeen  bool
+	deadlineHit bool
+	panicked    bool
+	unwind      unwindKind
+	unwindErr   error      // blocked: the non-determinism error
+	wakeAt      *time.Time // suspend: when to resume
+	waitReason  string
+	unwinding   chan struct{} // closed when an unwind is requested
+
+	ckMu     sync.Mutex     // serialises checkpoints of this run, in order
+	inflight sync.WaitGroup // async steps still executing
+}
+
+func newRunState(c *Client, cr *store.ClaimedRun, ctx context.Context, ctl *worker.Control) *runState {
+	rs := &runState{
+		c: c, codec: c.cfg.Codec, run: cr.Run, ctx: ctx, ctl: ctl,
+		lease:     store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken},
+		history:   make(map[int]*store.Op, len(cr.History)),
+		lastPos:   -1,
+		kv:        make(map[string][]byte),
+		unwinding: make(chan struct{}),
+	}
+	for _, op := range cr.History {
+		rs.history[op.Position] = op
+		rs.lastPos = max(rs.lastPos, op.Position)
+	}
+	return rs
+}
+
+func (rs *runState) now() time.Time { return rs.c.cfg.now() }
+
+// next reserves the next position for an op of kind/name and returns the recorded
+// op there, if any. A recorded op of another kind or name stops the run as blocked.
+func (rs *runState) next(kind store.OpKind, name string) (int, *store.Op) {
+	rs.mu.Lock()
+	pos := rs.nextPos
+	rs.nextPos++
+	rs.mu.Unlock()
+	rec := rs.history[pos]
+	if rec != nil && (rec.Kind != kind || rec.Name != name) {
+		rs.block(&NonDeterminismError{Position: pos, Recorded: describe(rec.Kind, rec.Name), Requested: describe(kind, name)})
+	}
+	return pos, rec
+}
+
+func describe(kind store.OpKind, name string) string {
+	if name == "" {
+		return string(kind)
+	}
+	return fmt.Sprintf("%s %q", kind, name)
+}
+
+// record queues a completed op (and its run-store write) for the next checkpoint.
+func (rs *runState) record(op *store.Op, kv *store.KVWrite) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.pendingOps = append(rs.pendingOps, op)
+	if kv != nil {
+		rs.pendingKV = append(rs.pendingKV, *kv)
+	}
+}
+
+// recordAttempt queues a failed attempt and the step's in-progress op.
+func (rs *runState) recordAttempt(op *store.Op, att store.Attempt) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.pendingOps = append(rs.pendingOps, op)
+	rs.pendingAtt = append(rs.pendingAtt, att)
+}
+
+// flush checkpoints the queued ops with the run still running. It is called before
+// every side effect, so a step never starts before what preceded it is durable.
+func (rs *runState) flush() error {
+	_, err := rs.checkpoint(&store.CheckpointParams{Status: store.StatusRunning}, false)
+	return err
+}
+
+// checkpoint saves the queued ops, attempts and run-store writes with the given state.
+// With force unset it skips the call when nothing is queued.
+func (rs *runState) checkpoint(p *store.CheckpointParams, force bool) (*store.CheckpointResult, error) {
+	rs.ckMu.Lock()
+	defer rs.ckMu.Unlock()
+	rs.mu.Lock()
+	p.Lease = rs.lease
+	p.Ops, p.Attempts, p.KV = rs.pendingOps, rs.pendingAtt, rs.pendingKV
+	rs.pendingOps, rs.pendingAtt, rs.pendingKV = nil, nil, nil
+	rs.mu.Unlock()
+	if !force && len(p.Ops) == 0 && len(p.Attempts) == 0 && len(p.KV) == 0 {
+		return &store.CheckpointResult{}, nil
+	}
+	// A checkpoint must not be abandoned half-way by a cancelled run context: the
+	// store call itself is bounded by the lease.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rs.ctx), rs.c.cfg.Worker.LeaseDuration)
+	defer cancel()
+	res, err := rs.c.store.Checkpoint(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("checkpointing run %s: %w", rs.run.ID, err)
+	}
+	if res.CancelRequested {
+		rs.ctl.RequestCancel()
+	}
+	return res, nil
+}
+
+// requestUnwind asks the workflow goroutine to stop for reason k. The first reason
+// wins, except that a lost lease overrides everything (nothing may be written).
+func (rs *runState) requestUnwind(k unwindKind, err error, wakeAt *time.Time, reason string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	switch {
+	case rs.unwind == unwindNone:
+	case k == unwindAbandon && rs.unwind != unwindAbandon:
+	case k == unwindSuspend && rs.unwind == unwindSuspend && wakeAt.Before(*rs.wakeAt):
+		rs.wakeAt, rs.waitReason = wakeAt, reason // wake for the earliest need
+		return
+	default:
+		return
+	}
+	if rs.unwind == unwindNone {
+		close(rs.unwinding)
+	}
+	rs.unwind, rs.unwindErr, rs.wakeAt, rs.waitReason = k, err, wakeAt, reason
+}
+
+// stopNow ends the workflow goroutine after in-flight async steps settle. It runs
+// deferred functions of the workflow but cannot be recovered by it.
+func (rs *runState) stopNow() {
+	rs.inflight.Wait()
+	runtime.Goexit()
+}
+
+// block stops the run as blocked on a non-determinism error.
+func (rs *runState) block(err error) {
+	rs.requestUnwind(unwindBlocked, err, nil, "")
+	rs.stopNow()
+}
+
+// checkUnwind stops the workflow goroutine if an unwind was requested or the run's
+// context ended (lease lost, worker shutting down).
+func (rs *runState) checkUnwind() {
+	if err := rs.ctx.Err(); err != nil {
+		rs.requestUnwind(rs.ctxUnwindKind(), nil, nil, "")
+	}
+	select {
+	case <-rs.unwinding:
+		rs.stopNow()
+	default:
+	}
+}
+
+func (rs *runState) ctxUnwindKind() unwindKind {
+	if errors.Is(context.Cause(rs.ctx), store.ErrLeaseLost) {
+		return unwindAbandon
+	}
+	return unwindHandBack
+}
+
+// interrupted reports why new ops may not start: cancellation (unless detached) or
+// the run's deadline. It returns nil when they may.
+func (rs *runState) interrupted(detached bool) error {
+	if d := rs.run.Deadline; d != nil && !rs.now().Before(*d) {
+		rs.mu.Lock()
+		rs.deadlineHit = true
+		rs.mu.Unlock()
+		return ErrDeadlineExceeded
+	}
+	if detached {
+		return nil
+	}
+	select {
+	case <-rs.ctl.CancelRequested():
+		rs.mu.Lock()
+		rs.cancelSeen = true
+		rs.mu.Unlock()
+		return ErrCancelled
+	default:
+		return nil
+	}
+}
+
+// encode encodes a value with the run's codec, enforcing the payload limit.
+func (rs *runState) encode(v any) ([]byte, error) {
+	b, err := rs.codec.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding value: %w", err)
+	}
+	if len(b) > rs.c.cfg.MaxPayloadBytes {
+		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrPayloadTooLarge, len(b), rs.c.cfg.MaxPayloadBytes)
+	}
+	return b, nil
+}
+
+// recordInternal records the result of an engine op (now, uuid, random, patch), which
+// is always JSON whatever the user's codec.
+func (rs *runState) recordInternal(pos int, kind store.OpKind, name string, v any) {
+	b, _ := json.Marshal(v) // values of these ops always encode
+	at := rs.now()
+	rs.record(&store.Op{Position: pos, Kind: kind, Name: name, Done: true, Result: b, Attempts: 1, StartedAt: at, FinishedAt: &at}, nil)
+}

@@ -1,0 +1,132 @@
+package trellis
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// StartOptions configure a new run.
+type StartOptions struct {
+	// ID is the workflow ID: the caller's key for the run (e.g. "order-42"). At most
+	// one run per ID is active at a time. Default: the generated run ID.
+	ID string
+	// Queue overrides the workflow's queue.
+	Queue string
+	// Priority: higher runs are claimed first among due runs. Default 0.
+	Priority int
+	// Deadline: once passed, no new step starts and the run fails with
+	// ErrDeadlineExceeded. Zero means none.
+	Deadline time.Time
+	// Reuse decides what happens when a run with ID exists; default ReuseRejectActive.
+	Reuse ReusePolicy
+}
+
+// Handle refers to a run started by Start or found by GetHandle.
+type Handle[Out any] struct {
+	c     *Client
+	id    string
+	runID string
+}
+
+// ID returns the run's workflow ID.
+func (h *Handle[Out]) ID() string { return h.id }
+
+// RunID returns the run's unique ID.
+func (h *Handle[Out]) RunID() string { return h.runID }
+
+// Result waits for the run to finish (pushed by the store, not polled) and returns
+// its output, or a *RunError for a failed or cancelled run.
+func (h *Handle[Out]) Result(ctx context.Context) (Out, error) {
+	var out Out
+	run, err := h.c.waitRun(ctx, h.runID)
+	if err != nil {
+		return out, err
+	}
+	if run.Status != StatusSucceeded {
+		return out, runError(run)
+	}
+	if err := h.c.cfg.Codec.Unmarshal(run.Output, &out); err != nil {
+		return out, fmt.Errorf("decoding result of run %s: %w", run.ID, err)
+	}
+	return out, nil
+}
+
+// GetHandle returns a handle to an existing run of wf, by run ID.
+func GetHandle[In, Out any](c *Client, wf *Workflow[In, Out], runID string) *Handle[Out] {
+	return &Handle[Out]{c: c, runID: runID}
+}
+
+// Start starts a run of wf with input in. The run is durable before Start returns.
+func Start[In, Out any](ctx context.Context, c *Client, wf *Workflow[In, Out], in In, opts ...StartOptions) (*Handle[Out], error) {
+	var o StartOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	input, err := c.encode(in)
+	if err != nil {
+		return nil, err
+	}
+	run, err := c.start(ctx, wf.definition(), input, o)
+	if err != nil {
+		return nil, err
+	}
+	return &Handle[Out]{c: c, id: run.WorkflowID, runID: run.ID}, nil
+}
+
+// StartRaw starts a run of a registered workflow by name, with an encoded input
+// (for tools and APIs). It returns ErrUnknownWorkflow for a name this client has not
+// registered and ErrInvalidInput for an input the workflow cannot decode.
+func (c *Client) StartRaw(ctx context.Context, workflow string, input []byte, o StartOptions) (*Run, error) {
+	def, ok := c.reg.get(workflow)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownWorkflow, workflow)
+	}
+	if len(input) > c.cfg.MaxPayloadBytes {
+		return nil, fmt.Errorf("%w: input is %d bytes (limit %d)", ErrPayloadTooLarge, len(input), c.cfg.MaxPayloadBytes)
+	}
+	if err := def.checkIn(c.cfg.Codec, input); err != nil {
+		return nil, err
+	}
+	return c.start(ctx, def, input, o)
+}
+
+func (c *Client) start(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
+	runID := uuid.Must(uuid.NewV7()).String()
+	p := &store.RunCreateParams{
+		Namespace: c.cfg.Namespace, ID: runID, WorkflowID: o.ID, Workflow: def.name,
+		Queue: o.Queue, Priority: o.Priority, Version: def.opts.Version, Input: input, Reuse: o.Reuse,
+	}
+	if p.WorkflowID == "" {
+		p.WorkflowID = runID
+	}
+	if p.Queue == "" {
+		p.Queue = def.opts.Queue
+	}
+	if p.Queue == "" {
+		p.Queue = "default"
+	}
+	if !o.Deadline.IsZero() {
+		d := o.Deadline.UTC()
+		p.Deadline = &d
+	}
+	res, err := c.store.RunCreate(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", def.name, err)
+	}
+	return res.Run, nil
+}
+
+func (c *Client) encode(v any) ([]byte, error) {
+	b, err := c.cfg.Codec.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding input: %w", err)
+	}
+	if len(b) > c.cfg.MaxPayloadBytes {
+		return nil, fmt.Errorf("%w: input is %d bytes (limit %d)", ErrPayloadTooLarge, len(b), c.cfg.MaxPayloadBytes)
+	}
+	return b, nil
+}

@@ -1,0 +1,115 @@
+package trellis
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Workflow is a named, typed workflow function. Create one with NewWorkflow and
+// register it with Client.Register on every process that runs it.
+type Workflow[In, Out any] struct {
+	name string
+	fn   func(*Context, In) (Out, error)
+	opts WorkflowOptions
+}
+
+// WorkflowOptions configure a workflow.
+type WorkflowOptions struct {
+	// Version is stamped on every run at start; the run keeps it for life, and
+	// Context.Version returns it, so code can branch on the version a run began with.
+	Version int
+	// Queue is the default queue of its runs; "" means "default".
+	Queue string
+}
+
+// NewWorkflow defines a workflow. The name identifies it in storage and must stay
+// stable across deploys.
+func NewWorkflow[In, Out any](name string, fn func(*Context, In) (Out, error), opts ...WorkflowOptions) *Workflow[In, Out] {
+	w := &Workflow[In, Out]{name: name, fn: fn}
+	if len(opts) > 0 {
+		w.opts = opts[0]
+	}
+	return w
+}
+
+// Name returns the workflow's name.
+func (w *Workflow[In, Out]) Name() string { return w.name }
+
+// Registrable is implemented by *Workflow; it lets Register accept workflows of any
+// input and output types.
+type Registrable interface {
+	Name() string
+	definition() *definition
+}
+
+// definition is the type-erased form of a workflow the engine runs.
+type definition struct {
+	name    string
+	opts    WorkflowOptions
+	run     func(wc *Context, input []byte) ([]byte, error)
+	checkIn func(codec Codec, input []byte) error
+}
+
+func (w *Workflow[In, Out]) definition() *definition {
+	return &definition{
+		name: w.name,
+		opts: w.opts,
+		run: func(wc *Context, input []byte) ([]byte, error) {
+			var in In
+			if err := wc.rs.codec.Unmarshal(input, &in); err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrInvalidInput, err)
+			}
+			out, err := w.fn(wc, in)
+			if err != nil {
+				return nil, err
+			}
+			return wc.rs.codec.Marshal(out)
+		},
+		checkIn: func(codec Codec, input []byte) error {
+			var in In
+			if err := codec.Unmarshal(input, &in); err != nil {
+				return fmt.Errorf("%w: %v", ErrInvalidInput, err)
+			}
+			return nil
+		},
+	}
+}
+
+// registry holds the workflows a client knows.
+type registry struct {
+	mu   sync.RWMutex
+	defs map[string]*definition
+}
+
+func (r *registry) add(d *definition) error {
+	if d.name == "" {
+		return fmt.Errorf("registering workflow: empty name")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.defs == nil {
+		r.defs = make(map[string]*definition)
+	}
+	if _, dup := r.defs[d.name]; dup {
+		return fmt.Errorf("registering workflow %q: already registered", d.name)
+	}
+	r.defs[d.name] = d
+	return nil
+}
+
+func (r *registry) get(name string) (*definition, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	d, ok := r.defs[name]
+	return d, ok
+}
+
+func (r *registry) names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.defs))
+	for n := range r.defs {
+		out = append(out, n)
+	}
+	return out
+}
