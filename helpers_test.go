@@ -104,4 +104,3 @@ func must[T any](t *testing.T) func(T, error) T {
 }
 
 var errBoom = errors.New("boom")
-

@@ -17,27 +17,27 @@ import (
 type unwindKind int
 
 const (
-	unwindNone      unwindKind = iota
-	unwindBlocked              // non-determinism: save blocked
-	unwindSuspend              // a long wait: save waiting, release the run
-	unwindHandBack             // worker shutdown: save pending
-	unwindAbandon            // lease lost or store failing: write nothing more
+	unwindNone     unwindKind = iota
+	unwindBlocked             // non-determinism: save blocked
+	unwindSuspend             // a long wait: save waiting, release the run
+	unwindHandBack            // worker shutdown: save pending
+	unwindAbandon             // lease lost or store failing: write nothing more
 )
 
 // runState is one claimed run being executed: its history, the ops not yet
 // checkpointed, and the signals that stop it. Ops of the workflow goroutine and of
 // async steps share it, so its mutable fields are guarded by mu.
 type runState struct {
-	c       *Client
-	codec   Codec
-	run     *store.Run
-	lease   store.Lease
-	ctx     context.Context // done when the lease is lost or the worker stops hard
+	c     *Client
+	codec Codec
+	run   *store.Run
+	lease store.Lease
+	ctx   context.Context // done when the lease is lost or the worker stops hard
 	// cancelCtx is ctx, also done (cause ErrCancelled) once the run is cancelled.
 	cancelCtx context.Context
-	ctl     *worker.Control
-	history map[int]*store.Op
-	lastPos int // highest recorded position, -1 when none
+	ctl       *worker.Control
+	history   map[int]*store.Op
+	lastPos   int // highest recorded position, -1 when none
 
 	mu          sync.Mutex
 	nextPos     int
