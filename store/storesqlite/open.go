@@ -28,6 +28,7 @@ type Store struct {
 	hub    notify.Hub
 	readDB *sql.DB
 	w      *writer
+	ckpt   *walCheckpointer
 
 	closeOnce sync.Once
 	closeErr  error
@@ -54,11 +55,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("opening sqlite store: %w: %w", store.ErrInvalidParams, err)
 	}
 	s := &Store{cfg: cfg, now: cfg.Now, log: cfg.Logger}
-	w, err := openWriter(ctx, s, cfg)
-	if err != nil {
+	var err error
+	if s.ckpt, err = startWALCheckpointer(s, cfg); err != nil {
 		return nil, fmt.Errorf("opening sqlite store: %w", err)
 	}
-	s.w = w
+	if s.w, err = openWriter(ctx, s, cfg); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("opening sqlite store: %w", err)
+	}
 	if s.readDB, err = openReadDB(cfg); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("opening sqlite store: %w", err)
@@ -79,6 +83,8 @@ func dsn(cfg Config, readOnly bool) string {
 		cfg.Path, busyTimeoutMS, sync)
 	if readOnly {
 		d += "&_pragma=query_only(1)"
+	} else {
+		d += fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)", walAutoCheckpointPages)
 	}
 	return d
 }
@@ -112,6 +118,11 @@ func (s *Store) Close() error {
 		if s.w != nil {
 			s.closeErr = s.w.stop()
 		}
+		if s.ckpt != nil {
+			if err := s.ckpt.stop(); err != nil && s.closeErr == nil {
+				s.closeErr = err
+			}
+		}
 		if s.readDB != nil {
 			if err := s.readDB.Close(); err != nil && s.closeErr == nil {
 				s.closeErr = fmt.Errorf("closing read pool: %w", err)
@@ -123,6 +134,9 @@ func (s *Store) Close() error {
 
 // closed reports whether Close was called.
 func (s *Store) closed() bool {
+	if s.w == nil {
+		return true
+	}
 	select {
 	case <-s.w.quit:
 		return true

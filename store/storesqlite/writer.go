@@ -144,6 +144,9 @@ func (w *writer) commit(batch []*request) {
 	}
 	w.s.transactions.Add(1)
 	w.s.requests.Add(int64(len(batch)))
+	if w.s.ckpt != nil {
+		w.s.ckpt.notify()
+	}
 	w.reply(batch)
 }
 

@@ -1,0 +1,107 @@
+package storesqlite
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// TestBatchIsolatesFailures commits, in one batch, good checkpoints and one with
+// a stale lease token: only the stale one fails, and it writes nothing.
+func TestBatchIsolatesFailures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var leases []store.Lease
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: id, WorkflowID: id, Workflow: "w", Queue: "q"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := s.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "ns", Workflows: []string{"w"}, Max: 3, LeaseDuration: time.Minute})
+	if err != nil || len(res.Runs) != 3 {
+		t.Fatalf("claim: %v %v", res, err)
+	}
+	for _, cr := range res.Runs {
+		leases = append(leases, store.Lease{Namespace: "ns", RunID: cr.Run.ID, Token: cr.LeaseToken})
+	}
+	leases[1].Token++ // stale (from the future, which is just as wrong)
+
+	// Stop the writer goroutine and drive one batch by hand.
+	close(s.w.quit)
+	<-s.w.stopped
+	s.w.quit = make(chan struct{})
+	batch := make([]*request, len(leases))
+	for i, l := range leases {
+		p := &store.CheckpointParams{
+			Lease: l, Status: store.StatusRunning,
+			Ops: []*store.Op{{Position: 0, Kind: store.OpStep, Name: "s", Done: true}},
+			KV:  []store.KVWrite{{Key: "k", Value: []byte("v")}},
+		}
+		batch[i] = &request{ctx: ctx, done: make(chan error, 1), apply: func(tx *wtx) error {
+			_, err := checkpoint(tx, p, nil)
+			return err
+		}}
+	}
+	before := s.Stats()
+	s.w.commit(batch)
+	if st := s.Stats(); st.Transactions != before.Transactions+1 || st.Requests != before.Requests+3 {
+		t.Fatalf("stats %+v -> %+v, want one transaction of 3 requests", before, st)
+	}
+	for i, r := range batch {
+		err := <-r.done
+		if wantLost := i == 1; wantLost != errors.Is(err, store.ErrLeaseLost) || (!wantLost && err != nil) {
+			t.Errorf("request %d: %v", i, err)
+		}
+	}
+	s.w.stopped = make(chan struct{})
+	go s.w.run()
+	for i, l := range leases {
+		ops, err := s.HistoryList(ctx, &store.HistoryListParams{Namespace: "ns", Ref: l.RunID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := 1 - btoi(i == 1); len(ops) != want {
+			t.Errorf("run %s has %d ops, want %d", l.RunID, len(ops), want)
+		}
+		_, err = s.KVGet(ctx, &store.KVGetParams{Namespace: "ns", Ref: l.RunID, Key: "k"})
+		if (i == 1) != errors.Is(err, store.ErrKeyNotFound) {
+			t.Errorf("run %s KVGet: %v", l.RunID, err)
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestCloseStopsGoroutines checks that Close ends the writer and the WAL
+// checkpointer.
+func TestCloseStopsGoroutines(t *testing.T) {
+	t.Parallel()
+	s, err := Open(context.Background(), Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range map[string]chan struct{}{"writer": s.w.stopped, "checkpointer": s.ckpt.stopped} {
+		select {
+		case <-ch:
+		default:
+			t.Errorf("%s still running after Close", name)
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package storesqlite
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseURL(t *testing.T) {
+	t.Parallel()
+	good := []struct {
+		url  string
+		want Config
+	}{
+		{"sqlite:///var/lib/trellis/trellis.db", Config{Path: "/var/lib/trellis/trellis.db"}},
+		{"sqlite:///tmp/t.db?durability=relaxed", Config{Path: "/tmp/t.db", Durability: DurabilityRelaxed}},
+		{"sqlite:///tmp/t.db?durability=fsync&max_batch=32", Config{Path: "/tmp/t.db", Durability: DurabilityFsync, MaxBatch: 32}},
+		{"sqlite:data/trellis.db", Config{Path: "data/trellis.db"}},
+		{"sqlite:trellis.db?durability=relaxed", Config{Path: "trellis.db", Durability: DurabilityRelaxed}},
+		{"sqlite://./rel.db", Config{Path: "./rel.db"}},
+		{"sqlite:///tmp/with%20space.db", Config{Path: "/tmp/with space.db"}},
+	}
+	for _, tc := range good {
+		got, err := ParseURL(tc.url)
+		if err != nil {
+			t.Errorf("ParseURL(%q): %v", tc.url, err)
+			continue
+		}
+		if got.Path != tc.want.Path || got.Durability != tc.want.Durability || got.MaxBatch != tc.want.MaxBatch {
+			t.Errorf("ParseURL(%q) = %+v, want %+v", tc.url, got, tc.want)
+		}
+	}
+	bad := []struct{ url, wantErr string }{
+		{"postgres:///tmp/t.db", "scheme"},
+		{"sqlite://", "path"},
+		{"sqlite:///", "path"},
+		{"sqlite://host/t.db", "host"},
+		{"sqlite:///tmp/t.db?durability=sometimes", "Durability"},
+		{"sqlite:///tmp/t.db?max_batch=0", "max_batch"},
+		{"sqlite:///tmp/t.db?max_batch=x", "max_batch"},
+		{"sqlite:///tmp/t.db?cache=shared&zeta=1", "cache, zeta"},
+		{"sqlite:///tmp/t.db?durability=fsync&durability=relaxed", "durability"},
+		{"::", "parsing"},
+	}
+	for _, tc := range bad {
+		if _, err := ParseURL(tc.url); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("ParseURL(%q) error = %v, want one mentioning %q", tc.url, err, tc.wantErr)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		cfg     Config
+		wantErr string
+	}{
+		{Config{Path: "/tmp/x.db"}, ""},
+		{Config{}, "Config.Path"},
+		{Config{Path: ":memory:"}, "Config.Path"},
+		{Config{Path: "/tmp/x.db?mode=ro"}, "Config.Path"},
+		{Config{Path: "/tmp/x.db", Durability: "never"}, "Config.Durability"},
+		{Config{Path: "/tmp/x.db", MaxBatch: -1}, "Config.MaxBatch"},
+	}
+	for _, tc := range cases {
+		err := tc.cfg.withDefaults().validate()
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("validate(%+v): %v", tc.cfg, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("validate(%+v) = %v, want an error naming %s", tc.cfg, err, tc.wantErr)
+		}
+	}
+	d := Config{Path: "x"}.withDefaults()
+	if d.Durability != DurabilityFsync || d.MaxBatch != DefaultMaxBatch || d.Now == nil || d.Logger == nil {
+		t.Errorf("withDefaults = %+v", d)
+	}
+}

@@ -1,0 +1,199 @@
+package storesqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storesqlite"
+)
+
+func TestReopenKeepsData(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _, cfg := setup(t)
+	createRun(t, s, "r1")
+	cr := claimAll(t, s, 1)[0]
+	_, err := s.Checkpoint(ctx, &store.CheckpointParams{
+		Lease:  store.Lease{Namespace: "ns", RunID: "r1", Token: cr.LeaseToken},
+		Ops:    []*store.Op{{Position: 0, Kind: store.OpStep, Name: "a", Done: true, Result: []byte(`1`)}},
+		KV:     []store.KVWrite{{Key: "k", Value: []byte("v")}},
+		Status: store.StatusSucceeded, Output: []byte(`"done"`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := storesqlite.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	r, err := s2.RunGet(ctx, &store.RunGetParams{Namespace: "ns", Ref: "r1"})
+	if err != nil || r.Status != store.StatusSucceeded || string(r.Output) != `"done"` || r.FinishedAt == nil {
+		t.Fatalf("after reopen: %+v, %v", r, err)
+	}
+	if v, err := s2.KVGet(ctx, &store.KVGetParams{Namespace: "ns", Ref: "r1", Key: "k"}); err != nil || string(v) != "v" {
+		t.Fatalf("KVGet after reopen = %q, %v", v, err)
+	}
+	// Sequences keep growing after a reopen.
+	if r2 := createRun(t, s2, "r2"); r2.Sequence <= r.Sequence {
+		t.Fatalf("sequence after reopen = %d, want > %d", r2.Sequence, r.Sequence)
+	}
+}
+
+func TestMigrateIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _, cfg := setup(t)
+	for range 2 {
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	s2, err := storesqlite.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	s2.Close()
+	db, err := sql.Open("sqlite", cfg.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n, maxV int
+	if err := db.QueryRow(`SELECT COUNT(*), MAX(version) FROM schema_migrations`).Scan(&n, &maxV); err != nil {
+		t.Fatal(err)
+	}
+	if n != maxV || n < 1 {
+		t.Fatalf("schema_migrations has %d rows up to version %d, want one per version", n, maxV)
+	}
+}
+
+func TestGroupCommitBatches(t *testing.T) {
+	t.Parallel()
+	s, _, _ := setup(t)
+	before := s.Stats()
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, err := s.RunCreate(context.Background(), &store.RunCreateParams{
+				Namespace: "ns", ID: fmt.Sprint("r", i), WorkflowID: fmt.Sprint("wf", i),
+				Workflow: "w", Queue: "q",
+			})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := s.Stats()
+	txs, reqs := st.Transactions-before.Transactions, st.Requests-before.Requests
+	if reqs != n || txs > n/4 {
+		t.Fatalf("%d requests in %d transactions, want %d requests in far fewer transactions", reqs, txs, n)
+	}
+	t.Logf("%d requests in %d transactions", reqs, txs)
+}
+
+func TestCloseIdempotentAndErrClosed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _, _ := setup(t)
+	createRun(t, s, "r1")
+	for range 2 {
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	_, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: "r2", WorkflowID: "wf2", Workflow: "w", Queue: "q"})
+	if !errors.Is(err, store.ErrClosed) {
+		t.Errorf("RunCreate after Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.RunGet(ctx, &store.RunGetParams{Namespace: "ns", Ref: "r1"}); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("RunGet after Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.RunList(ctx, &store.RunListParams{Namespace: "ns"}); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("RunList after Close: %v, want ErrClosed", err)
+	}
+	if err := s.Migrate(ctx); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("Migrate after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestCloseDuringLoad closes the store under concurrent writers: every call
+// either succeeds or fails with ErrClosed, and none hangs.
+func TestCloseDuringLoad(t *testing.T) {
+	t.Parallel()
+	s, _, _ := setup(t)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 50 {
+		wg.Go(func() {
+			<-start
+			_, err := s.RunCreate(context.Background(), &store.RunCreateParams{
+				Namespace: "ns", ID: fmt.Sprint("r", i), WorkflowID: fmt.Sprint("wf", i), Workflow: "w", Queue: "q",
+			})
+			if err != nil && !errors.Is(err, store.ErrClosed) {
+				t.Errorf("RunCreate during Close: %v", err)
+			}
+		})
+	}
+	close(start)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+}
+
+func TestCallerContextCancelled(t *testing.T) {
+	t.Parallel()
+	s, _, _ := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: "r1", WorkflowID: "wf1", Workflow: "w", Queue: "q"})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunCreate with a cancelled ctx: %v, want context.Canceled", err)
+	}
+	if _, err := s.RunGet(context.Background(), &store.RunGetParams{Namespace: "ns", Ref: "r1"}); !errors.Is(err, store.ErrRunNotFound) {
+		t.Fatalf("RunGet: %v, want ErrRunNotFound (never started)", err)
+	}
+	// A deadline that expires while waiting for the reply returns promptly.
+	ctx, cancel = context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	_, err = s.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: "r2", WorkflowID: "wf2", Workflow: "w", Queue: "q"})
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("RunCreate with a short deadline: %v", err)
+	}
+}
+
+func TestTimesAreUTCNanoseconds(t *testing.T) {
+	t.Parallel()
+	loc := time.FixedZone("X", 3*3600)
+	s, clk, _ := setup(t)
+	at := time.Date(2031, 5, 6, 7, 8, 9, 123456789, loc)
+	res, err := s.RunCreate(context.Background(), &store.RunCreateParams{
+		Namespace: "ns", ID: "r1", WorkflowID: "wf1", Workflow: "w", Queue: "q",
+		AvailableAt: &at, Deadline: &at,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Run
+	if r.AvailableAt != at.UTC() || *r.Deadline != at.UTC() || r.CreatedAt != clk.Now().UTC() {
+		t.Fatalf("times = %v %v %v, want exact UTC values", r.AvailableAt, *r.Deadline, r.CreatedAt)
+	}
+}
