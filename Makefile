@@ -1,0 +1,26 @@
+# Trellis developer tasks. `make help` lists them.
+.PHONY: help test test-short lint bench ci dev
+
+STORE ?= sqlite://$(CURDIR)/bench.db
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+test: ## run every test with the race detector (as CI does)
+	go test -race -count=1 ./...
+
+test-short: ## skip the crash and multi-process tests
+	go test -short -count=1 ./...
+
+lint: ## gofmt and go vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	go vet ./...
+
+bench: ## trellis bench on STORE (default: a SQLite file here); e.g. make bench STORE='sqlite:///tmp/b.db?durability=relaxed'
+	go run ./cmd/trellis bench --store '$(STORE)' --workload w1,w2,w3 --json
+
+ci: ## what CI runs
+	./.ci/run
+
+dev: ## run the demo on ./trellis.db
+	go run ./cmd/trellis dev
