@@ -1,10 +1,12 @@
 package storesqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/trellis-dev/trellis/store"
@@ -22,11 +24,15 @@ const (
 	// sqlExpireLeases makes pending the running runs whose lease expired.
 	sqlExpireLeases = `UPDATE runs SET status = 'pending', lease_owner = '', lease_expires_at = NULL,
 	updated_at = ?1 WHERE namespace = ?2 AND status = 'running' AND lease_expires_at <= ?1`
-	// sqlClaimable selects due pending runs in claim order.
-	sqlClaimable = `SELECT sequence FROM runs
-	WHERE namespace = ?1 AND status = 'pending' AND available_at <= ?2
-	AND ` + claimFilter + `
-	ORDER BY priority DESC, available_at ASC, sequence ASC, id ASC LIMIT ?5`
+	// sqlClaimable selects the due pending runs of one workflow (?3) in claim
+	// order. It walks runs_pending in that order and stops after LIMIT rows
+	// however large the backlog; left to itself the planner may prefer to
+	// range-scan available_at and sort every due run. The claim order's final
+	// "id ASC" is implied: sequence is unique.
+	sqlClaimable = `SELECT sequence, priority, available_at FROM runs INDEXED BY runs_pending
+	WHERE namespace = ?1 AND workflow = ?3 AND status = 'pending' AND available_at <= ?2
+	AND (?4 = '[]' OR queue IN (SELECT value FROM json_each(?4)))
+	ORDER BY priority DESC, available_at ASC, sequence ASC LIMIT ?5`
 	// sqlClaim leases one run.
 	sqlClaim = `UPDATE runs SET status = 'running', lease_owner = ?1, lease_token = lease_token + 1,
 	lease_expires_at = ?2, attempts = attempts + 1, started_at = COALESCE(started_at, ?3),
@@ -84,7 +90,7 @@ func runsClaim(tx *wtx, p *store.RunsClaimParams, wfs, queues string) (*store.Ru
 	if _, err := tx.exec(sqlExpireLeases, now, p.Namespace); err != nil {
 		return nil, fmt.Errorf("expiring leases: %w", err)
 	}
-	seqs, err := claimable(tx, p.Namespace, now, wfs, queues, p.Max)
+	seqs, err := claimable(tx, p, now, queues)
 	if err != nil {
 		return nil, fmt.Errorf("selecting runs: %w", err)
 	}
@@ -105,21 +111,41 @@ func runsClaim(tx *wtx, p *store.RunsClaimParams, wfs, queues string) (*store.Ru
 	return res, nil
 }
 
-func claimable(tx *wtx, namespace string, now int64, wfs, queues string, limit int) ([]int64, error) {
-	rows, err := tx.query(sqlClaimable, namespace, now, wfs, queues, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var seqs []int64
-	for rows.Next() {
-		var seq int64
-		if err := rows.Scan(&seq); err != nil {
+// candidate is a claimable run, with its claim-order keys.
+type candidate struct {
+	seq, avail int64
+	priority   int
+}
+
+// claimable returns the sequences of up to limit due runs of the workflows, in
+// claim order: the best limit of each workflow, merged.
+func claimable(tx *wtx, p *store.RunsClaimParams, now int64, queues string) ([]int64, error) {
+	var cands []candidate
+	for _, wf := range slices.Compact(slices.Sorted(slices.Values(p.Workflows))) {
+		rows, err := tx.query(sqlClaimable, p.Namespace, now, wf, queues, p.Max)
+		if err != nil {
 			return nil, err
 		}
-		seqs = append(seqs, seq)
+		for rows.Next() {
+			var c candidate
+			if err := rows.Scan(&c.seq, &c.priority, &c.avail); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			cands = append(cands, c)
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return nil, err
+		}
 	}
-	return seqs, rows.Err()
+	slices.SortFunc(cands, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.avail, b.avail), cmp.Compare(a.seq, b.seq))
+	})
+	seqs := make([]int64, 0, min(len(cands), p.Max))
+	for _, c := range cands[:min(len(cands), p.Max)] {
+		seqs = append(seqs, c.seq)
+	}
+	return seqs, nil
 }
 
 func claimOne(tx *wtx, worker string, expires time.Time, seq int64) (*store.ClaimedRun, error) {

@@ -37,10 +37,9 @@ CREATE UNIQUE INDEX runs_active_workflow_id ON runs (namespace, workflow_id)
 CREATE INDEX runs_workflow_id ON runs (namespace, workflow_id, sequence);
 CREATE INDEX runs_list ON runs (namespace, sequence);
 
--- Claim: due pending runs in claim order, with and without a queue filter.
-CREATE INDEX runs_pending ON runs (namespace, priority DESC, available_at, sequence)
-    WHERE status = 'pending';
-CREATE INDEX runs_pending_queue ON runs (namespace, queue, priority DESC, available_at, sequence)
+-- Claim: per workflow, pending runs in claim order (priority DESC, available_at,
+-- sequence), so a claim reads only the rows it takes whatever the backlog.
+CREATE INDEX runs_pending ON runs (namespace, workflow, priority DESC, available_at, sequence)
     WHERE status = 'pending';
 -- NextDue among pending runs not yet due.
 CREATE INDEX runs_pending_available ON runs (namespace, available_at)
