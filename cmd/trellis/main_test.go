@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMigrateTwice(t *testing.T) {
+	t.Parallel()
+	url := storeURL(t)
+	for range 2 {
+		res := trellisCmd(t, "migrate", "--store", url).ok(t)
+		if res.stdout != "migrated "+url+"\n" {
+			t.Errorf("migrate printed %q", res.stdout)
+		}
+	}
+	if res := trellisCmd(t, "runs", "list", "--store", url).ok(t); res.stdout != "no runs\n" {
+		t.Errorf("list of a migrated store: %q", res.stdout)
+	}
+	if res := trellisCmd(t, "migrate"); res.code != 2 || !strings.Contains(res.stderr, "--store is required") {
+		t.Errorf("migrate without store: exit %d %q", res.code, res.stderr)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"help", "-h"}} {
+		res := trellisCmd(t, args...).ok(t)
+		contains(t, "help", res.stdout, "Commands:", "dev", "runs", "migrate", "bench")
+	}
+	res := trellisCmd(t, "help", "runs").ok(t)
+	contains(t, "help runs", res.stdout, "Subcommands:", "list", "history", "resume")
+	res = trellisCmd(t, "help", "migrate").ok(t)
+	contains(t, "help migrate", res.stdout, "Usage: trellis migrate --store URL", "-store")
+
+	for _, args := range [][]string{{}, {"frob"}, {"bench"}, {"bench", "-n", "5"}, {"dev", "extra"}} {
+		if res := trellisCmd(t, args...); res.code != 2 || res.stderr == "" || res.stdout != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, res.code, res.stdout, res.stderr)
+		}
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args      []string
+		store     string
+		json      bool
+		positions []string
+	}{
+		{args: []string{"id", "--store", "s"}, store: "s", positions: []string{"id"}},
+		{args: []string{"--store=s", "id", "-json"}, store: "s", json: true, positions: []string{"id"}},
+		{args: []string{"a", "--json", "b"}, json: true, positions: []string{"a", "b"}},
+		{args: []string{"--store", "s", "--", "-id", "--json"}, store: "s", positions: []string{"-id", "--json"}},
+		{args: nil},
+	}
+	for _, tt := range tests {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		store, asJSON := fs.String("store", "", ""), fs.Bool("json", false, "")
+		pos, err := parseArgs(fs, tt.args)
+		if err != nil || *store != tt.store || *asJSON != tt.json || !slices.Equal(pos, tt.positions) {
+			t.Errorf("%q: store %q json %v positions %q err %v", tt.args, *store, *asJSON, pos, err)
+		}
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var ue *usageError
+	if _, err := parseArgs(fs, []string{"id", "--nope"}); !errors.As(err, &ue) || !ue.reported {
+		t.Errorf("unknown flag: %v", err)
+	}
+	if _, err := parseArgs(fs, []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+func TestHasFlag(t *testing.T) {
+	t.Parallel()
+	for args, want := range map[string]bool{
+		"--store x": true, "-store=x": true, "-n 5 --store=x": true,
+		"-n 5": false, "--storex": false, "-- --store x": false,
+	} {
+		if got := hasFlag(strings.Fields(args), "store"); got != want {
+			t.Errorf("hasFlag(%q) = %v", args, got)
+		}
+	}
+}
+
+// TestInterrupted: a cancelled context (SIGINT) ends a command with status 130.
+func TestInterrupted(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	time.AfterFunc(500*time.Millisecond, cancel) // while dev watches its runs
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"dev", "--store", storeURL(t)}, &out, &errOut); code != 130 {
+		t.Errorf("exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+}

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storesqlite"
+)
+
+const runsUsage = `Usage: trellis runs <subcommand> [arguments] --store URL
+
+Subcommands:
+  list      list runs, newest first
+  get       show every field of one run
+  history   show a run's ops, results and failed attempts
+  cancel    cancel a run
+  resume    make a blocked run pending again, to replay with the code now deployed
+
+<id> is a run ID, or a workflow ID (meaning its latest run).
+"trellis runs <subcommand> -h" shows a subcommand's flags.
+`
+
+// allStatuses are the run states, in lifecycle order.
+var allStatuses = []trellis.Status{
+	trellis.StatusPending, trellis.StatusRunning, trellis.StatusWaiting, trellis.StatusBlocked,
+	trellis.StatusSucceeded, trellis.StatusFailed, trellis.StatusCancelled,
+}
+
+func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	printUsage := func(w io.Writer) { fmt.Fprint(w, runsUsage) }
+	if len(args) == 0 {
+		return &usageError{msg: "runs: no subcommand given", usage: printUsage}
+	}
+	switch sub, rest := args[0], args[1:]; sub {
+	case "list":
+		return runsList(ctx, rest, stdout, stderr)
+	case "get":
+		return runsGet(ctx, rest, stdout, stderr)
+	case "history":
+		return runsHistory(ctx, rest, stdout, stderr)
+	case "cancel":
+		return runsCancel(ctx, rest, stdout, stderr)
+	case "resume":
+		return runsResume(ctx, rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		printUsage(stderr)
+		return flag.ErrHelp
+	default:
+		return &usageError{msg: fmt.Sprintf("runs: unknown subcommand %q", sub), usage: printUsage}
+	}
+}
+
+// listArgs are the parsed arguments of runs list.
+type listArgs struct {
+	store  string
+	opts   trellis.ListOptions
+	asJSON bool
+}
+
+func parseListArgs(args []string, stderr io.Writer) (*listArgs, *flag.FlagSet, error) {
+	fs := newFlagSet("runs list", "runs list --store URL [flags]", "List runs, newest first, one page at a time.", stderr)
+	var la listArgs
+	storeFlag(fs, &la.store)
+	status := fs.String("status", "", "only runs in these states, comma-separated: "+statusNames())
+	fs.StringVar(&la.opts.Workflow, "workflow", "", "only runs of this workflow `name`")
+	fs.IntVar(&la.opts.Limit, "limit", 0, "page size: default 100, at most 1000")
+	fs.StringVar(&la.opts.Cursor, "cursor", "", "continue from the `cursor` a previous page printed")
+	fs.BoolVar(&la.asJSON, "json", false, "print the page as JSON")
+	pos, err := parseArgs(fs, args)
+	switch {
+	case err != nil:
+		return nil, fs, err
+	case len(pos) > 0:
+		return nil, fs, usagef(fs, "runs list: unexpected argument %q", pos[0])
+	case la.opts.Limit < 0 || la.opts.Limit > 1000:
+		return nil, fs, usagef(fs, "runs list: --limit %d: must be between 1 and 1000", la.opts.Limit)
+	}
+	if la.opts.Statuses, err = parseStatuses(*status); err != nil {
+		return nil, fs, usagef(fs, "runs list: %v", err)
+	}
+	return &la, fs, requireStore(fs, la.store)
+}
+
+func runsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	la, fs, err := parseListArgs(args, stderr)
+	if err != nil {
+		return err
+	}
+	return withClient(ctx, la.store, func(c *trellis.Client) error {
+		page, err := c.List(ctx, la.opts)
+		if errors.Is(err, store.ErrInvalidParams) {
+			return usagef(fs, "runs list: %v", err) // e.g. a malformed --cursor
+		}
+		if err != nil {
+			return err
+		}
+		if la.asJSON {
+			return writeJSON(stdout, pageView(page))
+		}
+		return printRunTable(stdout, page)
+	})
+}
+
+// parseStatuses parses a comma-separated list of run states.
+func parseStatuses(s string) ([]trellis.Status, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []trellis.Status
+	for part := range strings.SplitSeq(s, ",") {
+		st := trellis.Status(strings.TrimSpace(part))
+		if !st.Valid() {
+			return nil, fmt.Errorf("invalid --status %q: want one of %s", part, statusNames())
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func statusNames() string {
+	names := make([]string, len(allStatuses))
+	for i, s := range allStatuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+func runsGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var asJSON bool
+	return withRun(ctx, "get", "Show every field of a run.", args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print the run as JSON")
+	}, func(c *trellis.Client, ref string) error {
+		run, err := c.Get(ctx, ref)
+		if err != nil {
+			return refError(ref, err)
+		}
+		if asJSON {
+			return writeJSON(stdout, viewRun(run))
+		}
+		return printRun(stdout, run)
+	})
+}
+
+func runsHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var asJSON bool
+	return withRun(ctx, "history", "Show a run's ops in order, with each failed attempt.", args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print the ops as JSON")
+	}, func(c *trellis.Client, ref string) error {
+		run, err := c.Get(ctx, ref)
+		if err != nil {
+			return refError(ref, err)
+		}
+		ops, err := c.History(ctx, run.ID)
+		if err != nil {
+			return refError(ref, err)
+		}
+		if asJSON {
+			return writeJSON(stdout, viewOps(ops))
+		}
+		return printHistory(stdout, run, ops)
+	})
+}
+
+func runsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	about := "Cancel a run. A run that has not started ends cancelled at once; a running\nor waiting run stops at its next op and then ends cancelled."
+	return withRun(ctx, "cancel", about, args, stderr, nil, func(c *trellis.Client, ref string) error {
+		if err := c.Cancel(ctx, ref); err != nil {
+			return refError(ref, err)
+		}
+		run, err := c.Get(ctx, ref)
+		if err != nil {
+			return refError(ref, err)
+		}
+		if run.Status == trellis.StatusCancelled {
+			fmt.Fprintf(stdout, "run %s cancelled\n", run.ID)
+			return nil
+		}
+		fmt.Fprintf(stdout, "run %s: cancellation requested; it is %s and ends cancelled at its next op\n", run.ID, run.Status)
+		return nil
+	})
+}
+
+func runsResume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	about := "Make a blocked run pending again, so a worker replays it with the code now deployed."
+	return withRun(ctx, "resume", about, args, stderr, nil, func(c *trellis.Client, ref string) error {
+		if err := c.Resume(ctx, ref); err != nil {
+			return refError(ref, err)
+		}
+		fmt.Fprintf(stdout, "run %s resumed: pending until a worker claims it\n", ref)
+		return nil
+	})
+}
+
+// withRun parses "runs <sub> <id> --store URL [flags]" (flags added by addFlags,
+// which may be nil) and calls fn with a client on the store and the id.
+func withRun(ctx context.Context, sub, about string, args []string, stderr io.Writer,
+	addFlags func(*flag.FlagSet), fn func(c *trellis.Client, ref string) error) error {
+	fs := newFlagSet("runs "+sub, "runs "+sub+" <id> --store URL [flags]", about, stderr)
+	var url string
+	storeFlag(fs, &url)
+	if addFlags != nil {
+		addFlags(fs)
+	}
+	pos, err := parseArgs(fs, args)
+	switch {
+	case err != nil:
+		return err
+	case len(pos) == 0:
+		return usagef(fs, "runs %s: missing run id", sub)
+	case len(pos) > 1:
+		return usagef(fs, "runs %s: want one run id, got %d arguments: %s", sub, len(pos), strings.Join(pos, " "))
+	}
+	if err := requireStore(fs, url); err != nil {
+		return err
+	}
+	return withClient(ctx, url, func(c *trellis.Client) error { return fn(c, pos[0]) })
+}
+
+func storeFlag(fs *flag.FlagSet, p *string) {
+	fs.StringVar(p, "store", "", "store `URL`, e.g. sqlite:///abs/path/trellis.db (required)")
+}
+
+// withClient opens an inspection-only client (no worker) on an existing store, calls
+// fn, and closes the client.
+func withClient(ctx context.Context, url string, fn func(*trellis.Client) error) error {
+	if err := checkStoreExists(url); err != nil {
+		return err
+	}
+	c, err := trellis.Open(ctx, trellis.Config{Store: url, Worker: trellis.WorkerOptions{Disabled: true}})
+	if err != nil {
+		return err
+	}
+	err = fn(c)
+	return errors.Join(err, c.Close())
+}
+
+// checkStoreExists fails for a SQLite store whose file is missing: opening it would
+// create an empty database, and a typo in the path would then list no runs at all.
+func checkStoreExists(url string) error {
+	if !strings.HasPrefix(url, "sqlite:") {
+		return nil // other schemes report their own errors at open
+	}
+	cfg, err := storesqlite.ParseURL(url)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(cfg.Path); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no store at %s (trellis migrate --store %s creates one)", cfg.Path, url)
+	}
+	return nil
+}
+
+// refError names the run in err and drops the store's wrapping of the errors a user
+// acts on, e.g. `run "x": run not found`.
+func refError(ref string, err error) error {
+	for _, sentinel := range []error{trellis.ErrRunNotFound, trellis.ErrRunFinished, trellis.ErrRunNotBlocked} {
+		if errors.Is(err, sentinel) {
+			return fmt.Errorf("run %q: %w", ref, sentinel)
+		}
+	}
+	return fmt.Errorf("run %q: %w", ref, err)
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// How runs are shown: tables and key-value blocks for people, JSON for scripts.
+// In JSON, inputs, outputs and results appear as JSON values when they are JSON
+// (the default codec), as strings when they are other UTF-8 text, and base64
+// strings otherwise.
+
+const (
+	detailWidth = 70  // runs list: wait reason or error
+	resultWidth = 100 // runs history: one op's result or error
+)
+
+func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+func printRunTable(w io.Writer, page *trellis.RunPage) error {
+	if len(page.Runs) == 0 {
+		fmt.Fprintln(w, "no runs")
+		return nil
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "ID\tWORKFLOW ID\tWORKFLOW\tSTATUS\tATTEMPTS\tCREATED\tREASON / ERROR")
+	for _, r := range page.Runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, oneLine(r.WorkflowID, 0), r.Workflow, r.Status,
+			r.Attempts, r.CreatedAt.Local().Format(time.DateTime), oneLine(runDetail(r), detailWidth))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if page.NextCursor != "" {
+		fmt.Fprintf(w, "next cursor: %s\n", page.NextCursor)
+	}
+	return nil
+}
+
+// runDetail says why a run waits or how it failed; empty otherwise.
+func runDetail(r *trellis.Run) string {
+	switch {
+	case r.WaitReason != "":
+		return r.WaitReason
+	case r.Error != nil:
+		return r.Error.Message
+	case r.CancelRequested && !r.Status.Terminal():
+		return "cancel requested"
+	}
+	return ""
+}
+
+// printRun prints every field of a run, one per line.
+func printRun(w io.Writer, r *trellis.Run) error {
+	rows := [][2]string{
+		{"ID", r.ID}, {"Workflow ID", r.WorkflowID}, {"Workflow", r.Workflow},
+		{"Namespace", r.Namespace}, {"Queue", r.Queue}, {"Priority", strconv.Itoa(r.Priority)},
+		{"Version", strconv.Itoa(r.Version)}, {"Sequence", strconv.FormatInt(r.Sequence, 10)},
+		{"Status", string(r.Status)}, {"Wait reason", r.WaitReason}, {"Error", errorText(r.Error)},
+		{"Cancel requested", strconv.FormatBool(r.CancelRequested)}, {"Attempts", strconv.Itoa(r.Attempts)},
+		{"Deadline", timeText(r.Deadline)}, {"Available at", timeText(&r.AvailableAt)},
+		{"Lease owner", r.LeaseOwner}, {"Lease expires at", timeText(r.LeaseExpiresAt)},
+		{"Created at", timeText(&r.CreatedAt)}, {"Started at", timeText(r.StartedAt)},
+		{"Updated at", timeText(&r.UpdatedAt)}, {"Finished at", timeText(r.FinishedAt)},
+		{"Input", payloadText(r.Input)}, {"Output", payloadText(r.Output)},
+	}
+	tw := newTable(w)
+	for _, row := range rows {
+		v := row[1]
+		if v == "" {
+			v = "-"
+		}
+		// Continuation lines (a panic's stack, multi-line text) stay in the value column.
+		fmt.Fprintf(tw, "%s:\t%s\n", row[0], strings.ReplaceAll(v, "\n", "\n\t"))
+	}
+	return tw.Flush()
+}
+
+// printHistory prints a run's ops, each failed attempt indented under its op.
+func printHistory(w io.Writer, r *trellis.Run, ops []*trellis.Op) error {
+	fmt.Fprintf(w, "run %s  workflow %s  workflow ID %s  %s\n", r.ID, r.Workflow, r.WorkflowID, r.Status)
+	if d := runDetail(r); d != "" {
+		fmt.Fprintf(w, "  %s\n", oneLine(d, 0))
+	}
+	fmt.Fprintln(w)
+	if len(ops) == 0 {
+		fmt.Fprintln(w, "no ops recorded yet")
+		return nil
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "POS\tKIND\tNAME\tATTEMPTS\tRESULT / ERROR")
+	for _, op := range ops {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", op.Position, op.Kind, orDash(op.Name), op.Attempts, opOutcome(op))
+		for _, a := range op.AttemptLog {
+			fmt.Fprintf(tw, "\t\t\t\t  attempt %d failed at %s: %s\n",
+				a.Attempt, a.FinishedAt.Local().Format("15:04:05.000"), oneLine(a.Error.Message, resultWidth))
+		}
+	}
+	return tw.Flush()
+}
+
+func opOutcome(op *trellis.Op) string {
+	switch {
+	case !op.Done:
+		return "(in progress)"
+	case op.Error != nil:
+		return "error: " + oneLine(op.Error.Message, resultWidth)
+	case len(op.Result) == 0:
+		return "-"
+	}
+	return oneLine(payloadText(op.Result), resultWidth)
+}
+
+func errorText(e *store.ErrorInfo) string {
+	if e == nil {
+		return ""
+	}
+	s := e.Message
+	if e.Type != "" {
+		s += " (type " + e.Type + ")"
+	}
+	if e.NonRetryable {
+		s += " (non-retryable)"
+	}
+	return s
+}
+
+// payloadText shows an encoded payload as text when it is JSON or UTF-8.
+func payloadText(b []byte) string {
+	switch {
+	case len(b) == 0:
+		return ""
+	case json.Valid(b), utf8.Valid(b):
+		return string(b)
+	}
+	return fmt.Sprintf("(%d bytes, base64) %s", len(b), base64.StdEncoding.EncodeToString(b))
+}
+
+func timeText(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return ""
+	}
+	return t.Local().Format("2006-01-02 15:04:05.000 MST")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine keeps the first line of s, shortened to limit runes (0: no limit).
+func oneLine(s string, limit int) string {
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s = s[:i] + " …"
+	}
+	s = strings.ReplaceAll(s, "\t", " ")
+	if limit > 0 && utf8.RuneCountInString(s) > limit {
+		s = string([]rune(s)[:limit-1]) + "…"
+	}
+	return s
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// runView is a run as JSON, with its payloads readable.
+type runView struct {
+	*trellis.Run
+	Input  json.RawMessage `json:"input,omitempty"`
+	Output json.RawMessage `json:"output,omitempty"`
+}
+
+func viewRun(r *trellis.Run) runView {
+	return runView{Run: r, Input: payloadJSON(r.Input), Output: payloadJSON(r.Output)}
+}
+
+type pageJSON struct {
+	Runs       []runView `json:"runs"`
+	NextCursor string    `json:"next_cursor,omitempty"`
+}
+
+func pageView(p *trellis.RunPage) pageJSON {
+	out := pageJSON{Runs: make([]runView, len(p.Runs)), NextCursor: p.NextCursor}
+	for i, r := range p.Runs {
+		out.Runs[i] = viewRun(r)
+	}
+	return out
+}
+
+// opView is an op as JSON, with its result readable.
+type opView struct {
+	*trellis.Op
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+func viewOps(ops []*trellis.Op) []opView {
+	out := make([]opView, len(ops))
+	for i, op := range ops {
+		out[i] = opView{Op: op, Result: payloadJSON(op.Result)}
+	}
+	return out
+}
+
+// payloadJSON returns b as a JSON value: itself when it is JSON, else a string.
+func payloadJSON(b []byte) json.RawMessage {
+	if len(b) == 0 || json.Valid(b) {
+		return b
+	}
+	var s []byte
+	if utf8.Valid(b) {
+		s, _ = json.Marshal(string(b))
+	} else {
+		s, _ = json.Marshal(b) // base64
+	}
+	return s
+}

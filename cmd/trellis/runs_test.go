@@ -1,0 +1,161 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/trellis-dev/trellis"
+)
+
+func TestRunsList(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	res := trellisCmd(t, "runs", "list", "--store", s.url).ok(t)
+	contains(t, "list", res.stdout, "ID", "WORKFLOW ID", "WORKFLOW", "STATUS", "ATTEMPTS", "CREATED",
+		s.okRun, s.failedRun, "succeeded", "failed", "card declined")
+
+	res = trellisCmd(t, "runs", "list", "--status", "failed", "--store", s.url).ok(t)
+	if !strings.Contains(res.stdout, s.failedRun) || strings.Contains(res.stdout, s.okRun) {
+		t.Errorf("--status failed:\n%s", res.stdout)
+	}
+	res = trellisCmd(t, "runs", "list", "--status", "pending,blocked", "--workflow", "ok", "--store", s.url).ok(t)
+	if res.stdout != "no runs\n" {
+		t.Errorf("no match: %q", res.stdout)
+	}
+
+	res = trellisCmd(t, "runs", "list", "--store", s.url, "--status", "succeeded,done")
+	if res.code != 2 || !strings.Contains(res.stderr, `invalid --status "done": want one of pending, running, waiting, blocked, succeeded, failed, cancelled`) {
+		t.Errorf("bad status: exit %d\n%s", res.code, res.stderr)
+	}
+}
+
+func TestRunsListPages(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	res := trellisCmd(t, "runs", "list", "--limit", "1", "--json", "--store", s.url).ok(t)
+	var page struct {
+		Runs []struct {
+			ID     string          `json:"id"`
+			Status trellis.Status  `json:"status"`
+			Input  json.RawMessage `json:"input"`
+		} `json:"runs"`
+		NextCursor string `json:"next_cursor"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &page); err != nil {
+		t.Fatalf("%v\n%s", err, res.stdout)
+	}
+	if len(page.Runs) != 1 || page.Runs[0].ID != s.failedRun || string(page.Runs[0].Input) != "21" || page.NextCursor == "" {
+		t.Fatalf("first page %+v", page)
+	}
+	res = trellisCmd(t, "runs", "list", "--limit", "1", "--cursor", page.NextCursor, "--store", s.url).ok(t)
+	if !strings.Contains(res.stdout, s.okRun) || strings.Contains(res.stdout, "next cursor") {
+		t.Errorf("second and last page:\n%s", res.stdout)
+	}
+	if res := trellisCmd(t, "runs", "list", "--cursor", "junk", "--store", s.url); res.code != 2 {
+		t.Errorf("bad cursor: exit %d %s", res.code, res.stderr)
+	}
+}
+
+func TestRunsGetAndHistory(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	// Flags after the id, and a workflow ID for a reference.
+	res := trellisCmd(t, "runs", "get", s.okID, "--store", s.url).ok(t)
+	contains(t, "get", res.stdout, "ID:", s.okRun, "Workflow ID:", s.okID, "Status:", "succeeded",
+		"Input:", "21", "Output:", "42", "Attempts:", "Created at:", "Finished at:")
+
+	res = trellisCmd(t, "runs", "history", "--store", s.url, s.okRun).ok(t)
+	contains(t, "history", res.stdout, "POS", "KIND", "NAME", "ATTEMPTS", "step", "flaky", "42",
+		"  attempt 1 failed at ", "first attempt fails")
+	res = trellisCmd(t, "runs", "history", s.failedRun, "--store", s.url).ok(t)
+	contains(t, "failed history", res.stdout, "doomed", "error: card declined")
+
+	res = trellisCmd(t, "runs", "history", s.okRun, "--json", "--store", s.url).ok(t)
+	var ops []struct {
+		Name       string          `json:"name"`
+		Result     json.RawMessage `json:"result"`
+		AttemptLog []any           `json:"attempt_log"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &ops); err != nil {
+		t.Fatalf("%v\n%s", err, res.stdout)
+	}
+	if len(ops) != 1 || ops[0].Name != "flaky" || string(ops[0].Result) != "42" || len(ops[0].AttemptLog) != 1 {
+		t.Errorf("json history %s", res.stdout)
+	}
+	res = trellisCmd(t, "runs", "get", s.failedRun, "--json", "--store", s.url).ok(t)
+	var run struct {
+		ID     string          `json:"id"`
+		Status trellis.Status  `json:"status"`
+		Input  json.RawMessage `json:"input"` // JSON payloads are shown as JSON
+		Error  *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	err := json.Unmarshal([]byte(res.stdout), &run)
+	if err != nil || run.ID != s.failedRun || run.Status != trellis.StatusFailed || string(run.Input) != "21" ||
+		run.Error == nil || !strings.HasSuffix(run.Error.Message, ": card declined") {
+		t.Errorf("json run %v\n%s", err, res.stdout)
+	}
+}
+
+func TestRunsErrors(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	for _, sub := range []string{"get", "history", "cancel", "resume"} {
+		res := trellisCmd(t, "runs", sub, "nope", "--store", s.url)
+		if res.code != 1 || res.stderr != "trellis: run \"nope\": run not found\n" {
+			t.Errorf("%s of unknown run: exit %d %q", sub, res.code, res.stderr)
+		}
+	}
+	res := trellisCmd(t, "runs", "cancel", s.okRun, "--store", s.url)
+	if res.code != 1 || !strings.Contains(res.stderr, "run already finished") {
+		t.Errorf("cancel of finished run: exit %d %q", res.code, res.stderr)
+	}
+	res = trellisCmd(t, "runs", "resume", s.failedRun, "--store", s.url)
+	if res.code != 1 || !strings.Contains(res.stderr, "run already finished") {
+		t.Errorf("resume of finished run: exit %d %q", res.code, res.stderr)
+	}
+	usage := [][]string{
+		{"runs", "get", "--store", s.url},
+		{"runs", "get", "a", "b", "--store", s.url},
+		{"runs", "get", "a"},
+		{"runs", "list", "--bogus", "--store", s.url},
+		{"runs", "list", "--limit", "-1", "--store", s.url},
+		{"runs", "frob"},
+		{"runs"},
+	}
+	for _, args := range usage {
+		if res := trellisCmd(t, args...); res.code != 2 || !strings.Contains(res.stderr, "Usage: trellis runs") {
+			t.Errorf("%q: exit %d\n%s", args, res.code, res.stderr)
+		}
+	}
+	res = trellisCmd(t, "runs", "list", "--store", "sqlite:///nonexistent/dir/t.db")
+	if res.code != 1 || !strings.Contains(res.stderr, "no store at /nonexistent/dir/t.db") {
+		t.Errorf("missing store: exit %d %q", res.code, res.stderr)
+	}
+}
+
+func TestRunsCancel(t *testing.T) {
+	t.Parallel()
+	url := storeURL(t)
+	wf := trellis.NewWorkflow("never-runs", func(wc *trellis.Context, n int) (int, error) { return n, nil })
+	c := openClient(t, url, true, wf) // no worker: the run stays pending
+	h, err := trellis.Start(ctxT(t), c, wf, 1, trellis.StartOptions{ID: "order-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	res := trellisCmd(t, "runs", "cancel", "order-7", "--store", url).ok(t)
+	if res.stdout != "run "+h.RunID()+" cancelled\n" {
+		t.Errorf("cancel printed %q", res.stdout)
+	}
+	res = trellisCmd(t, "runs", "list", "--status", "cancelled", "--store", url).ok(t)
+	contains(t, "cancelled runs", res.stdout, h.RunID(), "cancelled")
+	res = trellisCmd(t, "runs", "resume", "order-7", "--store", url)
+	if res.code != 1 || !strings.Contains(res.stderr, `run "order-7": run already finished`) {
+		t.Errorf("resume of cancelled run: exit %d %q", res.code, res.stderr)
+	}
+}
