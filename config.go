@@ -20,8 +20,8 @@ const DefaultMaxPayloadBytes = 2 << 20
 
 // Config configures Open. Zero fields take the documented defaults.
 type Config struct {
-	// Store is the store URL. Default "sqlite://trellis.db" (a file in the working
-	// directory). Forms: "sqlite:///abs/path.db", "sqlite://rel/path.db", with an
+	// Store is the store URL. Default "sqlite:trellis.db" (a file in the working
+	// directory). Forms: "sqlite:///abs/path.db", "sqlite:rel/path.db", with an
 	// optional "?durability=relaxed" (see README: Durability).
 	Store string
 	// Backend, when set, is used instead of opening Store; Close does not close it.
@@ -70,7 +70,7 @@ type WorkerOptions struct {
 
 func (c Config) withDefaults() Config {
 	if c.Store == "" {
-		c.Store = "sqlite://trellis.db"
+		c.Store = "sqlite:trellis.db"
 	}
 	if c.Namespace == "" {
 		c.Namespace = "default"

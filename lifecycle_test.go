@@ -3,6 +3,7 @@ package trellis_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -336,5 +337,17 @@ func TestExpiredLeaseIsTakenOverAndStaleWritesRejected(t *testing.T) {
 	}
 	if run := must[*trellis.Run](t)(c.Get(ctxT(t), h.RunID())); run.Status != trellis.StatusSucceeded {
 		t.Fatalf("stale write changed the run to %s", run.Status)
+	}
+}
+
+func TestDefaultStoreIsAFileInTheWorkingDirectory(t *testing.T) {
+	t.Chdir(t.TempDir())
+	c, err := trellis.Open(context.Background(), trellis.Config{Worker: trellis.WorkerOptions{Disabled: true}})
+	if err != nil {
+		t.Fatalf("open with the default store: %v", err)
+	}
+	defer c.Close()
+	if _, err := os.Stat("trellis.db"); err != nil {
+		t.Fatalf("default store file: %v", err)
 	}
 }
