@@ -73,7 +73,8 @@ type Store interface {
 // released, resumed, woken or cancelled).
 const TopicReady = "ready"
 
-// RunTopic is signalled on every committed change of one run's state.
+// RunTopic is signalled after every committed change of one run's status except a
+// claim (pending → running: nobody waits for it), and after a cancellation request.
 func RunTopic(namespace, runID string) string { return "run:" + namespace + "/" + runID }
 
 // Status is the state of a run. See docs/states.md.

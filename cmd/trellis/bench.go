@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/trellis-dev/trellis/internal/bench"
@@ -21,6 +23,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	n := fs.Int("n", 0, "runs per workload (0: the workload's default)")
 	asJSON := fs.Bool("json", false, "print one JSON line per workload")
 	concurrency := fs.Int("concurrency", 2048, "worker concurrency")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the workloads to this file")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("bench: %w\n%s", err, benchUsage())
 	}
@@ -34,6 +37,17 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("bench: unknown workload %q\n%s", name, benchUsage())
 		}
 		selected = append(selected, w)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	for _, w := range selected {
 		res, err := bench.Run(ctx, w, *n, bench.Options{Store: *storeURL, Concurrency: *concurrency})

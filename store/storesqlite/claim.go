@@ -33,8 +33,10 @@ const (
 	WHERE namespace = ?1 AND workflow = ?3 AND status = 'pending' AND available_at <= ?2
 	AND (?4 = '[]' OR queue IN (SELECT value FROM json_each(?4)))
 	ORDER BY priority DESC, available_at ASC, sequence ASC LIMIT ?5`
-	// sqlClaim leases one run.
-	sqlClaim = `UPDATE runs SET status = 'running', lease_owner = ?1, lease_token = lease_token + 1,
+	// sqlClaim leases one run. The new token is above every token issued before,
+	// even one whose claim was lost: claims are committed without fsync (see
+	// writeNoSync), and the clock has moved on by the time the store reopens.
+	sqlClaim = `UPDATE runs SET status = 'running', lease_owner = ?1, lease_token = MAX(lease_token + 1, ?5),
 	lease_expires_at = ?2, attempts = attempts + 1, started_at = COALESCE(started_at, ?3),
 	wait_reason = '', updated_at = ?3 WHERE sequence = ?4 RETURNING ` + runCols
 	// sqlNextDue is the earliest future time at which a run of these workflows
@@ -71,7 +73,7 @@ func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store
 		return nil, fmt.Errorf("claiming runs: %w", err)
 	}
 	var res *store.RunsClaimResult
-	err = s.write(ctx, func(tx *wtx) error {
+	err = s.writeNoSync(ctx, func(tx *wtx) error {
 		var err error
 		res, err = runsClaim(tx, p, wfs, queues)
 		return err
@@ -149,7 +151,7 @@ func claimable(tx *wtx, p *store.RunsClaimParams, now int64, queues string) ([]i
 }
 
 func claimOne(tx *wtx, worker string, expires time.Time, seq int64) (*store.ClaimedRun, error) {
-	run, token, err := scanRun(tx.queryRow(sqlClaim, worker, expires.UnixNano(), tx.now.UnixNano(), seq))
+	run, token, err := scanRun(tx.queryRow(sqlClaim, worker, expires.UnixNano(), tx.now.UnixNano(), seq, tx.now.UnixMicro()))
 	if err != nil {
 		return nil, fmt.Errorf("leasing run: %w", err)
 	}
@@ -157,7 +159,6 @@ func claimOne(tx *wtx, worker string, expires time.Time, seq int64) (*store.Clai
 	if err != nil {
 		return nil, err
 	}
-	tx.publish(store.RunTopic(run.Namespace, run.ID))
 	return &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: expires, History: hist}, nil
 }
 
@@ -174,7 +175,7 @@ func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (
 		return &store.LeasesExtendResult{}, nil
 	}
 	var res *store.LeasesExtendResult
-	err := s.write(ctx, func(tx *wtx) error {
+	err := s.writeNoSync(ctx, func(tx *wtx) error {
 		var err error
 		res, err = leasesExtend(tx, p)
 		return err

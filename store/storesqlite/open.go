@@ -27,6 +27,7 @@ type Store struct {
 	log    *slog.Logger
 	hub    notify.Hub
 	readDB *sql.DB
+	reads  *reader // prepared statements on readDB
 	w      *writer
 	ckpt   *walCheckpointer
 
@@ -67,6 +68,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("opening sqlite store: %w", err)
 	}
+	s.reads = newReader(s.readDB)
 	if err := s.Migrate(ctx); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("opening sqlite store: %w", err)
@@ -122,6 +124,9 @@ func (s *Store) Close() error {
 			if err := s.ckpt.stop(); err != nil && s.closeErr == nil {
 				s.closeErr = err
 			}
+		}
+		if s.reads != nil {
+			s.reads.close()
 		}
 		if s.readDB != nil {
 			if err := s.readDB.Close(); err != nil && s.closeErr == nil {

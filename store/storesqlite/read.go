@@ -29,7 +29,7 @@ func (s *Store) RunGet(ctx context.Context, p *store.RunGetParams) (*store.Run, 
 	if s.closed() {
 		return nil, fmt.Errorf("getting run: %w", store.ErrClosed)
 	}
-	r, err := runByRef(ctx, s.readDB, p.Namespace, p.Ref)
+	r, err := runByRef(ctx, s.reads, p.Namespace, p.Ref)
 	if err != nil {
 		return nil, fmt.Errorf("getting run: %w", s.readErr(err))
 	}
@@ -81,7 +81,7 @@ func (s *Store) KVGet(ctx context.Context, p *store.KVGetParams) ([]byte, error)
 		value []byte
 		found sql.NullBool
 	)
-	row := s.readDB.QueryRowContext(ctx, sqlKVGet, p.Namespace, p.Ref, p.Key)
+	row := s.reads.QueryRowContext(ctx, sqlKVGet, p.Namespace, p.Ref, p.Key)
 	if err := row.Scan(&seq, &value, &found); err != nil {
 		return nil, fmt.Errorf("getting key: %w", s.readErr(err))
 	}
@@ -168,7 +168,7 @@ func runListQuery(p *store.RunListParams) (string, []any, int, error) {
 }
 
 func (s *Store) queryRuns(ctx context.Context, query string, args ...any) ([]*store.Run, error) {
-	rows, err := s.readDB.QueryContext(ctx, query, args...)
+	rows, err := s.reads.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}

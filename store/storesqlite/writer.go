@@ -17,6 +17,9 @@ type request struct {
 
 	err    error
 	topics []string
+	// noSync: the request may be lost in a power failure without harm (claims,
+	// lease extensions); a batch of only such requests commits without fsync.
+	noSync bool
 }
 
 // writer owns the write connection and commits queued requests in batches.
@@ -26,6 +29,8 @@ type writer struct {
 	conn     *sql.Conn
 	stmts    map[string]*sql.Stmt
 	maxBatch int
+	fsync    bool // durability=fsync: durable batches commit with synchronous=FULL
+	syncFull bool // the connection's current synchronous setting
 
 	reqs    chan *request // unbuffered: queued callers wait in the channel's send queue
 	quit    chan struct{}
@@ -45,6 +50,7 @@ func openWriter(ctx context.Context, s *Store, cfg Config) (*writer, error) {
 	}
 	w := &writer{
 		s: s, db: db, conn: conn, stmts: make(map[string]*sql.Stmt), maxBatch: cfg.MaxBatch,
+		fsync: cfg.Durability != DurabilityRelaxed, syncFull: cfg.Durability != DurabilityRelaxed,
 		reqs: make(chan *request), quit: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	go w.run()
@@ -72,10 +78,21 @@ func (w *writer) stop() error {
 // savepoint of a batch transaction; when it fails, only its own writes roll back.
 // If ctx ends first, write returns ctx's error and the request may still commit.
 func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
+	return s.submit(ctx, &request{ctx: ctx, apply: fn, done: make(chan error, 1)})
+}
+
+// writeNoSync is write for requests that need not survive a power failure: a lost
+// claim or lease extension only makes a run claimable again. With durability=fsync,
+// a batch holding only such requests skips the fsync; any other request in the
+// batch makes it durable.
+func (s *Store) writeNoSync(ctx context.Context, fn func(tx *wtx) error) error {
+	return s.submit(ctx, &request{ctx: ctx, apply: fn, done: make(chan error, 1), noSync: true})
+}
+
+func (s *Store) submit(ctx context.Context, r *request) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r := &request{ctx: ctx, apply: fn, done: make(chan error, 1)}
 	select {
 	case s.w.reqs <- r:
 	case <-s.w.quit:
@@ -127,6 +144,10 @@ func (w *writer) commit(batch []*request) {
 		return
 	default:
 	}
+	if err := w.setSync(batch); err != nil {
+		w.fail(batch, fmt.Errorf("setting synchronous: %w", err))
+		return
+	}
 	if _, err := w.exec("BEGIN IMMEDIATE"); err != nil {
 		w.s.log.Error("storesqlite: beginning write transaction", "err", err)
 		w.fail(batch, fmt.Errorf("beginning transaction: %w", err))
@@ -148,6 +169,31 @@ func (w *writer) commit(batch []*request) {
 		w.s.ckpt.notify()
 	}
 	w.reply(batch)
+}
+
+// setSync chooses the batch's durability: with durability=fsync, synchronous=FULL
+// unless every request is noSync. WAL frames are appended in order, so a later
+// synced commit makes earlier unsynced ones durable too.
+func (w *writer) setSync(batch []*request) error {
+	if !w.fsync {
+		return nil
+	}
+	full := false
+	for _, r := range batch {
+		full = full || !r.noSync
+	}
+	if full == w.syncFull {
+		return nil
+	}
+	mode := "PRAGMA synchronous=NORMAL"
+	if full {
+		mode = "PRAGMA synchronous=FULL"
+	}
+	if _, err := w.conn.ExecContext(context.Background(), mode); err != nil {
+		return err
+	}
+	w.syncFull = full
+	return nil
 }
 
 // applyOne runs one request inside a savepoint. A request's own error is kept in
