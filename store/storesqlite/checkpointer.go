@@ -8,7 +8,7 @@ import (
 )
 
 // walCheckpointInterval is the least time between two background WAL checkpoints.
-const walCheckpointInterval = 20 * time.Millisecond
+const walCheckpointInterval = time.Second
 
 // walAutoCheckpointPages is the writer's own checkpoint threshold, a backstop in
 // case the background checkpointer falls behind (SQLite's default is 1000).
