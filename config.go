@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storepg"
 	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
@@ -22,7 +24,8 @@ const DefaultMaxPayloadBytes = 2 << 20
 type Config struct {
 	// Store is the store URL. Default "sqlite:trellis.db" (a file in the working
 	// directory). Forms: "sqlite:///abs/path.db", "sqlite:rel/path.db", with an
-	// optional "?durability=relaxed" (see README: Durability).
+	// optional "?durability=relaxed" (see README: Durability); or
+	// "postgres://user@host:5432/db?schema=trellis" (see README: Running on Postgres).
 	Store string
 	// Backend, when set, is used instead of opening Store; Close does not close it.
 	Backend store.Store
@@ -128,6 +131,22 @@ func OpenStore(ctx context.Context, url string, now func() time.Time) (store.Sto
 		}
 		cfg.Now = now
 		return storesqlite.Open(ctx, cfg)
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		cfg, err := storepg.ParseURL(url)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Now = now
+		return storepg.Open(ctx, cfg)
 	}
-	return nil, fmt.Errorf("opening store %q: unsupported URL scheme (want sqlite:)", url)
+	return nil, fmt.Errorf("opening store %q: unsupported URL scheme (want sqlite: or postgres://)", redactURL(url))
+}
+
+// redactURL hides a password in a store URL for error messages.
+func redactURL(s string) string {
+	u, err := neturl.Parse(s)
+	if err != nil {
+		return "(malformed URL)"
+	}
+	return u.Redacted()
 }

@@ -29,7 +29,7 @@ Commands:
   bench     benchmark a store
   help      show this help; "trellis help <command>" shows a command's flags
 
-Store URLs look like sqlite:///abs/path/trellis.db.
+Store URLs look like sqlite:///abs/path/trellis.db or postgres://user@host:5432/db?schema=trellis.
 New here? Start with: go run ./cmd/trellis dev
 `
 

@@ -1,0 +1,213 @@
+package storepg
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// claimFilter restricts a query to the claiming worker's workflows ($3) and queues
+// ($4, every queue when empty).
+const claimFilter = `workflow = ANY($3::text[]) AND (cardinality($4::text[]) = 0 OR queue = ANY($4::text[]))`
+
+// A claim is four statements sent in one round trip and committed in the batch's
+// transaction: wake due timers, expire lapsed leases, lease the best due pending runs,
+// and compute the next due time. The first two lock with SKIP LOCKED, so claimers of
+// several processes never wait for each other (a row another transaction holds is
+// that transaction's to move).
+var (
+	// sqlWakeDue makes pending the waiting runs of namespace $2 whose time ($1) has come.
+	sqlWakeDue = `UPDATE runs SET status = 'pending', wait_reason = '', updated_at = $1
+	WHERE sequence IN (SELECT sequence FROM runs WHERE namespace = $2 AND status = 'waiting'
+		AND available_at IS NOT NULL AND available_at <= $1 FOR UPDATE SKIP LOCKED)`
+	// sqlExpireLeases makes pending the running runs whose lease expired.
+	sqlExpireLeases = `UPDATE runs SET status = 'pending', lease_owner = '', lease_expires_at = NULL,
+	updated_at = $1 WHERE sequence IN (SELECT sequence FROM runs WHERE namespace = $2
+		AND status = 'running' AND lease_expires_at <= $1 FOR UPDATE SKIP LOCKED)`
+	// sqlClaim leases up to $5 due pending runs in claim order. It walks
+	// runs_pending in that order and skips rows other claimers hold. The new token
+	// is above every token issued before and above the clock in microseconds ($8),
+	// so a token survives a lost claim. Each row carries its history as JSON.
+	sqlClaim = `WITH picked AS (
+		SELECT sequence FROM runs
+		WHERE namespace = $1 AND status = 'pending' AND available_at <= $2 AND ` + claimFilter + `
+		ORDER BY priority DESC, available_at ASC, sequence ASC
+		LIMIT $5 FOR UPDATE SKIP LOCKED
+	)
+	UPDATE runs r SET status = 'running', lease_owner = $6, lease_token = GREATEST(r.lease_token + 1, $8),
+		lease_expires_at = $7, attempts = r.attempts + 1, started_at = COALESCE(r.started_at, $2),
+		wait_reason = '', updated_at = $2
+	FROM picked WHERE r.sequence = picked.sequence
+	RETURNING ` + runColsR + `, ` + historyJSON("r.sequence")
+	// sqlNextDue is the earliest future time at which a run of these workflows and
+	// queues becomes due. Each branch walks a partial index in time order.
+	sqlNextDue = `SELECT LEAST(
+	(SELECT available_at FROM runs WHERE namespace = $1 AND status = 'waiting'
+		AND available_at > $2 AND ` + claimFilter + ` ORDER BY available_at LIMIT 1),
+	(SELECT available_at FROM runs WHERE namespace = $1 AND status = 'pending'
+		AND available_at > $2 AND ` + claimFilter + ` ORDER BY available_at LIMIT 1),
+	(SELECT lease_expires_at FROM runs WHERE namespace = $1 AND status = 'running'
+		AND lease_expires_at > $2 AND ` + claimFilter + ` ORDER BY lease_expires_at LIMIT 1))`
+)
+
+// RunsClaim implements store.Store.
+func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+	switch {
+	case len(p.Workflows) == 0:
+		return nil, fmt.Errorf("claiming runs: %w: Workflows is required", store.ErrInvalidParams)
+	case p.Max <= 0:
+		return nil, fmt.Errorf("claiming runs: %w: Max must be positive", store.ErrInvalidParams)
+	case p.LeaseDuration <= 0:
+		return nil, fmt.Errorf("claiming runs: %w: LeaseDuration must be positive", store.ErrInvalidParams)
+	}
+	now := s.now()
+	queues := p.Queues
+	if queues == nil {
+		queues = []string{}
+	}
+	expires := now.Add(p.LeaseDuration)
+	res := &store.RunsClaimResult{}
+	_, err := s.write(ctx, nil,
+		stmt{sql: sqlWakeDue, args: []any{now, p.Namespace}},
+		stmt{sql: sqlExpireLeases, args: []any{now, p.Namespace}},
+		stmt{
+			sql: sqlClaim,
+			args: []any{p.Namespace, now, p.Workflows, queues, p.Max, p.Worker, expires,
+				now.UnixMicro()},
+			rows: func(rows pgx.Rows) (err error) {
+				res.Runs, err = scanClaimed(rows, expires)
+				return err
+			},
+		},
+		stmt{
+			sql:  sqlNextDue,
+			args: []any{p.Namespace, now, p.Workflows, queues},
+			rows: func(rows pgx.Rows) error {
+				res.NextDue = nil
+				if !rows.Next() {
+					return rows.Err()
+				}
+				var next *time.Time
+				if err := rows.Scan(&next); err != nil {
+					return err
+				}
+				res.NextDue = utcPtr(next)
+				return nil
+			},
+		},
+	)
+	if err != nil {
+		return nil, fmt.Errorf("claiming runs: %w", err)
+	}
+	return res, nil
+}
+
+// scanClaimed reads the claimed runs and sorts them in claim order (an UPDATE
+// returns rows in no particular order).
+func scanClaimed(rows pgx.Rows, expires time.Time) ([]*store.ClaimedRun, error) {
+	out := []*store.ClaimedRun{}
+	for rows.Next() {
+		var hist []byte
+		run, token, err := scanRun(suffixedInto{rows, []any{&hist}})
+		if err != nil {
+			return nil, err
+		}
+		ops, err := decodeHistory(hist)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: expires.UTC(), History: ops})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b *store.ClaimedRun) int {
+		return cmp.Or(cmp.Compare(b.Run.Priority, a.Run.Priority),
+			a.Run.AvailableAt.Compare(b.Run.AvailableAt), cmp.Compare(a.Run.Sequence, b.Run.Sequence))
+	})
+	return out, nil
+}
+
+const sqlExtend = `UPDATE runs r SET lease_expires_at = $1
+	FROM unnest($2::text[], $3::text[], $4::int8[]) AS l(namespace, id, token)
+	WHERE r.namespace = l.namespace AND r.id = l.id AND r.status = 'running' AND r.lease_token = l.token
+	RETURNING r.namespace, r.id, r.cancel_requested`
+
+// LeasesExtend implements store.Store.
+func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (*store.LeasesExtendResult, error) {
+	if p.Duration <= 0 {
+		return nil, fmt.Errorf("extending leases: %w: Duration must be positive", store.ErrInvalidParams)
+	}
+	if len(p.Leases) == 0 {
+		return &store.LeasesExtendResult{}, nil
+	}
+	nss, ids, tokens := make([]string, len(p.Leases)), make([]string, len(p.Leases)), make([]int64, len(p.Leases))
+	for i, l := range p.Leases {
+		nss[i], ids[i], tokens[i] = l.Namespace, l.RunID, l.Token
+	}
+	held := map[store.Lease]bool{}
+	cancel := map[store.Lease]bool{}
+	st := stmt{
+		sql:  sqlExtend,
+		args: []any{s.now().Add(p.Duration), nss, ids, tokens},
+		rows: func(rows pgx.Rows) error {
+			clear(held)
+			clear(cancel)
+			for rows.Next() {
+				var (
+					l store.Lease
+					c bool
+				)
+				if err := rows.Scan(&l.Namespace, &l.RunID, &c); err != nil {
+					return err
+				}
+				held[l], cancel[l] = true, c
+			}
+			return rows.Err()
+		},
+	}
+	if _, err := s.write(ctx, nil, st); err != nil {
+		return nil, fmt.Errorf("extending leases: %w", err)
+	}
+	res := &store.LeasesExtendResult{}
+	for _, l := range p.Leases {
+		key := store.Lease{Namespace: l.Namespace, RunID: l.RunID}
+		switch {
+		case !held[key]:
+			res.Lost = append(res.Lost, l.RunID)
+		case cancel[key]:
+			res.CancelRequested = append(res.CancelRequested, l.RunID)
+		}
+	}
+	return res, nil
+}
+
+const sqlRelease = `UPDATE runs SET status = 'pending', available_at = $1, lease_owner = '',
+	lease_expires_at = NULL, updated_at = $1
+	WHERE namespace = $2 AND id = $3 AND status = 'running' AND lease_token = $4`
+
+// LeaseRelease implements store.Store.
+func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) error {
+	l := p.Lease
+	st := stmt{
+		sql:  sqlRelease,
+		args: []any{s.now(), l.Namespace, l.RunID, l.Token},
+		tag: func(tag pgconn.CommandTag) error {
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("%w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
+			}
+			return nil
+		},
+	}
+	if _, err := s.write(ctx, []string{store.RunTopic(l.Namespace, l.RunID), store.TopicReady}, st); err != nil {
+		return fmt.Errorf("releasing lease: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package storepg
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultSchema       = "trellis"
+	DefaultMaxBatch     = 256
+	DefaultWriters      = 1
+	DefaultMaxConns     = 8
+	DefaultWriteTimeout = 30 * time.Second
+)
+
+// Config configures a Store.
+type Config struct {
+	// URL is the pgx connection string (postgres://user@host:port/db?...), without
+	// Trellis' own parameters (see ParseURL). Required.
+	URL string
+	// Schema holds Trellis' tables; it is created when missing. Default "trellis".
+	// Lower-case letters, digits and '_', starting with a letter or '_'.
+	Schema string
+	// Now is the clock of every time the driver records. Default time.Now.
+	Now func() time.Time
+	// Logger receives the writer's and the listener's errors. Default: discard.
+	Logger *slog.Logger
+	// MaxBatch caps the write requests committed by one transaction. Default 256.
+	MaxBatch int
+	// Writers is the number of group-commit writers (each commits its own batches
+	// on its own connection). Default 1.
+	Writers int
+	// MaxConns caps the connection pool (writers, reads, claims' history loads);
+	// the listener's connection comes on top. Default 8.
+	MaxConns int
+	// WriteTimeout bounds one batch's round trip. Default 30s.
+	WriteTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.Writers == 0 {
+		c.Writers = DefaultWriters
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	return c
+}
+
+var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+func (c Config) validate() error {
+	switch {
+	case c.URL == "":
+		return errors.New("Config.URL is required")
+	case !schemaRE.MatchString(c.Schema):
+		return fmt.Errorf("Config.Schema %q: must be 1-63 lower-case letters, digits or '_', not starting with a digit", c.Schema)
+	case c.MaxBatch < 1:
+		return fmt.Errorf("Config.MaxBatch %d: must be positive", c.MaxBatch)
+	case c.Writers < 1 || c.Writers > 16:
+		return fmt.Errorf("Config.Writers %d: must be between 1 and 16", c.Writers)
+	case c.MaxConns < c.Writers+1:
+		return fmt.Errorf("Config.MaxConns %d: must exceed Config.Writers (%d)", c.MaxConns, c.Writers)
+	case c.WriteTimeout < 0:
+		return fmt.Errorf("Config.WriteTimeout %v: must not be negative", c.WriteTimeout)
+	}
+	return nil
+}
+
+// ParseURL parses a store URL into a Config:
+//
+//	postgres://user:pass@host:5432/db?schema=trellis&sslmode=disable
+//	postgresql://...
+//
+// Trellis' own query parameters are schema, max_batch, writers and max_conns; they
+// are removed before the URL is handed to pgx, which interprets the others.
+func ParseURL(u string) (Config, error) {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return Config{}, fmt.Errorf("parsing store URL: %w", err)
+	}
+	shown := redact(parsed) // as given, before Trellis' parameters are removed
+	if parsed.Scheme != "postgres" && parsed.Scheme != "postgresql" {
+		return Config{}, fmt.Errorf("parsing store URL %q: scheme must be postgres or postgresql", shown)
+	}
+	if parsed.Host == "" && parsed.Opaque != "" {
+		return Config{}, fmt.Errorf("parsing store URL %q: want postgres://[user@]host[:port]/db", shown)
+	}
+	var cfg Config
+	q := parsed.Query()
+	for key, set := range map[string]func(string) error{
+		"schema":    func(v string) error { cfg.Schema = v; return nil },
+		"max_batch": intParam(&cfg.MaxBatch),
+		"writers":   intParam(&cfg.Writers),
+		"max_conns": intParam(&cfg.MaxConns),
+	} {
+		vals, ok := q[key]
+		if !ok {
+			continue
+		}
+		if len(vals) != 1 {
+			return Config{}, fmt.Errorf("parsing store URL %q: parameter %s given %d times", shown, key, len(vals))
+		}
+		if err := set(vals[0]); err != nil {
+			return Config{}, fmt.Errorf("parsing store URL %q: parameter %s: %w", shown, key, err)
+		}
+		q.Del(key)
+	}
+	parsed.RawQuery = q.Encode()
+	cfg.URL = parsed.String()
+	if err := cfg.withDefaults().validate(); err != nil {
+		return Config{}, fmt.Errorf("parsing store URL %q: %w", shown, err)
+	}
+	return cfg, nil
+}
+
+func intParam(dst *int) func(string) error {
+	return func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q: must be a positive integer", v)
+		}
+		*dst = n
+		return nil
+	}
+}
+
+// redact hides a password in error messages.
+func redact(u *url.URL) string { return u.Redacted() }

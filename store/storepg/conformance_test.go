@@ -1,0 +1,35 @@
+package storepg_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storepg"
+	"github.com/trellis-dev/trellis/store/storetest"
+)
+
+// openTest opens a store on a fresh schema, closed at cleanup (before the schema is
+// dropped: cleanups run last-registered first).
+func openTest(t *testing.T, now func() time.Time) *storepg.Store {
+	t.Helper()
+	cfg, err := storepg.ParseURL(pgtest.SchemaURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Now = now
+	s, err := storepg.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
+		return openTest(t, now)
+	})
+}

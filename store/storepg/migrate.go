@@ -1,0 +1,118 @@
+package storepg
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// migration is one numbered schema change.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations returns the embedded migrations in version order.
+func migrations() ([]migration, error) {
+	files, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, f := range files {
+		base := strings.TrimSuffix(path.Base(f), ".sql")
+		num, name, _ := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s: name must start with a positive number", f)
+		}
+		b, err := migrationFS.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: name, sql: string(b)})
+	}
+	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
+	for i := 1; i < len(ms); i++ {
+		if ms[i].version == ms[i-1].version {
+			return nil, fmt.Errorf("migration version %d is used twice", ms[i].version)
+		}
+	}
+	return ms, nil
+}
+
+// migrationLockKey is the advisory lock key that serialises migrations of a schema.
+func migrationLockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("trellis/migrate/" + schema))
+	return int64(h.Sum64())
+}
+
+const sqlCreateSchemaMigrations = `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER     PRIMARY KEY,
+	name       TEXT        NOT NULL,
+	applied_at TIMESTAMPTZ NOT NULL
+)`
+
+// Migrate creates the schema if missing and applies the embedded migrations not yet
+// recorded in its schema_migrations table, in one transaction. Concurrent callers (of
+// any process) serialise on an advisory lock: one migrates, the others wait and then
+// find nothing to do. Open calls it.
+func (s *Store) Migrate(ctx context.Context) error {
+	ms, err := migrations()
+	if err != nil {
+		return fmt.Errorf("migrating: %w", err)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return migrate(ctx, tx, s.cfg.Schema, ms, s) })
+	if err != nil {
+		return fmt.Errorf("migrating schema %s: %w", s.cfg.Schema, err)
+	}
+	return nil
+}
+
+func migrate(ctx context.Context, tx pgx.Tx, schema string, ms []migration, s *Store) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey(schema)); err != nil {
+		return fmt.Errorf("taking the migration lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return fmt.Errorf("creating schema: %w", err)
+	}
+	// The connection's search_path names the schema, but it may not have existed
+	// when the connection was made.
+	if _, err := tx.Exec(ctx, `SET LOCAL search_path TO `+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return fmt.Errorf("setting search_path: %w", err)
+	}
+	if _, err := tx.Exec(ctx, sqlCreateSchemaMigrations); err != nil {
+		return fmt.Errorf("creating schema_migrations: %w", err)
+	}
+	var current int
+	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+		return fmt.Errorf("reading schema version: %w", err)
+	}
+	for _, m := range ms {
+		if m.version <= current {
+			continue
+		}
+		// The simple protocol runs a file of several statements.
+		if _, err := tx.Exec(ctx, m.sql, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("applying migration %04d_%s: %w", m.version, m.name, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+			m.version, m.name, s.now()); err != nil {
+			return fmt.Errorf("recording migration %04d: %w", m.version, err)
+		}
+	}
+	return nil
+}

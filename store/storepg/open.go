@@ -1,0 +1,177 @@
+package storepg
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/trellis-dev/trellis/internal/notify"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// Store is a store.Store on a PostgreSQL schema. Create it with Open.
+type Store struct {
+	cfg     Config
+	log     *slog.Logger
+	id      string // tells this store's notifications from other stores'
+	channel string // the LISTEN/NOTIFY channel of the schema
+	pool    *pgxpool.Pool
+	hub     notify.Hub
+	w       *writer
+	lis     *listener
+
+	subMu sync.Mutex
+	subs  map[string]int // subscribed topics, re-signalled after a listener reconnect
+
+	closeOnce sync.Once
+	closeErr  error
+	closedCh  chan struct{}
+
+	transactions atomic.Int64
+	requests     atomic.Int64
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Stats counts the writer's work since Open.
+type Stats struct {
+	// Transactions is the number of write transactions committed.
+	Transactions int64
+	// Requests is the number of write requests those transactions carried.
+	Requests int64
+}
+
+// Open connects to the database, creates the schema and applies pending migrations,
+// and starts the writers and the notification listener.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("opening postgres store: %w: %w", store.ErrInvalidParams, err)
+	}
+	poolCfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("opening postgres store: %w: Config.URL: %w", store.ErrInvalidParams, err)
+	}
+	poolCfg.MaxConns = int32(cfg.MaxConns)
+	poolCfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize()
+	poolCfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	s := &Store{
+		cfg: cfg, log: cfg.Logger, id: randomID(), channel: channelName(cfg.Schema),
+		subs: make(map[string]int), closedCh: make(chan struct{}),
+	}
+	if s.pool, err = pgxpool.NewWithConfig(ctx, poolCfg); err != nil {
+		return nil, fmt.Errorf("opening postgres store: %w", err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		s.pool.Close()
+		return nil, fmt.Errorf("opening postgres store: %w", err)
+	}
+	if s.lis, err = startListener(ctx, s, poolCfg.ConnConfig.Copy()); err != nil {
+		s.pool.Close()
+		return nil, fmt.Errorf("opening postgres store: %w", err)
+	}
+	s.w = startWriter(s)
+	return s, nil
+}
+
+// now reads the clock, in UTC.
+func (s *Store) now() time.Time { return s.cfg.Now().UTC() }
+
+// Stats returns counters of the writer's work (group commit efficiency is
+// Requests/Transactions).
+func (s *Store) Stats() Stats {
+	return Stats{Transactions: s.transactions.Load(), Requests: s.requests.Load()}
+}
+
+// Subscribe implements store.Store. Signals come from this store's own commits at
+// once and from other processes' commits through LISTEN/NOTIFY.
+func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
+	ch, stop := s.hub.Subscribe(topic)
+	s.subMu.Lock()
+	s.subs[topic]++
+	s.subMu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			stop()
+			s.subMu.Lock()
+			if s.subs[topic]--; s.subs[topic] <= 0 {
+				delete(s.subs, topic)
+			}
+			s.subMu.Unlock()
+		})
+	}
+}
+
+// signalAll signals TopicReady and every subscribed topic: after the listener lost
+// its connection, notifications may have been missed, so every waiter re-checks.
+func (s *Store) signalAll() {
+	s.subMu.Lock()
+	topics := make([]string, 0, len(s.subs)+1)
+	topics = append(topics, store.TopicReady)
+	for t := range s.subs {
+		topics = append(topics, t)
+	}
+	s.subMu.Unlock()
+	s.hub.Publish(topics...)
+}
+
+// Close stops the writers (pending requests fail with store.ErrClosed) and the
+// listener, and closes the pool. It is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closedCh)
+		if s.w != nil {
+			s.w.stop()
+		}
+		if s.lis != nil {
+			s.lis.stop()
+		}
+		s.pool.Close()
+	})
+	return s.closeErr
+}
+
+// closed reports whether Close was called.
+func (s *Store) closed() bool {
+	select {
+	case <-s.closedCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// readErr maps errors of the pool after Close to store.ErrClosed.
+func (s *Store) readErr(err error) error {
+	if err != nil && s.closed() {
+		return store.ErrClosed
+	}
+	return err
+}
+
+func randomID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// channelName is the notification channel of a schema (at most 63 bytes).
+func channelName(schema string) string {
+	c := "trellis." + schema
+	if len(c) > 63 {
+		h := fnv.New64a()
+		h.Write([]byte(schema))
+		c = fmt.Sprintf("trellis.%s.%x", schema[:38], h.Sum64())
+	}
+	return c
+}

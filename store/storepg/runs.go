@@ -1,0 +1,275 @@
+package storepg
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// cancelledError is the Error of a run cancelled before a worker could see it.
+var cancelledError = store.ErrorInfo{Message: "run cancelled", Type: "cancelled"}
+
+const runInsertCols = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
+	status, version, input, deadline, available_at, created_at, updated_at)`
+
+// RunCreate statements, one per reuse policy. Each returns (created, runCols...) for
+// the new run and, for ReuseReturnExisting, the latest existing one; no row means
+// the start was rejected. ON CONFLICT DO NOTHING covers the run ID and the partial
+// unique index on active workflow IDs, so a rejected start never aborts the batch.
+const (
+	sqlRunCreate = runInsertCols + `
+	VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11, $11)
+	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
+	runInsertSelect = runInsertCols + `
+	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::int4, 'pending', $7::int4,
+	$8::bytea, $9::timestamptz, $10::timestamptz, $11::timestamptz, $11::timestamptz`
+	sqlRunCreateReject = runInsertSelect + `
+	WHERE NOT EXISTS (SELECT 1 FROM runs WHERE namespace = $1 AND workflow_id = $3)
+	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
+	sqlRunCreateReturnExisting = `WITH latest AS (
+		SELECT ` + runCols + ` FROM runs WHERE namespace = $1 AND workflow_id = $3
+		ORDER BY sequence DESC LIMIT 1
+	), ins AS (` + runInsertSelect + `
+		WHERE NOT EXISTS (SELECT 1 FROM latest)
+		ON CONFLICT DO NOTHING RETURNING ` + runCols + `
+	)
+	SELECT true, * FROM ins UNION ALL SELECT false, * FROM latest`
+)
+
+// RunCreate implements store.Store.
+func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
+	if err := validateRunCreate(p); err != nil {
+		return nil, fmt.Errorf("creating run: %w", err)
+	}
+	now := s.now()
+	avail := now
+	if p.AvailableAt != nil {
+		avail = *p.AvailableAt
+	}
+	query := sqlRunCreate
+	switch p.Reuse {
+	case store.ReuseReject:
+		query = sqlRunCreateReject
+	case store.ReuseReturnExisting:
+		query = sqlRunCreateReturnExisting
+	}
+	var res *store.RunCreateResult
+	st := stmt{
+		sql: query,
+		args: []any{p.Namespace, p.ID, p.WorkflowID, p.Workflow, p.Queue, p.Priority, p.Version,
+			p.Input, timePtrArg(p.Deadline), avail, now},
+		rows: func(rows pgx.Rows) (err error) {
+			res, err = scanCreated(rows)
+			return err
+		},
+	}
+	topics := []string{store.TopicReady, store.RunTopic(p.Namespace, p.ID)}
+	if _, err := s.write(ctx, topics, st); err != nil {
+		return nil, fmt.Errorf("creating run: %w", err)
+	}
+	if res == nil {
+		return nil, fmt.Errorf("creating run: %w: run %q or a run with workflow ID %q (policy %q)",
+			store.ErrRunExists, p.ID, p.WorkflowID, p.Reuse)
+	}
+	return res, nil
+}
+
+// scanCreated reads the first row of a RunCreate statement (nil: no row).
+func scanCreated(rows pgx.Rows) (*store.RunCreateResult, error) {
+	if !rows.Next() {
+		return nil, nil
+	}
+	var created bool
+	run, _, err := scanRun(prefixed{rows, []any{&created}})
+	if err != nil {
+		return nil, err
+	}
+	return &store.RunCreateResult{Run: run, Created: created}, nil
+}
+
+// prefixed scans extra leading columns before the ones scanRun reads.
+type prefixed struct {
+	sc  scanner
+	pre []any
+}
+
+func (p prefixed) Scan(dest ...any) error { return p.sc.Scan(append(p.pre, dest...)...) }
+
+// suffixed scans extra trailing columns (ignored) after the ones scanRun reads.
+type suffixed struct {
+	sc scanner
+	n  int
+}
+
+func (p suffixed) Scan(dest ...any) error { return p.sc.Scan(append(dest, make([]any, p.n)...)...) }
+
+func validateRunCreate(p *store.RunCreateParams) error {
+	for _, f := range []struct{ name, val string }{
+		{"Namespace", p.Namespace}, {"ID", p.ID}, {"WorkflowID", p.WorkflowID},
+		{"Workflow", p.Workflow}, {"Queue", p.Queue},
+	} {
+		if f.val == "" {
+			return fmt.Errorf("%w: %s is required", store.ErrInvalidParams, f.name)
+		}
+	}
+	switch p.Reuse {
+	case store.ReuseRejectActive, store.ReuseReject, store.ReuseReturnExisting:
+		return nil
+	}
+	return fmt.Errorf("%w: Reuse: unknown policy %q", store.ErrInvalidParams, p.Reuse)
+}
+
+// notifyRun is a RETURNING (or select-list) expression that notifies TopicReady and
+// the run's topic; $N placeholders are the channel and the sender's prefix.
+func notifyRun(ch, prefix string) string {
+	return `pg_notify(` + ch + `, ` + prefix + ` || namespace || '/' || id)`
+}
+
+// Run state changes by reference ($1 namespace, $2 ref). Each returns the updated row
+// and notifies its topics.
+var (
+	sqlCancelNow = `UPDATE runs SET status = 'cancelled', error = $3, wait_reason = '',
+	lease_owner = '', lease_expires_at = NULL, finished_at = $4, updated_at = $4
+	WHERE sequence = ` + refSeq + ` AND (status = 'blocked' OR (status = 'pending' AND attempts = 0))
+	RETURNING ` + runCols + `, ` + notifyRun("$5", "$6")
+	sqlCancelFlag = `UPDATE runs SET cancel_requested = true, updated_at = $3,
+	available_at = CASE WHEN status = 'waiting' THEN $3 ELSE available_at END,
+	wait_reason = CASE WHEN status = 'waiting' THEN '' ELSE wait_reason END,
+	status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END
+	WHERE sequence = ` + refSeq + ` AND status IN ('pending', 'running', 'waiting')
+	RETURNING ` + runCols + `, ` + notifyRun("$4", "$5")
+	sqlResume = `UPDATE runs SET status = 'pending', available_at = $3, wait_reason = '',
+	error = NULL, updated_at = $3 WHERE sequence = ` + refSeq + ` AND status = 'blocked'
+	RETURNING ` + runCols + `, ` + notifyRun("$4", "$5")
+	sqlRefStatus = `SELECT status FROM runs WHERE sequence = ` + refSeq
+)
+
+// runReader returns a statement reader that stores the updated run, if any, in *dst.
+func runReader(dst **store.Run) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		*dst = nil
+		if !rows.Next() {
+			return nil
+		}
+		run, _, err := scanRun(suffixed{rows, 1})
+		*dst = run
+		return err
+	}
+}
+
+// statusReader returns a statement reader that stores the run's status ("" when no
+// run matched) in *dst.
+func statusReader(dst *store.Status) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		*dst = ""
+		if !rows.Next() {
+			return nil
+		}
+		var s string
+		err := rows.Scan(&s)
+		*dst = store.Status(s)
+		return err
+	}
+}
+
+// runPrefix is the start of a payload notifying TopicReady and a run topic.
+func (s *Store) runPrefix() string { return s.id + "\n" + store.TopicReady + "\nrun:" }
+
+// RunCancel implements store.Store.
+func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
+	e, _ := errJSON(&cancelledError)
+	now := s.now()
+	var (
+		cancelled, flagged *store.Run
+		status             store.Status
+	)
+	_, err := s.write(ctx, nil,
+		stmt{sql: sqlCancelNow, args: []any{p.Namespace, p.Ref, e, now, s.channel, s.runPrefix()}, rows: runReader(&cancelled)},
+		stmt{sql: sqlCancelFlag, args: []any{p.Namespace, p.Ref, now, s.channel, s.runPrefix()}, rows: runReader(&flagged)},
+		stmt{sql: sqlRefStatus, args: []any{p.Namespace, p.Ref}, rows: statusReader(&status)},
+	)
+	if err != nil {
+		return nil, fmt.Errorf("cancelling run: %w", err)
+	}
+	run := cancelled
+	if run == nil {
+		run = flagged
+	}
+	switch {
+	case run != nil:
+		s.hub.Publish(store.RunTopic(run.Namespace, run.ID), store.TopicReady)
+		return run, nil
+	case status == "":
+		return nil, fmt.Errorf("cancelling run: %w", notFound(p.Namespace, p.Ref))
+	default:
+		return nil, fmt.Errorf("cancelling run: %w: run %q is %s", store.ErrRunFinished, p.Ref, status)
+	}
+}
+
+// RunResume implements store.Store.
+func (s *Store) RunResume(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
+	var (
+		run    *store.Run
+		status store.Status
+	)
+	_, err := s.write(ctx, nil,
+		stmt{sql: sqlResume, args: []any{p.Namespace, p.Ref, s.now(), s.channel, s.runPrefix()}, rows: runReader(&run)},
+		stmt{sql: sqlRefStatus, args: []any{p.Namespace, p.Ref}, rows: statusReader(&status)},
+	)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("resuming run: %w", err)
+	case run != nil:
+		s.hub.Publish(store.RunTopic(run.Namespace, run.ID), store.TopicReady)
+		return run, nil
+	case status == "":
+		return nil, fmt.Errorf("resuming run: %w", notFound(p.Namespace, p.Ref))
+	case status.Terminal():
+		return nil, fmt.Errorf("resuming run: %w: run %q is %s", store.ErrRunFinished, p.Ref, status)
+	default:
+		return nil, fmt.Errorf("resuming run: %w: run %q is %s", store.ErrRunNotBlocked, p.Ref, status)
+	}
+}
+
+const sqlResumeBlocked = `WITH u AS (
+	UPDATE runs SET status = 'pending', available_at = $1, wait_reason = '', error = NULL, updated_at = $1
+	WHERE namespace = $2 AND status = 'blocked' AND workflow = ANY($3::text[])
+	RETURNING id
+) SELECT id, pg_notify($4, $5 || id) FROM u`
+
+// RunsResumeBlocked implements store.Store.
+func (s *Store) RunsResumeBlocked(ctx context.Context, p *store.RunsResumeBlockedParams) (int, error) {
+	if len(p.Workflows) == 0 {
+		return 0, nil
+	}
+	var ids []string
+	st := stmt{
+		sql:  sqlResumeBlocked,
+		args: []any{s.now(), p.Namespace, p.Workflows, s.channel, s.runPrefix() + p.Namespace + "/"},
+		rows: func(rows pgx.Rows) error {
+			ids = ids[:0]
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id, nil); err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			return nil
+		},
+	}
+	if _, err := s.write(ctx, nil, st); err != nil {
+		return 0, fmt.Errorf("resuming blocked runs: %w", err)
+	}
+	if len(ids) > 0 {
+		topics := []string{store.TopicReady}
+		for _, id := range ids {
+			topics = append(topics, store.RunTopic(p.Namespace, id))
+		}
+		s.hub.Publish(topics...)
+	}
+	return len(ids), nil
+}

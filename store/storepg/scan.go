@@ -1,0 +1,205 @@
+package storepg
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// runCols are the columns scanRun reads, in order.
+const runCols = `namespace, id, workflow_id, workflow, queue, priority, status, version,
+	sequence, input, output, error, wait_reason, cancel_requested, deadline, available_at,
+	attempts, lease_owner, lease_token, lease_expires_at, created_at, started_at,
+	updated_at, finished_at`
+
+// scanner is pgx.Row or pgx.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanRun reads runCols into a Run and returns it with its lease token.
+func scanRun(sc scanner) (*store.Run, int64, error) {
+	var (
+		r                                       store.Run
+		status                                  string
+		errText                                 *string
+		deadline, avail, leaseExp, started, fin *time.Time
+		token                                   int64
+	)
+	err := sc.Scan(&r.Namespace, &r.ID, &r.WorkflowID, &r.Workflow, &r.Queue, &r.Priority,
+		&status, &r.Version, &r.Sequence, &r.Input, &r.Output, &errText, &r.WaitReason,
+		&r.CancelRequested, &deadline, &avail, &r.Attempts, &r.LeaseOwner, &token, &leaseExp,
+		&r.CreatedAt, &started, &r.UpdatedAt, &fin)
+	if err != nil {
+		return nil, 0, err
+	}
+	r.Status = store.Status(status)
+	if r.Error, err = errFromJSON(errText); err != nil {
+		return nil, 0, err
+	}
+	r.Deadline, r.LeaseExpiresAt, r.StartedAt, r.FinishedAt = utcPtr(deadline), utcPtr(leaseExp), utcPtr(started), utcPtr(fin)
+	if avail != nil {
+		r.AvailableAt = avail.UTC()
+	}
+	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	return &r, token, nil
+}
+
+// refSeq is the sequence of the run a Ref ($2) names in namespace $1: the run with
+// that ID, else the latest run with that workflow ID. NULL when none matches.
+const refSeq = `COALESCE(
+	(SELECT sequence FROM runs WHERE namespace = $1 AND id = $2),
+	(SELECT MAX(sequence) FROM runs WHERE namespace = $1 AND workflow_id = $2))`
+
+func notFound(namespace, ref string) error {
+	return fmt.Errorf("%w: %q in namespace %q", store.ErrRunNotFound, ref, namespace)
+}
+
+// timeArg encodes a time for a TIMESTAMPTZ parameter; the zero time is NULL.
+func timeArg(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// timePtrArg encodes an optional time; nil and the zero time are NULL.
+func timePtrArg(t *time.Time) *time.Time {
+	if t == nil || t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func utc(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// errJSON encodes an optional ErrorInfo as JSON text (NULL when nil).
+func errJSON(e *store.ErrorInfo) (*string, error) {
+	if e == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encoding error info: %w", err)
+	}
+	s := string(b)
+	return &s, nil
+}
+
+// errFromJSON decodes an optional ErrorInfo column.
+func errFromJSON(v *string) (*store.ErrorInfo, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var e store.ErrorInfo
+	if err := json.Unmarshal([]byte(*v), &e); err != nil {
+		return nil, fmt.Errorf("decoding error info: %w", err)
+	}
+	return &e, nil
+}
+
+// isUniqueViolation reports a unique constraint failure.
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// nonNil returns b, with nil as an empty slice (a key set to nothing still exists).
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// argList numbers query parameters as they are added.
+type argList []any
+
+func (a *argList) add(v any) string {
+	*a = append(*a, v)
+	return fmt.Sprintf("$%d", len(*a))
+}
+
+// runColsR is runCols qualified by the alias r.
+var runColsR = "r." + strings.Join(strings.Fields(strings.ReplaceAll(runCols, ",", " ")), ", r.")
+
+// suffixedInto scans extra trailing columns into dest after the ones scanRun reads.
+type suffixedInto struct {
+	sc   scanner
+	rest []any
+}
+
+func (p suffixedInto) Scan(dest ...any) error { return p.sc.Scan(append(dest, p.rest...)...) }
+
+// historyJSON is a scalar subquery returning the history of run seqExpr as a JSON
+// array of ops in position order, each with its failed attempts: one query (or one
+// column of a claim) however long the history.
+func historyJSON(seqExpr string) string {
+	return `(SELECT COALESCE(json_agg(json_build_object(
+		'position', o.position, 'kind', o.kind, 'name', o.name, 'done', o.done,
+		'result', encode(o.result, 'base64'), 'error', o.error::json, 'attempts', o.attempts,
+		'started_at', o.started_at, 'finished_at', o.finished_at,
+		'log', (SELECT json_agg(json_build_object('attempt', a.attempt, 'error', a.error::json,
+				'started_at', a.started_at, 'finished_at', a.finished_at) ORDER BY a.attempt)
+			FROM attempts a WHERE a.run_seq = o.run_seq AND a.position = o.position)
+	) ORDER BY o.position), '[]') FROM ops o WHERE o.run_seq = ` + seqExpr + `)`
+}
+
+// opJSON is one element of historyJSON.
+type opJSON struct {
+	Position   int              `json:"position"`
+	Kind       store.OpKind     `json:"kind"`
+	Name       string           `json:"name"`
+	Done       bool             `json:"done"`
+	Result     []byte           `json:"result"` // base64 in JSON
+	Error      *store.ErrorInfo `json:"error"`
+	Attempts   int              `json:"attempts"`
+	StartedAt  *time.Time       `json:"started_at"`
+	FinishedAt *time.Time       `json:"finished_at"`
+	Log        []struct {
+		Attempt    int             `json:"attempt"`
+		Error      store.ErrorInfo `json:"error"`
+		StartedAt  *time.Time      `json:"started_at"`
+		FinishedAt *time.Time      `json:"finished_at"`
+	} `json:"log"`
+}
+
+// decodeHistory decodes the JSON of historyJSON.
+func decodeHistory(b []byte) ([]*store.Op, error) {
+	var raw []opJSON
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("decoding history: %w", err)
+	}
+	ops := make([]*store.Op, 0, len(raw))
+	for _, o := range raw {
+		op := &store.Op{
+			Position: o.Position, Kind: o.Kind, Name: o.Name, Done: o.Done, Result: o.Result,
+			Error: o.Error, Attempts: o.Attempts, StartedAt: utc(o.StartedAt), FinishedAt: utcPtr(o.FinishedAt),
+		}
+		for _, a := range o.Log {
+			op.AttemptLog = append(op.AttemptLog, store.Attempt{
+				Position: o.Position, Attempt: a.Attempt, Error: a.Error,
+				StartedAt: utc(a.StartedAt), FinishedAt: utc(a.FinishedAt),
+			})
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}

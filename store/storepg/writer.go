@@ -1,0 +1,305 @@
+package storepg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// stmt is one SQL statement of a write request.
+type stmt struct {
+	sql  string
+	args []any
+	// rows, when set, reads the statement's rows (it may be called again if the
+	// batch is retried, so it must overwrite, not append to, what it fills). An
+	// error it returns fails the request but not the batch.
+	rows func(pgx.Rows) error
+	// tag, when set, inspects the command tag; its error fails the request.
+	tag func(pgconn.CommandTag) error
+}
+
+// request is one write call waiting for a writer.
+type request struct {
+	ctx   context.Context
+	stmts []stmt
+	// topics are published (NOTIFY to every store, and locally) when the batch
+	// commits. Topics known only from a statement's result are published by the
+	// statement itself (pg_notify in SQL) and by the caller locally.
+	topics []string
+	done   chan error // buffered: a writer never blocks on a caller that left
+
+	err error
+}
+
+// writer commits queued requests in batches: each batch is one pipelined round trip
+// and one implicit transaction (pgx sends a batch with a single Sync).
+type writer struct {
+	s        *Store
+	reqs     chan *request // unbuffered: queued callers wait in the channel's send queue
+	quit     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+func startWriter(s *Store) *writer {
+	w := &writer{s: s, reqs: make(chan *request), quit: make(chan struct{})}
+	for range s.cfg.Writers {
+		w.wg.Go(w.run)
+	}
+	return w
+}
+
+// stop ends the writers after their current batch.
+func (w *writer) stop() {
+	w.stopOnce.Do(func() { close(w.quit) })
+	w.wg.Wait()
+}
+
+// write submits a request of statements and waits for its commit. If ctx ends
+// first, write returns ctx's error and the request may still commit.
+func (s *Store) write(ctx context.Context, topics []string, stmts ...stmt) (*request, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r := &request{ctx: ctx, stmts: stmts, topics: topics, done: make(chan error, 1)}
+	select {
+	case s.w.reqs <- r:
+	case <-s.w.quit:
+		return nil, store.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case err := <-r.done:
+		return r, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (w *writer) run() {
+	batch := make([]*request, 0, w.s.cfg.MaxBatch)
+	for {
+		select {
+		case r := <-w.reqs:
+			batch = w.collect(append(batch[:0], r))
+			w.commit(batch)
+			clear(batch)
+		case <-w.quit:
+			return
+		}
+	}
+}
+
+// collect adds the requests already waiting, up to MaxBatch.
+func (w *writer) collect(batch []*request) []*request {
+	for len(batch) < w.s.cfg.MaxBatch {
+		select {
+		case r := <-w.reqs:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// maxDeadlockRetries bounds the retries of a batch aborted by a deadlock or a
+// serialization failure (another transaction's fault, not a request's).
+const maxDeadlockRetries = 5
+
+// commit commits a batch and answers every request. A request whose statement fails
+// is answered with its error and the batch is retried without it; a batch failing as
+// a whole (lost connection) fails every request.
+func (w *writer) commit(batch []*request) {
+	live := make([]*request, 0, len(batch))
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- err // the caller has gone; do not start its work
+			continue
+		}
+		live = append(live, r)
+	}
+	retries := 0
+	for len(live) > 0 {
+		select {
+		case <-w.quit:
+			w.fail(live, store.ErrClosed)
+			return
+		default:
+		}
+		failed, err := w.exec(live)
+		switch {
+		case err == nil:
+			w.reply(live)
+			return
+		case isRetryable(err) && retries < maxDeadlockRetries:
+			retries++
+		case failed >= 0:
+			live[failed].done <- err
+			live = append(live[:failed], live[failed+1:]...)
+		case len(live) > 1 && !errors.As(err, new(*connLostError)):
+			// Failed for a reason no statement owns (e.g. preparing): commit each
+			// request on its own so only the faulty one fails.
+			for _, r := range live {
+				w.commit([]*request{r})
+			}
+			return
+		default:
+			w.s.log.Error("storepg: write transaction failed", "err", err, "requests", len(live))
+			w.fail(live, err)
+			return
+		}
+	}
+}
+
+// exec runs a batch in one round trip. On error it returns the index of the request
+// whose statement failed, or -1 when no request is to blame.
+func (w *writer) exec(batch []*request) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.s.cfg.WriteTimeout)
+	defer cancel()
+	conn, err := w.s.pool.Acquire(ctx)
+	if err != nil {
+		return -1, &connLostError{fmt.Errorf("acquiring a connection: %w", err)}
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	for _, r := range batch {
+		for _, st := range r.stmts {
+			b.Queue(st.sql, st.args...)
+		}
+	}
+	if payloads := w.s.payloads(batch); len(payloads) > 0 {
+		b.Queue(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, w.s.channel, payloads)
+	}
+	br := conn.SendBatch(ctx, b)
+	failed, err := readResults(br, batch)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		failed, err = -1, cerr
+	}
+	if err != nil {
+		if conn.Conn().IsClosed() {
+			return -1, &connLostError{err}
+		}
+		return failed, err
+	}
+	return -1, nil
+}
+
+// readResults reads every statement's result in order, stopping at the first error.
+func readResults(br pgx.BatchResults, batch []*request) (int, error) {
+	for i, r := range batch {
+		r.err = nil
+		for _, st := range r.stmts {
+			if err := readResult(br, r, st); err != nil {
+				return i, err
+			}
+		}
+	}
+	return -1, nil
+}
+
+// readResult reads one statement's result. A reader's own error is kept in r.err;
+// the returned error is the statement's (it aborted the transaction).
+func readResult(br pgx.BatchResults, r *request, st stmt) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	if st.rows != nil && r.err == nil {
+		r.err = st.rows(rows)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if st.tag != nil && r.err == nil {
+		r.err = st.tag(rows.CommandTag())
+	}
+	return nil
+}
+
+func (w *writer) fail(batch []*request, err error) {
+	for _, r := range batch {
+		r.done <- err
+	}
+}
+
+// reply publishes the committed batch's topics locally, then answers its callers.
+func (w *writer) reply(batch []*request) {
+	w.s.transactions.Add(1)
+	w.s.requests.Add(int64(len(batch)))
+	var topics []string
+	for _, r := range batch {
+		if r.err == nil {
+			topics = append(topics, r.topics...)
+		}
+	}
+	if len(topics) > 0 {
+		w.s.hub.Publish(topics...)
+	}
+	for _, r := range batch {
+		r.done <- r.err
+	}
+}
+
+// maxPayload is the longest NOTIFY payload sent (Postgres' limit is 8000 bytes).
+const maxPayload = 7900
+
+// payloads returns the batch's distinct topics as NOTIFY payloads: the sender's ID,
+// then one topic per line, split so that no payload exceeds maxPayload.
+func (s *Store) payloads(batch []*request) []string {
+	var (
+		out  []string
+		b    strings.Builder
+		seen map[string]bool
+	)
+	for _, r := range batch {
+		for _, t := range r.topics {
+			if seen[t] {
+				continue
+			}
+			if seen == nil {
+				seen = make(map[string]bool)
+			}
+			seen[t] = true
+			if b.Len() > 0 && b.Len()+1+len(t) > maxPayload {
+				out = append(out, b.String())
+				b.Reset()
+			}
+			if b.Len() == 0 {
+				b.WriteString(s.id)
+			}
+			if len(s.id)+1+len(t) > maxPayload {
+				t = store.TopicReady // cannot be sent: wake everyone instead
+			}
+			b.WriteByte('\n')
+			b.WriteString(t)
+		}
+	}
+	if b.Len() > 0 {
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// isRetryable reports a deadlock or serialization failure: the batch did nothing
+// wrong and may simply run again.
+func isRetryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+// connLostError is a batch's failure for want of a working connection: no request
+// is to blame, and whether the batch committed is unknown.
+type connLostError struct{ err error }
+
+func (e *connLostError) Error() string { return "database connection lost: " + e.err.Error() }
+func (e *connLostError) Unwrap() error { return e.err }
