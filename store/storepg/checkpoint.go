@@ -3,6 +3,7 @@ package storepg
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,63 +14,137 @@ import (
 
 // A checkpoint is one statement: the run's state change, fenced by the lease token,
 // feeds every other write of the statement, so a stale token writes nothing (the
-// statement returns no row) and the other requests of the batch are unaffected.
-//
-// Parameters: $1 namespace, $2 run ID, $3 token, $4 now; $5-$13 the ops as arrays,
-// $14-$18 the attempts, $19-$20 keys set and their values, $21 keys deleted; then the
-// status-specific values from $22.
-const sqlCheckpointTail = `
-), o AS (
-	INSERT INTO ops (run_seq, position, kind, name, done, result, error, attempts, started_at, finished_at)
-	SELECT f.sequence, x.* FROM f, unnest($5::int4[], $6::text[], $7::text[], $8::bool[], $9::bytea[],
-		$10::text[], $11::int4[], $12::timestamptz[], $13::timestamptz[]) AS x
-	ON CONFLICT (run_seq, position) DO UPDATE SET kind = excluded.kind, name = excluded.name,
-		done = excluded.done, result = excluded.result, error = excluded.error,
-		attempts = excluded.attempts, started_at = excluded.started_at, finished_at = excluded.finished_at
-), a AS (
-	INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at)
-	SELECT f.sequence, x.* FROM f, unnest($14::int4[], $15::int4[], $16::text[], $17::timestamptz[],
-		$18::timestamptz[]) AS x
-	ON CONFLICT DO NOTHING
-), ks AS (
-	INSERT INTO kv (run_seq, key, value)
-	SELECT f.sequence, x.* FROM f, unnest($19::text[], $20::bytea[]) AS x
-	ON CONFLICT (run_seq, key) DO UPDATE SET value = excluded.value
-), kd AS (
-	DELETE FROM kv USING f WHERE kv.run_seq = f.sequence AND kv.key = ANY($21::text[])
-)
-SELECT cancel_requested FROM f`
+// statement returns no row) and the other requests of the batch are unaffected. The
+// statement holds only the parts a checkpoint needs (a step's checkpoint is an UPDATE
+// and one INSERT), so each shape is its own prepared statement.
 
-const ckFence = `WITH f AS (
-	UPDATE runs SET `
-const ckWhere = `, updated_at = $4
-	WHERE namespace = $1 AND id = $2 AND status = 'running' AND lease_token = $3
-	RETURNING sequence, cancel_requested`
-
-// sqlCheckpoint is the statement of each target status.
-var sqlCheckpoint = map[store.Status]string{
-	store.StatusRunning: ckFence + `lease_owner = lease_owner` + ckWhere + sqlCheckpointTail,
-	store.StatusWaiting: ckFence + `status = 'waiting', available_at = $22, wait_reason = $23,
-	lease_owner = '', lease_expires_at = NULL` + ckWhere + sqlCheckpointTail,
-	store.StatusBlocked: ckFence + `status = 'blocked', error = $22, wait_reason = $23,
-	lease_owner = '', lease_expires_at = NULL` + ckWhere + sqlCheckpointTail,
-	store.StatusPending: ckFence + `status = 'pending', available_at = $4, wait_reason = '',
-	lease_owner = '', lease_expires_at = NULL` + ckWhere + sqlCheckpointTail,
+// ckSet is the SET list of the run's update per target status; $N placeholders are
+// numbered by checkpointQuery.
+var ckSet = map[store.Status]string{
+	store.StatusRunning: `updated_at = {now}`,
+	store.StatusWaiting: `status = 'waiting', available_at = {wake}, wait_reason = {reason},
+	lease_owner = '', lease_expires_at = NULL, updated_at = {now}`,
+	store.StatusBlocked: `status = 'blocked', error = {err}, wait_reason = {reason},
+	lease_owner = '', lease_expires_at = NULL, updated_at = {now}`,
+	store.StatusPending: `status = 'pending', available_at = {now}, wait_reason = '',
+	lease_owner = '', lease_expires_at = NULL, updated_at = {now}`,
 	store.StatusSucceeded: ckFinished,
 	store.StatusFailed:    ckFinished,
 	store.StatusCancelled: ckFinished,
 }
 
-var ckFinished = ckFence + `status = $22, output = $23, error = $24, wait_reason = '',
-	lease_owner = '', lease_expires_at = NULL, finished_at = $4` + ckWhere + sqlCheckpointTail
+const ckFinished = `status = {status}, output = {output}, error = {err}, wait_reason = '',
+	lease_owner = '', lease_expires_at = NULL, finished_at = {now}, updated_at = {now}`
+
+const (
+	ckOps = `INSERT INTO ops (run_seq, position, kind, name, done, result, error, attempts, started_at, finished_at)
+	SELECT f.sequence, x.* FROM f, unnest({a}::int4[], {a}::text[], {a}::text[], {a}::bool[], {a}::bytea[],
+		{a}::text[], {a}::int4[], {a}::timestamptz[], {a}::timestamptz[]) AS x
+	ON CONFLICT (run_seq, position) DO UPDATE SET kind = excluded.kind, name = excluded.name,
+		done = excluded.done, result = excluded.result, error = excluded.error,
+		attempts = excluded.attempts, started_at = excluded.started_at, finished_at = excluded.finished_at`
+	ckAttempts = `INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at)
+	SELECT f.sequence, x.* FROM f, unnest({a}::int4[], {a}::int4[], {a}::text[], {a}::timestamptz[],
+		{a}::timestamptz[]) AS x
+	ON CONFLICT DO NOTHING`
+	ckKVSet = `INSERT INTO kv (run_seq, key, value)
+	SELECT f.sequence, x.* FROM f, unnest({a}::text[], {a}::bytea[]) AS x
+	ON CONFLICT (run_seq, key) DO UPDATE SET value = excluded.value`
+	ckKVDelete = `DELETE FROM kv USING f WHERE kv.run_seq = f.sequence AND kv.key = ANY({a}::text[])`
+)
+
+// checkpointQuery builds the statement of p and its parameters.
+func checkpointQuery(now time.Time, p *store.CheckpointParams) (string, []any, error) {
+	set, ok := ckSet[p.Status]
+	if !ok {
+		return "", nil, fmt.Errorf("%w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
+	}
+	errText, err := errJSON(p.Error)
+	if err != nil {
+		return "", nil, err
+	}
+	var args argList
+	l := p.Lease
+	where := `namespace = ` + args.add(l.Namespace) + ` AND id = ` + args.add(l.RunID) +
+		` AND status = 'running' AND lease_token = ` + args.add(l.Token)
+	nowArg := args.add(now)
+	reason := p.WaitReason
+	if p.Status == store.StatusBlocked && reason == "" && p.Error != nil {
+		reason = p.Error.Message
+	}
+	set = strings.NewReplacer(
+		"{now}", nowArg,
+		"{wake}", placeholderIf(&args, strings.Contains(set, "{wake}"), timePtrArg(p.WakeAt)),
+		"{reason}", placeholderIf(&args, strings.Contains(set, "{reason}"), reason),
+		"{err}", placeholderIf(&args, strings.Contains(set, "{err}"), errText),
+		"{status}", placeholderIf(&args, strings.Contains(set, "{status}"), string(p.Status)),
+		"{output}", placeholderIf(&args, strings.Contains(set, "{output}"), p.Output),
+	).Replace(set)
+	var b strings.Builder
+	b.WriteString("WITH f AS (UPDATE runs SET " + set + " WHERE " + where + " RETURNING sequence, cancel_requested)")
+	parts, err := checkpointParts(p)
+	if err != nil {
+		return "", nil, err
+	}
+	for i, part := range parts {
+		sql := part.sql
+		for _, v := range part.arrays {
+			sql = strings.Replace(sql, "{a}", args.add(v), 1)
+		}
+		fmt.Fprintf(&b, ", w%d AS (%s)", i, sql)
+	}
+	b.WriteString(" SELECT cancel_requested FROM f")
+	return b.String(), args, nil
+}
+
+// placeholderIf adds v as a parameter when used, returning its placeholder.
+func placeholderIf(args *argList, used bool, v any) string {
+	if !used {
+		return ""
+	}
+	return args.add(v)
+}
+
+// ckPart is one write of a checkpoint statement and its array parameters.
+type ckPart struct {
+	sql    string
+	arrays []any
+}
+
+// checkpointParts returns the writes p needs. Writes to the same op, attempt or key
+// are merged first (one statement may not touch a row twice): the last op and the
+// last write of a key win, the first attempt wins, as when applied in order.
+func checkpointParts(p *store.CheckpointParams) ([]ckPart, error) {
+	var parts []ckPart
+	if len(p.Ops) > 0 {
+		a, err := opArrays(p.Ops)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, ckPart{ckOps, a})
+	}
+	if len(p.Attempts) > 0 {
+		a, err := attemptArrays(p.Attempts)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, ckPart{ckAttempts, a})
+	}
+	if len(p.KV) > 0 {
+		setKeys, vals, delKeys := kvArrays(p.KV)
+		if len(setKeys) > 0 {
+			parts = append(parts, ckPart{ckKVSet, []any{setKeys, vals}})
+		}
+		if len(delKeys) > 0 {
+			parts = append(parts, ckPart{ckKVDelete, []any{delKeys}})
+		}
+	}
+	return parts, nil
+}
 
 // Checkpoint implements store.Store.
 func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
-	query, ok := sqlCheckpoint[p.Status]
-	if !ok {
-		return nil, fmt.Errorf("checkpointing: %w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
-	}
-	args, err := checkpointArgs(s.now(), p)
+	query, args, err := checkpointQuery(s.now(), p)
 	if err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
@@ -101,39 +176,6 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 		return nil, fmt.Errorf("checkpointing: %w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
 	}
 	return res, nil
-}
-
-// checkpointArgs returns the statement's parameters. Writes to the same op, attempt
-// or key are merged first (one statement may not touch a row twice): the last op
-// and the last write of a key win, the first attempt wins, as when applied in order.
-func checkpointArgs(now time.Time, p *store.CheckpointParams) ([]any, error) {
-	args := []any{p.Lease.Namespace, p.Lease.RunID, p.Lease.Token, now}
-	opArgs, err := opArrays(p.Ops)
-	if err != nil {
-		return nil, err
-	}
-	attArgs, err := attemptArrays(p.Attempts)
-	if err != nil {
-		return nil, err
-	}
-	args = append(append(append(args, opArgs...), attArgs...), kvArrays(p.KV)...)
-	errText, err := errJSON(p.Error)
-	if err != nil {
-		return nil, err
-	}
-	switch p.Status {
-	case store.StatusWaiting:
-		args = append(args, timePtrArg(p.WakeAt), p.WaitReason)
-	case store.StatusBlocked:
-		reason := p.WaitReason
-		if reason == "" && p.Error != nil {
-			reason = p.Error.Message
-		}
-		args = append(args, errText, reason)
-	case store.StatusSucceeded, store.StatusFailed, store.StatusCancelled:
-		args = append(args, string(p.Status), p.Output, errText)
-	}
-	return args, nil
 }
 
 func opArrays(in []*store.Op) ([]any, error) {
@@ -193,13 +235,11 @@ func attemptArrays(in []store.Attempt) ([]any, error) {
 
 // kvArrays returns the keys set with their values, and the keys deleted, after the
 // writes are applied in order.
-func kvArrays(in []store.KVWrite) []any {
+func kvArrays(in []store.KVWrite) (setKeys []string, vals [][]byte, delKeys []string) {
 	last := map[string]int{}
 	for i, w := range in {
 		last[w.Key] = i
 	}
-	setKeys, delKeys := []string{}, []string{}
-	vals := [][]byte{}
 	for i, w := range in {
 		switch {
 		case last[w.Key] != i:
@@ -209,7 +249,7 @@ func kvArrays(in []store.KVWrite) []any {
 			setKeys, vals = append(setKeys, w.Key), append(vals, nonNil(w.Value))
 		}
 	}
-	return []any{setKeys, vals, delKeys}
+	return setKeys, vals, delKeys
 }
 
 func textArg(s *string) pgtype.Text {

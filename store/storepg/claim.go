@@ -74,7 +74,7 @@ func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store
 	}
 	expires := now.Add(p.LeaseDuration)
 	res := &store.RunsClaimResult{}
-	_, err := s.write(ctx, nil,
+	_, err := s.writeNoSync(ctx,
 		stmt{sql: sqlWakeDue, args: []any{now, p.Namespace}},
 		stmt{sql: sqlExpireLeases, args: []any{now, p.Namespace}},
 		stmt{
@@ -173,7 +173,7 @@ func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (
 			return rows.Err()
 		},
 	}
-	if _, err := s.write(ctx, nil, st); err != nil {
+	if _, err := s.writeNoSync(ctx, st); err != nil {
 		return nil, fmt.Errorf("extending leases: %w", err)
 	}
 	res := &store.LeasesExtendResult{}

@@ -34,6 +34,11 @@ type request struct {
 	// statement itself (pg_notify in SQL) and by the caller locally.
 	topics []string
 	done   chan error // buffered: a writer never blocks on a caller that left
+	// noSync: the request may be lost in a crash without harm (claims, lease
+	// extensions); a batch of only such requests commits without waiting for the
+	// WAL flush (synchronous_commit off). Any other request makes the batch durable,
+	// and a durable commit also makes every earlier commit durable.
+	noSync bool
 
 	err error
 }
@@ -65,10 +70,20 @@ func (w *writer) stop() {
 // write submits a request of statements and waits for its commit. If ctx ends
 // first, write returns ctx's error and the request may still commit.
 func (s *Store) write(ctx context.Context, topics []string, stmts ...stmt) (*request, error) {
+	return s.submit(ctx, &request{ctx: ctx, stmts: stmts, topics: topics, done: make(chan error, 1)})
+}
+
+// writeNoSync is write for a request whose loss in a crash is harmless: a lost claim
+// or lease extension only makes a run claimable again (lease tokens stay above the
+// clock, so a token is never issued twice).
+func (s *Store) writeNoSync(ctx context.Context, stmts ...stmt) (*request, error) {
+	return s.submit(ctx, &request{ctx: ctx, stmts: stmts, done: make(chan error, 1), noSync: true})
+}
+
+func (s *Store) submit(ctx context.Context, r *request) (*request, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r := &request{ctx: ctx, stmts: stmts, topics: topics, done: make(chan error, 1)}
 	select {
 	case s.w.reqs <- r:
 	case <-s.w.quit:
@@ -171,6 +186,13 @@ func (w *writer) exec(batch []*request) (int, error) {
 	}
 	defer conn.Release()
 	b := &pgx.Batch{}
+	lazy := true
+	for _, r := range batch {
+		lazy = lazy && r.noSync
+	}
+	if lazy {
+		b.Queue(sqlAsyncCommit)
+	}
 	for _, r := range batch {
 		for _, st := range r.stmts {
 			b.Queue(st.sql, st.args...)
@@ -180,7 +202,13 @@ func (w *writer) exec(batch []*request) (int, error) {
 		b.Queue(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, w.s.channel, payloads)
 	}
 	br := conn.SendBatch(ctx, b)
-	failed, err := readResults(br, batch)
+	failed, err := -1, error(nil)
+	if lazy {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		failed, err = readResults(br, batch)
+	}
 	if cerr := br.Close(); err == nil && cerr != nil {
 		failed, err = -1, cerr
 	}
@@ -192,6 +220,10 @@ func (w *writer) exec(batch []*request) (int, error) {
 	}
 	return -1, nil
 }
+
+// sqlAsyncCommit makes the batch's transaction commit without waiting for its WAL
+// to reach disk.
+const sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
 
 // readResults reads every statement's result in order, stopping at the first error.
 func readResults(br pgx.BatchResults, batch []*request) (int, error) {
