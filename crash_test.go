@@ -97,8 +97,24 @@ func TestCrashRecovery(t *testing.T) {
 		t.Skip("crash test skipped in -short mode")
 	}
 	dir := t.TempDir()
-	url := "sqlite://" + filepath.Join(dir, "crash.db")
-	effects := filepath.Join(dir, "effects.log")
+	crashRecovery(t, "sqlite://"+filepath.Join(dir, "crash.db"), filepath.Join(dir, "effects.log"), killWorkers)
+}
+
+// disruption is what a crash scenario does to the system while runs are started
+// and executed: round counts from 0; it returns the worker to go on with.
+type disruption func(t *testing.T, round int, w *crashWorker, url, effects string) *crashWorker
+
+// killWorkers kills the worker process with SIGKILL and starts another.
+func killWorkers(t *testing.T, _ int, w *crashWorker, url, effects string) *crashWorker {
+	w.kill(t)
+	return startCrashWorker(t, url, effects)
+}
+
+// crashRecovery starts crashRuns runs on the store at url while disrupt strikes six
+// times, then checks that every acknowledged start ran to success with each step
+// recorded once. A start that fails (the database may be restarting) is retried
+// with the same workflow ID, returning the run if the failed attempt created it.
+func crashRecovery(t *testing.T, url, effects string, disrupt disruption) {
 	client := open(t, url, func(c *trellis.Config) { c.Worker.Disabled = true })
 	wf := crashWorkflow(effects)
 
@@ -106,25 +122,24 @@ func TestCrashRecovery(t *testing.T) {
 	acked := make(chan string, crashRuns)
 	var starting sync.WaitGroup
 	starting.Add(1)
-	go func() { // starts runs while workers are being killed
+	go func() { // starts runs while the system is disrupted
 		defer starting.Done()
 		defer close(acked)
 		for i := range crashRuns {
-			h, err := trellis.Start(context.Background(), client, wf, i, trellis.StartOptions{ID: fmt.Sprintf("crash-%d", i)})
+			id, err := startRetrying(client, wf, i)
 			if err != nil {
 				t.Errorf("start %d: %v", i, err)
 				return
 			}
-			acked <- h.RunID()
+			acked <- id
 			if i%10 == 0 {
 				time.Sleep(20 * time.Millisecond)
 			}
 		}
 	}()
-	for range 6 {
+	for round := range 6 {
 		time.Sleep(time.Duration(150+rand.IntN(400)) * time.Millisecond)
-		worker.kill(t)
-		worker = startCrashWorker(t, url, effects)
+		worker = disrupt(t, round, worker, url, effects)
 	}
 	starting.Wait()
 	defer worker.kill(t)
@@ -137,6 +152,22 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	waitAllSucceeded(t, client, ids)
 	verifyCrashRuns(t, client, ids, readEffects(t, effects))
+}
+
+// startRetrying starts run i, retrying failed attempts for up to 30 seconds.
+func startRetrying(c *trellis.Client, wf *trellis.Workflow[int, []string], i int) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	opts := trellis.StartOptions{ID: fmt.Sprintf("crash-%d", i), Reuse: trellis.ReuseReturnExisting}
+	for {
+		h, err := trellis.Start(context.Background(), c, wf, i, opts)
+		if err == nil {
+			return h.RunID(), nil
+		}
+		if time.Now().After(deadline) {
+			return "", err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 type crashWorker struct{ cmd *exec.Cmd }

@@ -112,3 +112,13 @@ func redact(u string) string {
 	}
 	return p.Redacted()
 }
+
+// Ping connects to url and pings the server.
+func Ping(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.Ping(ctx)
+}
