@@ -18,6 +18,10 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
+// idlePingAfter is how long a pooled connection may sit idle before it is pinged
+// when acquired.
+const idlePingAfter = time.Minute
+
 // Store is a store.Store on a PostgreSQL schema. Create it with Open.
 type Store struct {
 	cfg     Config
@@ -62,6 +66,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("opening postgres store: %w: Config.URL: %w", store.ErrInvalidParams, err)
 	}
 	poolCfg.MaxConns = int32(cfg.MaxConns)
+	// pgxpool pings a connection idle for over a second before handing it out: a
+	// whole transaction's worth of server work every poll of an idle worker. A dead
+	// connection fails its request instead, which the caller retries.
+	poolCfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
+		return p.IdleDuration > idlePingAfter
+	}
 	poolCfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize()
 	poolCfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
 	s := &Store{
