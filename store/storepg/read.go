@@ -36,7 +36,11 @@ func (s *Store) RunGet(ctx context.Context, p *store.RunGetParams) (*store.Run, 
 	if s.closed() {
 		return nil, fmt.Errorf("getting run: %w", store.ErrClosed)
 	}
-	r, _, err := scanRun(s.pool.QueryRow(ctx, sqlRunByRef, p.Namespace, p.Ref))
+	var r *store.Run
+	err := s.read(ctx, func() (err error) {
+		r, _, err = scanRun(s.pool.QueryRow(ctx, sqlRunByRef, p.Namespace, p.Ref))
+		return err
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("getting run: %w", notFound(p.Namespace, p.Ref))
 	}
@@ -55,7 +59,10 @@ func (s *Store) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]
 		seq  *int64
 		hist []byte
 	)
-	if err := s.pool.QueryRow(ctx, sqlHistory, p.Namespace, p.Ref).Scan(&seq, &hist); err != nil {
+	err := s.read(ctx, func() error {
+		return s.pool.QueryRow(ctx, sqlHistory, p.Namespace, p.Ref).Scan(&seq, &hist)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("listing history: %w", s.readErr(err))
 	}
 	if seq == nil {
@@ -78,7 +85,10 @@ func (s *Store) KVGet(ctx context.Context, p *store.KVGetParams) ([]byte, error)
 		value []byte
 		found *bool
 	)
-	if err := s.pool.QueryRow(ctx, sqlKVGet, p.Namespace, p.Ref, p.Key).Scan(&seq, &value, &found); err != nil {
+	err := s.read(ctx, func() error {
+		return s.pool.QueryRow(ctx, sqlKVGet, p.Namespace, p.Ref, p.Key).Scan(&seq, &value, &found)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("getting key: %w", s.readErr(err))
 	}
 	switch {
@@ -99,20 +109,11 @@ func (s *Store) RunList(ctx context.Context, p *store.RunListParams) (*store.Run
 	if err != nil {
 		return nil, fmt.Errorf("listing runs: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("listing runs: %w", s.readErr(err))
-	}
-	defer rows.Close()
-	runs := []*store.Run{}
-	for rows.Next() {
-		r, _, err := scanRun(rows)
-		if err != nil {
-			return nil, fmt.Errorf("listing runs: %w", err)
-		}
-		runs = append(runs, r)
-	}
-	if err := rows.Err(); err != nil {
+	var runs []*store.Run
+	if err := s.read(ctx, func() (err error) {
+		runs, err = s.queryRuns(ctx, query, args)
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("listing runs: %w", s.readErr(err))
 	}
 	res := &store.RunListResult{Runs: runs}
@@ -168,4 +169,21 @@ func runListQuery(p *store.RunListParams) (string, []any, int, error) {
 	query := `SELECT ` + runCols + ` FROM runs WHERE ` + strings.Join(where, " AND ") +
 		` ORDER BY sequence DESC LIMIT ` + args.add(limit+1)
 	return query, args, limit, nil
+}
+
+func (s *Store) queryRuns(ctx context.Context, query string, args []any) ([]*store.Run, error) {
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	runs := []*store.Run{}
+	for rows.Next() {
+		r, _, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, r)
+	}
+	return runs, rows.Err()
 }

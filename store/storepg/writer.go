@@ -143,6 +143,7 @@ func (w *writer) commit(batch []*request) {
 		live = append(live, r)
 	}
 	retries := 0
+	var reconnect backoff
 	for len(live) > 0 {
 		select {
 		case <-w.quit:
@@ -157,6 +158,10 @@ func (w *writer) commit(batch []*request) {
 			return
 		case isRetryable(err) && retries < maxDeadlockRetries:
 			retries++
+		case connRetryable(err) && reconnect.wait(w.quit, nil):
+			// The batch surely did not commit (the connection was dead before it ran,
+			// or the server refused it while restarting): send it again.
+			live = w.dropGone(live)
 		case failed >= 0:
 			live[failed].done <- err
 			live = append(live[:failed], live[failed+1:]...)
@@ -173,6 +178,19 @@ func (w *writer) commit(batch []*request) {
 			return
 		}
 	}
+}
+
+// dropGone answers the requests whose caller has left and returns the others.
+func (w *writer) dropGone(batch []*request) []*request {
+	live := batch[:0]
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- err
+			continue
+		}
+		live = append(live, r)
+	}
+	return live
 }
 
 // exec runs a batch in one round trip. On error it returns the index of the request
