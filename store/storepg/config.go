@@ -15,7 +15,7 @@ import (
 const (
 	DefaultSchema       = "trellis"
 	DefaultMaxBatch     = 256
-	DefaultWriters      = 1
+	DefaultWriters      = 2
 	DefaultMaxConns     = 8
 	DefaultWriteTimeout = 30 * time.Second
 )
@@ -35,7 +35,7 @@ type Config struct {
 	// MaxBatch caps the write requests committed by one transaction. Default 256.
 	MaxBatch int
 	// Writers is the number of group-commit writers (each commits its own batches
-	// on its own connection). Default 1.
+	// on its own connection). Default 2: one commits while the other collects.
 	Writers int
 	// MaxConns caps the connection pool (writers, reads, claims' history loads);
 	// the listener's connection comes on top. Default 8.
