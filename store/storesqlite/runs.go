@@ -119,7 +119,7 @@ func runCancel(tx *wtx, p *store.RunCancelParams) (*store.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	var row *sql.Row
+	var row scanner
 	switch {
 	case run.Status.Terminal():
 		return nil, fmt.Errorf("%w: run %q is %s", store.ErrRunFinished, run.ID, run.Status)
