@@ -377,6 +377,9 @@ type CheckpointParams struct {
 type CheckpointResult struct {
 	// CancelRequested reports a pending cancellation of the run.
 	CancelRequested bool `json:"cancel_requested"`
+	// At is the store clock's reading the checkpoint was written with: the run's
+	// UpdatedAt, and its FinishedAt when the checkpoint finished it.
+	At time.Time `json:"at"`
 }
 
 // HistoryListParams are the parameters of HistoryList.

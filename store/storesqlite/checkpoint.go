@@ -78,7 +78,8 @@ func checkpoint(tx *wtx, p *store.CheckpointParams, errText any) (*store.Checkpo
 	if p.Status == store.StatusPending || p.Status == store.StatusWaiting {
 		tx.publish(store.TopicReady)
 	}
-	return &store.CheckpointResult{CancelRequested: cancel}, nil
+	at := fromNS(sql.NullInt64{Int64: tx.now.UnixNano(), Valid: true})
+	return &store.CheckpointResult{CancelRequested: cancel, At: at}, nil
 }
 
 // writeHistory saves a checkpoint's ops, attempts and run-store writes.
