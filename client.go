@@ -48,6 +48,7 @@ type Client struct {
 	ownsStore bool
 	reg       registry
 	worker    *worker.Worker
+	local     localRuns
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -211,6 +212,16 @@ func (c *Client) Wait(ctx context.Context, ref string) (*Run, error) {
 // waitRun waits for the run with this exact ID: subscribed before each read, so no
 // change between the read and the wait is missed.
 func (c *Client) waitRun(ctx context.Context, runID string) (*Run, error) {
+	if done, ok := c.local.wait(runID); ok {
+		select {
+		case run := <-done:
+			if run != nil {
+				return run, nil
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	changed, unsubscribe := c.store.Subscribe(store.RunTopic(c.cfg.Namespace, runID))
 	defer unsubscribe()
 	var poll <-chan time.Time

@@ -23,6 +23,9 @@ func (e executor) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker
 			Lease: store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}})
 		return
 	}
+	var final *store.Run
+	c.local.begin(cr.Run.ID)
+	defer func() { c.local.end(cr.Run.ID, final) }()
 	cancelCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() { // owned by this call: ends when cancelCtx does (at return at the latest)
@@ -36,7 +39,7 @@ func (e executor) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker
 	rs.cancelCtx = cancelCtx
 	if d := cr.Run.Deadline; d != nil && !rs.now().Before(*d) {
 		rs.deadlineHit = true
-		rs.finish(nil, ErrDeadlineExceeded)
+		final = rs.finish(nil, ErrDeadlineExceeded)
 		return
 	}
 	out, err, returned := rs.runWorkflow(def)
@@ -45,7 +48,7 @@ func (e executor) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker
 		rs.saveUnwind()
 		return
 	}
-	rs.finish(out, err)
+	final = rs.finish(out, err)
 }
 
 // runWorkflow calls the workflow function on its own goroutine and waits for it. It
@@ -96,8 +99,9 @@ func (rs *runState) saveUnwind() {
 	}
 }
 
-// finish saves the outcome of a workflow function that returned.
-func (rs *runState) finish(out []byte, err error) {
+// finish saves the outcome of a workflow function that returned, and returns the
+// run as saved (nil if it could not be saved).
+func (rs *runState) finish(out []byte, err error) *store.Run {
 	rs.mu.Lock()
 	cancelled, deadline, panicked := rs.cancelSeen, rs.deadlineHit, rs.panicked
 	rs.mu.Unlock()
@@ -117,7 +121,10 @@ func (rs *runState) finish(out []byte, err error) {
 		p.Status, p.Output = store.StatusFailed, nil
 		p.Error = errorInfo(fmt.Errorf("%w: output is %d bytes (limit %d)", ErrPayloadTooLarge, len(out), rs.c.cfg.MaxPayloadBytes))
 	}
-	if _, err := rs.checkpoint(p, true); err != nil {
+	res, err := rs.checkpoint(p, true)
+	if err != nil {
 		rs.c.cfg.Logger.Warn("saving run outcome", "run", rs.run.ID, "status", p.Status, "err", err)
+		return nil
 	}
+	return finalRun(rs.run, p, res)
 }

@@ -3,6 +3,7 @@ package trellis
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -113,11 +114,41 @@ func (c *Client) start(ctx context.Context, def *definition, input []byte, o Sta
 		d := o.Deadline.UTC()
 		p.Deadline = &d
 	}
+	reserved := c.reserveSlot(p)
 	res, err := c.store.RunCreate(ctx, p)
+	switch {
+	case reserved && err == nil && res.Claimed != nil:
+		c.local.begin(res.Run.ID) // before Start returns, so Result need not read the store
+		c.worker.Launch(res.Claimed)
+	case reserved:
+		// If err is ctx's and the create still commits, the run waits for its
+		// lease to expire and is claimed then.
+		c.worker.Unreserve()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", def.name, err)
 	}
 	return res.Run, nil
+}
+
+// reserveSlot asks, when this client's worker runs the workflow and queue of p
+// and has a free slot, for the run to be created already claimed by it: the run
+// starts without waiting for a claim. It reports whether a slot was reserved.
+func (c *Client) reserveSlot(p *store.RunCreateParams) bool {
+	if c.worker == nil || p.AvailableAt != nil {
+		return false
+	}
+	if _, ok := c.reg.get(p.Workflow); !ok {
+		return false
+	}
+	if qs := c.cfg.Worker.Queues; len(qs) > 0 && !slices.Contains(qs, p.Queue) {
+		return false
+	}
+	if !c.worker.Reserve() {
+		return false
+	}
+	p.Claim = &store.CreateClaim{Worker: c.worker.Name(), LeaseDuration: c.worker.LeaseDuration()}
+	return true
 }
 
 func (c *Client) encode(v any) ([]byte, error) {

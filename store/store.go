@@ -224,6 +224,18 @@ type RunCreateParams struct {
 	Deadline    *time.Time  `json:"deadline,omitempty"`
 	AvailableAt *time.Time  `json:"available_at,omitempty"`
 	Reuse       ReusePolicy `json:"reuse,omitempty"`
+	// Claim, when set, creates the run already claimed by this worker (running,
+	// attempt 1, leased, a fresh token), in the same transaction: a worker with a
+	// free slot in the starting process takes the run without a claim round trip.
+	// It is ignored when ReuseReturnExisting returns an existing run, and with a
+	// future AvailableAt.
+	Claim *CreateClaim `json:"claim,omitempty"`
+}
+
+// CreateClaim asks RunCreate to lease the new run to Worker.
+type CreateClaim struct {
+	Worker        string        `json:"worker"`
+	LeaseDuration time.Duration `json:"lease_duration"`
 }
 
 // RunCreateResult is the result of RunCreate.
@@ -231,6 +243,9 @@ type RunCreateResult struct {
 	Run *Run `json:"run"`
 	// Created is false when ReuseReturnExisting returned an existing run.
 	Created bool `json:"created"`
+	// Claimed is the lease on the new run when RunCreateParams.Claim was honoured
+	// (Run is then Claimed.Run); nil otherwise.
+	Claimed *ClaimedRun `json:"claimed,omitempty"`
 }
 
 // RunGetParams are the parameters of RunGet.
@@ -362,6 +377,9 @@ type CheckpointParams struct {
 type CheckpointResult struct {
 	// CancelRequested reports a pending cancellation of the run.
 	CancelRequested bool `json:"cancel_requested"`
+	// At is the store clock's reading the checkpoint was written with: the run's
+	// UpdatedAt, and its FinishedAt when the checkpoint finished it.
+	At time.Time `json:"at"`
 }
 
 // HistoryListParams are the parameters of HistoryList.

@@ -59,6 +59,9 @@ func (w *Worker) claimOnce() (next *time.Time, again bool) {
 		if !w.stopped() {
 			w.cfg.Logger.Error("claiming runs", "err", err)
 		}
+		w.mu.Lock()
+		w.backlog = true // unknown: let the claim loop keep the order
+		w.mu.Unlock()
 		retry := time.Now().Add(time.Second)
 		return &retry, false
 	}
@@ -68,6 +71,7 @@ func (w *Worker) claimOnce() (next *time.Time, again bool) {
 	full := len(res.Runs) == n
 	w.mu.Lock()
 	w.wantMore = full && n == free
+	w.backlog = full
 	w.mu.Unlock()
 	return res.NextDue, full && n < free
 }

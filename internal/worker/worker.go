@@ -120,7 +120,9 @@ type Worker struct {
 
 	mu       sync.Mutex
 	active   map[string]*active
+	reserved int  // slots promised to runs being created in this process
 	wantMore bool // the last claim was capped by free slots
+	backlog  bool // the last claim found as many runs as it asked for
 }
 
 type active struct {
@@ -171,11 +173,51 @@ func (w *Worker) RequestCancel(runID string) bool {
 	return a != nil
 }
 
-// Active returns how many runs are executing.
+// Reserve takes a free slot for a run this process is about to create already
+// claimed (store.RunCreateParams.Claim). It declines while the worker stops,
+// has no free slot, or the store may hold a backlog of due runs, which keep
+// their claim order. After a true result, call exactly one of Launch and
+// Unreserve.
+func (w *Worker) Reserve() bool {
+	if w.stopped() {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.backlog || len(w.active)+w.reserved >= w.cfg.Concurrency {
+		return false
+	}
+	w.reserved++
+	return true
+}
+
+// Unreserve returns a slot taken by Reserve.
+func (w *Worker) Unreserve() {
+	w.mu.Lock()
+	w.reserved--
+	w.mu.Unlock()
+}
+
+// Launch executes a run created already claimed by this worker in a slot taken
+// by Reserve.
+func (w *Worker) Launch(cr *store.ClaimedRun) {
+	w.mu.Lock()
+	w.reserved--
+	w.mu.Unlock()
+	w.launch(cr)
+}
+
+// Name is the worker's lease-owner name.
+func (w *Worker) Name() string { return w.cfg.Name }
+
+// LeaseDuration is how long the worker's claims last without a heartbeat.
+func (w *Worker) LeaseDuration() time.Duration { return w.cfg.LeaseDuration }
+
+// Active returns how many slots are busy: runs executing and slots reserved.
 func (w *Worker) Active() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.active)
+	return len(w.active) + w.reserved
 }
 
 // Stop stops claiming, lets active runs finish for up to ShutdownGrace, then cancels

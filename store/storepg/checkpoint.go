@@ -144,7 +144,8 @@ func checkpointParts(p *store.CheckpointParams) ([]ckPart, error) {
 
 // Checkpoint implements store.Store.
 func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
-	query, args, err := checkpointQuery(s.now(), p)
+	now := s.now()
+	query, args, err := checkpointQuery(now, p)
 	if err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
@@ -159,7 +160,7 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 		if err := rows.Scan(&cancel); err != nil {
 			return err
 		}
-		res = &store.CheckpointResult{CancelRequested: cancel}
+		res = &store.CheckpointResult{CancelRequested: cancel, At: now.Truncate(time.Microsecond)}
 		return nil
 	}}
 	var topics []string

@@ -3,6 +3,7 @@ package storepg
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,19 +14,23 @@ import (
 var cancelledError = store.ErrorInfo{Message: "run cancelled", Type: "cancelled"}
 
 const runInsertCols = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
-	status, version, input, deadline, available_at, created_at, updated_at)`
+	status, version, input, deadline, available_at, created_at, updated_at,
+	attempts, lease_owner, lease_token, lease_expires_at, started_at)`
 
 // RunCreate statements, one per reuse policy. Each returns (created, runCols...) for
 // the new run and, for ReuseReturnExisting, the latest existing one; no row means
 // the start was rejected. ON CONFLICT DO NOTHING covers the run ID and the partial
 // unique index on active workflow IDs, so a rejected start never aborts the batch.
+// $12..$17 are the status and lease of a run created already claimed ('pending',
+// 0, '', 0, NULL, NULL otherwise).
 const (
 	sqlRunCreate = runInsertCols + `
-	VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11, $11)
+	VALUES ($1, $2, $3, $4, $5, $6, $12, $7, $8, $9, $10, $11, $11, $13, $14, $15, $16, $17)
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 	runInsertSelect = runInsertCols + `
-	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::int4, 'pending', $7::int4,
-	$8::bytea, $9::timestamptz, $10::timestamptz, $11::timestamptz, $11::timestamptz`
+	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::int4, $12::text, $7::int4,
+	$8::bytea, $9::timestamptz, $10::timestamptz, $11::timestamptz, $11::timestamptz,
+	$13::int4, $14::text, $15::int8, $16::timestamptz, $17::timestamptz`
 	sqlRunCreateReject = runInsertSelect + `
 	WHERE NOT EXISTS (SELECT 1 FROM runs WHERE namespace = $1 AND workflow_id = $3)
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
@@ -57,12 +62,13 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 		query = sqlRunCreateReturnExisting
 	}
 	var res *store.RunCreateResult
+	claim := createClaim(now, avail, p.Claim)
 	st := stmt{
 		sql: query,
-		args: []any{p.Namespace, p.ID, p.WorkflowID, p.Workflow, p.Queue, p.Priority, p.Version,
-			p.Input, timePtrArg(p.Deadline), avail, now},
+		args: append([]any{p.Namespace, p.ID, p.WorkflowID, p.Workflow, p.Queue, p.Priority, p.Version,
+			p.Input, timePtrArg(p.Deadline), avail, now}, claim.args()...),
 		rows: func(rows pgx.Rows) (err error) {
-			res, err = scanCreated(rows)
+			res, err = scanCreated(rows, claim)
 			return err
 		},
 	}
@@ -77,17 +83,48 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 	return res, nil
 }
 
-// scanCreated reads the first row of a RunCreate statement (nil: no row).
-func scanCreated(rows pgx.Rows) (*store.RunCreateResult, error) {
+// newClaim is the lease of a run created already claimed.
+type newClaim struct {
+	worker  string
+	token   int64
+	expires time.Time
+	started time.Time
+}
+
+// createClaim returns the lease a create with claim c gives the new run, or nil
+// when c is nil or the run is not yet available.
+func createClaim(now, avail time.Time, c *store.CreateClaim) *newClaim {
+	if c == nil || avail.After(now) {
+		return nil
+	}
+	// A fresh run's first token: the same clock floor claims use (see sqlClaim).
+	return &newClaim{worker: c.Worker, token: now.UnixMicro(), expires: now.Add(c.LeaseDuration), started: now}
+}
+
+// args are the status and lease parameters ($12..$17) of the create statements.
+func (c *newClaim) args() []any {
+	if c == nil {
+		return []any{string(store.StatusPending), 0, "", int64(0), nil, nil}
+	}
+	return []any{string(store.StatusRunning), 1, c.worker, c.token, c.expires, c.started}
+}
+
+// scanCreated reads the first row of a RunCreate statement (nil: no row). A created
+// run with a claim is returned with its lease.
+func scanCreated(rows pgx.Rows, claim *newClaim) (*store.RunCreateResult, error) {
 	if !rows.Next() {
 		return nil, nil
 	}
 	var created bool
-	run, _, err := scanRun(prefixed{rows, []any{&created}})
+	run, token, err := scanRun(prefixed{rows, []any{&created}})
 	if err != nil {
 		return nil, err
 	}
-	return &store.RunCreateResult{Run: run, Created: created}, nil
+	res := &store.RunCreateResult{Run: run, Created: created}
+	if created && claim != nil {
+		res.Claimed = &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: *run.LeaseExpiresAt, History: []*store.Op{}}
+	}
+	return res, nil
 }
 
 // prefixed scans extra leading columns before the ones scanRun reads.
@@ -114,6 +151,9 @@ func validateRunCreate(p *store.RunCreateParams) error {
 		if f.val == "" {
 			return fmt.Errorf("%w: %s is required", store.ErrInvalidParams, f.name)
 		}
+	}
+	if c := p.Claim; c != nil && (c.Worker == "" || c.LeaseDuration <= 0) {
+		return fmt.Errorf("%w: Claim needs a Worker and a positive LeaseDuration", store.ErrInvalidParams)
 	}
 	switch p.Reuse {
 	case store.ReuseRejectActive, store.ReuseReject, store.ReuseReturnExisting:

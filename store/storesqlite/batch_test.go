@@ -53,8 +53,8 @@ func TestBatchIsolatesFailures(t *testing.T) {
 	}
 	before := s.Stats()
 	s.w.commit(batch)
-	if st := s.Stats(); st.Transactions != before.Transactions+1 || st.Requests != before.Requests+3 {
-		t.Fatalf("stats %+v -> %+v, want one transaction of 3 requests", before, st)
+	if st := s.Stats(); st.Transactions != before.Transactions+1 || st.Requests != before.Requests+3 || st.Replays != before.Replays {
+		t.Fatalf("stats %+v -> %+v, want one transaction of 3 requests, not replayed", before, st)
 	}
 	for i, r := range batch {
 		err := <-r.done
@@ -75,6 +75,51 @@ func TestBatchIsolatesFailures(t *testing.T) {
 		_, err = s.KVGet(ctx, &store.KVGetParams{Namespace: "ns", Ref: l.RunID, Key: "k"})
 		if (i == 1) != errors.Is(err, store.ErrKeyNotFound) {
 			t.Errorf("run %s KVGet: %v", l.RunID, err)
+		}
+	}
+}
+
+// TestBatchReplaysFailedWrites fails one request after it has written: the batch
+// is replayed with savepoints, so only that request's writes are undone.
+func TestBatchReplaysFailedWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	close(s.w.quit) // drive one batch by hand
+	<-s.w.stopped
+	s.w.quit = make(chan struct{})
+	boom := errors.New("boom")
+	batch := make([]*request, 3)
+	for i, id := range []string{"a", "b", "c"} {
+		batch[i] = &request{ctx: ctx, done: make(chan error, 1), apply: func(tx *wtx) error {
+			_, err := runCreate(tx, &store.RunCreateParams{Namespace: "ns", ID: id, WorkflowID: id,
+				Workflow: "w", Queue: "q", Reuse: store.ReuseRejectActive})
+			if err == nil && id == "b" {
+				return boom
+			}
+			return err
+		}}
+	}
+	before := s.Stats()
+	s.w.commit(batch)
+	if st := s.Stats(); st.Replays != before.Replays+1 || st.Transactions != before.Transactions+1 {
+		t.Fatalf("stats %+v -> %+v, want one replayed transaction", before, st)
+	}
+	for i, r := range batch {
+		if err := <-r.done; (i == 1) != errors.Is(err, boom) || (i != 1 && err != nil) {
+			t.Errorf("request %d: %v", i, err)
+		}
+	}
+	s.w.stopped = make(chan struct{})
+	go s.w.run()
+	for _, id := range []string{"a", "b", "c"} {
+		_, err := s.RunGet(ctx, &store.RunGetParams{Namespace: "ns", Ref: id})
+		if (id == "b") != errors.Is(err, store.ErrRunNotFound) {
+			t.Errorf("run %s: %v", id, err)
 		}
 	}
 }

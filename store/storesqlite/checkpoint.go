@@ -10,9 +10,6 @@ import (
 )
 
 const (
-	// sqlFence finds the run a lease holds, if the lease is current.
-	sqlFence = `SELECT sequence, status, cancel_requested FROM runs
-	WHERE namespace = ? AND id = ? AND status = 'running' AND lease_token = ?`
 	sqlOpUpsert = `INSERT INTO ops (run_seq, position, kind, name, done, result, error,
 	attempts, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (run_seq, position) DO UPDATE SET kind = excluded.kind, name = excluded.name,
@@ -26,18 +23,20 @@ const (
 	sqlKVDelete = `DELETE FROM kv WHERE run_seq = ? AND key = ?`
 )
 
-// Run state changes of a checkpoint; ?1 is now, ?2 the run's sequence.
+// Run state changes of a checkpoint. Each is fenced: it changes the run only if
+// the lease (?2 namespace, ?3 run ID, ?4 token) is current, so it doubles as the
+// lease check. ?1 is now.
 const (
-	sqlCkRunning = `UPDATE runs SET updated_at = ?1 WHERE sequence = ?2`
-	sqlCkWaiting = `UPDATE runs SET status = 'waiting', available_at = ?3, wait_reason = ?4,
-	lease_owner = '', lease_expires_at = NULL, updated_at = ?1 WHERE sequence = ?2`
-	sqlCkBlocked = `UPDATE runs SET status = 'blocked', error = ?3, wait_reason = ?4,
-	lease_owner = '', lease_expires_at = NULL, updated_at = ?1 WHERE sequence = ?2`
+	ckFence      = ` WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4 RETURNING sequence, cancel_requested`
+	sqlCkRunning = `UPDATE runs SET updated_at = ?1` + ckFence
+	sqlCkWaiting = `UPDATE runs SET status = 'waiting', available_at = ?5, wait_reason = ?6,
+	lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
+	sqlCkBlocked = `UPDATE runs SET status = 'blocked', error = ?5, wait_reason = ?6,
+	lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
 	sqlCkPending = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
-	lease_owner = '', lease_expires_at = NULL, updated_at = ?1 WHERE sequence = ?2`
-	sqlCkFinished = `UPDATE runs SET status = ?3, output = ?4, error = ?5, wait_reason = '',
-	lease_owner = '', lease_expires_at = NULL, finished_at = ?1, updated_at = ?1
-	WHERE sequence = ?2`
+	lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
+	sqlCkFinished = `UPDATE runs SET status = ?5, output = ?6, error = ?7, wait_reason = '',
+	lease_owner = '', lease_expires_at = NULL, finished_at = ?1, updated_at = ?1` + ckFence
 )
 
 // Checkpoint implements store.Store.
@@ -63,31 +62,24 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 
 func checkpoint(tx *wtx, p *store.CheckpointParams, errText any) (*store.CheckpointResult, error) {
 	l := p.Lease
-	var (
-		seq    int64
-		status store.Status
-		cancel bool
-	)
-	err := tx.queryRow(sqlFence, l.Namespace, l.RunID, l.Token).Scan(&seq, &status, &cancel)
+	seq, cancel, err := setCheckpointStatus(tx, p, errText)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("updating run: %w", err)
 	}
 	if err := writeHistory(tx, seq, p); err != nil {
 		return nil, err
 	}
-	if err := setCheckpointStatus(tx, seq, p, errText); err != nil {
-		return nil, fmt.Errorf("updating run: %w", err)
-	}
-	if p.Status != status {
+	if p.Status != store.StatusRunning {
 		tx.publish(store.RunTopic(l.Namespace, l.RunID))
 	}
 	if p.Status == store.StatusPending || p.Status == store.StatusWaiting {
 		tx.publish(store.TopicReady)
 	}
-	return &store.CheckpointResult{CancelRequested: cancel}, nil
+	at := fromNS(sql.NullInt64{Int64: tx.now.UnixNano(), Valid: true})
+	return &store.CheckpointResult{CancelRequested: cancel, At: at}, nil
 }
 
 // writeHistory saves a checkpoint's ops, attempts and run-store writes.
@@ -127,25 +119,29 @@ func writeHistory(tx *wtx, seq int64, p *store.CheckpointParams) error {
 	return nil
 }
 
-// setCheckpointStatus moves the run to the checkpoint's status.
-func setCheckpointStatus(tx *wtx, seq int64, p *store.CheckpointParams, errText any) error {
-	now := tx.now.UnixNano()
-	var err error
+// setCheckpointStatus moves the run to the checkpoint's status if the lease is
+// current, returning the run's sequence and whether cancellation was requested.
+// It returns sql.ErrNoRows when the lease is not current.
+func setCheckpointStatus(tx *wtx, p *store.CheckpointParams, errText any) (seq int64, cancel bool, err error) {
+	l := p.Lease
+	fence := []any{tx.now.UnixNano(), l.Namespace, l.RunID, l.Token}
+	var row scanner
 	switch p.Status {
 	case store.StatusRunning:
-		_, err = tx.exec(sqlCkRunning, now, seq)
+		row = tx.queryRow(sqlCkRunning, fence...)
 	case store.StatusWaiting:
-		_, err = tx.exec(sqlCkWaiting, now, seq, nsPtr(p.WakeAt), p.WaitReason)
+		row = tx.queryRow(sqlCkWaiting, append(fence, nsPtr(p.WakeAt), p.WaitReason)...)
 	case store.StatusBlocked:
 		reason := p.WaitReason
 		if reason == "" && p.Error != nil {
 			reason = p.Error.Message
 		}
-		_, err = tx.exec(sqlCkBlocked, now, seq, errText, reason)
+		row = tx.queryRow(sqlCkBlocked, append(fence, errText, reason)...)
 	case store.StatusPending:
-		_, err = tx.exec(sqlCkPending, now, seq)
+		row = tx.queryRow(sqlCkPending, fence...)
 	default: // terminal
-		_, err = tx.exec(sqlCkFinished, now, seq, string(p.Status), blob(p.Output), errText)
+		row = tx.queryRow(sqlCkFinished, append(fence, string(p.Status), blob(p.Output), errText)...)
 	}
-	return err
+	err = row.Scan(&seq, &cancel)
+	return seq, cancel, err
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -38,7 +39,7 @@ const (
 	// writeNoSync), and the clock has moved on by the time the store reopens.
 	sqlClaim = `UPDATE runs SET status = 'running', lease_owner = ?1, lease_token = MAX(lease_token + 1, ?5),
 	lease_expires_at = ?2, attempts = attempts + 1, started_at = COALESCE(started_at, ?3),
-	wait_reason = '', updated_at = ?3 WHERE sequence = ?4 RETURNING ` + runCols
+	wait_reason = '', updated_at = ?3 WHERE sequence IN (SELECT value FROM json_each(?4)) RETURNING ` + runCols
 	// sqlNextDue is the earliest future time at which a run of these workflows
 	// (and queues) becomes due. Each branch walks a partial index in time order
 	// and stops at the first match.
@@ -96,14 +97,11 @@ func runsClaim(tx *wtx, p *store.RunsClaimParams, wfs, queues string) (*store.Ru
 	if err != nil {
 		return nil, fmt.Errorf("selecting runs: %w", err)
 	}
-	res := &store.RunsClaimResult{Runs: make([]*store.ClaimedRun, 0, len(seqs))}
-	expires := tx.now.Add(p.LeaseDuration)
-	for _, seq := range seqs {
-		cr, err := claimOne(tx, p.Worker, expires, seq)
-		if err != nil {
+	res := &store.RunsClaimResult{}
+	if len(seqs) > 0 {
+		if res.Runs, err = claimRuns(tx, p.Worker, tx.now.Add(p.LeaseDuration), seqs); err != nil {
 			return nil, err
 		}
-		res.Runs = append(res.Runs, cr)
 	}
 	var next sql.NullInt64
 	if err := tx.queryRow(sqlNextDue, p.Namespace, now, wfs, queues).Scan(&next); err != nil {
@@ -150,16 +148,44 @@ func claimable(tx *wtx, p *store.RunsClaimParams, now int64, queues string) ([]i
 	return seqs, nil
 }
 
-func claimOne(tx *wtx, worker string, expires time.Time, seq int64) (*store.ClaimedRun, error) {
-	run, token, err := scanRun(tx.queryRow(sqlClaim, worker, expires.UnixNano(), tx.now.UnixNano(), seq, tx.now.UnixMicro()))
-	if err != nil {
-		return nil, fmt.Errorf("leasing run: %w", err)
-	}
-	hist, err := history(context.Background(), tx, seq)
+// claimRuns leases the runs of seqs in one statement and returns them in the
+// order of seqs, each with its history. A run's first claim skips the history
+// query: nothing has run yet.
+func claimRuns(tx *wtx, worker string, expires time.Time, seqs []int64) ([]*store.ClaimedRun, error) {
+	list, err := json.Marshal(seqs)
 	if err != nil {
 		return nil, err
 	}
-	return &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: expires, History: hist}, nil
+	rows, err := tx.query(sqlClaim, worker, expires.UnixNano(), tx.now.UnixNano(), string(list), tx.now.UnixMicro())
+	if err != nil {
+		return nil, fmt.Errorf("leasing runs: %w", err)
+	}
+	bySeq := make(map[int64]*store.ClaimedRun, len(seqs))
+	for rows.Next() {
+		run, token, err := scanRun(rows)
+		if err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("leasing runs: %w", err)
+		}
+		bySeq[run.Sequence] = &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: expires, History: []*store.Op{}}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("leasing runs: %w", err)
+	}
+	claimed := make([]*store.ClaimedRun, 0, len(seqs))
+	for _, seq := range seqs {
+		cr := bySeq[seq]
+		if cr == nil {
+			return nil, fmt.Errorf("leasing runs: run %d vanished", seq)
+		}
+		if cr.Run.Attempts > 1 {
+			if cr.History, err = history(context.Background(), tx, seq); err != nil {
+				return nil, err
+			}
+		}
+		claimed = append(claimed, cr)
+	}
+	return claimed, nil
 }
 
 const sqlExtend = `UPDATE runs SET lease_expires_at = ?1

@@ -36,6 +36,7 @@ type Store struct {
 
 	transactions atomic.Int64
 	requests     atomic.Int64
+	replays      atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -46,6 +47,9 @@ type Stats struct {
 	Transactions int64
 	// Requests is the number of write requests those transactions carried.
 	Requests int64
+	// Replays is the number of batches replayed with a savepoint per request
+	// because a request failed after writing.
+	Replays int64
 }
 
 // Open opens (creating if needed) the database at cfg.Path, applies pending
@@ -105,7 +109,7 @@ func openReadDB(cfg Config) (*sql.DB, error) {
 // Stats returns counters of the writer's work (group commit efficiency is
 // Requests/Transactions).
 func (s *Store) Stats() Stats {
-	return Stats{Transactions: s.transactions.Load(), Requests: s.requests.Load()}
+	return Stats{Transactions: s.transactions.Load(), Requests: s.requests.Load(), Replays: s.replays.Load()}
 }
 
 // Subscribe implements store.Store.

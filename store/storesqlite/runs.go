@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -12,10 +13,11 @@ import (
 // cancelledError is the Error of a run cancelled before a worker could see it.
 var cancelledError = store.ErrorInfo{Message: "run cancelled", Type: "cancelled"}
 
+// sqlRunInsert creates a run, pending or (with a claim) already running.
 const sqlRunInsert = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
-	status, version, input, deadline, available_at, created_at, updated_at)
-	VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
-	RETURNING ` + runCols
+	status, version, input, deadline, available_at, attempts, lease_owner, lease_token,
+	lease_expires_at, created_at, started_at, updated_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 const sqlLatestByWorkflowID = `SELECT ` + runCols + ` FROM runs
 	WHERE namespace = ? AND workflow_id = ? ORDER BY sequence DESC LIMIT 1`
@@ -46,6 +48,9 @@ func validateRunCreate(p *store.RunCreateParams) error {
 			return fmt.Errorf("%w: %s is required", store.ErrInvalidParams, f.name)
 		}
 	}
+	if c := p.Claim; c != nil && (c.Worker == "" || c.LeaseDuration <= 0) {
+		return fmt.Errorf("%w: Claim needs a Worker and a positive LeaseDuration", store.ErrInvalidParams)
+	}
 	switch p.Reuse {
 	case store.ReuseRejectActive, store.ReuseReject, store.ReuseReturnExisting:
 		return nil
@@ -66,14 +71,29 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 			return nil, fmt.Errorf("%w: workflow ID %q (run %q)", store.ErrRunExists, p.WorkflowID, latest.ID)
 		}
 	}
-	avail := tx.now
-	if p.AvailableAt != nil {
-		avail = *p.AvailableAt
+	now := fromNS(sql.NullInt64{Int64: tx.now.UnixNano(), Valid: true})
+	run := &store.Run{
+		Namespace: p.Namespace, ID: p.ID, WorkflowID: p.WorkflowID, Workflow: p.Workflow,
+		Queue: p.Queue, Priority: p.Priority, Status: store.StatusPending, Version: p.Version,
+		Input: slices.Clone(p.Input), AvailableAt: now, CreatedAt: now, UpdatedAt: now,
 	}
-	row := tx.queryRow(sqlRunInsert, p.Namespace, p.ID, p.WorkflowID, p.Workflow,
-		p.Queue, p.Priority, p.Version, blob(p.Input), nsPtr(p.Deadline), avail.UnixNano(),
-		tx.now.UnixNano(), tx.now.UnixNano())
-	run, _, err := scanRun(row)
+	if p.Deadline != nil {
+		run.Deadline = fromNSPtr(sql.NullInt64{Int64: p.Deadline.UnixNano(), Valid: true})
+	}
+	if p.AvailableAt != nil {
+		run.AvailableAt = fromNS(sql.NullInt64{Int64: p.AvailableAt.UnixNano(), Valid: true})
+	}
+	var claimed *store.ClaimedRun
+	if c := p.Claim; c != nil && !run.AvailableAt.After(now) {
+		// A fresh run's first token: the same clock floor claims use (see sqlClaim).
+		claimed = &store.ClaimedRun{Run: run, LeaseToken: tx.now.UnixMicro(), LeaseExpiresAt: now.Add(c.LeaseDuration), History: []*store.Op{}}
+		run.Status, run.Attempts, run.LeaseOwner = store.StatusRunning, 1, c.Worker
+		run.LeaseExpiresAt, run.StartedAt = &claimed.LeaseExpiresAt, &now
+	}
+	res, err := tx.exec(sqlRunInsert, run.Namespace, run.ID, run.WorkflowID, run.Workflow,
+		run.Queue, run.Priority, string(run.Status), run.Version, blob(run.Input), nsPtr(run.Deadline),
+		run.AvailableAt.UnixNano(), run.Attempts, run.LeaseOwner, leaseToken(claimed),
+		nsPtr(run.LeaseExpiresAt), now.UnixNano(), nsPtr(run.StartedAt), now.UnixNano())
 	if isUniqueViolation(err) {
 		// Either the run ID is taken or an active run has this workflow ID (the
 		// partial unique index enforces the default policy).
@@ -82,8 +102,21 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 	if err != nil {
 		return nil, err
 	}
-	tx.publish(store.TopicReady, store.RunTopic(run.Namespace, run.ID))
-	return &store.RunCreateResult{Run: run, Created: true}, nil
+	if run.Sequence, err = res.LastInsertId(); err != nil {
+		return nil, err
+	}
+	tx.publish(store.RunTopic(run.Namespace, run.ID))
+	if claimed == nil {
+		tx.publish(store.TopicReady)
+	}
+	return &store.RunCreateResult{Run: run, Created: true, Claimed: claimed}, nil
+}
+
+func leaseToken(c *store.ClaimedRun) int64 {
+	if c == nil {
+		return 0
+	}
+	return c.LeaseToken
 }
 
 // Run state changes by reference. Each returns the updated row.
@@ -119,7 +152,7 @@ func runCancel(tx *wtx, p *store.RunCancelParams) (*store.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	var row *sql.Row
+	var row scanner
 	switch {
 	case run.Status.Terminal():
 		return nil, fmt.Errorf("%w: run %q is %s", store.ErrRunFinished, run.ID, run.Status)

@@ -226,7 +226,11 @@ func (e *env) wantFinished(cr *store.ClaimedRun, status store.Status) *store.Run
 func checkpointSucceeded(t *testing.T, e *env) {
 	cr := e.start()
 	e.clk.Advance(time.Second)
-	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusSucceeded, Output: []byte(`{"ok":true}`)})
+	res := e.checkpoint(cr, store.CheckpointParams{Status: store.StatusSucceeded, Output: []byte(`{"ok":true}`)})
+	got := e.get(cr.Run.ID)
+	wantTime(t, "CheckpointResult.At", res.At, e.clk.Now())
+	wantTime(t, "UpdatedAt", got.UpdatedAt, res.At)
+	wantTimePtr(t, "FinishedAt", got.FinishedAt, res.At)
 	r := e.wantFinished(cr, store.StatusSucceeded)
 	if !bytes.Equal(r.Output, []byte(`{"ok":true}`)) || r.Error != nil {
 		t.Fatalf("succeeded run: output %q, error %+v", r.Output, r.Error)

@@ -19,6 +19,90 @@ var createCases = []testCase{
 	{"Reject", createReject},
 	{"ReturnExisting", createReturnExisting},
 	{"NamespacesIndependent", createNamespacesIndependent},
+	{"Claimed", createClaimed},
+	{"ClaimedExpires", createClaimedExpires},
+	{"ClaimIgnored", createClaimIgnored},
+	{"ClaimInvalid", createClaimInvalid},
+}
+
+func withClaim(worker string) runOpt {
+	return func(p *store.RunCreateParams) {
+		p.Claim = &store.CreateClaim{Worker: worker, LeaseDuration: leaseDur}
+	}
+}
+
+// createClaimed creates a run already claimed: running, attempt 1, leased, with a
+// working token, and not claimable by anyone else.
+func createClaimed(t *testing.T, e *env) {
+	now := e.clk.Advance(time.Second)
+	p := e.params(withClaim("local"))
+	res, err := e.st.RunCreate(e.ctx, p)
+	if err != nil {
+		t.Fatalf("RunCreate with Claim: %v", err)
+	}
+	cr := res.Claimed
+	if !res.Created || cr == nil || cr.Run != res.Run || cr.LeaseToken == 0 || cr.History == nil || len(cr.History) != 0 {
+		t.Fatalf("RunCreate with Claim = %+v, want a created run with its lease and empty history", res)
+	}
+	wantTime(t, "LeaseExpiresAt", cr.LeaseExpiresAt, now.Add(leaseDur))
+	for _, got := range []*store.Run{res.Run, e.get(p.ID)} {
+		if got.Status != store.StatusRunning || got.Attempts != 1 || got.LeaseOwner != "local" || got.StartedAt == nil {
+			t.Fatalf("claimed run = %+v, want running, attempt 1, leased by local, started", got)
+		}
+		wantTimePtr(t, "Run.LeaseExpiresAt", got.LeaseExpiresAt, now.Add(leaseDur))
+		wantTime(t, "CreatedAt", got.CreatedAt, now)
+	}
+	e.wantNoClaim()
+	e.finish(cr)
+	e.wantStatus(p.ID, store.StatusSucceeded)
+}
+
+// createClaimedExpires lets a create-time lease expire: the run is claimed again
+// with a higher token, and the first token is stale.
+func createClaimedExpires(t *testing.T, e *env) {
+	res, err := e.st.RunCreate(e.ctx, e.params(withClaim("local")))
+	if err != nil || res.Claimed == nil {
+		t.Fatalf("RunCreate with Claim = %+v, %v", res, err)
+	}
+	first := res.Claimed
+	e.clk.Advance(leaseDur)
+	second := e.claimOne(first.Run.ID, claimBy("worker-2"))
+	if second.LeaseToken <= first.LeaseToken || second.Run.Attempts != 2 {
+		t.Fatalf("reclaimed = token %d attempt %d, want token > %d and attempt 2", second.LeaseToken, second.Run.Attempts, first.LeaseToken)
+	}
+	err = e.checkpointErr(first, store.CheckpointParams{Status: store.StatusRunning})
+	wantErr(t, "Checkpoint with the create-time token", err, store.ErrLeaseLost)
+}
+
+// createClaimIgnored: no claim for an existing run returned by
+// ReuseReturnExisting, nor for a run not yet available.
+func createClaimIgnored(t *testing.T, e *env) {
+	first := e.create(withWorkflowID("k"))
+	res, err := e.st.RunCreate(e.ctx, e.params(withWorkflowID("k"), withReuse(store.ReuseReturnExisting), withClaim("local")))
+	if err != nil || res.Created || res.Claimed != nil || res.Run.ID != first.ID {
+		t.Fatalf("RunCreate(return existing, claim) = %+v, %v; want run %s, not created, not claimed", res, err, first.ID)
+	}
+	e.wantStatus(first.ID, store.StatusPending)
+	later := e.clk.Now().Add(time.Minute)
+	res, err = e.st.RunCreate(e.ctx, e.params(withAvailableAt(later), withClaim("local")))
+	if err != nil || !res.Created || res.Claimed != nil || res.Run.Status != store.StatusPending {
+		t.Fatalf("RunCreate(available later, claim) = %+v, %v; want a pending run, not claimed", res, err)
+	}
+}
+
+func createClaimInvalid(t *testing.T, e *env) {
+	for name, c := range map[string]*store.CreateClaim{
+		"no worker":         {LeaseDuration: leaseDur},
+		"no lease duration": {Worker: "local"},
+	} {
+		p := e.params()
+		p.Claim = c
+		_, err := e.st.RunCreate(e.ctx, p)
+		wantErr(t, "RunCreate with a claim with "+name, err, store.ErrInvalidParams)
+	}
+	if ids := e.listIDs(store.RunListParams{}); len(ids) != 0 {
+		t.Fatalf("rejected creates left runs %v", ids)
+	}
 }
 
 func createRequiredFields(t *testing.T, e *env) {
