@@ -65,7 +65,7 @@ func checkpointQuery(now time.Time, p *store.CheckpointParams) (string, []any, e
 	}
 	var args argList
 	l := p.Lease
-	where := `namespace = ` + args.add(l.Namespace) + ` AND id = ` + args.add(l.RunID) +
+	where := `sequence = ` + seqOf(args.add(l.Namespace), args.add(l.RunID)) +
 		` AND status = 'running' AND lease_token = ` + args.add(l.Token)
 	nowArg := args.add(now)
 	reason := p.WaitReason

@@ -189,9 +189,9 @@ func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (
 	return res, nil
 }
 
-const sqlRelease = `UPDATE runs SET status = 'pending', available_at = $1, lease_owner = '',
+var sqlRelease = `UPDATE runs SET status = 'pending', available_at = $1, lease_owner = '',
 	lease_expires_at = NULL, updated_at = $1
-	WHERE namespace = $2 AND id = $3 AND status = 'running' AND lease_token = $4`
+	WHERE sequence = ` + seqOf("$2", "$3") + ` AND status = 'running' AND lease_token = $4`
 
 // LeaseRelease implements store.Store.
 func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) error {

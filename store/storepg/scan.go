@@ -55,6 +55,16 @@ const refSeq = `COALESCE(
 	(SELECT sequence FROM runs WHERE namespace = $1 AND id = $2),
 	(SELECT MAX(sequence) FROM runs WHERE namespace = $1 AND workflow_id = $2))`
 
+// seqOf is the sequence of the run (namespace ns, ID id). Fenced updates find their
+// run through it rather than by "namespace = $1 AND id = $2 AND status = 'running'":
+// with the latter, a generic plan (pgx prepares every statement) on a table without
+// statistics may walk the partial index runs_running, i.e. every running run of the
+// namespace, instead of the unique index (3 ms instead of 0.1 ms per checkpoint with
+// 2,000 runs in flight).
+func seqOf(ns, id string) string {
+	return `(SELECT sequence FROM runs WHERE namespace = ` + ns + ` AND id = ` + id + `)`
+}
+
 func notFound(namespace, ref string) error {
 	return fmt.Errorf("%w: %q in namespace %q", store.ErrRunNotFound, ref, namespace)
 }
