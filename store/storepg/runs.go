@@ -21,8 +21,8 @@ const runInsertCols = `INSERT INTO runs (namespace, id, workflow_id, workflow, q
 // the new run and, for ReuseReturnExisting, the latest existing one; no row means
 // the start was rejected. ON CONFLICT DO NOTHING covers the run ID and the partial
 // unique index on active workflow IDs, so a rejected start never aborts the batch.
-// $12..$17 are the status and lease of a run created already claimed ('pending',
-// 0, ”, 0, NULL, NULL otherwise).
+// $12..$17 are the status, attempts and lease of a run created already claimed (a
+// pending run without attempts or lease otherwise).
 const (
 	sqlRunCreate = runInsertCols + `
 	VALUES ($1, $2, $3, $4, $5, $6, $12, $7, $8, $9, $10, $11, $11, $13, $14, $15, $16, $17)
