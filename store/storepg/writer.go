@@ -29,6 +29,9 @@ type stmt struct {
 type request struct {
 	ctx   context.Context
 	stmts []stmt
+	// ck, when set instead of stmts, is a checkpoint: the writer merges the
+	// checkpoints of a batch into one statement.
+	ck *ckReq
 	// topics are published (NOTIFY to every store, and locally) when the batch
 	// commits. Topics known only from a statement's result are published by the
 	// statement itself (pg_notify in SQL) and by the caller locally.
@@ -211,10 +214,9 @@ func (w *writer) exec(batch []*request) (int, error) {
 	if lazy {
 		b.Queue(sqlAsyncCommit)
 	}
-	for _, r := range batch {
-		for _, st := range r.stmts {
-			b.Queue(st.sql, st.args...)
-		}
+	units := batchUnits(batch)
+	for _, u := range units {
+		b.Queue(u.st.sql, u.st.args...)
 	}
 	if payloads := w.s.payloads(batch); len(payloads) > 0 {
 		b.Queue(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, w.s.channel, payloads)
@@ -225,7 +227,7 @@ func (w *writer) exec(batch []*request) (int, error) {
 		_, err = br.Exec()
 	}
 	if err == nil {
-		failed, err = readResults(br, batch)
+		failed, err = readResults(br, batch, units)
 	}
 	if cerr := br.Close(); err == nil && cerr != nil {
 		failed, err = -1, cerr
@@ -243,35 +245,89 @@ func (w *writer) exec(batch []*request) (int, error) {
 // to reach disk.
 const sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
 
-// readResults reads every statement's result in order, stopping at the first error.
-func readResults(br pgx.BatchResults, batch []*request) (int, error) {
+// unit is one statement of a batch and the requests it serves (by index in the
+// batch).
+type unit struct {
+	st   stmt
+	reqs []int
+}
+
+// batchUnits lays out a batch's statements: one for all its checkpoints (a second
+// checkpoint of the same run, possible only when a caller gave up on the first,
+// gets a statement of its own: one statement may not update a row twice), then
+// each other request's statements in order.
+func batchUnits(batch []*request) []unit {
+	var (
+		cks   []*ckReq
+		ckIdx []int
+		out   = make([]unit, 1, len(batch)+1)
+		seen  = make(map[store.Lease]bool)
+	)
 	for i, r := range batch {
-		r.err = nil
-		for _, st := range r.stmts {
-			if err := readResult(br, r, st); err != nil {
-				return i, err
+		if r.ck == nil {
+			for _, st := range r.stmts {
+				out = append(out, unit{st: st, reqs: []int{i}})
 			}
+			continue
+		}
+		run := store.Lease{Namespace: r.ck.p.Lease.Namespace, RunID: r.ck.p.Lease.RunID}
+		if seen[run] {
+			out = append(out, unit{st: checkpointsStmt([]*ckReq{r.ck}), reqs: []int{i}})
+			continue
+		}
+		seen[run] = true
+		cks, ckIdx = append(cks, r.ck), append(ckIdx, i)
+	}
+	if len(cks) == 0 {
+		return out[1:]
+	}
+	out[0] = unit{st: checkpointsStmt(cks), reqs: ckIdx}
+	return out
+}
+
+// readResults reads every statement's result in order, stopping at the first error.
+// It returns the index of the request to blame for the error, or -1 when the
+// failed statement served several requests.
+func readResults(br pgx.BatchResults, batch []*request, units []unit) (int, error) {
+	for _, r := range batch {
+		r.err = nil
+	}
+	for _, u := range units {
+		if err := readResult(br, batch, u); err != nil {
+			if len(u.reqs) == 1 {
+				return u.reqs[0], err
+			}
+			return -1, err
 		}
 	}
 	return -1, nil
 }
 
-// readResult reads one statement's result. A reader's own error is kept in r.err;
-// the returned error is the statement's (it aborted the transaction).
-func readResult(br pgx.BatchResults, r *request, st stmt) error {
+// readResult reads one statement's result. A reader's own error is kept as the
+// error of the requests the statement serves; the returned error is the
+// statement's (it aborted the transaction).
+func readResult(br pgx.BatchResults, batch []*request, u unit) error {
 	rows, err := br.Query()
 	if err != nil {
 		return err
 	}
-	if st.rows != nil && r.err == nil {
-		r.err = st.rows(rows)
+	var readErr error
+	if u.st.rows != nil {
+		readErr = u.st.rows(rows)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if st.tag != nil && r.err == nil {
-		r.err = st.tag(rows.CommandTag())
+	if readErr == nil && u.st.tag != nil {
+		readErr = u.st.tag(rows.CommandTag())
+	}
+	if readErr != nil {
+		for _, i := range u.reqs {
+			if batch[i].err == nil {
+				batch[i].err = readErr
+			}
+		}
 	}
 	return nil
 }

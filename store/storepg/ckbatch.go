@@ -1,0 +1,302 @@
+package storepg
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// The checkpoints of a batch are one statement: every run's fenced update, then
+// the ops, attempts and run-store writes of the runs whose update matched. A
+// checkpoint whose lease is stale matches no row, so it writes nothing and the
+// others commit: fencing stays per checkpoint. One statement instead of one per
+// checkpoint is what makes group commit cheap on the server (w1 sends ~100
+// checkpoints per batch).
+//
+// The run is found by its unique (namespace, id) and updated by sequence; see
+// seqOf for why not by "namespace AND id AND status = 'running'".
+const sqlCheckpoints = `WITH c AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::timestamptz[],
+		$6::timestamptz[], $7::text[], $8::text[], $9::bytea[])
+	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output, i)
+), f AS (
+	UPDATE runs r SET status = c.status,
+		output = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.output ELSE r.output END,
+		error = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled', 'blocked') THEN c.err ELSE r.error END,
+		available_at = CASE c.status WHEN 'waiting' THEN c.wake WHEN 'pending' THEN c.now ELSE r.available_at END,
+		wait_reason = CASE c.status WHEN 'running' THEN r.wait_reason WHEN 'waiting' THEN c.reason
+			WHEN 'blocked' THEN c.reason ELSE '' END,
+		lease_owner = CASE c.status WHEN 'running' THEN r.lease_owner ELSE '' END,
+		lease_expires_at = CASE c.status WHEN 'running' THEN r.lease_expires_at END,
+		finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.now ELSE r.finished_at END,
+		updated_at = c.now
+	FROM c
+	WHERE r.sequence = (SELECT k.sequence FROM runs k WHERE k.namespace = c.ns AND k.id = c.id)
+		AND r.status = 'running' AND r.lease_token = c.token
+	RETURNING c.i, r.sequence, r.cancel_requested
+), o AS (
+	INSERT INTO ops (run_seq, position, kind, name, done, result, error, attempts, started_at, finished_at)
+	SELECT f.sequence, x.pos, x.kind, x.name, x.done, x.result, x.error, x.attempts, x.started, x.finished
+	FROM f, unnest($10::int8[], $11::int4[], $12::text[], $13::text[], $14::bool[], $15::bytea[],
+		$16::text[], $17::int4[], $18::timestamptz[], $19::timestamptz[])
+		AS x(i, pos, kind, name, done, result, error, attempts, started, finished)
+	WHERE f.i = x.i
+	ON CONFLICT (run_seq, position) DO UPDATE SET kind = excluded.kind, name = excluded.name,
+		done = excluded.done, result = excluded.result, error = excluded.error,
+		attempts = excluded.attempts, started_at = excluded.started_at, finished_at = excluded.finished_at
+), a AS (
+	INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at)
+	SELECT f.sequence, x.pos, x.n, x.error, x.started, x.finished
+	FROM f, unnest($20::int8[], $21::int4[], $22::int4[], $23::text[], $24::timestamptz[],
+		$25::timestamptz[]) AS x(i, pos, n, error, started, finished)
+	WHERE f.i = x.i
+	ON CONFLICT DO NOTHING
+), s AS (
+	INSERT INTO kv (run_seq, key, value)
+	SELECT f.sequence, x.key, x.value FROM f, unnest($26::int8[], $27::text[], $28::bytea[]) AS x(i, key, value)
+	WHERE f.i = x.i
+	ON CONFLICT (run_seq, key) DO UPDATE SET value = excluded.value
+), d AS (
+	DELETE FROM kv USING f, unnest($29::int8[], $30::text[]) AS x(i, key)
+	WHERE f.i = x.i AND kv.run_seq = f.sequence AND kv.key = x.key
+)
+SELECT i, cancel_requested FROM f`
+
+// ckReq is a checkpoint waiting for a writer, encoded for sqlCheckpoints.
+type ckReq struct {
+	p       *store.CheckpointParams
+	now     time.Time
+	errText *string
+	reason  string
+	ops     opCols
+	atts    attCols
+	kv      kvCols
+	// res is set when the checkpoint committed; nil means the lease was stale.
+	res *store.CheckpointResult
+}
+
+func newCkReq(now time.Time, p *store.CheckpointParams) (*ckReq, error) {
+	switch p.Status {
+	case store.StatusRunning, store.StatusWaiting, store.StatusBlocked, store.StatusPending,
+		store.StatusSucceeded, store.StatusFailed, store.StatusCancelled:
+	default:
+		return nil, fmt.Errorf("%w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
+	}
+	ck := &ckReq{p: p, now: now, reason: p.WaitReason}
+	var err error
+	if ck.errText, err = errJSON(p.Error); err != nil {
+		return nil, err
+	}
+	if p.Status == store.StatusBlocked && ck.reason == "" && p.Error != nil {
+		ck.reason = p.Error.Message
+	}
+	if err := ck.ops.add(0, p.Ops); err != nil {
+		return nil, err
+	}
+	if err := ck.atts.add(0, p.Attempts); err != nil {
+		return nil, err
+	}
+	ck.kv.add(0, p.KV)
+	return ck, nil
+}
+
+// ckColumns are the array parameters of sqlCheckpoints.
+type ckColumns struct {
+	ns, id, status, reason []string
+	token                  []int64
+	now, wake              []pgtype.Timestamptz
+	errs                   []pgtype.Text
+	output                 [][]byte
+	ops                    opCols
+	atts                   attCols
+	kv                     kvCols
+}
+
+// checkpointsStmt merges the checkpoints cks into one statement whose reader sets
+// each one's res.
+func checkpointsStmt(cks []*ckReq) stmt {
+	var c ckColumns
+	for i, ck := range cks {
+		c.add(int64(i+1), ck)
+	}
+	return stmt{sql: sqlCheckpoints, args: c.args(), rows: func(rows pgx.Rows) error {
+		for _, ck := range cks {
+			ck.res = nil
+		}
+		for rows.Next() {
+			var (
+				i      int64
+				cancel bool
+			)
+			if err := rows.Scan(&i, &cancel); err != nil {
+				return err
+			}
+			ck := cks[i-1]
+			ck.res = &store.CheckpointResult{CancelRequested: cancel, At: ck.now.Truncate(time.Microsecond)}
+		}
+		return rows.Err()
+	}}
+}
+
+func (c *ckColumns) add(i int64, ck *ckReq) {
+	p, l := ck.p, ck.p.Lease
+	c.ns, c.id, c.token = append(c.ns, l.Namespace), append(c.id, l.RunID), append(c.token, l.Token)
+	c.status, c.reason = append(c.status, string(p.Status)), append(c.reason, ck.reason)
+	c.now = append(c.now, pgtype.Timestamptz{Time: ck.now, Valid: true})
+	c.wake = append(c.wake, tsArg(timePtrArg(p.WakeAt)))
+	c.errs, c.output = append(c.errs, textArg(ck.errText)), append(c.output, p.Output)
+	c.ops.concat(i, &ck.ops)
+	c.atts.concat(i, &ck.atts)
+	c.kv.concat(i, &ck.kv)
+}
+
+func (c *ckColumns) args() []any {
+	args := []any{c.ns, c.id, c.token, c.status, c.now, c.wake, c.reason, c.errs, c.output}
+	args = append(args, c.ops.args()...)
+	args = append(args, c.atts.args()...)
+	return append(args, c.kv.args()...)
+}
+
+// opCols are ops as column arrays; i is the index of each op's checkpoint in the
+// statement.
+type opCols struct {
+	i                 []int64
+	pos, atts         []int32
+	kinds, names      []string
+	done              []bool
+	results           [][]byte
+	errs              []pgtype.Text
+	started, finished []pgtype.Timestamptz
+}
+
+// add appends a checkpoint's ops. Writes to the same position are merged first
+// (one statement may not touch a row twice): the last one wins.
+func (c *opCols) add(i int64, in []*store.Op) error {
+	last := make(map[int]int, len(in))
+	for k, op := range in {
+		last[op.Position] = k
+	}
+	for k, op := range in {
+		if last[op.Position] != k {
+			continue
+		}
+		e, err := errJSON(op.Error)
+		if err != nil {
+			return err
+		}
+		c.i, c.pos, c.atts = append(c.i, i), append(c.pos, int32(op.Position)), append(c.atts, int32(op.Attempts))
+		c.kinds, c.names = append(c.kinds, string(op.Kind)), append(c.names, op.Name)
+		c.done, c.results = append(c.done, op.Done), append(c.results, op.Result)
+		c.errs = append(c.errs, textArg(e))
+		c.started = append(c.started, tsArg(timeArg(op.StartedAt)))
+		c.finished = append(c.finished, tsArg(timePtrArg(op.FinishedAt)))
+	}
+	return nil
+}
+
+// concat appends o's rows with checkpoint index i.
+func (c *opCols) concat(i int64, o *opCols) {
+	c.i = appendN(c.i, i, len(o.pos))
+	c.pos, c.atts = append(c.pos, o.pos...), append(c.atts, o.atts...)
+	c.kinds, c.names = append(c.kinds, o.kinds...), append(c.names, o.names...)
+	c.done, c.results = append(c.done, o.done...), append(c.results, o.results...)
+	c.errs = append(c.errs, o.errs...)
+	c.started, c.finished = append(c.started, o.started...), append(c.finished, o.finished...)
+}
+
+func (c *opCols) args() []any {
+	return []any{orEmpty(c.i), orEmpty(c.pos), orEmpty(c.kinds), orEmpty(c.names), orEmpty(c.done),
+		orEmpty(c.results), orEmpty(c.errs), orEmpty(c.atts), orEmpty(c.started), orEmpty(c.finished)}
+}
+
+// attCols are failed attempts as column arrays.
+type attCols struct {
+	i                 []int64
+	pos, n            []int32
+	errs              []string
+	started, finished []pgtype.Timestamptz
+}
+
+// add appends a checkpoint's attempts; of two writes of one attempt the first wins.
+func (c *attCols) add(i int64, in []store.Attempt) error {
+	type key struct{ pos, n int }
+	seen := make(map[key]bool, len(in))
+	for _, a := range in {
+		if seen[key{a.Position, a.Attempt}] {
+			continue
+		}
+		seen[key{a.Position, a.Attempt}] = true
+		e, err := errJSON(&a.Error)
+		if err != nil {
+			return err
+		}
+		c.i, c.pos, c.n, c.errs = append(c.i, i), append(c.pos, int32(a.Position)), append(c.n, int32(a.Attempt)), append(c.errs, *e)
+		c.started = append(c.started, tsArg(timeArg(a.StartedAt)))
+		c.finished = append(c.finished, tsArg(timeArg(a.FinishedAt)))
+	}
+	return nil
+}
+
+func (c *attCols) concat(i int64, o *attCols) {
+	c.i = appendN(c.i, i, len(o.pos))
+	c.pos, c.n, c.errs = append(c.pos, o.pos...), append(c.n, o.n...), append(c.errs, o.errs...)
+	c.started, c.finished = append(c.started, o.started...), append(c.finished, o.finished...)
+}
+
+func (c *attCols) args() []any {
+	return []any{orEmpty(c.i), orEmpty(c.pos), orEmpty(c.n), orEmpty(c.errs), orEmpty(c.started), orEmpty(c.finished)}
+}
+
+// kvCols are run-store writes: the keys set with their values, and the keys
+// deleted.
+type kvCols struct {
+	setI, delI       []int64
+	setKeys, delKeys []string
+	vals             [][]byte
+}
+
+// add appends a checkpoint's run-store writes as they stand after applying them in
+// order: the last write of a key wins.
+func (c *kvCols) add(i int64, in []store.KVWrite) {
+	last := make(map[string]int, len(in))
+	for k, w := range in {
+		last[w.Key] = k
+	}
+	for k, w := range in {
+		switch {
+		case last[w.Key] != k:
+		case w.Delete:
+			c.delI, c.delKeys = append(c.delI, i), append(c.delKeys, w.Key)
+		default:
+			c.setI, c.setKeys, c.vals = append(c.setI, i), append(c.setKeys, w.Key), append(c.vals, nonNil(w.Value))
+		}
+	}
+}
+
+func (c *kvCols) concat(i int64, o *kvCols) {
+	c.setI, c.delI = appendN(c.setI, i, len(o.setKeys)), appendN(c.delI, i, len(o.delKeys))
+	c.setKeys, c.vals, c.delKeys = append(c.setKeys, o.setKeys...), append(c.vals, o.vals...), append(c.delKeys, o.delKeys...)
+}
+
+func (c *kvCols) args() []any {
+	return []any{orEmpty(c.setI), orEmpty(c.setKeys), orEmpty(c.vals), orEmpty(c.delI), orEmpty(c.delKeys)}
+}
+
+func appendN(dst []int64, v int64, n int) []int64 {
+	for range n {
+		dst = append(dst, v)
+	}
+	return dst
+}
+
+// orEmpty sends an empty array, not NULL, for a nil slice.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
