@@ -19,10 +19,13 @@ import (
 //
 // The run is found by its unique (namespace, id) and updated by sequence; see
 // seqOf for why not by "namespace AND id AND status = 'running'".
-const sqlCheckpoints = `WITH c AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::timestamptz[],
-		$6::timestamptz[], $7::text[], $8::text[], $9::bytea[])
-	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output, i)
+const sqlCheckpoints = `WITH c AS MATERIALIZED (
+	SELECT c.*, (SELECT k.sequence FROM runs k WHERE k.namespace = c.ns AND k.id = c.id) AS seq
+	FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::timestamptz[],
+		$6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::int4[], $11::int4[],
+		$12::int4[], $13::int4[], $14::int4[], $15::int4[], $16::int4[], $17::int4[])
+	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output,
+		op_from, op_to, att_from, att_to, set_from, set_to, del_from, del_to, i)
 ), f AS (
 	UPDATE runs r SET status = c.status,
 		output = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.output ELSE r.output END,
@@ -35,34 +38,31 @@ const sqlCheckpoints = `WITH c AS (
 		finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.now ELSE r.finished_at END,
 		updated_at = c.now
 	FROM c
-	WHERE r.sequence = (SELECT k.sequence FROM runs k WHERE k.namespace = c.ns AND k.id = c.id)
-		AND r.status = 'running' AND r.lease_token = c.token
-	RETURNING c.i, r.sequence, r.cancel_requested
+	WHERE r.sequence = c.seq AND r.status = 'running' AND r.lease_token = c.token
+	RETURNING c.i, r.sequence, r.cancel_requested, c.op_from, c.op_to, c.att_from, c.att_to,
+		c.set_from, c.set_to, c.del_from, c.del_to
 ), o AS (
 	INSERT INTO ops (run_seq, position, kind, name, done, result, error, attempts, started_at, finished_at)
-	SELECT f.sequence, x.pos, x.kind, x.name, x.done, x.result, x.error, x.attempts, x.started, x.finished
-	FROM f, unnest($10::int8[], $11::int4[], $12::text[], $13::text[], $14::bool[], $15::bytea[],
-		$16::text[], $17::int4[], $18::timestamptz[], $19::timestamptz[])
-		AS x(i, pos, kind, name, done, result, error, attempts, started, finished)
-	WHERE f.i = x.i
+	SELECT f.sequence, ($18::int4[])[g], ($19::text[])[g], ($20::text[])[g], ($21::bool[])[g],
+		($22::bytea[])[g], ($23::text[])[g], ($24::int4[])[g], ($25::timestamptz[])[g], ($26::timestamptz[])[g]
+	FROM f, generate_series(f.op_from, f.op_to) AS g
 	ON CONFLICT (run_seq, position) DO UPDATE SET kind = excluded.kind, name = excluded.name,
 		done = excluded.done, result = excluded.result, error = excluded.error,
 		attempts = excluded.attempts, started_at = excluded.started_at, finished_at = excluded.finished_at
 ), a AS (
 	INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at)
-	SELECT f.sequence, x.pos, x.n, x.error, x.started, x.finished
-	FROM f, unnest($20::int8[], $21::int4[], $22::int4[], $23::text[], $24::timestamptz[],
-		$25::timestamptz[]) AS x(i, pos, n, error, started, finished)
-	WHERE f.i = x.i
+	SELECT f.sequence, ($27::int4[])[g], ($28::int4[])[g], ($29::text[])[g], ($30::timestamptz[])[g],
+		($31::timestamptz[])[g]
+	FROM f, generate_series(f.att_from, f.att_to) AS g
 	ON CONFLICT DO NOTHING
 ), s AS (
 	INSERT INTO kv (run_seq, key, value)
-	SELECT f.sequence, x.key, x.value FROM f, unnest($26::int8[], $27::text[], $28::bytea[]) AS x(i, key, value)
-	WHERE f.i = x.i
+	SELECT f.sequence, ($32::text[])[g], ($33::bytea[])[g]
+	FROM f, generate_series(f.set_from, f.set_to) AS g
 	ON CONFLICT (run_seq, key) DO UPDATE SET value = excluded.value
 ), d AS (
-	DELETE FROM kv USING f, unnest($29::int8[], $30::text[]) AS x(i, key)
-	WHERE f.i = x.i AND kv.run_seq = f.sequence AND kv.key = x.key
+	DELETE FROM kv USING f WHERE kv.run_seq = f.sequence AND f.del_from <= f.del_to
+		AND kv.key = ANY(($34::text[])[f.del_from:f.del_to])
 )
 SELECT i, cancel_requested FROM f`
 
@@ -94,13 +94,13 @@ func newCkReq(now time.Time, p *store.CheckpointParams) (*ckReq, error) {
 	if p.Status == store.StatusBlocked && ck.reason == "" && p.Error != nil {
 		ck.reason = p.Error.Message
 	}
-	if err := ck.ops.add(0, p.Ops); err != nil {
+	if err := ck.ops.add(p.Ops); err != nil {
 		return nil, err
 	}
-	if err := ck.atts.add(0, p.Attempts); err != nil {
+	if err := ck.atts.add(p.Attempts); err != nil {
 		return nil, err
 	}
-	ck.kv.add(0, p.KV)
+	ck.kv.add(p.KV)
 	return ck, nil
 }
 
@@ -111,17 +111,23 @@ type ckColumns struct {
 	now, wake              []pgtype.Timestamptz
 	errs                   []pgtype.Text
 	output                 [][]byte
-	ops                    opCols
-	atts                   attCols
-	kv                     kvCols
+	// ranges holds, per checkpoint, the 1-based first and last index of its rows in
+	// ops, atts, kv.setKeys and kv.delKeys (first > last when it has none).
+	ranges [8][]int32
+	ops    opCols
+	atts   attCols
+	kv     kvCols
 }
 
 // checkpointsStmt merges the checkpoints cks into one statement whose reader sets
 // each one's res.
-func checkpointsStmt(cks []*ckReq) stmt {
+func checkpointsStmt(cks []*ckReq, mergeSingle bool) stmt {
+	if len(cks) == 1 && !mergeSingle {
+		return checkpointStmt(cks[0])
+	}
 	var c ckColumns
-	for i, ck := range cks {
-		c.add(int64(i+1), ck)
+	for _, ck := range cks {
+		c.add(ck)
 	}
 	return stmt{sql: sqlCheckpoints, args: c.args(), rows: func(rows pgx.Rows) error {
 		for _, ck := range cks {
@@ -142,29 +148,37 @@ func checkpointsStmt(cks []*ckReq) stmt {
 	}}
 }
 
-func (c *ckColumns) add(i int64, ck *ckReq) {
+func (c *ckColumns) add(ck *ckReq) {
 	p, l := ck.p, ck.p.Lease
 	c.ns, c.id, c.token = append(c.ns, l.Namespace), append(c.id, l.RunID), append(c.token, l.Token)
 	c.status, c.reason = append(c.status, string(p.Status)), append(c.reason, ck.reason)
 	c.now = append(c.now, pgtype.Timestamptz{Time: ck.now, Valid: true})
 	c.wake = append(c.wake, tsArg(timePtrArg(p.WakeAt)))
 	c.errs, c.output = append(c.errs, textArg(ck.errText)), append(c.output, p.Output)
-	c.ops.concat(i, &ck.ops)
-	c.atts.concat(i, &ck.atts)
-	c.kv.concat(i, &ck.kv)
+	for k, n := range [4][2]int{
+		{len(c.ops.pos), len(ck.ops.pos)}, {len(c.atts.pos), len(ck.atts.pos)},
+		{len(c.kv.setKeys), len(ck.kv.setKeys)}, {len(c.kv.delKeys), len(ck.kv.delKeys)},
+	} {
+		c.ranges[2*k] = append(c.ranges[2*k], int32(n[0]+1))
+		c.ranges[2*k+1] = append(c.ranges[2*k+1], int32(n[0]+n[1]))
+	}
+	c.ops.concat(&ck.ops)
+	c.atts.concat(&ck.atts)
+	c.kv.concat(&ck.kv)
 }
 
 func (c *ckColumns) args() []any {
 	args := []any{c.ns, c.id, c.token, c.status, c.now, c.wake, c.reason, c.errs, c.output}
+	for _, r := range c.ranges {
+		args = append(args, r)
+	}
 	args = append(args, c.ops.args()...)
 	args = append(args, c.atts.args()...)
 	return append(args, c.kv.args()...)
 }
 
-// opCols are ops as column arrays; i is the index of each op's checkpoint in the
-// statement.
+// opCols are ops as column arrays.
 type opCols struct {
-	i                 []int64
 	pos, atts         []int32
 	kinds, names      []string
 	done              []bool
@@ -175,7 +189,7 @@ type opCols struct {
 
 // add appends a checkpoint's ops. Writes to the same position are merged first
 // (one statement may not touch a row twice): the last one wins.
-func (c *opCols) add(i int64, in []*store.Op) error {
+func (c *opCols) add(in []*store.Op) error {
 	last := make(map[int]int, len(in))
 	for k, op := range in {
 		last[op.Position] = k
@@ -188,7 +202,7 @@ func (c *opCols) add(i int64, in []*store.Op) error {
 		if err != nil {
 			return err
 		}
-		c.i, c.pos, c.atts = append(c.i, i), append(c.pos, int32(op.Position)), append(c.atts, int32(op.Attempts))
+		c.pos, c.atts = append(c.pos, int32(op.Position)), append(c.atts, int32(op.Attempts))
 		c.kinds, c.names = append(c.kinds, string(op.Kind)), append(c.names, op.Name)
 		c.done, c.results = append(c.done, op.Done), append(c.results, op.Result)
 		c.errs = append(c.errs, textArg(e))
@@ -198,9 +212,8 @@ func (c *opCols) add(i int64, in []*store.Op) error {
 	return nil
 }
 
-// concat appends o's rows with checkpoint index i.
-func (c *opCols) concat(i int64, o *opCols) {
-	c.i = appendN(c.i, i, len(o.pos))
+// concat appends o's rows.
+func (c *opCols) concat(o *opCols) {
 	c.pos, c.atts = append(c.pos, o.pos...), append(c.atts, o.atts...)
 	c.kinds, c.names = append(c.kinds, o.kinds...), append(c.names, o.names...)
 	c.done, c.results = append(c.done, o.done...), append(c.results, o.results...)
@@ -209,20 +222,19 @@ func (c *opCols) concat(i int64, o *opCols) {
 }
 
 func (c *opCols) args() []any {
-	return []any{orEmpty(c.i), orEmpty(c.pos), orEmpty(c.kinds), orEmpty(c.names), orEmpty(c.done),
+	return []any{orEmpty(c.pos), orEmpty(c.kinds), orEmpty(c.names), orEmpty(c.done),
 		orEmpty(c.results), orEmpty(c.errs), orEmpty(c.atts), orEmpty(c.started), orEmpty(c.finished)}
 }
 
 // attCols are failed attempts as column arrays.
 type attCols struct {
-	i                 []int64
 	pos, n            []int32
 	errs              []string
 	started, finished []pgtype.Timestamptz
 }
 
 // add appends a checkpoint's attempts; of two writes of one attempt the first wins.
-func (c *attCols) add(i int64, in []store.Attempt) error {
+func (c *attCols) add(in []store.Attempt) error {
 	type key struct{ pos, n int }
 	seen := make(map[key]bool, len(in))
 	for _, a := range in {
@@ -234,34 +246,32 @@ func (c *attCols) add(i int64, in []store.Attempt) error {
 		if err != nil {
 			return err
 		}
-		c.i, c.pos, c.n, c.errs = append(c.i, i), append(c.pos, int32(a.Position)), append(c.n, int32(a.Attempt)), append(c.errs, *e)
+		c.pos, c.n, c.errs = append(c.pos, int32(a.Position)), append(c.n, int32(a.Attempt)), append(c.errs, *e)
 		c.started = append(c.started, tsArg(timeArg(a.StartedAt)))
 		c.finished = append(c.finished, tsArg(timeArg(a.FinishedAt)))
 	}
 	return nil
 }
 
-func (c *attCols) concat(i int64, o *attCols) {
-	c.i = appendN(c.i, i, len(o.pos))
+func (c *attCols) concat(o *attCols) {
 	c.pos, c.n, c.errs = append(c.pos, o.pos...), append(c.n, o.n...), append(c.errs, o.errs...)
 	c.started, c.finished = append(c.started, o.started...), append(c.finished, o.finished...)
 }
 
 func (c *attCols) args() []any {
-	return []any{orEmpty(c.i), orEmpty(c.pos), orEmpty(c.n), orEmpty(c.errs), orEmpty(c.started), orEmpty(c.finished)}
+	return []any{orEmpty(c.pos), orEmpty(c.n), orEmpty(c.errs), orEmpty(c.started), orEmpty(c.finished)}
 }
 
 // kvCols are run-store writes: the keys set with their values, and the keys
 // deleted.
 type kvCols struct {
-	setI, delI       []int64
 	setKeys, delKeys []string
 	vals             [][]byte
 }
 
 // add appends a checkpoint's run-store writes as they stand after applying them in
 // order: the last write of a key wins.
-func (c *kvCols) add(i int64, in []store.KVWrite) {
+func (c *kvCols) add(in []store.KVWrite) {
 	last := make(map[string]int, len(in))
 	for k, w := range in {
 		last[w.Key] = k
@@ -270,27 +280,19 @@ func (c *kvCols) add(i int64, in []store.KVWrite) {
 		switch {
 		case last[w.Key] != k:
 		case w.Delete:
-			c.delI, c.delKeys = append(c.delI, i), append(c.delKeys, w.Key)
+			c.delKeys = append(c.delKeys, w.Key)
 		default:
-			c.setI, c.setKeys, c.vals = append(c.setI, i), append(c.setKeys, w.Key), append(c.vals, nonNil(w.Value))
+			c.setKeys, c.vals = append(c.setKeys, w.Key), append(c.vals, nonNil(w.Value))
 		}
 	}
 }
 
-func (c *kvCols) concat(i int64, o *kvCols) {
-	c.setI, c.delI = appendN(c.setI, i, len(o.setKeys)), appendN(c.delI, i, len(o.delKeys))
+func (c *kvCols) concat(o *kvCols) {
 	c.setKeys, c.vals, c.delKeys = append(c.setKeys, o.setKeys...), append(c.vals, o.vals...), append(c.delKeys, o.delKeys...)
 }
 
 func (c *kvCols) args() []any {
-	return []any{orEmpty(c.setI), orEmpty(c.setKeys), orEmpty(c.vals), orEmpty(c.delI), orEmpty(c.delKeys)}
-}
-
-func appendN(dst []int64, v int64, n int) []int64 {
-	for range n {
-		dst = append(dst, v)
-	}
-	return dst
+	return []any{orEmpty(c.setKeys), orEmpty(c.vals), orEmpty(c.delKeys)}
 }
 
 // orEmpty sends an empty array, not NULL, for a nil slice.

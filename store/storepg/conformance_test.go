@@ -33,3 +33,13 @@ func TestConformance(t *testing.T) {
 		return openTest(t, now)
 	})
 }
+
+// TestConformanceMerged runs the suite with every checkpoint sent as the multi-row
+// statement that batches of several checkpoints use.
+func TestConformanceMerged(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
+		s := openTest(t, now)
+		storepg.MergeSingleCheckpoints(s)
+		return s
+	})
+}

@@ -42,6 +42,8 @@ type Store struct {
 
 	transactions atomic.Int64
 	requests     atomic.Int64
+
+	mergeSingle bool // tests: a lone checkpoint also uses sqlCheckpoints
 }
 
 var _ store.Store = (*Store)(nil)

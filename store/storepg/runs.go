@@ -72,7 +72,11 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 			return err
 		},
 	}
-	topics := []string{store.TopicReady, store.RunTopic(p.Namespace, p.ID)}
+	topics := []string{store.RunTopic(p.Namespace, p.ID)}
+	if claim == nil {
+		// A run created claimed is no work for another worker.
+		topics = append(topics, store.TopicReady)
+	}
 	if _, err := s.write(ctx, topics, st); err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
 	}

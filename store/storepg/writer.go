@@ -214,7 +214,7 @@ func (w *writer) exec(batch []*request) (int, error) {
 	if lazy {
 		b.Queue(sqlAsyncCommit)
 	}
-	units := batchUnits(batch)
+	units := w.batchUnits(batch)
 	for _, u := range units {
 		b.Queue(u.st.sql, u.st.args...)
 	}
@@ -256,7 +256,7 @@ type unit struct {
 // checkpoint of the same run, possible only when a caller gave up on the first,
 // gets a statement of its own: one statement may not update a row twice), then
 // each other request's statements in order.
-func batchUnits(batch []*request) []unit {
+func (w *writer) batchUnits(batch []*request) []unit {
 	var (
 		cks   []*ckReq
 		ckIdx []int
@@ -272,7 +272,7 @@ func batchUnits(batch []*request) []unit {
 		}
 		run := store.Lease{Namespace: r.ck.p.Lease.Namespace, RunID: r.ck.p.Lease.RunID}
 		if seen[run] {
-			out = append(out, unit{st: checkpointsStmt([]*ckReq{r.ck}), reqs: []int{i}})
+			out = append(out, unit{st: checkpointsStmt([]*ckReq{r.ck}, w.s.mergeSingle), reqs: []int{i}})
 			continue
 		}
 		seen[run] = true
@@ -281,7 +281,7 @@ func batchUnits(batch []*request) []unit {
 	if len(cks) == 0 {
 		return out[1:]
 	}
-	out[0] = unit{st: checkpointsStmt(cks), reqs: ckIdx}
+	out[0] = unit{st: checkpointsStmt(cks, w.s.mergeSingle), reqs: ckIdx}
 	return out
 }
 
