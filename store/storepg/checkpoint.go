@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,32 +40,44 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 
 // A batch of one checkpoint uses a statement of its own shape rather than
 // sqlCheckpoints, whose generic form costs the server about three times as much
-// for a single run (w2 and w3 wait on that one checkpoint). A checkpoint is one
-// statement: the run's state change, fenced by the lease token,
-// feeds every other write of the statement, so a stale token writes nothing (the
-// statement returns no row) and the other requests of the batch are unaffected. The
-// statement holds only the parts a checkpoint needs (a step's checkpoint is an UPDATE
-// and one INSERT), so each shape is its own prepared statement.
+// for a single run (w2 and w3 wait on that one checkpoint). The run's state change,
+// fenced by the lease token, feeds every other write of the statement, so a stale
+// token writes nothing (the statement returns no row). The statement holds only the
+// parts the checkpoint needs (a step's checkpoint is an UPDATE and one INSERT of
+// scalars), so each shape is its own prepared statement; its text is built once.
 
-// ckSet is the SET list of the run's update per target status; $N placeholders are
-// numbered by checkpointQuery.
-var ckSet = map[store.Status]string{
-	store.StatusRunning: `updated_at = {now}`,
-	store.StatusWaiting: `status = 'waiting', available_at = {wake}, wait_reason = {reason},
-	lease_owner = '', lease_expires_at = NULL, updated_at = {now}`,
-	store.StatusBlocked: `status = 'blocked', error = {err}, wait_reason = {reason},
-	lease_owner = '', lease_expires_at = NULL, updated_at = {now}`,
-	store.StatusPending: `status = 'pending', available_at = {now}, wait_reason = '',
-	lease_owner = '', lease_expires_at = NULL, updated_at = {now}`,
-	store.StatusSucceeded: ckFinished,
-	store.StatusFailed:    ckFinished,
-	store.StatusCancelled: ckFinished,
+// ckSet is the SET list of the run's update per target status, with the
+// parameters it uses (each {name} is replaced by the next placeholder).
+var ckSet = map[store.Status]struct {
+	set    string
+	params []string
+}{
+	store.StatusRunning: {`updated_at = {now}`, nil},
+	store.StatusWaiting: {`status = 'waiting', available_at = {wake}, wait_reason = {reason},
+	lease_owner = '', lease_expires_at = NULL, updated_at = {now}`, []string{"wake", "reason"}},
+	store.StatusBlocked: {`status = 'blocked', error = {err}, wait_reason = {reason},
+	lease_owner = '', lease_expires_at = NULL, updated_at = {now}`, []string{"err", "reason"}},
+	store.StatusPending: {`status = 'pending', available_at = {now}, wait_reason = '',
+	lease_owner = '', lease_expires_at = NULL, updated_at = {now}`, nil},
+	store.StatusSucceeded: {ckFinished, ckFinishedParams},
+	store.StatusFailed:    {ckFinished, ckFinishedParams},
+	store.StatusCancelled: {ckFinished, ckFinishedParams},
 }
 
 const ckFinished = `status = {status}, output = {output}, error = {err}, wait_reason = '',
 	lease_owner = '', lease_expires_at = NULL, finished_at = {now}, updated_at = {now}`
 
+var ckFinishedParams = []string{"status", "output", "err"}
+
+// The writes of a checkpoint statement besides the run's update; each {a} is the
+// next placeholder.
 const (
+	ckOp = `INSERT INTO ops (run_seq, position, kind, name, done, result, error, attempts, started_at, finished_at)
+	SELECT f.sequence, {a}::int4, {a}::text, {a}::text, {a}::bool, {a}::bytea, {a}::text, {a}::int4,
+		{a}::timestamptz, {a}::timestamptz FROM f
+	ON CONFLICT (run_seq, position) DO UPDATE SET kind = excluded.kind, name = excluded.name,
+		done = excluded.done, result = excluded.result, error = excluded.error,
+		attempts = excluded.attempts, started_at = excluded.started_at, finished_at = excluded.finished_at`
 	ckOps = `INSERT INTO ops (run_seq, position, kind, name, done, result, error, attempts, started_at, finished_at)
 	SELECT f.sequence, x.* FROM f, unnest({a}::int4[], {a}::text[], {a}::text[], {a}::bool[], {a}::bytea[],
 		{a}::text[], {a}::int4[], {a}::timestamptz[], {a}::timestamptz[]) AS x
@@ -81,32 +94,57 @@ const (
 	ckKVDelete = `DELETE FROM kv USING f WHERE kv.run_seq = f.sequence AND kv.key = ANY({a}::text[])`
 )
 
+// ckShape identifies a checkpoint statement's text.
+type ckShape struct {
+	status store.Status
+	parts  string // the writes, in order: o (one op), O (ops), A, S, D
+}
+
+var ckSQL sync.Map // ckShape -> string
+
 // checkpointStmt is the statement of a batch holding the single checkpoint ck.
 func checkpointStmt(ck *ckReq) stmt {
 	p, l := ck.p, ck.p.Lease
-	set := ckSet[p.Status]
-	var args argList
-	where := `sequence = ` + seqOf(args.add(l.Namespace), args.add(l.RunID)) +
-		` AND status = 'running' AND lease_token = ` + args.add(l.Token)
-	set = strings.NewReplacer(
-		"{now}", args.add(ck.now),
-		"{wake}", placeholderIf(&args, strings.Contains(set, "{wake}"), timePtrArg(p.WakeAt)),
-		"{reason}", placeholderIf(&args, strings.Contains(set, "{reason}"), ck.reason),
-		"{err}", placeholderIf(&args, strings.Contains(set, "{err}"), ck.errText),
-		"{status}", placeholderIf(&args, strings.Contains(set, "{status}"), string(p.Status)),
-		"{output}", placeholderIf(&args, strings.Contains(set, "{output}"), p.Output),
-	).Replace(set)
-	var b strings.Builder
-	b.WriteString("WITH f AS (UPDATE runs SET " + set + " WHERE " + where + " RETURNING sequence, cancel_requested)")
-	for i, part := range ck.parts() {
-		sql := part.sql
-		for _, v := range part.arrays {
-			sql = strings.Replace(sql, "{a}", args.add(v), 1)
+	args := []any{l.Namespace, l.RunID, l.Token, ck.now}
+	for _, name := range ckSet[p.Status].params {
+		switch name {
+		case "wake":
+			args = append(args, timePtrArg(p.WakeAt))
+		case "reason":
+			args = append(args, ck.reason)
+		case "err":
+			args = append(args, ck.errText)
+		case "status":
+			args = append(args, string(p.Status))
+		case "output":
+			args = append(args, p.Output)
 		}
-		fmt.Fprintf(&b, ", w%d AS (%s)", i, sql)
 	}
-	b.WriteString(" SELECT cancel_requested FROM f")
-	return stmt{sql: b.String(), args: args, rows: func(rows pgx.Rows) error {
+	shape := ckShape{status: p.Status}
+	if o := &ck.ops; len(o.pos) == 1 {
+		shape.parts += "o"
+		args = append(args, o.pos[0], o.kinds[0], o.names[0], o.done[0], o.results[0], o.errs[0], o.atts[0], o.started[0], o.finished[0])
+	} else if len(o.pos) > 1 {
+		shape.parts += "O"
+		args = append(args, o.pos, o.kinds, o.names, o.done, o.results, o.errs, o.atts, o.started, o.finished)
+	}
+	if a := &ck.atts; len(a.pos) > 0 {
+		shape.parts += "A"
+		args = append(args, a.pos, a.n, a.errs, a.started, a.finished)
+	}
+	if kv := &ck.kv; len(kv.setKeys) > 0 {
+		shape.parts += "S"
+		args = append(args, kv.setKeys, kv.vals)
+	}
+	if kv := &ck.kv; len(kv.delKeys) > 0 {
+		shape.parts += "D"
+		args = append(args, kv.delKeys)
+	}
+	sql, ok := ckSQL.Load(shape)
+	if !ok {
+		sql, _ = ckSQL.LoadOrStore(shape, buildCheckpointSQL(shape))
+	}
+	return stmt{sql: sql.(string), args: args, rows: func(rows pgx.Rows) error {
 		ck.res = nil
 		if !rows.Next() {
 			return rows.Err()
@@ -120,36 +158,28 @@ func checkpointStmt(ck *ckReq) stmt {
 	}}
 }
 
-// placeholderIf adds v as a parameter when used, returning its placeholder.
-func placeholderIf(args *argList, used bool, v any) string {
-	if !used {
-		return ""
+// buildCheckpointSQL writes the statement of a shape; its placeholders follow the
+// order in which checkpointStmt adds the arguments.
+func buildCheckpointSQL(shape ckShape) string {
+	n := 0
+	next := func() string { n++; return fmt.Sprintf("$%d", n) }
+	where := `sequence = ` + seqOf(next(), next()) + ` AND status = 'running' AND lease_token = ` + next()
+	cs := ckSet[shape.status]
+	set := strings.ReplaceAll(cs.set, "{now}", next())
+	for _, name := range cs.params {
+		set = strings.ReplaceAll(set, "{"+name+"}", next())
 	}
-	return args.add(v)
-}
-
-// ckPart is one write of a checkpoint statement and its array parameters.
-type ckPart struct {
-	sql    string
-	arrays []any
-}
-
-// parts returns the writes ck needs.
-func (ck *ckReq) parts() []ckPart {
-	var parts []ckPart
-	if o := &ck.ops; len(o.pos) > 0 {
-		parts = append(parts, ckPart{ckOps, []any{o.pos, o.kinds, o.names, o.done, o.results, o.errs, o.atts, o.started, o.finished}})
+	var b strings.Builder
+	b.WriteString("WITH f AS (UPDATE runs SET " + set + " WHERE " + where + " RETURNING sequence, cancel_requested)")
+	for i, part := range shape.parts {
+		sql := map[rune]string{'o': ckOp, 'O': ckOps, 'A': ckAttempts, 'S': ckKVSet, 'D': ckKVDelete}[part]
+		for strings.Contains(sql, "{a}") {
+			sql = strings.Replace(sql, "{a}", next(), 1)
+		}
+		fmt.Fprintf(&b, ", w%d AS (%s)", i, sql)
 	}
-	if a := &ck.atts; len(a.pos) > 0 {
-		parts = append(parts, ckPart{ckAttempts, []any{a.pos, a.n, a.errs, a.started, a.finished}})
-	}
-	if kv := &ck.kv; len(kv.setKeys) > 0 {
-		parts = append(parts, ckPart{ckKVSet, []any{kv.setKeys, kv.vals}})
-	}
-	if kv := &ck.kv; len(kv.delKeys) > 0 {
-		parts = append(parts, ckPart{ckKVDelete, []any{kv.delKeys}})
-	}
-	return parts
+	b.WriteString(" SELECT cancel_requested FROM f")
+	return b.String()
 }
 
 func textArg(s *string) pgtype.Text {
