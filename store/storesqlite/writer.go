@@ -224,7 +224,8 @@ func (w *writer) applyFast(batch []*request) bool {
 // precondition, before writing.
 func cleanError(err error) bool {
 	for _, e := range []error{store.ErrLeaseLost, store.ErrRunExists, store.ErrRunNotFound,
-		store.ErrRunFinished, store.ErrRunNotBlocked, store.ErrKeyNotFound, store.ErrInvalidParams} {
+		store.ErrRunFinished, store.ErrRunNotBlocked, store.ErrKeyNotFound, store.ErrInvalidParams,
+		store.ErrConflict, store.ErrApprovalNotFound, store.ErrApprovalDecided} {
 		if errors.Is(err, e) {
 			return true
 		}
