@@ -164,8 +164,11 @@ type Run struct {
 	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 	StartedAt      *time.Time `json:"started_at,omitempty"`
-	UpdatedAt      time.Time  `json:"updated_at"`
-	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	// UpdatedAt is when the run's state last changed: created, claimed, status
+	// changed by a checkpoint, cancellation requested. Checkpoints that keep a run
+	// running do not change it.
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	// ParentID is the run ID of the parent of a child run.
 	ParentID string `json:"parent_id,omitempty"`
 }
@@ -437,7 +440,8 @@ type CheckpointResult struct {
 	// CancelRequested reports a pending cancellation of the run.
 	CancelRequested bool `json:"cancel_requested"`
 	// At is the store clock's reading the checkpoint was written with: the run's
-	// UpdatedAt, and its FinishedAt when the checkpoint finished it.
+	// UpdatedAt when the checkpoint changed its status, and its FinishedAt when
+	// the checkpoint finished it.
 	At time.Time `json:"at"`
 }
 

@@ -29,7 +29,9 @@ const (
 const (
 	ckWhere      = ` WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4`
 	ckFence      = ckWhere + ` RETURNING sequence, cancel_requested`
-	sqlCkRunning = `UPDATE runs SET updated_at = ?1` + ckFence
+	// sqlCkRunning only checks the lease: a checkpoint that keeps the run running
+	// changes nothing in its row (UpdatedAt tracks changes of state).
+	sqlCkRunning = `SELECT sequence, cancel_requested FROM runs` + ckWhere
 	sqlCkWaiting = `UPDATE runs SET status = 'waiting', available_at = ?5, wait_reason = ?6,
 	wait_events = ?7, lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
 	sqlCkBlocked = `UPDATE runs SET status = 'blocked', error = ?5, wait_reason = ?6,
