@@ -27,8 +27,8 @@ const (
 // the lease (?2 namespace, ?3 run ID, ?4 token) is current, so it doubles as the
 // lease check. ?1 is now.
 const (
-	ckWhere      = ` WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4`
-	ckFence      = ckWhere + ` RETURNING sequence, cancel_requested`
+	ckWhere = ` WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4`
+	ckFence = ckWhere + ` RETURNING sequence, cancel_requested`
 	// sqlCkRunning only checks the lease: a checkpoint that keeps the run running
 	// changes nothing in its row (UpdatedAt tracks changes of state).
 	sqlCkRunning = `SELECT sequence, cancel_requested FROM runs` + ckWhere
