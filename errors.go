@@ -22,6 +22,12 @@ var (
 	ErrLeaseLost = store.ErrLeaseLost
 	// ErrKeyNotFound: the run store has no such key.
 	ErrKeyNotFound = store.ErrKeyNotFound
+	// ErrInvalidParams: a parameter is missing or malformed.
+	ErrInvalidParams = store.ErrInvalidParams
+	// ErrApprovalNotFound: no approval request has this ID.
+	ErrApprovalNotFound = store.ErrApprovalNotFound
+	// ErrApprovalDecided: the approval request was already decided, or expired.
+	ErrApprovalDecided = store.ErrApprovalDecided
 	// ErrUnknownWorkflow: no workflow with that name is registered.
 	ErrUnknownWorkflow = errors.New("unknown workflow")
 	// ErrInvalidInput: the input cannot be decoded into the workflow's input type.
@@ -131,7 +137,10 @@ func errorInfo(err error) *store.ErrorInfo {
 	}
 	var se *StepError
 	var pe *panicError
+	var te *typedError
 	switch {
+	case errors.As(err, &te):
+		info.Type = te.typ
 	case errors.As(err, &pe):
 		info.Type = errTypePanic
 	case errors.Is(err, ErrStepTimeout):

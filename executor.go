@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
@@ -75,7 +76,7 @@ func (rs *runState) runWorkflow(def *definition) (out []byte, err error, returne
 // saveUnwind saves the state of a run whose workflow goroutine was unwound.
 func (rs *runState) saveUnwind() {
 	rs.mu.Lock()
-	kind, uerr, wakeAt, reason := rs.unwind, rs.unwindErr, rs.wakeAt, rs.waitReason
+	kind, uerr, wakeAt, reason, events := rs.unwind, rs.unwindErr, rs.wakeAt, rs.waitReason, rs.waitEvents
 	rs.mu.Unlock()
 	p := &store.CheckpointParams{}
 	switch kind {
@@ -84,18 +85,31 @@ func (rs *runState) saveUnwind() {
 		info.Type = errTypeNonDetermism
 		p.Status, p.Error = store.StatusBlocked, info
 	case unwindSuspend:
-		if d := rs.run.Deadline; d != nil && d.Before(*wakeAt) {
+		if d := rs.run.Deadline; d != nil && (wakeAt == nil || d.Before(*wakeAt)) {
 			wakeAt = d
 		}
-		p.Status, p.WakeAt, p.WaitReason = store.StatusWaiting, wakeAt, reason
+		p.Status, p.WakeAt, p.WaitReason, p.WaitEvents = store.StatusWaiting, wakeAt, reason, slices.Compact(slices.Sorted(slices.Values(events)))
 	case unwindHandBack:
 		p.Status = store.StatusPending
 	default: // abandoned: the lease is lost or the store fails; write nothing
 		rs.c.cfg.Logger.Warn("abandoning run", "run", rs.run.ID, "err", uerr)
 		return
 	}
-	if _, err := rs.checkpoint(p, true); err != nil {
+	_, err := rs.checkpoint(p, true)
+	if errors.Is(err, store.ErrConflict) {
+		rs.handBack()
+		return
+	}
+	if err != nil {
 		rs.c.cfg.Logger.Warn("saving run state", "run", rs.run.ID, "status", p.Status, "err", err)
+	}
+}
+
+// handBack makes the run pending again with nothing more recorded, so that it is
+// replayed (after a checkpoint was refused with store.ErrConflict).
+func (rs *runState) handBack() {
+	if _, err := rs.checkpoint(&store.CheckpointParams{Status: store.StatusPending}, true); err != nil {
+		rs.c.cfg.Logger.Warn("handing back run", "run", rs.run.ID, "err", err)
 	}
 }
 
@@ -122,6 +136,11 @@ func (rs *runState) finish(out []byte, err error) *store.Run {
 		p.Error = errorInfo(fmt.Errorf("%w: output is %d bytes (limit %d)", ErrPayloadTooLarge, len(out), rs.c.cfg.MaxPayloadBytes))
 	}
 	res, err := rs.checkpoint(p, true)
+	if errors.Is(err, store.ErrConflict) {
+		// A wait timed out while its event arrived: replay with the new inbox.
+		rs.handBack()
+		return nil
+	}
 	if err != nil {
 		rs.c.cfg.Logger.Warn("saving run outcome", "run", rs.run.ID, "status", p.Status, "err", err)
 		return nil

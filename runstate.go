@@ -39,18 +39,25 @@ type runState struct {
 	history   map[int]*store.Op
 	lastPos   int // highest recorded position, -1 when none
 
+	// inbox holds the events the run had when claimed; consumed marks those an op
+	// of this execution took.
+	inbox    []*store.Event
+	consumed map[int64]bool
+
 	mu          sync.Mutex
 	nextPos     int
 	pendingOps  []*store.Op
 	pendingAtt  []store.Attempt
 	pendingKV   []store.KVWrite
+	pendingWait waitWrites // waits' writes for the next checkpoint
 	kv          map[string][]byte
 	cancelSeen  bool
 	deadlineHit bool
 	panicked    bool
 	unwind      unwindKind
 	unwindErr   error      // blocked: the non-determinism error
-	wakeAt      *time.Time // suspend: when to resume
+	wakeAt      *time.Time // suspend: when to resume (nil: only on an event)
+	waitEvents  []string   // suspend: events that resume it
 	waitReason  string
 	unwinding   chan struct{} // closed when an unwind is requested
 
@@ -66,6 +73,8 @@ func newRunState(c *Client, cr *store.ClaimedRun, ctx context.Context, ctl *work
 		lastPos:   -1,
 		kv:        make(map[string][]byte),
 		unwinding: make(chan struct{}),
+		inbox:     cr.Inbox,
+		consumed:  make(map[int64]bool),
 	}
 	for _, op := range cr.History {
 		rs.history[op.Position] = op
@@ -118,8 +127,34 @@ func (rs *runState) recordAttempt(op *store.Op, att store.Attempt) {
 // flush checkpoints the queued ops with the run still running. It is called before
 // every side effect, so a step never starts before what preceded it is durable.
 func (rs *runState) flush() error {
+	if rs.onlyDerivable() {
+		return nil
+	}
 	_, err := rs.checkpoint(&store.CheckpointParams{Status: store.StatusRunning}, false)
 	return err
+}
+
+// onlyDerivable reports whether everything queued would be recorded the same way
+// by a replay after a crash, so a step need not wait for it to be durable: fired
+// timers (the clock only moves on) and events taken from the inbox (they stay
+// there, oldest first, until consumed). It goes with the step's own checkpoint.
+func (rs *runState) onlyDerivable() bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	w := rs.pendingWait
+	if len(rs.pendingAtt) > 0 || len(rs.pendingKV) > 0 || len(w.noEvents) > 0 || len(w.children) > 0 ||
+		len(w.approvals) > 0 || len(w.expire) > 0 {
+		return false
+	}
+	for _, op := range rs.pendingOps {
+		switch {
+		case op.Kind == store.OpTimer && op.Done:
+		case op.Kind == store.OpEvent && op.Done && op.Error == nil:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // checkpoint saves the queued ops, attempts and run-store writes with the given state.
@@ -130,9 +165,11 @@ func (rs *runState) checkpoint(p *store.CheckpointParams, force bool) (*store.Ch
 	rs.mu.Lock()
 	p.Lease = rs.lease
 	p.Ops, p.Attempts, p.KV = rs.pendingOps, rs.pendingAtt, rs.pendingKV
-	rs.pendingOps, rs.pendingAtt, rs.pendingKV = nil, nil, nil
+	w := rs.pendingWait
+	rs.pendingOps, rs.pendingAtt, rs.pendingKV, rs.pendingWait = nil, nil, nil, waitWrites{}
 	rs.mu.Unlock()
-	if !force && len(p.Ops) == 0 && len(p.Attempts) == 0 && len(p.KV) == 0 {
+	w.apply(p)
+	if !force && len(p.Ops) == 0 && len(p.Attempts) == 0 && len(p.KV) == 0 && w.empty() {
 		return &store.CheckpointResult{}, nil
 	}
 	// A checkpoint must not be abandoned half-way by a cancelled run context: the
@@ -149,6 +186,28 @@ func (rs *runState) checkpoint(p *store.CheckpointParams, force bool) (*store.Ch
 	return res, nil
 }
 
+// flushFailure is how a run stops when a checkpoint fails: handed back to be
+// replayed when its inbox changed under a timed-out wait (store.ErrConflict),
+// abandoned otherwise (the lease is lost or the store fails).
+func flushFailure(err error) unwindKind {
+	if errors.Is(err, store.ErrConflict) {
+		return unwindHandBack
+	}
+	return unwindAbandon
+}
+
+// suspend stops the workflow goroutine to release the run until wakeAt (nil: no
+// time) or one of events arrives, merging with other ops that suspend.
+func (rs *runState) suspend(wakeAt *time.Time, events []string, reason string) {
+	rs.mu.Lock()
+	if rs.unwind == unwindNone || rs.unwind == unwindSuspend {
+		rs.waitEvents = append(rs.waitEvents, events...)
+	}
+	rs.mu.Unlock()
+	rs.requestUnwind(unwindSuspend, nil, wakeAt, reason)
+	rs.stopNow()
+}
+
 // requestUnwind asks the workflow goroutine to stop for reason k. The first reason
 // wins, except that a lost lease overrides everything (nothing may be written).
 func (rs *runState) requestUnwind(k unwindKind, err error, wakeAt *time.Time, reason string) {
@@ -157,8 +216,11 @@ func (rs *runState) requestUnwind(k unwindKind, err error, wakeAt *time.Time, re
 	switch {
 	case rs.unwind == unwindNone:
 	case k == unwindAbandon && rs.unwind != unwindAbandon:
-	case k == unwindSuspend && rs.unwind == unwindSuspend && wakeAt.Before(*rs.wakeAt):
-		rs.wakeAt, rs.waitReason = wakeAt, reason // wake for the earliest need
+	case k == unwindSuspend && rs.unwind == unwindSuspend:
+		// Wake for the earliest need of every suspended op.
+		if wakeAt != nil && (rs.wakeAt == nil || wakeAt.Before(*rs.wakeAt)) {
+			rs.wakeAt, rs.waitReason = wakeAt, reason
+		}
 		return
 	default:
 		return

@@ -109,6 +109,14 @@ func (f *Future[T]) Get(wc *Context) (T, error) {
 	return decodeStep[T](f.rs, f.op)
 }
 
+func (f *Future[T]) waiterOf() waiter { return f }
+func (f *Future[T]) settled() bool    { return f.Ready() }
+func (f *Future[T]) try() bool        { return f.Ready() }
+func (f *Future[T]) doneChan() <-chan struct{} {
+	return f.done
+}
+func (f *Future[T]) needs() (*time.Time, []string, string) { return nil, nil, "a step running" }
+
 // Ready reports whether the result is available without waiting.
 func (f *Future[T]) Ready() bool {
 	select {
@@ -176,7 +184,7 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 			return sc.finish(nil, err), true
 		}
 		if err := rs.flush(); err != nil {
-			rs.requestUnwind(unwindAbandon, err, nil, "")
+			rs.requestUnwind(flushFailure(err), err, nil, "")
 			return nil, false
 		}
 		sc.attempt++

@@ -20,6 +20,13 @@ var (
 	ErrKeyNotFound = errors.New("key not found")
 	// ErrInvalidParams: a parameter is missing or malformed.
 	ErrInvalidParams = errors.New("invalid parameters")
+	// ErrConflict: a guarded checkpoint found an event it must not overlook
+	// (CheckpointParams.NoEvents); nothing was written.
+	ErrConflict = errors.New("conflict: the run's inbox changed")
+	// ErrApprovalNotFound: no approval request has this ID.
+	ErrApprovalNotFound = errors.New("approval not found")
+	// ErrApprovalDecided: the approval request is no longer pending.
+	ErrApprovalDecided = errors.New("approval already decided or expired")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store closed")
 )

@@ -29,7 +29,9 @@ type Store interface {
 	// once; a waiting or pending run that has history is made pending so a worker
 	// can observe the cancellation and run cleanup; a running run is flagged and its
 	// worker learns it at its next checkpoint or lease extension. Cancelling a
-	// finished run returns ErrRunFinished.
+	// finished run returns ErrRunFinished. The active children of the run's
+	// non-detached child groups are cancelled too, recursively, in the same
+	// transaction (held children end cancelled at once).
 	RunCancel(ctx context.Context, p *RunCancelParams) (*Run, error)
 	// RunResume makes a blocked run pending again (after a fixed deploy).
 	// ErrRunNotBlocked when the run is not blocked.
@@ -59,6 +61,25 @@ type Store interface {
 	HistoryList(ctx context.Context, p *HistoryListParams) ([]*Op, error)
 	// KVGet reads one value of a run's store. ErrKeyNotFound when absent.
 	KVGet(ctx context.Context, p *KVGetParams) ([]byte, error)
+
+	// EventSend durably adds an event to a run's inbox (see waiting.go). A run
+	// waiting for an event of that name becomes pending at once. ErrRunNotFound
+	// for an unknown run, ErrRunFinished for a finished one.
+	EventSend(ctx context.Context, p *EventSendParams) (*EventSendResult, error)
+	// RunChildren returns the child runs one op of a parent started, in item order
+	// (none when that op started no group). ErrRunNotFound for an unknown parent.
+	RunChildren(ctx context.Context, p *RunChildrenParams) ([]*Run, error)
+	// ApprovalGet returns one approval request. ErrApprovalNotFound when absent.
+	ApprovalGet(ctx context.Context, p *ApprovalGetParams) (*Approval, error)
+	// ApprovalList lists approval requests, newest first, with filters and cursor
+	// pagination.
+	ApprovalList(ctx context.Context, p *ApprovalListParams) (*ApprovalListResult, error)
+	// ApprovalDecide approves or rejects a pending approval request and adds the
+	// decision to its run's inbox as an event named ApprovalEvent(id), waking the
+	// run. ErrApprovalNotFound, or ErrApprovalDecided when it is no longer
+	// pending (decided, or at or past its ExpiresAt by the store's clock);
+	// ErrRunFinished when its run has finished. Nothing is written on error.
+	ApprovalDecide(ctx context.Context, p *ApprovalDecideParams) (*Approval, error)
 
 	// Subscribe returns a channel that receives a (coalesced) signal after each
 	// committed change on topic, and a function that ends the subscription.
@@ -143,8 +164,13 @@ type Run struct {
 	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 	StartedAt      *time.Time `json:"started_at,omitempty"`
-	UpdatedAt      time.Time  `json:"updated_at"`
-	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	// UpdatedAt is when the run's state last changed: created, claimed, status
+	// changed by a checkpoint, cancellation requested. Checkpoints that keep a run
+	// running do not change it.
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// ParentID is the run ID of the parent of a child run.
+	ParentID string `json:"parent_id,omitempty"`
 }
 
 // OpKind names the kind of an operation in history.
@@ -159,6 +185,18 @@ const (
 	OpPatch  OpKind = "patch"
 	OpSet    OpKind = "set"
 	OpDelete OpKind = "delete"
+	// OpTimer records a durable timer: Result is its due time (JSON).
+	OpTimer OpKind = "timer"
+	// OpEvent records an event received (Result is its payload) or a wait for one
+	// that timed out (Error).
+	OpEvent OpKind = "event"
+	// OpApproval records an approval request and, once done, its decision.
+	OpApproval OpKind = "approval"
+	// OpChild records child runs started (one, or a Map's group); done once they
+	// finished.
+	OpChild OpKind = "child"
+	// OpSelect records which case of a select won (Result is its index).
+	OpSelect OpKind = "select"
 )
 
 // Op is one entry of a run's history.
@@ -313,6 +351,8 @@ type ClaimedRun struct {
 	LeaseToken     int64     `json:"lease_token"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	History        []*Op     `json:"history"`
+	// Inbox holds the run's unconsumed events, in Seq order.
+	Inbox []*Event `json:"inbox"`
 }
 
 // RunsClaimResult is the result of RunsClaim.
@@ -371,6 +411,28 @@ type CheckpointParams struct {
 	WaitReason string `json:"wait_reason,omitempty"`
 	// WakeAt is when a waiting run becomes due again; nil waits until woken.
 	WakeAt *time.Time `json:"wake_at,omitempty"`
+	// WaitEvents (with Status waiting) name the events that end the wait early:
+	// EventSend of one of them makes the run pending. When an unconsumed event
+	// with one of these names is already in the inbox, the run is made pending
+	// (due now) instead of waiting.
+	WaitEvents []string `json:"wait_events,omitempty"`
+	// NoEvents guards a checkpoint that records a wait as timed out: when an
+	// unconsumed event with one of these names is in the inbox, the checkpoint
+	// fails with ErrConflict and writes nothing (the caller replays the run).
+	// Events this checkpoint consumes (Consume) do not count.
+	NoEvents []string `json:"no_events,omitempty"`
+	// Consume lists the Seqs of inbox events this checkpoint consumed. Each must
+	// be an unconsumed event of this run, else ErrInvalidParams and nothing is
+	// written.
+	Consume []int64 `json:"consume,omitempty"`
+	// Children are child runs to create, in groups started by ops of this run.
+	Children []*ChildGroup `json:"children,omitempty"`
+	// Approvals are approval requests to create. An ID already used in the
+	// namespace fails the checkpoint with ErrInvalidParams.
+	Approvals []*ApprovalRequest `json:"approvals,omitempty"`
+	// ExpireApprovals lists IDs of this run's approval requests that timed out;
+	// pending ones become expired.
+	ExpireApprovals []string `json:"expire_approvals,omitempty"`
 }
 
 // CheckpointResult is the result of Checkpoint.
@@ -378,7 +440,8 @@ type CheckpointResult struct {
 	// CancelRequested reports a pending cancellation of the run.
 	CancelRequested bool `json:"cancel_requested"`
 	// At is the store clock's reading the checkpoint was written with: the run's
-	// UpdatedAt, and its FinishedAt when the checkpoint finished it.
+	// UpdatedAt when the checkpoint changed its status, and its FinishedAt when
+	// the checkpoint finished it.
 	At time.Time `json:"at"`
 }
 

@@ -19,7 +19,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	storeURL := fs.String("store", "", "store URL, e.g. sqlite:///tmp/bench.db (required)")
-	workloads := fs.String("workload", "w1,w2,w3", "comma-separated workloads: w1, w2, w3")
+	workloads := fs.String("workload", "w1,w2,w3", "comma-separated workloads: w1, w2, w3, w4, w6")
 	n := fs.Int("n", 0, "runs per workload (0: the workload's default)")
 	asJSON := fs.Bool("json", false, "print one JSON line per workload")
 	concurrency := fs.Int("concurrency", 2048, "worker concurrency")

@@ -24,7 +24,8 @@ Usage:
 
 Commands:
   dev       run example workflows on a local SQLite store and watch them
-  runs      list, inspect, cancel and resume runs (list, get, history, cancel, resume)
+  runs      list, inspect, cancel and resume runs, send events (list, get, history, cancel, resume, send-event)
+  approvals list and decide approval requests (list, approve, reject)
   migrate   create or upgrade a store's schema
   bench     benchmark a store
   help      show this help; "trellis help <command>" shows a command's flags
@@ -72,6 +73,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runDev(ctx, rest, stdout, stderr)
 	case "runs":
 		return runRuns(ctx, rest, stdout, stderr)
+	case "approvals":
+		return runApprovals(ctx, rest, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, rest, stdout, stderr)
 	case "bench":

@@ -22,6 +22,7 @@ Subcommands:
   history   show a run's ops, results and failed attempts
   cancel    cancel a run
   resume    make a blocked run pending again, to replay with the code now deployed
+  send-event send an event to a run (--name NAME [--payload JSON])
 
 <id> is a run ID, or a workflow ID (meaning its latest run).
 "trellis runs <subcommand> -h" shows a subcommand's flags.
@@ -49,6 +50,8 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runsCancel(ctx, rest, stdout, stderr)
 	case "resume":
 		return runsResume(ctx, rest, stdout, stderr)
+	case "send-event":
+		return runsSendEvent(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		printUsage(stderr)
 		return flag.ErrHelp

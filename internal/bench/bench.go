@@ -26,6 +26,10 @@ type Result struct {
 	P50Ms         float64        `json:"p50_ms"`
 	P99Ms         float64        `json:"p99_ms"`
 	Settings      map[string]any `json:"settings"`
+	// RSSIdleMB and RSSWaitingMB (w4) are the process's resident set after a GC,
+	// before the first start and once every run waits.
+	RSSIdleMB    *float64 `json:"rss_idle_mb,omitempty"`
+	RSSWaitingMB *float64 `json:"rss_waiting_mb,omitempty"`
 }
 
 // Options configure a benchmark run.
@@ -47,6 +51,8 @@ var Workloads = []Workload{
 	{"w1", 2000, "start N workflows concurrently, each 3 sequential no-op steps; wall time first start to last result", runW1},
 	{"w2", 20, "one 20-step sequential workflow, N times; per-step latency", runW2},
 	{"w3", 200, "N sequential start→result of a 1-step workflow; latency", runW3},
+	{"w4", 10000, "start N workflows that each sleep an hour; time until all wait, RSS before and after", runW4},
+	{"w6", 1000, "N runs each waiting for an event; send the N events; send to next step latency", runW6},
 }
 
 // Find returns the workload named name.
@@ -117,7 +123,7 @@ var (
 		}
 		return s[:8], nil
 	})
-	benchWorkflows = []trellis.Registrable{threeSteps, oneStep, twentySteps}
+	benchWorkflows = []trellis.Registrable{threeSteps, oneStep, twentySteps, sleeper, eventWaiter}
 )
 
 func noop(context.Context) (string, error) { return payload, nil }

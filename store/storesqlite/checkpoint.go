@@ -27,22 +27,28 @@ const (
 // the lease (?2 namespace, ?3 run ID, ?4 token) is current, so it doubles as the
 // lease check. ?1 is now.
 const (
-	ckFence      = ` WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4 RETURNING sequence, cancel_requested`
-	sqlCkRunning = `UPDATE runs SET updated_at = ?1` + ckFence
+	ckWhere = ` WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4`
+	ckFence = ckWhere + ` RETURNING sequence, cancel_requested`
+	// sqlCkRunning only checks the lease: a checkpoint that keeps the run running
+	// changes nothing in its row (UpdatedAt tracks changes of state).
+	sqlCkRunning = `SELECT sequence, cancel_requested FROM runs` + ckWhere
 	sqlCkWaiting = `UPDATE runs SET status = 'waiting', available_at = ?5, wait_reason = ?6,
-	lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
+	wait_events = ?7, lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
 	sqlCkBlocked = `UPDATE runs SET status = 'blocked', error = ?5, wait_reason = ?6,
 	lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
 	sqlCkPending = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
 	lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
+	// sqlCkFinished also returns the run's place in a parent's group (NULLs for a
+	// run that is no child), so that a child's end is counted without a query.
 	sqlCkFinished = `UPDATE runs SET status = ?5, output = ?6, error = ?7, wait_reason = '',
-	lease_owner = '', lease_expires_at = NULL, finished_at = ?1, updated_at = ?1` + ckFence
+	lease_owner = '', lease_expires_at = NULL, finished_at = ?1, updated_at = ?1` + ckWhere +
+		` RETURNING sequence, cancel_requested, parent_seq, parent_position`
 )
 
 // Checkpoint implements store.Store.
 func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
-	if !p.Status.Valid() {
-		return nil, fmt.Errorf("checkpointing: %w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
+	if err := validateCheckpoint(p); err != nil {
+		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
 	errText, err := errJSON(p.Error)
 	if err != nil {
@@ -60,16 +66,59 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 	return res, nil
 }
 
+func validateCheckpoint(p *store.CheckpointParams) error {
+	if !p.Status.Valid() {
+		return fmt.Errorf("%w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
+	}
+	if len(p.Consume) > 1 {
+		seen := make(map[int64]bool, len(p.Consume))
+		for _, seq := range p.Consume {
+			if seen[seq] {
+				return fmt.Errorf("%w: Consume: event %d twice", store.ErrInvalidParams, seq)
+			}
+			seen[seq] = true
+		}
+	}
+	if len(p.Children) > 0 {
+		if err := validateChildren(p.Children); err != nil {
+			return err
+		}
+	}
+	if len(p.Approvals) > 0 {
+		return validateApprovals(p.Approvals)
+	}
+	return nil
+}
+
+// ckRow is what a checkpoint's fenced status update returns.
+type ckRow struct {
+	seq                 int64
+	cancel              bool
+	parentSeq, position sql.NullInt64 // of a child run that finished
+}
+
+// checkpoint writes a checkpoint. The NoEvents guard is checked before anything
+// is written; the fenced status update is the lease check. Failures after it
+// (an invalid Consume, a taken child ID) leave the request dirty, so its batch
+// is replayed with savepoints and the checkpoint writes nothing.
 func checkpoint(tx *wtx, p *store.CheckpointParams, errText any) (*store.CheckpointResult, error) {
 	l := p.Lease
-	seq, cancel, err := setCheckpointStatus(tx, p, errText)
+	if len(p.NoEvents) > 0 {
+		if err := checkNoEvents(tx, l.Namespace, l.RunID, p.NoEvents, p.Consume); err != nil {
+			return nil, err
+		}
+	}
+	ck, err := setCheckpointStatus(tx, p, errText)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("updating run: %w", err)
 	}
-	if err := writeHistory(tx, seq, p); err != nil {
+	if err := writeHistory(tx, ck.seq, p); err != nil {
+		return nil, err
+	}
+	if err := writeWaiting(tx, ck, p); err != nil {
 		return nil, err
 	}
 	if p.Status != store.StatusRunning {
@@ -79,7 +128,43 @@ func checkpoint(tx *wtx, p *store.CheckpointParams, errText any) (*store.Checkpo
 		tx.publish(store.TopicReady)
 	}
 	at := fromNS(sql.NullInt64{Int64: tx.now.UnixNano(), Valid: true})
-	return &store.CheckpointResult{CancelRequested: cancel, At: at}, nil
+	return &store.CheckpointResult{CancelRequested: ck.cancel, At: at}, nil
+}
+
+// writeWaiting applies a checkpoint's events, children and approvals, and counts
+// a finished child in its group. Each part runs only when the checkpoint uses it.
+func writeWaiting(tx *wtx, ck ckRow, p *store.CheckpointParams) error {
+	if len(p.Consume) > 0 {
+		if err := consumeEvents(tx, ck.seq, p.Consume); err != nil {
+			return err
+		}
+	}
+	if len(p.Approvals) > 0 {
+		if err := createApprovals(tx, p.Lease.Namespace, ck.seq, p.Approvals); err != nil {
+			return err
+		}
+	}
+	if len(p.ExpireApprovals) > 0 {
+		if err := expireApprovals(tx, ck.seq, p.ExpireApprovals); err != nil {
+			return err
+		}
+	}
+	if len(p.Children) > 0 {
+		parent := parentRef{seq: ck.seq, namespace: p.Lease.Namespace, id: p.Lease.RunID}
+		if err := createChildren(tx, parent, p.Children); err != nil {
+			return err
+		}
+	}
+	if p.Status == store.StatusWaiting && len(p.WaitEvents) > 0 {
+		// An event it waits for is already in the inbox: due now instead.
+		if _, err := tx.exec(sqlWakeIfInbox, tx.now.UnixNano(), ck.seq); err != nil {
+			return fmt.Errorf("reading inbox: %w", err)
+		}
+	}
+	if p.Status.Terminal() && ck.parentSeq.Valid {
+		return childEnded(tx, ck.parentSeq.Int64, int(ck.position.Int64), p.Status, false)
+	}
+	return nil
 }
 
 // writeHistory saves a checkpoint's ops, attempts and run-store writes.
@@ -120,17 +205,26 @@ func writeHistory(tx *wtx, seq int64, p *store.CheckpointParams) error {
 }
 
 // setCheckpointStatus moves the run to the checkpoint's status if the lease is
-// current, returning the run's sequence and whether cancellation was requested.
-// It returns sql.ErrNoRows when the lease is not current.
-func setCheckpointStatus(tx *wtx, p *store.CheckpointParams, errText any) (seq int64, cancel bool, err error) {
+// current. It returns sql.ErrNoRows when the lease is not current.
+func setCheckpointStatus(tx *wtx, p *store.CheckpointParams, errText any) (ckRow, error) {
 	l := p.Lease
 	fence := []any{tx.now.UnixNano(), l.Namespace, l.RunID, l.Token}
+	var ck ckRow
+	dest := []any{&ck.seq, &ck.cancel}
 	var row scanner
 	switch p.Status {
 	case store.StatusRunning:
 		row = tx.queryRow(sqlCkRunning, fence...)
 	case store.StatusWaiting:
-		row = tx.queryRow(sqlCkWaiting, append(fence, nsPtr(p.WakeAt), p.WaitReason)...)
+		var events any
+		if len(p.WaitEvents) > 0 {
+			list, err := jsonList(p.WaitEvents)
+			if err != nil {
+				return ck, err
+			}
+			events = list
+		}
+		row = tx.queryRow(sqlCkWaiting, append(fence, nsPtr(p.WakeAt), p.WaitReason, events)...)
 	case store.StatusBlocked:
 		reason := p.WaitReason
 		if reason == "" && p.Error != nil {
@@ -141,7 +235,7 @@ func setCheckpointStatus(tx *wtx, p *store.CheckpointParams, errText any) (seq i
 		row = tx.queryRow(sqlCkPending, fence...)
 	default: // terminal
 		row = tx.queryRow(sqlCkFinished, append(fence, string(p.Status), blob(p.Output), errText)...)
+		dest = append(dest, &ck.parentSeq, &ck.position)
 	}
-	err = row.Scan(&seq, &cancel)
-	return seq, cancel, err
+	return ck, row.Scan(dest...)
 }

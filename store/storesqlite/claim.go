@@ -149,8 +149,8 @@ func claimable(tx *wtx, p *store.RunsClaimParams, now int64, queues string) ([]i
 }
 
 // claimRuns leases the runs of seqs in one statement and returns them in the
-// order of seqs, each with its history. A run's first claim skips the history
-// query: nothing has run yet.
+// order of seqs, each with its history and inbox. A run's first claim skips the
+// history query: nothing has run yet.
 func claimRuns(tx *wtx, worker string, expires time.Time, seqs []int64) ([]*store.ClaimedRun, error) {
 	list, err := json.Marshal(seqs)
 	if err != nil {
@@ -167,10 +167,15 @@ func claimRuns(tx *wtx, worker string, expires time.Time, seqs []int64) ([]*stor
 			rows.Close()
 			return nil, fmt.Errorf("leasing runs: %w", err)
 		}
-		bySeq[run.Sequence] = &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: expires, History: []*store.Op{}}
+		bySeq[run.Sequence] = &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: expires,
+			History: []*store.Op{}, Inbox: []*store.Event{}}
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, fmt.Errorf("leasing runs: %w", err)
+	}
+	// Events may reach a run before its first claim: one query loads every inbox.
+	if err := loadInboxes(tx, bySeq, seqs); err != nil {
+		return nil, err
 	}
 	claimed := make([]*store.ClaimedRun, 0, len(seqs))
 	for _, seq := range seqs {

@@ -62,7 +62,18 @@ func (s *Store) historyList(ctx context.Context, p *store.HistoryListParams) ([]
 	if !seq.Valid {
 		return nil, fmt.Errorf("%w: %q in namespace %q", store.ErrRunNotFound, p.Ref, p.Namespace)
 	}
-	return history(ctx, tx, seq.Int64)
+	return history(ctx, sqlTx{tx}, seq.Int64)
+}
+
+// sqlTx adapts a read transaction to querier.
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) QueryContext(ctx context.Context, query string, args ...any) (rowsIter, error) {
+	return t.tx.QueryContext(ctx, query, args...)
+}
+
+func (t sqlTx) QueryRowContext(ctx context.Context, query string, args ...any) scanner {
+	return t.tx.QueryRowContext(ctx, query, args...)
 }
 
 // sqlKVGet returns one row: the run's sequence (NULL: no run), the value, and

@@ -43,7 +43,7 @@ func (r *reader) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 }
 
 // QueryContext implements querier.
-func (r *reader) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+func (r *reader) QueryContext(ctx context.Context, query string, args ...any) (rowsIter, error) {
 	st, err := r.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -52,7 +52,7 @@ func (r *reader) QueryContext(ctx context.Context, query string, args ...any) (*
 }
 
 // QueryRowContext implements querier.
-func (r *reader) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+func (r *reader) QueryRowContext(ctx context.Context, query string, args ...any) scanner {
 	st, err := r.stmt(ctx, query)
 	if err != nil {
 		return r.db.QueryRowContext(ctx, query, args...) // the Row carries the error

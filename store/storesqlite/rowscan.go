@@ -13,10 +13,18 @@ import (
 const runCols = `namespace, id, workflow_id, workflow, queue, priority, status, version,
 	sequence, input, output, error, wait_reason, cancel_requested, deadline, available_at,
 	attempts, lease_owner, lease_token, lease_expires_at, created_at, started_at,
-	updated_at, finished_at`
+	updated_at, finished_at, parent_id`
 
 // scanner is *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
+
+// extraScan scans columns that follow runCols into extra.
+type extraScan struct {
+	sc    scanner
+	extra []any
+}
+
+func (e extraScan) Scan(dest ...any) error { return e.sc.Scan(append(dest, e.extra...)...) }
 
 // scanRun reads runCols into a Run and returns it with its lease token.
 func scanRun(sc scanner) (*store.Run, int64, error) {
@@ -30,7 +38,7 @@ func scanRun(sc scanner) (*store.Run, int64, error) {
 	err := sc.Scan(&r.Namespace, &r.ID, &r.WorkflowID, &r.Workflow, &r.Queue, &r.Priority,
 		&r.Status, &r.Version, &r.Sequence, &r.Input, &r.Output, &errText, &r.WaitReason,
 		&r.CancelRequested, &deadline, &avail, &r.Attempts, &r.LeaseOwner, &token, &leaseExp,
-		&created, &started, &updated, &fin)
+		&created, &started, &updated, &fin, &r.ParentID)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -86,7 +86,8 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 	var claimed *store.ClaimedRun
 	if c := p.Claim; c != nil && !run.AvailableAt.After(now) {
 		// A fresh run's first token: the same clock floor claims use (see sqlClaim).
-		claimed = &store.ClaimedRun{Run: run, LeaseToken: tx.now.UnixMicro(), LeaseExpiresAt: now.Add(c.LeaseDuration), History: []*store.Op{}}
+		claimed = &store.ClaimedRun{Run: run, LeaseToken: tx.now.UnixMicro(), LeaseExpiresAt: now.Add(c.LeaseDuration),
+			History: []*store.Op{}, Inbox: []*store.Event{}}
 		run.Status, run.Attempts, run.LeaseOwner = store.StatusRunning, 1, c.Worker
 		run.LeaseExpiresAt, run.StartedAt = &claimed.LeaseExpiresAt, &now
 	}
@@ -121,16 +122,29 @@ func leaseToken(c *store.ClaimedRun) int64 {
 
 // Run state changes by reference. Each returns the updated row.
 const (
-	sqlCancelNow = `UPDATE runs SET status = 'cancelled', error = ?, wait_reason = '',
+	sqlResume = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
+	error = NULL, updated_at = ?1 WHERE sequence = ?2 RETURNING ` + runCols
+)
+
+// Cancellation of one unfinished run; each returns the updated row and its place
+// in a parent's group (NULLs for a run that is no child).
+const (
+	sqlCancelNow = `UPDATE runs SET status = 'cancelled', error = ?1, wait_reason = '',
 	lease_owner = '', lease_expires_at = NULL, finished_at = ?2, updated_at = ?2
-	WHERE sequence = ?3 RETURNING ` + runCols
+	WHERE sequence = ?3 AND status NOT IN ('succeeded', 'failed', 'cancelled')
+	RETURNING ` + runCols + `, parent_seq, parent_position`
 	sqlCancelFlag = `UPDATE runs SET cancel_requested = 1, updated_at = ?1,
 	available_at = CASE WHEN status = 'waiting' THEN ?1 ELSE available_at END,
 	wait_reason = CASE WHEN status = 'waiting' THEN '' ELSE wait_reason END,
 	status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END
-	WHERE sequence = ?2 RETURNING ` + runCols
-	sqlResume = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
-	error = NULL, updated_at = ?1 WHERE sequence = ?2 RETURNING ` + runCols
+	WHERE sequence = ?2 AND status NOT IN ('succeeded', 'failed', 'cancelled')
+	RETURNING ` + runCols + `, parent_seq, parent_position`
+	// sqlCancelCascade lists a run's unfinished children in non-detached groups,
+	// each group's last item first (so that cancelling them releases no held child).
+	sqlCancelCascade = `SELECT ` + runCols + ` FROM runs WHERE parent_seq = ?1
+	AND status NOT IN ('succeeded', 'failed', 'cancelled')
+	AND parent_position NOT IN (SELECT position FROM child_groups WHERE parent_seq = ?1 AND detached = 1)
+	ORDER BY parent_position, item DESC`
 )
 
 // RunCancel implements store.Store.
@@ -152,22 +166,72 @@ func runCancel(tx *wtx, p *store.RunCancelParams) (*store.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	var row scanner
-	switch {
-	case run.Status.Terminal():
+	if run.Status.Terminal() {
 		return nil, fmt.Errorf("%w: run %q is %s", store.ErrRunFinished, run.ID, run.Status)
-	case run.Status == store.StatusBlocked,
-		run.Status == store.StatusPending && run.Attempts == 0:
-		e, _ := errJSON(&cancelledError)
-		row = tx.queryRow(sqlCancelNow, e, tx.now.UnixNano(), run.Sequence)
-	default:
-		row = tx.queryRow(sqlCancelFlag, tx.now.UnixNano(), run.Sequence)
 	}
-	if run, _, err = scanRun(row); err != nil {
+	return cancelRun(tx, run)
+}
+
+// cancelRun cancels an unfinished run as RunCancel does, then its children in
+// non-detached groups, recursively. A child that ends at once is counted in its
+// group. It returns nil when run had finished meanwhile (earlier in a cascade).
+func cancelRun(tx *wtx, run *store.Run) (*store.Run, error) {
+	now := tx.now.UnixNano()
+	endsNow := run.Status == store.StatusBlocked || run.Status == store.StatusPending && run.Attempts == 0
+	var row scanner
+	if endsNow {
+		e, _ := errJSON(&cancelledError)
+		row = tx.queryRow(sqlCancelNow, e, now, run.Sequence)
+	} else {
+		row = tx.queryRow(sqlCancelFlag, now, run.Sequence)
+	}
+	var parentSeq, position sql.NullInt64
+	updated, _, err := scanRun(extraScan{row, []any{&parentSeq, &position}})
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
 		return nil, err
 	}
-	tx.publish(store.RunTopic(run.Namespace, run.ID), store.TopicReady)
-	return run, nil
+	tx.publish(store.RunTopic(updated.Namespace, updated.ID), store.TopicReady)
+	if run.Attempts > 0 { // a run that never ran started no children
+		children, err := txRuns(tx, sqlCancelCascade, updated.Sequence)
+		if err != nil {
+			return nil, fmt.Errorf("listing children: %w", err)
+		}
+		for _, c := range children {
+			if _, err := cancelRun(tx, c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if endsNow && parentSeq.Valid {
+		// A held child still has no available_at (cancelling does not set it).
+		wasHeld := updated.AvailableAt.IsZero()
+		if err := childEnded(tx, parentSeq.Int64, int(position.Int64), store.StatusCancelled, wasHeld); err != nil {
+			return nil, err
+		}
+	}
+	return updated, nil
+}
+
+// txRuns runs a query of runCols in the write transaction and returns every row
+// (read to the end before the caller runs other statements).
+func txRuns(tx *wtx, query string, args ...any) ([]*store.Run, error) {
+	rows, err := tx.query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var runs []*store.Run
+	for rows.Next() {
+		r, _, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, r)
+	}
+	return runs, rows.Err()
 }
 
 // RunResume implements store.Store.

@@ -17,8 +17,16 @@ import (
 // querier is what the shared read helpers need: the read pool (*sql.DB) or the
 // write transaction (*wtx).
 type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (rowsIter, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) scanner
+}
+
+// rowsIter is *sql.Rows or the writer's rawRows.
+type rowsIter interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
 }
 
 // ns encodes a time as unix nanoseconds; the zero time is NULL.

@@ -3,6 +3,7 @@ package storesqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -29,7 +30,7 @@ type writer struct {
 	s        *Store
 	db       *sql.DB
 	conn     *sql.Conn
-	stmts    map[string]*sql.Stmt
+	raw      *rawConn // conn's driver connection; used inside conn.Raw only
 	maxBatch int
 	fsync    bool // durability=fsync: durable batches commit with synchronous=FULL
 	syncFull bool // the connection's current synchronous setting
@@ -51,7 +52,7 @@ func openWriter(ctx context.Context, s *Store, cfg Config) (*writer, error) {
 		return nil, fmt.Errorf("opening write connection: %w", err)
 	}
 	w := &writer{
-		s: s, db: db, conn: conn, stmts: make(map[string]*sql.Stmt), maxBatch: cfg.MaxBatch,
+		s: s, db: db, conn: conn, raw: &rawConn{stmts: make(map[string]driver.Stmt)}, maxBatch: cfg.MaxBatch,
 		fsync: cfg.Durability != DurabilityRelaxed, syncFull: cfg.Durability != DurabilityRelaxed,
 		reqs: make(chan *request), quit: make(chan struct{}), stopped: make(chan struct{}),
 	}
@@ -63,9 +64,7 @@ func openWriter(ctx context.Context, s *Store, cfg Config) (*writer, error) {
 func (w *writer) stop() error {
 	close(w.quit)
 	<-w.stopped
-	for _, st := range w.stmts {
-		_ = st.Close()
-	}
+	_ = w.withRaw(func() error { return w.raw.close() })
 	err := w.conn.Close()
 	if dbErr := w.db.Close(); err == nil {
 		err = dbErr
@@ -147,6 +146,25 @@ func (w *writer) collect(batch []*request) []*request {
 // whole transaction back and replays the batch with one savepoint per request,
 // so that only the failed request's writes are undone.
 func (w *writer) commit(batch []*request) {
+	if err := w.withRaw(func() error { w.commitBatch(batch); return nil }); err != nil {
+		w.fail(batch, fmt.Errorf("using write connection: %w", err))
+	}
+}
+
+// withRaw runs fn with the driver connection of conn in w.raw.
+func (w *writer) withRaw(fn func() error) error {
+	return w.conn.Raw(func(dc any) error {
+		c, ok := dc.(driver.Conn)
+		if !ok {
+			return fmt.Errorf("unexpected driver connection %T", dc)
+		}
+		w.raw.dc = c
+		defer func() { w.raw.dc = nil }()
+		return fn()
+	})
+}
+
+func (w *writer) commitBatch(batch []*request) {
 	select {
 	case <-w.quit:
 		w.fail(batch, store.ErrClosed)
@@ -224,7 +242,8 @@ func (w *writer) applyFast(batch []*request) bool {
 // precondition, before writing.
 func cleanError(err error) bool {
 	for _, e := range []error{store.ErrLeaseLost, store.ErrRunExists, store.ErrRunNotFound,
-		store.ErrRunFinished, store.ErrRunNotBlocked, store.ErrKeyNotFound, store.ErrInvalidParams} {
+		store.ErrRunFinished, store.ErrRunNotBlocked, store.ErrKeyNotFound, store.ErrInvalidParams,
+		store.ErrConflict, store.ErrApprovalNotFound, store.ErrApprovalDecided} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -250,7 +269,7 @@ func (w *writer) setSync(batch []*request) error {
 	if full {
 		mode = "PRAGMA synchronous=FULL"
 	}
-	if _, err := w.conn.ExecContext(context.Background(), mode); err != nil {
+	if _, err := w.raw.execScript(mode); err != nil {
 		return err
 	}
 	w.syncFull = full
@@ -309,25 +328,8 @@ func (w *writer) reply(batch []*request) {
 	}
 }
 
-// stmt returns the prepared statement of query, preparing it once.
-func (w *writer) stmt(query string) (*sql.Stmt, error) {
-	if st, ok := w.stmts[query]; ok {
-		return st, nil
-	}
-	st, err := w.conn.PrepareContext(context.Background(), query)
-	if err != nil {
-		return nil, err
-	}
-	w.stmts[query] = st
-	return st, nil
-}
-
-func (w *writer) exec(query string, args ...any) (sql.Result, error) {
-	st, err := w.stmt(query)
-	if err != nil {
-		return nil, err
-	}
-	return st.Exec(args...)
+func (w *writer) exec(query string, args ...any) (driver.Result, error) {
+	return w.raw.exec(query, args)
 }
 
 // wtx is what a request sees of the batch transaction: prepared statements on the
@@ -349,35 +351,34 @@ func isRead(query string) bool { return strings.HasPrefix(query, "SELECT") }
 
 // ExecContext runs a prepared statement. ctx is ignored: a started request is not
 // interrupted (its caller may leave; the batch goes on).
-func (tx *wtx) ExecContext(_ context.Context, query string, args ...any) (sql.Result, error) {
+func (tx *wtx) ExecContext(_ context.Context, query string, args ...any) (driver.Result, error) {
 	return tx.exec(query, args...)
 }
 
 // QueryContext runs a prepared query; see ExecContext about ctx.
-func (tx *wtx) QueryContext(_ context.Context, query string, args ...any) (*sql.Rows, error) {
+func (tx *wtx) QueryContext(_ context.Context, query string, args ...any) (rowsIter, error) {
 	return tx.query(query, args...)
 }
 
 // QueryRowContext runs a prepared single-row query; see ExecContext about ctx.
-func (tx *wtx) QueryRowContext(_ context.Context, query string, args ...any) *sql.Row {
+func (tx *wtx) QueryRowContext(_ context.Context, query string, args ...any) scanner {
 	tx.dirty = tx.dirty || !isRead(query)
 	return tx.row(query, args...)
 }
 
-func (tx *wtx) row(query string, args ...any) *sql.Row {
-	st, err := tx.w.stmt(query)
-	if err != nil {
-		// Let database/sql carry the preparation error in the Row.
-		return tx.w.conn.QueryRowContext(context.Background(), query, args...)
-	}
-	return st.QueryRow(args...)
+func (tx *wtx) row(query string, args ...any) *rawRow {
+	rows, err := tx.w.raw.query(query, args)
+	return &rawRow{rows: rows, err: err}
 }
 
-// execRaw runs SQL without preparing it (it may hold several statements); for
-// migrations.
-func (tx *wtx) execRaw(query string, args ...any) (sql.Result, error) {
+// execRaw runs SQL without preparing it (it may hold several statements), or
+// with arguments as one prepared statement; for migrations.
+func (tx *wtx) execRaw(query string, args ...any) (driver.Result, error) {
 	tx.dirty = true
-	return tx.w.conn.ExecContext(context.Background(), query, args...)
+	if len(args) > 0 {
+		return tx.w.raw.exec(query, args)
+	}
+	return tx.w.raw.execScript(query)
 }
 
 // queryRow runs a single-row query. A write's row counts as written only when it
@@ -390,7 +391,7 @@ func (tx *wtx) queryRow(query string, args ...any) scanner {
 }
 
 type writeRow struct {
-	row *sql.Row
+	row *rawRow
 	tx  *wtx
 }
 
@@ -401,17 +402,13 @@ func (r writeRow) Scan(dest ...any) error {
 }
 
 // query runs a prepared query.
-func (tx *wtx) query(query string, args ...any) (*sql.Rows, error) {
+func (tx *wtx) query(query string, args ...any) (*rawRows, error) {
 	tx.dirty = tx.dirty || !isRead(query)
-	st, err := tx.w.stmt(query)
-	if err != nil {
-		return nil, err
-	}
-	return st.Query(args...)
+	return tx.w.raw.query(query, args)
 }
 
 // exec runs a prepared statement; a statement that fails changes nothing.
-func (tx *wtx) exec(query string, args ...any) (sql.Result, error) {
+func (tx *wtx) exec(query string, args ...any) (driver.Result, error) {
 	res, err := tx.w.exec(query, args...)
 	tx.dirty = tx.dirty || err == nil
 	return res, err

@@ -53,6 +53,9 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"List", listCases},
 		{"History", historyCases},
 		{"Notify", notifyCases},
+		{"Events", eventCases},
+		{"Children", childCases},
+		{"Approvals", approvalCases},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+)
+
+func runsSendEvent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	about := "Send an event to a run: it waits in the run's inbox until the run takes it\n(trellis.WaitEvent), and wakes the run at once if it waits for that name."
+	var name, payload string
+	addFlags := func(fs *flag.FlagSet) {
+		fs.StringVar(&name, "name", "", "event `name` (required)")
+		fs.StringVar(&payload, "payload", "null", "event payload, as `JSON`")
+	}
+	return withRun(ctx, "send-event", about, args, stderr, addFlags, func(c *trellis.Client, ref string) error {
+		if name == "" {
+			return &usageError{msg: "runs send-event: --name is required"}
+		}
+		if !json.Valid([]byte(payload)) {
+			return &usageError{msg: fmt.Sprintf("runs send-event: --payload is not valid JSON: %s", payload)}
+		}
+		if err := c.SendEvent(ctx, ref, name, json.RawMessage(payload)); err != nil {
+			return refError(ref, err)
+		}
+		fmt.Fprintf(stdout, "event %q sent to %s\n", name, ref)
+		return nil
+	})
+}
+
+const approvalsUsage = `Usage: trellis approvals <subcommand> [arguments] --store URL
+
+Subcommands:
+  list      list approval requests, newest first
+  approve   approve a pending request
+  reject    reject a pending request
+
+"trellis approvals <subcommand> -h" shows a subcommand's flags.
+`
+
+func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	printUsage := func(w io.Writer) { fmt.Fprint(w, approvalsUsage) }
+	if len(args) == 0 {
+		return &usageError{msg: "approvals: no subcommand given", usage: printUsage}
+	}
+	switch sub, rest := args[0], args[1:]; sub {
+	case "list":
+		return approvalsList(ctx, rest, stdout, stderr)
+	case "approve":
+		return approvalsDecide(ctx, "approve", rest, stdout, stderr)
+	case "reject":
+		return approvalsDecide(ctx, "reject", rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		printUsage(stderr)
+		return flag.ErrHelp
+	default:
+		return &usageError{msg: fmt.Sprintf("approvals: unknown subcommand %q", sub), usage: printUsage}
+	}
+}
+
+func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("approvals list", "approvals list --store URL [flags]", "List approval requests, newest first.", stderr)
+	var url, status, runID, cursor string
+	var limit int
+	var asJSON bool
+	storeFlag(fs, &url)
+	fs.StringVar(&status, "status", "", "only requests in these states, comma-separated: pending, approved, rejected, expired")
+	fs.StringVar(&runID, "run", "", "only requests of this run `ID`")
+	fs.IntVar(&limit, "limit", 0, "page size: default 100, at most 1000")
+	fs.StringVar(&cursor, "cursor", "", "continue from the `cursor` a previous page printed")
+	fs.BoolVar(&asJSON, "json", false, "print the page as JSON")
+	pos, err := parseArgs(fs, args)
+	switch {
+	case err != nil:
+		return err
+	case len(pos) > 0:
+		return usagef(fs, "approvals list: unexpected argument %q", pos[0])
+	}
+	if err := requireStore(fs, url); err != nil {
+		return err
+	}
+	f := trellis.ApprovalFilter{Run: runID, Limit: limit, Cursor: cursor}
+	for s := range strings.SplitSeq(status, ",") {
+		switch s = strings.TrimSpace(s); trellis.ApprovalStatus(s) {
+		case "":
+		case trellis.ApprovalPending, trellis.ApprovalApproved, trellis.ApprovalRejected, trellis.ApprovalExpired:
+			f.Statuses = append(f.Statuses, trellis.ApprovalStatus(s))
+		default:
+			return usagef(fs, "approvals list: unknown status %q (want pending, approved, rejected or expired)", s)
+		}
+	}
+	return withClient(ctx, url, func(c *trellis.Client) error {
+		page, err := c.Approvals(ctx, f)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSON(stdout, page)
+		}
+		tw := newTable(stdout)
+		fmt.Fprintln(tw, "ID\tRUN\tNAME\tSTATUS\tSUBJECT\tCREATED\tDECIDED BY")
+		for _, a := range page.Approvals {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.RunID, a.Name, a.Status, a.Subject,
+				a.CreatedAt.Local().Format(time.DateTime), a.Principal)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if page.NextCursor != "" {
+			fmt.Fprintf(stdout, "more: --cursor %s\n", page.NextCursor)
+		}
+		return nil
+	})
+}
+
+func approvalsDecide(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("approvals "+verb, "approvals "+verb+" <id> --as PRINCIPAL --store URL [--comment TEXT]",
+		"Decide a pending approval request; the run resumes and its history records the decision.", stderr)
+	var url, principal, comment string
+	storeFlag(fs, &url)
+	fs.StringVar(&principal, "as", "", "the deciding `principal` (required)")
+	fs.StringVar(&comment, "comment", "", "a comment recorded with the decision")
+	pos, err := parseArgs(fs, args)
+	switch {
+	case err != nil:
+		return err
+	case len(pos) != 1:
+		return usagef(fs, "approvals %s: want one approval id", verb)
+	case principal == "":
+		return usagef(fs, "approvals %s: --as is required", verb)
+	}
+	if err := requireStore(fs, url); err != nil {
+		return err
+	}
+	return withClient(ctx, url, func(c *trellis.Client) error {
+		decide := c.Approve
+		if verb == "reject" {
+			decide = c.Reject
+		}
+		a, err := decide(ctx, pos[0], principal, comment)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "approval %s %s by %s; run %s resumes\n", a.ID, a.Status, a.Principal, a.RunID)
+		return nil
+	})
+}
