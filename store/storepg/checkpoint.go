@@ -20,6 +20,9 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 	if err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
+	if usesWaiting(p) {
+		return s.checkpointWaiting(ctx, ck) // see ckwait.go
+	}
 	l := p.Lease
 	var topics []string
 	if p.Status != store.StatusRunning {
@@ -31,6 +34,10 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 	r := &request{ctx: ctx, ck: ck, topics: topics, done: make(chan error, 1)}
 	if _, err := s.submit(ctx, r); err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
+	}
+	if ck.res == nil && p.Status.Terminal() {
+		// A stale lease, or a child's final checkpoint: its group counts it.
+		return s.checkpointWaiting(ctx, ck)
 	}
 	if ck.res == nil {
 		return nil, fmt.Errorf("checkpointing: %w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
@@ -164,6 +171,9 @@ func buildCheckpointSQL(shape ckShape) string {
 	n := 0
 	next := func() string { n++; return fmt.Sprintf("$%d", n) }
 	where := `sequence = ` + seqOf(next(), next()) + ` AND status = 'running' AND lease_token = ` + next()
+	if shape.status.Terminal() {
+		where += ` AND parent_seq IS NULL` // a child ends through the waiting path
+	}
 	cs := ckSet[shape.status]
 	set := strings.ReplaceAll(cs.set, "{now}", next())
 	for _, name := range cs.params {

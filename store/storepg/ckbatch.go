@@ -39,6 +39,7 @@ const sqlCheckpoints = `WITH c AS MATERIALIZED (
 		updated_at = c.now
 	FROM c
 	WHERE r.sequence = c.seq AND r.status = 'running' AND r.lease_token = c.token
+		AND (r.parent_seq IS NULL OR c.status NOT IN ('succeeded', 'failed', 'cancelled'))
 	RETURNING c.i, r.sequence, r.cancel_requested, c.op_from, c.op_to, c.att_from, c.att_to,
 		c.set_from, c.set_to, c.del_from, c.del_to
 ), o AS (

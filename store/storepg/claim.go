@@ -34,7 +34,8 @@ var (
 	// sqlClaim leases up to $5 due pending runs in claim order. It walks
 	// runs_pending in that order and skips rows other claimers hold. The new token
 	// is above every token issued before and above the clock in microseconds ($8),
-	// so a token survives a lost claim. Each row carries its history as JSON.
+	// so a token survives a lost claim. Each row carries its history and inbox as
+	// JSON. A claimed run waits for no event (see wait_events).
 	sqlClaim = `WITH picked AS (
 		SELECT sequence FROM runs
 		WHERE namespace = $1 AND status = 'pending' AND available_at <= $2 AND ` + claimFilter + `
@@ -43,9 +44,9 @@ var (
 	)
 	UPDATE runs r SET status = 'running', lease_owner = $6, lease_token = GREATEST(r.lease_token + 1, $8),
 		lease_expires_at = $7, attempts = r.attempts + 1, started_at = COALESCE(r.started_at, $2),
-		wait_reason = '', updated_at = $2
+		wait_reason = '', wait_events = NULL, updated_at = $2
 	FROM picked WHERE r.sequence = picked.sequence
-	RETURNING ` + runColsR + `, ` + historyJSON("r.sequence")
+	RETURNING ` + runColsR + `, ` + historyJSON("r.sequence") + `, ` + inboxJSONCol
 	// sqlNextDue is the earliest future time at which a run of these workflows and
 	// queues becomes due. Each branch walks a partial index in time order.
 	sqlNextDue = `SELECT LEAST(
@@ -114,8 +115,8 @@ func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store
 func scanClaimed(rows pgx.Rows, expires time.Time) ([]*store.ClaimedRun, error) {
 	out := []*store.ClaimedRun{}
 	for rows.Next() {
-		var hist []byte
-		run, token, err := scanRun(suffixedInto{rows, []any{&hist}})
+		var hist, inbox []byte
+		run, token, err := scanRun(suffixedInto{rows, []any{&hist, &inbox}})
 		if err != nil {
 			return nil, err
 		}
@@ -123,7 +124,11 @@ func scanClaimed(rows pgx.Rows, expires time.Time) ([]*store.ClaimedRun, error) 
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: expires.UTC(), History: ops})
+		evs, err := decodeInbox(inbox, run)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: expires.UTC(), History: ops, Inbox: evs})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -126,7 +126,8 @@ func scanCreated(rows pgx.Rows, claim *newClaim) (*store.RunCreateResult, error)
 	}
 	res := &store.RunCreateResult{Run: run, Created: created}
 	if created && claim != nil {
-		res.Claimed = &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: *run.LeaseExpiresAt, History: []*store.Op{}}
+		res.Claimed = &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: *run.LeaseExpiresAt,
+			History: []*store.Op{}, Inbox: []*store.Event{}}
 	}
 	return res, nil
 }
@@ -175,16 +176,6 @@ func notifyRun(ch, prefix string) string {
 // Run state changes by reference ($1 namespace, $2 ref). Each returns the updated row
 // and notifies its topics.
 var (
-	sqlCancelNow = `UPDATE runs SET status = 'cancelled', error = $3, wait_reason = '',
-	lease_owner = '', lease_expires_at = NULL, finished_at = $4, updated_at = $4
-	WHERE sequence = ` + refSeq + ` AND (status = 'blocked' OR (status = 'pending' AND attempts = 0))
-	RETURNING ` + runCols + `, ` + notifyRun("$5", "$6")
-	sqlCancelFlag = `UPDATE runs SET cancel_requested = true, updated_at = $3,
-	available_at = CASE WHEN status = 'waiting' THEN $3 ELSE available_at END,
-	wait_reason = CASE WHEN status = 'waiting' THEN '' ELSE wait_reason END,
-	status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END
-	WHERE sequence = ` + refSeq + ` AND status IN ('pending', 'running', 'waiting')
-	RETURNING ` + runCols + `, ` + notifyRun("$4", "$5")
 	sqlResume = `UPDATE runs SET status = 'pending', available_at = $3, wait_reason = '',
 	error = NULL, updated_at = $3 WHERE sequence = ` + refSeq + ` AND status = 'blocked'
 	RETURNING ` + runCols + `, ` + notifyRun("$4", "$5")
@@ -221,37 +212,6 @@ func statusReader(dst *store.Status) func(pgx.Rows) error {
 
 // runPrefix is the start of a payload notifying TopicReady and a run topic.
 func (s *Store) runPrefix() string { return s.id + "\n" + store.TopicReady + "\nrun:" }
-
-// RunCancel implements store.Store.
-func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
-	e, _ := errJSON(&cancelledError)
-	now := s.now()
-	var (
-		cancelled, flagged *store.Run
-		status             store.Status
-	)
-	_, err := s.write(ctx, nil,
-		stmt{sql: sqlCancelNow, args: []any{p.Namespace, p.Ref, e, now, s.channel, s.runPrefix()}, rows: runReader(&cancelled)},
-		stmt{sql: sqlCancelFlag, args: []any{p.Namespace, p.Ref, now, s.channel, s.runPrefix()}, rows: runReader(&flagged)},
-		stmt{sql: sqlRefStatus, args: []any{p.Namespace, p.Ref}, rows: statusReader(&status)},
-	)
-	if err != nil {
-		return nil, fmt.Errorf("cancelling run: %w", err)
-	}
-	run := cancelled
-	if run == nil {
-		run = flagged
-	}
-	switch {
-	case run != nil:
-		s.hub.Publish(store.RunTopic(run.Namespace, run.ID), store.TopicReady)
-		return run, nil
-	case status == "":
-		return nil, fmt.Errorf("cancelling run: %w", notFound(p.Namespace, p.Ref))
-	default:
-		return nil, fmt.Errorf("cancelling run: %w: run %q is %s", store.ErrRunFinished, p.Ref, status)
-	}
-}
 
 // RunResume implements store.Store.
 func (s *Store) RunResume(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {

@@ -16,7 +16,7 @@ import (
 const runCols = `namespace, id, workflow_id, workflow, queue, priority, status, version,
 	sequence, input, output, error, wait_reason, cancel_requested, deadline, available_at,
 	attempts, lease_owner, lease_token, lease_expires_at, created_at, started_at,
-	updated_at, finished_at`
+	updated_at, finished_at, parent_id`
 
 // scanner is pgx.Row or pgx.Rows.
 type scanner interface{ Scan(dest ...any) error }
@@ -33,7 +33,7 @@ func scanRun(sc scanner) (*store.Run, int64, error) {
 	err := sc.Scan(&r.Namespace, &r.ID, &r.WorkflowID, &r.Workflow, &r.Queue, &r.Priority,
 		&status, &r.Version, &r.Sequence, &r.Input, &r.Output, &errText, &r.WaitReason,
 		&r.CancelRequested, &deadline, &avail, &r.Attempts, &r.LeaseOwner, &token, &leaseExp,
-		&r.CreatedAt, &started, &r.UpdatedAt, &fin)
+		&r.CreatedAt, &started, &r.UpdatedAt, &fin, &r.ParentID)
 	if err != nil {
 		return nil, 0, err
 	}
