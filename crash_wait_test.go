@@ -83,7 +83,11 @@ func TestCrashRecoveryWhileWaiting(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test skipped in -short mode")
 	}
-	url := "sqlite://" + filepath.Join(t.TempDir(), "wait-crash.db")
+	crashRecoveryWhileWaiting(t, "sqlite://"+filepath.Join(t.TempDir(), "wait-crash.db"))
+}
+
+// crashRecoveryWhileWaiting runs the waiting crash test on the store at url.
+func crashRecoveryWhileWaiting(t *testing.T, url string) {
 	client := open(t, url, func(c *trellis.Config) { c.Worker.Disabled = true })
 	_, parent := waitCrashWorkflows()
 	start := func() *exec.Cmd {

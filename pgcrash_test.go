@@ -24,6 +24,15 @@ func TestCrashRecoveryPostgres(t *testing.T) {
 	crashRecovery(t, url, filepath.Join(t.TempDir(), "effects.log"), killWorkers)
 }
 
+// TestCrashRecoveryWhileWaitingPostgres is the waiting crash test (sleeps, events,
+// children and approvals across SIGKILLs of the worker) on Postgres.
+func TestCrashRecoveryWhileWaitingPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test skipped in -short mode")
+	}
+	crashRecoveryWhileWaiting(t, pgtest.SchemaURL(t))
+}
+
 // TestPostgresRestart restarts the PostgreSQL server twice while a client starts
 // runs and a worker process executes them: both must reconnect by themselves, every
 // acknowledged start must run to success, and no step may be recorded twice.
