@@ -39,12 +39,18 @@ var (
 	RETURNING max_concurrency, fail_fast, detached, total, active, held, next_item,
 	succeeded, failed, cancelled, ended`
 	// sqlReleaseHeld releases up to $5 held children of a group, from item $4 on,
-	// in item order.
-	sqlReleaseHeld = `UPDATE runs SET available_at = $1, wait_reason = '', updated_at = $1
-	WHERE sequence IN (SELECT sequence FROM runs WHERE parent_seq = $2 AND parent_position = $3
-		AND item >= $4 AND status = 'pending' AND available_at IS NULL ORDER BY item LIMIT $5)
-	AND status = 'pending' AND available_at IS NULL
-	RETURNING item, namespace, id`
+	// in item order. The children are found and locked in the materialized CTE,
+	// through runs_children, and updated by sequence: with filters on the updated
+	// rows themselves, the planner of a table without statistics may walk every held
+	// run (runs_pending_available) and probe the children for each, ~100 ms with
+	// 10,000 held children instead of well under one.
+	sqlReleaseHeld = `WITH picked AS MATERIALIZED (
+		SELECT sequence FROM runs WHERE parent_seq = $2 AND parent_position = $3
+		AND item >= $4 AND status = 'pending' AND available_at IS NULL
+		ORDER BY item LIMIT $5 FOR NO KEY UPDATE)
+	UPDATE runs r SET available_at = $1, wait_reason = '', updated_at = $1
+	FROM picked WHERE r.sequence = picked.sequence
+	RETURNING r.item, r.namespace, r.id`
 	sqlGroupReleased = `UPDATE child_groups SET active = active + $3, held = held - $3,
 	next_item = $4 WHERE parent_seq = $1 AND position = $2`
 	sqlGroupFail = `UPDATE child_groups SET ended = true WHERE parent_seq = $1 AND position = $2`
