@@ -3,11 +3,13 @@ package trellis_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/pgtest"
 	"go.uber.org/goleak"
 )
 
@@ -15,9 +17,17 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// storeURL returns a fresh SQLite store URL in a temporary directory.
+// envTestStore set to "postgres" runs the tests that use storeURL (and the Map
+// benchmark) on Postgres, each on a schema of its own (see internal/pgtest).
+const envTestStore = "TRELLIS_TEST_STORE"
+
+// storeURL returns a fresh store URL: SQLite in a temporary directory, or a fresh
+// Postgres schema when envTestStore is "postgres".
 func storeURL(t *testing.T) string {
 	t.Helper()
+	if os.Getenv(envTestStore) == "postgres" {
+		return pgtest.SchemaURL(t)
+	}
 	return "sqlite://" + filepath.Join(t.TempDir(), "trellis.db")
 }
 

@@ -2,11 +2,13 @@ package trellis_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/pgtest"
 )
 
 // BenchmarkMap10000 fans out 10,000 one-step child runs, at most 50 at a time, and
@@ -14,6 +16,7 @@ import (
 // number of items (start, then the group's end).
 //
 //	go test -run x -bench Map10000 -benchtime 1x .
+//	TRELLIS_TEST_STORE=postgres go test -run x -bench Map10000 -benchtime 1x .
 func BenchmarkMap10000(b *testing.B) {
 	item := trellis.NewWorkflow("bench-map-item", func(wc *trellis.Context, n int) (int, error) {
 		return trellis.Step(wc, "x", func(context.Context) (int, error) { return n + 1, nil })
@@ -27,6 +30,9 @@ func BenchmarkMap10000(b *testing.B) {
 		return len(out), err
 	})
 	cfg := trellis.Config{Store: "sqlite://" + filepath.Join(b.TempDir(), "map.db")}
+	if os.Getenv(envTestStore) == "postgres" {
+		cfg.Store = pgtest.SchemaURL(b)
+	}
 	c, err := trellis.Open(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
