@@ -22,6 +22,10 @@ type request struct {
 	// noSync: the request may be lost in a power failure without harm (claims,
 	// lease extensions); a batch of only such requests commits without fsync.
 	noSync bool
+	// alone, when set instead of apply, runs and commits a transaction of its own
+	// on the write connection, after the batch it was collected with (see
+	// CheckpointTx).
+	alone func(w *writer) error
 }
 
 // writer owns the write connection and commits queued requests in batches.
@@ -117,7 +121,7 @@ func (w *writer) run() {
 		select {
 		case r := <-w.reqs:
 			batch = w.collect(append(batch[:0], r))
-			w.commit(batch)
+			w.commitAll(batch)
 			clear(batch)
 		case <-w.quit:
 			return
@@ -136,6 +140,49 @@ func (w *writer) collect(batch []*request) []*request {
 		}
 	}
 	return batch
+}
+
+// commitAll commits the batch's requests that share a transaction, then each
+// request that needs one of its own.
+func (w *writer) commitAll(batch []*request) {
+	shared := make([]*request, 0, len(batch))
+	for _, r := range batch {
+		if r.alone == nil {
+			shared = append(shared, r)
+		}
+	}
+	if len(shared) > 0 {
+		w.commit(shared)
+	}
+	if len(shared) == len(batch) {
+		return
+	}
+	for _, r := range batch {
+		if r.alone != nil {
+			w.commitAlone(r)
+		}
+	}
+}
+
+// commitAlone runs a request that commits its own, durable transaction.
+func (w *writer) commitAlone(r *request) {
+	if err := r.ctx.Err(); err != nil {
+		r.done <- err
+		return
+	}
+	if err := w.setSync([]*request{r}); err != nil {
+		r.done <- fmt.Errorf("setting synchronous: %w", err)
+		return
+	}
+	err := r.alone(w)
+	if err == nil {
+		w.s.transactions.Add(1)
+		w.s.requests.Add(1)
+		if w.s.ckpt != nil {
+			w.s.ckpt.notify()
+		}
+	}
+	r.done <- err
 }
 
 // commit applies a batch in one transaction and answers every request.
@@ -339,6 +386,10 @@ type wtx struct {
 	now    time.Time
 	topics []string
 	dirty  bool
+	// ext, when set, is a caller's transaction (RunCreateTx) that runs the
+	// statements instead of the write connection, with ctx.
+	ext *sql.Tx
+	ctx context.Context
 }
 
 func (tx *wtx) publish(topics ...string) { tx.topics = append(tx.topics, topics...) }
@@ -365,6 +416,9 @@ func (tx *wtx) QueryRowContext(_ context.Context, query string, args ...any) *sq
 }
 
 func (tx *wtx) row(query string, args ...any) *sql.Row {
+	if tx.ext != nil {
+		return tx.ext.QueryRowContext(tx.ctx, query, args...)
+	}
 	st, err := tx.w.stmt(query)
 	if err != nil {
 		// Let database/sql carry the preparation error in the Row.
@@ -403,6 +457,9 @@ func (r writeRow) Scan(dest ...any) error {
 // query runs a prepared query.
 func (tx *wtx) query(query string, args ...any) (*sql.Rows, error) {
 	tx.dirty = tx.dirty || !isRead(query)
+	if tx.ext != nil {
+		return tx.ext.QueryContext(tx.ctx, query, args...)
+	}
 	st, err := tx.w.stmt(query)
 	if err != nil {
 		return nil, err
@@ -412,6 +469,9 @@ func (tx *wtx) query(query string, args ...any) (*sql.Rows, error) {
 
 // exec runs a prepared statement; a statement that fails changes nothing.
 func (tx *wtx) exec(query string, args ...any) (sql.Result, error) {
+	if tx.ext != nil {
+		return tx.ext.ExecContext(tx.ctx, query, args...)
+	}
 	res, err := tx.w.exec(query, args...)
 	tx.dirty = tx.dirty || err == nil
 	return res, err
