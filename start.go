@@ -96,6 +96,26 @@ func (c *Client) StartRaw(ctx context.Context, workflow string, input []byte, o 
 }
 
 func (c *Client) start(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
+	p := c.createParams(def, input, o)
+	reserved := c.reserveSlot(p)
+	res, err := c.store.RunCreate(ctx, p)
+	switch {
+	case reserved && err == nil && res.Claimed != nil:
+		c.local.begin(res.Run.ID) // before Start returns, so Result need not read the store
+		c.worker.Launch(res.Claimed)
+	case reserved:
+		// If err is ctx's and the create still commits, the run waits for its
+		// lease to expire and is claimed then.
+		c.worker.Unreserve()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", def.name, err)
+	}
+	return res.Run, nil
+}
+
+// createParams are the parameters of a new run of def.
+func (c *Client) createParams(def *definition, input []byte, o StartOptions) *store.RunCreateParams {
 	runID := uuid.Must(uuid.NewV7()).String()
 	p := &store.RunCreateParams{
 		Namespace: c.cfg.Namespace, ID: runID, WorkflowID: o.ID, Workflow: def.name,
@@ -114,21 +134,7 @@ func (c *Client) start(ctx context.Context, def *definition, input []byte, o Sta
 		d := o.Deadline.UTC()
 		p.Deadline = &d
 	}
-	reserved := c.reserveSlot(p)
-	res, err := c.store.RunCreate(ctx, p)
-	switch {
-	case reserved && err == nil && res.Claimed != nil:
-		c.local.begin(res.Run.ID) // before Start returns, so Result need not read the store
-		c.worker.Launch(res.Claimed)
-	case reserved:
-		// If err is ctx's and the create still commits, the run waits for its
-		// lease to expire and is claimed then.
-		c.worker.Unreserve()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", def.name, err)
-	}
-	return res.Run, nil
+	return p
 }
 
 // reserveSlot asks, when this client's worker runs the workflow and queue of p

@@ -24,14 +24,7 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 		return s.checkpointWaiting(ctx, ck) // see ckwait.go
 	}
 	l := p.Lease
-	var topics []string
-	if p.Status != store.StatusRunning {
-		topics = append(topics, store.RunTopic(l.Namespace, l.RunID))
-	}
-	if p.Status == store.StatusPending || p.Status == store.StatusWaiting {
-		topics = append(topics, store.TopicReady)
-	}
-	r := &request{ctx: ctx, ck: ck, topics: topics, done: make(chan error, 1)}
+	r := &request{ctx: ctx, ck: ck, topics: checkpointTopics(p), done: make(chan error, 1)}
 	if _, err := s.submit(ctx, r); err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
@@ -43,6 +36,18 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 		return nil, fmt.Errorf("checkpointing: %w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
 	}
 	return ck.res, nil
+}
+
+// checkpointTopics are the topics a checkpoint publishes.
+func checkpointTopics(p *store.CheckpointParams) []string {
+	var topics []string
+	if p.Status != store.StatusRunning {
+		topics = append(topics, store.RunTopic(p.Lease.Namespace, p.Lease.RunID))
+	}
+	if p.Status == store.StatusPending || p.Status == store.StatusWaiting {
+		topics = append(topics, store.TopicReady)
+	}
+	return topics
 }
 
 // A batch of one checkpoint uses a statement of its own shape rather than

@@ -43,7 +43,8 @@ type Store struct {
 	transactions atomic.Int64
 	requests     atomic.Int64
 
-	mergeSingle bool // tests: a lone checkpoint also uses sqlCheckpoints
+	mergeSingle bool     // tests: a lone checkpoint also uses sqlCheckpoints
+	qualified   sync.Map // statement -> statement with schema-qualified tables
 }
 
 var _ store.Store = (*Store)(nil)
@@ -74,7 +75,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	poolCfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
 		return p.IdleDuration > idlePingAfter
 	}
-	poolCfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize()
+	// The schema, then public: a transactional step's own statements (CheckpointTx)
+	// run on these connections and may name their tables unqualified.
+	poolCfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize() + ", public"
 	poolCfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
 	s := &Store{
 		cfg: cfg, log: cfg.Logger, id: randomID(), channel: channelName(cfg.Schema),

@@ -3,6 +3,7 @@ package storepg
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,8 +47,30 @@ const (
 
 // RunCreate implements store.Store.
 func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
-	if err := validateRunCreate(p); err != nil {
+	st, res, err := s.runCreateStmt(p)
+	if err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
+	}
+	topics := []string{store.RunTopic(p.Namespace, p.ID)}
+	if p.Claim == nil || (p.AvailableAt != nil && p.AvailableAt.After(s.now())) {
+		// A run created claimed is no work for another worker.
+		topics = append(topics, store.TopicReady)
+	}
+	if _, err := s.write(ctx, topics, st); err != nil {
+		return nil, fmt.Errorf("creating run: %w", err)
+	}
+	if *res == nil {
+		return nil, fmt.Errorf("creating run: %w: run %q or a run with workflow ID %q (policy %q)",
+			store.ErrRunExists, p.ID, p.WorkflowID, p.Reuse)
+	}
+	return *res, nil
+}
+
+// runCreateStmt validates p and returns its statement, whose reader stores the
+// result in *res (nil: the start was rejected).
+func (s *Store) runCreateStmt(p *store.RunCreateParams) (stmt, **store.RunCreateResult, error) {
+	if err := validateRunCreate(p); err != nil {
+		return stmt{}, nil, err
 	}
 	now := s.now()
 	avail := now
@@ -61,30 +84,31 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 	case store.ReuseReturnExisting:
 		query = sqlRunCreateReturnExisting
 	}
-	var res *store.RunCreateResult
+	res := new(*store.RunCreateResult)
 	claim := createClaim(now, avail, p.Claim)
-	st := stmt{
+	return stmt{
 		sql: query,
 		args: append([]any{p.Namespace, p.ID, p.WorkflowID, p.Workflow, p.Queue, p.Priority, p.Version,
 			p.Input, timePtrArg(p.Deadline), avail, now}, claim.args()...),
 		rows: func(rows pgx.Rows) (err error) {
-			res, err = scanCreated(rows, claim)
+			*res, err = scanCreated(rows, claim)
 			return err
 		},
+	}, res, nil
+}
+
+// tableRef matches the references to Trellis' tables in its statements.
+var tableRef = regexp.MustCompile(`\b(INTO|FROM|UPDATE|JOIN) (runs|ops|attempts|kv)\b`)
+
+// schemaSQL qualifies the tables of a statement with the store's schema, for a
+// statement run on a connection that is not the store's (RunCreateTx).
+func (s *Store) schemaSQL(sql string) string {
+	if q, ok := s.qualified.Load(sql); ok {
+		return q.(string)
 	}
-	topics := []string{store.RunTopic(p.Namespace, p.ID)}
-	if claim == nil {
-		// A run created claimed is no work for another worker.
-		topics = append(topics, store.TopicReady)
-	}
-	if _, err := s.write(ctx, topics, st); err != nil {
-		return nil, fmt.Errorf("creating run: %w", err)
-	}
-	if res == nil {
-		return nil, fmt.Errorf("creating run: %w: run %q or a run with workflow ID %q (policy %q)",
-			store.ErrRunExists, p.ID, p.WorkflowID, p.Reuse)
-	}
-	return res, nil
+	q := tableRef.ReplaceAllString(sql, "$1 "+pgx.Identifier{s.cfg.Schema}.Sanitize()+".$2")
+	s.qualified.Store(sql, q)
+	return q
 }
 
 // newClaim is the lease of a run created already claimed.

@@ -23,6 +23,10 @@ type request struct {
 	// noSync: the request may be lost in a power failure without harm (claims,
 	// lease extensions); a batch of only such requests commits without fsync.
 	noSync bool
+	// alone, when set instead of apply, runs and commits a transaction of its own
+	// on the write connection, after the batch it was collected with (see
+	// CheckpointTx).
+	alone func(w *writer) error
 }
 
 // writer owns the write connection and commits queued requests in batches.
@@ -116,7 +120,7 @@ func (w *writer) run() {
 		select {
 		case r := <-w.reqs:
 			batch = w.collect(append(batch[:0], r))
-			w.commit(batch)
+			w.commitAll(batch)
 			clear(batch)
 		case <-w.quit:
 			return
@@ -135,6 +139,50 @@ func (w *writer) collect(batch []*request) []*request {
 		}
 	}
 	return batch
+}
+
+// commitAll commits the batch's requests that share a transaction, then each
+// request that needs one of its own.
+func (w *writer) commitAll(batch []*request) {
+	shared := make([]*request, 0, len(batch))
+	for _, r := range batch {
+		if r.alone == nil {
+			shared = append(shared, r)
+		}
+	}
+	if len(shared) > 0 {
+		w.commit(shared)
+	}
+	if len(shared) == len(batch) {
+		return
+	}
+	for _, r := range batch {
+		if r.alone != nil {
+			w.commitAlone(r)
+		}
+	}
+}
+
+// commitAlone runs a request that commits its own, durable transaction.
+func (w *writer) commitAlone(r *request) {
+	if err := r.ctx.Err(); err != nil {
+		r.done <- err
+		return
+	}
+	if err := w.withRaw(func() error { return w.setSync([]*request{r}) }); err != nil {
+		r.done <- fmt.Errorf("setting synchronous: %w", err)
+		return
+	}
+	// alone uses the connection through database/sql, outside withRaw.
+	err := r.alone(w)
+	if err == nil {
+		w.s.transactions.Add(1)
+		w.s.requests.Add(1)
+		if w.s.ckpt != nil {
+			w.s.ckpt.notify()
+		}
+	}
+	r.done <- err
 }
 
 // commit applies a batch in one transaction and answers every request.
@@ -341,6 +389,10 @@ type wtx struct {
 	now    time.Time
 	topics []string
 	dirty  bool
+	// ext, when set, is a caller's transaction (RunCreateTx) that runs the
+	// statements instead of the write connection, with ctx.
+	ext *sql.Tx
+	ctx context.Context
 }
 
 func (tx *wtx) publish(topics ...string) { tx.topics = append(tx.topics, topics...) }
@@ -366,7 +418,10 @@ func (tx *wtx) QueryRowContext(_ context.Context, query string, args ...any) sca
 	return tx.row(query, args...)
 }
 
-func (tx *wtx) row(query string, args ...any) *rawRow {
+func (tx *wtx) row(query string, args ...any) scanner {
+	if tx.ext != nil {
+		return tx.ext.QueryRowContext(tx.ctx, query, args...)
+	}
 	rows, err := tx.w.raw.query(query, args)
 	return &rawRow{rows: rows, err: err}
 }
@@ -391,7 +446,7 @@ func (tx *wtx) queryRow(query string, args ...any) scanner {
 }
 
 type writeRow struct {
-	row *rawRow
+	row scanner
 	tx  *wtx
 }
 
@@ -402,13 +457,19 @@ func (r writeRow) Scan(dest ...any) error {
 }
 
 // query runs a prepared query.
-func (tx *wtx) query(query string, args ...any) (*rawRows, error) {
+func (tx *wtx) query(query string, args ...any) (rowsIter, error) {
 	tx.dirty = tx.dirty || !isRead(query)
+	if tx.ext != nil {
+		return tx.ext.QueryContext(tx.ctx, query, args...)
+	}
 	return tx.w.raw.query(query, args)
 }
 
 // exec runs a prepared statement; a statement that fails changes nothing.
 func (tx *wtx) exec(query string, args ...any) (driver.Result, error) {
+	if tx.ext != nil {
+		return tx.ext.ExecContext(tx.ctx, query, args...)
+	}
 	res, err := tx.w.exec(query, args...)
 	tx.dirty = tx.dirty || err == nil
 	return res, err

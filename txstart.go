@@ -1,0 +1,39 @@
+package trellis
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// StartTx starts a run of wf inside tx, the caller's own transaction on the
+// store's database (a pgx.Tx on Postgres, a *sql.Tx on the same database file on
+// SQLite): the run exists if and only if tx commits, so a business row and the
+// workflow that processes it are created together or not at all.
+//
+// On Postgres, workers are notified when tx commits. On SQLite the store cannot
+// see the commit: the run is picked up by a worker's next poll
+// (WorkerConfig.PollInterval, 1s by default), and the handle's Result also polls.
+// A rejected start (ErrRunExists) leaves tx usable. Stores without transactions
+// (the remote client) return ErrTxNotSupported.
+func StartTx[In, Out any](ctx context.Context, c *Client, tx any, wf *Workflow[In, Out], in In, opts ...StartOptions) (*Handle[Out], error) {
+	ts, ok := c.store.(store.TxStarter)
+	if !ok {
+		return nil, fmt.Errorf("starting %s: %w", wf.definition().name, ErrTxNotSupported)
+	}
+	var o StartOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	input, err := c.encode(in)
+	if err != nil {
+		return nil, err
+	}
+	def := wf.definition()
+	res, err := ts.RunCreateTx(ctx, tx, c.createParams(def, input, o))
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", def.name, err)
+	}
+	return &Handle[Out]{c: c, id: res.Run.WorkflowID, runID: res.Run.ID}, nil
+}
