@@ -50,6 +50,7 @@ type runState struct {
 	pendingAtt  []store.Attempt
 	pendingKV   []store.KVWrite
 	pendingWait waitWrites // waits' writes for the next checkpoint
+	openApprovals map[string]bool // approval requests of this run not yet decided
 	kv          map[string][]byte
 	cancelSeen  bool
 	deadlineHit bool
