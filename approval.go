@@ -82,6 +82,8 @@ func RequestApproval(wc *Context, name string, opts ApprovalOptions) *ApprovalFu
 		}
 		if rec.Done {
 			f.op = rec
+		} else {
+			rs.openApproval(f.state.ID, true)
 		}
 		return f
 	}
@@ -99,6 +101,7 @@ func RequestApproval(wc *Context, name string, opts ApprovalOptions) *ApprovalFu
 		f.state.ExpiresAt, req.ExpiresAt = &at, &at
 	}
 	rs.queueWait(func(w *waitWrites) { w.approvals = append(w.approvals, req) })
+	rs.openApproval(f.state.ID, true)
 	b, _ := json.Marshal(f.state)
 	rs.recordWait(pos, store.OpApproval, name, false, b, nil)
 	return f
@@ -110,6 +113,21 @@ func RequestApproval(wc *Context, name string, opts ApprovalOptions) *ApprovalFu
 // are recorded in history.
 func Approval(wc *Context, name string, opts ApprovalOptions) (Decision, error) {
 	return RequestApproval(wc, name, opts).Get(wc)
+}
+
+// openApproval tracks the run's undecided approval requests: those still open
+// when the run ends are expired with its final checkpoint.
+func (rs *runState) openApproval(id string, open bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.openApprovals == nil {
+		rs.openApprovals = make(map[string]bool)
+	}
+	if open {
+		rs.openApprovals[id] = true
+	} else {
+		delete(rs.openApprovals, id)
+	}
 }
 
 func approvalID(runID string, pos int) string { return runID + ".approval." + strconv.Itoa(pos) }
@@ -147,6 +165,7 @@ func (f *ApprovalFuture) try() bool {
 		}
 		b, _ := json.Marshal(d)
 		f.op = rs.recordWait(f.pos, store.OpApproval, f.name, true, b, nil)
+		rs.openApproval(f.state.ID, false)
 		return true
 	}
 	if at := f.state.ExpiresAt; at != nil && !rs.now().Before(*at) {
@@ -156,6 +175,7 @@ func (f *ApprovalFuture) try() bool {
 		})
 		err := &typedError{msg: fmt.Sprintf("%s: %s", ErrApprovalTimeout, f.name), typ: "approval_timeout"}
 		f.op = rs.recordWait(f.pos, store.OpApproval, f.name, true, nil, err)
+		rs.openApproval(f.state.ID, false)
 		return true
 	}
 	return false

@@ -135,6 +135,13 @@ func (rs *runState) finish(out []byte, err error) *store.Run {
 		p.Status, p.Output = store.StatusFailed, nil
 		p.Error = errorInfo(fmt.Errorf("%w: output is %d bytes (limit %d)", ErrPayloadTooLarge, len(out), rs.c.cfg.MaxPayloadBytes))
 	}
+	rs.mu.Lock()
+	for id := range rs.openApprovals {
+		// Nobody can decide for a finished run: its open requests expire with it.
+		p.ExpireApprovals = append(p.ExpireApprovals, id)
+	}
+	rs.mu.Unlock()
+	slices.Sort(p.ExpireApprovals)
 	res, err := rs.checkpoint(p, true)
 	if errors.Is(err, store.ErrConflict) {
 		// A wait timed out while its event arrived: replay with the new inbox.

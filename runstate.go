@@ -44,22 +44,23 @@ type runState struct {
 	inbox    []*store.Event
 	consumed map[int64]bool
 
-	mu          sync.Mutex
-	nextPos     int
-	pendingOps  []*store.Op
-	pendingAtt  []store.Attempt
-	pendingKV   []store.KVWrite
-	pendingWait waitWrites // waits' writes for the next checkpoint
-	kv          map[string][]byte
-	cancelSeen  bool
-	deadlineHit bool
-	panicked    bool
-	unwind      unwindKind
-	unwindErr   error      // blocked: the non-determinism error
-	wakeAt      *time.Time // suspend: when to resume (nil: only on an event)
-	waitEvents  []string   // suspend: events that resume it
-	waitReason  string
-	unwinding   chan struct{} // closed when an unwind is requested
+	mu            sync.Mutex
+	nextPos       int
+	pendingOps    []*store.Op
+	pendingAtt    []store.Attempt
+	pendingKV     []store.KVWrite
+	pendingWait   waitWrites      // waits' writes for the next checkpoint
+	openApprovals map[string]bool // approval requests of this run not yet decided
+	kv            map[string][]byte
+	cancelSeen    bool
+	deadlineHit   bool
+	panicked      bool
+	unwind        unwindKind
+	unwindErr     error      // blocked: the non-determinism error
+	wakeAt        *time.Time // suspend: when to resume (nil: only on an event)
+	waitEvents    []string   // suspend: events that resume it
+	waitReason    string
+	unwinding     chan struct{} // closed when an unwind is requested
 
 	ckMu     sync.Mutex     // serialises checkpoints of this run, in order
 	inflight sync.WaitGroup // async steps still executing

@@ -148,7 +148,7 @@ type stepCall struct {
 	started time.Time
 	policy  RetryPolicy
 	timeout time.Duration
-	fn      func(ctx context.Context) ([]byte, error)
+	fn      func(ctx context.Context) (any, error)
 }
 
 func newStepCall[T any](wc *Context, name string, pos int, rec *store.Op, fn func(context.Context) (T, error), opts []StepOptions) *stepCall {
@@ -160,13 +160,9 @@ func newStepCall[T any](wc *Context, name string, pos int, rec *store.Op, fn fun
 	if rec != nil {
 		sc.attempt, sc.started = rec.Attempts, rec.StartedAt
 	}
-	sc.fn = func(ctx context.Context) ([]byte, error) {
-		v, err := fn(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return wc.rs.encode(v)
-	}
+	// The result is encoded by the caller of runAttempt, not on the attempt's
+	// short-lived goroutine, whose stack would grow for the encoder each time.
+	sc.fn = func(ctx context.Context) (any, error) { return fn(ctx) }
 	return sc
 }
 
@@ -189,7 +185,11 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 		}
 		sc.attempt++
 		t0 := rs.now()
-		res, err := sc.runAttempt()
+		v, err := sc.runAttempt()
+		var res []byte
+		if err == nil {
+			res, err = rs.encode(v)
+		}
 		if rs.ctx.Err() != nil {
 			rs.requestUnwind(rs.ctxUnwindKind(), nil, nil, "")
 			return nil, false
@@ -253,7 +253,7 @@ func (sc *stepCall) finish(result []byte, err error) *store.Op {
 
 // runAttempt runs fn once on its own goroutine, so that a step ignoring its context is
 // abandoned shortly after the context ends. Context errors are mapped to their cause.
-func (sc *stepCall) runAttempt() ([]byte, error) {
+func (sc *stepCall) runAttempt() (any, error) {
 	rs := sc.wc.rs
 	ctx, cancel := sc.wc.stepContext(sc.timeout)
 	defer cancel()
@@ -262,13 +262,13 @@ func (sc *stepCall) runAttempt() ([]byte, error) {
 		IdempotencyKey: rs.run.ID + "/" + strconv.Itoa(sc.pos),
 	})
 	type outcome struct {
-		b   []byte
+		v   any
 		err error
 	}
 	ch := make(chan outcome, 1)
 	go func() {
-		b, err := callSafely(ctx, sc.fn)
-		ch <- outcome{b, err}
+		v, err := callSafely(ctx, sc.fn)
+		ch <- outcome{v, err}
 	}()
 	var o outcome
 	select {
@@ -285,7 +285,7 @@ func (sc *stepCall) runAttempt() ([]byte, error) {
 	if o.err != nil && ctx.Err() != nil {
 		o.err = sc.contextError(ctx, o.err)
 	}
-	return o.b, o.err
+	return o.v, o.err
 }
 
 // contextError names why a step's context ended: cancellation, the run's deadline
@@ -309,7 +309,7 @@ type panicError struct {
 
 func (e *panicError) Error() string { return fmt.Sprintf("panic: %v\n%s", e.value, e.stack) }
 
-func callSafely(ctx context.Context, fn func(context.Context) ([]byte, error)) (b []byte, err error) {
+func callSafely(ctx context.Context, fn func(context.Context) (any, error)) (v any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &panicError{value: r, stack: string(debug.Stack())}

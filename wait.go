@@ -24,8 +24,11 @@ func (w *waitWrites) empty() bool {
 }
 
 func (w *waitWrites) apply(p *store.CheckpointParams) {
-	p.Consume, p.NoEvents, p.Children, p.Approvals, p.ExpireApprovals =
-		w.consume, w.noEvents, w.children, w.approvals, w.expire
+	p.Consume = append(p.Consume, w.consume...)
+	p.NoEvents = append(p.NoEvents, w.noEvents...)
+	p.Children = append(p.Children, w.children...)
+	p.Approvals = append(p.Approvals, w.approvals...)
+	p.ExpireApprovals = append(p.ExpireApprovals, w.expire...)
 }
 
 // waiter is something a workflow can wait for without holding a worker: a timer,

@@ -362,3 +362,23 @@ func TestMapRunsItemsAsChildren(t *testing.T) {
 		waitStatus(t, c, fmt.Sprintf("%s.0.%d", h.RunID(), i), want)
 	}
 }
+
+// A run that ends while one of its approval requests is open expires it: nobody
+// can decide for a finished run.
+func TestOpenApprovalsExpireWithTheRun(t *testing.T) {
+	t.Parallel()
+	wf := trellis.NewWorkflow("abandons-approval", func(wc *trellis.Context, _ int) (string, error) {
+		a := trellis.RequestApproval(wc, "maybe", trellis.ApprovalOptions{})
+		if i, err := trellis.Select(wc, a, wc.NewTimer(50*time.Millisecond)); err != nil || i != 1 {
+			return "", fmt.Errorf("select = %d, %v", i, err)
+		}
+		return "gave up", nil
+	})
+	c := setup(t, wf)
+	h := must[*trellis.Handle[string]](t)(trellis.Start(ctxT(t), c, wf, 0))
+	mustResult(t, h)
+	page := must[*trellis.ApprovalList](t)(c.Approvals(ctxT(t), trellis.ApprovalFilter{Run: h.RunID()}))
+	if len(page.Approvals) != 1 || page.Approvals[0].Status != trellis.ApprovalExpired {
+		t.Fatalf("approvals %+v, want one expired", page.Approvals)
+	}
+}
