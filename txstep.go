@@ -67,8 +67,10 @@ func (sc *stepCall) executeTx(fn func(ctx context.Context, tx any) ([]byte, erro
 		if err := rs.interrupted(sc.wc.detached); err != nil {
 			return sc.finish(nil, err), true
 		}
-		if err := rs.flush(); err != nil {
-			rs.requestUnwind(unwindAbandon, err, nil, "")
+		// A full flush, derivable waits included: the transactional checkpoint
+		// carries only the step's op and what async steps queue meanwhile.
+		if _, err := rs.checkpoint(&store.CheckpointParams{Status: store.StatusRunning}, false); err != nil {
+			rs.requestUnwind(flushFailure(err), err, nil, "")
 			return nil, false
 		}
 		sc.attempt++
@@ -112,15 +114,18 @@ func (sc *stepCall) attemptTx(txc store.TxCheckpointer, fn func(ctx context.Cont
 	p := &store.CheckpointParams{Status: store.StatusRunning, Lease: rs.lease}
 	rs.mu.Lock()
 	p.Ops, p.Attempts, p.KV = rs.pendingOps, rs.pendingAtt, rs.pendingKV // queued by async steps since the flush
-	rs.pendingOps, rs.pendingAtt, rs.pendingKV = nil, nil, nil
+	w := rs.pendingWait
+	rs.pendingOps, rs.pendingAtt, rs.pendingKV, rs.pendingWait = nil, nil, nil, waitWrites{}
 	rs.mu.Unlock()
+	w.apply(p)
 	queued := len(p.Ops)
 	res, txErr := txc.CheckpointTx(ctx, p, func(ctx context.Context, tx any) error {
-		b, ferr := callSafely(ctx, func(ctx context.Context) ([]byte, error) { return fn(ctx, tx) })
+		v, ferr := callSafely(ctx, func(ctx context.Context) (any, error) { return fn(ctx, tx) })
 		if ferr != nil {
 			err = ferr
 			return ferr
 		}
+		b, _ := v.([]byte)
 		at := rs.now()
 		op = sc.op()
 		op.Done, op.Result, op.FinishedAt = true, b, &at
@@ -133,7 +138,7 @@ func (sc *stepCall) attemptTx(txc store.TxCheckpointer, fn func(ctx context.Cont
 		}
 		return op, nil, nil
 	}
-	rs.requeue(p.Ops[:queued], p.Attempts, p.KV)
+	rs.requeue(p.Ops[:queued], p.Attempts, p.KV, w)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = sc.contextError(ctx, err)
@@ -145,10 +150,16 @@ func (sc *stepCall) attemptTx(txc store.TxCheckpointer, fn func(ctx context.Cont
 
 // requeue puts back writes taken for a checkpoint that did not commit, before any
 // queued since.
-func (rs *runState) requeue(ops []*store.Op, atts []store.Attempt, kv []store.KVWrite) {
+func (rs *runState) requeue(ops []*store.Op, atts []store.Attempt, kv []store.KVWrite, w waitWrites) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.pendingOps = append(ops[:len(ops):len(ops)], rs.pendingOps...)
 	rs.pendingAtt = append(atts[:len(atts):len(atts)], rs.pendingAtt...)
 	rs.pendingKV = append(kv[:len(kv):len(kv)], rs.pendingKV...)
+	q := &rs.pendingWait
+	q.consume = append(w.consume[:len(w.consume):len(w.consume)], q.consume...)
+	q.noEvents = append(w.noEvents[:len(w.noEvents):len(w.noEvents)], q.noEvents...)
+	q.children = append(w.children[:len(w.children):len(w.children)], q.children...)
+	q.approvals = append(w.approvals[:len(w.approvals):len(w.approvals)], q.approvals...)
+	q.expire = append(w.expire[:len(w.expire):len(w.expire)], q.expire...)
 }
