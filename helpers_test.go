@@ -28,6 +28,12 @@ func storeURL(t *testing.T) string {
 	if os.Getenv(envTestStore) == "postgres" {
 		return pgtest.SchemaURL(t)
 	}
+	return sqliteURL(t)
+}
+
+// sqliteURL returns a fresh SQLite store URL, whatever envTestStore says.
+func sqliteURL(t *testing.T) string {
+	t.Helper()
 	return "sqlite://" + filepath.Join(t.TempDir(), "trellis.db")
 }
 

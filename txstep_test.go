@@ -32,7 +32,7 @@ type userDB struct {
 }
 
 func sqliteUserDB(t *testing.T) *userDB {
-	u := storeURL(t)
+	u := sqliteURL(t)
 	path := strings.TrimPrefix(u, "sqlite://")
 	var db *sql.DB
 	get := func(t *testing.T) *sql.DB {
