@@ -164,9 +164,9 @@ type Run struct {
 	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 	StartedAt      *time.Time `json:"started_at,omitempty"`
-	// UpdatedAt is when the run's state last changed: created, claimed, status
-	// changed by a checkpoint, cancellation requested. Checkpoints that keep a run
-	// running do not change it.
+	// UpdatedAt is when the run's record last changed: created, claimed, status
+	// changed by a checkpoint, cancellation requested. A checkpoint that keeps the
+	// run running may leave it as it was (SQLite does; Postgres sets it).
 	UpdatedAt  time.Time  `json:"updated_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	// ParentID is the run ID of the parent of a child run.
