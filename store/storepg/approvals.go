@@ -33,22 +33,6 @@ const (
 	WHERE seq = $5`
 )
 
-// validateApprovals checks a checkpoint's approval requests before anything is
-// written.
-func validateApprovals(reqs []*store.ApprovalRequest) error {
-	ids := make(map[string]bool, len(reqs))
-	for _, a := range reqs {
-		switch {
-		case a.ID == "":
-			return fmt.Errorf("%w: Approvals: ID is required", store.ErrInvalidParams)
-		case ids[a.ID]:
-			return fmt.Errorf("%w: Approvals: ID %q twice", store.ErrInvalidParams, a.ID)
-		}
-		ids[a.ID] = true
-	}
-	return nil
-}
-
 // approvalRow is an approval with the keys of its row and its run's status.
 type approvalRow struct {
 	*store.Approval

@@ -66,37 +66,6 @@ var (
 	ORDER BY item`
 )
 
-// validateChildren checks a checkpoint's child groups before anything is written.
-func validateChildren(groups []*store.ChildGroup) error {
-	ids := make(map[string]bool)
-	positions := make(map[int]bool)
-	for _, g := range groups {
-		switch {
-		case len(g.Runs) == 0:
-			return fmt.Errorf("%w: Children: the group at position %d has no runs", store.ErrInvalidParams, g.Position)
-		case g.MaxConcurrency < 0:
-			return fmt.Errorf("%w: Children: MaxConcurrency %d is negative", store.ErrInvalidParams, g.MaxConcurrency)
-		case positions[g.Position]:
-			return fmt.Errorf("%w: Children: two groups at position %d", store.ErrInvalidParams, g.Position)
-		}
-		positions[g.Position] = true
-		for _, r := range g.Runs {
-			for _, f := range []struct{ name, val string }{
-				{"ID", r.ID}, {"WorkflowID", r.WorkflowID}, {"Workflow", r.Workflow}, {"Queue", r.Queue},
-			} {
-				if f.val == "" {
-					return fmt.Errorf("%w: Children: %s is required", store.ErrInvalidParams, f.name)
-				}
-			}
-			if ids[r.ID] {
-				return fmt.Errorf("%w: Children: run %q twice", store.ErrRunExists, r.ID)
-			}
-			ids[r.ID] = true
-		}
-	}
-	return nil
-}
-
 // parentRef identifies the parent run creating children.
 type parentRef struct {
 	seq       int64

@@ -65,28 +65,6 @@ func usesWaiting(p *store.CheckpointParams) bool {
 		len(p.Children) > 0 || len(p.Approvals) > 0 || len(p.ExpireApprovals) > 0
 }
 
-// validateWaiting checks a checkpoint's waiting parameters before anything is written.
-func validateWaiting(p *store.CheckpointParams) error {
-	if len(p.Consume) > 1 {
-		seen := make(map[int64]bool, len(p.Consume))
-		for _, seq := range p.Consume {
-			if seen[seq] {
-				return fmt.Errorf("%w: Consume: event %d twice", store.ErrInvalidParams, seq)
-			}
-			seen[seq] = true
-		}
-	}
-	if len(p.Children) > 0 {
-		if err := validateChildren(p.Children); err != nil {
-			return err
-		}
-	}
-	if len(p.Approvals) > 0 {
-		return validateApprovals(p.Approvals)
-	}
-	return nil
-}
-
 // ckRow is what a checkpoint's fenced status update returns.
 type ckRow struct {
 	seq       int64
@@ -101,7 +79,7 @@ type ckRow struct {
 // (store.ErrInvalidParams), a taken child ID (store.ErrRunExists) write nothing.
 func (s *Store) checkpointWaiting(ctx context.Context, ck *ckReq) (*store.CheckpointResult, error) {
 	p, l := ck.p, ck.p.Lease
-	if err := validateWaiting(p); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
 	var res *store.CheckpointResult

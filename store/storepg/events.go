@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -62,13 +61,8 @@ func decodeInbox(b []byte, run *store.Run) ([]*store.Event, error) {
 
 // EventSend implements store.Store.
 func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error) {
-	switch {
-	case p.Name == "":
-		return nil, fmt.Errorf("sending event: %w: Name is required", store.ErrInvalidParams)
-	case strings.HasPrefix(p.Name, store.ReservedEventPrefix):
-		return nil, fmt.Errorf("sending event: %w: names starting with %q are reserved", store.ErrInvalidParams, store.ReservedEventPrefix)
-	case p.Claim != nil && (p.Claim.Worker == "" || p.Claim.LeaseDuration <= 0):
-		return nil, fmt.Errorf("sending event: %w: Claim needs a Worker and a positive LeaseDuration", store.ErrInvalidParams)
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("sending event: %w", err)
 	}
 	var res *store.EventSendResult
 	err := s.inTx(ctx, func(tx *wtx) (err error) {

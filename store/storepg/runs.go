@@ -69,7 +69,7 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 // runCreateStmt validates p and returns its statement, whose reader stores the
 // result in *res (nil: the start was rejected).
 func (s *Store) runCreateStmt(p *store.RunCreateParams) (stmt, **store.RunCreateResult, error) {
-	if err := validateRunCreate(p); err != nil {
+	if err := p.Validate(); err != nil {
 		return stmt{}, nil, err
 	}
 	now := s.now()
@@ -171,25 +171,6 @@ type suffixed struct {
 }
 
 func (p suffixed) Scan(dest ...any) error { return p.sc.Scan(append(dest, make([]any, p.n)...)...) }
-
-func validateRunCreate(p *store.RunCreateParams) error {
-	for _, f := range []struct{ name, val string }{
-		{"Namespace", p.Namespace}, {"ID", p.ID}, {"WorkflowID", p.WorkflowID},
-		{"Workflow", p.Workflow}, {"Queue", p.Queue},
-	} {
-		if f.val == "" {
-			return fmt.Errorf("%w: %s is required", store.ErrInvalidParams, f.name)
-		}
-	}
-	if c := p.Claim; c != nil && (c.Worker == "" || c.LeaseDuration <= 0) {
-		return fmt.Errorf("%w: Claim needs a Worker and a positive LeaseDuration", store.ErrInvalidParams)
-	}
-	switch p.Reuse {
-	case store.ReuseRejectActive, store.ReuseReject, store.ReuseReturnExisting:
-		return nil
-	}
-	return fmt.Errorf("%w: Reuse: unknown policy %q", store.ErrInvalidParams, p.Reuse)
-}
 
 // notifyRun is a RETURNING (or select-list) expression that notifies TopicReady and
 // the run's topic; $N placeholders are the channel and the sender's prefix.

@@ -28,22 +28,6 @@ const (
 	WHERE seq = ?`
 )
 
-// validateApprovals checks a checkpoint's approval requests before anything is
-// written.
-func validateApprovals(reqs []*store.ApprovalRequest) error {
-	ids := make(map[string]bool, len(reqs))
-	for _, a := range reqs {
-		switch {
-		case a.ID == "":
-			return fmt.Errorf("%w: Approvals: ID is required", store.ErrInvalidParams)
-		case ids[a.ID]:
-			return fmt.Errorf("%w: Approvals: ID %q twice", store.ErrInvalidParams, a.ID)
-		}
-		ids[a.ID] = true
-	}
-	return nil
-}
-
 // createApprovals inserts a checkpoint's approval requests. A taken ID fails with
 // store.ErrInvalidParams after writing: the request is dirty, so the batch is
 // replayed with savepoints and nothing of the checkpoint remains.

@@ -47,7 +47,7 @@ const (
 
 // Checkpoint implements store.Store.
 func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
-	if err := validateCheckpoint(p); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
 	errText, err := errJSON(p.Error)
@@ -64,30 +64,6 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
 	return res, nil
-}
-
-func validateCheckpoint(p *store.CheckpointParams) error {
-	if !p.Status.Valid() {
-		return fmt.Errorf("%w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
-	}
-	if len(p.Consume) > 1 {
-		seen := make(map[int64]bool, len(p.Consume))
-		for _, seq := range p.Consume {
-			if seen[seq] {
-				return fmt.Errorf("%w: Consume: event %d twice", store.ErrInvalidParams, seq)
-			}
-			seen[seq] = true
-		}
-	}
-	if len(p.Children) > 0 {
-		if err := validateChildren(p.Children); err != nil {
-			return err
-		}
-	}
-	if len(p.Approvals) > 0 {
-		return validateApprovals(p.Approvals)
-	}
-	return nil
 }
 
 // ckRow is what a checkpoint's fenced status update returns.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/trellis-dev/trellis/store"
@@ -42,13 +41,8 @@ const (
 
 // EventSend implements store.Store.
 func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error) {
-	switch {
-	case p.Name == "":
-		return nil, fmt.Errorf("sending event: %w: Name is required", store.ErrInvalidParams)
-	case strings.HasPrefix(p.Name, store.ReservedEventPrefix):
-		return nil, fmt.Errorf("sending event: %w: names starting with %q are reserved", store.ErrInvalidParams, store.ReservedEventPrefix)
-	case p.Claim != nil && (p.Claim.Worker == "" || p.Claim.LeaseDuration <= 0):
-		return nil, fmt.Errorf("sending event: %w: Claim needs a Worker and a positive LeaseDuration", store.ErrInvalidParams)
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("sending event: %w", err)
 	}
 	var res *store.EventSendResult
 	err := s.write(ctx, func(tx *wtx) error {
@@ -117,7 +111,7 @@ func deliver(tx *wtx, runSeq int64, name string, payload []byte, onlyActive bool
 }
 
 // consumeEvents deletes the events a checkpoint consumed; each must be in the
-// run's inbox. Consume holds no duplicates (checked by validateCheckpoint).
+// run's inbox. Consume holds no duplicates (checked by CheckpointParams.Validate).
 func consumeEvents(tx *wtx, runSeq int64, consume []int64) error {
 	list, err := json.Marshal(consume)
 	if err != nil {

@@ -24,7 +24,7 @@ const sqlLatestByWorkflowID = `SELECT ` + runCols + ` FROM runs
 
 // RunCreate implements store.Store.
 func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
-	if err := validateRunCreate(p); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
 	}
 	var res *store.RunCreateResult
@@ -37,25 +37,6 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 		return nil, fmt.Errorf("creating run: %w", err)
 	}
 	return res, nil
-}
-
-func validateRunCreate(p *store.RunCreateParams) error {
-	for _, f := range []struct{ name, val string }{
-		{"Namespace", p.Namespace}, {"ID", p.ID}, {"WorkflowID", p.WorkflowID},
-		{"Workflow", p.Workflow}, {"Queue", p.Queue},
-	} {
-		if f.val == "" {
-			return fmt.Errorf("%w: %s is required", store.ErrInvalidParams, f.name)
-		}
-	}
-	if c := p.Claim; c != nil && (c.Worker == "" || c.LeaseDuration <= 0) {
-		return fmt.Errorf("%w: Claim needs a Worker and a positive LeaseDuration", store.ErrInvalidParams)
-	}
-	switch p.Reuse {
-	case store.ReuseRejectActive, store.ReuseReject, store.ReuseReturnExisting:
-		return nil
-	}
-	return fmt.Errorf("%w: Reuse: unknown policy %q", store.ErrInvalidParams, p.Reuse)
 }
 
 func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error) {

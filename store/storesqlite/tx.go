@@ -24,7 +24,7 @@ func (s *Store) RunCreateTx(ctx context.Context, tx any, p *store.RunCreateParam
 	if p.Claim != nil {
 		return nil, fmt.Errorf("creating run in a transaction: %w: Claim is not allowed", store.ErrInvalidParams)
 	}
-	if err := validateRunCreate(p); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating run in a transaction: %w", err)
 	}
 	res, err := runCreate(&wtx{w: s.w, now: s.now().UTC(), ext: stx, ctx: ctx}, p)

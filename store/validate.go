@@ -1,0 +1,108 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Validate reports the first missing or malformed field of p, wrapping
+// ErrInvalidParams. Drivers call it before writing anything.
+func (p *RunCreateParams) Validate() error {
+	for _, f := range []struct{ name, val string }{
+		{"Namespace", p.Namespace}, {"ID", p.ID}, {"WorkflowID", p.WorkflowID},
+		{"Workflow", p.Workflow}, {"Queue", p.Queue},
+	} {
+		if f.val == "" {
+			return fmt.Errorf("%w: %s is required", ErrInvalidParams, f.name)
+		}
+	}
+	if c := p.Claim; c != nil && (c.Worker == "" || c.LeaseDuration <= 0) {
+		return fmt.Errorf("%w: Claim needs a Worker and a positive LeaseDuration", ErrInvalidParams)
+	}
+	switch p.Reuse {
+	case ReuseRejectActive, ReuseReject, ReuseReturnExisting:
+		return nil
+	}
+	return fmt.Errorf("%w: Reuse: unknown policy %q", ErrInvalidParams, p.Reuse)
+}
+
+// Validate checks an event's name (required, not reserved) and claim, wrapping
+// ErrInvalidParams.
+func (p *EventSendParams) Validate() error {
+	switch {
+	case p.Name == "":
+		return fmt.Errorf("%w: Name is required", ErrInvalidParams)
+	case strings.HasPrefix(p.Name, ReservedEventPrefix):
+		return fmt.Errorf("%w: names starting with %q are reserved", ErrInvalidParams, ReservedEventPrefix)
+	case p.Claim != nil && (p.Claim.Worker == "" || p.Claim.LeaseDuration <= 0):
+		return fmt.Errorf("%w: Claim needs a Worker and a positive LeaseDuration", ErrInvalidParams)
+	}
+	return nil
+}
+
+// Validate checks a checkpoint's status and the parts that can be checked
+// before writing: no event consumed twice, well-formed child groups (a child
+// ID given twice is ErrRunExists) and approval requests. Other errors wrap
+// ErrInvalidParams.
+func (p *CheckpointParams) Validate() error {
+	if !p.Status.Valid() {
+		return fmt.Errorf("%w: Status: unknown status %q", ErrInvalidParams, p.Status)
+	}
+	if len(p.Consume) > 1 {
+		seen := make(map[int64]bool, len(p.Consume))
+		for _, seq := range p.Consume {
+			if seen[seq] {
+				return fmt.Errorf("%w: Consume: event %d twice", ErrInvalidParams, seq)
+			}
+			seen[seq] = true
+		}
+	}
+	if err := validateChildren(p.Children); err != nil {
+		return err
+	}
+	return validateApprovals(p.Approvals)
+}
+
+func validateChildren(groups []*ChildGroup) error {
+	ids := make(map[string]bool)
+	positions := make(map[int]bool)
+	for _, g := range groups {
+		switch {
+		case len(g.Runs) == 0:
+			return fmt.Errorf("%w: Children: the group at position %d has no runs", ErrInvalidParams, g.Position)
+		case g.MaxConcurrency < 0:
+			return fmt.Errorf("%w: Children: MaxConcurrency %d is negative", ErrInvalidParams, g.MaxConcurrency)
+		case positions[g.Position]:
+			return fmt.Errorf("%w: Children: two groups at position %d", ErrInvalidParams, g.Position)
+		}
+		positions[g.Position] = true
+		for _, r := range g.Runs {
+			for _, f := range []struct{ name, val string }{
+				{"ID", r.ID}, {"WorkflowID", r.WorkflowID}, {"Workflow", r.Workflow}, {"Queue", r.Queue},
+			} {
+				if f.val == "" {
+					return fmt.Errorf("%w: Children: %s is required", ErrInvalidParams, f.name)
+				}
+			}
+			if ids[r.ID] {
+				return fmt.Errorf("%w: Children: run %q twice", ErrRunExists, r.ID)
+			}
+			ids[r.ID] = true
+		}
+	}
+	return nil
+}
+
+func validateApprovals(reqs []*ApprovalRequest) error {
+	ids := make(map[string]bool, len(reqs))
+	for _, a := range reqs {
+		switch {
+		case a.ID == "":
+			return fmt.Errorf("%w: Approvals: ID is required", ErrInvalidParams)
+		case ids[a.ID]:
+			return fmt.Errorf("%w: Approvals: ID %q twice", ErrInvalidParams, a.ID)
+		}
+		ids[a.ID] = true
+	}
+	return nil
+}
