@@ -106,3 +106,22 @@ func validateApprovals(reqs []*ApprovalRequest) error {
 	}
 	return nil
 }
+
+// Page sizes of RunList and ApprovalList.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// ListLimit returns the page size of a list call asking for limit:
+// DefaultListLimit for 0, at most MaxListLimit; a negative limit is
+// ErrInvalidParams.
+func ListLimit(limit int) (int, error) {
+	switch {
+	case limit < 0:
+		return 0, fmt.Errorf("%w: Limit %d is negative", ErrInvalidParams, limit)
+	case limit == 0:
+		return DefaultListLimit, nil
+	}
+	return min(limit, MaxListLimit), nil
+}

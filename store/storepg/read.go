@@ -12,12 +12,6 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// Run list page sizes.
-const (
-	defaultListLimit = 100
-	maxListLimit     = 1000
-)
-
 // Reads run on the pool outside the writer: each is one statement, so it sees one
 // committed state.
 var (
@@ -126,14 +120,9 @@ func (s *Store) RunList(ctx context.Context, p *store.RunListParams) (*store.Run
 
 // runListQuery builds the query of one page (limit+1 rows, to see if more follow).
 func runListQuery(p *store.RunListParams) (string, []any, int, error) {
-	limit := p.Limit
-	switch {
-	case limit < 0:
-		return "", nil, 0, fmt.Errorf("%w: Limit %d is negative", store.ErrInvalidParams, limit)
-	case limit == 0:
-		limit = defaultListLimit
-	case limit > maxListLimit:
-		limit = maxListLimit
+	limit, err := store.ListLimit(p.Limit)
+	if err != nil {
+		return "", nil, 0, err
 	}
 	var args argList
 	where := []string{"namespace = " + args.add(p.Namespace)}

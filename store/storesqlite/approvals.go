@@ -162,14 +162,9 @@ func (s *Store) ApprovalList(ctx context.Context, p *store.ApprovalListParams) (
 // approvalListQuery builds the query of one page (limit+1 rows, to see if more
 // follow).
 func approvalListQuery(p *store.ApprovalListParams) (string, []any, int, error) {
-	limit := p.Limit
-	switch {
-	case limit < 0:
-		return "", nil, 0, fmt.Errorf("%w: Limit %d is negative", store.ErrInvalidParams, limit)
-	case limit == 0:
-		limit = defaultListLimit
-	case limit > maxListLimit:
-		limit = maxListLimit
+	limit, err := store.ListLimit(p.Limit)
+	if err != nil {
+		return "", nil, 0, err
 	}
 	where := []string{"a.namespace = ?"}
 	args := []any{p.Namespace}

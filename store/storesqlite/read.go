@@ -10,12 +10,6 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// Run list page sizes.
-const (
-	defaultListLimit = 100
-	maxListLimit     = 1000
-)
-
 // readErr maps errors of the read pool after Close to store.ErrClosed.
 func (s *Store) readErr(err error) error {
 	if err != nil && s.closed() {
@@ -131,14 +125,9 @@ func (s *Store) RunList(ctx context.Context, p *store.RunListParams) (*store.Run
 
 // runListQuery builds the query of one page (limit+1 rows, to see if more follow).
 func runListQuery(p *store.RunListParams) (string, []any, int, error) {
-	limit := p.Limit
-	switch {
-	case limit < 0:
-		return "", nil, 0, fmt.Errorf("%w: Limit %d is negative", store.ErrInvalidParams, limit)
-	case limit == 0:
-		limit = defaultListLimit
-	case limit > maxListLimit:
-		limit = maxListLimit
+	limit, err := store.ListLimit(p.Limit)
+	if err != nil {
+		return "", nil, 0, err
 	}
 	where := []string{"namespace = ?"}
 	args := []any{p.Namespace}
