@@ -30,7 +30,7 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 	}
 	if ck.res == nil && p.Status.Terminal() {
 		// A stale lease, or a child's final checkpoint: its group counts it.
-		return s.checkpointWaiting(ctx, ck)
+		return s.checkpointChildEnd(ctx, ck) // see childend.go
 	}
 	if ck.res == nil {
 		return nil, fmt.Errorf("checkpointing: %w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)

@@ -30,11 +30,10 @@ var (
 		deadline, n)`
 	sqlGroupInsert = `INSERT INTO child_groups (parent_seq, position, max_concurrency, fail_fast,
 	detached, total, active, held, next_item) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
-	// sqlGroupCount counts a child (status $3) that ended; $4 is 1 when it was
-	// held, 0 when it was active.
-	sqlGroupCount = `UPDATE child_groups SET succeeded = succeeded + ($3 = 'succeeded')::int,
-	failed = failed + ($3 = 'failed')::int, cancelled = cancelled + ($3 = 'cancelled')::int,
-	active = active - (1 - $4::int), held = held - $4::int
+	// sqlGroupCount counts children that ended: $3 succeeded, $4 failed, $5
+	// cancelled, of which $6 were active and $7 held.
+	sqlGroupCount = `UPDATE child_groups SET succeeded = succeeded + $3, failed = failed + $4,
+	cancelled = cancelled + $5, active = active - $6, held = held - $7
 	WHERE parent_seq = $1 AND position = $2
 	RETURNING max_concurrency, fail_fast, detached, total, active, held, next_item,
 	succeeded, failed, cancelled, ended`
@@ -133,25 +132,35 @@ type group struct {
 }
 
 // childEnded counts a child that reached status (final) in its group, in the
-// transaction that ended it: it releases held children, applies FailFast, and
-// tells the parent when the group ends. wasHeld says the child never left the
-// held state.
+// transaction that ended it. wasHeld says the child never left the held state.
 func childEnded(tx *wtx, parentSeq int64, position int, status store.Status, wasHeld bool) error {
-	held := 0
+	var d groupDelta
+	d.count(status)
 	if wasHeld {
-		held = 1
+		d.held = 1
+	} else {
+		d.active = 1
 	}
+	return countEnded(tx, parentSeq, position, d)
+}
+
+// countEnded counts children of a group that ended in this transaction (d): it
+// releases held children, applies FailFast, and tells the parent when the group
+// ends. Several children count as if they had ended one after the other, the
+// failed and cancelled ones last.
+func countEnded(tx *wtx, parentSeq int64, position int, d groupDelta) error {
 	var g group
-	err := tx.queryRow(sqlGroupCount, parentSeq, position, string(status), held).Scan(
+	err := tx.queryRow(sqlGroupCount, parentSeq, position, d.succeeded, d.failed, d.cancelled,
+		d.active, d.held).Scan(
 		&g.maxConcurrency, &g.failFast, &g.detached, &g.total, &g.active, &g.held, &g.nextItem,
 		&g.outcome.Succeeded, &g.outcome.Failed, &g.outcome.Cancelled, &g.ended)
 	if err != nil {
-		return fmt.Errorf("counting child in group %d: %w", position, err)
+		return fmt.Errorf("counting children in group %d: %w", position, err)
 	}
 	switch {
 	case g.ended:
 		return nil
-	case g.failFast && status != store.StatusSucceeded:
+	case g.failFast && d.failed+d.cancelled > 0:
 		return failGroup(tx, parentSeq, position)
 	}
 	if g.held > 0 && g.active < g.maxConcurrency {

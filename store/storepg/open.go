@@ -31,6 +31,7 @@ type Store struct {
 	pool    *pgxpool.Pool
 	hub     notify.Hub
 	w       *writer
+	e       *ender // child-final checkpoints
 	lis     *listener
 
 	subMu sync.Mutex
@@ -95,6 +96,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("opening postgres store: %w", err)
 	}
 	s.w = startWriter(s)
+	s.e = startEnder(s)
 	return s, nil
 }
 
@@ -147,6 +149,9 @@ func (s *Store) Close() error {
 		close(s.closedCh)
 		if s.w != nil {
 			s.w.stop()
+		}
+		if s.e != nil {
+			s.e.stop()
 		}
 		if s.lis != nil {
 			s.lis.stop()

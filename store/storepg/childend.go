@@ -1,0 +1,259 @@
+package storepg
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// Group commit for the final checkpoints of child runs. Such a checkpoint counts
+// the child in its group's row of child_groups, in the transaction that ends the
+// child; that row's lock is held until the commit (an fsync), so children of one
+// group that end one transaction each end one at a time (~500 a second). The
+// enders instead collect the child-final checkpoints waiting at the same time and
+// end them in one transaction: one merged fenced update for all of them (the
+// writer's sqlCheckpoints, without its parent_seq IS NULL guard), then, per group
+// and in (parent_seq, position) order, one counter update for all its children of
+// the batch, then the release of held children, FailFast and the group's event
+// exactly as for a single child (childEnded). The contract is unchanged: each
+// child is counted in the transaction that ends it, the row's lock still
+// serialises the accounting of a group, and the ended flag it guards still lets
+// one transaction only send the group's event. A batch counts its children of a
+// group as if they had ended one after the other, the failures last.
+//
+// A checkpoint whose lease is stale matches no row and fails alone with
+// ErrLeaseLost. A batch failing for another reason than a deadlock or a lost
+// connection (retried by inTx) is committed again one checkpoint per transaction,
+// so only the faulty one fails.
+
+// sqlChildEnds is sqlCheckpoints for final checkpoints of children: it ends
+// children too, and returns each matched run's place in its parent's group.
+var sqlChildEnds = strings.NewReplacer(
+	`AND (r.parent_seq IS NULL OR c.status NOT IN ('succeeded', 'failed', 'cancelled'))`, ``,
+	`RETURNING c.i, r.sequence, r.cancel_requested,`, `RETURNING c.i, r.sequence, r.cancel_requested, r.parent_seq, r.parent_position,`,
+	`SELECT i, cancel_requested FROM f`, `SELECT i, cancel_requested, parent_seq, parent_position FROM f`,
+).Replace(sqlCheckpoints)
+
+// endReq is a child-final checkpoint waiting for an ender.
+type endReq struct {
+	ctx  context.Context
+	ck   *ckReq
+	done chan error // buffered
+}
+
+// ender commits batches of endReqs, like writer does for other writes.
+type ender struct {
+	s        *Store
+	reqs     chan *endReq
+	quit     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+func startEnder(s *Store) *ender {
+	e := &ender{s: s, reqs: make(chan *endReq), quit: make(chan struct{})}
+	for range s.cfg.Writers {
+		e.wg.Go(e.run)
+	}
+	return e
+}
+
+// stop ends the enders after their current batch.
+func (e *ender) stop() {
+	e.stopOnce.Do(func() { close(e.quit) })
+	e.wg.Wait()
+}
+
+func (e *ender) run() {
+	for {
+		select {
+		case r := <-e.reqs:
+			e.commit(e.collect([]*endReq{r}))
+		case <-e.quit:
+			return
+		}
+	}
+}
+
+// collect adds the requests already waiting, up to MaxBatch.
+func (e *ender) collect(batch []*endReq) []*endReq {
+	for len(batch) < e.s.cfg.MaxBatch {
+		select {
+		case r := <-e.reqs:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// commit ends a batch in one transaction and answers each request; ck.res nil
+// means its lease was stale.
+func (e *ender) commit(batch []*endReq) {
+	live := batch[:0]
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- err
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	cks := make([]*ckReq, len(live))
+	for i, r := range live {
+		cks[i] = r.ck
+	}
+	err := e.s.inTx(context.Background(), func(tx *wtx) error { return endChildren(tx, cks) })
+	if err != nil && len(live) > 1 {
+		for _, r := range live {
+			e.commit([]*endReq{r})
+		}
+		return
+	}
+	for _, r := range live {
+		r.done <- err
+	}
+}
+
+// checkpointChildEnd ends a child through the enders: ck went through the writer
+// and matched no row, so it is a child's final checkpoint or its lease is stale.
+func (s *Store) checkpointChildEnd(ctx context.Context, ck *ckReq) (*store.CheckpointResult, error) {
+	r := &endReq{ctx: ctx, ck: ck, done: make(chan error, 1)}
+	select {
+	case s.e.reqs <- r:
+	case <-s.e.quit:
+		return nil, fmt.Errorf("checkpointing: %w", store.ErrClosed)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("checkpointing: %w", ctx.Err())
+	}
+	select {
+	case err := <-r.done:
+		if err != nil {
+			return nil, fmt.Errorf("checkpointing: %w", err)
+		}
+	case <-ctx.Done():
+		return nil, fmt.Errorf("checkpointing: %w", ctx.Err())
+	}
+	if ck.res == nil {
+		l := ck.p.Lease
+		return nil, fmt.Errorf("checkpointing: %w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
+	}
+	return ck.res, nil
+}
+
+// groupKey identifies a child group.
+type groupKey struct {
+	parentSeq int64
+	position  int
+}
+
+// groupDelta is what a transaction changes in a group's counters: the children it
+// ended by final state, and how many of them were active or held.
+type groupDelta struct {
+	succeeded, failed, cancelled, active, held int
+}
+
+func (d *groupDelta) count(status store.Status) {
+	switch status {
+	case store.StatusSucceeded:
+		d.succeeded++
+	case store.StatusFailed:
+		d.failed++
+	case store.StatusCancelled:
+		d.cancelled++
+	}
+}
+
+// endChildren writes the final checkpoints cks and counts the children among them
+// in their groups. It sets each ck.res (nil: stale lease); it may run again after
+// a deadlock, so it keeps nothing else across calls.
+func endChildren(tx *wtx, cks []*ckReq) error {
+	deltas := make(map[groupKey]*groupDelta)
+	for rest := cks; len(rest) > 0; {
+		var cur []*ckReq
+		cur, rest = distinctRuns(rest)
+		if err := endBatch(tx, cur, deltas); err != nil {
+			return err
+		}
+	}
+	keys := make([]groupKey, 0, len(deltas))
+	for k := range deltas {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b groupKey) int {
+		return cmp.Or(cmp.Compare(a.parentSeq, b.parentSeq), cmp.Compare(a.position, b.position))
+	})
+	for _, k := range keys {
+		if err := countEnded(tx, k.parentSeq, k.position, *deltas[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// distinctRuns splits cks into the first checkpoint of each run and the others
+// (one statement may not update a row twice).
+func distinctRuns(cks []*ckReq) (first, rest []*ckReq) {
+	seen := make(map[store.Lease]bool, len(cks))
+	for _, ck := range cks {
+		run := store.Lease{Namespace: ck.p.Lease.Namespace, RunID: ck.p.Lease.RunID}
+		if seen[run] {
+			rest = append(rest, ck)
+			continue
+		}
+		seen[run] = true
+		first = append(first, ck)
+	}
+	return first, rest
+}
+
+// endBatch runs the merged fenced update of cks (distinct runs) and adds the
+// children it ended to deltas.
+func endBatch(tx *wtx, cks []*ckReq, deltas map[groupKey]*groupDelta) error {
+	var c ckColumns
+	for _, ck := range cks {
+		ck.res = nil
+		c.add(ck)
+	}
+	rows, err := tx.query(sqlChildEnds, c.args()...)
+	if err != nil {
+		return fmt.Errorf("ending child runs: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			i         int64
+			cancel    bool
+			parentSeq *int64
+			position  *int32
+		)
+		if err := rows.Scan(&i, &cancel, &parentSeq, &position); err != nil {
+			return fmt.Errorf("ending child runs: %w", err)
+		}
+		ck := cks[i-1]
+		ck.res = &store.CheckpointResult{CancelRequested: cancel, At: ck.now.Truncate(time.Microsecond)}
+		tx.publish(store.RunTopic(ck.p.Lease.Namespace, ck.p.Lease.RunID))
+		if parentSeq == nil {
+			continue
+		}
+		k := groupKey{parentSeq: *parentSeq, position: int(*position)}
+		if deltas[k] == nil {
+			deltas[k] = &groupDelta{}
+		}
+		deltas[k].count(ck.p.Status)
+		deltas[k].active++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("ending child runs: %w", err)
+	}
+	return nil
+}
