@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,14 +30,6 @@ const (
 	sqlRunStatusLock = `SELECT status FROM runs WHERE sequence = $1 FOR NO KEY UPDATE`
 )
 
-// sqlClaimOne leases one pending run ($1) as sqlClaim does, with its history and
-// inbox.
-var sqlClaimOne = `UPDATE runs r SET status = 'running', lease_owner = $2,
-	lease_token = GREATEST(r.lease_token + 1, $4), lease_expires_at = $3, attempts = r.attempts + 1,
-	started_at = COALESCE(r.started_at, $5), wait_reason = '', wait_events = NULL, updated_at = $5
-	WHERE r.sequence = $1 AND r.status = 'pending'
-	RETURNING ` + runColsR + `, ` + historyJSON("r.sequence") + `, ` + inboxJSONCol
-
 // inboxJSONCol is a scalar subquery returning the inbox of the run aliased r as a
 // JSON array in Seq order, NULL when empty: one column of a claim, an index probe
 // for a run without events.
@@ -59,41 +52,121 @@ func decodeInbox(b []byte, run *store.Run) ([]*store.Event, error) {
 	return evs, nil
 }
 
+// EventSend goes through the writer as three statements of one request, so it is
+// committed with the batch it joins in one round trip: sqlEventLock locks the run
+// the Ref names and keeps its sequence in a transaction-local setting (the next
+// statements cannot take the first one's result as a parameter, and must not find
+// the run again: a workflow ID's latest run may change in between), sqlEventDeliver
+// adds the event, wakes the run if it waits for that name (leasing it at once when
+// Claim allows) and notifies, and sqlEventClaimed returns the leased run with its
+// history and inbox. Each statement takes its own snapshot, after the lock, so the
+// history and inbox are those of the run as the lock holder left it. Every request
+// resets both settings first: the batch may hold other sends.
+var (
+	sqlEventLock = `WITH r AS MATERIALIZED (SELECT sequence, id, status FROM runs
+		WHERE sequence = ` + refSeq + ` FOR NO KEY UPDATE)
+	SELECT r.id, r.status, set_config('trellis.event_run', COALESCE(r.sequence::text, ''), true),
+		set_config('trellis.event_claimed', '', true)
+	FROM (SELECT 1) AS one LEFT JOIN r ON true`
+	// sqlEventDeliver: $1 now, $2 name, $3 payload, $4 whether to claim, $5 worker,
+	// $6 lease expiry, $7 lowest lease token, $8 workflows, $9 queues, $10 channel,
+	// $11 the notification's prefix (runPrefix).
+	sqlEventDeliver = `WITH r AS (SELECT sequence FROM runs WHERE sequence = ` + eventRunSeq + `
+		AND status NOT IN ('succeeded', 'failed', 'cancelled')
+	), e AS (
+		INSERT INTO events (run_seq, name, payload, sent_at) SELECT sequence, $2, $3, $1 FROM r
+		RETURNING seq, run_seq
+	), w AS (
+		UPDATE runs u SET status = CASE WHEN ` + eventClaimIf + ` THEN 'running' ELSE 'pending' END,
+			available_at = $1, wait_reason = '', wait_events = NULL, updated_at = $1,
+			lease_owner = CASE WHEN ` + eventClaimIf + ` THEN $5 ELSE u.lease_owner END,
+			lease_token = CASE WHEN ` + eventClaimIf + ` THEN GREATEST(u.lease_token + 1, $7) ELSE u.lease_token END,
+			lease_expires_at = CASE WHEN ` + eventClaimIf + ` THEN $6 ELSE u.lease_expires_at END,
+			attempts = u.attempts + (` + eventClaimIf + `)::int,
+			started_at = CASE WHEN ` + eventClaimIf + ` THEN COALESCE(u.started_at, $1) ELSE u.started_at END
+		FROM e WHERE u.sequence = e.run_seq AND u.status = 'waiting' AND $2 = ANY(u.wait_events)
+		RETURNING u.namespace, u.id, u.status = 'running' AS claimed
+	)
+	SELECT e.seq, w.id IS NOT NULL, COALESCE(w.claimed, false),
+		CASE WHEN w.id IS NOT NULL THEN pg_notify($10, $11 || w.namespace || '/' || w.id) END,
+		CASE WHEN w.claimed THEN set_config('trellis.event_claimed', 't', true) END
+	FROM e LEFT JOIN w ON true`
+	sqlEventClaimed = `SELECT ` + runColsR + `, ` + historyJSON("r.sequence") + `, ` + inboxJSONCol + `
+	FROM runs r WHERE r.sequence = ` + eventRunSeq + ` AND current_setting('trellis.event_claimed', true) = 't'`
+)
+
+const (
+	// eventRunSeq is the sequence sqlEventLock locked (NULL: none).
+	eventRunSeq = `NULLIF(current_setting('trellis.event_run', true), '')::int8`
+	// eventClaimIf says whether sqlEventDeliver leases the run u it wakes.
+	eventClaimIf = `($4::bool AND u.workflow = ANY($8::text[])
+		AND (cardinality($9::text[]) = 0 OR u.queue = ANY($9::text[])))`
+)
+
 // EventSend implements store.Store.
 func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("sending event: %w", err)
 	}
-	var res *store.EventSendResult
-	err := s.inTx(ctx, func(tx *wtx) (err error) {
-		res, err = eventSend(tx, p)
-		return err
-	})
-	if err != nil {
+	now := s.now().Truncate(time.Microsecond)
+	var (
+		id, status  *string
+		seq         int64
+		woken       bool
+		claimed     []*store.ClaimedRun
+		claim       = p.Claim != nil
+		c           = p.Claim
+		expires     time.Time
+		worker      string
+		wfs, queues = []string{}, []string{}
+	)
+	if claim {
+		expires, worker, wfs, queues = now.Add(c.LeaseDuration), c.Worker, orEmpty(c.Workflows), orEmpty(c.Queues)
+	}
+	stmts := []stmt{
+		{sql: sqlEventLock, args: []any{p.Namespace, p.Ref}, rows: func(rows pgx.Rows) error {
+			id, status = nil, nil
+			for rows.Next() {
+				if err := rows.Scan(&id, &status, nil, nil); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		}},
+		{sql: sqlEventDeliver, args: []any{now, p.Name, p.Payload, claim, worker, expires, now.UnixMicro(),
+			wfs, queues, s.channel, s.runPrefix()}, rows: func(rows pgx.Rows) error {
+			seq, woken = 0, false
+			for rows.Next() {
+				if err := rows.Scan(&seq, &woken, nil, nil, nil); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		}},
+	}
+	if claim {
+		stmts = append(stmts, stmt{sql: sqlEventClaimed, rows: func(rows pgx.Rows) (err error) {
+			claimed, err = scanClaimed(rows, expires)
+			return err
+		}})
+	}
+	if _, err := s.write(ctx, nil, stmts...); err != nil {
 		return nil, fmt.Errorf("sending event: %w", err)
 	}
-	return res, nil
-}
-
-func eventSend(tx *wtx, p *store.EventSendParams) (*store.EventSendResult, error) {
-	run, err := lockRun(tx, p.Namespace, p.Ref)
-	if err != nil {
-		return nil, err
+	switch {
+	case id == nil:
+		return nil, fmt.Errorf("sending event: %w", notFound(p.Namespace, p.Ref))
+	case store.Status(*status).Terminal():
+		return nil, fmt.Errorf("sending event: %w: run %q is %s", store.ErrRunFinished, *id, *status)
 	}
-	if run.Status.Terminal() {
-		return nil, fmt.Errorf("%w: run %q is %s", store.ErrRunFinished, run.ID, run.Status)
+	if woken {
+		s.hub.Publish(store.RunTopic(p.Namespace, *id), store.TopicReady)
 	}
-	ev := &store.Event{Namespace: run.Namespace, RunID: run.ID, Name: p.Name, Payload: slices.Clone(p.Payload), SentAt: tx.now}
-	var woken bool
-	if ev.Seq, woken, err = deliver(tx, run.Sequence, p.Name, p.Payload); err != nil {
-		return nil, err
-	}
+	ev := &store.Event{Seq: seq, Namespace: p.Namespace, RunID: *id, Name: p.Name,
+		Payload: slices.Clone(p.Payload), SentAt: now}
 	res := &store.EventSendResult{Event: ev}
-	if c := p.Claim; woken && c != nil && slices.Contains(c.Workflows, run.Workflow) &&
-		(len(c.Queues) == 0 || slices.Contains(c.Queues, run.Queue)) {
-		if res.Claimed, err = claimOne(tx, run.Sequence, c); err != nil {
-			return nil, err
-		}
+	if len(claimed) == 1 {
+		res.Claimed = claimed[0]
 	}
 	return res, nil
 }
@@ -130,23 +203,4 @@ func deliverIfActive(tx *wtx, runSeq int64, name string, payload []byte) error {
 	}
 	_, _, err := deliver(tx, runSeq, name, payload)
 	return err
-}
-
-// claimOne leases the pending run runSeq to c.Worker and returns it with its
-// history and inbox.
-func claimOne(tx *wtx, runSeq int64, c *store.EventClaim) (*store.ClaimedRun, error) {
-	expires := tx.now.Add(c.LeaseDuration)
-	rows, err := tx.query(sqlClaimOne, runSeq, c.Worker, expires, tx.now.UnixMicro(), tx.now)
-	if err != nil {
-		return nil, fmt.Errorf("leasing run: %w", err)
-	}
-	claimed, err := scanClaimed(rows, expires)
-	rows.Close()
-	if err != nil {
-		return nil, fmt.Errorf("leasing run: %w", err)
-	}
-	if len(claimed) != 1 {
-		return nil, fmt.Errorf("leasing run: run %d vanished", runSeq)
-	}
-	return claimed[0], nil
 }
