@@ -16,7 +16,7 @@ import (
 // the child in its group's row of child_groups, in the transaction that ends the
 // child; that row's lock is held until the commit (an fsync), so children of one
 // group that end one transaction each end one at a time (~500 a second). The
-// enders instead collect the child-final checkpoints waiting at the same time and
+// ender instead collects the child-final checkpoints waiting at the same time and
 // end them in one transaction: one merged fenced update for all of them (the
 // writer's sqlCheckpoints, without its parent_seq IS NULL guard), then, per group
 // and in (parent_seq, position) order, one counter update for all its children of
@@ -47,7 +47,11 @@ type endReq struct {
 	done chan error // buffered
 }
 
-// ender commits batches of endReqs, like writer does for other writes.
+// ender commits batches of endReqs, like writer does for other writes, but with one
+// goroutine per store: a second would only wait for the first on the same group
+// rows (Map10000 ran no faster with two), and batches ending children of one
+// FailFast group concurrently deadlock (the failing one cancels children the other
+// has locked) and are retried after deadlock_timeout.
 type ender struct {
 	s        *Store
 	reqs     chan *endReq
@@ -58,13 +62,11 @@ type ender struct {
 
 func startEnder(s *Store) *ender {
 	e := &ender{s: s, reqs: make(chan *endReq), quit: make(chan struct{})}
-	for range s.cfg.Writers {
-		e.wg.Go(e.run)
-	}
+	e.wg.Go(e.run)
 	return e
 }
 
-// stop ends the enders after their current batch.
+// stop ends the ender after its current batch.
 func (e *ender) stop() {
 	e.stopOnce.Do(func() { close(e.quit) })
 	e.wg.Wait()
@@ -124,7 +126,7 @@ func (e *ender) commit(batch []*endReq) {
 	}
 }
 
-// checkpointChildEnd ends a child through the enders: ck went through the writer
+// checkpointChildEnd ends a child through the ender: ck went through the writer
 // and matched no row, so it is a child's final checkpoint or its lease is stale.
 func (s *Store) checkpointChildEnd(ctx context.Context, ck *ckReq) (*store.CheckpointResult, error) {
 	r := &endReq{ctx: ctx, ck: ck, done: make(chan error, 1)}

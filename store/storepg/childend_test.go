@@ -1,0 +1,143 @@
+package storepg_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storepg"
+)
+
+// childEndEnv is a parent with one group of children, on two stores sharing a
+// schema (two processes), whose enders batch the children's final checkpoints.
+type childEndEnv struct {
+	t      *testing.T
+	stores [2]*storepg.Store
+	parent *store.ClaimedRun
+}
+
+func newChildEndEnv(t *testing.T, g *store.ChildGroup) *childEndEnv {
+	t.Helper()
+	url := pgtest.SchemaURL(t)
+	e := &childEndEnv{t: t, stores: [2]*storepg.Store{openURL(t, url), openURL(t, url)}}
+	ctx := t.Context()
+	res, err := e.stores[0].RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: "parent",
+		WorkflowID: "parent", Workflow: "parent", Queue: "default"})
+	if err != nil || !res.Created {
+		t.Fatalf("RunCreate: %+v, %v", res, err)
+	}
+	e.parent = e.claim("parent", 1)[0]
+	for i := range cap(g.Runs) {
+		id := fmt.Sprintf("c-%02d", i)
+		g.Runs = append(g.Runs, &store.RunCreateParams{ID: id, WorkflowID: id, Workflow: "child", Queue: "default"})
+	}
+	_, err = e.stores[0].Checkpoint(ctx, &store.CheckpointParams{Lease: lease(e.parent), Status: store.StatusWaiting,
+		WaitReason: "children", WaitEvents: []string{store.GroupEvent(g.Position)}, Children: []*store.ChildGroup{g}})
+	if err != nil {
+		t.Fatalf("Checkpoint with children: %v", err)
+	}
+	return e
+}
+
+func lease(cr *store.ClaimedRun) store.Lease {
+	return store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}
+}
+
+func (e *childEndEnv) claim(workflow string, max int) []*store.ClaimedRun {
+	e.t.Helper()
+	res, err := e.stores[0].RunsClaim(e.t.Context(), &store.RunsClaimParams{Namespace: "default",
+		Workflows: []string{workflow}, Worker: "w", Max: max, LeaseDuration: time.Minute})
+	if err != nil {
+		e.t.Fatalf("RunsClaim(%s): %v", workflow, err)
+	}
+	return res.Runs
+}
+
+// endAll ends the children at once, alternating the stores; failed says which
+// end failed.
+func (e *childEndEnv) endAll(kids []*store.ClaimedRun, failed func(i int) bool) {
+	e.t.Helper()
+	errs := make([]error, len(kids))
+	var wg sync.WaitGroup
+	for i, k := range kids {
+		p := &store.CheckpointParams{Lease: lease(k), Status: store.StatusSucceeded, Output: []byte(`1`)}
+		if failed(i) {
+			p.Status, p.Output, p.Error = store.StatusFailed, nil, &store.ErrorInfo{Message: "no"}
+		}
+		wg.Go(func() { _, errs[i] = e.stores[i%2].Checkpoint(context.Background(), p) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			e.t.Fatalf("ending %s: %v", kids[i].Run.ID, err)
+		}
+	}
+}
+
+// outcomes returns the group events in the parent's inbox, once it is woken.
+func (e *childEndEnv) outcomes(position int) []store.GroupOutcome {
+	e.t.Helper()
+	cr := e.claim("parent", 1)
+	if len(cr) != 1 {
+		e.t.Fatal("parent not woken by its group's end")
+	}
+	var outs []store.GroupOutcome
+	for _, ev := range cr[0].Inbox {
+		var o store.GroupOutcome
+		if err := json.Unmarshal(ev.Payload, &o); err != nil || ev.Name != store.GroupEvent(position) {
+			e.t.Fatalf("inbox event %+v: %v", ev, err)
+		}
+		outs = append(outs, o)
+	}
+	return outs
+}
+
+// Children ending at once, in batches of two stores: the held ones are released in
+// item order as a group's counters say, and the parent gets exactly one event.
+func TestChildEndsConcurrently(t *testing.T) {
+	t.Parallel()
+	e := newChildEndEnv(t, &store.ChildGroup{Position: 1, MaxConcurrency: 8, Runs: make([]*store.RunCreateParams, 0, 40)})
+	next := 0
+	for wave := 0; next < 40; wave++ {
+		kids := e.claim("child", 100)
+		if len(kids) != 8 {
+			t.Fatalf("wave %d claimed %d children, want 8", wave, len(kids))
+		}
+		seen := make(map[string]bool)
+		for _, k := range kids {
+			seen[k.Run.ID] = true
+		}
+		for i := next; i < next+8; i++ {
+			if id := fmt.Sprintf("c-%02d", i); !seen[id] {
+				t.Fatalf("wave %d did not claim %s (released out of item order)", wave, id)
+			}
+		}
+		next += 8
+		e.endAll(kids, func(int) bool { return false })
+	}
+	want := store.GroupOutcome{Total: 40, Succeeded: 40}
+	if got := e.outcomes(1); len(got) != 1 || got[0] != want {
+		t.Fatalf("group events = %+v, want one %+v", got, want)
+	}
+}
+
+// FailFast children failing at once: the group ends once, with every child counted.
+func TestChildEndsConcurrentlyFailFast(t *testing.T) {
+	t.Parallel()
+	e := newChildEndEnv(t, &store.ChildGroup{Position: 2, FailFast: true, Runs: make([]*store.RunCreateParams, 0, 20)})
+	kids := e.claim("child", 100)
+	if len(kids) != 20 {
+		t.Fatalf("claimed %d children, want 20", len(kids))
+	}
+	e.endAll(kids, func(i int) bool { return i%3 == 1 })
+	got := e.outcomes(2)
+	if len(got) != 1 || got[0].Total != 20 || got[0].Failed == 0 ||
+		got[0].Succeeded+got[0].Failed+got[0].Cancelled > 20 {
+		t.Fatalf("group events = %+v, want one of 20 children with a failure", got)
+	}
+}
