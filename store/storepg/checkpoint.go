@@ -177,7 +177,7 @@ func buildCheckpointSQL(shape ckShape) string {
 	next := func() string { n++; return fmt.Sprintf("$%d", n) }
 	where := `sequence = ` + seqOf(next(), next()) + ` AND status = 'running' AND lease_token = ` + next()
 	if shape.status.Terminal() {
-		where += ` AND parent_seq IS NULL` // a child ends through the waiting path
+		where += ` AND parent_seq IS NULL` // a child ends through the ender
 	}
 	cs := ckSet[shape.status]
 	set := strings.ReplaceAll(cs.set, "{now}", next())

@@ -17,7 +17,7 @@ import (
 // child; that row's lock is held until the commit (an fsync), so children of one
 // group that end one transaction each end one at a time (~500 a second). The
 // ender instead collects the child-final checkpoints waiting at the same time and
-// end them in one transaction: one merged fenced update for all of them (the
+// ends them in one transaction: one merged fenced update for all of them (the
 // writer's sqlCheckpoints, without its parent_seq IS NULL guard), then, per group
 // and in (parent_seq, position) order, one counter update for all its children of
 // the batch, then the release of held children, FailFast and the group's event

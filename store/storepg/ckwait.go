@@ -12,13 +12,14 @@ import (
 )
 
 // The waiting path of Checkpoint. A checkpoint that uses events, children or
-// approvals, and the final checkpoint of a child run, need statements that depend on
-// each other's results (group accounting, releasing held children, waking a parent),
-// so they run in a transaction of their own (see txn.go) instead of the merged
-// statement of the writer's batches, which stays as fast as before for every other
-// checkpoint. The fast path's final update matches no row of a child (parent_seq IS
-// NOT NULL), so such a checkpoint comes here after it: no query, no memory of which
-// runs are children, and plain runs pay nothing.
+// approvals needs statements that depend on each other's results (group
+// accounting, releasing held children, waking a parent), so it runs in a
+// transaction of its own (see txn.go) instead of the merged statement of the
+// writer's batches, which stays as fast as before for every other checkpoint. The
+// fast path's final update matches no row of a child (parent_seq IS NOT NULL), so a
+// child's plain final checkpoint goes to the ender after it (childend.go), which
+// ends the children waiting at the same time in one transaction: no query, no
+// memory of which runs are children, and plain runs pay nothing.
 //
 // Round trips: the fenced update (which is the lock and the lease check), then every
 // other write of the checkpoint pipelined in one batch, then, for a child that ended,

@@ -12,9 +12,9 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// Operations whose next statement depends on the previous one's result — sending an
-// event, deciding an approval, cancelling a run and its children, a checkpoint that
-// uses events, children or approvals, the final checkpoint of a child — run in a
+// Operations whose next statement depends on the previous one's result — deciding
+// an approval, cancelling a run and its children, a checkpoint that uses events,
+// children or approvals, a batch of children's final checkpoints — run in a
 // transaction of their own on the pool, outside the group-commit writer, whose
 // batches are sent in one round trip and cannot branch. They are rarer than plain
 // checkpoints and claims, and each one is plain Go over plain statements.
