@@ -3,11 +3,14 @@ package storepg
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -28,9 +31,10 @@ import (
 // group as if they had ended one after the other, the failures last.
 //
 // A checkpoint whose lease is stale matches no row and fails alone with
-// ErrLeaseLost. A batch failing for another reason than a deadlock or a lost
-// connection (retried by inTx) is committed again one checkpoint per transaction,
-// so only the faulty one fails.
+// ErrLeaseLost. A batch whose statement fails (other than by a deadlock, which
+// inTx retries) is committed again one checkpoint per transaction, so only the
+// faulty one fails; after a lost connection (retried by inTx for a while) every
+// checkpoint of the batch fails.
 
 // sqlChildEnds is sqlCheckpoints for final checkpoints of children: it ends
 // children too, and returns each matched run's place in its parent's group.
@@ -115,7 +119,10 @@ func (e *ender) commit(batch []*endReq) {
 		cks[i] = r.ck
 	}
 	err := e.s.inTx(context.Background(), func(tx *wtx) error { return endChildren(tx, cks) })
-	if err != nil && len(live) > 1 {
+	var pe *pgconn.PgError
+	if len(live) > 1 && errors.As(err, &pe) && !isRetryable(err) && !connRetryable(err) {
+		// A statement failed: one checkpoint may be to blame. (After a lost
+		// connection, inTx has retried already; another try each would only wait.)
 		for _, r := range live {
 			e.commit([]*endReq{r})
 		}
