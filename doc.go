@@ -18,8 +18,10 @@
 // # Execution model
 //
 // A worker that claims a run calls the workflow function from the beginning. Each op
-// (Step, Async, Context.Now, Context.UUID, Context.Random, Context.Patched,
-// Context.Set, Context.Delete) takes the next position in the run's history. When
+// (Step, Async, TxStep, Context.Now, Context.UUID, Context.Random, Context.Patched,
+// Context.Set, Context.Delete, and the waits: Context.Sleep and NewTimer, WaitEvent
+// and OnEvent, Approval and RequestApproval, Child and ChildAsync, Map, Select)
+// takes the next position in the run's history. When
 // history holds a result at that position the op returns it at once; when it holds a
 // different op the run stops in the blocked state with a *NonDeterminismError; when it
 // holds nothing the op executes and its result is queued for the next checkpoint.
@@ -29,6 +31,10 @@
 //
 // Steps run at least once; their recorded result is used exactly once. Use
 // StepInfo(ctx).IdempotencyKey to make external effects idempotent.
+//
+// A run that waits for a timer, an event, an approval or child runs is saved as
+// waiting and released: it holds no goroutine and no memory in any worker, and the
+// store wakes it when what it waits for happens.
 //
 // Workflow code must be deterministic: no time.Now, no global math/rand, no goroutines
 // of its own, no iteration over maps whose order matters, no I/O outside steps. Use the
