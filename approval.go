@@ -100,7 +100,7 @@ func RequestApproval(wc *Context, name string, opts ApprovalOptions) *ApprovalFu
 		at := rs.now().Add(opts.Timeout).UTC()
 		f.state.ExpiresAt, req.ExpiresAt = &at, &at
 	}
-	rs.queueWait(func(w *waitWrites) { w.approvals = append(w.approvals, req) })
+	rs.queueWait(func(w *queued) { w.approvals = append(w.approvals, req) })
 	rs.openApproval(f.state.ID, true)
 	b, _ := json.Marshal(f.state)
 	rs.recordWait(pos, store.OpApproval, name, false, b, nil)
@@ -169,7 +169,7 @@ func (f *ApprovalFuture) try() bool {
 		return true
 	}
 	if at := f.state.ExpiresAt; at != nil && !rs.now().Before(*at) {
-		rs.queueWait(func(w *waitWrites) {
+		rs.queueWait(func(w *queued) {
 			w.noEvents = append(w.noEvents, event)
 			w.expire = append(w.expire, f.state.ID)
 		})

@@ -83,7 +83,7 @@ func ChildAsync[In, Out any](wc *Context, wf *Workflow[In, Out], in In, opts ...
 	}
 	def := wf.definition()
 	p := childParams(rs, def, f.runID, o.ID, o.Queue, o.Priority, input)
-	rs.queueWait(func(w *waitWrites) {
+	rs.queueWait(func(w *queued) {
 		w.children = append(w.children, &store.ChildGroup{Position: pos, Detached: o.Detached, Runs: []*store.RunCreateParams{p}})
 	})
 	b, _ := json.Marshal(childState{RunID: f.runID})
@@ -277,7 +277,7 @@ func Map[In, Out any](wc *Context, wf *Workflow[In, Out], items []In, opts ...Ma
 			group.Runs[i] = childParams(rs, def, childRunID(rs.run.ID, pos, i), "", o.Queue, o.Priority, input)
 		}
 		if len(items) > 0 {
-			rs.queueWait(func(w *waitWrites) { w.children = append(w.children, group) })
+			rs.queueWait(func(w *queued) { w.children = append(w.children, group) })
 		}
 		m.state = mapState{Items: len(items)}
 		b, _ := json.Marshal(m.state)

@@ -92,7 +92,7 @@ func (f *EventFuture[T]) try() bool {
 	if f.deadline != nil && !rs.now().Before(*f.deadline) {
 		// Guard the timeout: if the event arrived after the claim, the checkpoint
 		// is refused and the run replays with it.
-		rs.queueWait(func(w *waitWrites) { w.noEvents = append(w.noEvents, f.name) })
+		rs.queueWait(func(w *queued) { w.noEvents = append(w.noEvents, f.name) })
 		err := &typedError{msg: fmt.Sprintf("%s %q", ErrEventTimeout, f.name), typ: errTypeEventTimeout}
 		f.op = rs.recordWait(f.pos, store.OpEvent, f.name, true, nil, err)
 		return true

@@ -46,10 +46,7 @@ type runState struct {
 
 	mu            sync.Mutex
 	nextPos       int
-	pendingOps    []*store.Op
-	pendingAtt    []store.Attempt
-	pendingKV     []store.KVWrite
-	pendingWait   waitWrites      // waits' writes for the next checkpoint
+	pending       queued          // writes for the next checkpoint
 	openApprovals map[string]bool // approval requests of this run not yet decided
 	kv            map[string][]byte
 	cancelSeen    bool
@@ -111,9 +108,9 @@ func describe(kind store.OpKind, name string) string {
 func (rs *runState) record(op *store.Op, kv *store.KVWrite) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	rs.pendingOps = append(rs.pendingOps, op)
+	rs.pending.ops = append(rs.pending.ops, op)
 	if kv != nil {
-		rs.pendingKV = append(rs.pendingKV, *kv)
+		rs.pending.kv = append(rs.pending.kv, *kv)
 	}
 }
 
@@ -121,8 +118,8 @@ func (rs *runState) record(op *store.Op, kv *store.KVWrite) {
 func (rs *runState) recordAttempt(op *store.Op, att store.Attempt) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	rs.pendingOps = append(rs.pendingOps, op)
-	rs.pendingAtt = append(rs.pendingAtt, att)
+	rs.pending.ops = append(rs.pending.ops, op)
+	rs.pending.atts = append(rs.pending.atts, att)
 }
 
 // flush checkpoints the queued ops with the run still running. It is called before
@@ -142,12 +139,12 @@ func (rs *runState) flush() error {
 func (rs *runState) onlyDerivable() bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	w := rs.pendingWait
-	if len(rs.pendingAtt) > 0 || len(rs.pendingKV) > 0 || len(w.noEvents) > 0 || len(w.children) > 0 ||
-		len(w.approvals) > 0 || len(w.expire) > 0 {
+	q := rs.pending
+	if len(q.atts) > 0 || len(q.kv) > 0 || len(q.noEvents) > 0 || len(q.children) > 0 ||
+		len(q.approvals) > 0 || len(q.expire) > 0 {
 		return false
 	}
-	for _, op := range rs.pendingOps {
+	for _, op := range q.ops {
 		switch {
 		case op.Kind == store.OpTimer && op.Done:
 		case op.Kind == store.OpEvent && op.Done && op.Error == nil:
@@ -163,16 +160,12 @@ func (rs *runState) onlyDerivable() bool {
 func (rs *runState) checkpoint(p *store.CheckpointParams, force bool) (*store.CheckpointResult, error) {
 	rs.ckMu.Lock()
 	defer rs.ckMu.Unlock()
-	rs.mu.Lock()
 	p.Lease = rs.lease
-	p.Ops, p.Attempts, p.KV = rs.pendingOps, rs.pendingAtt, rs.pendingKV
-	w := rs.pendingWait
-	rs.pendingOps, rs.pendingAtt, rs.pendingKV, rs.pendingWait = nil, nil, nil, waitWrites{}
-	rs.mu.Unlock()
-	w.apply(p)
-	if !force && len(p.Ops) == 0 && len(p.Attempts) == 0 && len(p.KV) == 0 && w.empty() {
+	q := rs.take()
+	if !force && q.empty() {
 		return &store.CheckpointResult{}, nil
 	}
+	q.apply(p)
 	// A checkpoint must not be abandoned half-way by a cancelled run context: the
 	// store call itself is bounded by the lease.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(rs.ctx), rs.c.cfg.Worker.LeaseDuration)
@@ -185,6 +178,61 @@ func (rs *runState) checkpoint(p *store.CheckpointParams, force bool) (*store.Ch
 		rs.ctl.RequestCancel()
 	}
 	return res, nil
+}
+
+// queued are the writes waiting for the run's next checkpoint: ops, failed
+// attempts and run-store writes, and the store writes of waits.
+type queued struct {
+	ops       []*store.Op
+	atts      []store.Attempt
+	kv        []store.KVWrite
+	consume   []int64
+	noEvents  []string
+	children  []*store.ChildGroup
+	approvals []*store.ApprovalRequest
+	expire    []string
+}
+
+func (q *queued) empty() bool {
+	return len(q.ops) == 0 && len(q.atts) == 0 && len(q.kv) == 0 && len(q.consume) == 0 &&
+		len(q.noEvents) == 0 && len(q.children) == 0 && len(q.approvals) == 0 && len(q.expire) == 0
+}
+
+// apply adds the writes to a checkpoint's parameters.
+func (q *queued) apply(p *store.CheckpointParams) {
+	p.Ops = append(p.Ops, q.ops...)
+	p.Attempts = append(p.Attempts, q.atts...)
+	p.KV = append(p.KV, q.kv...)
+	p.Consume = append(p.Consume, q.consume...)
+	p.NoEvents = append(p.NoEvents, q.noEvents...)
+	p.Children = append(p.Children, q.children...)
+	p.Approvals = append(p.Approvals, q.approvals...)
+	p.ExpireApprovals = append(p.ExpireApprovals, q.expire...)
+}
+
+// take removes and returns the queued writes.
+func (rs *runState) take() queued {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	q := rs.pending
+	rs.pending = queued{}
+	return q
+}
+
+// requeue puts back writes taken for a checkpoint that did not commit, before
+// those queued since.
+func (rs *runState) requeue(q queued) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	n := &rs.pending
+	n.ops = append(q.ops[:len(q.ops):len(q.ops)], n.ops...)
+	n.atts = append(q.atts[:len(q.atts):len(q.atts)], n.atts...)
+	n.kv = append(q.kv[:len(q.kv):len(q.kv)], n.kv...)
+	n.consume = append(q.consume[:len(q.consume):len(q.consume)], n.consume...)
+	n.noEvents = append(q.noEvents[:len(q.noEvents):len(q.noEvents)], n.noEvents...)
+	n.children = append(q.children[:len(q.children):len(q.children)], n.children...)
+	n.approvals = append(q.approvals[:len(q.approvals):len(q.approvals)], n.approvals...)
+	n.expire = append(q.expire[:len(q.expire):len(q.expire)], n.expire...)
 }
 
 // flushFailure is how a run stops when a checkpoint fails: handed back to be

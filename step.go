@@ -149,6 +149,10 @@ type stepCall struct {
 	policy  RetryPolicy
 	timeout time.Duration
 	fn      func(ctx context.Context) (any, error)
+	// txFn, for a TxStep, replaces fn: each attempt runs it and records the step
+	// in one store transaction (txc).
+	txc  store.TxCheckpointer
+	txFn func(ctx context.Context, tx any) ([]byte, error)
 }
 
 func newStepCall[T any](wc *Context, name string, pos int, rec *store.Op, fn func(context.Context) (T, error), opts []StepOptions) *stepCall {
@@ -179,22 +183,25 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 		if err := rs.interrupted(sc.wc.detached); err != nil {
 			return sc.finish(nil, err), true
 		}
-		if err := rs.flush(); err != nil {
+		if err := sc.flush(); err != nil {
 			rs.requestUnwind(flushFailure(err), err, nil, "")
 			return nil, false
 		}
 		sc.attempt++
 		t0 := rs.now()
-		v, err := sc.runAttempt()
-		var res []byte
-		if err == nil {
-			res, err = rs.encode(v)
+		recorded, res, err, stopErr := sc.attemptOnce()
+		if stopErr != nil {
+			rs.requestUnwind(unwindAbandon, stopErr, nil, "")
+			return nil, false
 		}
 		if rs.ctx.Err() != nil {
 			rs.requestUnwind(rs.ctxUnwindKind(), nil, nil, "")
 			return nil, false
 		}
-		if err == nil {
+		switch {
+		case err == nil && recorded != nil:
+			return recorded, true
+		case err == nil:
 			return sc.finish(res, nil), true
 		}
 		att := store.Attempt{Position: sc.pos, Attempt: sc.attempt, Error: *errorInfo(err), StartedAt: t0, FinishedAt: rs.now()}
@@ -206,6 +213,32 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 			return nil, false
 		}
 	}
+}
+
+// flush makes what precedes the step durable before an attempt. A transactional
+// step flushes everything, derivable waits included: its transaction then carries
+// only the step's op and what async steps queue meanwhile.
+func (sc *stepCall) flush() error {
+	if sc.txFn == nil {
+		return sc.wc.rs.flush()
+	}
+	_, err := sc.wc.rs.checkpoint(&store.CheckpointParams{Status: store.StatusRunning}, false)
+	return err
+}
+
+// attemptOnce runs one attempt. It returns the encoded result of a plain step
+// (to queue), or the op a transactional step recorded itself; err is the
+// attempt's failure; stopErr a store failure after which the run must stop.
+func (sc *stepCall) attemptOnce() (recorded *store.Op, res []byte, err, stopErr error) {
+	if sc.txFn != nil {
+		recorded, err, stopErr = sc.attemptTx()
+		return recorded, nil, err, stopErr
+	}
+	v, err := sc.runAttempt()
+	if err == nil {
+		res, err = sc.wc.rs.encode(v)
+	}
+	return nil, res, err, nil
 }
 
 // backoff waits before the next attempt: in place for a short delay, or by suspending

@@ -9,28 +9,6 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// waitWrites are the store writes of waits queued for the next checkpoint.
-type waitWrites struct {
-	consume   []int64
-	noEvents  []string
-	children  []*store.ChildGroup
-	approvals []*store.ApprovalRequest
-	expire    []string
-}
-
-func (w *waitWrites) empty() bool {
-	return len(w.consume) == 0 && len(w.noEvents) == 0 && len(w.children) == 0 &&
-		len(w.approvals) == 0 && len(w.expire) == 0
-}
-
-func (w *waitWrites) apply(p *store.CheckpointParams) {
-	p.Consume = append(p.Consume, w.consume...)
-	p.NoEvents = append(p.NoEvents, w.noEvents...)
-	p.Children = append(p.Children, w.children...)
-	p.Approvals = append(p.Approvals, w.approvals...)
-	p.ExpireApprovals = append(p.ExpireApprovals, w.expire...)
-}
-
 // waiter is something a workflow can wait for without holding a worker: a timer,
 // an event, an approval's decision, child runs. Each owns one history position,
 // reserved when the workflow creates it.
@@ -182,7 +160,7 @@ func (rs *runState) takeEvent(name string) *store.Event {
 	for _, e := range rs.inbox {
 		if e.Name == name && !rs.consumed[e.Seq] {
 			rs.consumed[e.Seq] = true
-			rs.pendingWait.consume = append(rs.pendingWait.consume, e.Seq)
+			rs.pending.consume = append(rs.pending.consume, e.Seq)
 			return e
 		}
 	}
@@ -190,10 +168,10 @@ func (rs *runState) takeEvent(name string) *store.Event {
 }
 
 // queueWait adds a wait's store writes to the next checkpoint.
-func (rs *runState) queueWait(f func(w *waitWrites)) {
+func (rs *runState) queueWait(f func(w *queued)) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	f(&rs.pendingWait)
+	f(&rs.pending)
 }
 
 // recordWait queues a wait's op: pending (done=false) with its parameters, or done
