@@ -5,53 +5,16 @@ import (
 	"embed"
 	"fmt"
 	"hash/fnv"
-	"io/fs"
-	"path"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/trellis-dev/trellis/internal/migrations"
 )
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// migration is one numbered schema change.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations returns the embedded migrations in version order.
-func migrations() ([]migration, error) {
-	files, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, f := range files {
-		base := strings.TrimSuffix(path.Base(f), ".sql")
-		num, name, _ := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: name must start with a positive number", f)
-		}
-		b, err := migrationFS.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(b)})
-	}
-	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("migration version %d is used twice", ms[i].version)
-		}
-	}
-	return ms, nil
-}
+// embedded returns the embedded migrations in version order.
+func embedded() ([]migrations.Migration, error) { return migrations.Load(migrationFS, "migrations") }
 
 // migrationLockKey is the advisory lock key that serialises migrations of a schema.
 func migrationLockKey(schema string) int64 {
@@ -71,7 +34,7 @@ const sqlCreateSchemaMigrations = `CREATE TABLE IF NOT EXISTS schema_migrations 
 // any process) serialise on an advisory lock: one migrates, the others wait and then
 // find nothing to do. Open calls it.
 func (s *Store) Migrate(ctx context.Context) error {
-	ms, err := migrations()
+	ms, err := embedded()
 	if err != nil {
 		return fmt.Errorf("migrating: %w", err)
 	}
@@ -82,7 +45,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-func migrate(ctx context.Context, tx pgx.Tx, schema string, ms []migration, s *Store) error {
+func migrate(ctx context.Context, tx pgx.Tx, schema string, ms []migrations.Migration, s *Store) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey(schema)); err != nil {
 		return fmt.Errorf("taking the migration lock: %w", err)
 	}
@@ -102,16 +65,16 @@ func migrate(ctx context.Context, tx pgx.Tx, schema string, ms []migration, s *S
 		return fmt.Errorf("reading schema version: %w", err)
 	}
 	for _, m := range ms {
-		if m.version <= current {
+		if m.Version <= current {
 			continue
 		}
 		// The simple protocol runs a file of several statements.
-		if _, err := tx.Exec(ctx, m.sql, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return fmt.Errorf("applying migration %04d_%s: %w", m.version, m.name, err)
+		if _, err := tx.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("applying migration %04d_%s: %w", m.Version, m.Name, err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-			m.version, m.name, s.now()); err != nil {
-			return fmt.Errorf("recording migration %04d: %w", m.version, err)
+			m.Version, m.Name, s.now()); err != nil {
+			return fmt.Errorf("recording migration %04d: %w", m.Version, err)
 		}
 	}
 	return nil
