@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -124,4 +125,28 @@ func ListLimit(limit int) (int, error) {
 		return DefaultListLimit, nil
 	}
 	return min(limit, MaxListLimit), nil
+}
+
+// Page trims rows read with ListLimit's limit+1 to limit, and returns the
+// NextCursor for the rows after them ("" on the last page), from the sequence of
+// the page's last row. Lists are newest first, by a positive sequence.
+func Page[T any](rows []T, limit int, seq func(T) int64) ([]T, string) {
+	if len(rows) <= limit {
+		return rows, ""
+	}
+	rows = rows[:limit]
+	return rows, strconv.FormatInt(seq(rows[limit-1]), 10)
+}
+
+// ParseCursor reads a cursor of Page: the list continues below the sequence it
+// returns. It returns 0 for "" and ErrInvalidParams for anything malformed.
+func ParseCursor(c string) (int64, error) {
+	if c == "" {
+		return 0, nil
+	}
+	after, err := strconv.ParseInt(c, 10, 64)
+	if err != nil || after <= 0 {
+		return 0, fmt.Errorf("%w: malformed Cursor %q", ErrInvalidParams, c)
+	}
+	return after, nil
 }

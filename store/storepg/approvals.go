@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -113,10 +112,7 @@ func (s *Store) ApprovalList(ctx context.Context, p *store.ApprovalListParams) (
 		return nil, fmt.Errorf("listing approvals: %w", s.readErr(err))
 	}
 	res := &store.ApprovalListResult{Approvals: []*store.Approval{}}
-	if len(page) > limit {
-		page = page[:limit]
-		res.NextCursor = strconv.FormatInt(page[limit-1].seq, 10)
-	}
+	page, res.NextCursor = store.Page(page, limit, func(r *approvalRow) int64 { return r.seq })
 	for _, r := range page {
 		res.Approvals = append(res.Approvals, r.Approval)
 	}
@@ -148,11 +144,11 @@ func approvalListQuery(p *store.ApprovalListParams) (string, []any, int, error) 
 		where = append(where, "a.run_seq = (SELECT sequence FROM runs WHERE namespace = a.namespace AND id = "+
 			args.add(p.Run)+")")
 	}
-	if p.Cursor != "" {
-		after, err := strconv.ParseInt(p.Cursor, 10, 64)
-		if err != nil || after <= 0 {
-			return "", nil, 0, fmt.Errorf("%w: malformed Cursor %q", store.ErrInvalidParams, p.Cursor)
-		}
+	after, err := store.ParseCursor(p.Cursor)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	if after > 0 {
 		where = append(where, "a.seq < "+args.add(after))
 	}
 	query := `SELECT ` + approvalCols + approvalFrom + ` WHERE ` + strings.Join(where, " AND ") +

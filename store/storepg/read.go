@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -110,11 +109,8 @@ func (s *Store) RunList(ctx context.Context, p *store.RunListParams) (*store.Run
 	}); err != nil {
 		return nil, fmt.Errorf("listing runs: %w", s.readErr(err))
 	}
-	res := &store.RunListResult{Runs: runs}
-	if len(runs) > limit {
-		res.Runs = runs[:limit]
-		res.NextCursor = strconv.FormatInt(runs[limit-1].Sequence, 10)
-	}
+	res := &store.RunListResult{}
+	res.Runs, res.NextCursor = store.Page(runs, limit, func(r *store.Run) int64 { return r.Sequence })
 	return res, nil
 }
 
@@ -148,11 +144,11 @@ func runListQuery(p *store.RunListParams) (string, []any, int, error) {
 	if !p.CreatedBefore.IsZero() {
 		where = append(where, "created_at < "+args.add(p.CreatedBefore)+"::timestamptz")
 	}
-	if p.Cursor != "" {
-		after, err := strconv.ParseInt(p.Cursor, 10, 64)
-		if err != nil || after <= 0 {
-			return "", nil, 0, fmt.Errorf("%w: malformed Cursor %q", store.ErrInvalidParams, p.Cursor)
-		}
+	after, err := store.ParseCursor(p.Cursor)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	if after > 0 {
 		where = append(where, "sequence < "+args.add(after))
 	}
 	query := `SELECT ` + runCols + ` FROM runs WHERE ` + strings.Join(where, " AND ") +

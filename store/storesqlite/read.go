@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/trellis-dev/trellis/store"
@@ -115,11 +114,8 @@ func (s *Store) RunList(ctx context.Context, p *store.RunListParams) (*store.Run
 	if err != nil {
 		return nil, fmt.Errorf("listing runs: %w", s.readErr(err))
 	}
-	res := &store.RunListResult{Runs: runs}
-	if len(runs) > limit {
-		res.Runs = runs[:limit]
-		res.NextCursor = strconv.FormatInt(runs[limit-1].Sequence, 10)
-	}
+	res := &store.RunListResult{}
+	res.Runs, res.NextCursor = store.Page(runs, limit, func(r *store.Run) int64 { return r.Sequence })
 	return res, nil
 }
 
@@ -155,11 +151,11 @@ func runListQuery(p *store.RunListParams) (string, []any, int, error) {
 	if !p.CreatedBefore.IsZero() {
 		add("created_at < ?", p.CreatedBefore.UnixNano())
 	}
-	if p.Cursor != "" {
-		after, err := strconv.ParseInt(p.Cursor, 10, 64)
-		if err != nil || after <= 0 {
-			return "", nil, 0, fmt.Errorf("%w: malformed Cursor %q", store.ErrInvalidParams, p.Cursor)
-		}
+	after, err := store.ParseCursor(p.Cursor)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	if after > 0 {
 		add("sequence < ?", after)
 	}
 	query := `SELECT ` + runCols + ` FROM runs WHERE ` + strings.Join(where, " AND ") +
