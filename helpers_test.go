@@ -23,7 +23,7 @@ const envTestStore = "TRELLIS_TEST_STORE"
 
 // storeURL returns a fresh store URL: SQLite in a temporary directory, or a fresh
 // Postgres schema when envTestStore is "postgres".
-func storeURL(t *testing.T) string {
+func storeURL(t testing.TB) string {
 	t.Helper()
 	if os.Getenv(envTestStore) == "postgres" {
 		return pgtest.SchemaURL(t)
@@ -32,7 +32,7 @@ func storeURL(t *testing.T) string {
 }
 
 // sqliteURL returns a fresh SQLite store URL, whatever envTestStore says.
-func sqliteURL(t *testing.T) string {
+func sqliteURL(t testing.TB) string {
 	t.Helper()
 	return "sqlite://" + filepath.Join(t.TempDir(), "trellis.db")
 }

@@ -2,13 +2,10 @@ package trellis_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/trellis-dev/trellis"
-	"github.com/trellis-dev/trellis/internal/pgtest"
 )
 
 // BenchmarkMap10000 fans out 10,000 one-step child runs, at most 50 at a time, and
@@ -29,10 +26,7 @@ func BenchmarkMap10000(b *testing.B) {
 		out, err := trellis.Map(wc, item, items, trellis.MapOptions{MaxConcurrency: 50})
 		return len(out), err
 	})
-	cfg := trellis.Config{Store: "sqlite://" + filepath.Join(b.TempDir(), "map.db")}
-	if os.Getenv(envTestStore) == "postgres" {
-		cfg.Store = pgtest.SchemaURL(b)
-	}
+	cfg := trellis.Config{Store: storeURL(b)}
 	c, err := trellis.Open(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -382,3 +382,53 @@ func TestOpenApprovalsExpireWithTheRun(t *testing.T) {
 		t.Fatalf("approvals %+v, want one expired", page.Approvals)
 	}
 }
+
+// Select over the other kinds of futures: a step, an event and a child each win
+// against an hour's timer, and the recorded choice survives the replays that
+// follow (the run is released and reclaimed between the cases).
+func TestSelectStepEventChild(t *testing.T) {
+	t.Parallel()
+	child := trellis.NewWorkflow("select-child", func(wc *trellis.Context, n int) (int, error) { return n + 1, nil })
+	wf := trellis.NewWorkflow("select-kinds", func(wc *trellis.Context, _ int) ([]int, error) {
+		var won []int
+		step := trellis.Async(wc, "quick", func(context.Context) (int, error) { return 1, nil })
+		i, err := trellis.Select(wc, wc.NewTimer(time.Hour), step)
+		if err != nil {
+			return nil, err
+		}
+		won = append(won, i)
+		ev := trellis.OnEvent[int](wc, "go", 0)
+		if i, err = trellis.Select(wc, wc.NewTimer(time.Hour), ev); err != nil {
+			return nil, err
+		}
+		v, err := ev.Get(wc)
+		if err != nil {
+			return nil, err
+		}
+		won = append(won, i, v)
+		ch := trellis.ChildAsync(wc, child, 41)
+		if i, err = trellis.Select(wc, wc.NewTimer(time.Hour), ch); err != nil {
+			return nil, err
+		}
+		r, err := ch.Get(wc)
+		return append(won, i, r), err
+	})
+	c := setup(t, child, wf)
+	h := must[*trellis.Handle[[]int]](t)(trellis.Start(ctxT(t), c, wf, 0))
+	waitStatus(t, c, h.RunID(), trellis.StatusWaiting)
+	if err := c.SendEvent(ctxT(t), h.RunID(), "go", 7); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustResult(t, h); !slices.Equal(got, []int{1, 1, 7, 1, 42}) {
+		t.Fatalf("select results %v, want [1 1 7 1 42]", got)
+	}
+	var selects []string
+	for _, op := range must[[]*trellis.Op](t)(c.History(ctxT(t), h.RunID())) {
+		if op.Kind == "select" {
+			selects = append(selects, string(op.Result))
+		}
+	}
+	if !slices.Equal(selects, []string{"1", "1", "1"}) {
+		t.Fatalf("recorded choices %v", selects)
+	}
+}
