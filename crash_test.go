@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -170,28 +168,12 @@ func startRetrying(c *trellis.Client, wf *trellis.Workflow[int, []string], i int
 	}
 }
 
-type crashWorker struct{ cmd *exec.Cmd }
+// crashWorker is a worker process of the crash test.
+type crashWorker = testProcess
 
 func startCrashWorker(t *testing.T, url, effects string) *crashWorker {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashWorkerProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envCrashStore+"="+url, envCrashEffects+"="+effects)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting worker process: %v", err)
-	}
-	return &crashWorker{cmd: cmd}
-}
-
-func (w *crashWorker) kill(t *testing.T) {
-	t.Helper()
-	if w.cmd.ProcessState != nil {
-		return
-	}
-	if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("killing worker: %v", err)
-	}
-	w.cmd.Wait() // reports "signal: killed"
+	return startTestProcess(t, "TestCrashWorkerProcess", envCrashStore+"="+url, envCrashEffects+"="+effects)
 }
 
 func waitAllSucceeded(t *testing.T, c *trellis.Client, ids []string) {

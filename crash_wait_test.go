@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,19 +88,10 @@ func TestCrashRecoveryWhileWaiting(t *testing.T) {
 func crashRecoveryWhileWaiting(t *testing.T, url string) {
 	client := open(t, url, func(c *trellis.Config) { c.Worker.Disabled = true })
 	_, parent := waitCrashWorkflows()
-	start := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestWaitCrashWorkerProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envWaitCrashStore+"="+url)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting worker process: %v", err)
-		}
-		return cmd
+	start := func() *testProcess {
+		return startTestProcess(t, "TestWaitCrashWorkerProcess", envWaitCrashStore+"="+url)
 	}
-	kill := func(cmd *exec.Cmd) {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = cmd.Wait()
-	}
+	kill := func(p *testProcess) { p.kill(t) }
 	worker := start()
 	defer func() { kill(worker) }()
 	ids := make([]string, waitCrashRuns)

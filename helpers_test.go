@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,3 +122,31 @@ func must[T any](t *testing.T) func(T, error) T {
 }
 
 var errBoom = errors.New("boom")
+
+// testProcess is this test binary re-executed to run one test function (a worker
+// or client process of the multi-process tests), until it ends or is killed.
+type testProcess struct{ cmd *exec.Cmd }
+
+// startTestProcess runs the test named test in a new process with env added.
+func startTestProcess(t *testing.T, test string, env ...string) *testProcess {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s process: %v", test, err)
+	}
+	return &testProcess{cmd: cmd}
+}
+
+// kill ends the process with SIGKILL, unless it has ended already.
+func (p *testProcess) kill(t *testing.T) {
+	t.Helper()
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("killing process: %v", err)
+	}
+	_ = p.cmd.Wait() // reports "signal: killed"
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -112,27 +111,20 @@ func TestPostgresScaleOut(t *testing.T) {
 	}
 	url := pgtest.SchemaURL(t)
 	effects := filepath.Join(t.TempDir(), "effects.log")
-	start := func(role string) *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestScaleOutProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envScaleRole+"="+role, envScaleStore+"="+url, envScaleEffects+"="+effects)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting %s: %v", role, err)
-		}
-		return cmd
+	start := func(role string) *testProcess {
+		return startTestProcess(t, "TestScaleOutProcess", envScaleRole+"="+role, envScaleStore+"="+url, envScaleEffects+"="+effects)
 	}
 	// All five open the store at once: one migrates the new schema, the others wait.
-	var workers, clients []*exec.Cmd
+	var clients []*testProcess
 	for i := range scaleWorkers {
 		w := start(fmt.Sprintf("worker-%d", i))
-		workers = append(workers, w)
-		t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait() })
+		t.Cleanup(func() { w.kill(t) })
 	}
 	for i := range scaleClients {
 		clients = append(clients, start(fmt.Sprintf("client-%d", i)))
 	}
 	for i, c := range clients {
-		if err := c.Wait(); err != nil {
+		if err := c.cmd.Wait(); err != nil {
 			t.Fatalf("client %d: %v", i, err)
 		}
 	}
