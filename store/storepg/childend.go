@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellis-dev/trellis/internal/batch"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -76,29 +77,7 @@ func (e *ender) stop() {
 	e.wg.Wait()
 }
 
-func (e *ender) run() {
-	for {
-		select {
-		case r := <-e.reqs:
-			e.commit(e.collect([]*endReq{r}))
-		case <-e.quit:
-			return
-		}
-	}
-}
-
-// collect adds the requests already waiting, up to MaxBatch.
-func (e *ender) collect(batch []*endReq) []*endReq {
-	for len(batch) < e.s.cfg.MaxBatch {
-		select {
-		case r := <-e.reqs:
-			batch = append(batch, r)
-		default:
-			return batch
-		}
-	}
-	return batch
-}
+func (e *ender) run() { batch.Run(e.reqs, e.quit, e.s.cfg.MaxBatch, e.commit) }
 
 // commit ends a batch in one transaction and answers each request; ck.res nil
 // means its lease was stale.

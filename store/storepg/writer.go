@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellis-dev/trellis/internal/batch"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -102,32 +103,7 @@ func (s *Store) submit(ctx context.Context, r *request) (*request, error) {
 	}
 }
 
-func (w *writer) run() {
-	batch := make([]*request, 0, w.s.cfg.MaxBatch)
-	for {
-		select {
-		case r := <-w.reqs:
-			batch = w.collect(append(batch[:0], r))
-			w.commit(batch)
-			clear(batch)
-		case <-w.quit:
-			return
-		}
-	}
-}
-
-// collect adds the requests already waiting, up to MaxBatch.
-func (w *writer) collect(batch []*request) []*request {
-	for len(batch) < w.s.cfg.MaxBatch {
-		select {
-		case r := <-w.reqs:
-			batch = append(batch, r)
-		default:
-			return batch
-		}
-	}
-	return batch
-}
+func (w *writer) run() { batch.Run(w.reqs, w.quit, w.s.cfg.MaxBatch, w.commit) }
 
 // maxDeadlockRetries bounds the retries of a batch aborted by a deadlock or a
 // serialization failure (another transaction's fault, not a request's).

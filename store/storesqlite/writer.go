@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/batch"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -115,30 +116,7 @@ func (s *Store) submit(ctx context.Context, r *request) error {
 
 func (w *writer) run() {
 	defer close(w.stopped)
-	batch := make([]*request, 0, w.maxBatch)
-	for {
-		select {
-		case r := <-w.reqs:
-			batch = w.collect(append(batch[:0], r))
-			w.commitAll(batch)
-			clear(batch)
-		case <-w.quit:
-			return
-		}
-	}
-}
-
-// collect adds the requests already waiting, up to maxBatch.
-func (w *writer) collect(batch []*request) []*request {
-	for len(batch) < w.maxBatch {
-		select {
-		case r := <-w.reqs:
-			batch = append(batch, r)
-		default:
-			return batch
-		}
-	}
-	return batch
+	batch.Run(w.reqs, w.quit, w.maxBatch, w.commitAll)
 }
 
 // commitAll commits the batch's requests that share a transaction, then each
