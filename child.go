@@ -82,7 +82,7 @@ func ChildAsync[In, Out any](wc *Context, wf *Workflow[In, Out], in In, opts ...
 		return f
 	}
 	def := wf.definition()
-	p := childParams(rs, def, f.runID, o.ID, o.Queue, o.Priority, input)
+	p := runParams(rs.run.Namespace, def, f.runID, input, StartOptions{ID: o.ID, Queue: o.Queue, Priority: o.Priority})
 	rs.queueWait(func(w *queued) {
 		w.children = append(w.children, &store.ChildGroup{Position: pos, Detached: o.Detached, Runs: []*store.RunCreateParams{p}})
 	})
@@ -173,22 +173,6 @@ func childRunID(parent string, pos, index int) string {
 	return b.String()
 }
 
-func childParams(rs *runState, def *definition, runID, workflowID, queue string, priority int, input []byte) *store.RunCreateParams {
-	if workflowID == "" {
-		workflowID = runID
-	}
-	if queue == "" {
-		queue = def.opts.Queue
-	}
-	if queue == "" {
-		queue = "default"
-	}
-	return &store.RunCreateParams{
-		Namespace: rs.run.Namespace, ID: runID, WorkflowID: workflowID, Workflow: def.name,
-		Queue: queue, Priority: priority, Version: def.opts.Version, Input: input,
-	}
-}
-
 // children reads the child runs started at pos; a store failure abandons the run.
 func (rs *runState) children(pos int) []*store.Run {
 	runs, err := rs.c.store.RunChildren(rs.ctx, &store.RunChildrenParams{Namespace: rs.run.Namespace, Parent: rs.run.ID, Position: pos})
@@ -274,7 +258,7 @@ func Map[In, Out any](wc *Context, wf *Workflow[In, Out], items []In, opts ...Ma
 			if err != nil {
 				return nil, fmt.Errorf("encoding item %d of map %s: %w", i, wf.Name(), err)
 			}
-			group.Runs[i] = childParams(rs, def, childRunID(rs.run.ID, pos, i), "", o.Queue, o.Priority, input)
+			group.Runs[i] = runParams(rs.run.Namespace, def, childRunID(rs.run.ID, pos, i), input, StartOptions{Queue: o.Queue, Priority: o.Priority})
 		}
 		if len(items) > 0 {
 			rs.queueWait(func(w *queued) { w.children = append(w.children, group) })

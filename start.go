@@ -63,6 +63,14 @@ func GetHandle[In, Out any](c *Client, wf *Workflow[In, Out], runID string) *Han
 
 // Start starts a run of wf with input in. The run is durable before Start returns.
 func Start[In, Out any](ctx context.Context, c *Client, wf *Workflow[In, Out], in In, opts ...StartOptions) (*Handle[Out], error) {
+	return startWith(c, wf, in, opts, func(def *definition, input []byte, o StartOptions) (*Run, error) {
+		return c.start(ctx, def, input, o)
+	})
+}
+
+// startWith encodes in and creates the run with create, for Start and StartTx.
+func startWith[In, Out any](c *Client, wf *Workflow[In, Out], in In, opts []StartOptions,
+	create func(def *definition, input []byte, o StartOptions) (*Run, error)) (*Handle[Out], error) {
 	var o StartOptions
 	if len(opts) > 0 {
 		o = opts[0]
@@ -71,7 +79,7 @@ func Start[In, Out any](ctx context.Context, c *Client, wf *Workflow[In, Out], i
 	if err != nil {
 		return nil, err
 	}
-	run, err := c.start(ctx, wf.definition(), input, o)
+	run, err := create(wf.definition(), input, o)
 	if err != nil {
 		return nil, err
 	}
@@ -116,9 +124,15 @@ func (c *Client) start(ctx context.Context, def *definition, input []byte, o Sta
 
 // createParams are the parameters of a new run of def.
 func (c *Client) createParams(def *definition, input []byte, o StartOptions) *store.RunCreateParams {
-	runID := uuid.Must(uuid.NewV7()).String()
+	return runParams(c.cfg.Namespace, def, uuid.Must(uuid.NewV7()).String(), input, o)
+}
+
+// runParams are the parameters that create a run of def with ID runID, with the
+// defaults of StartOptions: the workflow ID is the run ID, the queue the
+// workflow's (else "default").
+func runParams(namespace string, def *definition, runID string, input []byte, o StartOptions) *store.RunCreateParams {
 	p := &store.RunCreateParams{
-		Namespace: c.cfg.Namespace, ID: runID, WorkflowID: o.ID, Workflow: def.name,
+		Namespace: namespace, ID: runID, WorkflowID: o.ID, Workflow: def.name,
 		Queue: o.Queue, Priority: o.Priority, Version: def.opts.Version, Input: input, Reuse: o.Reuse,
 	}
 	if p.WorkflowID == "" {

@@ -14,7 +14,7 @@ import (
 //
 // On Postgres, workers are notified when tx commits. On SQLite the store cannot
 // see the commit: the run is picked up by a worker's next poll
-// (WorkerConfig.PollInterval, 1s by default), and the handle's Result also polls.
+// (Config.Worker.PollInterval, 1s by default), and the handle's Result also polls.
 // A rejected start (ErrRunExists) leaves tx usable. Stores without transactions
 // (the remote client) return ErrTxNotSupported.
 func StartTx[In, Out any](ctx context.Context, c *Client, tx any, wf *Workflow[In, Out], in In, opts ...StartOptions) (*Handle[Out], error) {
@@ -22,18 +22,11 @@ func StartTx[In, Out any](ctx context.Context, c *Client, tx any, wf *Workflow[I
 	if !ok {
 		return nil, fmt.Errorf("starting %s: %w", wf.definition().name, ErrTxNotSupported)
 	}
-	var o StartOptions
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	input, err := c.encode(in)
-	if err != nil {
-		return nil, err
-	}
-	def := wf.definition()
-	res, err := ts.RunCreateTx(ctx, tx, c.createParams(def, input, o))
-	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", def.name, err)
-	}
-	return &Handle[Out]{c: c, id: res.Run.WorkflowID, runID: res.Run.ID}, nil
+	return startWith(c, wf, in, opts, func(def *definition, input []byte, o StartOptions) (*Run, error) {
+		res, err := ts.RunCreateTx(ctx, tx, c.createParams(def, input, o))
+		if err != nil {
+			return nil, fmt.Errorf("starting %s: %w", def.name, err)
+		}
+		return res.Run, nil
+	})
 }
