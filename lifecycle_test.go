@@ -351,3 +351,30 @@ func TestDefaultStoreIsAFileInTheWorkingDirectory(t *testing.T) {
 		t.Fatalf("default store file: %v", err)
 	}
 }
+
+// Heartbeats keep the lease of a run whose step outlasts the lease duration: a
+// second worker on the same store never takes it over, and the step runs once.
+func TestHeartbeatsKeepALongStepsLease(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	wf := trellis.NewWorkflow("long-step", func(wc *trellis.Context, _ int) (int, error) {
+		return trellis.Step(wc, "slow", func(context.Context) (int, error) {
+			calls.Add(1)
+			time.Sleep(time.Second) // five lease durations
+			return 1, nil
+		})
+	})
+	url := storeURL(t)
+	short := func(cfg *trellis.Config) {
+		cfg.Worker.LeaseDuration = 200 * time.Millisecond
+		cfg.Worker.HeartbeatInterval = 50 * time.Millisecond
+	}
+	c := open(t, url, short)
+	register(t, c, wf)
+	register(t, open(t, url, short), wf) // a second worker, ready to take over
+	h := must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), c, wf, 0))
+	mustResult(t, h)
+	if run := must[*trellis.Run](t)(c.Get(ctxT(t), h.RunID())); run.Attempts != 1 || calls.Load() != 1 {
+		t.Fatalf("attempts %d, step calls %d; want one claim and one execution", run.Attempts, calls.Load())
+	}
+}

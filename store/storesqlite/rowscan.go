@@ -63,8 +63,6 @@ const refSeq = `COALESCE(
 
 const sqlRunByRef = `SELECT ` + runCols + ` FROM runs WHERE sequence = ` + refSeq
 
-const sqlRunBySeq = `SELECT ` + runCols + ` FROM runs WHERE sequence = ?`
-
 // runByRef resolves a Ref to its run, or store.ErrRunNotFound.
 func runByRef(ctx context.Context, q querier, namespace, ref string) (*store.Run, error) {
 	r, _, err := scanRun(q.QueryRowContext(ctx, sqlRunByRef, namespace, ref))
