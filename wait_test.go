@@ -306,7 +306,10 @@ func TestCancellingAParentCancelsItsChildren(t *testing.T) {
 	c := setup(t, waiter, parent)
 	h := must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), c, parent, 0))
 	childID := h.RunID() + ".0"
-	waitStatus(t, c, h.RunID(), trellis.StatusWaiting) // the child exists once the parent waits
+	parentRun := waitStatus(t, c, h.RunID(), trellis.StatusWaiting) // the child exists once the parent waits
+	if want := "waiting for child run " + childID; parentRun.WaitReason != want {
+		t.Fatalf("parent wait reason %q, want %q", parentRun.WaitReason, want)
+	}
 	waitStatus(t, c, childID, trellis.StatusWaiting)
 	if err := c.Cancel(ctxT(t), h.RunID()); err != nil {
 		t.Fatal(err)
