@@ -268,6 +268,15 @@ type RunCreateParams struct {
 	// It is ignored when ReuseReturnExisting returns an existing run, and with a
 	// future AvailableAt.
 	Claim *CreateClaim `json:"claim,omitempty"`
+	// History, when set, seeds the new run with recorded ops (each done, with its
+	// AttemptLog of failed attempts) and KV with its run store, in the same
+	// transaction: the run replays them before it executes anything new. Client.Reset
+	// uses it to start a run from a point of an earlier one. It cannot be combined
+	// with Claim or ReuseReturnExisting. A seeded run starts with Attempts 1: the
+	// run its history came from counts as its first claim.
+	History []*Op `json:"history,omitempty"`
+	// KV is the run store of a seeded run (see History); only with History.
+	KV []KVWrite `json:"kv,omitempty"`
 }
 
 // CreateClaim asks RunCreate to lease the new run to Worker.

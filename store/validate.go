@@ -22,9 +22,42 @@ func (p *RunCreateParams) Validate() error {
 	}
 	switch p.Reuse {
 	case ReuseRejectActive, ReuseReject, ReuseReturnExisting:
-		return nil
+	default:
+		return fmt.Errorf("%w: Reuse: unknown policy %q", ErrInvalidParams, p.Reuse)
 	}
-	return fmt.Errorf("%w: Reuse: unknown policy %q", ErrInvalidParams, p.Reuse)
+	return p.validateSeed()
+}
+
+// validateSeed checks the History and KV of a seeded create.
+func (p *RunCreateParams) validateSeed() error {
+	switch {
+	case len(p.History) == 0 && len(p.KV) > 0:
+		return fmt.Errorf("%w: KV needs History", ErrInvalidParams)
+	case len(p.History) == 0:
+		return nil
+	case p.Claim != nil || p.Reuse == ReuseReturnExisting:
+		return fmt.Errorf("%w: History cannot be combined with Claim or ReuseReturnExisting", ErrInvalidParams)
+	}
+	seen := make(map[int]bool, len(p.History))
+	for _, op := range p.History {
+		switch {
+		case op == nil || op.Position < 0 || seen[op.Position]:
+			return fmt.Errorf("%w: History: missing, negative or repeated position", ErrInvalidParams)
+		case !op.Done:
+			return fmt.Errorf("%w: History: op %d is not done", ErrInvalidParams, op.Position)
+		}
+		seen[op.Position] = true
+	}
+	return nil
+}
+
+// SeedAttempts returns the failed attempts of a seeded create's History.
+func (p *RunCreateParams) SeedAttempts() []Attempt {
+	var out []Attempt
+	for _, op := range p.History {
+		out = append(out, op.AttemptLog...)
+	}
+	return out
 }
 
 // Validate checks an event's name (required, not reserved) and claim, wrapping

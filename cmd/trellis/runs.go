@@ -23,6 +23,7 @@ Subcommands:
   cancel    cancel a run
   resume    make a blocked run pending again, to replay with the code now deployed
   send-event send an event to a run (--name NAME [--payload JSON])
+  reset     start a finished run again from one of its steps (--to STEP)
 
 <id> is a run ID, or a workflow ID (meaning its latest run).
 "trellis runs <subcommand> -h" shows a subcommand's flags.
@@ -52,6 +53,8 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runsResume(ctx, rest, stdout, stderr)
 	case "send-event":
 		return runsSendEvent(ctx, rest, stdout, stderr)
+	case "reset":
+		return runsReset(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		printUsage(stderr)
 		return flag.ErrHelp

@@ -56,7 +56,15 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 		// A run created claimed is no work for another worker.
 		topics = append(topics, store.TopicReady)
 	}
-	if _, err := s.write(ctx, topics, st); err != nil {
+	stmts := []stmt{st}
+	if len(p.History) > 0 {
+		seed, err := seedStmt(p)
+		if err != nil {
+			return nil, fmt.Errorf("creating run: %w", err)
+		}
+		stmts = append(stmts, seed)
+	}
+	if _, err := s.write(ctx, topics, stmts...); err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
 	}
 	if *res == nil {
@@ -86,10 +94,14 @@ func (s *Store) runCreateStmt(p *store.RunCreateParams) (stmt, **store.RunCreate
 	}
 	res := new(*store.RunCreateResult)
 	claim := createClaim(now, avail, p.Claim)
+	status := claim.args()
+	if len(p.History) > 0 {
+		status[1] = 1 // a seeded run counts the run it came from (see store.RunCreateParams.History)
+	}
 	return stmt{
 		sql: query,
 		args: append([]any{p.Namespace, p.ID, p.WorkflowID, p.Workflow, p.Queue, p.Priority, p.Version,
-			p.Input, timePtrArg(p.Deadline), avail, now}, claim.args()...),
+			p.Input, timePtrArg(p.Deadline), avail, now}, status...),
 		rows: func(rows pgx.Rows) (err error) {
 			*res, err = scanCreated(rows, claim)
 			return err
@@ -281,4 +293,36 @@ func (s *Store) RunsResumeBlocked(ctx context.Context, p *store.RunsResumeBlocke
 		s.hub.Publish(topics...)
 	}
 	return len(ids), nil
+}
+
+// sqlRunSeed writes the recorded ops, failed attempts and run store of a seeded
+// create (RunCreateParams.History) after its insert, in the same transaction; it
+// writes nothing when the insert was rejected.
+const sqlRunSeed = `WITH f AS (SELECT sequence FROM runs WHERE namespace = $1 AND id = $2),
+	o AS (INSERT INTO ops (run_seq, position, kind, name, done, result, error, attempts, started_at, finished_at)
+		SELECT f.sequence, x.* FROM f, unnest($3::int4[], $4::text[], $5::text[], $6::bool[], $7::bytea[],
+			$8::text[], $9::int4[], $10::timestamptz[], $11::timestamptz[]) AS x),
+	a AS (INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at)
+		SELECT f.sequence, x.* FROM f, unnest($12::int4[], $13::int4[], $14::text[], $15::timestamptz[],
+			$16::timestamptz[]) AS x),
+	k AS (INSERT INTO kv (run_seq, key, value)
+		SELECT f.sequence, x.* FROM f, unnest($17::text[], $18::bytea[]) AS x)
+	SELECT 1`
+
+// seedStmt is the statement that seeds a new run's history (see sqlRunSeed).
+func seedStmt(p *store.RunCreateParams) (stmt, error) {
+	var ops opCols
+	var atts attCols
+	var kv kvCols
+	if err := ops.add(p.History); err != nil {
+		return stmt{}, err
+	}
+	if err := atts.add(p.SeedAttempts()); err != nil {
+		return stmt{}, err
+	}
+	kv.add(p.KV) // a fresh run store: deleted keys are simply absent
+	args := append([]any{p.Namespace, p.ID}, ops.args()...)
+	args = append(args, atts.args()...)
+	args = append(args, orEmpty(kv.setKeys), orEmpty(kv.vals))
+	return stmt{sql: sqlRunSeed, args: args}, nil
 }

@@ -64,6 +64,9 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 	if p.AvailableAt != nil {
 		run.AvailableAt = fromNS(sql.NullInt64{Int64: p.AvailableAt.UnixNano(), Valid: true})
 	}
+	if len(p.History) > 0 {
+		run.Attempts = 1 // a seeded run counts the run it came from (see store.RunCreateParams.History)
+	}
 	var claimed *store.ClaimedRun
 	if c := p.Claim; c != nil && !run.AvailableAt.After(now) {
 		// A fresh run's first token: the same clock floor claims use (see sqlClaim).
@@ -86,6 +89,12 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 	}
 	if run.Sequence, err = res.LastInsertId(); err != nil {
 		return nil, err
+	}
+	if len(p.History) > 0 {
+		seed := &store.CheckpointParams{Ops: p.History, Attempts: p.SeedAttempts(), KV: p.KV}
+		if err := writeHistory(tx, run.Sequence, seed); err != nil {
+			return nil, fmt.Errorf("seeding history: %w", err)
+		}
 	}
 	tx.publish(store.RunTopic(run.Namespace, run.ID))
 	if claimed == nil {

@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		cases []testCase
 	}{
 		{"Create", createCases},
+		{"Seed", seedCases},
 		{"Get", getCases},
 		{"Claim", claimCases},
 		{"Lease", leaseCases},
