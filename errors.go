@@ -28,7 +28,8 @@ var (
 	ErrApprovalNotFound = store.ErrApprovalNotFound
 	// ErrApprovalDecided: the approval request was already decided, or expired.
 	ErrApprovalDecided = store.ErrApprovalDecided
-	// ErrUnknownWorkflow: no workflow with that name is registered.
+	// ErrUnknownWorkflow: no workflow with that name is registered. (StartRaw
+	// starts runs of unregistered workflows; see its doc.)
 	ErrUnknownWorkflow = errors.New("unknown workflow")
 	// ErrInvalidInput: the input cannot be decoded into the workflow's input type.
 	ErrInvalidInput = errors.New("invalid workflow input")
