@@ -24,7 +24,7 @@ Usage:
 
 Commands:
   dev       run example workflows on a local SQLite store and watch them
-  runs      list, inspect, cancel and resume runs, send events (list, get, history, cancel, resume, send-event)
+  runs      start, list, inspect, cancel and resume runs, send events (start, list, get, history, cancel, resume, send-event)
   approvals list and decide approval requests (list, approve, reject)
   migrate   create or upgrade a store's schema
   bench     benchmark a store

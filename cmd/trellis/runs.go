@@ -17,6 +17,7 @@ import (
 const runsUsage = `Usage: trellis runs <subcommand> [arguments] --store URL
 
 Subcommands:
+  start     start a run of a workflow by name (WORKFLOW --input JSON)
   list      list runs, newest first
   get       show every field of one run
   history   show a run's ops, results and failed attempts
@@ -40,6 +41,8 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return &usageError{msg: "runs: no subcommand given", usage: printUsage}
 	}
 	switch sub, rest := args[0], args[1:]; sub {
+	case "start":
+		return runsStart(ctx, rest, stdout, stderr)
 	case "list":
 		return runsList(ctx, rest, stdout, stderr)
 	case "get":
