@@ -56,8 +56,7 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "send-event":
 		return runsSendEvent(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
-		printUsage(stderr)
-		return flag.ErrHelp
+		return &helpError{usage: printUsage}
 	default:
 		return &usageError{msg: fmt.Sprintf("runs: unknown subcommand %q", sub), usage: printUsage}
 	}

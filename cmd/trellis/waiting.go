@@ -57,8 +57,7 @@ func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	case "reject":
 		return approvalsDecide(ctx, "reject", rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
-		printUsage(stderr)
-		return flag.ErrHelp
+		return &helpError{usage: printUsage}
 	default:
 		return &usageError{msg: fmt.Sprintf("approvals: unknown subcommand %q", sub), usage: printUsage}
 	}
