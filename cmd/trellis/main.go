@@ -32,6 +32,12 @@ Commands:
   help      show this help; "trellis help <command>" shows a command's flags
 
 Store URLs look like sqlite:///abs/path/trellis.db or postgres://user@host:5432/db?schema=trellis.
+
+Environment:
+  TRELLIS_STORE      the store URL when --store is not given (not for dev: its demo
+                     keeps to its own file)
+  TRELLIS_NAMESPACE  the namespace when --namespace is not given (default "default")
+
 New here? Start with: go run ./cmd/trellis dev
 `
 
@@ -125,7 +131,7 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	case len(pos) > 0:
 		return usagef(fs, "bench: unexpected argument %q", pos[0])
 	}
-	if err := requireStore(fs, ba.store); err != nil {
+	if err := requireStore(fs, &ba.store); err != nil {
 		return err
 	}
 	return runBench(ctx, fs, &ba, stdout)
@@ -248,10 +254,14 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 // dashDash rewrites the flag package's messages to name flags as --name.
 var dashDash = strings.NewReplacer("defined: -", "defined: --", "flag -", "flag --", "argument: -", "argument: --")
 
-// requireStore returns a usage error when the --store flag was not given.
-func requireStore(fs *flag.FlagSet, url string) error {
-	if url == "" {
-		return usagef(fs, "%s: --store is required (e.g. --store sqlite:///abs/path/trellis.db)", fs.Name())
+// requireStore takes the store URL from $TRELLIS_STORE when --store was not given,
+// and returns a usage error when neither was.
+func requireStore(fs *flag.FlagSet, url *string) error {
+	if *url == "" {
+		*url = os.Getenv(envStore)
+	}
+	if *url == "" {
+		return usagef(fs, "%s: --store is required, or set %s (e.g. --store sqlite:///abs/path/trellis.db)", fs.Name(), envStore)
 	}
 	return nil
 }

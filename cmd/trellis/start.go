@@ -13,7 +13,7 @@ import (
 
 // startArgs are the parsed arguments of runs start.
 type startArgs struct {
-	store    string
+	target   target
 	workflow string
 	input    string
 	opts     trellis.StartOptions
@@ -27,7 +27,7 @@ func parseStartArgs(args []string, stderr io.Writer) (*startArgs, *flag.FlagSet,
 			"\"default\") with version 0.", stderr)
 	var sa startArgs
 	var startAt, deadline string
-	storeFlag(fs, &sa.store)
+	targetFlags(fs, &sa.target)
 	fs.StringVar(&sa.input, "input", "null", "the workflow's input, as `JSON`")
 	fs.StringVar(&sa.opts.ID, "id", "", "workflow `ID`, the caller's key for the run (default: the run ID)")
 	fs.StringVar(&sa.opts.Queue, "queue", "", "`queue` to start on (default: the workflow's, else \"default\")")
@@ -56,7 +56,7 @@ func parseStartArgs(args []string, stderr io.Writer) (*startArgs, *flag.FlagSet,
 	if err := checkStartTimes(sa.opts, time.Now()); err != nil {
 		return nil, fs, usagef(fs, "runs start: %v", err)
 	}
-	return &sa, fs, requireStore(fs, sa.store)
+	return &sa, fs, sa.target.resolve(fs)
 }
 
 // parseTimeFlag parses an RFC 3339 time; empty is the zero time.
@@ -89,7 +89,7 @@ func runsStart(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	return withClient(ctx, sa.store, func(c *trellis.Client) error {
+	return withClient(ctx, sa.target, func(c *trellis.Client) error {
 		run, err := c.StartRaw(ctx, sa.workflow, []byte(sa.input), sa.opts)
 		if err != nil {
 			return err

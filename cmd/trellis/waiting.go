@@ -41,6 +41,10 @@ Subcommands:
   approve   approve a pending request
   reject    reject a pending request
 
+Flags of every subcommand:
+  --store URL        the store (default $TRELLIS_STORE)
+  --namespace NAME   the runs' namespace (default $TRELLIS_NAMESPACE, else "default")
+
 "trellis approvals <subcommand> -h" shows a subcommand's flags.
 `
 
@@ -65,10 +69,11 @@ func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("approvals list", "approvals list --store URL [flags]", "List approval requests, newest first.", stderr)
-	var url, status, runID, cursor string
+	var tg target
+	var status, runID, cursor string
 	var limit int
 	var asJSON bool
-	storeFlag(fs, &url)
+	targetFlags(fs, &tg)
 	fs.StringVar(&status, "status", "", "only requests in these states, comma-separated: pending, approved, rejected, expired")
 	fs.StringVar(&runID, "run", "", "only requests of this run `ID`")
 	fs.IntVar(&limit, "limit", 0, "page size: default 100, at most 1000")
@@ -81,7 +86,7 @@ func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 	case len(pos) > 0:
 		return usagef(fs, "approvals list: unexpected argument %q", pos[0])
 	}
-	if err := requireStore(fs, url); err != nil {
+	if err := tg.resolve(fs); err != nil {
 		return err
 	}
 	f := trellis.ApprovalFilter{Run: runID, Limit: limit, Cursor: cursor}
@@ -94,7 +99,7 @@ func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return usagef(fs, "approvals list: unknown status %q (want pending, approved, rejected or expired)", s)
 		}
 	}
-	return withClient(ctx, url, func(c *trellis.Client) error {
+	return withClient(ctx, tg, func(c *trellis.Client) error {
 		page, err := c.Approvals(ctx, f)
 		if err != nil {
 			return err
@@ -121,8 +126,9 @@ func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 func approvalsDecide(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("approvals "+verb, "approvals "+verb+" <id> --as PRINCIPAL --store URL [--comment TEXT]",
 		"Decide a pending approval request; the run resumes and its history records the decision.", stderr)
-	var url, principal, comment string
-	storeFlag(fs, &url)
+	var tg target
+	var principal, comment string
+	targetFlags(fs, &tg)
 	fs.StringVar(&principal, "as", "", "the deciding `principal` (required)")
 	fs.StringVar(&comment, "comment", "", "a comment recorded with the decision")
 	pos, err := parseArgs(fs, args)
@@ -134,10 +140,10 @@ func approvalsDecide(ctx context.Context, verb string, args []string, stdout, st
 	case principal == "":
 		return usagef(fs, "approvals %s: --as is required", verb)
 	}
-	if err := requireStore(fs, url); err != nil {
+	if err := tg.resolve(fs); err != nil {
 		return err
 	}
-	return withClient(ctx, url, func(c *trellis.Client) error {
+	return withClient(ctx, tg, func(c *trellis.Client) error {
 		decide := c.Approve
 		if verb == "reject" {
 			decide = c.Reject
