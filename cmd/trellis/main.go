@@ -29,6 +29,7 @@ Commands:
   approvals list and decide approval requests (list, approve, reject)
   migrate   create or upgrade a store's schema
   bench     benchmark a store
+  version   print the version of trellis and Go
   help      show this help; "trellis help <command>" shows a command's flags
 
 Store URLs look like sqlite:///abs/path/trellis.db or postgres://user@host:5432/db?schema=trellis.
@@ -90,6 +91,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runMigrate(ctx, rest, stdout, stderr)
 	case "bench":
 		return runBenchCommand(ctx, rest, stdout)
+	case "version", "--version":
+		return runVersion(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		return runHelp(ctx, rest, stdout)
 	default:

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"io"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -53,7 +54,7 @@ func TestUsage(t *testing.T) {
 func TestHelpEverywhere(t *testing.T) {
 	t.Parallel()
 	commands := [][]string{
-		{}, {"runs"}, {"approvals"}, {"dev"}, {"migrate"}, {"bench"},
+		{}, {"runs"}, {"approvals"}, {"dev"}, {"migrate"}, {"bench"}, {"version"},
 		{"runs", "start"}, {"runs", "list"}, {"runs", "get"}, {"runs", "history"}, {"runs", "cancel"},
 		{"runs", "resume"}, {"runs", "send-event"},
 		{"approvals", "list"}, {"approvals", "approve"}, {"approvals", "reject"},
@@ -66,7 +67,7 @@ func TestHelpEverywhere(t *testing.T) {
 			if res.code != 0 || res.stderr != "" || !strings.Contains(res.stdout, "Usage") {
 				t.Errorf("%q: exit %d\nstdout:\n%s\nstderr:\n%s", args, res.code, res.stdout, res.stderr)
 			}
-			if len(cmd) > 0 && !strings.Contains(res.stdout, "--store") {
+			if len(cmd) > 0 && cmd[0] != "version" && !strings.Contains(res.stdout, "--store") {
 				t.Errorf("%q: no --store flag in\n%s", args, res.stdout)
 			}
 			if len(cmd) > 0 && (cmd[0] == "runs" || cmd[0] == "approvals") && !strings.Contains(res.stdout, "--namespace") {
@@ -80,6 +81,17 @@ func TestHelpEverywhere(t *testing.T) {
 	res := trellisCmd(t, "runs", "list", "--bogus", "--store", "x")
 	if res.code != 2 || !strings.Contains(res.stderr, "flag provided but not defined: --bogus") || res.stdout != "" {
 		t.Errorf("unknown flag: exit %d %q", res.code, res.stderr)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	res := trellisCmd(t, "version").ok(t)
+	if !regexp.MustCompile(`^trellis \S+.* go1\.\S+ \w+/\w+\n$`).MatchString(res.stdout) || !strings.Contains(res.stdout, runtime.Version()) {
+		t.Errorf("version printed %q", res.stdout)
+	}
+	if res := trellisCmd(t, "version", "extra"); res.code != 2 {
+		t.Errorf("version extra: exit %d", res.code)
 	}
 }
 
