@@ -25,6 +25,16 @@ const (
 	resultWidth = 100 // runs history: one op's result or error
 )
 
+// Times are printed in UTC as RFC 3339: to the millisecond in a run's fields and
+// history (as the engine writes them into wait reasons), to the second in tables.
+const (
+	timeLayout      = "2006-01-02T15:04:05.000Z07:00"
+	tableTimeLayout = time.RFC3339
+)
+
+// tableTime formats a time for a table column.
+func tableTime(t time.Time) string { return t.UTC().Format(tableTimeLayout) }
+
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
 func printRunTable(w io.Writer, page *trellis.RunPage) error {
@@ -36,7 +46,7 @@ func printRunTable(w io.Writer, page *trellis.RunPage) error {
 	fmt.Fprintln(tw, "ID\tWORKFLOW ID\tWORKFLOW\tSTATUS\tATTEMPTS\tCREATED\tREASON / ERROR")
 	for _, r := range page.Runs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, oneLine(r.WorkflowID, 0), r.Workflow, r.Status,
-			r.Attempts, r.CreatedAt.Local().Format(time.DateTime), oneLine(runDetail(r), detailWidth))
+			r.Attempts, tableTime(r.CreatedAt), oneLine(runDetail(r), detailWidth))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -103,7 +113,7 @@ func printHistory(w io.Writer, r *trellis.Run, ops []*trellis.Op) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", op.Position, op.Kind, orDash(op.Name), op.Attempts, opOutcome(op))
 		for _, a := range op.AttemptLog {
 			fmt.Fprintf(tw, "\t\t\t\t  attempt %d failed at %s: %s\n",
-				a.Attempt, a.FinishedAt.Local().Format("15:04:05.000"), oneLine(a.Error.Message, resultWidth))
+				a.Attempt, timeText(&a.FinishedAt), oneLine(a.Error.Message, resultWidth))
 		}
 	}
 	return tw.Flush()
@@ -150,7 +160,7 @@ func timeText(t *time.Time) string {
 	if t == nil || t.IsZero() {
 		return ""
 	}
-	return t.Local().Format("2006-01-02 15:04:05.000 MST")
+	return t.UTC().Format(timeLayout)
 }
 
 func orDash(s string) string {

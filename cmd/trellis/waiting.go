@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/trellis-dev/trellis"
 )
@@ -118,7 +117,7 @@ func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintln(tw, "ID\tRUN\tNAME\tSTATUS\tSUBJECT\tCREATED\tDECIDED BY")
 		for _, a := range page.Approvals {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.RunID, a.Name, a.Status, a.Subject,
-				a.CreatedAt.Local().Format(time.DateTime), a.Principal)
+				tableTime(a.CreatedAt), a.Principal)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
