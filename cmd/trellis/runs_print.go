@@ -43,7 +43,8 @@ func printRunTable(w io.Writer, page *trellis.RunPage) error {
 		return nil
 	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tWORKFLOW ID\tWORKFLOW\tSTATUS\tATTEMPTS\tCREATED\tREASON / ERROR")
+	// CLAIMS: how many times a worker took the run (a step's attempts are in history).
+	fmt.Fprintln(tw, "ID\tWORKFLOW ID\tWORKFLOW\tSTATUS\tCLAIMS\tCREATED\tREASON / ERROR")
 	for _, r := range page.Runs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, oneLine(r.WorkflowID, 0), r.Workflow, r.Status,
 			r.Attempts, tableTime(r.CreatedAt), oneLine(runDetail(r), detailWidth))
@@ -77,7 +78,7 @@ func printRun(w io.Writer, r *trellis.Run) error {
 		{"Namespace", r.Namespace}, {"Queue", r.Queue}, {"Priority", strconv.Itoa(r.Priority)},
 		{"Version", strconv.Itoa(r.Version)}, {"Sequence", strconv.FormatInt(r.Sequence, 10)},
 		{"Status", string(r.Status)}, {"Wait reason", r.WaitReason}, {"Error", errorText(r.Error)},
-		{"Cancel requested", strconv.FormatBool(r.CancelRequested)}, {"Attempts", strconv.Itoa(r.Attempts)},
+		{"Cancel requested", strconv.FormatBool(r.CancelRequested)}, {"Claims", strconv.Itoa(r.Attempts) + " (times a worker took the run)"},
 		{"Deadline", timeText(r.Deadline)}, {"Available at", timeText(&r.AvailableAt)},
 		{"Lease owner", r.LeaseOwner}, {"Lease expires at", timeText(r.LeaseExpiresAt)},
 		{"Created at", timeText(&r.CreatedAt)}, {"Started at", timeText(r.StartedAt)},
@@ -108,15 +109,23 @@ func printHistory(w io.Writer, r *trellis.Run, ops []*trellis.Op) error {
 		return nil
 	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "POS\tKIND\tNAME\tATTEMPTS\tRESULT / ERROR")
+	fmt.Fprintln(tw, "POS\tKIND\tNAME\tSTEP ATTEMPTS\tRESULT / ERROR")
 	for _, op := range ops {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", op.Position, op.Kind, orDash(op.Name), op.Attempts, opOutcome(op))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", op.Position, op.Kind, orDash(op.Name), stepAttempts(op), opOutcome(op))
 		for _, a := range op.AttemptLog {
 			fmt.Fprintf(tw, "\t\t\t\t  attempt %d failed at %s: %s\n",
 				a.Attempt, timeText(&a.FinishedAt), oneLine(a.Error.Message, resultWidth))
 		}
 	}
 	return tw.Flush()
+}
+
+// stepAttempts is how many times a step's function ran; "-" for other ops.
+func stepAttempts(op *trellis.Op) string {
+	if op.Kind != store.OpStep {
+		return "-"
+	}
+	return strconv.Itoa(op.Attempts)
 }
 
 func opOutcome(op *trellis.Op) string {
