@@ -3,6 +3,7 @@ package trellis
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -76,7 +77,9 @@ type StepError struct {
 	Step     string
 	Attempts int
 	Message  string
-	// Type is the Go type of the original error (e.g. "*net.OpError") or an engine code.
+	// Type is an engine code (e.g. "step_timeout"), or the Go type of the original
+	// error or of an error it wraps with %w (e.g. "*net.OpError"); empty for a
+	// plain errors.New or fmt.Errorf error.
 	Type string
 }
 
@@ -130,11 +133,11 @@ func NonRetryable(err error) error {
 
 // errorInfo converts an error into its recorded form.
 func errorInfo(err error) *store.ErrorInfo {
-	info := &store.ErrorInfo{Message: err.Error(), Type: fmt.Sprintf("%T", err)}
+	info := &store.ErrorInfo{Message: err.Error(), Type: errorType(err)}
 	var nr *nonRetryable
 	if errors.As(err, &nr) {
 		info.NonRetryable = true
-		info.Type = fmt.Sprintf("%T", nr.err)
+		info.Type = errorType(nr.err)
 	}
 	var se *StepError
 	var pe *panicError
@@ -156,4 +159,19 @@ func errorInfo(err error) *store.ErrorInfo {
 		info.Type = se.Type
 	}
 	return info
+}
+
+// errorType is the Go type recorded for err: the first type along its %w chain
+// that says something (e.g. "*net.OpError", "*mypkg.DeclinedError"), skipping the
+// anonymous carriers of errors.New, fmt.Errorf, errors.Join and NonRetryable;
+// "" when there is none.
+func errorType(err error) string {
+	for ; err != nil; err = errors.Unwrap(err) {
+		switch t := fmt.Sprintf("%T", err); {
+		case strings.HasPrefix(t, "*errors."), strings.HasPrefix(t, "*fmt."), t == "*trellis.nonRetryable":
+		default:
+			return t
+		}
+	}
+	return ""
 }

@@ -95,6 +95,18 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+func TestErrorTypeShown(t *testing.T) {
+	t.Parallel()
+	for typ, want := range map[string]string{
+		"": "", "*errors.errorString": "", "*fmt.wrapError": "", "*trellis.nonRetryable": "",
+		"step_timeout": "step_timeout", "*fs.PathError": "*fs.PathError",
+	} {
+		if got := errorType(typ); got != want {
+			t.Errorf("errorType(%q) = %q, want %q", typ, got, want)
+		}
+	}
+}
+
 func TestParseArgs(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -145,13 +145,23 @@ func errorText(e *store.ErrorInfo) string {
 		return ""
 	}
 	s := e.Message
-	if e.Type != "" {
-		s += " (type " + e.Type + ")"
+	if t := errorType(e.Type); t != "" {
+		s += " (type " + t + ")"
 	}
 	if e.NonRetryable {
 		s += " (non-retryable)"
 	}
 	return s
+}
+
+// errorType is a recorded error type worth showing: an engine code or a named Go
+// type, not the anonymous carriers of errors.New and fmt.Errorf that older runs
+// recorded (*errors.errorString, *fmt.wrapError).
+func errorType(t string) string {
+	if strings.HasPrefix(t, "*errors.") || strings.HasPrefix(t, "*fmt.") || t == "*trellis.nonRetryable" {
+		return ""
+	}
+	return t
 }
 
 // payloadText shows an encoded payload as text when it is JSON or UTF-8.

@@ -72,6 +72,11 @@ func TestRunsGetAndHistory(t *testing.T) {
 	if !regexp.MustCompile(`step\s+flaky\s+2\s+42`).MatchString(res.stdout) {
 		t.Errorf("history does not show the step's 2 attempts:\n%s", res.stdout)
 	}
+	res = trellisCmd(t, "runs", "get", s.failedRun, "--store", s.url).ok(t)
+	contains(t, "get failed", res.stdout, "failed after 1 attempt(s): card declined")
+	if strings.Contains(res.stdout, "errors.") || strings.Contains(res.stdout, "(type") {
+		t.Errorf("a plain error shows a Go type:\n%s", res.stdout)
+	}
 	res = trellisCmd(t, "runs", "history", s.failedRun, "--store", s.url).ok(t)
 	contains(t, "failed history", res.stdout, "doomed", "error: card declined")
 
