@@ -1,8 +1,11 @@
-// Command trellis is the Trellis command line: a guided local demo (dev), inspection
-// and control of runs (runs), store migrations (migrate) and benchmarks (bench).
+// Command trellis is the Trellis command line: a guided local demo (dev), starting,
+// inspecting and controlling runs (runs), deciding approvals (approvals), store
+// migrations (migrate), benchmarks (bench) and its version (version).
 //
 // Every command is a function runX(ctx, args, stdout, stderr) error, so tests call it
-// directly and capture its output; main only maps the error to an exit status.
+// directly and capture its output; main only maps the error to an exit status. A
+// command answers -h with a helpError and bad usage with a usageError; run prints
+// the first to stdout (exit 0), the second to stderr (exit 2).
 package main
 
 import (
