@@ -13,6 +13,29 @@ import (
 	"github.com/trellis-dev/trellis/internal/bench"
 )
 
+// runBenchCommand parses bench's flags and hands over to runBench.
+func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("bench", "bench --store URL [flags]", benchAbout(), stdout)
+	var ba benchArgs
+	storeFlag(fs, &ba.store)
+	fs.StringVar(&ba.workloads, "workload", "w1,w2,w3", "comma-separated `workloads`: w1, w2, w3, w4, w6")
+	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
+	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
+	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")
+	fs.StringVar(&ba.cpuProfile, "cpuprofile", "", "write a CPU profile of the workloads to this `file`")
+	pos, err := parseArgs(fs, args)
+	switch {
+	case err != nil:
+		return err
+	case len(pos) > 0:
+		return usagef(fs, "bench: unexpected argument %q", pos[0])
+	}
+	if err := requireStore(fs, &ba.store); err != nil {
+		return err
+	}
+	return runBench(ctx, fs, &ba, stdout)
+}
+
 // benchArgs are the parsed arguments of bench.
 type benchArgs struct {
 	store, workloads, cpuProfile string
