@@ -184,7 +184,7 @@ func (f *ApprovalFuture) try() bool {
 func (f *ApprovalFuture) needs() (*time.Time, []string, string) {
 	reason := fmt.Sprintf("waiting for approval %q (%s)", f.name, f.state.ID)
 	if f.state.ExpiresAt != nil {
-		reason += " until " + f.state.ExpiresAt.Format(time.RFC3339Nano)
+		reason += " until " + reasonTime(*f.state.ExpiresAt)
 	}
 	return f.state.ExpiresAt, []string{store.ApprovalEvent(f.state.ID)}, reason
 }

@@ -87,7 +87,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 }
 
 // Register makes workflows known to this client, so its worker runs them and
-// StartRaw accepts their names. Blocked runs of these workflows are resumed: a new
+// StartRaw applies their queue, version and input check. Blocked runs of these workflows are resumed: a new
 // deploy gets a chance to replay them.
 func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
 	names := make([]string, 0, len(wfs))

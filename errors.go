@@ -3,6 +3,7 @@ package trellis
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -30,7 +31,8 @@ var (
 	ErrApprovalNotFound = store.ErrApprovalNotFound
 	// ErrApprovalDecided: the approval request was already decided, or expired.
 	ErrApprovalDecided = store.ErrApprovalDecided
-	// ErrUnknownWorkflow: no workflow with that name is registered.
+	// ErrUnknownWorkflow: no workflow with that name is registered. (StartRaw
+	// starts runs of unregistered workflows; see its doc.)
 	ErrUnknownWorkflow = errors.New("unknown workflow")
 	// ErrInvalidInput: the input cannot be decoded into the workflow's input type.
 	ErrInvalidInput = errors.New("invalid workflow input")
@@ -77,7 +79,9 @@ type StepError struct {
 	Step     string
 	Attempts int
 	Message  string
-	// Type is the Go type of the original error (e.g. "*net.OpError") or an engine code.
+	// Type is an engine code (e.g. "step_timeout"), or the Go type of the original
+	// error or of an error it wraps with %w (e.g. "*net.OpError"); empty for a
+	// plain errors.New or fmt.Errorf error.
 	Type string
 }
 
@@ -131,11 +135,11 @@ func NonRetryable(err error) error {
 
 // errorInfo converts an error into its recorded form.
 func errorInfo(err error) *store.ErrorInfo {
-	info := &store.ErrorInfo{Message: err.Error(), Type: fmt.Sprintf("%T", err)}
+	info := &store.ErrorInfo{Message: err.Error(), Type: errorType(err)}
 	var nr *nonRetryable
 	if errors.As(err, &nr) {
 		info.NonRetryable = true
-		info.Type = fmt.Sprintf("%T", nr.err)
+		info.Type = errorType(nr.err)
 	}
 	var se *StepError
 	var pe *panicError
@@ -157,4 +161,19 @@ func errorInfo(err error) *store.ErrorInfo {
 		info.Type = se.Type
 	}
 	return info
+}
+
+// errorType is the Go type recorded for err: the first type along its %w chain
+// that says something (e.g. "*net.OpError", "*mypkg.DeclinedError"), skipping the
+// anonymous carriers of errors.New, fmt.Errorf, errors.Join and NonRetryable;
+// "" when there is none.
+func errorType(err error) string {
+	for ; err != nil; err = errors.Unwrap(err) {
+		switch t := fmt.Sprintf("%T", err); {
+		case strings.HasPrefix(t, "*errors."), strings.HasPrefix(t, "*fmt."), t == "*trellis.nonRetryable":
+		default:
+			return t
+		}
+	}
+	return ""
 }

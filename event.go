@@ -103,7 +103,7 @@ func (f *EventFuture[T]) try() bool {
 func (f *EventFuture[T]) needs() (*time.Time, []string, string) {
 	reason := fmt.Sprintf("waiting for event %q", f.name)
 	if f.deadline != nil {
-		reason += " until " + f.deadline.Format(time.RFC3339Nano)
+		reason += " until " + reasonTime(*f.deadline)
 	}
 	return f.deadline, []string{f.name}, reason
 }

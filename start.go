@@ -22,6 +22,10 @@ type StartOptions struct {
 	// Deadline: once passed, no new step starts and the run fails with
 	// ErrDeadlineExceeded. Zero means none.
 	Deadline time.Time
+	// StartAt delays the run: no worker claims it before this time. Zero means at
+	// once. A delayed run is never dispatched directly to the starting process's
+	// worker; it waits in the store, pending, until it is due.
+	StartAt time.Time
 	// Reuse decides what happens when a run with ID exists; default ReuseRejectActive.
 	Reuse ReusePolicy
 }
@@ -86,18 +90,23 @@ func startWith[In, Out any](c *Client, wf *Workflow[In, Out], in In, opts []Star
 	return &Handle[Out]{c: c, id: run.WorkflowID, runID: run.ID}, nil
 }
 
-// StartRaw starts a run of a registered workflow by name, with an encoded input
-// (for tools and APIs). It returns ErrUnknownWorkflow for a name this client has not
-// registered and ErrInvalidInput for an input the workflow cannot decode.
+// StartRaw starts a run of a workflow by name, with an encoded input (for tools,
+// APIs and producers that hold no workflow code). When this client has registered
+// the workflow, the run takes its queue and version and the input must decode into
+// its input type (else ErrInvalidInput). When it has not, the run is created as
+// given: the queue is o.Queue (default "default"), the version 0, and the input is
+// not checked; a worker that registered the workflow runs it.
 func (c *Client) StartRaw(ctx context.Context, workflow string, input []byte, o StartOptions) (*Run, error) {
-	def, ok := c.reg.get(workflow)
-	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownWorkflow, workflow)
+	if workflow == "" {
+		return nil, fmt.Errorf("starting run: %w: empty workflow name", ErrInvalidParams)
 	}
 	if len(input) > c.cfg.MaxPayloadBytes {
 		return nil, fmt.Errorf("%w: input is %d bytes (limit %d)", ErrPayloadTooLarge, len(input), c.cfg.MaxPayloadBytes)
 	}
-	if err := def.checkIn(c.cfg.Codec, input); err != nil {
+	def, ok := c.reg.get(workflow)
+	if !ok {
+		def = &definition{name: workflow}
+	} else if err := def.checkIn(c.cfg.Codec, input); err != nil {
 		return nil, err
 	}
 	return c.start(ctx, def, input, o)
@@ -147,6 +156,10 @@ func runParams(namespace string, def *definition, runID string, input []byte, o 
 	if !o.Deadline.IsZero() {
 		d := o.Deadline.UTC()
 		p.Deadline = &d
+	}
+	if !o.StartAt.IsZero() {
+		a := o.StartAt.UTC()
+		p.AvailableAt = &a
 	}
 	return p
 }

@@ -248,7 +248,7 @@ func (sc *stepCall) backoff() bool {
 	delay := sc.policy.Backoff.Delay(sc.attempt)
 	if delay > rs.c.cfg.Worker.MaxInlineBackoff {
 		wake := rs.now().Add(delay)
-		reason := fmt.Sprintf("retry backoff: step %q attempt %d at %s", sc.name, sc.attempt+1, wake.Format(time.RFC3339Nano))
+		reason := fmt.Sprintf("retry backoff: step %q attempt %d at %s", sc.name, sc.attempt+1, reasonTime(wake))
 		rs.requestUnwind(unwindSuspend, nil, &wake, reason)
 		return false
 	}

@@ -250,8 +250,12 @@ func (t *Timer) try() bool {
 
 func (t *Timer) needs() (*time.Time, []string, string) {
 	at := t.at
-	return &at, nil, "sleeping until " + at.Format(time.RFC3339Nano)
+	return &at, nil, "sleeping until " + reasonTime(at)
 }
+
+// reasonTime formats a time in a wait reason for people: RFC 3339 in UTC, to the
+// millisecond (the CLI prints the run's times the same way).
+func reasonTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
 // Sleep waits d durably: see Timer.Wait.
 func (wc *Context) Sleep(d time.Duration) error { return wc.NewTimer(d).Wait(wc) }

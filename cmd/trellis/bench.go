@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,32 +13,48 @@ import (
 	"github.com/trellis-dev/trellis/internal/bench"
 )
 
-// runBench implements `trellis bench --store URL --workload NAME[,NAME] --n N --json`.
-func runBench(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	storeURL := fs.String("store", "", "store URL, e.g. sqlite:///tmp/bench.db (required)")
-	workloads := fs.String("workload", "w1,w2,w3", "comma-separated workloads: w1, w2, w3, w4, w6")
-	n := fs.Int("n", 0, "runs per workload (0: the workload's default)")
-	asJSON := fs.Bool("json", false, "print one JSON line per workload")
-	concurrency := fs.Int("concurrency", 2048, "worker concurrency")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the workloads to this file")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("bench: %w\n%s", err, benchUsage())
+// runBenchCommand parses bench's flags and hands over to runBench.
+func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("bench", "bench --store URL [flags]", benchAbout(), stdout)
+	var ba benchArgs
+	storeFlag(fs, &ba.store)
+	fs.StringVar(&ba.workloads, "workload", "w1,w2,w3", "comma-separated `workloads`: w1, w2, w3, w4, w6")
+	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
+	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
+	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")
+	fs.StringVar(&ba.cpuProfile, "cpuprofile", "", "write a CPU profile of the workloads to this `file`")
+	pos, err := parseArgs(fs, args)
+	switch {
+	case err != nil:
+		return err
+	case len(pos) > 0:
+		return usagef(fs, "bench: unexpected argument %q", pos[0])
 	}
-	if *storeURL == "" {
-		return errors.New("bench: --store is required\n" + benchUsage())
+	if err := requireStore(fs, &ba.store); err != nil {
+		return err
 	}
+	return runBench(ctx, fs, &ba, stdout)
+}
+
+// benchArgs are the parsed arguments of bench.
+type benchArgs struct {
+	store, workloads, cpuProfile string
+	n, concurrency               int
+	asJSON                       bool
+}
+
+// runBench runs the workloads named by ba.workloads on ba.store and prints a line each.
+func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Writer) error {
 	var selected []bench.Workload
-	for name := range strings.SplitSeq(*workloads, ",") {
+	for name := range strings.SplitSeq(ba.workloads, ",") {
 		w, ok := bench.Find(strings.TrimSpace(name))
 		if !ok {
-			return fmt.Errorf("bench: unknown workload %q\n%s", name, benchUsage())
+			return usagef(fs, "bench: unknown workload %q", name)
 		}
 		selected = append(selected, w)
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if ba.cpuProfile != "" {
+		f, err := os.Create(ba.cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -50,11 +65,11 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	for _, w := range selected {
-		res, err := bench.Run(ctx, w, *n, bench.Options{Store: *storeURL, Concurrency: *concurrency})
+		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency})
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		if ba.asJSON {
 			b, _ := json.Marshal(res)
 			fmt.Fprintln(stdout, string(b))
 			continue
@@ -65,11 +80,12 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-func benchUsage() string {
+// benchAbout describes bench and its workloads.
+func benchAbout() string {
 	var b strings.Builder
-	b.WriteString("usage: trellis bench --store URL [--workload w1,w2,w3] [--n N] [--json] [--concurrency C]\nworkloads:\n")
+	b.WriteString("Benchmark a store: run each workload and print its throughput and latencies.\n\nWorkloads:\n")
 	for _, w := range bench.Workloads {
 		fmt.Fprintf(&b, "  %s  (default n=%d) %s\n", w.Name, w.DefaultN, w.Description)
 	}
-	return b.String()
+	return strings.TrimSuffix(b.String(), "\n")
 }

@@ -1,8 +1,11 @@
-// Command trellis is the Trellis command line: a guided local demo (dev), inspection
-// and control of runs (runs), store migrations (migrate) and benchmarks (bench).
+// Command trellis is the Trellis command line: a guided local demo (dev), starting,
+// inspecting and controlling runs (runs), deciding approvals (approvals), store
+// migrations (migrate), benchmarks (bench) and its version (version).
 //
 // Every command is a function runX(ctx, args, stdout, stderr) error, so tests call it
-// directly and capture its output; main only maps the error to an exit status.
+// directly and capture its output; main only maps the error to an exit status. A
+// command answers -h with a helpError and bad usage with a usageError; run prints
+// the first to stdout (exit 0), the second to stderr (exit 2).
 package main
 
 import (
@@ -13,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -24,13 +28,20 @@ Usage:
 
 Commands:
   dev       run example workflows on a local SQLite store and watch them
-  runs      list, inspect, cancel and resume runs, send events (list, get, history, cancel, resume, send-event)
+  runs      start, list, inspect, cancel and resume runs, send events (start, list, get, history, cancel, resume, send-event)
   approvals list and decide approval requests (list, approve, reject)
   migrate   create or upgrade a store's schema
   bench     benchmark a store
+  version   print the version of trellis and Go
   help      show this help; "trellis help <command>" shows a command's flags
 
 Store URLs look like sqlite:///abs/path/trellis.db or postgres://user@host:5432/db?schema=trellis.
+
+Environment:
+  TRELLIS_STORE      the store URL when --store is not given (not for dev: its demo
+                     keeps to its own file)
+  TRELLIS_NAMESPACE  the namespace when --namespace is not given (default "default")
+
 New here? Start with: go run ./cmd/trellis dev
 `
 
@@ -49,8 +60,12 @@ func main() {
 // 0 on success or help, 1 on failure, 2 on bad usage, 130 when interrupted.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	err := dispatch(ctx, args, stdout, stderr)
+	var he *helpError
 	var ue *usageError
 	switch {
+	case errors.As(err, &he):
+		he.usage(stdout) // asked for: to stdout
+		return 0
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
@@ -79,6 +94,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runMigrate(ctx, rest, stdout, stderr)
 	case "bench":
 		return runBenchCommand(ctx, rest, stdout)
+	case "version", "--version":
+		return runVersion(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		return runHelp(ctx, rest, stdout)
 	default:
@@ -97,51 +114,22 @@ func runHelp(ctx context.Context, args []string, stdout io.Writer) error {
 		printMainUsage(stdout)
 		return nil
 	}
-	// Each command prints its own usage for -h, here to stdout: it was asked for.
+	// Each command answers -h with a helpError, which run prints to stdout.
 	return dispatch(ctx, append(args[:1:1], "-h"), stdout, stdout)
 }
 
 func printMainUsage(w io.Writer) { fmt.Fprint(w, mainUsage) }
-
-// runBenchCommand checks that --store is given (bench, like every command that
-// touches a store, requires it) and hands over to runBench.
-func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error {
-	if !hasFlag(args, "store") && !hasFlag(args, "h") && !hasFlag(args, "help") {
-		return &usageError{msg: "bench: --store is required (e.g. --store sqlite:///abs/path/trellis.db)"}
-	}
-	return runBench(ctx, args, stdout)
-}
-
-// hasFlag reports whether args, which belong to another command's flag set, set
-// the flag name (as -name, --name, -name=v or --name=v) before any "--".
-func hasFlag(args []string, name string) bool {
-	for _, a := range args {
-		if a == "--" {
-			return false
-		}
-		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
-		if a == name || strings.HasPrefix(a, name+"=") {
-			return true
-		}
-	}
-	return false
-}
 
 // usageError is bad command-line usage: the command exits with status 2.
 type usageError struct {
 	msg string
 	// usage writes the command's usage after the message; nil writes none.
 	usage func(io.Writer)
-	// reported: the flag package already printed the message and usage.
-	reported bool
 }
 
 func (e *usageError) Error() string { return e.msg }
 
 func (e *usageError) report(w io.Writer) {
-	if e.reported {
-		return
-	}
 	fmt.Fprintf(w, "trellis: %s\n", e.msg)
 	if e.usage != nil {
 		fmt.Fprintln(w)
@@ -149,16 +137,25 @@ func (e *usageError) report(w io.Writer) {
 	}
 }
 
-// newFlagSet returns a flag set for "trellis <synopsis>" that reports to stderr.
-func newFlagSet(name, synopsis, about string, stderr io.Writer) *flag.FlagSet {
+// helpError is a request for help (-h, --help): run prints usage to stdout and
+// the command exits with status 0.
+type helpError struct{ usage func(io.Writer) }
+
+func (e *helpError) Error() string { return flag.ErrHelp.Error() }
+func (e *helpError) Unwrap() error { return flag.ErrHelp }
+
+// newFlagSet returns a flag set for "trellis <synopsis>". The flag package writes
+// nothing itself: parseArgs turns -h into a helpError and a bad flag into a
+// usageError, which run prints (help to stdout, errors to stderr).
+func newFlagSet(name, synopsis, about string, _ io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintf(w, "Usage: trellis %s\n\n%s\n", synopsis, about)
 		if hasFlags(fs) {
 			fmt.Fprintln(w, "\nFlags:")
-			fs.PrintDefaults()
+			printFlags(w, fs)
 		}
 	}
 	return fs
@@ -170,12 +167,48 @@ func hasFlags(fs *flag.FlagSet) bool {
 	return n > 0
 }
 
+// printFlags lists fs's flags as people type them (--name), with their defaults.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		if def := flagDefault(f); def != "" {
+			usage += " (default " + def + ")"
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+	})
+}
+
+// flagDefault is f's default as shown in usage: "" for a zero default, quoted for
+// a string.
+func flagDefault(f *flag.Flag) string {
+	switch f.DefValue {
+	case "", "0", "false":
+		return ""
+	}
+	if g, ok := f.Value.(flag.Getter); ok {
+		if _, isString := g.Get().(string); isString {
+			return strconv.Quote(f.DefValue)
+		}
+	}
+	return f.DefValue
+}
+
 // usagef returns a usage error that prints fs's usage after the message.
 func usagef(fs *flag.FlagSet, format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, args...), usage: func(w io.Writer) {
+	return &usageError{msg: fmt.Sprintf(format, args...), usage: usageOf(fs)}
+}
+
+// usageOf returns a function that writes fs's usage.
+func usageOf(fs *flag.FlagSet) func(io.Writer) {
+	return func(w io.Writer) {
 		fs.SetOutput(w)
 		fs.Usage()
-	}}
+		fs.SetOutput(io.Discard)
+	}
 }
 
 // parseArgs parses flags placed anywhere among args and returns the positional
@@ -186,9 +219,9 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
+				return nil, &helpError{usage: usageOf(fs)}
 			}
-			return nil, &usageError{msg: err.Error(), reported: true}
+			return nil, usagef(fs, "%s: %s", fs.Name(), dashDash.Replace(err.Error()))
 		}
 		rest := fs.Args()
 		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
@@ -201,10 +234,17 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// requireStore returns a usage error when the --store flag was not given.
-func requireStore(fs *flag.FlagSet, url string) error {
-	if url == "" {
-		return usagef(fs, "%s: --store is required (e.g. --store sqlite:///abs/path/trellis.db)", fs.Name())
+// dashDash rewrites the flag package's messages to name flags as --name.
+var dashDash = strings.NewReplacer("defined: -", "defined: --", "flag -", "flag --", "argument: -", "argument: --")
+
+// requireStore takes the store URL from $TRELLIS_STORE when --store was not given,
+// and returns a usage error when neither was.
+func requireStore(fs *flag.FlagSet, url *string) error {
+	if *url == "" {
+		*url = os.Getenv(envStore)
+	}
+	if *url == "" {
+		return usagef(fs, "%s: --store is required, or set %s (e.g. --store sqlite:///abs/path/trellis.db)", fs.Name(), envStore)
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -38,11 +40,69 @@ func TestUsage(t *testing.T) {
 	res := trellisCmd(t, "help", "runs").ok(t)
 	contains(t, "help runs", res.stdout, "Subcommands:", "list", "history", "resume")
 	res = trellisCmd(t, "help", "migrate").ok(t)
-	contains(t, "help migrate", res.stdout, "Usage: trellis migrate --store URL", "-store")
+	contains(t, "help migrate", res.stdout, "Usage: trellis migrate --store URL", "--store")
 
 	for _, args := range [][]string{{}, {"frob"}, {"bench"}, {"bench", "-n", "5"}, {"dev", "extra"}} {
 		if res := trellisCmd(t, args...); res.code != 2 || res.stderr == "" || res.stdout != "" {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, res.code, res.stdout, res.stderr)
+		}
+	}
+}
+
+// Every command and subcommand answers -h and --help with its usage and flags
+// (as --name) on stdout, and exits 0.
+func TestHelpEverywhere(t *testing.T) {
+	t.Parallel()
+	commands := [][]string{
+		{}, {"runs"}, {"approvals"}, {"dev"}, {"migrate"}, {"bench"}, {"version"},
+		{"runs", "start"}, {"runs", "list"}, {"runs", "get"}, {"runs", "history"}, {"runs", "cancel"},
+		{"runs", "resume"}, {"runs", "send-event"},
+		{"approvals", "list"}, {"approvals", "approve"}, {"approvals", "reject"},
+	}
+	goStyle := regexp.MustCompile(`(?m)^\s+-[a-z]`)
+	for _, cmd := range commands {
+		for _, h := range []string{"-h", "--help"} {
+			args := append(slices.Clone(cmd), h)
+			res := trellisCmd(t, args...)
+			if res.code != 0 || res.stderr != "" || !strings.Contains(res.stdout, "Usage") {
+				t.Errorf("%q: exit %d\nstdout:\n%s\nstderr:\n%s", args, res.code, res.stdout, res.stderr)
+			}
+			if len(cmd) > 0 && cmd[0] != "version" && !strings.Contains(res.stdout, "--store") {
+				t.Errorf("%q: no --store flag in\n%s", args, res.stdout)
+			}
+			if len(cmd) > 0 && (cmd[0] == "runs" || cmd[0] == "approvals") && !strings.Contains(res.stdout, "--namespace") {
+				t.Errorf("%q: no --namespace flag in\n%s", args, res.stdout)
+			}
+			if goStyle.MatchString(res.stdout) {
+				t.Errorf("%q: flags shown as -name:\n%s", args, res.stdout)
+			}
+		}
+	}
+	res := trellisCmd(t, "runs", "list", "--bogus", "--store", "x")
+	if res.code != 2 || !strings.Contains(res.stderr, "flag provided but not defined: --bogus") || res.stdout != "" {
+		t.Errorf("unknown flag: exit %d %q", res.code, res.stderr)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	res := trellisCmd(t, "version").ok(t)
+	if !regexp.MustCompile(`^trellis \S+.* go1\.\S+ \w+/\w+\n$`).MatchString(res.stdout) || !strings.Contains(res.stdout, runtime.Version()) {
+		t.Errorf("version printed %q", res.stdout)
+	}
+	if res := trellisCmd(t, "version", "extra"); res.code != 2 {
+		t.Errorf("version extra: exit %d", res.code)
+	}
+}
+
+func TestErrorTypeShown(t *testing.T) {
+	t.Parallel()
+	for typ, want := range map[string]string{
+		"": "", "*errors.errorString": "", "*fmt.wrapError": "", "*trellis.nonRetryable": "",
+		"step_timeout": "step_timeout", "*fs.PathError": "*fs.PathError",
+	} {
+		if got := errorType(typ); got != want {
+			t.Errorf("errorType(%q) = %q, want %q", typ, got, want)
 		}
 	}
 }
@@ -72,23 +132,12 @@ func TestParseArgs(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var ue *usageError
-	if _, err := parseArgs(fs, []string{"id", "--nope"}); !errors.As(err, &ue) || !ue.reported {
+	if _, err := parseArgs(fs, []string{"id", "--nope"}); !errors.As(err, &ue) || !strings.Contains(ue.msg, "-nope") {
 		t.Errorf("unknown flag: %v", err)
 	}
-	if _, err := parseArgs(fs, []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+	var he *helpError
+	if _, err := parseArgs(fs, []string{"-h"}); !errors.As(err, &he) || !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v", err)
-	}
-}
-
-func TestHasFlag(t *testing.T) {
-	t.Parallel()
-	for args, want := range map[string]bool{
-		"--store x": true, "-store=x": true, "-n 5 --store=x": true,
-		"-n 5": false, "--storex": false, "-- --store x": false,
-	} {
-		if got := hasFlag(strings.Fields(args), "store"); got != want {
-			t.Errorf("hasFlag(%q) = %v", args, got)
-		}
 	}
 }
 

@@ -23,7 +23,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case len(pos) > 0:
 		return usagef(fs, "migrate: unexpected argument %q", pos[0])
 	}
-	if err := requireStore(fs, url); err != nil {
+	if err := requireStore(fs, &url); err != nil {
 		return err
 	}
 	s, err := trellis.OpenStore(ctx, url, time.Now)

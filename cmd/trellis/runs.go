@@ -17,6 +17,7 @@ import (
 const runsUsage = `Usage: trellis runs <subcommand> [arguments] --store URL
 
 Subcommands:
+  start     start a run of a workflow by name (WORKFLOW --input JSON)
   list      list runs, newest first
   get       show every field of one run
   history   show a run's ops, results and failed attempts
@@ -26,6 +27,11 @@ Subcommands:
   reset     start a finished run again from one of its steps (--to STEP)
 
 <id> is a run ID, or a workflow ID (meaning its latest run).
+
+Flags of every subcommand:
+  --store URL        the store (default $TRELLIS_STORE)
+  --namespace NAME   the runs' namespace (default $TRELLIS_NAMESPACE, else "default")
+
 "trellis runs <subcommand> -h" shows a subcommand's flags.
 `
 
@@ -41,6 +47,8 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return &usageError{msg: "runs: no subcommand given", usage: printUsage}
 	}
 	switch sub, rest := args[0], args[1:]; sub {
+	case "start":
+		return runsStart(ctx, rest, stdout, stderr)
 	case "list":
 		return runsList(ctx, rest, stdout, stderr)
 	case "get":
@@ -56,8 +64,7 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "reset":
 		return runsReset(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
-		printUsage(stderr)
-		return flag.ErrHelp
+		return &helpError{usage: printUsage}
 	default:
 		return &usageError{msg: fmt.Sprintf("runs: unknown subcommand %q", sub), usage: printUsage}
 	}
@@ -65,7 +72,7 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // listArgs are the parsed arguments of runs list.
 type listArgs struct {
-	store  string
+	target target
 	opts   trellis.ListOptions
 	asJSON bool
 }
@@ -73,7 +80,7 @@ type listArgs struct {
 func parseListArgs(args []string, stderr io.Writer) (*listArgs, *flag.FlagSet, error) {
 	fs := newFlagSet("runs list", "runs list --store URL [flags]", "List runs, newest first, one page at a time.", stderr)
 	var la listArgs
-	storeFlag(fs, &la.store)
+	targetFlags(fs, &la.target)
 	status := fs.String("status", "", "only runs in these states, comma-separated: "+statusNames())
 	fs.StringVar(&la.opts.Workflow, "workflow", "", "only runs of this workflow `name`")
 	fs.IntVar(&la.opts.Limit, "limit", 0, "page size: default 100, at most 1000")
@@ -91,7 +98,7 @@ func parseListArgs(args []string, stderr io.Writer) (*listArgs, *flag.FlagSet, e
 	if la.opts.Statuses, err = parseStatuses(*status); err != nil {
 		return nil, fs, usagef(fs, "runs list: %v", err)
 	}
-	return &la, fs, requireStore(fs, la.store)
+	return &la, fs, la.target.resolve(fs)
 }
 
 func runsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -99,7 +106,7 @@ func runsList(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	return withClient(ctx, la.store, func(c *trellis.Client) error {
+	return withClient(ctx, la.target, func(c *trellis.Client) error {
 		page, err := c.List(ctx, la.opts)
 		if errors.Is(err, store.ErrInvalidParams) {
 			return usagef(fs, "runs list: %v", err) // e.g. a malformed --cursor
@@ -209,8 +216,8 @@ func runsResume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 func withRun(ctx context.Context, sub, about string, args []string, stderr io.Writer,
 	addFlags func(*flag.FlagSet), fn func(c *trellis.Client, ref string) error) error {
 	fs := newFlagSet("runs "+sub, "runs "+sub+" <id> --store URL [flags]", about, stderr)
-	var url string
-	storeFlag(fs, &url)
+	var tg target
+	targetFlags(fs, &tg)
 	if addFlags != nil {
 		addFlags(fs)
 	}
@@ -223,23 +230,47 @@ func withRun(ctx context.Context, sub, about string, args []string, stderr io.Wr
 	case len(pos) > 1:
 		return usagef(fs, "runs %s: want one run id, got %d arguments: %s", sub, len(pos), strings.Join(pos, " "))
 	}
-	if err := requireStore(fs, url); err != nil {
+	if err := tg.resolve(fs); err != nil {
 		return err
 	}
-	return withClient(ctx, url, func(c *trellis.Client) error { return fn(c, pos[0]) })
+	return withClient(ctx, tg, func(c *trellis.Client) error { return fn(c, pos[0]) })
 }
 
+// Environment variables that stand in for flags not given.
+const (
+	envStore     = "TRELLIS_STORE"     // --store
+	envNamespace = "TRELLIS_NAMESPACE" // --namespace
+)
+
 func storeFlag(fs *flag.FlagSet, p *string) {
-	fs.StringVar(p, "store", "", "store `URL`, e.g. sqlite:///abs/path/trellis.db (required)")
+	fs.StringVar(p, "store", "", "store `URL`, e.g. sqlite:///abs/path/trellis.db (required; default $"+envStore+")")
+}
+
+// target is the store and namespace a command works on.
+type target struct{ store, namespace string }
+
+// targetFlags adds --store and --namespace.
+func targetFlags(fs *flag.FlagSet, t *target) {
+	storeFlag(fs, &t.store)
+	fs.StringVar(&t.namespace, "namespace", "", "the `namespace` of the runs (default $"+envNamespace+", else \"default\")")
+}
+
+// resolve fills what the flags left empty from the environment and checks that a
+// store is named.
+func (t *target) resolve(fs *flag.FlagSet) error {
+	if t.namespace == "" {
+		t.namespace = os.Getenv(envNamespace)
+	}
+	return requireStore(fs, &t.store)
 }
 
 // withClient opens an inspection-only client (no worker) on an existing store, calls
 // fn, and closes the client.
-func withClient(ctx context.Context, url string, fn func(*trellis.Client) error) error {
-	if err := checkStoreExists(url); err != nil {
+func withClient(ctx context.Context, t target, fn func(*trellis.Client) error) error {
+	if err := checkStoreExists(t.store); err != nil {
 		return err
 	}
-	c, err := trellis.Open(ctx, trellis.Config{Store: url, Worker: trellis.WorkerOptions{Disabled: true}})
+	c, err := trellis.Open(ctx, trellis.Config{Store: t.store, Namespace: t.namespace, Worker: trellis.WorkerOptions{Disabled: true}})
 	if err != nil {
 		return err
 	}

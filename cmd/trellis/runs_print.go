@@ -25,6 +25,16 @@ const (
 	resultWidth = 100 // runs history: one op's result or error
 )
 
+// Times are printed in UTC as RFC 3339: to the millisecond in a run's fields and
+// history (as the engine writes them into wait reasons), to the second in tables.
+const (
+	timeLayout      = "2006-01-02T15:04:05.000Z07:00"
+	tableTimeLayout = time.RFC3339
+)
+
+// tableTime formats a time for a table column.
+func tableTime(t time.Time) string { return t.UTC().Format(tableTimeLayout) }
+
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
 func printRunTable(w io.Writer, page *trellis.RunPage) error {
@@ -33,10 +43,11 @@ func printRunTable(w io.Writer, page *trellis.RunPage) error {
 		return nil
 	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tWORKFLOW ID\tWORKFLOW\tSTATUS\tATTEMPTS\tCREATED\tREASON / ERROR")
+	// CLAIMS: how many times a worker took the run (a step's attempts are in history).
+	fmt.Fprintln(tw, "ID\tWORKFLOW ID\tWORKFLOW\tSTATUS\tCLAIMS\tCREATED\tREASON / ERROR")
 	for _, r := range page.Runs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, oneLine(r.WorkflowID, 0), r.Workflow, r.Status,
-			r.Attempts, r.CreatedAt.Local().Format(time.DateTime), oneLine(runDetail(r), detailWidth))
+			r.Attempts, tableTime(r.CreatedAt), oneLine(runDetail(r), detailWidth))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -67,7 +78,7 @@ func printRun(w io.Writer, r *trellis.Run) error {
 		{"Namespace", r.Namespace}, {"Queue", r.Queue}, {"Priority", strconv.Itoa(r.Priority)},
 		{"Version", strconv.Itoa(r.Version)}, {"Sequence", strconv.FormatInt(r.Sequence, 10)},
 		{"Status", string(r.Status)}, {"Wait reason", r.WaitReason}, {"Error", errorText(r.Error)},
-		{"Cancel requested", strconv.FormatBool(r.CancelRequested)}, {"Attempts", strconv.Itoa(r.Attempts)},
+		{"Cancel requested", strconv.FormatBool(r.CancelRequested)}, {"Claims", strconv.Itoa(r.Attempts) + " (times a worker took the run)"},
 		{"Deadline", timeText(r.Deadline)}, {"Available at", timeText(&r.AvailableAt)},
 		{"Lease owner", r.LeaseOwner}, {"Lease expires at", timeText(r.LeaseExpiresAt)},
 		{"Created at", timeText(&r.CreatedAt)}, {"Started at", timeText(r.StartedAt)},
@@ -98,15 +109,23 @@ func printHistory(w io.Writer, r *trellis.Run, ops []*trellis.Op) error {
 		return nil
 	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "POS\tKIND\tNAME\tATTEMPTS\tRESULT / ERROR")
+	fmt.Fprintln(tw, "POS\tKIND\tNAME\tSTEP ATTEMPTS\tRESULT / ERROR")
 	for _, op := range ops {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", op.Position, op.Kind, orDash(op.Name), op.Attempts, opOutcome(op))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", op.Position, op.Kind, orDash(op.Name), stepAttempts(op), opOutcome(op))
 		for _, a := range op.AttemptLog {
 			fmt.Fprintf(tw, "\t\t\t\t  attempt %d failed at %s: %s\n",
-				a.Attempt, a.FinishedAt.Local().Format("15:04:05.000"), oneLine(a.Error.Message, resultWidth))
+				a.Attempt, timeText(&a.FinishedAt), oneLine(a.Error.Message, resultWidth))
 		}
 	}
 	return tw.Flush()
+}
+
+// stepAttempts is how many times a step's function ran; "-" for other ops.
+func stepAttempts(op *trellis.Op) string {
+	if op.Kind != store.OpStep {
+		return "-"
+	}
+	return strconv.Itoa(op.Attempts)
 }
 
 func opOutcome(op *trellis.Op) string {
@@ -126,13 +145,23 @@ func errorText(e *store.ErrorInfo) string {
 		return ""
 	}
 	s := e.Message
-	if e.Type != "" {
-		s += " (type " + e.Type + ")"
+	if t := errorType(e.Type); t != "" {
+		s += " (type " + t + ")"
 	}
 	if e.NonRetryable {
 		s += " (non-retryable)"
 	}
 	return s
+}
+
+// errorType is a recorded error type worth showing: an engine code or a named Go
+// type, not the anonymous carriers of errors.New and fmt.Errorf that older runs
+// recorded (*errors.errorString, *fmt.wrapError).
+func errorType(t string) string {
+	if strings.HasPrefix(t, "*errors.") || strings.HasPrefix(t, "*fmt.") || t == "*trellis.nonRetryable" {
+		return ""
+	}
+	return t
 }
 
 // payloadText shows an encoded payload as text when it is JSON or UTF-8.
@@ -150,7 +179,7 @@ func timeText(t *time.Time) string {
 	if t == nil || t.IsZero() {
 		return ""
 	}
-	return t.Local().Format("2006-01-02 15:04:05.000 MST")
+	return t.UTC().Format(timeLayout)
 }
 
 func orDash(s string) string {

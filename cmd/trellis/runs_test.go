@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -12,7 +13,7 @@ func TestRunsList(t *testing.T) {
 	t.Parallel()
 	s := seed(t)
 	res := trellisCmd(t, "runs", "list", "--store", s.url).ok(t)
-	contains(t, "list", res.stdout, "ID", "WORKFLOW ID", "WORKFLOW", "STATUS", "ATTEMPTS", "CREATED",
+	contains(t, "list", res.stdout, "ID", "WORKFLOW ID", "WORKFLOW", "STATUS", "CLAIMS", "CREATED",
 		s.okRun, s.failedRun, "succeeded", "failed", "card declined")
 
 	res = trellisCmd(t, "runs", "list", "--status", "failed", "--store", s.url).ok(t)
@@ -63,11 +64,19 @@ func TestRunsGetAndHistory(t *testing.T) {
 	// Flags after the id, and a workflow ID for a reference.
 	res := trellisCmd(t, "runs", "get", s.okID, "--store", s.url).ok(t)
 	contains(t, "get", res.stdout, "ID:", s.okRun, "Workflow ID:", s.okID, "Status:", "succeeded",
-		"Input:", "21", "Output:", "42", "Attempts:", "Created at:", "Finished at:")
+		"Input:", "21", "Output:", "42", "Claims:", "1 (times a worker took the run)", "Created at:", "Finished at:")
 
 	res = trellisCmd(t, "runs", "history", "--store", s.url, s.okRun).ok(t)
-	contains(t, "history", res.stdout, "POS", "KIND", "NAME", "ATTEMPTS", "step", "flaky", "42",
+	contains(t, "history", res.stdout, "POS", "KIND", "NAME", "STEP ATTEMPTS", "step", "flaky", "42",
 		"  attempt 1 failed at ", "first attempt fails")
+	if !regexp.MustCompile(`step\s+flaky\s+2\s+42`).MatchString(res.stdout) {
+		t.Errorf("history does not show the step's 2 attempts:\n%s", res.stdout)
+	}
+	res = trellisCmd(t, "runs", "get", s.failedRun, "--store", s.url).ok(t)
+	contains(t, "get failed", res.stdout, "failed after 1 attempt(s): card declined")
+	if strings.Contains(res.stdout, "errors.") || strings.Contains(res.stdout, "(type") {
+		t.Errorf("a plain error shows a Go type:\n%s", res.stdout)
+	}
 	res = trellisCmd(t, "runs", "history", s.failedRun, "--store", s.url).ok(t)
 	contains(t, "failed history", res.stdout, "doomed", "error: card declined")
 

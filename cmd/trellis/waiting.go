@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/trellis-dev/trellis"
 )
@@ -41,6 +40,10 @@ Subcommands:
   approve   approve a pending request
   reject    reject a pending request
 
+Flags of every subcommand:
+  --store URL        the store (default $TRELLIS_STORE)
+  --namespace NAME   the runs' namespace (default $TRELLIS_NAMESPACE, else "default")
+
 "trellis approvals <subcommand> -h" shows a subcommand's flags.
 `
 
@@ -57,8 +60,7 @@ func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	case "reject":
 		return approvalsDecide(ctx, "reject", rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
-		printUsage(stderr)
-		return flag.ErrHelp
+		return &helpError{usage: printUsage}
 	default:
 		return &usageError{msg: fmt.Sprintf("approvals: unknown subcommand %q", sub), usage: printUsage}
 	}
@@ -66,12 +68,13 @@ func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("approvals list", "approvals list --store URL [flags]", "List approval requests, newest first.", stderr)
-	var url, status, runID, cursor string
+	var tg target
+	var status, runID, cursor string
 	var limit int
 	var asJSON bool
-	storeFlag(fs, &url)
+	targetFlags(fs, &tg)
 	fs.StringVar(&status, "status", "", "only requests in these states, comma-separated: pending, approved, rejected, expired")
-	fs.StringVar(&runID, "run", "", "only requests of this run `ID`")
+	fs.StringVar(&runID, "run", "", "only requests of this `run` (a run ID, or a workflow ID for its latest run)")
 	fs.IntVar(&limit, "limit", 0, "page size: default 100, at most 1000")
 	fs.StringVar(&cursor, "cursor", "", "continue from the `cursor` a previous page printed")
 	fs.BoolVar(&asJSON, "json", false, "print the page as JSON")
@@ -82,7 +85,7 @@ func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 	case len(pos) > 0:
 		return usagef(fs, "approvals list: unexpected argument %q", pos[0])
 	}
-	if err := requireStore(fs, url); err != nil {
+	if err := tg.resolve(fs); err != nil {
 		return err
 	}
 	f := trellis.ApprovalFilter{Run: runID, Limit: limit, Cursor: cursor}
@@ -95,7 +98,14 @@ func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return usagef(fs, "approvals list: unknown status %q (want pending, approved, rejected or expired)", s)
 		}
 	}
-	return withClient(ctx, url, func(c *trellis.Client) error {
+	return withClient(ctx, tg, func(c *trellis.Client) error {
+		if f.Run != "" {
+			run, err := c.Get(ctx, f.Run)
+			if err != nil {
+				return refError(f.Run, err)
+			}
+			f.Run = run.ID
+		}
 		page, err := c.Approvals(ctx, f)
 		if err != nil {
 			return err
@@ -107,7 +117,7 @@ func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintln(tw, "ID\tRUN\tNAME\tSTATUS\tSUBJECT\tCREATED\tDECIDED BY")
 		for _, a := range page.Approvals {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.RunID, a.Name, a.Status, a.Subject,
-				a.CreatedAt.Local().Format(time.DateTime), a.Principal)
+				tableTime(a.CreatedAt), a.Principal)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -120,34 +130,82 @@ func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 func approvalsDecide(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("approvals "+verb, "approvals "+verb+" <id> --as PRINCIPAL --store URL [--comment TEXT]",
-		"Decide a pending approval request; the run resumes and its history records the decision.", stderr)
-	var url, principal, comment string
-	storeFlag(fs, &url)
+	fs := newFlagSet("approvals "+verb, "approvals "+verb+" (<id> | <run> <name>) --as PRINCIPAL --store URL [--comment TEXT]",
+		"Decide a pending approval request, named by its ID, or by its run (a run ID, or a\n"+
+			"workflow ID for its latest run) and the approval's name. The run resumes and its\n"+
+			"history records the decision.", stderr)
+	var tg target
+	var principal, comment string
+	targetFlags(fs, &tg)
 	fs.StringVar(&principal, "as", "", "the deciding `principal` (required)")
 	fs.StringVar(&comment, "comment", "", "a comment recorded with the decision")
 	pos, err := parseArgs(fs, args)
 	switch {
 	case err != nil:
 		return err
-	case len(pos) != 1:
-		return usagef(fs, "approvals %s: want one approval id", verb)
+	case len(pos) == 0 || len(pos) > 2:
+		return usagef(fs, "approvals %s: want an approval id, or a run and an approval name", verb)
 	case principal == "":
 		return usagef(fs, "approvals %s: --as is required", verb)
 	}
-	if err := requireStore(fs, url); err != nil {
+	if err := tg.resolve(fs); err != nil {
 		return err
 	}
-	return withClient(ctx, url, func(c *trellis.Client) error {
+	return withClient(ctx, tg, func(c *trellis.Client) error {
+		id := pos[0]
+		if len(pos) == 2 {
+			if id, err = findApproval(ctx, c, pos[0], pos[1]); err != nil {
+				return err
+			}
+		}
 		decide := c.Approve
 		if verb == "reject" {
 			decide = c.Reject
 		}
-		a, err := decide(ctx, pos[0], principal, comment)
+		a, err := decide(ctx, id, principal, comment)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "approval %s %s by %s; run %s resumes\n", a.ID, a.Status, a.Principal, a.RunID)
 		return nil
 	})
+}
+
+// findApproval returns the ID of the approval request named name of run ref: the
+// pending one, else the latest (deciding it then reports that it was decided).
+func findApproval(ctx context.Context, c *trellis.Client, ref, name string) (string, error) {
+	run, err := c.Get(ctx, ref)
+	if err != nil {
+		return "", refError(ref, err)
+	}
+	var pending, all []*trellis.ApprovalRecord
+	f := trellis.ApprovalFilter{Run: run.ID, Limit: 1000}
+	for {
+		page, err := c.Approvals(ctx, f)
+		if err != nil {
+			return "", err
+		}
+		for _, a := range page.Approvals {
+			if a.Name != name {
+				continue
+			}
+			all = append(all, a)
+			if a.Status == trellis.ApprovalPending {
+				pending = append(pending, a)
+			}
+		}
+		if f.Cursor = page.NextCursor; f.Cursor == "" {
+			break
+		}
+	}
+	switch {
+	case len(pending) == 1:
+		return pending[0].ID, nil
+	case len(pending) > 1:
+		return "", fmt.Errorf("run %s has %d pending approval requests named %q: give one of their IDs (trellis approvals list --run %s)",
+			run.ID, len(pending), name, run.ID)
+	case len(all) > 0:
+		return all[0].ID, nil // newest first
+	}
+	return "", fmt.Errorf("run %s: %w: none named %q", run.ID, trellis.ErrApprovalNotFound, name)
 }

@@ -82,3 +82,45 @@ func TestSendEventAndDecideApproval(t *testing.T) {
 		t.Fatalf("result %q %v", out, err)
 	}
 }
+
+// An approval is addressable by its run (workflow ID or run ID) and its name.
+func TestDecideApprovalByRunAndName(t *testing.T) {
+	t.Parallel()
+	url := storeURL(t)
+	wf := trellis.NewWorkflow("deploy", func(wc *trellis.Context, _ int) (string, error) {
+		d, err := trellis.Approval(wc, "go-live", trellis.ApprovalOptions{Subject: "deploy v2"})
+		if err != nil {
+			return "", err
+		}
+		return "decided by " + d.Principal, nil
+	})
+	c := openClient(t, url, false, wf)
+	t.Cleanup(func() { c.Close() })
+	h, err := trellis.Start(ctxT(t), c, wf, 0, trellis.StartOptions{ID: "deploy-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReason(t, c, h.RunID(), "go-live")
+
+	res := trellisCmd(t, "approvals", "list", "--run", "deploy-7", "--store", url).ok(t)
+	contains(t, "list --run WORKFLOW-ID", res.stdout, "go-live", "pending", h.RunID())
+	if res := trellisCmd(t, "approvals", "list", "--run", "no-such-run", "--store", url); res.code != 1 || !strings.Contains(res.stderr, "run not found") {
+		t.Errorf("list --run unknown: exit %d %q", res.code, res.stderr)
+	}
+	if res := trellisCmd(t, "approvals", "approve", "deploy-7", "go-dead", "--as", "alice", "--store", url); res.code != 1 ||
+		!strings.Contains(res.stderr, `none named "go-dead"`) {
+		t.Errorf("unknown name: exit %d %q", res.code, res.stderr)
+	}
+	if res := trellisCmd(t, "approvals", "approve", "deploy-7", "go-live", "extra", "--as", "alice", "--store", url); res.code != 2 {
+		t.Errorf("three arguments: exit %d", res.code)
+	}
+	res = trellisCmd(t, "approvals", "approve", "deploy-7", "go-live", "--as", "alice", "--store", url).ok(t)
+	contains(t, "approve RUN NAME", res.stdout, "approved by alice", h.RunID())
+	if res := trellisCmd(t, "approvals", "reject", h.RunID(), "go-live", "--as", "bob", "--store", url); res.code != 1 ||
+		!strings.Contains(res.stderr, "already decided") {
+		t.Errorf("second decision by run ID and name: exit %d %q", res.code, res.stderr)
+	}
+	if out, err := h.Result(ctxT(t)); err != nil || out != "decided by alice" {
+		t.Fatalf("result %q %v", out, err)
+	}
+}
