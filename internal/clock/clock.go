@@ -52,3 +52,14 @@ func Or(c Clock) Clock {
 	}
 	return c
 }
+
+// WithNow returns a clock that reads the time from now and waits on wall-clock
+// timers: the form of a plain time function (Config.Now).
+func WithNow(now func() time.Time) Clock { return nowClock{now: now} }
+
+type nowClock struct {
+	Real
+	now func() time.Time
+}
+
+func (c nowClock) Now() time.Time { return c.now() }

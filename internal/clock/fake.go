@@ -113,6 +113,12 @@ func (t *fakeTimer) Stop() bool {
 	defer f.mu.Unlock()
 	n := len(f.timers)
 	f.timers = slices.DeleteFunc(f.timers, func(x *fakeTimer) bool { return x == t })
+	if t.ch != nil { // no stale value after Stop, as with time.Timer since Go 1.23
+		select {
+		case <-t.ch:
+		default:
+		}
+	}
 	return len(f.timers) < n
 }
 

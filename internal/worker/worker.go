@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/clock"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -61,6 +62,9 @@ type Config struct {
 	// resilience only. Default 30s.
 	PollInterval time.Duration
 	Logger       *slog.Logger
+	// Clock schedules claims, heartbeats and the shutdown grace; default the
+	// wall clock.
+	Clock clock.Clock
 }
 
 func (c Config) withDefaults() Config {
@@ -88,6 +92,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 
@@ -225,13 +230,13 @@ func (w *Worker) Active() int {
 // ctx is done.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.stopOnce.Do(func() { close(w.stopping) })
-	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	grace := w.cfg.Clock.NewTimer(w.cfg.ShutdownGrace)
 	defer grace.Stop()
 	finished := make(chan struct{})
 	go func() { w.runs.Wait(); close(finished) }()
 	select {
 	case <-finished:
-	case <-grace.C:
+	case <-grace.C():
 	case <-ctx.Done():
 	}
 	w.hardStop(ErrShutdown)
