@@ -32,6 +32,12 @@ type Control struct {
 	once      sync.Once
 }
 
+// NewControl returns the control of a run held with lease, for an executor
+// driven without a worker (tests of the engine).
+func NewControl(lease store.Lease) *Control {
+	return &Control{Lease: lease, cancelReq: make(chan struct{})}
+}
+
 // CancelRequested is closed once a cancellation of the run is known.
 func (c *Control) CancelRequested() <-chan struct{} { return c.cancelReq }
 
