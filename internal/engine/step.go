@@ -180,6 +180,11 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 			rs.requestUnwind(flushFailure(err), err, nil, "")
 			return nil, false
 		}
+		// The flush may have learnt of a cancellation (requested from another
+		// process during a backoff): no attempt starts after it.
+		if err := rs.interrupted(sc.detached); err != nil {
+			return sc.finish(nil, err), true
+		}
 		sc.attempt++
 		t0 := rs.now()
 		recorded, res, err, stopErr := sc.attemptOnce()
