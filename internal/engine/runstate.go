@@ -146,18 +146,32 @@ func (rs *RunState) recordAttempt(op *store.Op, att store.Attempt) {
 // flush checkpoints the queued ops with the run still running. It is called before
 // every side effect, so a step never starts before what preceded it is durable.
 func (rs *RunState) flush() error {
-	if rs.onlyDerivable() {
+	if rs.onlyDerivable(false) {
 		return nil
 	}
 	_, err := rs.checkpoint(&store.CheckpointParams{Status: store.StatusRunning}, false)
 	return err
 }
 
+// flushBeforeSleep checkpoints what precedes a sleep in place, so that a crash
+// during the sleep does not run a step again. Timers alone need no checkpoint: a
+// replay after a crash starts them anew.
+func (rs *RunState) flushBeforeSleep() {
+	if rs.onlyDerivable(true) {
+		return
+	}
+	if _, err := rs.checkpoint(&store.CheckpointParams{Status: store.StatusRunning}, false); err != nil {
+		rs.requestUnwind(flushFailure(err), err, nil, "")
+		rs.stopNow()
+	}
+}
+
 // onlyDerivable reports whether everything queued would be recorded the same way
 // by a replay after a crash, so a step need not wait for it to be durable: fired
 // timers (the clock only moves on) and events taken from the inbox (they stay
 // there, oldest first, until consumed). It goes with the step's own checkpoint.
-func (rs *RunState) onlyDerivable() bool {
+// With pendingTimers, timers not yet fired count too (before a sleep in place).
+func (rs *RunState) onlyDerivable(pendingTimers bool) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	q := rs.pending
@@ -167,7 +181,7 @@ func (rs *RunState) onlyDerivable() bool {
 	}
 	for _, op := range q.ops {
 		switch {
-		case op.Kind == store.OpTimer && op.Done:
+		case op.Kind == store.OpTimer && (op.Done || pendingTimers):
 		case op.Kind == store.OpEvent && op.Done && op.Error == nil:
 		default:
 			return false

@@ -98,7 +98,8 @@ func (rs *RunState) waitInPlace(wakeAt *time.Time, events []string) bool {
 	if d > rs.e.cfg.MaxInlineBackoff {
 		return false
 	}
-	rs.sleep(d)
+	rs.flushBeforeSleep()
+	rs.sleep(wakeAt.Sub(rs.now())) // after the checkpoint, which took time
 	return true
 }
 
