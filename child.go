@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
-	"time"
 
+	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -41,16 +39,7 @@ func (e *ChildError) Error() string {
 
 // ChildFuture is a child run started by a workflow.
 type ChildFuture[Out any] struct {
-	wc       *Context
-	pos      int
-	runID    string
-	detached bool
-	op       *store.Op // the recorded outcome, once settled
-	err      error     // the child could not be started
-}
-
-type childState struct {
-	RunID string `json:"run_id"`
+	w engine.ChildWait
 }
 
 // ChildAsync starts a child run of wf with input in and returns at once. The
@@ -62,32 +51,12 @@ func ChildAsync[In, Out any](wc *Context, wf *Workflow[In, Out], in In, opts ...
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	rs := wc.rs
-	rs.checkUnwind()
-	pos, rec := rs.next(store.OpChild, wf.Name())
-	f := &ChildFuture[Out]{wc: wc, pos: pos, runID: childRunID(rs.run.ID, pos, -1), detached: o.Detached}
-	if rec != nil {
-		if rec.Done && !o.Detached {
-			f.op = rec
-		}
-		return f
-	}
-	if err := rs.interrupted(wc.detached); err != nil {
-		f.err = err
-		return f
-	}
-	input, err := rs.encode(in)
-	if err != nil {
-		f.err = fmt.Errorf("encoding input of child %s: %w", wf.Name(), err)
-		return f
-	}
-	def := wf.definition()
-	p := runParams(rs.run.Namespace, def, f.runID, input, StartOptions{ID: o.ID, Queue: o.Queue, Priority: o.Priority})
-	rs.queueWait(func(w *queued) {
-		w.children = append(w.children, &store.ChildGroup{Position: pos, Detached: o.Detached, Runs: []*store.RunCreateParams{p}})
-	})
-	b, _ := json.Marshal(childState{RunID: f.runID})
-	rs.recordWait(pos, store.OpChild, wf.Name(), o.Detached, b, nil)
+	f := &ChildFuture[Out]{}
+	ns := wc.rs.Run().Namespace
+	wc.rs.StartChild(&f.w, engine.ChildSpec{Workflow: wf.Name(), Input: in, Detached: o.Detached,
+		Params: func(runID string, input []byte) *store.RunCreateParams {
+			return runParams(ns, wf.definition(), runID, input, StartOptions{ID: o.ID, Queue: o.Queue, Priority: o.Priority})
+		}}, wc.detached)
 	return f
 }
 
@@ -98,90 +67,33 @@ func Child[In, Out any](wc *Context, wf *Workflow[In, Out], in In, opts ...Child
 }
 
 // RunID returns the child's run ID.
-func (f *ChildFuture[Out]) RunID() string { return f.runID }
+func (f *ChildFuture[Out]) RunID() string { return f.w.RunID() }
 
 // Get waits for the child to finish and returns its result.
 func (f *ChildFuture[Out]) Get(wc *Context) (Out, error) {
 	var v Out
 	switch {
-	case f.err != nil:
-		return v, f.err
-	case f.detached:
+	case f.w.Err() != nil:
+		return v, f.w.Err()
+	case f.w.Detached():
 		return v, ErrDetachedChild
 	}
-	if err := await(wc, f); err != nil {
+	if err := wc.rs.Await(&f.w, wc.detached); err != nil {
 		return v, err
 	}
-	if f.op.Error != nil {
-		ce := &ChildError{RunID: f.runID, Message: f.op.Error.Message}
-		_ = json.Unmarshal(f.op.Result, ce)
+	op := f.w.Op()
+	if op.Error != nil {
+		ce := &ChildError{RunID: f.w.RunID(), Message: op.Error.Message}
+		_ = json.Unmarshal(op.Result, ce)
 		return v, ce
 	}
-	if err := f.wc.rs.codec.Unmarshal(f.op.Result, &v); err != nil {
-		return v, fmt.Errorf("decoding result of child run %s: %w", f.runID, err)
+	if err := wc.rs.Codec().Unmarshal(op.Result, &v); err != nil {
+		return v, fmt.Errorf("decoding result of child run %s: %w", f.w.RunID(), err)
 	}
 	return v, nil
 }
 
-func (f *ChildFuture[Out]) waiterOf() waiter { return f }
-func (f *ChildFuture[Out]) settled() bool    { return f.op != nil || f.err != nil || f.detached }
-
-func (f *ChildFuture[Out]) try() bool {
-	rs := f.wc.rs
-	if rs.takeEvent(store.GroupEvent(f.pos)) == nil {
-		return false
-	}
-	runs := rs.children(f.pos)
-	if len(runs) != 1 {
-		rs.requestUnwind(unwindAbandon, fmt.Errorf("child run %s: the store holds %d children at position %d", f.runID, len(runs), f.pos), nil, "")
-		rs.stopNow()
-	}
-	child := runs[0]
-	if child.Status == StatusSucceeded {
-		f.op = rs.recordWait(f.pos, store.OpChild, child.Workflow, true, child.Output, nil)
-		return true
-	}
-	ce := childError(child)
-	b, _ := json.Marshal(ce)
-	f.op = rs.recordWait(f.pos, store.OpChild, child.Workflow, true, b, &typedError{msg: ce.Error(), typ: "child_" + string(child.Status)})
-	return true
-}
-
-func (f *ChildFuture[Out]) needs() (*time.Time, []string, string) {
-	return nil, []string{store.GroupEvent(f.pos)}, "waiting for child run " + f.runID
-}
-
-func childError(r *store.Run) *ChildError {
-	ce := &ChildError{RunID: r.ID, Status: r.Status}
-	if r.Error != nil {
-		ce.Message, ce.Type = r.Error.Message, r.Error.Type
-	}
-	return ce
-}
-
-// childRunID derives a child's run ID from its parent's: "<parent>.<position>",
-// and "<parent>.<position>.<index>" for the items of a Map.
-func childRunID(parent string, pos, index int) string {
-	var b strings.Builder
-	b.WriteString(parent)
-	b.WriteByte('.')
-	b.WriteString(strconv.Itoa(pos))
-	if index >= 0 {
-		b.WriteByte('.')
-		b.WriteString(strconv.Itoa(index))
-	}
-	return b.String()
-}
-
-// children reads the child runs started at pos; a store failure abandons the run.
-func (rs *runState) children(pos int) []*store.Run {
-	runs, err := rs.c.store.RunChildren(rs.ctx, &store.RunChildrenParams{Namespace: rs.run.Namespace, Parent: rs.run.ID, Position: pos})
-	if err != nil {
-		rs.requestUnwind(unwindAbandon, fmt.Errorf("reading child runs: %w", err), nil, "")
-		rs.stopNow()
-	}
-	return runs
-}
+func (f *ChildFuture[Out]) waiterOf() engine.Waiter { return &f.w }
 
 // MapOptions configure Map.
 type MapOptions struct {
@@ -222,12 +134,12 @@ func (e *MapError) Error() string {
 	return msg
 }
 
-// mapState is what a Map op records: the group's outcome and, when it failed,
-// the failed items.
-type mapState struct {
-	Items   int                 `json:"items"`
-	Outcome *store.GroupOutcome `json:"outcome,omitempty"`
-	Failed  []ItemError         `json:"failed,omitempty"`
+func mapError(items []engine.ItemError) *MapError {
+	e := &MapError{Items: make([]ItemError, len(items))}
+	for i, it := range items {
+		e.Items[i] = ItemError(it)
+	}
+	return e
 }
 
 // Map runs wf once per item, each as its own child run, at most
@@ -243,114 +155,36 @@ func Map[In, Out any](wc *Context, wf *Workflow[In, Out], items []In, opts ...Ma
 		o = opts[0]
 	}
 	rs := wc.rs
-	rs.checkUnwind()
-	pos, rec := rs.next(store.OpChild, wf.Name())
-	m := &mapWait{wc: wc, pos: pos, name: wf.Name()}
-	if rec == nil {
-		if err := rs.interrupted(wc.detached); err != nil {
-			return nil, err
-		}
-		def := wf.definition()
-		group := &store.ChildGroup{Position: pos, MaxConcurrency: o.MaxConcurrency, FailFast: !o.CollectErrors,
-			Runs: make([]*store.RunCreateParams, len(items))}
-		for i, item := range items {
-			input, err := rs.encode(item)
-			if err != nil {
-				return nil, fmt.Errorf("encoding item %d of map %s: %w", i, wf.Name(), err)
+	ns := rs.Run().Namespace
+	var def *definition // built once, only when the children are created
+	runs, failed, err := rs.Map(engine.MapSpec{Workflow: wf.Name(), Items: len(items), MaxConcurrency: o.MaxConcurrency,
+		CollectErrors: o.CollectErrors,
+		Encode:        func(i int) ([]byte, error) { return rs.Encode(items[i]) },
+		Params: func(runID string, input []byte) *store.RunCreateParams {
+			if def == nil {
+				def = wf.definition()
 			}
-			group.Runs[i] = runParams(rs.run.Namespace, def, childRunID(rs.run.ID, pos, i), input, StartOptions{Queue: o.Queue, Priority: o.Priority})
-		}
-		if len(items) > 0 {
-			rs.queueWait(func(w *queued) { w.children = append(w.children, group) })
-		}
-		m.state = mapState{Items: len(items)}
-		b, _ := json.Marshal(m.state)
-		rs.recordWait(pos, store.OpChild, wf.Name(), len(items) == 0, b, nil)
-		m.done = len(items) == 0
-	} else {
-		if err := json.Unmarshal(rec.Result, &m.state); err != nil {
-			rs.block(&NonDeterminismError{Position: pos, Recorded: describe(rec.Kind, rec.Name) + " with unreadable state", Requested: "map of " + wf.Name()})
-		}
-		m.done = rec.Done
-		if m.state.Items != len(items) {
-			rs.block(&NonDeterminismError{Position: pos, Recorded: fmt.Sprintf("map of %d items", m.state.Items),
-				Requested: fmt.Sprintf("map of %d items", len(items))})
-		}
-	}
-	if err := await(wc, m); err != nil {
+			return runParams(ns, def, runID, input, StartOptions{Queue: o.Queue, Priority: o.Priority})
+		}}, wc.detached)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if !o.CollectErrors && len(m.state.Failed) > 0 {
-		return nil, &MapError{Items: m.state.Failed}
+	case len(failed) > 0:
+		return nil, mapError(failed)
 	}
 	out := make([]Out, len(items))
-	if len(items) == 0 {
-		return out, nil
-	}
-	runs := rs.children(pos)
-	if len(runs) != len(items) {
-		rs.requestUnwind(unwindAbandon, fmt.Errorf("map at position %d: the store holds %d children for %d items", pos, len(runs), len(items)), nil, "")
-		rs.stopNow()
-	}
-	var failed []ItemError
+	var bad []engine.ItemError
 	for i, r := range runs {
 		if r.Status != StatusSucceeded {
-			failed = append(failed, itemError(i, r))
+			bad = append(bad, engine.ItemFailure(i, r))
 			continue
 		}
-		if err := rs.codec.Unmarshal(r.Output, &out[i]); err != nil {
+		if err := rs.Codec().Unmarshal(r.Output, &out[i]); err != nil {
 			return nil, fmt.Errorf("decoding result of map item %d (run %s): %w", i, r.ID, err)
 		}
 	}
-	if len(failed) > 0 {
-		return out, &MapError{Items: failed}
+	if len(bad) > 0 {
+		return out, mapError(bad)
 	}
 	return out, nil
-}
-
-func itemError(i int, r *store.Run) ItemError {
-	ie := ItemError{Index: i, RunID: r.ID, Status: r.Status}
-	if r.Error != nil {
-		ie.Message, ie.Type = r.Error.Message, r.Error.Type
-	}
-	return ie
-}
-
-// mapWait is the wait of a Map for its group's end.
-type mapWait struct {
-	wc    *Context
-	pos   int
-	name  string
-	state mapState
-	done  bool
-}
-
-func (m *mapWait) settled() bool { return m.done }
-
-func (m *mapWait) try() bool {
-	rs := m.wc.rs
-	e := rs.takeEvent(store.GroupEvent(m.pos))
-	if e == nil {
-		return false
-	}
-	var outcome store.GroupOutcome
-	_ = json.Unmarshal(e.Payload, &outcome)
-	m.state.Outcome = &outcome
-	if outcome.Succeeded < outcome.Total {
-		// Fail fast: keep what the workflow sees now; later changes of the
-		// children (cancellations under way) must not change a replay.
-		for i, r := range rs.children(m.pos) {
-			if r.Status.Terminal() && r.Status != StatusSucceeded {
-				m.state.Failed = append(m.state.Failed, itemError(i, r))
-			}
-		}
-	}
-	b, _ := json.Marshal(m.state)
-	rs.recordWait(m.pos, store.OpChild, m.name, true, b, nil)
-	m.done = true
-	return true
-}
-
-func (m *mapWait) needs() (*time.Time, []string, string) {
-	return nil, []string{store.GroupEvent(m.pos)}, fmt.Sprintf("waiting for %d child runs of %s", m.state.Items, m.name)
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -48,7 +49,7 @@ type Client struct {
 	ownsStore bool
 	reg       registry
 	worker    *worker.Worker
-	local     localRuns
+	engine    *engine.Engine
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -61,12 +62,22 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, store: cfg.Backend}
 	if c.store == nil {
-		s, err := OpenStore(ctx, cfg.Store, cfg.Now)
+		s, err := OpenStore(ctx, cfg.Store, cfg.Clock.Now)
 		if err != nil {
 			return nil, fmt.Errorf("opening trellis: %w", err)
 		}
 		c.store, c.ownsStore = s, true
 	}
+	eng, err := engine.New(engine.Config{
+		Store: c.store, Codec: cfg.Codec, Clock: cfg.Clock, Logger: cfg.Logger,
+		MaxPayloadBytes: cfg.MaxPayloadBytes, MaxInlineBackoff: cfg.Worker.MaxInlineBackoff,
+		CheckpointTimeout: cfg.Worker.LeaseDuration, Lookup: c.reg.lookup, ErrorType: errorType,
+	})
+	if err != nil {
+		c.closeStore()
+		return nil, err
+	}
+	c.engine = eng
 	if !cfg.Worker.Disabled {
 		w, err := worker.New(worker.Config{
 			Store: c.store, Namespace: cfg.Namespace, Queues: cfg.Worker.Queues,
@@ -74,8 +85,8 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 			Concurrency: cfg.Worker.Concurrency, ClaimBatch: cfg.Worker.ClaimBatch,
 			LeaseDuration: cfg.Worker.LeaseDuration, HeartbeatInterval: cfg.Worker.HeartbeatInterval,
 			ShutdownGrace: cfg.Worker.ShutdownGrace, PollInterval: cfg.Worker.PollInterval,
-			Logger: cfg.Logger,
-		}, executor{c})
+			Logger: cfg.Logger, Clock: cfg.Clock,
+		}, c.engine)
 		if err != nil {
 			c.closeStore()
 			return nil, err
@@ -212,7 +223,7 @@ func (c *Client) Wait(ctx context.Context, ref string) (*Run, error) {
 // waitRun waits for the run with this exact ID: subscribed before each read, so no
 // change between the read and the wait is missed.
 func (c *Client) waitRun(ctx context.Context, runID string) (*Run, error) {
-	if done, ok := c.local.wait(runID); ok {
+	if done, ok := c.engine.Outcome(runID); ok {
 		select {
 		case run := <-done:
 			if run != nil {

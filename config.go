@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/trellis-dev/trellis/internal/clock"
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/storepg"
 	"github.com/trellis-dev/trellis/store/storesqlite"
@@ -39,9 +40,22 @@ type Config struct {
 	Logger *slog.Logger
 	// Worker configures the embedded worker.
 	Worker WorkerOptions
-	// Now is the clock; default time.Now. Tests may inject a fake clock.
+	// Clock is the one clock of the client, its worker and its store: the time
+	// of every record, durable timers, in-place sleeps, retry backoffs, step
+	// timeouts, the claim loop and heartbeats. Default the wall clock. Tests may
+	// inject a fake clock that they move by hand.
+	Clock Clock
+	// Now, when set and Clock is not, is the time source (timers still wait on
+	// the wall clock). Kept for compatibility: prefer Clock. After defaults it
+	// is Clock.Now.
 	Now func() time.Time
 }
+
+// Clock is a source of time and timers (see Config.Clock).
+type Clock = clock.Clock
+
+// ClockTimer is a timer of a Clock, used as a time.Timer is.
+type ClockTimer = clock.Timer
 
 // WorkerOptions configure the worker that Open starts in the same process.
 type WorkerOptions struct {
@@ -87,9 +101,14 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	switch {
+	case c.Clock != nil:
+	case c.Now != nil:
+		c.Clock = clock.WithNow(c.Now)
+	default:
+		c.Clock = clock.Real{}
 	}
+	c.Now = c.Clock.Now
 	w := &c.Worker
 	if w.Name == "" {
 		host, _ := os.Hostname()
@@ -118,8 +137,6 @@ func (c Config) validate() error {
 	}
 	return nil
 }
-
-func (c Config) now() time.Time { return c.Now() }
 
 // OpenStore opens the store named by a URL (see Config.Store).
 func OpenStore(ctx context.Context, url string, now func() time.Time) (store.Store, error) {

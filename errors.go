@@ -3,8 +3,8 @@ package trellis
 import (
 	"errors"
 	"fmt"
-	"strings"
 
+	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -37,38 +37,23 @@ var (
 	// ErrInvalidInput: the input cannot be decoded into the workflow's input type.
 	ErrInvalidInput = errors.New("invalid workflow input")
 	// ErrPayloadTooLarge: an input, result or stored value exceeds Config.MaxPayloadBytes.
-	ErrPayloadTooLarge = errors.New("payload too large")
+	ErrPayloadTooLarge = engine.ErrPayloadTooLarge
 	// ErrCancelled: the run was cancelled. Ops return it once cancellation is seen.
-	ErrCancelled = errors.New("run cancelled")
+	ErrCancelled = engine.ErrCancelled
 	// ErrDeadlineExceeded: the run's deadline passed. Ops return it, and the run fails with it.
-	ErrDeadlineExceeded = errors.New("run deadline exceeded")
+	ErrDeadlineExceeded = engine.ErrDeadlineExceeded
+	// ErrStepTimeout: a step attempt ran longer than StepOptions.Timeout. It is
+	// retried like any other error.
+	ErrStepTimeout = engine.ErrStepTimeout
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("trellis: client closed")
 )
 
-// Error types recorded in history for the engine's own errors.
-const (
-	errTypeCancelled    = "cancelled"
-	errTypeDeadline     = "deadline_exceeded"
-	errTypeTimeout      = "step_timeout"
-	errTypePanic        = "panic"
-	errTypePayload      = "payload_too_large"
-	errTypeNonDetermism = "non_determinism"
-)
-
 // NonDeterminismError reports that workflow code asked for a different op than the
-// run's history holds at a position. The run waits in the blocked state until a fixed
-// deploy resumes it.
-type NonDeterminismError struct {
-	Position  int
-	Recorded  string // e.g. `step "authorize"`
-	Requested string // e.g. `step "capture"`
-}
-
-func (e *NonDeterminismError) Error() string {
-	return fmt.Sprintf("non-determinism at position %d: history has %s, code asked for %s",
-		e.Position, e.Recorded, e.Requested)
-}
+// run's history holds at a position: Position, Recorded (e.g. `step "authorize"`)
+// and Requested (e.g. `step "capture"`). The run waits in the blocked state until
+// a fixed deploy resumes it.
+type NonDeterminismError = engine.NonDeterminismError
 
 // StepError is the error a step returns to its workflow once its retries are
 // exhausted or the error is non-retryable. It carries the recorded message and type
@@ -107,73 +92,27 @@ func (e *RunError) Unwrap() error { return sentinelFor(e.Type) }
 
 func sentinelFor(typ string) error {
 	switch typ {
-	case errTypeCancelled:
+	case engine.TypeCancelled:
 		return ErrCancelled
-	case errTypeDeadline:
+	case engine.TypeDeadline:
 		return ErrDeadlineExceeded
-	case errTypePayload:
+	case engine.TypePayload:
 		return ErrPayloadTooLarge
-	case errTypeTimeout:
+	case engine.TypeTimeout:
 		return ErrStepTimeout
 	}
 	return nil
 }
 
-// nonRetryable marks an error that must not be retried.
-type nonRetryable struct{ err error }
-
-func (e *nonRetryable) Error() string { return e.err.Error() }
-func (e *nonRetryable) Unwrap() error { return e.err }
-
 // NonRetryable wraps err so that a step returning it fails at once, without retries.
-func NonRetryable(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &nonRetryable{err: err}
-}
+func NonRetryable(err error) error { return engine.NonRetryable(err) }
 
-// errorInfo converts an error into its recorded form.
-func errorInfo(err error) *store.ErrorInfo {
-	info := &store.ErrorInfo{Message: err.Error(), Type: errorType(err)}
-	var nr *nonRetryable
-	if errors.As(err, &nr) {
-		info.NonRetryable = true
-		info.Type = errorType(nr.err)
-	}
+// errorType is the recorded type of the errors of this package that carry one,
+// for the engine.
+func errorType(err error) (string, bool) {
 	var se *StepError
-	var pe *panicError
-	var te *typedError
-	switch {
-	case errors.As(err, &te):
-		info.Type = te.typ
-	case errors.As(err, &pe):
-		info.Type = errTypePanic
-	case errors.Is(err, ErrStepTimeout):
-		info.Type = errTypeTimeout
-	case errors.Is(err, ErrCancelled):
-		info.Type = errTypeCancelled
-	case errors.Is(err, ErrDeadlineExceeded):
-		info.Type = errTypeDeadline
-	case errors.Is(err, ErrPayloadTooLarge):
-		info.Type, info.NonRetryable = errTypePayload, true
-	case errors.As(err, &se):
-		info.Type = se.Type
+	if errors.As(err, &se) {
+		return se.Type, true
 	}
-	return info
-}
-
-// errorType is the Go type recorded for err: the first type along its %w chain
-// that says something (e.g. "*net.OpError", "*mypkg.DeclinedError"), skipping the
-// anonymous carriers of errors.New, fmt.Errorf, errors.Join and NonRetryable;
-// "" when there is none.
-func errorType(err error) string {
-	for ; err != nil; err = errors.Unwrap(err) {
-		switch t := fmt.Sprintf("%T", err); {
-		case strings.HasPrefix(t, "*errors."), strings.HasPrefix(t, "*fmt."), t == "*trellis.nonRetryable":
-		default:
-			return t
-		}
-	}
-	return ""
+	return "", false
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -63,7 +64,7 @@ func (c *Client) checkNoMap(ctx context.Context, src *Run, kept []*store.Op) err
 		if err != nil {
 			return err
 		}
-		if len(runs) > 0 && runs[0].ID == childRunID(src.ID, op.Position, 0) {
+		if len(runs) > 0 && runs[0].ID == engine.ChildRunID(src.ID, op.Position, 0) {
 			return fmt.Errorf("%w: op %d is a Map, whose results stay with the old run: reset to a step before it",
 				ErrInvalidParams, op.Position)
 		}
@@ -95,7 +96,7 @@ func resetPrefix(history []*store.Op, step string) ([]*store.Op, []store.KVWrite
 		}
 		if !op.Done {
 			return nil, nil, fmt.Errorf("%w: op %d (%s) before step %q had not finished",
-				ErrInvalidParams, op.Position, describe(op.Kind, op.Name), step)
+				ErrInvalidParams, op.Position, engine.Describe(op.Kind, op.Name), step)
 		}
 		kept = append(kept, op)
 		switch op.Kind {

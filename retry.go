@@ -1,10 +1,8 @@
 package trellis
 
 import (
-	"errors"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"time"
 )
 
@@ -72,17 +70,4 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 		p.Backoff = Exponential(time.Second, 2, time.Minute)
 	}
 	return p
-}
-
-// retryable reports whether a failed attempt may be retried.
-func (p RetryPolicy) retryable(err error, attempt int) bool {
-	if attempt >= p.MaxAttempts {
-		return false
-	}
-	var nr *nonRetryable
-	if errors.As(err, &nr) || errors.Is(err, ErrCancelled) ||
-		errors.Is(err, ErrDeadlineExceeded) || errors.Is(err, ErrPayloadTooLarge) {
-		return false
-	}
-	return !slices.Contains(p.NonRetryableTypes, errorInfo(err).Type)
 }

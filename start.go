@@ -118,7 +118,7 @@ func (c *Client) start(ctx context.Context, def *definition, input []byte, o Sta
 	res, err := c.store.RunCreate(ctx, p)
 	switch {
 	case reserved && err == nil && res.Claimed != nil:
-		c.local.begin(res.Run.ID) // before Start returns, so Result need not read the store
+		c.engine.Begin(res.Run.ID) // before Start returns, so Result need not read the store
 		c.worker.Launch(res.Claimed)
 	case reserved:
 		// If err is ctx's and the create still commits, the run waits for its

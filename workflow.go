@@ -3,6 +3,8 @@ package trellis
 import (
 	"fmt"
 	"sync"
+
+	"github.com/trellis-dev/trellis/internal/engine"
 )
 
 // Workflow is a named, typed workflow function. Create one with NewWorkflow and
@@ -42,11 +44,12 @@ type Registrable interface {
 	definition() *definition
 }
 
-// definition is the type-erased form of a workflow the engine runs.
+// definition is the type-erased form of a workflow: what the engine runs (eng)
+// and what starting a run needs.
 type definition struct {
 	name    string
 	opts    WorkflowOptions
-	run     func(wc *Context, input []byte) ([]byte, error)
+	eng     engine.Definition
 	checkIn func(codec Codec, input []byte) error
 }
 
@@ -54,17 +57,18 @@ func (w *Workflow[In, Out]) definition() *definition {
 	return &definition{
 		name: w.name,
 		opts: w.opts,
-		run: func(wc *Context, input []byte) ([]byte, error) {
+		eng: engine.Definition{Name: w.name, Run: func(rs *engine.RunState, input []byte) ([]byte, error) {
 			var in In
-			if err := wc.rs.codec.Unmarshal(input, &in); err != nil {
+			codec := rs.Codec()
+			if err := codec.Unmarshal(input, &in); err != nil {
 				return nil, fmt.Errorf("%w: %v", ErrInvalidInput, err)
 			}
-			out, err := w.fn(wc, in)
+			out, err := w.fn(&Context{rs: rs}, in)
 			if err != nil {
 				return nil, err
 			}
-			return wc.rs.codec.Marshal(out)
-		},
+			return codec.Marshal(out)
+		}},
 		checkIn: func(codec Codec, input []byte) error {
 			var in In
 			if err := codec.Unmarshal(input, &in); err != nil {
@@ -102,6 +106,15 @@ func (r *registry) get(name string) (*definition, bool) {
 	defer r.mu.RUnlock()
 	d, ok := r.defs[name]
 	return d, ok
+}
+
+// lookup returns the engine's form of a registered workflow.
+func (r *registry) lookup(name string) (*engine.Definition, bool) {
+	d, ok := r.get(name)
+	if !ok {
+		return nil, false
+	}
+	return &d.eng, true
 }
 
 func (r *registry) names() []string {

@@ -13,7 +13,7 @@ func (w *Worker) claimLoop() {
 	defer w.loops.Done()
 	ready, unsubscribe := w.cfg.Store.Subscribe(store.TopicReady)
 	defer unsubscribe()
-	timer := time.NewTimer(0)
+	timer := w.cfg.Clock.NewTimer(0)
 	defer timer.Stop()
 	for !w.stopped() {
 		next, again := w.claimOnce()
@@ -22,21 +22,16 @@ func (w *Worker) claimLoop() {
 		}
 		wait := w.cfg.PollInterval
 		if next != nil {
-			wait = min(wait, max(time.Until(*next), 0))
+			wait = min(wait, max(next.Sub(w.cfg.Clock.Now()), 0))
 		}
 		timer.Reset(wait)
 		select {
 		case <-ready:
 		case <-w.wake:
-		case <-timer.C:
+		case <-timer.C():
 		case <-w.stopping:
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
+		timer.Stop()
 	}
 }
 
@@ -62,7 +57,7 @@ func (w *Worker) claimOnce() (next *time.Time, again bool) {
 		w.mu.Lock()
 		w.backlog = true // unknown: let the claim loop keep the order
 		w.mu.Unlock()
-		retry := time.Now().Add(time.Second)
+		retry := w.cfg.Clock.Now().Add(time.Second)
 		return &retry, false
 	}
 	for _, cr := range res.Runs {
@@ -111,12 +106,13 @@ func (w *Worker) finish(runID string, cancel context.CancelCauseFunc) {
 // lease was lost and passes on cancellations.
 func (w *Worker) heartbeatLoop() {
 	defer w.loops.Done()
-	ticker := time.NewTicker(w.cfg.HeartbeatInterval)
-	defer ticker.Stop()
+	timer := w.cfg.Clock.NewTimer(w.cfg.HeartbeatInterval)
+	defer timer.Stop()
 	for {
 		select {
-		case <-ticker.C:
+		case <-timer.C():
 			w.heartbeat()
+			timer.Reset(w.cfg.HeartbeatInterval)
 		case <-w.hardCtx.Done():
 			return
 		}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/clock"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -29,6 +30,12 @@ type Control struct {
 	Lease     store.Lease
 	cancelReq chan struct{}
 	once      sync.Once
+}
+
+// NewControl returns the control of a run held with lease, for an executor
+// driven without a worker (tests of the engine).
+func NewControl(lease store.Lease) *Control {
+	return &Control{Lease: lease, cancelReq: make(chan struct{})}
 }
 
 // CancelRequested is closed once a cancellation of the run is known.
@@ -61,6 +68,9 @@ type Config struct {
 	// resilience only. Default 30s.
 	PollInterval time.Duration
 	Logger       *slog.Logger
+	// Clock schedules claims, heartbeats and the shutdown grace; default the
+	// wall clock.
+	Clock clock.Clock
 }
 
 func (c Config) withDefaults() Config {
@@ -88,6 +98,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 
@@ -225,13 +236,13 @@ func (w *Worker) Active() int {
 // ctx is done.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.stopOnce.Do(func() { close(w.stopping) })
-	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	grace := w.cfg.Clock.NewTimer(w.cfg.ShutdownGrace)
 	defer grace.Stop()
 	finished := make(chan struct{})
 	go func() { w.runs.Wait(); close(finished) }()
 	select {
 	case <-finished:
-	case <-grace.C:
+	case <-grace.C():
 	case <-ctx.Done():
 	}
 	w.hardStop(ErrShutdown)

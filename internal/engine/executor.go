@@ -1,4 +1,4 @@
-package trellis
+package engine
 
 import (
 	"context"
@@ -11,22 +11,18 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// executor runs claimed runs for the embedded worker.
-type executor struct{ c *Client }
-
 // Execute replays a claimed run from the start of its history and carries it on
 // until it finishes, waits, blocks or is handed back.
-func (e executor) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control) {
-	c := e.c
-	def, ok := c.reg.get(cr.Run.Workflow)
+func (e *Engine) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control) {
+	def, ok := e.cfg.Lookup(cr.Run.Workflow)
 	if !ok { // claims are filtered by registered names; be safe anyway
-		_ = c.store.LeaseRelease(context.WithoutCancel(ctx), &store.LeaseReleaseParams{
+		_ = e.cfg.Store.LeaseRelease(context.WithoutCancel(ctx), &store.LeaseReleaseParams{
 			Lease: store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}})
 		return
 	}
 	var final *store.Run
-	c.local.begin(cr.Run.ID)
-	defer func() { c.local.end(cr.Run.ID, final) }()
+	e.local.begin(cr.Run.ID)
+	defer func() { e.local.end(cr.Run.ID, final) }()
 	cancelCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() { // owned by this call: ends when cancelCtx does (at return at the latest)
@@ -36,7 +32,7 @@ func (e executor) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker
 		case <-cancelCtx.Done():
 		}
 	}()
-	rs := newRunState(c, cr, ctx, ctl)
+	rs := newRunState(e, cr, ctx, ctl)
 	rs.cancelCtx = cancelCtx
 	if d := cr.Run.Deadline; d != nil && !rs.now().Before(*d) {
 		rs.deadlineHit = true
@@ -54,7 +50,7 @@ func (e executor) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker
 
 // runWorkflow calls the workflow function on its own goroutine and waits for it. It
 // reports returned=false when the goroutine was unwound (Goexit) rather than returning.
-func (rs *runState) runWorkflow(def *definition) (out []byte, err error, returned bool) {
+func (rs *RunState) runWorkflow(def *Definition) (out []byte, err error, returned bool) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -66,7 +62,7 @@ func (rs *runState) runWorkflow(def *definition) (out []byte, err error, returne
 				rs.mu.Unlock()
 			}
 		}()
-		out, err = def.run(&Context{rs: rs}, rs.run.Input)
+		out, err = def.Run(rs, rs.run.Input)
 		returned = true
 	}()
 	<-done
@@ -74,15 +70,15 @@ func (rs *runState) runWorkflow(def *definition) (out []byte, err error, returne
 }
 
 // saveUnwind saves the state of a run whose workflow goroutine was unwound.
-func (rs *runState) saveUnwind() {
+func (rs *RunState) saveUnwind() {
 	rs.mu.Lock()
 	kind, uerr, wakeAt, reason, events := rs.unwind, rs.unwindErr, rs.wakeAt, rs.waitReason, rs.waitEvents
 	rs.mu.Unlock()
 	p := &store.CheckpointParams{}
 	switch kind {
 	case unwindBlocked:
-		info := errorInfo(uerr)
-		info.Type = errTypeNonDetermism
+		info := rs.errorInfo(uerr)
+		info.Type = TypeNonDeterminism
 		p.Status, p.Error = store.StatusBlocked, info
 	case unwindSuspend:
 		if d := rs.run.Deadline; d != nil && (wakeAt == nil || d.Before(*wakeAt)) {
@@ -92,7 +88,7 @@ func (rs *runState) saveUnwind() {
 	case unwindHandBack:
 		p.Status = store.StatusPending
 	default: // abandoned: the lease is lost or the store fails; write nothing
-		rs.c.cfg.Logger.Warn("abandoning run", "run", rs.run.ID, "err", uerr)
+		rs.log().Warn("abandoning run", "run", rs.run.ID, "err", uerr)
 		return
 	}
 	_, err := rs.checkpoint(p, true)
@@ -101,39 +97,40 @@ func (rs *runState) saveUnwind() {
 		return
 	}
 	if err != nil {
-		rs.c.cfg.Logger.Warn("saving run state", "run", rs.run.ID, "status", p.Status, "err", err)
+		rs.log().Warn("saving run state", "run", rs.run.ID, "status", p.Status, "err", err)
 	}
 }
 
 // handBack makes the run pending again with nothing more recorded, so that it is
 // replayed (after a checkpoint was refused with store.ErrConflict).
-func (rs *runState) handBack() {
+func (rs *RunState) handBack() {
 	if _, err := rs.checkpoint(&store.CheckpointParams{Status: store.StatusPending}, true); err != nil {
-		rs.c.cfg.Logger.Warn("handing back run", "run", rs.run.ID, "err", err)
+		rs.log().Warn("handing back run", "run", rs.run.ID, "err", err)
 	}
 }
 
 // finish saves the outcome of a workflow function that returned, and returns the
 // run as saved (nil if it could not be saved).
-func (rs *runState) finish(out []byte, err error) *store.Run {
+func (rs *RunState) finish(out []byte, err error) *store.Run {
 	rs.mu.Lock()
 	cancelled, deadline, panicked := rs.cancelSeen, rs.deadlineHit, rs.panicked
 	rs.mu.Unlock()
 	p := &store.CheckpointParams{Status: store.StatusSucceeded, Output: out}
+	limit := rs.e.cfg.MaxPayloadBytes
 	switch {
 	case deadline:
-		p.Status, p.Output, p.Error = store.StatusFailed, nil, errorInfo(ErrDeadlineExceeded)
+		p.Status, p.Output, p.Error = store.StatusFailed, nil, rs.errorInfo(ErrDeadlineExceeded)
 	case err != nil && (cancelled || errors.Is(err, ErrCancelled)):
-		p.Status, p.Error = store.StatusCancelled, errorInfo(err)
-		p.Error.Type = errTypeCancelled
+		p.Status, p.Error = store.StatusCancelled, rs.errorInfo(err)
+		p.Error.Type = TypeCancelled
 	case err != nil:
-		p.Status, p.Error = store.StatusFailed, errorInfo(err)
+		p.Status, p.Error = store.StatusFailed, rs.errorInfo(err)
 		if panicked {
-			p.Error.Type = errTypePanic
+			p.Error.Type = TypePanic
 		}
-	case len(out) > rs.c.cfg.MaxPayloadBytes:
+	case len(out) > limit:
 		p.Status, p.Output = store.StatusFailed, nil
-		p.Error = errorInfo(fmt.Errorf("%w: output is %d bytes (limit %d)", ErrPayloadTooLarge, len(out), rs.c.cfg.MaxPayloadBytes))
+		p.Error = rs.errorInfo(fmt.Errorf("%w: output is %d bytes (limit %d)", ErrPayloadTooLarge, len(out), limit))
 	}
 	rs.mu.Lock()
 	for id := range rs.openApprovals {
@@ -149,7 +146,7 @@ func (rs *runState) finish(out []byte, err error) *store.Run {
 		return nil
 	}
 	if err != nil {
-		rs.c.cfg.Logger.Warn("saving run outcome", "run", rs.run.ID, "status", p.Status, "err", err)
+		rs.log().Warn("saving run outcome", "run", rs.run.ID, "status", p.Status, "err", err)
 		return nil
 	}
 	return finalRun(rs.run, p, res)

@@ -1,4 +1,4 @@
-package trellis
+package engine
 
 import (
 	"sync"

@@ -1,10 +1,11 @@
-package trellis
+package engine
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"time"
@@ -24,11 +25,11 @@ const (
 	unwindAbandon             // lease lost or store failing: write nothing more
 )
 
-// runState is one claimed run being executed: its history, the ops not yet
+// RunState is one claimed run being executed: its history, the ops not yet
 // checkpointed, and the signals that stop it. Ops of the workflow goroutine and of
 // async steps share it, so its mutable fields are guarded by mu.
-type runState struct {
-	c     *Client
+type RunState struct {
+	e     *Engine
 	codec Codec
 	run   *store.Run
 	lease store.Lease
@@ -63,9 +64,9 @@ type runState struct {
 	inflight sync.WaitGroup // async steps still executing
 }
 
-func newRunState(c *Client, cr *store.ClaimedRun, ctx context.Context, ctl *worker.Control) *runState {
-	rs := &runState{
-		c: c, codec: c.cfg.Codec, run: cr.Run, ctx: ctx, ctl: ctl,
+func newRunState(e *Engine, cr *store.ClaimedRun, ctx context.Context, ctl *worker.Control) *RunState {
+	rs := &RunState{
+		e: e, codec: e.cfg.Codec, run: cr.Run, ctx: ctx, ctl: ctl,
 		lease:     store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken},
 		history:   make(map[int]*store.Op, len(cr.History)),
 		lastPos:   -1,
@@ -81,11 +82,31 @@ func newRunState(c *Client, cr *store.ClaimedRun, ctx context.Context, ctl *work
 	return rs
 }
 
-func (rs *runState) now() time.Time { return rs.c.cfg.now() }
+func (rs *RunState) now() time.Time { return rs.e.cfg.Clock.Now() }
+
+func (rs *RunState) log() *slog.Logger { return rs.e.cfg.Logger }
+
+func (rs *RunState) errorInfo(err error) *store.ErrorInfo { return errorInfo(err, rs.e.cfg.ErrorType) }
+
+// Run returns the run being executed, as claimed. Callers must not modify it.
+func (rs *RunState) Run() *store.Run { return rs.run }
+
+// Codec returns the codec of the run's values.
+func (rs *RunState) Codec() Codec { return rs.codec }
+
+// Cancelled reports whether the run's cancellation is known.
+func (rs *RunState) Cancelled() bool {
+	select {
+	case <-rs.ctl.CancelRequested():
+		return true
+	default:
+		return false
+	}
+}
 
 // next reserves the next position for an op of kind/name and returns the recorded
 // op there, if any. A recorded op of another kind or name stops the run as blocked.
-func (rs *runState) next(kind store.OpKind, name string) (int, *store.Op) {
+func (rs *RunState) next(kind store.OpKind, name string) (int, *store.Op) {
 	rs.mu.Lock()
 	pos := rs.nextPos
 	rs.nextPos++
@@ -97,6 +118,9 @@ func (rs *runState) next(kind store.OpKind, name string) (int, *store.Op) {
 	return pos, rec
 }
 
+// Describe names an op for people, as errors show it: kind and quoted name.
+func Describe(kind store.OpKind, name string) string { return describe(kind, name) }
+
 func describe(kind store.OpKind, name string) string {
 	if name == "" {
 		return string(kind)
@@ -105,7 +129,7 @@ func describe(kind store.OpKind, name string) string {
 }
 
 // record queues a completed op (and its run-store write) for the next checkpoint.
-func (rs *runState) record(op *store.Op, kv *store.KVWrite) {
+func (rs *RunState) record(op *store.Op, kv *store.KVWrite) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.pending.ops = append(rs.pending.ops, op)
@@ -115,7 +139,7 @@ func (rs *runState) record(op *store.Op, kv *store.KVWrite) {
 }
 
 // recordAttempt queues a failed attempt and the step's in-progress op.
-func (rs *runState) recordAttempt(op *store.Op, att store.Attempt) {
+func (rs *RunState) recordAttempt(op *store.Op, att store.Attempt) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.pending.ops = append(rs.pending.ops, op)
@@ -124,19 +148,33 @@ func (rs *runState) recordAttempt(op *store.Op, att store.Attempt) {
 
 // flush checkpoints the queued ops with the run still running. It is called before
 // every side effect, so a step never starts before what preceded it is durable.
-func (rs *runState) flush() error {
-	if rs.onlyDerivable() {
+func (rs *RunState) flush() error {
+	if rs.onlyDerivable(false) {
 		return nil
 	}
 	_, err := rs.checkpoint(&store.CheckpointParams{Status: store.StatusRunning}, false)
 	return err
 }
 
+// flushBeforeSleep checkpoints what precedes a sleep in place, so that a crash
+// during the sleep does not run a step again. Timers alone need no checkpoint: a
+// replay after a crash starts them anew.
+func (rs *RunState) flushBeforeSleep() {
+	if rs.onlyDerivable(true) {
+		return
+	}
+	if _, err := rs.checkpoint(&store.CheckpointParams{Status: store.StatusRunning}, false); err != nil {
+		rs.requestUnwind(flushFailure(err), err, nil, "")
+		rs.stopNow()
+	}
+}
+
 // onlyDerivable reports whether everything queued would be recorded the same way
 // by a replay after a crash, so a step need not wait for it to be durable: fired
 // timers (the clock only moves on) and events taken from the inbox (they stay
 // there, oldest first, until consumed). It goes with the step's own checkpoint.
-func (rs *runState) onlyDerivable() bool {
+// With pendingTimers, timers not yet fired count too (before a sleep in place).
+func (rs *RunState) onlyDerivable(pendingTimers bool) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	q := rs.pending
@@ -146,7 +184,7 @@ func (rs *runState) onlyDerivable() bool {
 	}
 	for _, op := range q.ops {
 		switch {
-		case op.Kind == store.OpTimer && op.Done:
+		case op.Kind == store.OpTimer && (op.Done || pendingTimers):
 		case op.Kind == store.OpEvent && op.Done && op.Error == nil:
 		default:
 			return false
@@ -157,7 +195,7 @@ func (rs *runState) onlyDerivable() bool {
 
 // checkpoint saves the queued ops, attempts and run-store writes with the given state.
 // With force unset it skips the call when nothing is queued.
-func (rs *runState) checkpoint(p *store.CheckpointParams, force bool) (*store.CheckpointResult, error) {
+func (rs *RunState) checkpoint(p *store.CheckpointParams, force bool) (*store.CheckpointResult, error) {
 	rs.ckMu.Lock()
 	defer rs.ckMu.Unlock()
 	p.Lease = rs.lease
@@ -168,9 +206,9 @@ func (rs *runState) checkpoint(p *store.CheckpointParams, force bool) (*store.Ch
 	q.apply(p)
 	// A checkpoint must not be abandoned half-way by a cancelled run context: the
 	// store call itself is bounded by the lease.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(rs.ctx), rs.c.cfg.Worker.LeaseDuration)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rs.ctx), rs.e.cfg.CheckpointTimeout)
 	defer cancel()
-	res, err := rs.c.store.Checkpoint(ctx, p)
+	res, err := rs.e.cfg.Store.Checkpoint(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("checkpointing run %s: %w", rs.run.ID, err)
 	}
@@ -211,7 +249,7 @@ func (q *queued) apply(p *store.CheckpointParams) {
 }
 
 // take removes and returns the queued writes.
-func (rs *runState) take() queued {
+func (rs *RunState) take() queued {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	q := rs.pending
@@ -221,7 +259,7 @@ func (rs *runState) take() queued {
 
 // requeue puts back writes taken for a checkpoint that did not commit, before
 // those queued since.
-func (rs *runState) requeue(q queued) {
+func (rs *RunState) requeue(q queued) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	n := &rs.pending
@@ -247,7 +285,7 @@ func flushFailure(err error) unwindKind {
 
 // suspend stops the workflow goroutine to release the run until wakeAt (nil: no
 // time) or one of events arrives, merging with other ops that suspend.
-func (rs *runState) suspend(wakeAt *time.Time, events []string, reason string) {
+func (rs *RunState) suspend(wakeAt *time.Time, events []string, reason string) {
 	rs.mu.Lock()
 	if rs.unwind == unwindNone || rs.unwind == unwindSuspend {
 		rs.waitEvents = append(rs.waitEvents, events...)
@@ -259,7 +297,7 @@ func (rs *runState) suspend(wakeAt *time.Time, events []string, reason string) {
 
 // requestUnwind asks the workflow goroutine to stop for reason k. The first reason
 // wins, except that a lost lease overrides everything (nothing may be written).
-func (rs *runState) requestUnwind(k unwindKind, err error, wakeAt *time.Time, reason string) {
+func (rs *RunState) requestUnwind(k unwindKind, err error, wakeAt *time.Time, reason string) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	switch {
@@ -282,20 +320,20 @@ func (rs *runState) requestUnwind(k unwindKind, err error, wakeAt *time.Time, re
 
 // stopNow ends the workflow goroutine after in-flight async steps settle. It runs
 // deferred functions of the workflow but cannot be recovered by it.
-func (rs *runState) stopNow() {
+func (rs *RunState) stopNow() {
 	rs.inflight.Wait()
 	runtime.Goexit()
 }
 
 // block stops the run as blocked on a non-determinism error.
-func (rs *runState) block(err error) {
+func (rs *RunState) block(err error) {
 	rs.requestUnwind(unwindBlocked, err, nil, "")
 	rs.stopNow()
 }
 
 // checkUnwind stops the workflow goroutine if an unwind was requested or the run's
 // context ended (lease lost, worker shutting down).
-func (rs *runState) checkUnwind() {
+func (rs *RunState) checkUnwind() {
 	if err := rs.ctx.Err(); err != nil {
 		rs.requestUnwind(rs.ctxUnwindKind(), nil, nil, "")
 	}
@@ -306,7 +344,7 @@ func (rs *runState) checkUnwind() {
 	}
 }
 
-func (rs *runState) ctxUnwindKind() unwindKind {
+func (rs *RunState) ctxUnwindKind() unwindKind {
 	if errors.Is(context.Cause(rs.ctx), store.ErrLeaseLost) {
 		return unwindAbandon
 	}
@@ -315,7 +353,7 @@ func (rs *runState) ctxUnwindKind() unwindKind {
 
 // interrupted reports why new ops may not start: cancellation (unless detached) or
 // the run's deadline. It returns nil when they may.
-func (rs *runState) interrupted(detached bool) error {
+func (rs *RunState) interrupted(detached bool) error {
 	if d := rs.run.Deadline; d != nil && !rs.now().Before(*d) {
 		rs.mu.Lock()
 		rs.deadlineHit = true
@@ -336,21 +374,21 @@ func (rs *runState) interrupted(detached bool) error {
 	}
 }
 
-// encode encodes a value with the run's codec, enforcing the payload limit.
-func (rs *runState) encode(v any) ([]byte, error) {
+// Encode encodes a value with the run's codec, enforcing the payload limit.
+func (rs *RunState) Encode(v any) ([]byte, error) {
 	b, err := rs.codec.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("encoding value: %w", err)
 	}
-	if len(b) > rs.c.cfg.MaxPayloadBytes {
-		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrPayloadTooLarge, len(b), rs.c.cfg.MaxPayloadBytes)
+	if len(b) > rs.e.cfg.MaxPayloadBytes {
+		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrPayloadTooLarge, len(b), rs.e.cfg.MaxPayloadBytes)
 	}
 	return b, nil
 }
 
 // recordInternal records the result of an engine op (now, uuid, random, patch), which
 // is always JSON whatever the user's codec.
-func (rs *runState) recordInternal(pos int, kind store.OpKind, name string, v any) {
+func (rs *RunState) recordInternal(pos int, kind store.OpKind, name string, v any) {
 	b, _ := json.Marshal(v) // values of these ops always encode
 	at := rs.now()
 	rs.record(&store.Op{Position: pos, Kind: kind, Name: name, Done: true, Result: b, Attempts: 1, StartedAt: at, FinishedAt: &at}, nil)

@@ -1,0 +1,71 @@
+package clock
+
+import (
+	"testing"
+	"time"
+)
+
+func TestFakeFiresDueTimersInOrder(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := NewFake(start)
+	late, early := f.NewTimer(2*time.Hour), f.NewTimer(time.Hour)
+	fired := make(chan struct{})
+	f.AfterFunc(90*time.Minute, func() { close(fired) })
+	if f.Timers() != 3 {
+		t.Fatalf("timers = %d, want 3", f.Timers())
+	}
+	if next, ok := f.Next(); !ok || !next.Equal(start.Add(time.Hour)) {
+		t.Fatalf("next = %v %v", next, ok)
+	}
+	f.Advance(time.Hour)
+	if got := <-early.C(); !got.Equal(start.Add(time.Hour)) {
+		t.Fatalf("early fired at %v", got)
+	}
+	select {
+	case <-late.C():
+		t.Fatal("late timer fired early")
+	default:
+	}
+	f.Advance(time.Hour)
+	<-fired
+	<-late.C()
+	if f.Timers() != 0 {
+		t.Fatalf("timers left: %d", f.Timers())
+	}
+}
+
+func TestFakeStopAndReset(t *testing.T) {
+	t.Parallel()
+	f := NewFake(time.Unix(0, 0))
+	tm := f.NewTimer(time.Minute)
+	added := f.TimerAdded()
+	if !tm.Stop() || tm.Stop() {
+		t.Fatal("Stop should report active once")
+	}
+	f.Advance(time.Hour)
+	select {
+	case <-tm.C():
+		t.Fatal("stopped timer fired")
+	default:
+	}
+	tm.Reset(time.Second)
+	<-added // the reset started a timer
+	f.Advance(time.Second)
+	<-tm.C()
+	tm.Reset(0) // due at once
+	<-tm.C()
+}
+
+func TestRealClock(t *testing.T) {
+	t.Parallel()
+	c := Or(nil)
+	tm := c.NewTimer(time.Millisecond)
+	<-tm.C()
+	done := make(chan struct{})
+	c.AfterFunc(time.Millisecond, func() { close(done) })
+	<-done
+	if c.Now().IsZero() {
+		t.Fatal("zero time")
+	}
+}

@@ -1,0 +1,363 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// stepAbandonGrace is how long a step whose context is done may take to return
+// before the engine stops waiting for it (a step that ignores its context).
+const stepAbandonGrace = 200 * time.Millisecond
+
+// errAttemptTimeout is the cause of a step context ended by the attempt's timeout.
+var errAttemptTimeout = fmt.Errorf("step attempt timeout: %w", context.DeadlineExceeded)
+
+// Backoff computes the delay before retry number n (n = 1 after the first failure).
+type Backoff interface {
+	Delay(n int) time.Duration
+}
+
+// StepOptions configure a step, with every default already applied.
+type StepOptions struct {
+	// MaxAttempts counts the first attempt. Required (at least 1).
+	MaxAttempts int
+	// Backoff between attempts. Required.
+	Backoff Backoff
+	// NonRetryableTypes lists recorded error types that fail the step at once.
+	NonRetryableTypes []string
+	// Timeout bounds each attempt; 0 means no limit.
+	Timeout time.Duration
+}
+
+// StepAttempt describes the step attempt a context belongs to.
+type StepAttempt struct {
+	RunID          string
+	Step           string
+	Position       int
+	Attempt        int
+	IdempotencyKey string
+}
+
+type stepInfoKey struct{}
+
+// StepInfo returns the attempt a step's context belongs to; the zero value outside a step.
+func StepInfo(ctx context.Context) StepAttempt {
+	a, _ := ctx.Value(stepInfoKey{}).(StepAttempt)
+	return a
+}
+
+// Step runs fn as a step and returns its op, done: on replay the recorded op, else
+// the outcome of fn's attempts (retried per o), queued for the next checkpoint.
+// The result of fn is encoded with the run's codec.
+func (rs *RunState) Step(name string, fn func(context.Context) (any, error), o StepOptions, detached bool) *store.Op {
+	rs.checkUnwind()
+	pos, rec := rs.next(store.OpStep, name)
+	if rec != nil && rec.Done {
+		return rec
+	}
+	op, ok := rs.newStepCall(name, pos, rec, fn, o, detached).execute()
+	if !ok {
+		rs.checkUnwind()
+	}
+	return op
+}
+
+// StepFuture is the pending outcome of an async step.
+type StepFuture struct {
+	rs   *RunState
+	done chan struct{}
+	op   *store.Op // nil when the run is unwinding
+}
+
+// Async starts fn as a step that runs in parallel with the workflow and fills f,
+// the future of its outcome. Its position is reserved now, so replay is
+// deterministic whatever the order in which parallel steps complete.
+func (rs *RunState) Async(f *StepFuture, name string, fn func(context.Context) (any, error), o StepOptions, detached bool) {
+	rs.checkUnwind()
+	pos, rec := rs.next(store.OpStep, name)
+	f.rs, f.done = rs, make(chan struct{})
+	if rec != nil && rec.Done {
+		f.op = rec
+		close(f.done)
+		return
+	}
+	call := rs.newStepCall(name, pos, rec, fn, o, detached)
+	rs.inflight.Add(1)
+	go func() {
+		defer rs.inflight.Done()
+		defer close(f.done)
+		if op, ok := call.execute(); ok {
+			f.op = op
+		}
+	}()
+}
+
+// Wait waits for the step and returns its op, done.
+func (f *StepFuture) Wait() *store.Op {
+	select {
+	case <-f.done:
+	case <-f.rs.unwinding:
+		f.rs.stopNow()
+	}
+	if f.op == nil {
+		f.rs.checkUnwind()
+	}
+	return f.op
+}
+
+// Ready reports whether the outcome is available without waiting.
+func (f *StepFuture) Ready() bool {
+	select {
+	case <-f.done:
+		return f.op != nil
+	default:
+		return false
+	}
+}
+
+func (f *StepFuture) settled() bool             { return f.Ready() }
+func (f *StepFuture) try() bool                 { return f.Ready() }
+func (f *StepFuture) doneChan() <-chan struct{} { return f.done }
+func (f *StepFuture) needs() (*time.Time, []string, string) {
+	return nil, nil, "a step running"
+}
+
+// DecodeResult decodes a step's recorded result into v (a pointer); a result
+// that does not decode stops the run as blocked.
+func (rs *RunState) DecodeResult(op *store.Op, v any) {
+	if err := rs.codec.Unmarshal(op.Result, v); err != nil {
+		rs.block(&NonDeterminismError{Position: op.Position, Recorded: describe(op.Kind, op.Name) + " with a result of another type",
+			Requested: fmt.Sprintf("step %q returning %s", op.Name, reflect.TypeOf(v).Elem())})
+	}
+}
+
+// stepCall executes one step's attempts.
+type stepCall struct {
+	rs       *RunState
+	detached bool
+	name     string
+	pos      int
+	attempt  int // attempts already made (from history)
+	started  time.Time
+	opts     StepOptions
+	fn       func(ctx context.Context) (any, error)
+	// txFn, for a TxStep, replaces fn: each attempt runs it and records the step
+	// in one store transaction (txc).
+	txc  store.TxCheckpointer
+	txFn func(ctx context.Context, tx any) ([]byte, error)
+}
+
+func (rs *RunState) newStepCall(name string, pos int, rec *store.Op, fn func(context.Context) (any, error), o StepOptions, detached bool) *stepCall {
+	sc := &stepCall{rs: rs, detached: detached, name: name, pos: pos, started: rs.now(), opts: o, fn: fn}
+	if rec != nil {
+		sc.attempt, sc.started = rec.Attempts, rec.StartedAt
+	}
+	return sc
+}
+
+// execute runs attempts until one succeeds, the error is final, or the run must stop.
+// It returns the completed op (queued for the next checkpoint), or ok=false when the
+// run is unwinding and the step's outcome is not to be recorded.
+func (sc *stepCall) execute() (op *store.Op, ok bool) {
+	rs := sc.rs
+	for {
+		if rs.ctx.Err() != nil {
+			rs.requestUnwind(rs.ctxUnwindKind(), nil, nil, "")
+			return nil, false
+		}
+		if err := rs.interrupted(sc.detached); err != nil {
+			return sc.finish(nil, err), true
+		}
+		if err := sc.flush(); err != nil {
+			rs.requestUnwind(flushFailure(err), err, nil, "")
+			return nil, false
+		}
+		// The flush may have learnt of a cancellation (requested from another
+		// process during a backoff): no attempt starts after it.
+		if err := rs.interrupted(sc.detached); err != nil {
+			return sc.finish(nil, err), true
+		}
+		sc.attempt++
+		t0 := rs.now()
+		recorded, res, err, stopErr := sc.attemptOnce()
+		if stopErr != nil {
+			rs.requestUnwind(unwindAbandon, stopErr, nil, "")
+			return nil, false
+		}
+		if rs.ctx.Err() != nil {
+			rs.requestUnwind(rs.ctxUnwindKind(), nil, nil, "")
+			return nil, false
+		}
+		switch {
+		case err == nil && recorded != nil:
+			return recorded, true
+		case err == nil:
+			return sc.finish(res, nil), true
+		}
+		att := store.Attempt{Position: sc.pos, Attempt: sc.attempt, Error: *rs.errorInfo(err), StartedAt: t0, FinishedAt: rs.now()}
+		rs.recordAttempt(sc.op(), att)
+		if !sc.retryable(err) {
+			return sc.finish(nil, err), true
+		}
+		if !sc.backoff() {
+			return nil, false
+		}
+	}
+}
+
+// retryable reports whether a failed attempt may be retried.
+func (sc *stepCall) retryable(err error) bool {
+	if sc.attempt >= sc.opts.MaxAttempts {
+		return false
+	}
+	var nr *nonRetryable
+	if errors.As(err, &nr) || errors.Is(err, ErrCancelled) ||
+		errors.Is(err, ErrDeadlineExceeded) || errors.Is(err, ErrPayloadTooLarge) {
+		return false
+	}
+	return !slices.Contains(sc.opts.NonRetryableTypes, sc.rs.errorInfo(err).Type)
+}
+
+// flush makes what precedes the step durable before an attempt. A transactional
+// step flushes everything, derivable waits included: its transaction then carries
+// only the step's op and what async steps queue meanwhile.
+func (sc *stepCall) flush() error {
+	if sc.txFn == nil {
+		return sc.rs.flush()
+	}
+	_, err := sc.rs.checkpoint(&store.CheckpointParams{Status: store.StatusRunning}, false)
+	return err
+}
+
+// attemptOnce runs one attempt. It returns the encoded result of a plain step
+// (to queue), or the op a transactional step recorded itself; err is the
+// attempt's failure; stopErr a store failure after which the run must stop.
+func (sc *stepCall) attemptOnce() (recorded *store.Op, res []byte, err, stopErr error) {
+	if sc.txFn != nil {
+		recorded, err, stopErr = sc.attemptTx()
+		return recorded, nil, err, stopErr
+	}
+	// The result is encoded here, not on the attempt's short-lived goroutine,
+	// whose stack would grow for the encoder each time.
+	v, err := sc.runAttempt()
+	if err == nil {
+		res, err = sc.rs.Encode(v)
+	}
+	return nil, res, err, nil
+}
+
+// backoff waits before the next attempt: in place for a short delay, or by suspending
+// the run (releasing the worker slot) for a long one. It reports whether to go on.
+func (sc *stepCall) backoff() bool {
+	rs := sc.rs
+	delay := sc.opts.Backoff.Delay(sc.attempt)
+	if delay > rs.e.cfg.MaxInlineBackoff {
+		wake := rs.now().Add(delay)
+		reason := fmt.Sprintf("retry backoff: step %q attempt %d at %s", sc.name, sc.attempt+1, reasonTime(wake))
+		rs.requestUnwind(unwindSuspend, nil, &wake, reason)
+		return false
+	}
+	t := rs.e.cfg.Clock.NewTimer(delay)
+	defer t.Stop()
+	cancelled := rs.cancelCtx.Done()
+	if sc.detached {
+		cancelled = nil
+	}
+	select {
+	case <-t.C():
+	case <-cancelled: // the next loop turn records the cancellation
+	case <-rs.ctx.Done():
+	}
+	return true
+}
+
+// op builds the step's history entry, not yet done.
+func (sc *stepCall) op() *store.Op {
+	return &store.Op{Position: sc.pos, Kind: store.OpStep, Name: sc.name, Attempts: sc.attempt, StartedAt: sc.started}
+}
+
+// finish queues the step's final outcome and returns its op.
+func (sc *stepCall) finish(result []byte, err error) *store.Op {
+	rs := sc.rs
+	at := rs.now()
+	op := sc.op()
+	op.Done, op.Result, op.FinishedAt = true, result, &at
+	if err != nil {
+		op.Error = rs.errorInfo(err)
+	}
+	rs.record(op, nil)
+	return op
+}
+
+// attemptContext is the context of one attempt, carrying its StepAttempt.
+func (sc *stepCall) attemptContext() (context.Context, context.CancelFunc) {
+	rs := sc.rs
+	ctx, cancel := rs.stepContext(sc.detached, sc.opts.Timeout)
+	ctx = context.WithValue(ctx, stepInfoKey{}, StepAttempt{
+		RunID: rs.run.ID, Step: sc.name, Position: sc.pos, Attempt: sc.attempt,
+		IdempotencyKey: rs.run.ID + "/" + strconv.Itoa(sc.pos),
+	})
+	return ctx, cancel
+}
+
+// runAttempt runs fn once on its own goroutine, so that a step ignoring its context is
+// abandoned shortly after the context ends. Context errors are mapped to their cause.
+func (sc *stepCall) runAttempt() (any, error) {
+	ctx, cancel := sc.attemptContext()
+	defer cancel()
+	type outcome struct {
+		v   any
+		err error
+	}
+	ch := make(chan outcome, 1)
+	go func() {
+		v, err := callSafely(ctx, sc.fn)
+		ch <- outcome{v, err}
+	}()
+	var o outcome
+	select {
+	case o = <-ch:
+	case <-ctx.Done():
+		grace := sc.rs.e.cfg.Clock.NewTimer(stepAbandonGrace)
+		select {
+		case o = <-ch:
+		case <-grace.C():
+			o.err = ctx.Err()
+		}
+		grace.Stop()
+	}
+	if o.err != nil && ctx.Err() != nil {
+		o.err = sc.contextError(ctx, o.err)
+	}
+	return o.v, o.err
+}
+
+// contextError names why a step's context ended: cancellation, the run's deadline
+// or the attempt's timeout.
+func (sc *stepCall) contextError(ctx context.Context, err error) error {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, ErrCancelled), errors.Is(cause, ErrDeadlineExceeded):
+		return cause
+	case errors.Is(cause, errAttemptTimeout):
+		return fmt.Errorf("%w after %s", ErrStepTimeout, sc.opts.Timeout)
+	}
+	return err
+}
+
+func callSafely(ctx context.Context, fn func(context.Context) (any, error)) (v any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{value: r, stack: string(debug.Stack())}
+		}
+	}()
+	return fn(ctx)
+}
