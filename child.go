@@ -37,6 +37,17 @@ func (e *ChildError) Error() string {
 	return fmt.Sprintf("child run %s %s: %s", e.RunID, e.Status, e.Message)
 }
 
+// Unwrap returns the sentinel of the child's recorded error type
+// (ErrDeadlineExceeded, ErrStepTimeout, ErrPayloadTooLarge, ErrEventTimeout,
+// ErrApprovalTimeout), if any. A cancelled child does not unwrap to ErrCancelled:
+// that sentinel means the workflow itself was cancelled.
+func (e *ChildError) Unwrap() error {
+	if e.Type == engine.TypeCancelled {
+		return nil
+	}
+	return sentinelFor(e.Type)
+}
+
 // ChildFuture is a child run started by a workflow.
 type ChildFuture[Out any] struct {
 	w engine.ChildWait
@@ -132,6 +143,16 @@ func (e *MapError) Error() string {
 		msg += fmt.Sprintf(" (and %d more)", n)
 	}
 	return msg
+}
+
+// Unwrap returns a *ChildError for each failed item, so errors.As and errors.Is
+// look into them.
+func (e *MapError) Unwrap() []error {
+	errs := make([]error, len(e.Items))
+	for i, it := range e.Items {
+		errs[i] = &ChildError{RunID: it.RunID, Status: it.Status, Message: it.Message, Type: it.Type}
+	}
+	return errs
 }
 
 func mapError(items []engine.ItemError) *MapError {

@@ -45,8 +45,8 @@ var (
 	// ErrStepTimeout: a step attempt ran longer than StepOptions.Timeout. It is
 	// retried like any other error.
 	ErrStepTimeout = engine.ErrStepTimeout
-	// ErrClosed: the client was closed.
-	ErrClosed = errors.New("trellis: client closed")
+	// ErrClosed: the client, or the store under it, was closed.
+	ErrClosed = store.ErrClosed
 )
 
 // NonDeterminismError reports that workflow code asked for a different op than the
@@ -100,6 +100,10 @@ func sentinelFor(typ string) error {
 		return ErrPayloadTooLarge
 	case engine.TypeTimeout:
 		return ErrStepTimeout
+	case engine.TypeEventTimeout:
+		return ErrEventTimeout
+	case engine.TypeApprovalTimeout:
+		return ErrApprovalTimeout
 	}
 	return nil
 }

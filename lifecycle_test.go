@@ -225,7 +225,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		t.Fatalf("bad input created %d runs", len(page.Runs))
 	}
 	run := must[*trellis.Run](t)(c.StartRaw(ctx, "typed", []byte(`{"Amount": 3}`), trellis.StartOptions{}))
-	if got := mustResult(t, trellis.GetHandle(c, wf, run.ID)); got != 3 {
+	if got := mustResult(t, must[*trellis.Handle[int]](t)(trellis.GetHandle(ctxT(t), c, wf, run.ID))); got != 3 {
 		t.Fatalf("raw start result %d", got)
 	}
 }
@@ -302,7 +302,7 @@ func TestShutdownHandsBackAndAnotherWorkerResumes(t *testing.T) {
 		t.Fatalf("handed-back run is %s", run.Status)
 	}
 	register(t, c2, wf)
-	if got := mustResult(t, trellis.GetHandle(c2, wf, h.RunID())); got != "finished" || first.Load() != 1 {
+	if got := mustResult(t, must[*trellis.Handle[string]](t)(trellis.GetHandle(ctxT(t), c2, wf, h.RunID()))); got != "finished" || first.Load() != 1 {
 		t.Fatalf("result %q, first step ran %d times", got, first.Load())
 	}
 }
@@ -324,7 +324,7 @@ func TestExpiredLeaseIsTakenOverAndStaleWritesRejected(t *testing.T) {
 	}
 	c := open(t, url)
 	register(t, c, wf)
-	if got := mustResult(t, trellis.GetHandle(c, wf, h.RunID())); got != 42 {
+	if got := mustResult(t, must[*trellis.Handle[int]](t)(trellis.GetHandle(ctxT(t), c, wf, h.RunID()))); got != 42 {
 		t.Fatalf("result %d", got)
 	}
 	_, err := st.Checkpoint(ctxT(t), &store.CheckpointParams{

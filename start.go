@@ -60,9 +60,18 @@ func (h *Handle[Out]) Result(ctx context.Context) (Out, error) {
 	return out, nil
 }
 
-// GetHandle returns a handle to an existing run of wf, by run ID.
-func GetHandle[In, Out any](c *Client, wf *Workflow[In, Out], runID string) *Handle[Out] {
-	return &Handle[Out]{c: c, runID: runID}
+// GetHandle returns a handle to an existing run of wf, by run ID or workflow ID
+// (its latest run). ErrRunNotFound when there is none; ErrInvalidParams when the
+// run is of another workflow.
+func GetHandle[In, Out any](ctx context.Context, c *Client, wf *Workflow[In, Out], ref string) (*Handle[Out], error) {
+	run, err := c.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if run.Workflow != wf.Name() {
+		return nil, fmt.Errorf("%w: run %s is of workflow %q, not %q", ErrInvalidParams, run.ID, run.Workflow, wf.Name())
+	}
+	return &Handle[Out]{c: c, id: run.WorkflowID, runID: run.ID}, nil
 }
 
 // Start starts a run of wf with input in. The run is durable before Start returns.

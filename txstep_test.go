@@ -222,7 +222,7 @@ func TestTxStepExactlyOnce(t *testing.T) {
 		block.Store(false)
 		c2 := open(t, db.url)
 		register(t, c2, wf)
-		if got := mustResult(t, trellis.GetHandle(c2, wf, h.RunID())); got != "o1 charged 7" {
+		if got := mustResult(t, must[*trellis.Handle[string]](t)(trellis.GetHandle(ctxT(t), c2, wf, h.RunID()))); got != "o1 charged 7" {
 			t.Fatalf("result %q", got)
 		}
 		if n := db.count(t, "SELECT count(*) FROM charges"); n != 1 || attempts.Load() != 2 {

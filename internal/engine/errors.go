@@ -97,6 +97,10 @@ func errorInfo(err error, typeOf func(error) (string, bool)) *store.ErrorInfo {
 		info.Type = TypeDeadline
 	case errors.Is(err, ErrPayloadTooLarge):
 		info.Type, info.NonRetryable = TypePayload, true
+	case errors.Is(err, ErrEventTimeout):
+		info.Type = TypeEventTimeout
+	case errors.Is(err, ErrApprovalTimeout):
+		info.Type = TypeApprovalTimeout
 	case typeOf != nil:
 		if t, ok := typeOf(err); ok {
 			info.Type = t
