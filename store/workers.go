@@ -94,3 +94,48 @@ type WorkerRemoveParams struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 }
+
+// UnservedReason is the wait reason of a pending run that no live worker among
+// workers (the records of the run's namespace) serves: `no live worker serves
+// workflow "x"`, or `... on queue "q"` when live workers serve the workflow on
+// other queues only. It is "" when a live worker serves the run.
+func UnservedReason(run *Run, workers []*Worker) string {
+	onOtherQueues := false
+	for _, w := range workers {
+		if !w.Live || w.Namespace != run.Namespace {
+			continue
+		}
+		if w.Serves(run.Workflow, run.Queue) {
+			return ""
+		}
+		onOtherQueues = onOtherQueues || slices.Contains(w.Workflows, run.Workflow)
+	}
+	if onOtherQueues {
+		return fmt.Sprintf("no live worker serves workflow %q on queue %q", run.Workflow, run.Queue)
+	}
+	return fmt.Sprintf("no live worker serves workflow %q", run.Workflow)
+}
+
+// ExplainPending gives each pending run of namespace that has no wait reason of its
+// own the UnservedReason computed from the namespace's worker records, read from reg
+// only when some run needs them. RunGet and RunList of every driver call it, so a run
+// whose workflow no worker serves (a forgotten Register, a worker on other queues,
+// every worker gone) says so instead of staying silently pending. The reason is
+// computed at read time and never stored.
+func ExplainPending(ctx context.Context, reg WorkerRegistry, namespace string, runs ...*Run) error {
+	if !slices.ContainsFunc(runs, unexplained) {
+		return nil
+	}
+	workers, err := reg.WorkerList(ctx, &WorkerListParams{Namespace: namespace})
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		if unexplained(r) {
+			r.WaitReason = UnservedReason(r, workers)
+		}
+	}
+	return nil
+}
+
+func unexplained(r *Run) bool { return r.Status == StatusPending && r.WaitReason == "" }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,8 @@ var workerCases = []testCase{
 	{"ListByNamespaceAndName", workerListByNamespace},
 	{"Remove", workerRemove},
 	{"InvalidParams", workerInvalidParams},
+	{"UnservedReason", workerUnservedReason},
+	{"UnservedOnlyPending", workerUnservedOnlyPending},
 }
 
 const workerTTL = 10 * time.Second
@@ -181,5 +184,65 @@ func workerInvalidParams(t *testing.T, e *env) {
 	}
 	if ws := e.workers(ns); len(ws) != 0 {
 		t.Fatalf("rejected heartbeats wrote %v", workerNames(ws))
+	}
+}
+
+// serveAll records a live worker (for a day) that serves the suite's workflows on
+// every queue, so that pending runs show only their own wait reasons.
+func (e *env) serveAll() {
+	e.t.Helper()
+	e.heartbeatWith(&store.WorkerHeartbeatParams{Namespace: ns, Name: "serves-all",
+		Workflows: []string{wf, childWF}, TTL: 24 * time.Hour, Start: true})
+}
+
+// wantReason checks the wait reason RunGet and RunList give run.
+func (e *env) wantReason(runID, want string) {
+	e.t.Helper()
+	if got := e.get(runID).WaitReason; got != want {
+		e.t.Fatalf("RunGet: wait reason %q, want %q", got, want)
+	}
+	for _, r := range e.list(store.RunListParams{Namespace: ns}).Runs {
+		if r.ID == runID && r.WaitReason != want {
+			e.t.Fatalf("RunList: wait reason %q, want %q", r.WaitReason, want)
+		}
+	}
+}
+
+// A pending run whose workflow no live worker of its namespace serves (on its
+// queue) says so in its wait reason, computed when read.
+func workerUnservedReason(t *testing.T, e *env) {
+	unserved := `no live worker serves workflow "wf"`
+	run := e.create()
+	e.wantReason(run.ID, unserved)
+	e.heartbeatWith(&store.WorkerHeartbeatParams{Namespace: "other", Name: "elsewhere", Workflows: []string{wf}, TTL: workerTTL})
+	e.heartbeat("other-workflows", true, "x", "y")
+	e.wantReason(run.ID, unserved)
+	e.heartbeatWith(&store.WorkerHeartbeatParams{Namespace: ns, Name: "other-queue", Workflows: []string{wf},
+		Queues: []string{"q2"}, TTL: workerTTL})
+	e.wantReason(run.ID, `no live worker serves workflow "wf" on queue "default"`)
+	e.heartbeatWith(&store.WorkerHeartbeatParams{Namespace: ns, Name: "serves", Workflows: []string{"x", wf},
+		Queues: []string{"q2", queue}, TTL: workerTTL})
+	e.wantReason(run.ID, "")
+	e.clk.Advance(workerTTL) // every worker is gone
+	e.wantReason(run.ID, unserved)
+}
+
+// Only pending runs without a reason of their own get one.
+func workerUnservedOnlyPending(t *testing.T, e *env) {
+	running := e.start()
+	e.wantReason(running.Run.ID, "")
+	waiting := e.start()
+	e.checkpoint(waiting, store.CheckpointParams{Status: store.StatusWaiting, WaitReason: "event"})
+	e.wantReason(waiting.Run.ID, "event")
+	done := e.start()
+	e.finish(done)
+	e.wantReason(done.Run.ID, "")
+	parent := e.start()
+	g := e.group(1, 2, "c")
+	g.MaxConcurrency = 1
+	e.createGroup(parent, g)
+	e.wantReason("c-0", `no live worker serves workflow "child"`)
+	if r := e.get("c-1"); r.WaitReason == "" || strings.HasPrefix(r.WaitReason, "no live worker") {
+		t.Fatalf("held child's wait reason = %q, want its own", r.WaitReason)
 	}
 }
