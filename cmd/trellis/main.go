@@ -26,6 +26,7 @@ Commands:
   dev       run example workflows on a local SQLite store and watch them
   runs      list, inspect, cancel and resume runs, send events (list, get, history, cancel, resume, send-event)
   approvals list and decide approval requests (list, approve, reject)
+  workers   list the workers that serve a namespace (list)
   migrate   create or upgrade a store's schema
   bench     benchmark a store
   help      show this help; "trellis help <command>" shows a command's flags
@@ -75,6 +76,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runRuns(ctx, rest, stdout, stderr)
 	case "approvals":
 		return runApprovals(ctx, rest, stdout, stderr)
+	case "workers":
+		return runWorkers(ctx, rest, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, rest, stdout, stderr)
 	case "bench":
