@@ -104,6 +104,9 @@ func (c Config) withDefaults() Config {
 	if w.LeaseDuration <= 0 {
 		w.LeaseDuration = worker.DefaultLeaseDuration
 	}
+	if w.ShutdownGrace <= 0 {
+		w.ShutdownGrace = worker.DefaultShutdownGrace
+	}
 	if w.MaxInlineBackoff <= 0 {
 		w.MaxInlineBackoff = 2 * time.Second
 	}
