@@ -123,7 +123,8 @@ func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		if c.worker != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Worker.LeaseDuration)
+			// The grace, then a lease's time for the executors to hand runs back.
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Worker.ShutdownGrace+c.cfg.Worker.LeaseDuration)
 			defer cancel()
 			if err := c.worker.Stop(ctx); err != nil {
 				c.closeErr = err

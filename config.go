@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/trellis-dev/trellis/internal/clock"
+	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/storepg"
 	"github.com/trellis-dev/trellis/store/storesqlite"
@@ -65,23 +66,28 @@ type WorkerOptions struct {
 	Name string
 	// Queues to take runs from; default all.
 	Queues []string
-	// Concurrency caps the runs executing at once; default 256.
+	// Concurrency caps the runs executing at once; default 256
+	// (worker.DefaultConcurrency).
 	Concurrency int
-	// ClaimBatch caps the runs claimed by one query; default 64.
+	// ClaimBatch caps the runs claimed by one query; default 64
+	// (worker.DefaultClaimBatch).
 	ClaimBatch int
-	// LeaseDuration is how long a claim lasts without a heartbeat; default 30s.
+	// LeaseDuration is how long a claim lasts without a heartbeat, hence how soon
+	// another worker takes over the runs of a worker that crashed; default 10s
+	// (worker.DefaultLeaseDuration).
 	LeaseDuration time.Duration
-	// HeartbeatInterval is how often leases are extended; default LeaseDuration/3.
+	// HeartbeatInterval is how often leases are extended (in one batched call) and
+	// the worker's record refreshed; default LeaseDuration/3.
 	HeartbeatInterval time.Duration
 	// ShutdownGrace is how long Close lets active runs finish before handing them
-	// back; default 10s.
+	// back; default 10s (worker.DefaultShutdownGrace).
 	ShutdownGrace time.Duration
 	// MaxInlineBackoff: a retry backoff up to this long waits in the worker; a
 	// longer one releases the run to wait in the store. Default 2s.
 	MaxInlineBackoff time.Duration
 	// PollInterval is the fallback interval at which an idle worker looks for runs
 	// and Result re-reads a run, for changes made by other processes that no push
-	// reaches (SQLite across processes). Default 1s.
+	// reaches (SQLite across processes). Default 1s (worker.DefaultPollInterval).
 	PollInterval time.Duration
 }
 
@@ -115,13 +121,16 @@ func (c Config) withDefaults() Config {
 		w.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
 	}
 	if w.LeaseDuration <= 0 {
-		w.LeaseDuration = 30 * time.Second
+		w.LeaseDuration = worker.DefaultLeaseDuration
+	}
+	if w.ShutdownGrace <= 0 {
+		w.ShutdownGrace = worker.DefaultShutdownGrace
 	}
 	if w.MaxInlineBackoff <= 0 {
 		w.MaxInlineBackoff = 2 * time.Second
 	}
 	if w.PollInterval <= 0 {
-		w.PollInterval = time.Second
+		w.PollInterval = worker.DefaultPollInterval
 	}
 	return c
 }

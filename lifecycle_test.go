@@ -357,13 +357,15 @@ func TestHeartbeatsKeepALongStepsLease(t *testing.T) {
 	wf := trellis.NewWorkflow("long-step", func(wc *trellis.Context, _ int) (int, error) {
 		return trellis.Step(wc, "slow", func(context.Context) (int, error) {
 			calls.Add(1)
-			time.Sleep(time.Second) // five lease durations
+			time.Sleep(1200 * time.Millisecond) // three lease durations
 			return 1, nil
 		})
 	})
 	url := storeURL(t)
 	short := func(cfg *trellis.Config) {
-		cfg.Worker.LeaseDuration = 200 * time.Millisecond
+		// A heartbeat every 50ms keeps a 400ms lease even when a loaded CI
+		// machine delays a few of them.
+		cfg.Worker.LeaseDuration = 400 * time.Millisecond
 		cfg.Worker.HeartbeatInterval = 50 * time.Millisecond
 	}
 	c := open(t, url, short)

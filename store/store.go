@@ -88,6 +88,9 @@ type Store interface {
 
 	// Close releases the store's resources.
 	Close() error
+
+	// WorkerRegistry: workers' records (see workers.go).
+	WorkerRegistry
 }
 
 // TopicReady is signalled when runs may have become claimable (a run was created,

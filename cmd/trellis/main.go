@@ -30,6 +30,7 @@ Commands:
   dev       run example workflows on a local SQLite store and watch them
   runs      start, list, inspect, cancel and resume runs, send events (start, list, get, history, cancel, resume, send-event)
   approvals list and decide approval requests (list, approve, reject)
+  workers   list the workers that serve a namespace (list)
   migrate   create or upgrade a store's schema
   bench     benchmark a store
   version   print the version of trellis and Go
@@ -90,6 +91,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runRuns(ctx, rest, stdout, stderr)
 	case "approvals":
 		return runApprovals(ctx, rest, stdout, stderr)
+	case "workers":
+		return runWorkers(ctx, rest, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, rest, stdout, stderr)
 	case "bench":

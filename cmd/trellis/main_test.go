@@ -56,8 +56,9 @@ func TestHelpEverywhere(t *testing.T) {
 	commands := [][]string{
 		{}, {"runs"}, {"approvals"}, {"dev"}, {"migrate"}, {"bench"}, {"version"},
 		{"runs", "start"}, {"runs", "list"}, {"runs", "get"}, {"runs", "history"}, {"runs", "cancel"},
-		{"runs", "resume"}, {"runs", "send-event"},
+		{"runs", "resume"}, {"runs", "send-event"}, {"runs", "reset"},
 		{"approvals", "list"}, {"approvals", "approve"}, {"approvals", "reject"},
+		{"workers"}, {"workers", "list"},
 	}
 	goStyle := regexp.MustCompile(`(?m)^\s+-[a-z]`)
 	for _, cmd := range commands {
@@ -70,7 +71,7 @@ func TestHelpEverywhere(t *testing.T) {
 			if len(cmd) > 0 && cmd[0] != "version" && !strings.Contains(res.stdout, "--store") {
 				t.Errorf("%q: no --store flag in\n%s", args, res.stdout)
 			}
-			if len(cmd) > 0 && (cmd[0] == "runs" || cmd[0] == "approvals") && !strings.Contains(res.stdout, "--namespace") {
+			if len(cmd) > 0 && (cmd[0] == "runs" || cmd[0] == "approvals" || cmd[0] == "workers") && !strings.Contains(res.stdout, "--namespace") {
 				t.Errorf("%q: no --namespace flag in\n%s", args, res.stdout)
 			}
 			if goStyle.MatchString(res.stdout) {

@@ -39,7 +39,8 @@ func (w *Worker) claimLoop() {
 // starts them. It returns the next due time and whether to claim again at once.
 func (w *Worker) claimOnce() (next *time.Time, again bool) {
 	free := w.cfg.Concurrency - w.Active()
-	names := w.cfg.Workflows()
+	names := w.sortedWorkflows()
+	w.updateRecord(names)
 	if free <= 0 || len(names) == 0 {
 		return nil, false
 	}
@@ -119,7 +120,20 @@ func (w *Worker) heartbeatLoop() {
 	}
 }
 
+// heartbeat extends the leases the worker holds, then refreshes its record: two
+// calls per tick whatever the number of active runs (one statement each on
+// Postgres; on SQLite the lease call runs one UPDATE per lease, all in one
+// transaction).
 func (w *Worker) heartbeat() {
+	ctx, cancel := context.WithTimeout(w.hardCtx, w.cfg.HeartbeatInterval)
+	defer cancel()
+	w.extendLeases(ctx)
+	if err := w.writeRecord(ctx, w.sortedWorkflows()); err != nil && w.hardCtx.Err() == nil {
+		w.cfg.Logger.Warn("refreshing worker record", "err", err)
+	}
+}
+
+func (w *Worker) extendLeases(ctx context.Context) {
 	w.mu.Lock()
 	leases := make([]store.Lease, 0, len(w.active))
 	for _, a := range w.active {
@@ -129,8 +143,6 @@ func (w *Worker) heartbeat() {
 	if len(leases) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(w.hardCtx, w.cfg.HeartbeatInterval)
-	defer cancel()
 	res, err := w.cfg.Store.LeasesExtend(ctx, &store.LeasesExtendParams{Leases: leases, Duration: w.cfg.LeaseDuration})
 	if err != nil {
 		w.cfg.Logger.Warn("extending leases", "err", err)

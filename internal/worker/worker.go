@@ -53,47 +53,74 @@ type Config struct {
 	Workflows func() []string
 	// Name identifies the worker as lease owner. Required.
 	Name string
-	// Concurrency caps the runs executing at once. Default 256.
+	// Concurrency caps the runs executing at once. Default DefaultConcurrency (256).
 	Concurrency int
-	// ClaimBatch caps the runs claimed by one query. Default 64.
+	// ClaimBatch caps the runs claimed by one query. Default DefaultClaimBatch (64).
 	ClaimBatch int
-	// LeaseDuration is how long a claim lasts without a heartbeat. Default 30s.
+	// LeaseDuration is how long a claim lasts without a heartbeat, and how long the
+	// worker's store record stays live. Default DefaultLeaseDuration (10s).
 	LeaseDuration time.Duration
-	// HeartbeatInterval is how often leases are extended. Default LeaseDuration/3.
+	// HeartbeatInterval is how often leases are extended and the worker's record
+	// refreshed. Default LeaseDuration/HeartbeatFraction.
 	HeartbeatInterval time.Duration
 	// ShutdownGrace is how long Stop lets active runs finish before handing them
-	// back. Default 10s.
+	// back. Default DefaultShutdownGrace (10s).
 	ShutdownGrace time.Duration
 	// PollInterval is the fallback claim interval when no wake-up arrives, for
-	// resilience only. Default 30s.
+	// changes no push reaches (SQLite across processes). Default 1s.
 	PollInterval time.Duration
-	Logger       *slog.Logger
+	// Version describes the worker's binary in its store record (free text).
+	// Default BuildVersion().
+	Version string
+	Logger  *slog.Logger
 	// Clock schedules claims, heartbeats and the shutdown grace; default the
 	// wall clock.
 	Clock clock.Clock
 }
+
+// Defaults of Config, the single source of these values: the root package's
+// WorkerOptions refer to them.
+const (
+	DefaultConcurrency = 256
+	DefaultClaimBatch  = 64
+	// DefaultLeaseDuration bounds how long a crashed worker's runs wait before
+	// another worker takes them over. Heartbeats are batched (one lease statement
+	// per tick on Postgres, one transaction per tick on SQLite), so a short lease
+	// costs little.
+	DefaultLeaseDuration = 10 * time.Second
+	// DefaultShutdownGrace is how long Stop lets active runs finish.
+	DefaultShutdownGrace = 10 * time.Second
+	DefaultPollInterval  = time.Second
+)
+
+// HeartbeatFraction: the default HeartbeatInterval is LeaseDuration/HeartbeatFraction,
+// so a lease survives two lost heartbeats.
+const HeartbeatFraction = 3
 
 func (c Config) withDefaults() Config {
 	if c.Namespace == "" {
 		c.Namespace = "default"
 	}
 	if c.Concurrency <= 0 {
-		c.Concurrency = 256
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.ClaimBatch <= 0 {
-		c.ClaimBatch = 64
+		c.ClaimBatch = DefaultClaimBatch
 	}
 	if c.LeaseDuration <= 0 {
-		c.LeaseDuration = 30 * time.Second
+		c.LeaseDuration = DefaultLeaseDuration
 	}
 	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = c.LeaseDuration / 3
+		c.HeartbeatInterval = c.LeaseDuration / HeartbeatFraction
 	}
 	if c.ShutdownGrace <= 0 {
-		c.ShutdownGrace = 10 * time.Second
+		c.ShutdownGrace = DefaultShutdownGrace
 	}
 	if c.PollInterval <= 0 {
-		c.PollInterval = 30 * time.Second
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.Version == "" {
+		c.Version = BuildVersion()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -128,6 +155,7 @@ type Worker struct {
 	hardStop context.CancelCauseFunc
 	loops    sync.WaitGroup // claim and heartbeat loops
 	runs     sync.WaitGroup // one per active run
+	rec      record         // the worker's record in the store
 
 	mu       sync.Mutex
 	active   map[string]*active
@@ -232,8 +260,8 @@ func (w *Worker) Active() int {
 }
 
 // Stop stops claiming, lets active runs finish for up to ShutdownGrace, then cancels
-// the rest (their executors hand them back) and waits for every goroutine, or until
-// ctx is done.
+// the rest (their executors hand them back), waits for every goroutine, or until
+// ctx is done, and removes the worker's record from the store.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.stopOnce.Do(func() { close(w.stopping) })
 	grace := w.cfg.Clock.NewTimer(w.cfg.ShutdownGrace)
@@ -252,6 +280,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return fmt.Errorf("stopping worker: %w", ctx.Err())
 	}
 	w.loops.Wait()
+	if err := w.removeRecord(ctx); err != nil {
+		return fmt.Errorf("stopping worker: %w", err)
+	}
 	return nil
 }
 

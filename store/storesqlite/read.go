@@ -23,6 +23,9 @@ func (s *Store) RunGet(ctx context.Context, p *store.RunGetParams) (*store.Run, 
 		return nil, fmt.Errorf("getting run: %w", store.ErrClosed)
 	}
 	r, err := runByRef(ctx, s.reads, p.Namespace, p.Ref)
+	if err == nil {
+		err = store.ExplainPending(ctx, s, p.Namespace, r)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("getting run: %w", s.readErr(err))
 	}
@@ -116,6 +119,9 @@ func (s *Store) RunList(ctx context.Context, p *store.RunListParams) (*store.Run
 	}
 	res := &store.RunListResult{}
 	res.Runs, res.NextCursor = store.Page(runs, limit, func(r *store.Run) int64 { return r.Sequence })
+	if err := store.ExplainPending(ctx, s, p.Namespace, res.Runs...); err != nil {
+		return nil, fmt.Errorf("listing runs: %w", err)
+	}
 	return res, nil
 }
 

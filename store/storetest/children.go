@@ -120,6 +120,7 @@ func childGroupCreated(t *testing.T, e *env) {
 }
 
 func childMaxConcurrency(t *testing.T, e *env) {
+	e.serveAll() // a pending child's own wait reason is what the case checks
 	parent := e.start()
 	g := e.group(1, 5, "c")
 	g.MaxConcurrency = 2

@@ -206,6 +206,7 @@ func eventConsumeForeign(t *testing.T, e *env) {
 }
 
 func eventWake(t *testing.T, e *env) {
+	e.serveAll() // the pending run's own wait reason is what the case checks
 	cr := e.start()
 	wake := e.clk.Now().Add(time.Hour)
 	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusWaiting, WaitReason: "event a", WakeAt: &wake,
@@ -231,6 +232,7 @@ func eventWake(t *testing.T, e *env) {
 }
 
 func eventWaitWithInbox(t *testing.T, e *env) {
+	e.serveAll() // the pending run's own wait reason is what the case checks
 	cr := e.start()
 	e.send(cr.Run.ID, "a", `1`)
 	e.wait(cr, "x", "a")

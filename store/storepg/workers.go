@@ -1,0 +1,90 @@
+package storepg
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+const (
+	// sqlWorkerUpsert creates or refreshes a worker's record; $8 (Start) resets
+	// its started_at.
+	sqlWorkerUpsert = `INSERT INTO workers (namespace, name, workflows, queues, version,
+	started_at, last_seen_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $6, $7)
+	ON CONFLICT (namespace, name) DO UPDATE SET workflows = excluded.workflows,
+	queues = excluded.queues, version = excluded.version, last_seen_at = excluded.last_seen_at,
+	expires_at = excluded.expires_at,
+	started_at = CASE WHEN $8::boolean THEN excluded.started_at ELSE workers.started_at END`
+	// sqlWorkersForget deletes a namespace's records dead since before $2.
+	sqlWorkersForget = `DELETE FROM workers WHERE namespace = $1 AND expires_at < $2`
+	sqlWorkerList    = `SELECT namespace, name, workflows, queues, version, started_at,
+	last_seen_at, expires_at FROM workers WHERE namespace = $1 ORDER BY name`
+	sqlWorkerRemove = `DELETE FROM workers WHERE namespace = $1 AND name = $2`
+)
+
+// WorkerHeartbeat implements store.Store. A lost heartbeat is harmless (the next
+// one rewrites the record), so it commits without waiting for the WAL flush.
+func (s *Store) WorkerHeartbeat(ctx context.Context, p *store.WorkerHeartbeatParams) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("recording worker heartbeat: %w", err)
+	}
+	now := s.now()
+	var stmts []stmt
+	if p.Start {
+		stmts = append(stmts, stmt{sql: sqlWorkersForget, args: []any{p.Namespace, now.Add(-store.WorkerForgetAfter)}})
+	}
+	stmts = append(stmts, stmt{sql: sqlWorkerUpsert, args: []any{p.Namespace, p.Name,
+		orEmpty(p.Workflows), orEmpty(p.Queues), p.Version, now, now.Add(p.TTL), p.Start}})
+	if _, err := s.writeNoSync(ctx, stmts...); err != nil {
+		return fmt.Errorf("recording worker heartbeat: %w", err)
+	}
+	return nil
+}
+
+// WorkerList implements store.Store.
+func (s *Store) WorkerList(ctx context.Context, p *store.WorkerListParams) ([]*store.Worker, error) {
+	if s.closed() {
+		return nil, fmt.Errorf("listing workers: %w", store.ErrClosed)
+	}
+	var ws []*store.Worker
+	err := s.read(ctx, func() (err error) {
+		ws, err = s.workerList(ctx, p.Namespace)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing workers: %w", s.readErr(err))
+	}
+	return ws, nil
+}
+
+func (s *Store) workerList(ctx context.Context, namespace string) ([]*store.Worker, error) {
+	now := s.now()
+	rows, err := s.pool.Query(ctx, sqlWorkerList, namespace)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Worker, error) {
+		var w store.Worker
+		err := row.Scan(&w.Namespace, &w.Name, &w.Workflows, &w.Queues, &w.Version,
+			&w.StartedAt, &w.LastSeenAt, &w.ExpiresAt)
+		w.StartedAt, w.LastSeenAt, w.ExpiresAt = w.StartedAt.UTC(), w.LastSeenAt.UTC(), w.ExpiresAt.UTC()
+		w.Workflows, w.Queues = orEmpty(w.Workflows), orEmpty(w.Queues)
+		w.Live = w.ExpiresAt.After(now)
+		return &w, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return orEmpty(ws), nil
+}
+
+// WorkerRemove implements store.Store.
+func (s *Store) WorkerRemove(ctx context.Context, p *store.WorkerRemoveParams) error {
+	if _, err := s.writeNoSync(ctx, stmt{sql: sqlWorkerRemove, args: []any{p.Namespace, p.Name}}); err != nil {
+		return fmt.Errorf("removing worker: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+package storesqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+const (
+	// sqlWorkerUpsert creates or refreshes a worker's record; ?8 (Start) resets
+	// its started_at.
+	sqlWorkerUpsert = `INSERT INTO workers (namespace, name, workflows, queues, version,
+	started_at, last_seen_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)
+	ON CONFLICT (namespace, name) DO UPDATE SET workflows = excluded.workflows,
+	queues = excluded.queues, version = excluded.version, last_seen_at = excluded.last_seen_at,
+	expires_at = excluded.expires_at,
+	started_at = CASE WHEN ?8 THEN excluded.started_at ELSE workers.started_at END`
+	// sqlWorkersForget deletes a namespace's records dead since before ?2.
+	sqlWorkersForget = `DELETE FROM workers WHERE namespace = ?1 AND expires_at < ?2`
+	sqlWorkerList    = `SELECT namespace, name, workflows, queues, version, started_at,
+	last_seen_at, expires_at FROM workers WHERE namespace = ?1 ORDER BY name`
+	sqlWorkerRemove = `DELETE FROM workers WHERE namespace = ?1 AND name = ?2`
+)
+
+// WorkerHeartbeat implements store.Store. A lost heartbeat is harmless (the next
+// one rewrites the record), so it commits without fsync.
+func (s *Store) WorkerHeartbeat(ctx context.Context, p *store.WorkerHeartbeatParams) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("recording worker heartbeat: %w", err)
+	}
+	wfs, err := jsonList(append([]string{}, p.Workflows...))
+	if err != nil {
+		return fmt.Errorf("recording worker heartbeat: %w", err)
+	}
+	queues, err := jsonList(append([]string{}, p.Queues...))
+	if err != nil {
+		return fmt.Errorf("recording worker heartbeat: %w", err)
+	}
+	err = s.writeNoSync(ctx, func(tx *wtx) error {
+		now := tx.now.UnixNano()
+		if p.Start {
+			if _, err := tx.exec(sqlWorkersForget, p.Namespace, tx.now.Add(-store.WorkerForgetAfter).UnixNano()); err != nil {
+				return err
+			}
+		}
+		_, err := tx.exec(sqlWorkerUpsert, p.Namespace, p.Name, wfs, queues, p.Version,
+			now, tx.now.Add(p.TTL).UnixNano(), boolInt(p.Start))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("recording worker heartbeat: %w", err)
+	}
+	return nil
+}
+
+// WorkerList implements store.Store.
+func (s *Store) WorkerList(ctx context.Context, p *store.WorkerListParams) ([]*store.Worker, error) {
+	if s.closed() {
+		return nil, fmt.Errorf("listing workers: %w", store.ErrClosed)
+	}
+	ws, err := s.workerList(ctx, p.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("listing workers: %w", s.readErr(err))
+	}
+	return ws, nil
+}
+
+func (s *Store) workerList(ctx context.Context, namespace string) ([]*store.Worker, error) {
+	now := s.now()
+	rows, err := s.reads.QueryContext(ctx, sqlWorkerList, namespace)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	ws := []*store.Worker{}
+	for rows.Next() {
+		w, err := scanWorker(rows)
+		if err != nil {
+			return nil, err
+		}
+		w.Live = w.ExpiresAt.After(now)
+		ws = append(ws, w)
+	}
+	return ws, rows.Err()
+}
+
+func scanWorker(sc scanner) (*store.Worker, error) {
+	var (
+		w                        store.Worker
+		wfs, queues              string
+		started, seen, expiresAt int64
+	)
+	if err := sc.Scan(&w.Namespace, &w.Name, &wfs, &queues, &w.Version, &started, &seen, &expiresAt); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(wfs), &w.Workflows); err != nil {
+		return nil, fmt.Errorf("decoding workflows of worker %q: %w", w.Name, err)
+	}
+	if err := json.Unmarshal([]byte(queues), &w.Queues); err != nil {
+		return nil, fmt.Errorf("decoding queues of worker %q: %w", w.Name, err)
+	}
+	w.StartedAt = fromNS(sql.NullInt64{Int64: started, Valid: true})
+	w.LastSeenAt = fromNS(sql.NullInt64{Int64: seen, Valid: true})
+	w.ExpiresAt = fromNS(sql.NullInt64{Int64: expiresAt, Valid: true})
+	return &w, nil
+}
+
+// WorkerRemove implements store.Store.
+func (s *Store) WorkerRemove(ctx context.Context, p *store.WorkerRemoveParams) error {
+	err := s.writeNoSync(ctx, func(tx *wtx) error {
+		_, err := tx.exec(sqlWorkerRemove, p.Namespace, p.Name)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("removing worker: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// WorkerRegistry is the role of the contract through which workers make themselves
+// known: each worker keeps a record of what it serves, refreshed by its heartbeat, so
+// that clients can tell a run nobody serves from one that merely waits its turn.
+type WorkerRegistry interface {
+	// WorkerHeartbeat creates or refreshes the record of a worker (namespace and
+	// name): its workflows, queues and version, last seen now, live until now + TTL.
+	// With Start, the record's StartedAt becomes now and the namespace's records
+	// dead for longer than WorkerForgetAfter are deleted.
+	WorkerHeartbeat(ctx context.Context, p *WorkerHeartbeatParams) error
+	// WorkerList lists the records of a namespace's workers, live or not, by name.
+	WorkerList(ctx context.Context, p *WorkerListParams) ([]*Worker, error)
+	// WorkerRemove deletes a worker's record (on graceful stop). Removing a record
+	// that does not exist is not an error.
+	WorkerRemove(ctx context.Context, p *WorkerRemoveParams) error
+}
+
+// WorkerForgetAfter is how long a record of a worker that stopped heartbeating (it
+// crashed, or its stop could not remove it) stays listed before a starting worker
+// of its namespace deletes it.
+const WorkerForgetAfter = time.Hour
+
+// Worker is the record of a worker process.
+type Worker struct {
+	Namespace string `json:"namespace"`
+	// Name is the worker's lease-owner name (Run.LeaseOwner of its runs).
+	Name string `json:"name"`
+	// Workflows are the workflow names the worker runs.
+	Workflows []string `json:"workflows"`
+	// Queues are the queues it claims from; empty means every queue.
+	Queues []string `json:"queues"`
+	// Version is the version of the worker's binary or SDK, free text.
+	Version    string    `json:"version"`
+	StartedAt  time.Time `json:"started_at"`
+	LastSeenAt time.Time `json:"last_seen_at"`
+	// ExpiresAt is when the worker stops counting as live unless it heartbeats.
+	ExpiresAt time.Time `json:"expires_at"`
+	// Live reports ExpiresAt > now by the store's clock when the record was read.
+	Live bool `json:"live"`
+}
+
+// Serves reports whether the worker runs workflow wf from queue q.
+func (w *Worker) Serves(wf, q string) bool {
+	return slices.Contains(w.Workflows, wf) && (len(w.Queues) == 0 || slices.Contains(w.Queues, q))
+}
+
+// WorkerHeartbeatParams are the parameters of WorkerHeartbeat.
+type WorkerHeartbeatParams struct {
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	Workflows []string `json:"workflows"`
+	Queues    []string `json:"queues,omitempty"`
+	Version   string   `json:"version,omitempty"`
+	// TTL is how long the worker counts as live after this heartbeat; a worker
+	// passes its lease duration, after which its runs are taken over anyway.
+	TTL time.Duration `json:"ttl"`
+	// Start marks the worker's first heartbeat (see WorkerHeartbeat).
+	Start bool `json:"start,omitempty"`
+}
+
+// Validate reports the first missing or malformed field of p, wrapping
+// ErrInvalidParams.
+func (p *WorkerHeartbeatParams) Validate() error {
+	switch {
+	case p.Namespace == "":
+		return fmt.Errorf("%w: Namespace is required", ErrInvalidParams)
+	case p.Name == "":
+		return fmt.Errorf("%w: Name is required", ErrInvalidParams)
+	case p.TTL <= 0:
+		return fmt.Errorf("%w: TTL must be positive", ErrInvalidParams)
+	case slices.Contains(p.Workflows, ""):
+		return fmt.Errorf("%w: Workflows: empty workflow name", ErrInvalidParams)
+	case slices.Contains(p.Queues, ""):
+		return fmt.Errorf("%w: Queues: empty queue name", ErrInvalidParams)
+	}
+	return nil
+}
+
+// WorkerListParams are the parameters of WorkerList.
+type WorkerListParams struct {
+	Namespace string `json:"namespace"`
+}
+
+// WorkerRemoveParams are the parameters of WorkerRemove.
+type WorkerRemoveParams struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// UnservedReason is the wait reason of a pending run that no live worker among
+// workers (the records of the run's namespace) serves: `no live worker serves
+// workflow "x"`, or `... on queue "q"` when live workers serve the workflow on
+// other queues only. It is "" when a live worker serves the run.
+func UnservedReason(run *Run, workers []*Worker) string {
+	onOtherQueues := false
+	for _, w := range workers {
+		if !w.Live || w.Namespace != run.Namespace {
+			continue
+		}
+		if w.Serves(run.Workflow, run.Queue) {
+			return ""
+		}
+		onOtherQueues = onOtherQueues || slices.Contains(w.Workflows, run.Workflow)
+	}
+	if onOtherQueues {
+		return fmt.Sprintf("no live worker serves workflow %q on queue %q", run.Workflow, run.Queue)
+	}
+	return fmt.Sprintf("no live worker serves workflow %q", run.Workflow)
+}
+
+// ExplainPending gives each pending run of namespace that has no wait reason of its
+// own the UnservedReason computed from the namespace's worker records, read from reg
+// only when some run needs them. RunGet and RunList of every driver call it, so a run
+// whose workflow no worker serves (a forgotten Register, a worker on other queues,
+// every worker gone) says so instead of staying silently pending. The reason is
+// computed at read time and never stored.
+func ExplainPending(ctx context.Context, reg WorkerRegistry, namespace string, runs ...*Run) error {
+	if !slices.ContainsFunc(runs, unexplained) {
+		return nil
+	}
+	workers, err := reg.WorkerList(ctx, &WorkerListParams{Namespace: namespace})
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		if unexplained(r) {
+			r.WaitReason = UnservedReason(r, workers)
+		}
+	}
+	return nil
+}
+
+func unexplained(r *Run) bool { return r.Status == StatusPending && r.WaitReason == "" }
