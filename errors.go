@@ -42,6 +42,9 @@ var (
 	// ErrStepTimeout: a step attempt ran longer than StepOptions.Timeout. It is
 	// retried like any other error.
 	ErrStepTimeout = engine.ErrStepTimeout
+	// ErrStepTotalTimeout: a step ran out of StepOptions.TotalTimeout across its
+	// attempts and backoffs; it is not retried. It is also an ErrStepTimeout.
+	ErrStepTotalTimeout = engine.ErrStepTotalTimeout
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("trellis: client closed")
 )
@@ -95,6 +98,8 @@ func sentinelFor(typ string) error {
 		return ErrPayloadTooLarge
 	case engine.TypeTimeout:
 		return ErrStepTimeout
+	case engine.TypeTotalTimeout:
+		return ErrStepTotalTimeout
 	}
 	return nil
 }

@@ -120,20 +120,25 @@ func (rs *RunState) Get(key string, v any) (bool, error) {
 
 // stepContext derives the context a step attempt runs with: done when the run loses
 // its lease or the worker stops, when the run is cancelled (unless detached), at the
-// run's deadline (cause ErrDeadlineExceeded), and after timeout (cause
-// errAttemptTimeout), all by the engine's clock.
-func (rs *RunState) stepContext(detached bool, timeout time.Duration) (context.Context, context.CancelFunc) {
+// run's deadline (cause ErrDeadlineExceeded), after timeout (cause
+// errAttemptTimeout) and at totalAt unless zero (cause errTotalTimeout), all by
+// the engine's clock.
+func (rs *RunState) stepContext(detached bool, timeout time.Duration, totalAt time.Time) (context.Context, context.CancelFunc) {
 	parent := rs.cancelCtx
 	if detached {
 		parent = rs.ctx
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	var timers [2]interface{ Stop() bool }
+	clk := rs.e.cfg.Clock
+	var timers [3]interface{ Stop() bool }
 	if d := rs.run.Deadline; d != nil {
-		timers[0] = rs.e.cfg.Clock.AfterFunc(d.Sub(rs.now()), func() { cancel(ErrDeadlineExceeded) })
+		timers[0] = clk.AfterFunc(d.Sub(rs.now()), func() { cancel(ErrDeadlineExceeded) })
 	}
 	if timeout > 0 {
-		timers[1] = rs.e.cfg.Clock.AfterFunc(timeout, func() { cancel(errAttemptTimeout) })
+		timers[1] = clk.AfterFunc(timeout, func() { cancel(errAttemptTimeout) })
+	}
+	if !totalAt.IsZero() {
+		timers[2] = clk.AfterFunc(totalAt.Sub(rs.now()), func() { cancel(errTotalTimeout) })
 	}
 	return ctx, func() {
 		for _, t := range timers {

@@ -17,8 +17,12 @@ import (
 // before the engine stops waiting for it (a step that ignores its context).
 const stepAbandonGrace = 200 * time.Millisecond
 
-// errAttemptTimeout is the cause of a step context ended by the attempt's timeout.
-var errAttemptTimeout = fmt.Errorf("step attempt timeout: %w", context.DeadlineExceeded)
+// errAttemptTimeout and errTotalTimeout are the causes of a step context ended
+// by the attempt's timeout and by the step's total timeout.
+var (
+	errAttemptTimeout = fmt.Errorf("step attempt timeout: %w", context.DeadlineExceeded)
+	errTotalTimeout   = fmt.Errorf("step total timeout: %w", context.DeadlineExceeded)
+)
 
 // Backoff computes the delay before retry number n (n = 1 after the first failure).
 type Backoff interface {
@@ -35,6 +39,10 @@ type StepOptions struct {
 	NonRetryableTypes []string
 	// Timeout bounds each attempt; 0 means no limit.
 	Timeout time.Duration
+	// TotalTimeout bounds the step from the start of its first attempt, as
+	// recorded, across attempts and backoffs; 0 means no limit. When it passes,
+	// the step fails with ErrStepTotalTimeout and is not retried.
+	TotalTimeout time.Duration
 }
 
 // StepAttempt describes the step attempt a context belongs to.
@@ -168,12 +176,20 @@ func (rs *RunState) newStepCall(name string, pos int, rec *store.Op, fn func(con
 // run is unwinding and the step's outcome is not to be recorded.
 func (sc *stepCall) execute() (op *store.Op, ok bool) {
 	rs := sc.rs
+	if sc.opts.TotalTimeout > 0 && sc.attempt == 0 {
+		// The total timeout runs from the first attempt's start as recorded, so
+		// that the next owner of the run enforces it after a crash.
+		rs.record(sc.op(), nil)
+	}
 	for {
 		if rs.ctx.Err() != nil {
 			rs.requestUnwind(rs.ctxUnwindKind(), nil, nil, "")
 			return nil, false
 		}
 		if err := rs.interrupted(sc.detached); err != nil {
+			return sc.finish(nil, err), true
+		}
+		if err := sc.pastTotal(0); err != nil {
 			return sc.finish(nil, err), true
 		}
 		if err := sc.flush(); err != nil {
@@ -207,7 +223,11 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 		if !sc.retryable(err) {
 			return sc.finish(nil, err), true
 		}
-		if !sc.backoff() {
+		delay := sc.opts.Backoff.Delay(sc.attempt)
+		if err := sc.pastTotal(delay); err != nil {
+			return sc.finish(nil, err), true // the next attempt could not start in time
+		}
+		if !sc.backoff(delay) {
 			return nil, false
 		}
 	}
@@ -219,7 +239,7 @@ func (sc *stepCall) retryable(err error) bool {
 		return false
 	}
 	var nr *nonRetryable
-	if errors.As(err, &nr) || errors.Is(err, ErrCancelled) ||
+	if errors.As(err, &nr) || errors.Is(err, ErrCancelled) || errors.Is(err, ErrStepTotalTimeout) ||
 		errors.Is(err, ErrDeadlineExceeded) || errors.Is(err, ErrPayloadTooLarge) {
 		return false
 	}
@@ -254,11 +274,33 @@ func (sc *stepCall) attemptOnce() (recorded *store.Op, res []byte, err, stopErr 
 	return nil, res, err, nil
 }
 
-// backoff waits before the next attempt: in place for a short delay, or by suspending
-// the run (releasing the worker slot) for a long one. It reports whether to go on.
-func (sc *stepCall) backoff() bool {
+// totalAt is when the step's total timeout passes; zero when it has none.
+func (sc *stepCall) totalAt() time.Time {
+	if sc.opts.TotalTimeout <= 0 {
+		return time.Time{}
+	}
+	return sc.started.Add(sc.opts.TotalTimeout)
+}
+
+// pastTotal returns the step's total timeout error when it passes within wait
+// from now, nil otherwise.
+func (sc *stepCall) pastTotal(wait time.Duration) error {
+	at := sc.totalAt()
+	if at.IsZero() || sc.rs.now().Add(wait).Before(at) {
+		return nil
+	}
+	return sc.totalTimeoutError()
+}
+
+func (sc *stepCall) totalTimeoutError() error {
+	return fmt.Errorf("%w: %s since the first attempt, %d attempt(s)", ErrStepTotalTimeout, sc.opts.TotalTimeout, sc.attempt)
+}
+
+// backoff waits delay before the next attempt: in place for a short delay, or by
+// suspending the run (releasing the worker slot) for a long one. It reports
+// whether to go on.
+func (sc *stepCall) backoff(delay time.Duration) bool {
 	rs := sc.rs
-	delay := sc.opts.Backoff.Delay(sc.attempt)
 	if delay > rs.e.cfg.MaxInlineBackoff {
 		wake := rs.now().Add(delay)
 		reason := fmt.Sprintf("retry backoff: step %q attempt %d at %s", sc.name, sc.attempt+1, wake.Format(time.RFC3339Nano))
@@ -300,7 +342,7 @@ func (sc *stepCall) finish(result []byte, err error) *store.Op {
 // attemptContext is the context of one attempt, carrying its StepAttempt.
 func (sc *stepCall) attemptContext() (context.Context, context.CancelFunc) {
 	rs := sc.rs
-	ctx, cancel := rs.stepContext(sc.detached, sc.opts.Timeout)
+	ctx, cancel := rs.stepContext(sc.detached, sc.opts.Timeout, sc.totalAt())
 	ctx = context.WithValue(ctx, stepInfoKey{}, StepAttempt{
 		RunID: rs.run.ID, Step: sc.name, Position: sc.pos, Attempt: sc.attempt,
 		IdempotencyKey: rs.run.ID + "/" + strconv.Itoa(sc.pos),
@@ -349,6 +391,8 @@ func (sc *stepCall) contextError(ctx context.Context, err error) error {
 		return cause
 	case errors.Is(cause, errAttemptTimeout):
 		return fmt.Errorf("%w after %s", ErrStepTimeout, sc.opts.Timeout)
+	case errors.Is(cause, errTotalTimeout):
+		return sc.totalTimeoutError()
 	}
 	return err
 }
