@@ -56,10 +56,19 @@ type StepAttempt struct {
 
 type stepInfoKey struct{}
 
+// stepValue is what a step attempt's context carries.
+type stepValue struct {
+	StepAttempt
+	rs *RunState
+}
+
 // StepInfo returns the attempt a step's context belongs to; the zero value outside a step.
 func StepInfo(ctx context.Context) StepAttempt {
-	a, _ := ctx.Value(stepInfoKey{}).(StepAttempt)
-	return a
+	v, _ := ctx.Value(stepInfoKey{}).(*stepValue)
+	if v == nil {
+		return StepAttempt{}
+	}
+	return v.StepAttempt
 }
 
 // Step runs fn as a step and returns its op, done: on replay the recorded op, else
@@ -343,10 +352,10 @@ func (sc *stepCall) finish(result []byte, err error) *store.Op {
 func (sc *stepCall) attemptContext() (context.Context, context.CancelFunc) {
 	rs := sc.rs
 	ctx, cancel := rs.stepContext(sc.detached, sc.opts.Timeout, sc.totalAt())
-	ctx = context.WithValue(ctx, stepInfoKey{}, StepAttempt{
+	ctx = context.WithValue(ctx, stepInfoKey{}, &stepValue{rs: rs, StepAttempt: StepAttempt{
 		RunID: rs.run.ID, Step: sc.name, Position: sc.pos, Attempt: sc.attempt,
 		IdempotencyKey: rs.run.ID + "/" + strconv.Itoa(sc.pos),
-	})
+	}})
 	return ctx, cancel
 }
 
