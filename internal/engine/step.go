@@ -191,24 +191,8 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 		rs.record(sc.op(), nil)
 	}
 	for {
-		if rs.ctx.Err() != nil {
-			rs.requestUnwind(rs.ctxUnwindKind(), nil, nil, "")
-			return nil, false
-		}
-		if err := rs.interrupted(sc.detached); err != nil {
-			return sc.finish(nil, err), true
-		}
-		if err := sc.pastTotal(0); err != nil {
-			return sc.finish(nil, err), true
-		}
-		if err := sc.flush(); err != nil {
-			rs.requestUnwind(flushFailure(err), err, nil, "")
-			return nil, false
-		}
-		// The flush may have learnt of a cancellation (requested from another
-		// process during a backoff): no attempt starts after it.
-		if err := rs.interrupted(sc.detached); err != nil {
-			return sc.finish(nil, err), true
+		if op, stop, ok := sc.mayStart(); stop {
+			return op, ok
 		}
 		sc.attempt++
 		t0 := rs.now()
@@ -227,19 +211,56 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 		case err == nil:
 			return sc.finish(res, nil), true
 		}
-		att := store.Attempt{Position: sc.pos, Attempt: sc.attempt, Error: *rs.errorInfo(err), StartedAt: t0, FinishedAt: rs.now()}
-		rs.recordAttempt(sc.op(), att)
-		if !sc.retryable(err) {
-			return sc.finish(nil, err), true
-		}
-		delay := sc.opts.Backoff.Delay(sc.attempt)
-		if err := sc.pastTotal(delay); err != nil {
-			return sc.finish(nil, err), true // the next attempt could not start in time
-		}
-		if !sc.backoff(delay) {
-			return nil, false
+		if op, stop, ok := sc.failed(err, t0); stop {
+			return op, ok
 		}
 	}
+}
+
+// mayStart decides whether the next attempt may start: stop is set, with what
+// execute returns, when the run must stop or the step ends without it. What
+// precedes the attempt is made durable first.
+func (sc *stepCall) mayStart() (op *store.Op, stop, ok bool) {
+	rs := sc.rs
+	if rs.ctx.Err() != nil {
+		rs.requestUnwind(rs.ctxUnwindKind(), nil, nil, "")
+		return nil, true, false
+	}
+	if err := rs.interrupted(sc.detached); err != nil {
+		return sc.finish(nil, err), true, true
+	}
+	if err := sc.pastTotal(0); err != nil {
+		return sc.finish(nil, err), true, true
+	}
+	if err := sc.flush(); err != nil {
+		rs.requestUnwind(flushFailure(err), err, nil, "")
+		return nil, true, false
+	}
+	// The flush may have learnt of a cancellation (requested from another
+	// process during a backoff): no attempt starts after it.
+	if err := rs.interrupted(sc.detached); err != nil {
+		return sc.finish(nil, err), true, true
+	}
+	return nil, false, false
+}
+
+// failed records a failed attempt (started at t0) and, unless the step ends
+// with it (stop, with what execute returns), waits out the backoff.
+func (sc *stepCall) failed(err error, t0 time.Time) (op *store.Op, stop, ok bool) {
+	rs := sc.rs
+	att := store.Attempt{Position: sc.pos, Attempt: sc.attempt, Error: *rs.errorInfo(err), StartedAt: t0, FinishedAt: rs.now()}
+	rs.recordAttempt(sc.op(), att)
+	if !sc.retryable(err) {
+		return sc.finish(nil, err), true, true
+	}
+	delay := sc.opts.Backoff.Delay(sc.attempt)
+	if err := sc.pastTotal(delay); err != nil {
+		return sc.finish(nil, err), true, true // the next attempt could not start in time
+	}
+	if !sc.backoff(delay) {
+		return nil, true, false
+	}
+	return nil, false, false
 }
 
 // retryable reports whether a failed attempt may be retried.
