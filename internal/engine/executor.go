@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 
@@ -34,7 +35,9 @@ func (e *Engine) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker.
 	}()
 	rs := newRunState(e, cr, ctx, ctl)
 	rs.cancelCtx = cancelCtx
-	e.cfg.Logger.Debug("executing run", "run", cr.Run.ID, "workflow", cr.Run.Workflow, "claims", cr.Run.Attempts, "history", len(cr.History))
+	if e.cfg.Logger.Enabled(ctx, slog.LevelDebug) { // no allocations for a line nobody reads
+		e.cfg.Logger.Debug("executing run", "run", cr.Run.ID, "workflow", cr.Run.Workflow, "claims", cr.Run.Attempts, "history", len(cr.History))
+	}
 	if d := cr.Run.Deadline; d != nil && !rs.now().Before(*d) {
 		rs.deadlineHit = true
 		final = rs.finish(nil, ErrDeadlineExceeded)

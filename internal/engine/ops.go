@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/trellis-dev/trellis/internal/clock"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -122,30 +123,39 @@ func (rs *RunState) Get(key string, v any) (bool, error) {
 // its lease or the worker stops, when the run is cancelled (unless detached), at the
 // run's deadline (cause ErrDeadlineExceeded), after timeout (cause
 // errAttemptTimeout) and at totalAt unless zero (cause errTotalTimeout), all by
-// the engine's clock.
-func (rs *RunState) stepContext(detached bool, timeout time.Duration, totalAt time.Time) (context.Context, context.CancelFunc) {
+// the engine's clock. Call release on the returned stopper when the attempt ends.
+func (rs *RunState) stepContext(detached bool, timeout time.Duration, totalAt time.Time) (context.Context, stepStopper) {
 	parent := rs.cancelCtx
 	if detached {
 		parent = rs.ctx
 	}
 	ctx, cancel := context.WithCancelCause(parent)
+	st := stepStopper{cancel: cancel}
 	clk := rs.e.cfg.Clock
-	var timers [3]interface{ Stop() bool }
 	if d := rs.run.Deadline; d != nil {
-		timers[0] = clk.AfterFunc(d.Sub(rs.now()), func() { cancel(ErrDeadlineExceeded) })
+		st.timers[0] = clk.AfterFunc(d.Sub(rs.now()), func() { cancel(ErrDeadlineExceeded) })
 	}
 	if timeout > 0 {
-		timers[1] = clk.AfterFunc(timeout, func() { cancel(errAttemptTimeout) })
+		st.timers[1] = clk.AfterFunc(timeout, func() { cancel(errAttemptTimeout) })
 	}
 	if !totalAt.IsZero() {
-		timers[2] = clk.AfterFunc(totalAt.Sub(rs.now()), func() { cancel(errTotalTimeout) })
+		st.timers[2] = clk.AfterFunc(totalAt.Sub(rs.now()), func() { cancel(errTotalTimeout) })
 	}
-	return ctx, func() {
-		for _, t := range timers {
-			if t != nil {
-				t.Stop()
-			}
+	return ctx, st
+}
+
+// stepStopper ends a step attempt's context and its timers (a value, so that an
+// attempt without timers allocates nothing for it).
+type stepStopper struct {
+	cancel context.CancelCauseFunc
+	timers [3]clock.Timer
+}
+
+func (s stepStopper) release() {
+	for _, t := range s.timers {
+		if t != nil {
+			t.Stop()
 		}
-		cancel(nil)
 	}
+	s.cancel(nil)
 }

@@ -370,21 +370,21 @@ func (sc *stepCall) finish(result []byte, err error) *store.Op {
 }
 
 // attemptContext is the context of one attempt, carrying its StepAttempt.
-func (sc *stepCall) attemptContext() (context.Context, context.CancelFunc) {
+func (sc *stepCall) attemptContext() (context.Context, stepStopper) {
 	rs := sc.rs
-	ctx, cancel := rs.stepContext(sc.detached, sc.opts.Timeout, sc.totalAt())
+	ctx, stop := rs.stepContext(sc.detached, sc.opts.Timeout, sc.totalAt())
 	ctx = context.WithValue(ctx, stepInfoKey{}, &stepValue{rs: rs, StepAttempt: StepAttempt{
 		RunID: rs.run.ID, Step: sc.name, Position: sc.pos, Attempt: sc.attempt,
 		IdempotencyKey: rs.run.ID + "/" + strconv.Itoa(sc.pos),
 	}})
-	return ctx, cancel
+	return ctx, stop
 }
 
 // runAttempt runs fn once on its own goroutine, so that a step ignoring its context is
 // abandoned shortly after the context ends. Context errors are mapped to their cause.
 func (sc *stepCall) runAttempt() (any, error) {
-	ctx, cancel := sc.attemptContext()
-	defer cancel()
+	ctx, stop := sc.attemptContext()
+	defer stop.release()
 	type outcome struct {
 		v   any
 		err error
