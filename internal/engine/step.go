@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/clock"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -398,7 +399,8 @@ func (sc *stepCall) runAttempt() (any, error) {
 	select {
 	case o = <-ch:
 	case <-ctx.Done():
-		grace := sc.rs.e.cfg.Clock.NewTimer(stepAbandonGrace)
+		// Wall time: the grace is for a goroutine to return, not workflow time.
+		grace := clock.Real{}.NewTimer(stepAbandonGrace)
 		select {
 		case o = <-ch:
 		case <-grace.C():

@@ -68,8 +68,7 @@ type Config struct {
 	// resilience only. Default 30s.
 	PollInterval time.Duration
 	Logger       *slog.Logger
-	// Clock schedules claims, heartbeats and the shutdown grace; default the
-	// wall clock.
+	// Clock schedules claims and heartbeats; default the wall clock.
 	Clock clock.Clock
 }
 
@@ -236,7 +235,9 @@ func (w *Worker) Active() int {
 // ctx is done.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.stopOnce.Do(func() { close(w.stopping) })
-	grace := w.cfg.Clock.NewTimer(w.cfg.ShutdownGrace)
+	// The grace bounds this process's own stop in wall time: a fake clock must
+	// not hold a test's shutdown.
+	grace := clock.Real{}.NewTimer(w.cfg.ShutdownGrace)
 	defer grace.Stop()
 	finished := make(chan struct{})
 	go func() { w.runs.Wait(); close(finished) }()
