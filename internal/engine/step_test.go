@@ -68,3 +68,40 @@ func TestTotalTimeoutEndsRetriesBeforeALongBackoff(t *testing.T) {
 		t.Fatal("ErrStepTotalTimeout is not an ErrStepTimeout")
 	}
 }
+
+// Retry backoffs in place wait on the engine's clock: a fake clock moved by the
+// test wakes them.
+func TestInlineBackoffWaitsOnTheClock(t *testing.T) {
+	t.Parallel()
+	attempts := 0
+	var got *store.Op
+	e, _, clk := setup(t, func(rs *RunState) (any, error) {
+		got = rs.Step("flaky", func(context.Context) (any, error) {
+			if attempts++; attempts < 3 {
+				return nil, errors.New("down")
+			}
+			return "up", nil
+		}, StepOptions{MaxAttempts: 5, Backoff: fixed(time.Second)}, false)
+		return nil, nil
+	})
+	done := make(chan struct{})
+	go func() { defer close(done); execute(e, context.Background(), claimed()) }()
+	for finished := false; !finished; {
+		added := clk.TimerAdded()
+		if clk.Timers() > 0 {
+			clk.Advance(time.Second)
+			continue
+		}
+		select {
+		case <-done:
+			finished = true
+		case <-added:
+		}
+	}
+	if attempts != 3 || got == nil || got.Error != nil || string(got.Result) != `"up"` {
+		t.Fatalf("%d attempts, op %+v", attempts, got)
+	}
+	if now := clk.Now(); !now.Equal(epoch.Add(2 * time.Second)) {
+		t.Fatalf("clock at %v, want two backoffs after the start", now)
+	}
+}
