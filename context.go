@@ -1,6 +1,8 @@
 package trellis
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/engine"
@@ -61,3 +63,20 @@ func (wc *Context) Delete(key string) { wc.rs.Delete(key) }
 // Get decodes the value stored under key into v. It reports false when the key is
 // absent. It reads the run's own replayed state, so it is deterministic.
 func (wc *Context) Get(key string, v any) (bool, error) { return wc.rs.Get(key, v) }
+
+// Logger returns a logger for workflow code, writing to Config.Logger with the
+// run ID, workflow ID and workflow as attributes. It does not repeat itself: its
+// lines are dropped while the run replays the ops its history already holds, so
+// each line is written once, by the execution that first passes it.
+func (wc *Context) Logger() *slog.Logger { return wc.rs.Logger() }
+
+// StepLogger returns a logger for a step function: Config.Logger with the run's
+// attributes, the step's name and the attempt. A step runs only when its result is
+// not recorded, so none of its lines is a replay. Outside a step it returns
+// slog.Default().
+func StepLogger(ctx context.Context) *slog.Logger {
+	if l := engine.StepLogger(ctx); l != nil {
+		return l
+	}
+	return slog.Default()
+}

@@ -36,6 +36,12 @@
 // waiting and released: it holds no goroutine and no memory in any worker, and the
 // store wakes it when what it waits for happens.
 //
+// Workflow code logs through Context.Logger, whose lines are written once even
+// though a run is replayed, and steps through StepLogger(ctx). Every time the engine
+// reads or waits for (durable timers, in-place sleeps, retry backoffs, step
+// timeouts, the worker's claims and heartbeats, the store's records) comes from
+// Config.Clock, so tests can move a fake clock instead of waiting.
+//
 // Workflow code must be deterministic: no time.Now, no global math/rand, no goroutines
 // of its own, no iteration over maps whose order matters, no I/O outside steps. Use the
 // Context's helpers and Async instead.

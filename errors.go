@@ -45,6 +45,9 @@ var (
 	// ErrStepTimeout: a step attempt ran longer than StepOptions.Timeout. It is
 	// retried like any other error.
 	ErrStepTimeout = engine.ErrStepTimeout
+	// ErrStepTotalTimeout: a step ran out of StepOptions.TotalTimeout across its
+	// attempts and backoffs; it is not retried. It is also an ErrStepTimeout.
+	ErrStepTotalTimeout = engine.ErrStepTotalTimeout
 	// ErrClosed: the client, or the store under it, was closed.
 	ErrClosed = store.ErrClosed
 )
@@ -104,6 +107,8 @@ func sentinelFor(typ string) error {
 		return ErrEventTimeout
 	case engine.TypeApprovalTimeout:
 		return ErrApprovalTimeout
+	case engine.TypeTotalTimeout:
+		return ErrStepTotalTimeout
 	}
 	return nil
 }

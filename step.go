@@ -15,6 +15,12 @@ type StepOptions struct {
 	// Timeout bounds each attempt; 0 means no limit. An attempt that ignores its
 	// context is abandoned shortly after the timeout and counted as failed.
 	Timeout time.Duration
+	// TotalTimeout bounds the whole step: all its attempts and the backoffs
+	// between them, from the start of its first attempt as recorded in history;
+	// 0 means no limit. When it passes (or the next attempt could not start
+	// before it), the step fails with ErrStepTotalTimeout and is not retried. It
+	// holds across crashes: the next owner of the run enforces it.
+	TotalTimeout time.Duration
 }
 
 // engineOptions are the options of the first of opts, with defaults, as the
@@ -25,7 +31,8 @@ func engineOptions(opts []StepOptions) engine.StepOptions {
 		o = opts[0]
 	}
 	p := o.Retry.withDefaults()
-	return engine.StepOptions{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff, NonRetryableTypes: p.NonRetryableTypes, Timeout: o.Timeout}
+	return engine.StepOptions{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff, NonRetryableTypes: p.NonRetryableTypes,
+		Timeout: o.Timeout, TotalTimeout: o.TotalTimeout}
 }
 
 // StepAttempt describes the step attempt a context belongs to; see StepInfo.

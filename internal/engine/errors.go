@@ -18,13 +18,25 @@ var (
 	ErrTxNotSupported   = errors.New("the store does not support transactions of the caller")
 	ErrEventTimeout     = errors.New("timed out waiting for event")
 	ErrApprovalTimeout  = errors.New("approval timed out")
+	// ErrStepTotalTimeout is also an ErrStepTimeout (errors.Is matches both).
+	ErrStepTotalTimeout error = &childSentinel{msg: "step timed out across its attempts", parent: ErrStepTimeout}
 )
+
+// childSentinel is a sentinel error that is also another one.
+type childSentinel struct {
+	msg    string
+	parent error
+}
+
+func (e *childSentinel) Error() string { return e.msg }
+func (e *childSentinel) Unwrap() error { return e.parent }
 
 // Error types recorded in history for the engine's own errors.
 const (
 	TypeCancelled       = "cancelled"
 	TypeDeadline        = "deadline_exceeded"
 	TypeTimeout         = "step_timeout"
+	TypeTotalTimeout    = "step_total_timeout"
 	TypePanic           = "panic"
 	TypePayload         = "payload_too_large"
 	TypeNonDeterminism  = "non_determinism"
@@ -89,6 +101,8 @@ func errorInfo(err error, typeOf func(error) (string, bool)) *store.ErrorInfo {
 		info.Type = te.Type
 	case errors.As(err, &pe):
 		info.Type = TypePanic
+	case errors.Is(err, ErrStepTotalTimeout):
+		info.Type, info.NonRetryable = TypeTotalTimeout, true
 	case errors.Is(err, ErrStepTimeout):
 		info.Type = TypeTimeout
 	case errors.Is(err, ErrCancelled):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 
@@ -34,6 +35,9 @@ func (e *Engine) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker.
 	}()
 	rs := newRunState(e, cr, ctx, ctl)
 	rs.cancelCtx = cancelCtx
+	if e.cfg.Logger.Enabled(ctx, slog.LevelDebug) { // no allocations for a line nobody reads
+		e.cfg.Logger.Debug("executing run", "run", cr.Run.ID, "workflow", cr.Run.Workflow, "claims", cr.Run.Attempts, "history", len(cr.History))
+	}
 	if d := cr.Run.Deadline; d != nil && !rs.now().Before(*d) {
 		rs.deadlineHit = true
 		final = rs.finish(nil, ErrDeadlineExceeded)
@@ -80,15 +84,22 @@ func (rs *RunState) saveUnwind() {
 		info := rs.errorInfo(uerr)
 		info.Type = TypeNonDeterminism
 		p.Status, p.Error = store.StatusBlocked, info
+		rs.log().Error("run blocked: its code no longer matches its history; deploy a fix, then resume it",
+			"run", rs.run.ID, "workflow", rs.run.Workflow, "err", uerr)
 	case unwindSuspend:
 		if d := rs.run.Deadline; d != nil && (wakeAt == nil || d.Before(*wakeAt)) {
 			wakeAt = d
 		}
 		p.Status, p.WakeAt, p.WaitReason, p.WaitEvents = store.StatusWaiting, wakeAt, reason, slices.Compact(slices.Sorted(slices.Values(events)))
+		rs.log().Debug("run waiting", "run", rs.run.ID, "reason", reason)
 	case unwindHandBack:
 		p.Status = store.StatusPending
+		rs.log().Info("handing back run", "run", rs.run.ID, "cause", context.Cause(rs.ctx))
 	default: // abandoned: the lease is lost or the store fails; write nothing
-		rs.log().Warn("abandoning run", "run", rs.run.ID, "err", uerr)
+		if uerr == nil {
+			uerr = context.Cause(rs.ctx)
+		}
+		rs.log().Warn("abandoning run: lease lost or store failing; another worker will take it over", "run", rs.run.ID, "err", uerr)
 		return
 	}
 	_, err := rs.checkpoint(p, true)

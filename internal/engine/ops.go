@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/trellis-dev/trellis/internal/clock"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -120,27 +121,41 @@ func (rs *RunState) Get(key string, v any) (bool, error) {
 
 // stepContext derives the context a step attempt runs with: done when the run loses
 // its lease or the worker stops, when the run is cancelled (unless detached), at the
-// run's deadline (cause ErrDeadlineExceeded), and after timeout (cause
-// errAttemptTimeout), all by the engine's clock.
-func (rs *RunState) stepContext(detached bool, timeout time.Duration) (context.Context, context.CancelFunc) {
+// run's deadline (cause ErrDeadlineExceeded), after timeout (cause
+// errAttemptTimeout) and at totalAt unless zero (cause errTotalTimeout), all by
+// the engine's clock. Call release on the returned stopper when the attempt ends.
+func (rs *RunState) stepContext(detached bool, timeout time.Duration, totalAt time.Time) (context.Context, stepStopper) {
 	parent := rs.cancelCtx
 	if detached {
 		parent = rs.ctx
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	var timers [2]interface{ Stop() bool }
+	st := stepStopper{cancel: cancel}
+	clk := rs.e.cfg.Clock
 	if d := rs.run.Deadline; d != nil {
-		timers[0] = rs.e.cfg.Clock.AfterFunc(d.Sub(rs.now()), func() { cancel(ErrDeadlineExceeded) })
+		st.timers[0] = clk.AfterFunc(d.Sub(rs.now()), func() { cancel(ErrDeadlineExceeded) })
 	}
 	if timeout > 0 {
-		timers[1] = rs.e.cfg.Clock.AfterFunc(timeout, func() { cancel(errAttemptTimeout) })
+		st.timers[1] = clk.AfterFunc(timeout, func() { cancel(errAttemptTimeout) })
 	}
-	return ctx, func() {
-		for _, t := range timers {
-			if t != nil {
-				t.Stop()
-			}
+	if !totalAt.IsZero() {
+		st.timers[2] = clk.AfterFunc(totalAt.Sub(rs.now()), func() { cancel(errTotalTimeout) })
+	}
+	return ctx, st
+}
+
+// stepStopper ends a step attempt's context and its timers (a value, so that an
+// attempt without timers allocates nothing for it).
+type stepStopper struct {
+	cancel context.CancelCauseFunc
+	timers [3]clock.Timer
+}
+
+func (s stepStopper) release() {
+	for _, t := range s.timers {
+		if t != nil {
+			t.Stop()
 		}
-		cancel(nil)
 	}
+	s.cancel(nil)
 }

@@ -59,6 +59,7 @@ type RunState struct {
 	waitEvents    []string   // suspend: events that resume it
 	waitReason    string
 	unwinding     chan struct{} // closed when an unwind is requested
+	logger        *slog.Logger  // Logger's, made on first use
 
 	ckMu     sync.Mutex     // serialises checkpoints of this run, in order
 	inflight sync.WaitGroup // async steps still executing

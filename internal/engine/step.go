@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/clock"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -17,8 +18,12 @@ import (
 // before the engine stops waiting for it (a step that ignores its context).
 const stepAbandonGrace = 200 * time.Millisecond
 
-// errAttemptTimeout is the cause of a step context ended by the attempt's timeout.
-var errAttemptTimeout = fmt.Errorf("step attempt timeout: %w", context.DeadlineExceeded)
+// errAttemptTimeout and errTotalTimeout are the causes of a step context ended
+// by the attempt's timeout and by the step's total timeout.
+var (
+	errAttemptTimeout = fmt.Errorf("step attempt timeout: %w", context.DeadlineExceeded)
+	errTotalTimeout   = fmt.Errorf("step total timeout: %w", context.DeadlineExceeded)
+)
 
 // Backoff computes the delay before retry number n (n = 1 after the first failure).
 type Backoff interface {
@@ -35,6 +40,10 @@ type StepOptions struct {
 	NonRetryableTypes []string
 	// Timeout bounds each attempt; 0 means no limit.
 	Timeout time.Duration
+	// TotalTimeout bounds the step from the start of its first attempt, as
+	// recorded, across attempts and backoffs; 0 means no limit. When it passes,
+	// the step fails with ErrStepTotalTimeout and is not retried.
+	TotalTimeout time.Duration
 }
 
 // StepAttempt describes the step attempt a context belongs to.
@@ -48,10 +57,19 @@ type StepAttempt struct {
 
 type stepInfoKey struct{}
 
+// stepValue is what a step attempt's context carries.
+type stepValue struct {
+	StepAttempt
+	rs *RunState
+}
+
 // StepInfo returns the attempt a step's context belongs to; the zero value outside a step.
 func StepInfo(ctx context.Context) StepAttempt {
-	a, _ := ctx.Value(stepInfoKey{}).(StepAttempt)
-	return a
+	v, _ := ctx.Value(stepInfoKey{}).(*stepValue)
+	if v == nil {
+		return StepAttempt{}
+	}
+	return v.StepAttempt
 }
 
 // Step runs fn as a step and returns its op, done: on replay the recorded op, else
@@ -168,22 +186,14 @@ func (rs *RunState) newStepCall(name string, pos int, rec *store.Op, fn func(con
 // run is unwinding and the step's outcome is not to be recorded.
 func (sc *stepCall) execute() (op *store.Op, ok bool) {
 	rs := sc.rs
+	if sc.opts.TotalTimeout > 0 && sc.attempt == 0 {
+		// The total timeout runs from the first attempt's start as recorded, so
+		// that the next owner of the run enforces it after a crash.
+		rs.record(sc.op(), nil)
+	}
 	for {
-		if rs.ctx.Err() != nil {
-			rs.requestUnwind(rs.ctxUnwindKind(), nil, nil, "")
-			return nil, false
-		}
-		if err := rs.interrupted(sc.detached); err != nil {
-			return sc.finish(nil, err), true
-		}
-		if err := sc.flush(); err != nil {
-			rs.requestUnwind(flushFailure(err), err, nil, "")
-			return nil, false
-		}
-		// The flush may have learnt of a cancellation (requested from another
-		// process during a backoff): no attempt starts after it.
-		if err := rs.interrupted(sc.detached); err != nil {
-			return sc.finish(nil, err), true
+		if op, stop, ok := sc.mayStart(); stop {
+			return op, ok
 		}
 		sc.attempt++
 		t0 := rs.now()
@@ -202,15 +212,56 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 		case err == nil:
 			return sc.finish(res, nil), true
 		}
-		att := store.Attempt{Position: sc.pos, Attempt: sc.attempt, Error: *rs.errorInfo(err), StartedAt: t0, FinishedAt: rs.now()}
-		rs.recordAttempt(sc.op(), att)
-		if !sc.retryable(err) {
-			return sc.finish(nil, err), true
-		}
-		if !sc.backoff() {
-			return nil, false
+		if op, stop, ok := sc.failed(err, t0); stop {
+			return op, ok
 		}
 	}
+}
+
+// mayStart decides whether the next attempt may start: stop is set, with what
+// execute returns, when the run must stop or the step ends without it. What
+// precedes the attempt is made durable first.
+func (sc *stepCall) mayStart() (op *store.Op, stop, ok bool) {
+	rs := sc.rs
+	if rs.ctx.Err() != nil {
+		rs.requestUnwind(rs.ctxUnwindKind(), nil, nil, "")
+		return nil, true, false
+	}
+	if err := rs.interrupted(sc.detached); err != nil {
+		return sc.finish(nil, err), true, true
+	}
+	if err := sc.pastTotal(0); err != nil {
+		return sc.finish(nil, err), true, true
+	}
+	if err := sc.flush(); err != nil {
+		rs.requestUnwind(flushFailure(err), err, nil, "")
+		return nil, true, false
+	}
+	// The flush may have learnt of a cancellation (requested from another
+	// process during a backoff): no attempt starts after it.
+	if err := rs.interrupted(sc.detached); err != nil {
+		return sc.finish(nil, err), true, true
+	}
+	return nil, false, false
+}
+
+// failed records a failed attempt (started at t0) and, unless the step ends
+// with it (stop, with what execute returns), waits out the backoff.
+func (sc *stepCall) failed(err error, t0 time.Time) (op *store.Op, stop, ok bool) {
+	rs := sc.rs
+	att := store.Attempt{Position: sc.pos, Attempt: sc.attempt, Error: *rs.errorInfo(err), StartedAt: t0, FinishedAt: rs.now()}
+	rs.recordAttempt(sc.op(), att)
+	if !sc.retryable(err) {
+		return sc.finish(nil, err), true, true
+	}
+	delay := sc.opts.Backoff.Delay(sc.attempt)
+	if err := sc.pastTotal(delay); err != nil {
+		return sc.finish(nil, err), true, true // the next attempt could not start in time
+	}
+	if !sc.backoff(delay) {
+		return nil, true, false
+	}
+	return nil, false, false
 }
 
 // retryable reports whether a failed attempt may be retried.
@@ -219,7 +270,7 @@ func (sc *stepCall) retryable(err error) bool {
 		return false
 	}
 	var nr *nonRetryable
-	if errors.As(err, &nr) || errors.Is(err, ErrCancelled) ||
+	if errors.As(err, &nr) || errors.Is(err, ErrCancelled) || errors.Is(err, ErrStepTotalTimeout) ||
 		errors.Is(err, ErrDeadlineExceeded) || errors.Is(err, ErrPayloadTooLarge) {
 		return false
 	}
@@ -254,11 +305,33 @@ func (sc *stepCall) attemptOnce() (recorded *store.Op, res []byte, err, stopErr 
 	return nil, res, err, nil
 }
 
-// backoff waits before the next attempt: in place for a short delay, or by suspending
-// the run (releasing the worker slot) for a long one. It reports whether to go on.
-func (sc *stepCall) backoff() bool {
+// totalAt is when the step's total timeout passes; zero when it has none.
+func (sc *stepCall) totalAt() time.Time {
+	if sc.opts.TotalTimeout <= 0 {
+		return time.Time{}
+	}
+	return sc.started.Add(sc.opts.TotalTimeout)
+}
+
+// pastTotal returns the step's total timeout error when it passes within wait
+// from now, nil otherwise.
+func (sc *stepCall) pastTotal(wait time.Duration) error {
+	at := sc.totalAt()
+	if at.IsZero() || sc.rs.now().Add(wait).Before(at) {
+		return nil
+	}
+	return sc.totalTimeoutError()
+}
+
+func (sc *stepCall) totalTimeoutError() error {
+	return fmt.Errorf("%w: %s since the first attempt, %d attempt(s)", ErrStepTotalTimeout, sc.opts.TotalTimeout, sc.attempt)
+}
+
+// backoff waits delay before the next attempt: in place for a short delay, or by
+// suspending the run (releasing the worker slot) for a long one. It reports
+// whether to go on.
+func (sc *stepCall) backoff(delay time.Duration) bool {
 	rs := sc.rs
-	delay := sc.opts.Backoff.Delay(sc.attempt)
 	if delay > rs.e.cfg.MaxInlineBackoff {
 		wake := rs.now().Add(delay)
 		reason := fmt.Sprintf("retry backoff: step %q attempt %d at %s", sc.name, sc.attempt+1, reasonTime(wake))
@@ -298,21 +371,21 @@ func (sc *stepCall) finish(result []byte, err error) *store.Op {
 }
 
 // attemptContext is the context of one attempt, carrying its StepAttempt.
-func (sc *stepCall) attemptContext() (context.Context, context.CancelFunc) {
+func (sc *stepCall) attemptContext() (context.Context, stepStopper) {
 	rs := sc.rs
-	ctx, cancel := rs.stepContext(sc.detached, sc.opts.Timeout)
-	ctx = context.WithValue(ctx, stepInfoKey{}, StepAttempt{
+	ctx, stop := rs.stepContext(sc.detached, sc.opts.Timeout, sc.totalAt())
+	ctx = context.WithValue(ctx, stepInfoKey{}, &stepValue{rs: rs, StepAttempt: StepAttempt{
 		RunID: rs.run.ID, Step: sc.name, Position: sc.pos, Attempt: sc.attempt,
 		IdempotencyKey: rs.run.ID + "/" + strconv.Itoa(sc.pos),
-	})
-	return ctx, cancel
+	}})
+	return ctx, stop
 }
 
 // runAttempt runs fn once on its own goroutine, so that a step ignoring its context is
 // abandoned shortly after the context ends. Context errors are mapped to their cause.
 func (sc *stepCall) runAttempt() (any, error) {
-	ctx, cancel := sc.attemptContext()
-	defer cancel()
+	ctx, stop := sc.attemptContext()
+	defer stop.release()
 	type outcome struct {
 		v   any
 		err error
@@ -326,7 +399,8 @@ func (sc *stepCall) runAttempt() (any, error) {
 	select {
 	case o = <-ch:
 	case <-ctx.Done():
-		grace := sc.rs.e.cfg.Clock.NewTimer(stepAbandonGrace)
+		// Wall time: the grace is for a goroutine to return, not workflow time.
+		grace := clock.Real{}.NewTimer(stepAbandonGrace)
 		select {
 		case o = <-ch:
 		case <-grace.C():
@@ -349,6 +423,8 @@ func (sc *stepCall) contextError(ctx context.Context, err error) error {
 		return cause
 	case errors.Is(cause, errAttemptTimeout):
 		return fmt.Errorf("%w after %s", ErrStepTimeout, sc.opts.Timeout)
+	case errors.Is(cause, errTotalTimeout):
+		return sc.totalTimeoutError()
 	}
 	return err
 }

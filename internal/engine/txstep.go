@@ -41,8 +41,8 @@ func (rs *RunState) TxStep(name string, fn func(ctx context.Context, tx any) (an
 // transaction committed may be unknown, so the run must stop.
 func (sc *stepCall) attemptTx() (op *store.Op, err, storeErr error) {
 	rs := sc.rs
-	ctx, cancel := sc.attemptContext()
-	defer cancel()
+	ctx, stop := sc.attemptContext()
+	defer stop.release()
 	rs.ckMu.Lock() // serialised with the run's other checkpoints, like checkpoint
 	defer rs.ckMu.Unlock()
 	p := &store.CheckpointParams{Status: store.StatusRunning, Lease: rs.lease}

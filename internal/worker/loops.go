@@ -61,6 +61,9 @@ func (w *Worker) claimOnce() (next *time.Time, again bool) {
 		retry := w.cfg.Clock.Now().Add(time.Second)
 		return &retry, false
 	}
+	if len(res.Runs) > 0 {
+		w.cfg.Logger.Debug("claimed runs", "worker", w.cfg.Name, "runs", len(res.Runs))
+	}
 	for _, cr := range res.Runs {
 		w.launch(cr)
 	}
@@ -151,6 +154,7 @@ func (w *Worker) extendLeases(ctx context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, id := range res.Lost {
+		w.cfg.Logger.Warn("lease lost: another worker may have taken the run over", "worker", w.cfg.Name, "run", id)
 		if a := w.active[id]; a != nil {
 			a.cancel(store.ErrLeaseLost)
 		}

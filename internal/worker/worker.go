@@ -73,8 +73,7 @@ type Config struct {
 	// Default BuildVersion().
 	Version string
 	Logger  *slog.Logger
-	// Clock schedules claims, heartbeats and the shutdown grace; default the
-	// wall clock.
+	// Clock schedules claims and heartbeats; default the wall clock.
 	Clock clock.Clock
 }
 
@@ -264,7 +263,9 @@ func (w *Worker) Active() int {
 // ctx is done, and removes the worker's record from the store.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.stopOnce.Do(func() { close(w.stopping) })
-	grace := w.cfg.Clock.NewTimer(w.cfg.ShutdownGrace)
+	// The grace bounds this process's own stop in wall time: a fake clock must
+	// not hold a test's shutdown.
+	grace := clock.Real{}.NewTimer(w.cfg.ShutdownGrace)
 	defer grace.Stop()
 	finished := make(chan struct{})
 	go func() { w.runs.Wait(); close(finished) }()
