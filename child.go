@@ -158,7 +158,7 @@ func (e *MapError) Unwrap() []error {
 func mapError(items []engine.ItemError) *MapError {
 	e := &MapError{Items: make([]ItemError, len(items))}
 	for i, it := range items {
-		e.Items[i] = ItemError(it)
+		e.Items[i] = ItemError{Index: it.Index, RunID: it.RunID, Status: Status(it.Status), Message: it.Message, Type: it.Type}
 	}
 	return e
 }
@@ -196,7 +196,7 @@ func Map[In, Out any](wc *Context, wf *Workflow[In, Out], items []In, opts ...Ma
 	out := make([]Out, len(items))
 	var bad []engine.ItemError
 	for i, r := range runs {
-		if r.Status != StatusSucceeded {
+		if r.Status != store.StatusSucceeded {
 			bad = append(bad, engine.ItemFailure(i, r))
 			continue
 		}

@@ -11,36 +11,6 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// Run, Op and Status are the store's records, as the client returns them.
-type (
-	Run         = store.Run
-	Op          = store.Op
-	Status      = store.Status
-	ReusePolicy = store.ReusePolicy
-)
-
-// Run states; see docs/states.md.
-const (
-	StatusPending   = store.StatusPending
-	StatusRunning   = store.StatusRunning
-	StatusWaiting   = store.StatusWaiting
-	StatusBlocked   = store.StatusBlocked
-	StatusSucceeded = store.StatusSucceeded
-	StatusFailed    = store.StatusFailed
-	StatusCancelled = store.StatusCancelled
-)
-
-// Reuse policies for StartOptions.Reuse.
-const (
-	// ReuseRejectActive (the default) rejects a start while a run with the same
-	// workflow ID is active, and allows it once that run finished.
-	ReuseRejectActive = store.ReuseRejectActive
-	// ReuseReject rejects a start if any run with the workflow ID ever existed.
-	ReuseReject = store.ReuseReject
-	// ReuseReturnExisting returns the latest run with the workflow ID instead.
-	ReuseReturnExisting = store.ReuseReturnExisting
-)
-
 // Client starts and inspects runs and, unless Config.Worker.Disabled, runs the
 // workflows registered with it. Create one with Open; it is safe for concurrent use.
 type Client struct {
@@ -144,12 +114,13 @@ func (c *Client) closeStore() error {
 	return nil
 }
 
-// Store returns the underlying store.
-func (c *Client) Store() store.Store { return c.store }
-
 // Get returns a run by run ID or workflow ID (the latest run with that ID).
 func (c *Client) Get(ctx context.Context, ref string) (*Run, error) {
-	return c.store.RunGet(ctx, &store.RunGetParams{Namespace: c.cfg.Namespace, Ref: ref})
+	r, err := c.store.RunGet(ctx, &store.RunGetParams{Namespace: c.cfg.Namespace, Ref: ref})
+	if err != nil {
+		return nil, err
+	}
+	return runFromStore(r), nil
 }
 
 // ListOptions filter List. Zero fields do not filter.
@@ -165,20 +136,25 @@ type ListOptions struct {
 	Cursor string
 }
 
-// RunPage is one page of List.
-type RunPage = store.RunListResult
-
 // List lists runs, newest first.
 func (c *Client) List(ctx context.Context, o ListOptions) (*RunPage, error) {
-	return c.store.RunList(ctx, &store.RunListParams{
-		Namespace: c.cfg.Namespace, Statuses: o.Statuses, Workflow: o.Workflow, WorkflowID: o.WorkflowID,
+	res, err := c.store.RunList(ctx, &store.RunListParams{
+		Namespace: c.cfg.Namespace, Statuses: statusesToStore(o.Statuses), Workflow: o.Workflow, WorkflowID: o.WorkflowID,
 		CreatedAfter: o.CreatedAfter, CreatedBefore: o.CreatedBefore, Limit: o.Limit, Cursor: o.Cursor,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return &RunPage{Runs: runsFromStore(res.Runs), NextCursor: res.NextCursor}, nil
 }
 
 // History returns a run's ops in position order, with every failed attempt.
 func (c *Client) History(ctx context.Context, ref string) ([]*Op, error) {
-	return c.store.HistoryList(ctx, &store.HistoryListParams{Namespace: c.cfg.Namespace, Ref: ref})
+	ops, err := c.store.HistoryList(ctx, &store.HistoryListParams{Namespace: c.cfg.Namespace, Ref: ref})
+	if err != nil {
+		return nil, err
+	}
+	return opsFromStore(ops), nil
 }
 
 // Cancel cancels a run. A run that has not started ends cancelled at once; a running
@@ -228,7 +204,7 @@ func (c *Client) waitRun(ctx context.Context, runID string) (*Run, error) {
 		select {
 		case run := <-done:
 			if run != nil {
-				return run, nil
+				return runFromStore(run), nil
 			}
 		case <-ctx.Done():
 			return nil, ctx.Err()

@@ -7,23 +7,6 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// ApprovalRecord is an approval request as clients see it.
-type ApprovalRecord = store.Approval
-
-// ApprovalStatus is the state of an approval request.
-type ApprovalStatus = store.ApprovalStatus
-
-// ApprovalList is one page of Client.Approvals.
-type ApprovalList = store.ApprovalListResult
-
-// Approval statuses.
-const (
-	ApprovalPending  = store.ApprovalPending
-	ApprovalApproved = store.ApprovalApproved
-	ApprovalRejected = store.ApprovalRejected
-	ApprovalExpired  = store.ApprovalExpired
-)
-
 // ApprovalFilter filters Client.Approvals. Zero fields do not filter.
 type ApprovalFilter struct {
 	Statuses []ApprovalStatus
@@ -36,11 +19,15 @@ type ApprovalFilter struct {
 // Approvals lists approval requests, newest first.
 func (c *Client) Approvals(ctx context.Context, f ApprovalFilter) (*ApprovalList, error) {
 	res, err := c.store.ApprovalList(ctx, &store.ApprovalListParams{Namespace: c.cfg.Namespace,
-		Statuses: f.Statuses, Run: f.Run, Limit: f.Limit, Cursor: f.Cursor})
+		Statuses: approvalStatusesToStore(f.Statuses), Run: f.Run, Limit: f.Limit, Cursor: f.Cursor})
 	if err != nil {
 		return nil, fmt.Errorf("listing approvals: %w", err)
 	}
-	return res, nil
+	page := &ApprovalList{Approvals: make([]*ApprovalRecord, len(res.Approvals)), NextCursor: res.NextCursor}
+	for i, a := range res.Approvals {
+		page.Approvals[i] = approvalFromStore(a)
+	}
+	return page, nil
 }
 
 // GetApproval returns one approval request by ID.
@@ -49,7 +36,7 @@ func (c *Client) GetApproval(ctx context.Context, id string) (*ApprovalRecord, e
 	if err != nil {
 		return nil, fmt.Errorf("getting approval %s: %w", id, err)
 	}
-	return a, nil
+	return approvalFromStore(a), nil
 }
 
 // Approve approves a pending request as principal, with an optional comment;
@@ -69,5 +56,13 @@ func (c *Client) decide(ctx context.Context, id string, approve bool, principal,
 	if err != nil {
 		return nil, fmt.Errorf("deciding approval %s: %w", id, err)
 	}
-	return a, nil
+	return approvalFromStore(a), nil
+}
+
+func approvalStatusesToStore(ss []ApprovalStatus) []store.ApprovalStatus {
+	out := make([]store.ApprovalStatus, len(ss))
+	for i, s := range ss {
+		out[i] = store.ApprovalStatus(s)
+	}
+	return out
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/trellis-dev/trellis"
-	"github.com/trellis-dev/trellis/store"
 )
 
 // The crash test runs workers in separate processes (this test binary, re-executed)
@@ -228,7 +227,7 @@ func verifyCrashRuns(t *testing.T, c *trellis.Client, ids []string, effects map[
 			if op.Position != i || !op.Done {
 				t.Fatalf("run %s: op %d at position %d done=%v", id, i, op.Position, op.Done)
 			}
-			if op.Kind != store.OpStep {
+			if op.Kind != trellis.OpStep {
 				continue
 			}
 			steps++

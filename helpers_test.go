@@ -12,6 +12,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/store"
 	"go.uber.org/goleak"
 )
 
@@ -59,6 +60,18 @@ func open(t *testing.T, url string, mod ...func(*trellis.Config)) *trellis.Clien
 		}
 	})
 	return c
+}
+
+// openStore opens the store at url directly (as a worker of another process
+// would) and closes it at cleanup.
+func openStore(t *testing.T, url string) store.Store {
+	t.Helper()
+	st, err := trellis.OpenStore(context.Background(), url, time.Now)
+	if err != nil {
+		t.Fatalf("opening store: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }
 
 // setup opens a client on a fresh store and registers wfs.

@@ -316,7 +316,7 @@ func TestExpiredLeaseIsTakenOverAndStaleWritesRejected(t *testing.T) {
 	starter := open(t, url, func(c *trellis.Config) { c.Worker.Disabled = true })
 	h := must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), starter, wf, 21))
 	// A worker claims the run and dies without a heartbeat.
-	st := starter.Store()
+	st := openStore(t, url)
 	claimed := must[*store.RunsClaimResult](t)(st.RunsClaim(ctxT(t), &store.RunsClaimParams{
 		Namespace: "default", Workflows: []string{"takeover"}, Worker: "dead", Max: 1, LeaseDuration: 200 * time.Millisecond}))
 	if len(claimed.Runs) != 1 {

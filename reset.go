@@ -31,7 +31,7 @@ func (c *Client) Reset(ctx context.Context, ref, step string) (*Run, error) {
 	if !src.Status.Terminal() {
 		return nil, fmt.Errorf("resetting run %s: %w (status %s)", src.ID, ErrRunActive, src.Status)
 	}
-	history, err := c.History(ctx, src.ID)
+	history, err := c.store.HistoryList(ctx, &store.HistoryListParams{Namespace: c.cfg.Namespace, Ref: src.ID})
 	if err != nil {
 		return nil, fmt.Errorf("resetting run %s: %w", src.ID, err)
 	}
@@ -50,7 +50,7 @@ func (c *Client) Reset(ctx context.Context, ref, step string) (*Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resetting run %s: %w", src.ID, err)
 	}
-	return res.Run, nil
+	return runFromStore(res.Run), nil
 }
 
 // checkNoMap refuses to keep a Map's op: its results are read from its child

@@ -137,7 +137,7 @@ func (c *Client) start(ctx context.Context, def *definition, input []byte, o Sta
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", def.name, err)
 	}
-	return res.Run, nil
+	return runFromStore(res.Run), nil
 }
 
 // createParams are the parameters of a new run of def.
@@ -151,7 +151,7 @@ func (c *Client) createParams(def *definition, input []byte, o StartOptions) *st
 func runParams(namespace string, def *definition, runID string, input []byte, o StartOptions) *store.RunCreateParams {
 	p := &store.RunCreateParams{
 		Namespace: namespace, ID: runID, WorkflowID: o.ID, Workflow: def.name,
-		Queue: o.Queue, Priority: o.Priority, Version: def.opts.Version, Input: input, Reuse: o.Reuse,
+		Queue: o.Queue, Priority: o.Priority, Version: def.opts.Version, Input: input, Reuse: store.ReusePolicy(o.Reuse),
 	}
 	if p.WorkflowID == "" {
 		p.WorkflowID = runID

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
-	"github.com/trellis-dev/trellis/store"
 )
 
 // flaky fails its first n calls with a short backoff that suspends the run, which
@@ -288,7 +287,7 @@ func TestHistoryOpsCarryKinds(t *testing.T) {
 		t.Fatal("new run did not take the patched branch")
 	}
 	hist := must[[]*trellis.Op](t)(c.History(ctxT(t), h.RunID()))
-	want := []store.OpKind{store.OpNow, store.OpUUID, store.OpRandom, store.OpPatch}
+	want := []trellis.OpKind{trellis.OpNow, trellis.OpUUID, trellis.OpRandom, trellis.OpPatch}
 	if len(hist) != len(want) {
 		t.Fatalf("history %d ops", len(hist))
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/worker"
-	"github.com/trellis-dev/trellis/store"
 )
 
 // envTakeoverStore names the store of TestTakeoverWorkerProcess.
@@ -80,7 +79,7 @@ func TestCrashedWorkersRunIsTakenOver(t *testing.T) {
 	}
 	run = must[*trellis.Run](t)(client.Get(ctxT(t), h.RunID()))
 	hist := must[[]*trellis.Op](t)(client.History(ctxT(t), h.RunID()))
-	if run.Attempts != 2 || len(hist) != 1 || hist[0].Kind != store.OpStep {
+	if run.Attempts != 2 || len(hist) != 1 || hist[0].Kind != trellis.OpStep {
 		t.Fatalf("run after takeover: %d attempts, history %+v", run.Attempts, hist)
 	}
 	took := hist[0].StartedAt // the step started by the new owner

@@ -27,6 +27,6 @@ func StartTx[In, Out any](ctx context.Context, c *Client, tx any, wf *Workflow[I
 		if err != nil {
 			return nil, fmt.Errorf("starting %s: %w", def.name, err)
 		}
-		return res.Run, nil
+		return runFromStore(res.Run), nil
 	})
 }

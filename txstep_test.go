@@ -241,7 +241,7 @@ func TestCheckpointTxStaleLease(t *testing.T) {
 		wf := trellis.NewWorkflow("tx-stale", func(wc *trellis.Context, _ int) (int, error) { return 0, nil })
 		register(t, c, wf)
 		h := must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), c, wf, 0))
-		st := c.Store()
+		st := openStore(t, db.url)
 		claimed := must[*store.RunsClaimResult](t)(st.RunsClaim(ctxT(t), &store.RunsClaimParams{
 			Namespace: "default", Workflows: []string{"tx-stale"}, Worker: "w", Max: 1, LeaseDuration: time.Minute}))
 		if len(claimed.Runs) != 1 {

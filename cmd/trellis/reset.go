@@ -25,7 +25,7 @@ func runsReset(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return refError(ref, err)
 		}
 		if asJSON {
-			return writeJSON(stdout, viewRun(run))
+			return writeJSON(stdout, run)
 		}
 		fmt.Fprintf(stdout, "run %s reset: new run %s is pending\n", ref, run.ID)
 		return printRun(stdout, run)

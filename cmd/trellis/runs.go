@@ -115,7 +115,7 @@ func runsList(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		if la.asJSON {
-			return writeJSON(stdout, pageView(page))
+			return writeJSON(stdout, page)
 		}
 		return printRunTable(stdout, page)
 	})
@@ -155,7 +155,7 @@ func runsGet(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return refError(ref, err)
 		}
 		if asJSON {
-			return writeJSON(stdout, viewRun(run))
+			return writeJSON(stdout, run)
 		}
 		return printRun(stdout, run)
 	})
@@ -175,7 +175,7 @@ func runsHistory(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return refError(ref, err)
 		}
 		if asJSON {
-			return writeJSON(stdout, viewOps(ops))
+			return writeJSON(stdout, ops)
 		}
 		return printHistory(stdout, run, ops)
 	})

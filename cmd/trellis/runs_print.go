@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/trellis-dev/trellis"
-	"github.com/trellis-dev/trellis/store"
 )
 
 // How runs are shown: tables and key-value blocks for people, JSON for scripts.
@@ -76,7 +75,7 @@ func printRun(w io.Writer, r *trellis.Run) error {
 	rows := [][2]string{
 		{"ID", r.ID}, {"Workflow ID", r.WorkflowID}, {"Workflow", r.Workflow},
 		{"Namespace", r.Namespace}, {"Queue", r.Queue}, {"Priority", strconv.Itoa(r.Priority)},
-		{"Version", strconv.Itoa(r.Version)}, {"Sequence", strconv.FormatInt(r.Sequence, 10)},
+		{"Version", strconv.Itoa(r.Version)},
 		{"Status", string(r.Status)}, {"Wait reason", r.WaitReason}, {"Error", errorText(r.Error)},
 		{"Cancel requested", strconv.FormatBool(r.CancelRequested)}, {"Claims", strconv.Itoa(r.Attempts) + " (times a worker took the run)"},
 		{"Deadline", timeText(r.Deadline)}, {"Available at", timeText(&r.AvailableAt)},
@@ -122,7 +121,7 @@ func printHistory(w io.Writer, r *trellis.Run, ops []*trellis.Op) error {
 
 // stepAttempts is how many times a step's function ran; "-" for other ops.
 func stepAttempts(op *trellis.Op) string {
-	if op.Kind != store.OpStep {
+	if op.Kind != trellis.OpStep {
 		return "-"
 	}
 	return strconv.Itoa(op.Attempts)
@@ -140,7 +139,7 @@ func opOutcome(op *trellis.Op) string {
 	return oneLine(payloadText(op.Result), resultWidth)
 }
 
-func errorText(e *store.ErrorInfo) string {
+func errorText(e *trellis.ErrorInfo) string {
 	if e == nil {
 		return ""
 	}
@@ -205,56 +204,4 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// runView is a run as JSON, with its payloads readable.
-type runView struct {
-	*trellis.Run
-	Input  json.RawMessage `json:"input,omitempty"`
-	Output json.RawMessage `json:"output,omitempty"`
-}
-
-func viewRun(r *trellis.Run) runView {
-	return runView{Run: r, Input: payloadJSON(r.Input), Output: payloadJSON(r.Output)}
-}
-
-type pageJSON struct {
-	Runs       []runView `json:"runs"`
-	NextCursor string    `json:"next_cursor,omitempty"`
-}
-
-func pageView(p *trellis.RunPage) pageJSON {
-	out := pageJSON{Runs: make([]runView, len(p.Runs)), NextCursor: p.NextCursor}
-	for i, r := range p.Runs {
-		out.Runs[i] = viewRun(r)
-	}
-	return out
-}
-
-// opView is an op as JSON, with its result readable.
-type opView struct {
-	*trellis.Op
-	Result json.RawMessage `json:"result,omitempty"`
-}
-
-func viewOps(ops []*trellis.Op) []opView {
-	out := make([]opView, len(ops))
-	for i, op := range ops {
-		out[i] = opView{Op: op, Result: payloadJSON(op.Result)}
-	}
-	return out
-}
-
-// payloadJSON returns b as a JSON value: itself when it is JSON, else a string.
-func payloadJSON(b []byte) json.RawMessage {
-	if len(b) == 0 || json.Valid(b) {
-		return b
-	}
-	var s []byte
-	if utf8.Valid(b) {
-		s, _ = json.Marshal(string(b))
-	} else {
-		s, _ = json.Marshal(b) // base64
-	}
-	return s
 }

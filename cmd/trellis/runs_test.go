@@ -41,7 +41,7 @@ func TestRunsListPages(t *testing.T) {
 			Status trellis.Status  `json:"status"`
 			Input  json.RawMessage `json:"input"`
 		} `json:"runs"`
-		NextCursor string `json:"next_cursor"`
+		NextCursor string `json:"next_page_token"`
 	}
 	if err := json.Unmarshal([]byte(res.stdout), &page); err != nil {
 		t.Fatalf("%v\n%s", err, res.stdout)

@@ -95,7 +95,7 @@ func runsStart(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		if sa.asJSON {
-			return writeJSON(stdout, viewRun(run))
+			return writeJSON(stdout, run)
 		}
 		return printRun(stdout, run)
 	})

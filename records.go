@@ -1,0 +1,268 @@
+package trellis
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"time"
+	"unicode/utf8"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// The records a client returns: runs, history ops, approval requests. They are
+// chosen for users, not copied from storage rows, and their JSON form is the wire
+// format of the HTTP API and of `trellis ... --json`: snake_case names, times in
+// RFC 3339, payloads as JSON values.
+
+// Payload is an encoded value (an input, output, step result, event payload or
+// approval details) as the client's codec wrote it. In JSON it is the value itself
+// when it is JSON (always, with the default codec); a payload of another codec
+// appears as a string: the text when it is UTF-8, else its base64 form.
+type Payload []byte
+
+// MarshalJSON implements json.Marshaler.
+func (p Payload) MarshalJSON() ([]byte, error) {
+	switch {
+	case len(p) == 0:
+		return []byte("null"), nil
+	case json.Valid(p):
+		return p, nil
+	case utf8.Valid(p):
+		return json.Marshal(string(p))
+	}
+	return json.Marshal(base64.StdEncoding.EncodeToString(p))
+}
+
+// UnmarshalJSON implements json.Unmarshaler: it keeps the JSON value as it is.
+func (p *Payload) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*p = nil
+		return nil
+	}
+	*p = append((*p)[:0], b...)
+	return nil
+}
+
+// Status is the state of a run; see docs/states.md.
+type Status string
+
+// Run states.
+const (
+	StatusPending   Status = "pending"
+	StatusRunning   Status = "running"
+	StatusWaiting   Status = "waiting"
+	StatusBlocked   Status = "blocked"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
+	StatusCancelled Status = "cancelled"
+)
+
+// Terminal reports whether s is a final state.
+func (s Status) Terminal() bool { return store.Status(s).Terminal() }
+
+// Valid reports whether s is one of the run states.
+func (s Status) Valid() bool { return store.Status(s).Valid() }
+
+// ReusePolicy decides what a start does when its workflow ID is already used.
+type ReusePolicy string
+
+// Reuse policies for StartOptions.Reuse.
+const (
+	// ReuseRejectActive (the default) rejects a start while a run with the same
+	// workflow ID is active, and allows it once that run finished.
+	ReuseRejectActive ReusePolicy = ""
+	// ReuseReject rejects a start if any run with the workflow ID ever existed.
+	ReuseReject ReusePolicy = "reject"
+	// ReuseReturnExisting returns the latest run with the workflow ID instead.
+	ReuseReturnExisting ReusePolicy = "return_existing"
+)
+
+// ErrorInfo is an error as recorded: its message, a type that names its kind
+// (an engine code such as "step_timeout", or the Go type of the user's error),
+// and whether it was final.
+type ErrorInfo struct {
+	Message      string `json:"message"`
+	Type         string `json:"type,omitempty"`
+	NonRetryable bool   `json:"non_retryable,omitempty"`
+}
+
+// Run is one execution of a workflow.
+type Run struct {
+	Namespace  string `json:"namespace"`
+	ID         string `json:"id"`
+	WorkflowID string `json:"workflow_id"`
+	Workflow   string `json:"workflow"`
+	Queue      string `json:"queue"`
+	Priority   int    `json:"priority"`
+	Status     Status `json:"status"`
+	// Version is the workflow version the run started with.
+	Version int        `json:"version"`
+	Input   Payload    `json:"input,omitempty"`
+	Output  Payload    `json:"output,omitempty"`
+	Error   *ErrorInfo `json:"error,omitempty"`
+	// WaitReason says why a pending, waiting or blocked run is not running.
+	WaitReason      string     `json:"wait_reason,omitempty"`
+	CancelRequested bool       `json:"cancel_requested,omitempty"`
+	Deadline        *time.Time `json:"deadline,omitempty"`
+	// AvailableAt is when a pending or waiting run is (or was) due.
+	AvailableAt time.Time `json:"available_at"`
+	// Attempts counts the times a worker took the run (claims).
+	Attempts int `json:"attempts"`
+	// LeaseOwner is the worker that holds a running run, until LeaseExpiresAt.
+	LeaseOwner     string     `json:"lease_owner,omitempty"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	// ParentID is the run ID of the parent of a child run.
+	ParentID string `json:"parent_id,omitempty"`
+}
+
+// RunPage is one page of Client.List.
+type RunPage struct {
+	Runs []*Run `json:"runs"`
+	// NextCursor continues the listing (ListOptions.Cursor); empty on the last page.
+	NextCursor string `json:"next_page_token,omitempty"`
+}
+
+// OpKind names the kind of an op in a run's history.
+type OpKind string
+
+// Op kinds; docs/storage.md describes what each records.
+const (
+	OpStep     OpKind = "step"
+	OpNow      OpKind = "now"
+	OpUUID     OpKind = "uuid"
+	OpRandom   OpKind = "random"
+	OpPatch    OpKind = "patch"
+	OpSet      OpKind = "set"
+	OpDelete   OpKind = "delete"
+	OpTimer    OpKind = "timer"
+	OpEvent    OpKind = "event"
+	OpApproval OpKind = "approval"
+	OpChild    OpKind = "child"
+	OpSelect   OpKind = "select"
+)
+
+// Op is one entry of a run's history.
+type Op struct {
+	Position int    `json:"position"`
+	Kind     OpKind `json:"kind"`
+	Name     string `json:"name"`
+	// Done is false for an op still under way (a step being retried, a wait).
+	Done   bool       `json:"done"`
+	Result Payload    `json:"result,omitempty"`
+	Error  *ErrorInfo `json:"error,omitempty"`
+	// Attempts counts a step's attempts.
+	Attempts int `json:"attempts"`
+	// AttemptLog lists a step's failed attempts, oldest first.
+	AttemptLog []Attempt  `json:"attempt_log,omitempty"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// Attempt is one failed attempt of a step.
+type Attempt struct {
+	Attempt    int       `json:"attempt"`
+	Error      ErrorInfo `json:"error"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+// ApprovalStatus is the state of an approval request.
+type ApprovalStatus string
+
+// Approval statuses.
+const (
+	ApprovalPending  ApprovalStatus = "pending"
+	ApprovalApproved ApprovalStatus = "approved"
+	ApprovalRejected ApprovalStatus = "rejected"
+	ApprovalExpired  ApprovalStatus = "expired"
+)
+
+// ApprovalRecord is an approval request and, once decided, its decision.
+type ApprovalRecord struct {
+	Namespace string `json:"namespace"`
+	ID        string `json:"id"`
+	RunID     string `json:"run_id"`
+	Workflow  string `json:"workflow"`
+	// Name is the name the workflow gave the request (RequestApproval).
+	Name      string         `json:"name"`
+	Approvers []string       `json:"approvers,omitempty"`
+	Subject   string         `json:"subject,omitempty"`
+	Details   Payload        `json:"details,omitempty"`
+	Status    ApprovalStatus `json:"status"`
+	// Principal and Comment are the decider's, once decided.
+	Principal string     `json:"principal,omitempty"`
+	Comment   string     `json:"comment,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	DecidedAt *time.Time `json:"decided_at,omitempty"`
+}
+
+// ApprovalList is one page of Client.Approvals.
+type ApprovalList struct {
+	Approvals []*ApprovalRecord `json:"approvals"`
+	// NextCursor continues the listing (ApprovalFilter.Cursor); empty on the last page.
+	NextCursor string `json:"next_page_token,omitempty"`
+}
+
+func errorFromStore(e *store.ErrorInfo) *ErrorInfo {
+	if e == nil {
+		return nil
+	}
+	return &ErrorInfo{Message: e.Message, Type: e.Type, NonRetryable: e.NonRetryable}
+}
+
+func runFromStore(r *store.Run) *Run {
+	if r == nil {
+		return nil
+	}
+	return &Run{
+		Namespace: r.Namespace, ID: r.ID, WorkflowID: r.WorkflowID, Workflow: r.Workflow, Queue: r.Queue,
+		Priority: r.Priority, Status: Status(r.Status), Version: r.Version, Input: r.Input, Output: r.Output,
+		Error: errorFromStore(r.Error), WaitReason: r.WaitReason, CancelRequested: r.CancelRequested,
+		Deadline: r.Deadline, AvailableAt: r.AvailableAt, Attempts: r.Attempts, LeaseOwner: r.LeaseOwner,
+		LeaseExpiresAt: r.LeaseExpiresAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
+		UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt, ParentID: r.ParentID,
+	}
+}
+
+func runsFromStore(rs []*store.Run) []*Run {
+	out := make([]*Run, len(rs))
+	for i, r := range rs {
+		out[i] = runFromStore(r)
+	}
+	return out
+}
+
+func opsFromStore(ops []*store.Op) []*Op {
+	out := make([]*Op, len(ops))
+	for i, o := range ops {
+		op := &Op{Position: o.Position, Kind: OpKind(o.Kind), Name: o.Name, Done: o.Done, Result: o.Result,
+			Error: errorFromStore(o.Error), Attempts: o.Attempts, StartedAt: o.StartedAt, FinishedAt: o.FinishedAt}
+		for _, a := range o.AttemptLog {
+			op.AttemptLog = append(op.AttemptLog, Attempt{Attempt: a.Attempt, Error: *errorFromStore(&a.Error),
+				StartedAt: a.StartedAt, FinishedAt: a.FinishedAt})
+		}
+		out[i] = op
+	}
+	return out
+}
+
+func approvalFromStore(a *store.Approval) *ApprovalRecord {
+	return &ApprovalRecord{
+		Namespace: a.Namespace, ID: a.ID, RunID: a.RunID, Workflow: a.Workflow, Name: a.Name,
+		Approvers: a.Approvers, Subject: a.Subject, Details: a.Details, Status: ApprovalStatus(a.Status),
+		Principal: a.Principal, Comment: a.Comment, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, DecidedAt: a.DecidedAt,
+	}
+}
+
+func statusesToStore(ss []Status) []store.Status {
+	out := make([]store.Status, len(ss))
+	for i, s := range ss {
+		out[i] = store.Status(s)
+	}
+	return out
+}
