@@ -13,8 +13,10 @@ var ErrApprovalTimeout = engine.ErrApprovalTimeout
 
 // ApprovalOptions describe an approval request.
 type ApprovalOptions struct {
-	// Approvers name who may decide (principals or roles). Recorded with the
-	// request; the server's auth enforces them.
+	// Approvers name who may decide (principals or roles). They are recorded
+	// with the request and shown to the people deciding, but not yet enforced:
+	// Client.Approve accepts any principal. Enforcement comes with the server's
+	// tokens and roles.
 	Approvers []string
 	// Subject is a one-line summary for the people deciding.
 	Subject string
