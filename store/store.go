@@ -54,7 +54,11 @@ type Store interface {
 	LeaseRelease(ctx context.Context, p *LeaseReleaseParams) error
 	// Checkpoint atomically saves ops, attempts, run-store writes and the run's new
 	// state, fenced by the lease token: on a stale token it returns ErrLeaseLost and
-	// writes nothing.
+	// writes nothing. When the run's cancellation was requested (the result's
+	// CancelRequested), a checkpoint to waiting makes the run pending and due now
+	// instead (signalling TopicReady) so that a worker claims it and ends it; one to
+	// blocked ends it cancelled at once; children the checkpoint starts are
+	// cancelled as RunCancel cancels them.
 	Checkpoint(ctx context.Context, p *CheckpointParams) (*CheckpointResult, error)
 
 	// HistoryList returns a run's ops in position order with their failed attempts.

@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Lease", leaseCases},
 		{"Checkpoint", checkpointCases},
 		{"Cancel", cancelCases},
+		{"CancelWait", cancelWaitCases},
 		{"Resume", resumeCases},
 		{"List", listCases},
 		{"History", historyCases},
