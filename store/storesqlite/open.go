@@ -90,7 +90,8 @@ func dsn(cfg Config, readOnly bool) string {
 	if readOnly {
 		d += "&_pragma=query_only(1)"
 	} else {
-		d += fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)", walAutoCheckpointPages)
+		d += fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)&_pragma=journal_size_limit(%d)",
+			walAutoCheckpointPages, cfg.WALLimit)
 	}
 	return d
 }
