@@ -245,7 +245,9 @@ func (w *writer) commitBatch(batch []*request) {
 func (w *writer) begin(batch []*request) bool {
 	if _, err := w.exec("BEGIN IMMEDIATE"); err != nil {
 		w.s.log.Error("storesqlite: beginning write transaction", "err", err)
-		w.writeFailed()
+		if diskError(err) {
+			w.writeFailed()
+		}
 		w.fail(batch, fmt.Errorf("beginning transaction: %w", err))
 		return false
 	}
@@ -348,7 +350,9 @@ func (w *writer) abort(batch []*request, err error) {
 	if _, rbErr := w.exec("ROLLBACK"); rbErr != nil {
 		w.s.log.Error("storesqlite: rolling back", "err", rbErr)
 	}
-	w.writeFailed()
+	if diskError(err) {
+		w.writeFailed()
+	}
 	w.fail(batch, err)
 }
 
