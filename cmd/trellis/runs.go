@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/store"
@@ -236,12 +237,16 @@ func withClient(ctx context.Context, url string, fn func(*trellis.Client) error)
 	if err := checkStoreExists(url); err != nil {
 		return err
 	}
-	c, err := trellis.Open(ctx, trellis.Config{Store: url, Worker: trellis.WorkerOptions{Disabled: true}})
+	s, err := trellis.OpenExistingStore(ctx, url, time.Now) // never creates or migrates
 	if err != nil {
 		return err
 	}
+	c, err := trellis.Open(ctx, trellis.Config{Backend: s, Worker: trellis.WorkerOptions{Disabled: true}})
+	if err != nil {
+		return errors.Join(err, s.Close())
+	}
 	err = fn(c)
-	return errors.Join(err, c.Close())
+	return errors.Join(err, c.Close(), s.Close())
 }
 
 // checkStoreExists fails for a SQLite store whose file is missing: opening it would

@@ -47,6 +47,10 @@ type Config struct {
 	// truncated back to this size when it is (journal_size_limit). After a failed
 	// write (e.g. a full disk) the WAL is emptied. Default 16 MiB.
 	WALLimit int64
+	// NoMigrate opens an existing store as it is, for tools that only look: Open
+	// neither creates the file nor applies migrations, and fails with
+	// store.ErrNoStore when the file is missing or is not a fully migrated store.
+	NoMigrate bool
 }
 
 func (c Config) withDefaults() Config {

@@ -3,8 +3,11 @@ package storesqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -53,11 +56,18 @@ type Stats struct {
 }
 
 // Open opens (creating if needed) the database at cfg.Path, applies pending
-// migrations and starts the writer.
+// migrations and starts the writer. With cfg.NoMigrate it opens an existing,
+// migrated store only.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("opening sqlite store: %w: %w", store.ErrInvalidParams, err)
+	}
+	if cfg.NoMigrate {
+		// Checked first: opening a connection would create the file.
+		if _, err := os.Stat(cfg.Path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("opening sqlite store: %w at %s (trellis migrate creates one)", store.ErrNoStore, cfg.Path)
+		}
 	}
 	s := &Store{cfg: cfg, now: cfg.Now, log: cfg.Logger}
 	var err error
@@ -73,7 +83,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("opening sqlite store: %w", err)
 	}
 	s.reads = newReader(s.readDB)
-	if err := s.Migrate(ctx); err != nil {
+	migrate := s.Migrate
+	if cfg.NoMigrate {
+		migrate = s.requireMigrated
+	}
+	if err := migrate(ctx); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("opening sqlite store: %w", err)
 	}
