@@ -128,13 +128,22 @@ func (s *Store) Stats() Stats {
 
 // Subscribe implements store.Store. Signals come from this store's own commits at
 // once and from other processes' commits through LISTEN/NOTIFY.
-func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
+// The subscription ends when the returned function is called or ctx ends.
+func (s *Store) Subscribe(ctx context.Context, topic string) (<-chan struct{}, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("subscribing: %w", err)
+	}
+	select {
+	case <-s.closedCh:
+		return nil, nil, fmt.Errorf("subscribing: %w", store.ErrClosed)
+	default:
+	}
 	ch, stop := s.hub.Subscribe(topic)
 	s.subMu.Lock()
 	s.subs[topic]++
 	s.subMu.Unlock()
 	var once sync.Once
-	return ch, func() {
+	end := func() {
 		once.Do(func() {
 			stop()
 			s.subMu.Lock()
@@ -144,6 +153,8 @@ func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
 			s.subMu.Unlock()
 		})
 	}
+	stopAfter := context.AfterFunc(ctx, end)
+	return ch, func() { stopAfter(); end() }, nil
 }
 
 // signalAll signals TopicReady and every subscribed topic: after the listener lost

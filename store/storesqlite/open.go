@@ -127,9 +127,17 @@ func (s *Store) Stats() Stats {
 	return Stats{Transactions: s.transactions.Load(), Requests: s.requests.Load(), Replays: s.replays.Load()}
 }
 
-// Subscribe implements store.Store.
-func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
-	return s.hub.Subscribe(topic)
+// Subscribe implements store.Store. Signals come from this store's own commits;
+// another process's commits reach it by polling only.
+func (s *Store) Subscribe(ctx context.Context, topic string) (<-chan struct{}, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("subscribing: %w", err)
+	}
+	if s.closed() {
+		return nil, nil, fmt.Errorf("subscribing: %w", store.ErrClosed)
+	}
+	ch, stop := s.hub.SubscribeContext(ctx, topic)
+	return ch, stop, nil
 }
 
 // Close stops the writer (pending requests fail with store.ErrClosed) and closes

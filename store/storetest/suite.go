@@ -57,6 +57,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Events", eventCases},
 		{"Children", childCases},
 		{"Approvals", approvalCases},
+		{"Tx", txCases},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {
