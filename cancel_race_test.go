@@ -48,6 +48,10 @@ func waitKinds() (map[string]*trellis.Workflow[int, int], []trellis.Registrable)
 			_, err := trellis.Map(wc, waiter, []int{1, 2, 3}, trellis.MapOptions{})
 			return 1, err
 		},
+		"backoff-inline": func(wc *trellis.Context) (int, error) { // below MaxInlineBackoff: waits in the worker
+			return trellis.Step(wc, "fails", failing, trellis.StepOptions{
+				Retry: trellis.RetryPolicy{MaxAttempts: 1000, Backoff: trellis.Fixed(10 * time.Millisecond)}})
+		},
 		"backoff-store": func(wc *trellis.Context) (int, error) { // an hour: released to the store
 			return trellis.Step(wc, "fails", failing, trellis.StepOptions{
 				Retry: trellis.RetryPolicy{MaxAttempts: 10, Backoff: trellis.Fixed(time.Hour)}})
