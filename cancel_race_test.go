@@ -178,7 +178,10 @@ func TestCancelDuringAStepBeforeALongSleep(t *testing.T) {
 	gate := make(chan struct{})
 	wf := trellis.NewWorkflow("step-then-sleep", func(wc *trellis.Context, _ int) (int, error) {
 		if _, err := trellis.Step(wc, "gated", func(context.Context) (int, error) {
-			started <- wc.RunID()
+			select { // once per run; a re-execution after a lost lease must not block
+			case started <- wc.RunID():
+			default:
+			}
 			<-gate // ignores its context: the step finishes after the cancel
 			return 1, nil
 		}); err != nil {
