@@ -28,7 +28,7 @@ const (
 const DefaultMaxBatch = 256
 
 // DefaultWALLimit is the default of Config.WALLimit.
-const DefaultWALLimit = 16 << 20
+const DefaultWALLimit = 64 << 20
 
 // Config configures a Store.
 type Config struct {
@@ -45,7 +45,7 @@ type Config struct {
 	// WALLimit bounds the write-ahead log, in bytes: past it the background
 	// checkpointer makes the next write start the WAL over, and the file is
 	// truncated back to this size when it is (journal_size_limit). After a failed
-	// write (e.g. a full disk) the WAL is emptied. Default 16 MiB.
+	// write (e.g. a full disk) the WAL is emptied. Default 64 MiB.
 	WALLimit int64
 	// NoMigrate opens an existing store as it is, for tools that only look: Open
 	// neither creates the file nor applies migrations, and fails with
