@@ -210,7 +210,10 @@ func (c *Client) waitRun(ctx context.Context, runID string) (*Run, error) {
 			return nil, ctx.Err()
 		}
 	}
-	changed, unsubscribe := c.store.Subscribe(store.RunTopic(c.cfg.Namespace, runID))
+	changed, unsubscribe, err := c.store.Subscribe(ctx, store.RunTopic(c.cfg.Namespace, runID))
+	if err != nil { // polling alone still sees the run end
+		changed, unsubscribe = nil, func() {}
+	}
 	defer unsubscribe()
 	var poll <-chan time.Time
 	for {

@@ -147,22 +147,35 @@ func (c Config) validate() error {
 	return nil
 }
 
-// OpenStore opens the store named by a URL (see Config.Store).
+// OpenStore opens the store named by a URL (see Config.Store), creating it or
+// applying pending migrations as needed.
 func OpenStore(ctx context.Context, url string, now func() time.Time) (store.Store, error) {
+	return openStore(ctx, url, now, false)
+}
+
+// OpenExistingStore opens the store named by a URL as it is, for tools that only
+// look at it: it creates nothing and migrates nothing, and fails with an error
+// wrapping store.ErrNoStore ("no Trellis store at ...") when the SQLite file or the
+// Postgres schema is missing or not fully migrated. Pass it to Config.Backend.
+func OpenExistingStore(ctx context.Context, url string, now func() time.Time) (store.Store, error) {
+	return openStore(ctx, url, now, true)
+}
+
+func openStore(ctx context.Context, url string, now func() time.Time, noMigrate bool) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(url, "sqlite:"):
 		cfg, err := storesqlite.ParseURL(url)
 		if err != nil {
 			return nil, err
 		}
-		cfg.Now = now
+		cfg.Now, cfg.NoMigrate = now, noMigrate
 		return storesqlite.Open(ctx, cfg)
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		cfg, err := storepg.ParseURL(url)
 		if err != nil {
 			return nil, err
 		}
-		cfg.Now = now
+		cfg.Now, cfg.NoMigrate = now, noMigrate
 		return storepg.Open(ctx, cfg)
 	}
 	return nil, fmt.Errorf("opening store %q: unsupported URL scheme (want sqlite: or postgres://)", redactURL(url))

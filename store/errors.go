@@ -29,4 +29,7 @@ var (
 	ErrApprovalDecided = errors.New("approval already decided or expired")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store closed")
+	// ErrNoStore: a driver opened without migrating (NoMigrate) found no Trellis
+	// store, or one that needs migrating, where it looked.
+	ErrNoStore = errors.New("no Trellis store")
 )

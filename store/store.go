@@ -2,10 +2,17 @@
 // worker and a client need (start a run, claim runs, checkpoint, extend leases, cancel,
 // list, read history), each one atomic.
 //
-// Every driver (storesqlite, and later Postgres and the remote-worker client) implements
-// Store and passes the shared conformance suite in package storetest. The contract never
-// exposes a transaction: a driver may batch many calls into one transaction (group
-// commit), but each call succeeds or fails on its own.
+// The contract is cut into roles that a server authorizes separately: WorkerStore
+// (what a worker executing runs needs), RunStore (starting, inspecting, cancelling
+// and resuming runs), EventStore (sending events), ApprovalStore (listing and
+// deciding approvals) and AdminStore (the store's lifecycle). Store embeds them all.
+// A method that two roles need (HistoryList, RunChildren, Subscribe) is in both.
+//
+// Every implementation — storesqlite, storepg, and the remote-worker client to come —
+// implements Store and passes the shared conformance suite in package storetest. The
+// contract never exposes a transaction: a driver may batch many calls into one
+// transaction (group commit), but each call succeeds or fails on its own. The SQL
+// drivers add optional transactional capabilities (see tx.go).
 //
 // Times are supplied by the driver's clock; callers never pass "now".
 package store
@@ -15,31 +22,20 @@ import (
 	"time"
 )
 
-// Store is the storage contract. All methods are safe for concurrent use.
+// Store is the whole storage contract: every role. All methods are safe for
+// concurrent use.
 type Store interface {
-	// RunCreate durably creates a run (status pending), applying the reuse policy
-	// for its workflow ID. It returns ErrRunExists when the policy rejects the start.
-	RunCreate(ctx context.Context, p *RunCreateParams) (*RunCreateResult, error)
-	// RunGet returns one run by reference: a run ID, or else the latest run with
-	// that workflow ID. ErrRunNotFound when neither matches.
-	RunGet(ctx context.Context, p *RunGetParams) (*Run, error)
-	// RunList lists runs newest first, with filters and cursor pagination.
-	RunList(ctx context.Context, p *RunListParams) (*RunListResult, error)
-	// RunCancel requests cancellation. A run that never started ends cancelled at
-	// once; a waiting or pending run that has history is made pending so a worker
-	// can observe the cancellation and run cleanup; a running run is flagged and its
-	// worker learns it at its next checkpoint or lease extension. Cancelling a
-	// finished run returns ErrRunFinished. The active children of the run's
-	// non-detached child groups are cancelled too, recursively, in the same
-	// transaction (held children end cancelled at once).
-	RunCancel(ctx context.Context, p *RunCancelParams) (*Run, error)
-	// RunResume makes a blocked run pending again (after a fixed deploy).
-	// ErrRunNotBlocked when the run is not blocked.
-	RunResume(ctx context.Context, p *RunResumeParams) (*Run, error)
-	// RunsResumeBlocked makes pending every blocked run of the given workflows;
-	// a worker calls it at start. It returns how many runs it resumed.
-	RunsResumeBlocked(ctx context.Context, p *RunsResumeBlockedParams) (int, error)
+	WorkerStore
+	RunStore
+	EventStore
+	ApprovalStore
+	AdminStore
+}
 
+// WorkerStore is what a worker needs to execute runs: claim them, hold and hand
+// back their leases, checkpoint them, read the history and child runs of a run it
+// replays, resume blocked runs of the workflows it serves, and be woken up.
+type WorkerStore interface {
 	// RunsClaim claims up to Max due runs for a worker, in claim order
 	// (priority DESC, available_at ASC, sequence ASC, id ASC), giving each a fresh
 	// lease token, and returns them with their history. Runs whose lease expired
@@ -54,21 +50,66 @@ type Store interface {
 	LeaseRelease(ctx context.Context, p *LeaseReleaseParams) error
 	// Checkpoint atomically saves ops, attempts, run-store writes and the run's new
 	// state, fenced by the lease token: on a stale token it returns ErrLeaseLost and
-	// writes nothing.
+	// writes nothing. When the run's cancellation was requested (the result's
+	// CancelRequested), a checkpoint to waiting makes the run pending and due now
+	// instead (signalling TopicReady) so that a worker claims it and ends it; one to
+	// blocked ends it cancelled at once; children the checkpoint starts are
+	// cancelled as RunCancel cancels them.
 	Checkpoint(ctx context.Context, p *CheckpointParams) (*CheckpointResult, error)
-
+	// RunsResumeBlocked makes pending every blocked run of the given workflows;
+	// a worker calls it at start. It returns how many runs it resumed.
+	RunsResumeBlocked(ctx context.Context, p *RunsResumeBlockedParams) (int, error)
 	// HistoryList returns a run's ops in position order with their failed attempts.
 	HistoryList(ctx context.Context, p *HistoryListParams) ([]*Op, error)
+	// RunChildren returns the child runs one op of a parent started, in item order
+	// (none when that op started no group). ErrRunNotFound for an unknown parent.
+	RunChildren(ctx context.Context, p *RunChildrenParams) ([]*Run, error)
+	Subscriber
+}
+
+// RunStore starts, inspects, cancels and resumes runs: what a client holding no
+// workflow code needs.
+type RunStore interface {
+	// RunCreate durably creates a run (status pending), applying the reuse policy
+	// for its workflow ID. It returns ErrRunExists when the policy rejects the start.
+	RunCreate(ctx context.Context, p *RunCreateParams) (*RunCreateResult, error)
+	// RunGet returns one run by reference: a run ID, or else the latest run with
+	// that workflow ID. ErrRunNotFound when neither matches.
+	RunGet(ctx context.Context, p *RunGetParams) (*Run, error)
+	// RunList lists runs newest first, with filters and cursor pagination.
+	RunList(ctx context.Context, p *RunListParams) (*RunListResult, error)
+	// RunCancel requests cancellation. A run that never started ends cancelled at
+	// once; a waiting or pending run that has history is made pending so a worker
+	// can observe the cancellation and run cleanup; a running run is flagged and its
+	// worker learns it at its next checkpoint or lease extension (and a checkpoint
+	// that would make it wait hands it back instead, see Checkpoint). Cancelling a
+	// finished run returns ErrRunFinished. The active children of the run's
+	// non-detached child groups are cancelled too, recursively, in the same
+	// transaction (held children end cancelled at once).
+	RunCancel(ctx context.Context, p *RunCancelParams) (*Run, error)
+	// RunResume makes a blocked run pending again (after a fixed deploy).
+	// ErrRunNotBlocked when the run is not blocked.
+	RunResume(ctx context.Context, p *RunResumeParams) (*Run, error)
+	// HistoryList returns a run's ops in position order with their failed attempts.
+	HistoryList(ctx context.Context, p *HistoryListParams) ([]*Op, error)
+	// RunChildren returns the child runs one op of a parent started, in item order
+	// (none when that op started no group). ErrRunNotFound for an unknown parent.
+	RunChildren(ctx context.Context, p *RunChildrenParams) ([]*Run, error)
 	// KVGet reads one value of a run's store. ErrKeyNotFound when absent.
 	KVGet(ctx context.Context, p *KVGetParams) ([]byte, error)
+	Subscriber
+}
 
+// EventStore sends events to runs: what a producer in another service needs.
+type EventStore interface {
 	// EventSend durably adds an event to a run's inbox (see waiting.go). A run
 	// waiting for an event of that name becomes pending at once. ErrRunNotFound
 	// for an unknown run, ErrRunFinished for a finished one.
 	EventSend(ctx context.Context, p *EventSendParams) (*EventSendResult, error)
-	// RunChildren returns the child runs one op of a parent started, in item order
-	// (none when that op started no group). ErrRunNotFound for an unknown parent.
-	RunChildren(ctx context.Context, p *RunChildrenParams) ([]*Run, error)
+}
+
+// ApprovalStore lists and decides approval requests: what an approver needs.
+type ApprovalStore interface {
 	// ApprovalGet returns one approval request. ErrApprovalNotFound when absent.
 	ApprovalGet(ctx context.Context, p *ApprovalGetParams) (*Approval, error)
 	// ApprovalList lists approval requests, newest first, with filters and cursor
@@ -80,17 +121,28 @@ type Store interface {
 	// pending (decided, or at or past its ExpiresAt by the store's clock);
 	// ErrRunFinished when its run has finished. Nothing is written on error.
 	ApprovalDecide(ctx context.Context, p *ApprovalDecideParams) (*Approval, error)
+}
 
-	// Subscribe returns a channel that receives a (coalesced) signal after each
-	// committed change on topic, and a function that ends the subscription.
-	// Topics are TopicReady and RunTopic(runID).
-	Subscribe(topic string) (<-chan struct{}, func())
-
-	// Close releases the store's resources.
+// AdminStore is the store's lifecycle: what only its owner may do. Retention and
+// other maintenance of the whole store belong here.
+type AdminStore interface {
+	// Close releases the store's resources. It is idempotent; calls made after it
+	// fail with ErrClosed.
 	Close() error
 
 	// WorkerRegistry: workers' records (see workers.go).
 	WorkerRegistry
+}
+
+// Subscriber delivers wake-ups: signals after committed changes.
+type Subscriber interface {
+	// Subscribe returns a channel that receives a (coalesced) signal after each
+	// committed change on topic, and a function that ends the subscription; the
+	// subscription also ends when ctx ends. Topics are TopicReady and
+	// RunTopic(namespace, runID). It fails with ctx's error when ctx has ended,
+	// with ErrClosed on a closed store, and, for a store that subscribes over a
+	// network, when it cannot.
+	Subscribe(ctx context.Context, topic string) (<-chan struct{}, func(), error)
 }
 
 // TopicReady is signalled when runs may have become claimable (a run was created,

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/store"
@@ -270,12 +271,16 @@ func withClient(ctx context.Context, t target, fn func(*trellis.Client) error) e
 	if err := checkStoreExists(t.store); err != nil {
 		return err
 	}
-	c, err := trellis.Open(ctx, trellis.Config{Store: t.store, Namespace: t.namespace, Worker: trellis.WorkerOptions{Disabled: true}})
+	s, err := trellis.OpenExistingStore(ctx, t.store, time.Now) // never creates or migrates
 	if err != nil {
 		return err
 	}
+	c, err := trellis.Open(ctx, trellis.Config{Backend: s, Namespace: t.namespace, Worker: trellis.WorkerOptions{Disabled: true}})
+	if err != nil {
+		return errors.Join(err, s.Close())
+	}
 	err = fn(c)
-	return errors.Join(err, c.Close())
+	return errors.Join(err, c.Close(), s.Close())
 }
 
 // checkStoreExists fails for a SQLite store whose file is missing: opening it would

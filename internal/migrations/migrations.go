@@ -3,12 +3,15 @@
 package migrations
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/trellis-dev/trellis/store"
 )
 
 // Migration is one numbered schema change.
@@ -46,4 +49,23 @@ func Load(fsys fs.FS, dir string) ([]Migration, error) {
 		}
 	}
 	return ms, nil
+}
+
+// RequireCurrent checks a store opened without migrating: current is the highest
+// version recorded in its schema_migrations table (0 when it has none), where
+// names it in the error. It returns an error wrapping store.ErrNoStore unless the
+// store has every migration of ms (a newer store is accepted).
+func RequireCurrent(where string, current int, ms []Migration) error {
+	if len(ms) == 0 {
+		return errors.New("no migrations embedded")
+	}
+	latest := ms[len(ms)-1].Version
+	switch {
+	case current == 0:
+		return fmt.Errorf("%w at %s (trellis migrate creates one)", store.ErrNoStore, where)
+	case current < latest:
+		return fmt.Errorf("%w at %s: it is at schema version %d of %d (trellis migrate upgrades it)",
+			store.ErrNoStore, where, current, latest)
+	}
+	return nil
 }

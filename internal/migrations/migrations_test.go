@@ -1,8 +1,11 @@
 package migrations
 
 import (
+	"errors"
 	"testing"
 	"testing/fstest"
+
+	"github.com/trellis-dev/trellis/store"
 )
 
 func TestLoad(t *testing.T) {
@@ -21,6 +24,23 @@ func TestLoad(t *testing.T) {
 	} {
 		if _, err := Load(fsys, "m"); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestRequireCurrent(t *testing.T) {
+	ms := []Migration{{Version: 1}, {Version: 3}}
+	for current, wantErr := range map[int]string{
+		0: "no Trellis store at here (trellis migrate creates one)",
+		1: "no Trellis store at here: it is at schema version 1 of 3 (trellis migrate upgrades it)",
+		3: "", 4: "",
+	} {
+		err := RequireCurrent("here", current, ms)
+		switch {
+		case wantErr == "" && err != nil:
+			t.Errorf("RequireCurrent(%d): %v", current, err)
+		case wantErr != "" && (!errors.Is(err, store.ErrNoStore) || err.Error() != wantErr):
+			t.Errorf("RequireCurrent(%d) = %v, want %q wrapping ErrNoStore", current, err, wantErr)
 		}
 	}
 }

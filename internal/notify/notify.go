@@ -3,7 +3,10 @@
 // subscribe instead of polling.
 package notify
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // Hub delivers signals by topic. The zero value is ready to use.
 type Hub struct {
@@ -39,6 +42,16 @@ func (h *Hub) Subscribe(topic string) (<-chan struct{}, func()) {
 				}
 			}
 		})
+	}
+}
+
+// SubscribeContext is Subscribe with a subscription that also ends when ctx ends.
+func (h *Hub) SubscribeContext(ctx context.Context, topic string) (<-chan struct{}, func()) {
+	ch, stop := h.Subscribe(topic)
+	stopAfter := context.AfterFunc(ctx, stop)
+	return ch, func() {
+		stopAfter()
+		stop()
 	}
 }
 

@@ -1,6 +1,10 @@
 package notify
 
-import "testing"
+import (
+	"context"
+	"runtime"
+	"testing"
+)
 
 func TestHubCoalescesAndUnsubscribes(t *testing.T) {
 	t.Parallel()
@@ -35,5 +39,31 @@ func TestHubCoalescesAndUnsubscribes(t *testing.T) {
 	}
 	if len(h.subs["a"]) != 0 {
 		t.Fatal("subscription not removed")
+	}
+}
+
+func TestSubscribeContextEndsWithTheContext(t *testing.T) {
+	t.Parallel()
+	var h Hub
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, stop := h.SubscribeContext(ctx, "a")
+	defer stop()
+	cancel()
+	// AfterFunc runs the unsubscription on its own goroutine: wait until the hub
+	// has no subscriber left (bounded by the test's deadline).
+	for {
+		h.mu.Lock()
+		n := len(h.subs["a"])
+		h.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		runtime.Gosched()
+	}
+	h.Publish("a")
+	select {
+	case <-ch:
+		t.Fatal("signal after the context ended")
+	default:
 	}
 }

@@ -11,7 +11,11 @@ import (
 // until a push (ready topic, wake) or the next due time otherwise.
 func (w *Worker) claimLoop() {
 	defer w.loops.Done()
-	ready, unsubscribe := w.cfg.Store.Subscribe(store.TopicReady)
+	ready, unsubscribe, err := w.cfg.Store.Subscribe(w.hardCtx, store.TopicReady)
+	if err != nil { // claims still happen at each poll
+		w.cfg.Logger.Warn("subscribing to wake-ups; polling only", "err", err)
+		ready, unsubscribe = nil, func() {}
+	}
 	defer unsubscribe()
 	timer := w.cfg.Clock.NewTimer(0)
 	defer timer.Stop()

@@ -94,3 +94,28 @@ func cancelRun(tx *wtx, run *runRow) (*store.Run, error) {
 	}
 	return updated.Run, nil
 }
+
+// cancelAfterCheckpoint keeps a cancellation that reached a run while it ran: a
+// run that blocks ends cancelled at once (a replay would block it again), and
+// children it started just now are cancelled as RunCancel would have cancelled
+// them. A run that starts to wait was already handed back by its status update.
+func cancelAfterCheckpoint(tx *wtx, seq int64, p *store.CheckpointParams) error {
+	if p.Status == store.StatusBlocked {
+		run := &runRow{Run: &store.Run{Sequence: seq, Status: store.StatusBlocked, Attempts: 1}}
+		_, err := cancelRun(tx, run)
+		return err
+	}
+	if len(p.Children) == 0 {
+		return nil
+	}
+	children, err := txRunRows(tx, sqlCancelCascade, seq)
+	if err != nil {
+		return fmt.Errorf("listing children: %w", err)
+	}
+	for _, c := range children {
+		if _, err := cancelRun(tx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

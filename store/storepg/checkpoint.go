@@ -14,13 +14,14 @@ import (
 )
 
 // Checkpoint implements store.Store. The writer merges the checkpoints of a batch
-// into one statement (see sqlCheckpoints).
+// into one statement (see sqlCheckpoints). A blocking checkpoint takes the waiting
+// path: when the run's cancellation was requested it ends the run cancelled.
 func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
 	ck, err := newCkReq(s.now(), p)
 	if err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
-	if usesWaiting(p) {
+	if usesWaiting(p) || p.Status == store.StatusBlocked {
 		return s.checkpointWaiting(ctx, ck) // see ckwait.go
 	}
 	l := p.Lease
@@ -65,7 +66,12 @@ var ckSet = map[store.Status]struct {
 	params []string
 }{
 	store.StatusRunning: {`updated_at = {now}`, nil},
-	store.StatusWaiting: {`status = 'waiting', available_at = {wake}, wait_reason = {reason},
+	// A run whose cancellation was requested is handed back instead of waiting
+	// (pending, due now): waiting, it would keep the cancellation until the wait
+	// ended on its own.
+	store.StatusWaiting: {`status = CASE WHEN cancel_requested THEN 'pending' ELSE 'waiting' END,
+	available_at = CASE WHEN cancel_requested THEN {now}::timestamptz ELSE {wake}::timestamptz END,
+	wait_reason = CASE WHEN cancel_requested THEN '' ELSE {reason}::text END,
 	lease_owner = '', lease_expires_at = NULL, updated_at = {now}`, []string{"wake", "reason"}},
 	store.StatusBlocked: {`status = 'blocked', error = {err}, wait_reason = {reason},
 	lease_owner = '', lease_expires_at = NULL, updated_at = {now}`, []string{"err", "reason"}},

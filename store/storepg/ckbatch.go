@@ -18,7 +18,8 @@ import (
 // checkpoints per batch).
 //
 // The run is found by its unique (namespace, id) and updated by sequence; see
-// seqOf for why not by "namespace AND id AND status = 'running'".
+// seqOf for why not by "namespace AND id AND status = 'running'". A run whose
+// cancellation was requested is handed back (pending, due now) instead of waiting.
 const sqlCheckpoints = `WITH c AS MATERIALIZED (
 	SELECT c.*, (SELECT k.sequence FROM runs k WHERE k.namespace = c.ns AND k.id = c.id) AS seq
 	FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::timestamptz[],
@@ -27,11 +28,13 @@ const sqlCheckpoints = `WITH c AS MATERIALIZED (
 	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output,
 		op_from, op_to, att_from, att_to, set_from, set_to, del_from, del_to, i)
 ), f AS (
-	UPDATE runs r SET status = c.status,
+	UPDATE runs r SET status = CASE WHEN c.status = 'waiting' AND r.cancel_requested THEN 'pending' ELSE c.status END,
 		output = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.output ELSE r.output END,
 		error = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled', 'blocked') THEN c.err ELSE r.error END,
-		available_at = CASE c.status WHEN 'waiting' THEN c.wake WHEN 'pending' THEN c.now ELSE r.available_at END,
-		wait_reason = CASE c.status WHEN 'running' THEN r.wait_reason WHEN 'waiting' THEN c.reason
+		available_at = CASE c.status WHEN 'waiting' THEN (CASE WHEN r.cancel_requested THEN c.now ELSE c.wake END)
+			WHEN 'pending' THEN c.now ELSE r.available_at END,
+		wait_reason = CASE c.status WHEN 'running' THEN r.wait_reason
+			WHEN 'waiting' THEN (CASE WHEN r.cancel_requested THEN '' ELSE c.reason END)
 			WHEN 'blocked' THEN c.reason ELSE '' END,
 		lease_owner = CASE c.status WHEN 'running' THEN r.lease_owner ELSE '' END,
 		lease_expires_at = CASE c.status WHEN 'running' THEN r.lease_expires_at END,

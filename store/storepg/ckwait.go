@@ -34,8 +34,14 @@ var (
 	sqlWCkRunning = `SELECT sequence, cancel_requested, parent_seq, parent_position FROM runs
 	WHERE sequence = ` + seqOf("$1", "$2") + ` AND status = 'running' AND lease_token = $3
 	FOR NO KEY UPDATE`
-	sqlWCkWaiting = `UPDATE runs SET status = 'waiting', available_at = $5, wait_reason = $6,
-	wait_events = $7, lease_owner = '', lease_expires_at = NULL, updated_at = $4` + ckWhereSeq
+	// sqlWCkWaiting hands a run whose cancellation was requested back instead
+	// (pending, due now), as the fast path does.
+	sqlWCkWaiting = `UPDATE runs SET
+	status = CASE WHEN cancel_requested THEN 'pending' ELSE 'waiting' END,
+	available_at = CASE WHEN cancel_requested THEN $4::timestamptz ELSE $5::timestamptz END,
+	wait_reason = CASE WHEN cancel_requested THEN '' ELSE $6::text END,
+	wait_events = CASE WHEN cancel_requested THEN NULL ELSE $7::text[] END,
+	lease_owner = '', lease_expires_at = NULL, updated_at = $4` + ckWhereSeq
 	sqlWCkBlocked = `UPDATE runs SET status = 'blocked', error = $5, wait_reason = $6,
 	lease_owner = '', lease_expires_at = NULL, updated_at = $4` + ckWhereSeq
 	sqlWCkPending = `UPDATE runs SET status = 'pending', available_at = $4, wait_reason = '',
@@ -97,6 +103,11 @@ func (s *Store) checkpointWaiting(ctx context.Context, ck *ckReq) (*store.Checkp
 		}
 		if p.Status.Terminal() && row.parentSeq != nil {
 			if err := childEnded(tx, *row.parentSeq, int(*row.position), p.Status, false); err != nil {
+				return err
+			}
+		}
+		if row.cancel && !p.Status.Terminal() {
+			if err := cancelAfterCheckpoint(tx, row.seq, p); err != nil {
 				return err
 			}
 		}

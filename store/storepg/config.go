@@ -18,6 +18,9 @@ const (
 	DefaultWriters      = 2
 	DefaultMaxConns     = 8
 	DefaultWriteTimeout = 30 * time.Second
+	// DefaultConnectTimeout bounds making a connection (TCP, TLS, startup) when
+	// the URL sets no connect_timeout.
+	DefaultConnectTimeout = 10 * time.Second
 )
 
 // Config configures a Store.
@@ -42,6 +45,14 @@ type Config struct {
 	MaxConns int
 	// WriteTimeout bounds one batch's round trip. Default 30s.
 	WriteTimeout time.Duration
+	// ConnectTimeout bounds making each connection, so that Open fails rather
+	// than waits forever on a server that accepts connections and never answers.
+	// The URL's connect_timeout, when set, wins. Default 10s.
+	ConnectTimeout time.Duration
+	// NoMigrate opens an existing store as it is, for tools that only look: Open
+	// neither creates the schema nor applies migrations, and fails with
+	// store.ErrNoStore when the schema is missing or is not a fully migrated store.
+	NoMigrate bool
 }
 
 func (c Config) withDefaults() Config {
@@ -66,6 +77,9 @@ func (c Config) withDefaults() Config {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = DefaultWriteTimeout
 	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
 	return c
 }
 
@@ -85,6 +99,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("Config.MaxConns %d: must exceed Config.Writers (%d)", c.MaxConns, c.Writers)
 	case c.WriteTimeout < 0:
 		return fmt.Errorf("Config.WriteTimeout %v: must not be negative", c.WriteTimeout)
+	case c.ConnectTimeout < 0:
+		return fmt.Errorf("Config.ConnectTimeout %v: must not be negative", c.ConnectTimeout)
 	}
 	return nil
 }
@@ -95,7 +111,9 @@ func (c Config) validate() error {
 //	postgresql://...
 //
 // Trellis' own query parameters are schema, max_batch, writers and max_conns; they
-// are removed before the URL is handed to pgx, which interprets the others.
+// are removed before the URL is handed to pgx, which interprets the others (an
+// unknown one is sent to the server as a run-time parameter, which rejects names
+// it does not know). A query that cannot be parsed is an error.
 func ParseURL(u string) (Config, error) {
 	parsed, err := url.Parse(u)
 	if err != nil {
@@ -109,7 +127,10 @@ func ParseURL(u string) (Config, error) {
 		return Config{}, fmt.Errorf("parsing store URL %q: want postgres://[user@]host[:port]/db", shown)
 	}
 	var cfg Config
-	q := parsed.Query()
+	q, err := url.ParseQuery(parsed.RawQuery)
+	if err != nil {
+		return Config{}, fmt.Errorf("parsing store URL %q: parameters: %w", shown, err)
+	}
 	for key, set := range map[string]func(string) error{
 		"schema":    func(v string) error { cfg.Schema = v; return nil },
 		"max_batch": intParam(&cfg.MaxBatch),

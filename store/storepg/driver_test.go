@@ -29,6 +29,15 @@ func openURL(t *testing.T, url string) *storepg.Store {
 	return s
 }
 
+func subscribe(t *testing.T, s store.Store, topic string) (<-chan struct{}, func()) {
+	t.Helper()
+	ch, stop, err := s.Subscribe(t.Context(), topic)
+	if err != nil {
+		t.Fatalf("Subscribe(%s): %v", topic, err)
+	}
+	return ch, stop
+}
+
 func TestParseURL(t *testing.T) {
 	t.Parallel()
 	cfg, err := storepg.ParseURL("postgresql://u:secret@h:5433/db?sslmode=disable&schema=app_1&max_batch=9")
@@ -78,9 +87,9 @@ func TestNotifyAcrossStores(t *testing.T) {
 	t.Parallel()
 	url := pgtest.SchemaURL(t)
 	a, b := openURL(t, url), openURL(t, url)
-	ready, stop := b.Subscribe(store.TopicReady)
+	ready, stop := subscribe(t, b, store.TopicReady)
 	defer stop()
-	runTopic, stop2 := b.Subscribe(store.RunTopic("ns", "r1"))
+	runTopic, stop2 := subscribe(t, b, store.RunTopic("ns", "r1"))
 	defer stop2()
 	create(t, a, "r1")
 	waitSignal(t, "TopicReady from another store", ready)
@@ -97,7 +106,7 @@ func TestListenerReconnects(t *testing.T) {
 	t.Parallel()
 	url := pgtest.SchemaURL(t)
 	a, b := openURL(t, url), openURL(t, url)
-	ready, stop := b.Subscribe(store.TopicReady)
+	ready, stop := subscribe(t, b, store.TopicReady)
 	defer stop()
 	conn, err := pgx.Connect(t.Context(), pgtest.URL(t))
 	if err != nil {

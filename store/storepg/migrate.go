@@ -45,6 +45,26 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// requireMigrated checks, without writing, that the schema holds a store with
+// every embedded migration (see Config.NoMigrate).
+func (s *Store) requireMigrated(ctx context.Context) error {
+	ms, err := embedded()
+	if err != nil {
+		return fmt.Errorf("reading migrations: %w", err)
+	}
+	table := pgx.Identifier{s.cfg.Schema, "schema_migrations"}.Sanitize()
+	var current int
+	var found bool
+	err = s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&found)
+	if err == nil && found {
+		err = s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM `+table).Scan(&current)
+	}
+	if err != nil {
+		return fmt.Errorf("reading schema version: %w", err)
+	}
+	return migrations.RequireCurrent("schema "+s.cfg.Schema, current, ms)
+}
+
 func migrate(ctx context.Context, tx pgx.Tx, schema string, ms []migrations.Migration, s *Store) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey(schema)); err != nil {
 		return fmt.Errorf("taking the migration lock: %w", err)

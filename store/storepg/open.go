@@ -59,27 +59,17 @@ type Stats struct {
 }
 
 // Open connects to the database, creates the schema and applies pending migrations,
-// and starts the writers and the notification listener.
+// and starts the writers and the notification listener. With cfg.NoMigrate it
+// opens an existing, migrated schema only.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("opening postgres store: %w: %w", store.ErrInvalidParams, err)
 	}
-	poolCfg, err := pgxpool.ParseConfig(cfg.URL)
+	poolCfg, err := poolConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("opening postgres store: %w: Config.URL: %w", store.ErrInvalidParams, err)
+		return nil, fmt.Errorf("opening postgres store: %w", err)
 	}
-	poolCfg.MaxConns = int32(cfg.MaxConns)
-	// pgxpool pings a connection idle for over a second before handing it out: a
-	// whole transaction's worth of server work every poll of an idle worker. A dead
-	// connection fails its request instead, which the caller retries.
-	poolCfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
-		return p.IdleDuration > idlePingAfter
-	}
-	// The schema, then public: a transactional step's own statements (CheckpointTx)
-	// run on these connections and may name their tables unqualified.
-	poolCfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize() + ", public"
-	poolCfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
 	s := &Store{
 		cfg: cfg, log: cfg.Logger, id: randomID(), channel: channelName(cfg.Schema),
 		subs: make(map[string]int), closedCh: make(chan struct{}),
@@ -87,7 +77,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if s.pool, err = pgxpool.NewWithConfig(ctx, poolCfg); err != nil {
 		return nil, fmt.Errorf("opening postgres store: %w", err)
 	}
-	if err := s.Migrate(ctx); err != nil {
+	migrate := s.Migrate
+	if cfg.NoMigrate {
+		migrate = s.requireMigrated
+	}
+	if err := migrate(ctx); err != nil {
 		s.pool.Close()
 		return nil, fmt.Errorf("opening postgres store: %w", err)
 	}
@@ -98,6 +92,29 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.w = startWriter(s)
 	s.e = startEnder(s)
 	return s, nil
+}
+
+// poolConfig is the connection pool's configuration for cfg.
+func poolConfig(cfg Config) (*pgxpool.Config, error) {
+	poolCfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Config.URL: %w", store.ErrInvalidParams, err)
+	}
+	poolCfg.MaxConns = int32(cfg.MaxConns)
+	if poolCfg.ConnConfig.ConnectTimeout == 0 { // the URL sets none
+		poolCfg.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	}
+	// pgxpool pings a connection idle for over a second before handing it out: a
+	// whole transaction's worth of server work every poll of an idle worker. A dead
+	// connection fails its request instead, which the caller retries.
+	poolCfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
+		return p.IdleDuration > idlePingAfter
+	}
+	// The schema, then public: a transactional step's own statements (CheckpointTx)
+	// run on these connections and may name their tables unqualified.
+	poolCfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize() + ", public"
+	poolCfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	return poolCfg, nil
 }
 
 // now reads the clock, in UTC.
@@ -111,13 +128,22 @@ func (s *Store) Stats() Stats {
 
 // Subscribe implements store.Store. Signals come from this store's own commits at
 // once and from other processes' commits through LISTEN/NOTIFY.
-func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
+// The subscription ends when the returned function is called or ctx ends.
+func (s *Store) Subscribe(ctx context.Context, topic string) (<-chan struct{}, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("subscribing: %w", err)
+	}
+	select {
+	case <-s.closedCh:
+		return nil, nil, fmt.Errorf("subscribing: %w", store.ErrClosed)
+	default:
+	}
 	ch, stop := s.hub.Subscribe(topic)
 	s.subMu.Lock()
 	s.subs[topic]++
 	s.subMu.Unlock()
 	var once sync.Once
-	return ch, func() {
+	end := func() {
 		once.Do(func() {
 			stop()
 			s.subMu.Lock()
@@ -127,6 +153,8 @@ func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
 			s.subMu.Unlock()
 		})
 	}
+	stopAfter := context.AfterFunc(ctx, end)
+	return ch, func() { stopAfter(); end() }, nil
 }
 
 // signalAll signals TopicReady and every subscribed topic: after the listener lost

@@ -32,8 +32,15 @@ const (
 	// sqlCkRunning only checks the lease: a checkpoint that keeps the run running
 	// changes nothing in its row (UpdatedAt tracks changes of state).
 	sqlCkRunning = `SELECT sequence, cancel_requested FROM runs` + ckWhere
-	sqlCkWaiting = `UPDATE runs SET status = 'waiting', available_at = ?5, wait_reason = ?6,
-	wait_events = ?7, lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
+	// sqlCkWaiting hands a run whose cancellation was requested back instead
+	// (pending, due now): waiting, it would keep the cancellation until the wait
+	// ended on its own.
+	sqlCkWaiting = `UPDATE runs SET
+	status = CASE WHEN cancel_requested THEN 'pending' ELSE 'waiting' END,
+	available_at = CASE WHEN cancel_requested THEN ?1 ELSE ?5 END,
+	wait_reason = CASE WHEN cancel_requested THEN '' ELSE ?6 END,
+	wait_events = CASE WHEN cancel_requested THEN NULL ELSE ?7 END,
+	lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
 	sqlCkBlocked = `UPDATE runs SET status = 'blocked', error = ?5, wait_reason = ?6,
 	lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
 	sqlCkPending = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
@@ -139,6 +146,33 @@ func writeWaiting(tx *wtx, ck ckRow, p *store.CheckpointParams) error {
 	}
 	if p.Status.Terminal() && ck.parentSeq.Valid {
 		return childEnded(tx, ck.parentSeq.Int64, int(ck.position.Int64), p.Status, false)
+	}
+	if ck.cancel && !p.Status.Terminal() {
+		return cancelAfterCheckpoint(tx, ck.seq, p)
+	}
+	return nil
+}
+
+// cancelAfterCheckpoint keeps a cancellation that reached a run while it ran: a
+// run that blocks ends cancelled at once (a replay would block it again), and
+// children it started just now are cancelled as RunCancel would have cancelled
+// them. A run that starts to wait was already handed back by its status update.
+func cancelAfterCheckpoint(tx *wtx, seq int64, p *store.CheckpointParams) error {
+	if p.Status == store.StatusBlocked {
+		_, err := cancelRun(tx, &store.Run{Sequence: seq, Status: store.StatusBlocked, Attempts: 1})
+		return err
+	}
+	if len(p.Children) == 0 {
+		return nil
+	}
+	children, err := txRuns(tx, sqlCancelCascade, seq)
+	if err != nil {
+		return fmt.Errorf("listing children: %w", err)
+	}
+	for _, c := range children {
+		if _, err := cancelRun(tx, c); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -3,7 +3,11 @@ package storesqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,10 +21,23 @@ const walAutoCheckpointPages = 10000
 // walCheckpointer copies committed WAL frames into the database file on its own
 // connection, so the writer does not spend its time (and fsyncs) doing it on the
 // commit path. PASSIVE checkpoints never block the writer.
+//
+// Passive checkpoints alone do not bound the WAL: the file is reused from its start
+// only when a checkpoint finished and no reader still uses old frames, so under
+// steady reads it can keep growing, and it never shrinks. On a full volume that is
+// fatal: a WAL that took the space freed after a disk-full error leaves none for
+// the next write, for good. So when the WAL file passes Config.WALLimit the
+// checkpointer runs a RESTART checkpoint (it waits for readers, then the next
+// write starts the WAL over and journal_size_limit truncates the file to
+// WALLimit), and after a failed write it runs a TRUNCATE checkpoint (the WAL file
+// is emptied), again at each interval until one completes.
 type walCheckpointer struct {
 	s       *Store
 	db      *sql.DB
-	signal  chan struct{} // coalesced: a commit happened
+	walPath string
+	limit   int64
+	failed  atomic.Bool   // a write failed: truncate the WAL
+	signal  chan struct{} // coalesced: a commit happened or a write failed
 	quit    chan struct{}
 	stopped chan struct{}
 }
@@ -32,7 +49,7 @@ func startWALCheckpointer(s *Store, cfg Config) (*walCheckpointer, error) {
 	}
 	db.SetMaxOpenConns(1)
 	c := &walCheckpointer{
-		s: s, db: db, signal: make(chan struct{}, 1),
+		s: s, db: db, walPath: cfg.Path + "-wal", limit: cfg.WALLimit, signal: make(chan struct{}, 1),
 		quit: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	go c.run()
@@ -47,26 +64,87 @@ func (c *walCheckpointer) notify() {
 	}
 }
 
+// writeFailed tells the checkpointer a write failed (a full disk, an I/O error):
+// the WAL is truncated as soon as possible.
+func (c *walCheckpointer) writeFailed() {
+	c.failed.Store(true)
+	c.notify()
+}
+
 func (c *walCheckpointer) run() {
 	defer close(c.stopped)
 	pause := time.NewTimer(0)
 	defer pause.Stop()
+	signalled := false
 	for {
-		select {
-		case <-c.signal:
-		case <-c.quit:
-			return
+		if !signalled && !c.failed.Load() { // a failed truncation is retried after the pause
+			select {
+			case <-c.signal:
+			case <-c.quit:
+				return
+			}
 		}
-		if _, err := c.db.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
-			c.s.log.Warn("storesqlite: checkpointing WAL", "err", err)
-		}
+		c.checkpoint()
 		pause.Reset(walCheckpointInterval)
-		select {
-		case <-pause.C:
-		case <-c.quit:
+		var stop bool
+		if signalled, stop = c.pause(pause); stop {
 			return
 		}
 	}
+}
+
+// pause waits for the pause between two checkpoints, cut short when a commit
+// leaves the WAL over its limit or a write failed. It reports whether a commit
+// happened meanwhile, and stop when the checkpointer must end.
+func (c *walCheckpointer) pause(t *time.Timer) (signalled, stop bool) {
+	for {
+		select {
+		case <-t.C:
+			return signalled, false
+		case <-c.quit:
+			return false, true
+		case <-c.signal:
+			signalled = true
+			if c.failed.Load() || c.walSize() > c.limit {
+				return true, false
+			}
+		}
+	}
+}
+
+// checkpoint runs one checkpoint: TRUNCATE after a failed write, RESTART when the
+// WAL file is larger than the limit, PASSIVE otherwise.
+func (c *walCheckpointer) checkpoint() {
+	mode := "PASSIVE"
+	switch {
+	case c.failed.Swap(false):
+		mode = "TRUNCATE"
+	case c.walSize() > c.limit:
+		mode = "RESTART"
+	}
+	var busy, frames, done int
+	err := c.db.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &frames, &done)
+	if err != nil {
+		c.s.log.Warn("storesqlite: checkpointing WAL", "mode", mode, "err", err)
+	}
+	if mode == "TRUNCATE" && (err != nil || busy != 0) {
+		if err == nil {
+			c.s.log.Warn("storesqlite: truncating WAL: busy, retrying", "frames", frames, "checkpointed", done)
+		}
+		c.failed.Store(true) // try again after the pause
+	}
+}
+
+// walSize is the size of the WAL file (0 when it does not exist or cannot be read).
+func (c *walCheckpointer) walSize() int64 {
+	st, err := os.Stat(c.walPath)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			c.s.log.Warn("storesqlite: reading WAL size", "err", err)
+		}
+		return 0
+	}
+	return st.Size()
 }
 
 func (c *walCheckpointer) stop() error {

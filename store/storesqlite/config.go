@@ -27,6 +27,9 @@ const (
 // DefaultMaxBatch is the default of Config.MaxBatch.
 const DefaultMaxBatch = 256
 
+// DefaultWALLimit is the default of Config.WALLimit.
+const DefaultWALLimit = 64 << 20
+
 // Config configures a Store.
 type Config struct {
 	// Path is the database file; it is created when missing. Required.
@@ -39,6 +42,15 @@ type Config struct {
 	MaxBatch int
 	// Logger receives the writer's errors. Default: discard.
 	Logger *slog.Logger
+	// WALLimit bounds the write-ahead log, in bytes: past it the background
+	// checkpointer makes the next write start the WAL over, and the file is
+	// truncated back to this size when it is (journal_size_limit). After a failed
+	// write (e.g. a full disk) the WAL is emptied. Default 64 MiB.
+	WALLimit int64
+	// NoMigrate opens an existing store as it is, for tools that only look: Open
+	// neither creates the file nor applies migrations, and fails with
+	// store.ErrNoStore when the file is missing or is not a fully migrated store.
+	NoMigrate bool
 }
 
 func (c Config) withDefaults() Config {
@@ -50,6 +62,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.WALLimit == 0 {
+		c.WALLimit = DefaultWALLimit
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -69,6 +84,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("Config.Durability %q: must be %q or %q", c.Durability, DurabilityFsync, DurabilityRelaxed)
 	case c.MaxBatch < 1:
 		return fmt.Errorf("Config.MaxBatch %d: must be positive", c.MaxBatch)
+	case c.WALLimit < 1:
+		return fmt.Errorf("Config.WALLimit %d: must be positive", c.WALLimit)
 	}
 	return nil
 }
@@ -79,8 +96,8 @@ func (c Config) validate() error {
 //	sqlite:relative/path.db         path relative to the working directory
 //	sqlite://./relative/path.db     the same
 //
-// Query parameters: durability (fsync or relaxed) and max_batch. Any other
-// parameter is an error.
+// Query parameters: durability (fsync or relaxed), max_batch and wal_limit
+// (bytes). Any other parameter, or one that cannot be parsed, is an error.
 func ParseURL(u string) (Config, error) {
 	parsed, err := url.Parse(u)
 	if err != nil {
@@ -94,7 +111,11 @@ func ParseURL(u string) (Config, error) {
 		return Config{}, fmt.Errorf("parsing store URL %q: %w", u, err)
 	}
 	cfg := Config{Path: path}
-	if err := applyURLQuery(&cfg, parsed.Query()); err != nil {
+	query, err := url.ParseQuery(parsed.RawQuery)
+	if err != nil {
+		return Config{}, fmt.Errorf("parsing store URL %q: parameters: %w", u, err)
+	}
+	if err := applyURLQuery(&cfg, query); err != nil {
 		return Config{}, fmt.Errorf("parsing store URL %q: %w", u, err)
 	}
 	if err := cfg.withDefaults().validate(); err != nil {
@@ -143,6 +164,12 @@ func applyURLQuery(cfg *Config, q url.Values) error {
 				return fmt.Errorf("parameter max_batch %q: must be a positive integer", vals[0])
 			}
 			cfg.MaxBatch = n
+		case "wal_limit":
+			n, err := strconv.ParseInt(vals[0], 10, 64)
+			if err != nil || n < 1 {
+				return fmt.Errorf("parameter wal_limit %q: must be a positive number of bytes", vals[0])
+			}
+			cfg.WALLimit = n
 		default:
 			unknown = append(unknown, key)
 		}

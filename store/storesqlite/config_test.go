@@ -18,6 +18,7 @@ func TestParseURL(t *testing.T) {
 		{"sqlite:trellis.db?durability=relaxed", Config{Path: "trellis.db", Durability: DurabilityRelaxed}},
 		{"sqlite://./rel.db", Config{Path: "./rel.db"}},
 		{"sqlite:///tmp/with%20space.db", Config{Path: "/tmp/with space.db"}},
+		{"sqlite:///tmp/t.db?wal_limit=1048576", Config{Path: "/tmp/t.db", WALLimit: 1 << 20}},
 	}
 	for _, tc := range good {
 		got, err := ParseURL(tc.url)
@@ -25,7 +26,8 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("ParseURL(%q): %v", tc.url, err)
 			continue
 		}
-		if got.Path != tc.want.Path || got.Durability != tc.want.Durability || got.MaxBatch != tc.want.MaxBatch {
+		if got.Path != tc.want.Path || got.Durability != tc.want.Durability || got.MaxBatch != tc.want.MaxBatch ||
+			got.WALLimit != tc.want.WALLimit {
 			t.Errorf("ParseURL(%q) = %+v, want %+v", tc.url, got, tc.want)
 		}
 	}
@@ -39,6 +41,10 @@ func TestParseURL(t *testing.T) {
 		{"sqlite:///tmp/t.db?max_batch=x", "max_batch"},
 		{"sqlite:///tmp/t.db?cache=shared&zeta=1", "cache, zeta"},
 		{"sqlite:///tmp/t.db?durability=fsync&durability=relaxed", "durability"},
+		{"sqlite:///tmp/t.db?wal_limit=0", "wal_limit"},
+		{"sqlite:///tmp/t.db?wal_limit=1MiB", "wal_limit"},
+		{"sqlite:///tmp/t.db?durability=relaxed;max_batch=2", "semicolon"},
+		{"sqlite:///tmp/t.db?durability=%zz", "parameters"},
 		{"::", "parsing"},
 	}
 	for _, tc := range bad {
@@ -60,6 +66,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Path: "/tmp/x.db?mode=ro"}, "Config.Path"},
 		{Config{Path: "/tmp/x.db", Durability: "never"}, "Config.Durability"},
 		{Config{Path: "/tmp/x.db", MaxBatch: -1}, "Config.MaxBatch"},
+		{Config{Path: "/tmp/x.db", WALLimit: -1}, "Config.WALLimit"},
 	}
 	for _, tc := range cases {
 		err := tc.cfg.withDefaults().validate()
@@ -71,7 +78,7 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	d := Config{Path: "x"}.withDefaults()
-	if d.Durability != DurabilityFsync || d.MaxBatch != DefaultMaxBatch || d.Now == nil || d.Logger == nil {
+	if d.Durability != DurabilityFsync || d.MaxBatch != DefaultMaxBatch || d.WALLimit != DefaultWALLimit || d.Now == nil || d.Logger == nil {
 		t.Errorf("withDefaults = %+v", d)
 	}
 }

@@ -33,6 +33,26 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// requireMigrated checks, without writing, that the database holds a store with
+// every embedded migration (see Config.NoMigrate).
+func (s *Store) requireMigrated(ctx context.Context) error {
+	ms, err := embedded()
+	if err != nil {
+		return fmt.Errorf("reading migrations: %w", err)
+	}
+	var current int
+	var found bool
+	err = s.readDB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master
+		WHERE type = 'table' AND name = 'schema_migrations')`).Scan(&found)
+	if err == nil && found {
+		err = s.readDB.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current)
+	}
+	if err != nil {
+		return fmt.Errorf("reading schema version: %w", err)
+	}
+	return migrations.RequireCurrent(s.cfg.Path, current, ms)
+}
+
 func migrate(tx *wtx, ms []migrations.Migration) error {
 	if _, err := tx.execRaw(sqlCreateSchemaMigrations); err != nil {
 		return fmt.Errorf("creating schema_migrations: %w", err)

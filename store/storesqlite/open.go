@@ -3,8 +3,11 @@ package storesqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -53,11 +56,18 @@ type Stats struct {
 }
 
 // Open opens (creating if needed) the database at cfg.Path, applies pending
-// migrations and starts the writer.
+// migrations and starts the writer. With cfg.NoMigrate it opens an existing,
+// migrated store only.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("opening sqlite store: %w: %w", store.ErrInvalidParams, err)
+	}
+	if cfg.NoMigrate {
+		// Checked first: opening a connection would create the file.
+		if _, err := os.Stat(cfg.Path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("opening sqlite store: %w at %s (trellis migrate creates one)", store.ErrNoStore, cfg.Path)
+		}
 	}
 	s := &Store{cfg: cfg, now: cfg.Now, log: cfg.Logger}
 	var err error
@@ -73,7 +83,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("opening sqlite store: %w", err)
 	}
 	s.reads = newReader(s.readDB)
-	if err := s.Migrate(ctx); err != nil {
+	migrate := s.Migrate
+	if cfg.NoMigrate {
+		migrate = s.requireMigrated
+	}
+	if err := migrate(ctx); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("opening sqlite store: %w", err)
 	}
@@ -90,7 +104,8 @@ func dsn(cfg Config, readOnly bool) string {
 	if readOnly {
 		d += "&_pragma=query_only(1)"
 	} else {
-		d += fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)", walAutoCheckpointPages)
+		d += fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)&_pragma=journal_size_limit(%d)",
+			walAutoCheckpointPages, cfg.WALLimit)
 	}
 	return d
 }
@@ -112,9 +127,17 @@ func (s *Store) Stats() Stats {
 	return Stats{Transactions: s.transactions.Load(), Requests: s.requests.Load(), Replays: s.replays.Load()}
 }
 
-// Subscribe implements store.Store.
-func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
-	return s.hub.Subscribe(topic)
+// Subscribe implements store.Store. Signals come from this store's own commits;
+// another process's commits reach it by polling only.
+func (s *Store) Subscribe(ctx context.Context, topic string) (<-chan struct{}, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("subscribing: %w", err)
+	}
+	if s.closed() {
+		return nil, nil, fmt.Errorf("subscribing: %w", store.ErrClosed)
+	}
+	ch, stop := s.hub.SubscribeContext(ctx, topic)
+	return ch, stop, nil
 }
 
 // Close stops the writer (pending requests fail with store.ErrClosed) and closes

@@ -154,6 +154,12 @@ type rawRow struct {
 	err  error
 }
 
+// wrap makes r the first row of a query's result.
+func (r *rawRow) wrap(rows *rawRows, err error) *rawRow {
+	r.rows, r.err = rows, err
+	return r
+}
+
 func (r *rawRow) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err

@@ -131,3 +131,14 @@ func nonNilBlob(b []byte) any {
 	}
 	return b
 }
+
+// diskError reports whether err is SQLite's "database or disk is full" or an I/O
+// error: the WAL is then truncated to give the space back (see walCheckpointer).
+func diskError(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	c := se.Code() & 0xff // the primary result code
+	return c == sqlite3.SQLITE_FULL || c == sqlite3.SQLITE_IOERR
+}

@@ -147,6 +147,10 @@ func (w *writer) commitAlone(r *request) {
 		r.done <- err
 		return
 	}
+	if err := w.withRaw(w.recoverWAL); err != nil {
+		r.done <- err
+		return
+	}
 	if err := w.withRaw(func() error { return w.setSync([]*request{r}) }); err != nil {
 		r.done <- fmt.Errorf("setting synchronous: %w", err)
 		return
@@ -197,6 +201,10 @@ func (w *writer) commitBatch(batch []*request) {
 		return
 	default:
 	}
+	if err := w.recoverWAL(); err != nil {
+		w.fail(batch, err)
+		return
+	}
 	if err := w.setSync(batch); err != nil {
 		w.fail(batch, fmt.Errorf("setting synchronous: %w", err))
 		return
@@ -237,6 +245,9 @@ func (w *writer) commitBatch(batch []*request) {
 func (w *writer) begin(batch []*request) bool {
 	if _, err := w.exec("BEGIN IMMEDIATE"); err != nil {
 		w.s.log.Error("storesqlite: beginning write transaction", "err", err)
+		if diskError(err) {
+			w.writeFailed()
+		}
 		w.fail(batch, fmt.Errorf("beginning transaction: %w", err))
 		return false
 	}
@@ -256,6 +267,9 @@ func (w *writer) applyFast(batch []*request) bool {
 		if r.err == nil {
 			r.topics = tx.topics
 			continue
+		}
+		if diskError(r.err) {
+			w.writeFailed()
 		}
 		if tx.dirty || !cleanError(r.err) {
 			return false
@@ -316,8 +330,13 @@ func (w *writer) applyOne(r *request) error {
 	r.err = r.apply(tx)
 	if r.err == nil {
 		r.topics = tx.topics
-	} else if _, err := w.exec("ROLLBACK TO req"); err != nil {
-		return fmt.Errorf("rolling back savepoint: %w", err)
+	} else {
+		if diskError(r.err) {
+			w.writeFailed()
+		}
+		if _, err := w.exec("ROLLBACK TO req"); err != nil {
+			return fmt.Errorf("rolling back savepoint: %w", err)
+		}
 	}
 	if _, err := w.exec("RELEASE req"); err != nil {
 		return fmt.Errorf("releasing savepoint: %w", err)
@@ -331,7 +350,39 @@ func (w *writer) abort(batch []*request, err error) {
 	if _, rbErr := w.exec("ROLLBACK"); rbErr != nil {
 		w.s.log.Error("storesqlite: rolling back", "err", rbErr)
 	}
+	if diskError(err) {
+		w.writeFailed()
+	}
 	w.fail(batch, err)
+}
+
+// recoverWAL empties the WAL before the first write after a failed one, and
+// fails while it cannot: once a full disk failed a write, new writes would take
+// the space that frees up, the WAL could never be copied into the database and
+// every write would fail for good. No write runs until the truncation succeeds.
+func (w *writer) recoverWAL() error {
+	c := w.s.ckpt
+	if c == nil || !c.failed.Load() {
+		return nil
+	}
+	var busy, frames, done int
+	err := (&rawRow{}).wrap(w.raw.query("PRAGMA wal_checkpoint(TRUNCATE)", nil)).Scan(&busy, &frames, &done)
+	if err == nil && busy != 0 {
+		err = fmt.Errorf("%d of %d WAL frames copied, readers hold the rest", done, frames)
+	}
+	if err != nil {
+		return fmt.Errorf("truncating the WAL after a failed write: %w", err)
+	}
+	c.failed.Store(false)
+	return nil
+}
+
+// writeFailed has the WAL truncated after a transaction failed: when a full disk
+// failed it, the space a shorter WAL frees is what lets the next one commit.
+func (w *writer) writeFailed() {
+	if w.s.ckpt != nil {
+		w.s.ckpt.writeFailed()
+	}
 }
 
 func (w *writer) fail(batch []*request, err error) {

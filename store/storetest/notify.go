@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"testing"
 
 	"github.com/trellis-dev/trellis/store"
@@ -14,10 +15,30 @@ var notifyCases = []testCase{
 	{"ReadyOnResume", notifyReadyOnResume},
 	{"RunTopicOnCheckpoint", notifyRunOnCheckpoint},
 	{"RunTopicOnCancel", notifyRunOnCancel},
+	{"SubscribeEndedContext", notifyEndedContext},
+	{"SubscribeClosed", notifyClosed},
+}
+
+func notifyEndedContext(t *testing.T, e *env) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	cancel()
+	_, _, err := e.st.Subscribe(ctx, store.TopicReady)
+	wantErr(t, "Subscribe with an ended context", err, context.Canceled)
+}
+
+func notifyClosed(t *testing.T, e *env) {
+	if err := e.st.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	_, _, err := e.st.Subscribe(e.ctx, store.TopicReady)
+	wantErr(t, "Subscribe on a closed store", err, store.ErrClosed)
 }
 
 func (e *env) subscribe(topic string) <-chan struct{} {
-	ch, stop := e.st.Subscribe(topic)
+	ch, stop, err := e.st.Subscribe(e.ctx, topic)
+	if err != nil {
+		e.t.Fatalf("Subscribe(%s): %v", topic, err)
+	}
 	e.t.Cleanup(stop)
 	return ch
 }

@@ -50,6 +50,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Lease", leaseCases},
 		{"Checkpoint", checkpointCases},
 		{"Cancel", cancelCases},
+		{"CancelWait", cancelWaitCases},
 		{"Resume", resumeCases},
 		{"List", listCases},
 		{"History", historyCases},
@@ -58,6 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Children", childCases},
 		{"Approvals", approvalCases},
 		{"Workers", workerCases},
+		{"Tx", txCases},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {
