@@ -231,20 +231,6 @@ func pageView(p *trellis.RunPage) pageJSON {
 	return out
 }
 
-// opView is an op as JSON, with its result readable.
-type opView struct {
-	*trellis.Op
-	Result json.RawMessage `json:"result,omitempty"`
-}
-
-func viewOps(ops []*trellis.Op) []opView {
-	out := make([]opView, len(ops))
-	for i, op := range ops {
-		out[i] = opView{Op: op, Result: payloadJSON(op.Result)}
-	}
-	return out
-}
-
 // payloadJSON returns b as a JSON value: itself when it is JSON, else a string.
 func payloadJSON(b []byte) json.RawMessage {
 	if len(b) == 0 || json.Valid(b) {
