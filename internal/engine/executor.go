@@ -80,6 +80,9 @@ func (rs *RunState) saveUnwind() {
 		info := rs.errorInfo(uerr)
 		info.Type = TypeNonDeterminism
 		p.Status, p.Error = store.StatusBlocked, info
+		if rs.e.cfg.OnBlock != nil {
+			rs.e.cfg.OnBlock(rs.run, uerr)
+		}
 	case unwindSuspend:
 		if d := rs.run.Deadline; d != nil && (wakeAt == nil || d.Before(*wakeAt)) {
 			wakeAt = d
