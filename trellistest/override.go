@@ -63,3 +63,12 @@ func failingFunc(t reflect.Type, err error) any {
 	out := []reflect.Value{reflect.Zero(t.Out(0)), reflect.ValueOf(&err).Elem()}
 	return reflect.MakeFunc(t, func([]reflect.Value) []reflect.Value { return out }).Interface()
 }
+
+// stepStopper returns a step function of type t that calls stop and returns its error.
+func stepStopper(t reflect.Type, stop func(ctx context.Context) error) any {
+	zero := reflect.Zero(t.Out(0))
+	return reflect.MakeFunc(t, func(args []reflect.Value) []reflect.Value {
+		err := stop(args[0].Interface().(context.Context))
+		return []reflect.Value{zero, reflect.ValueOf(&err).Elem()}
+	}).Interface()
+}

@@ -24,18 +24,19 @@ func Start[In, Out any](e *Env, wf *trellis.Workflow[In, Out], in In, opts ...tr
 // the test has not sent).
 func Result[Out any](e *Env, h *trellis.Handle[Out]) (Out, error) {
 	e.t.Helper()
-	e.finish(h.RunID())
+	e.Finish(h.RunID())
 	return h.Result(e.ctx())
 }
 
-// finish settles and skips time until the run is finished.
-func (e *Env) finish(runID string) {
+// Finish settles the runs and skips time (see Result) until the run is
+// finished, and returns it.
+func (e *Env) Finish(ref string) *trellis.Run {
 	e.t.Helper()
 	for {
 		e.Settle()
-		run := e.Get(runID)
+		run := e.Get(ref)
 		if run.Status.Terminal() {
-			return
+			return run
 		}
 		if run.Status == trellis.StatusBlocked {
 			e.fatalf("run %s is blocked: %s", run.ID, errorText(run))
