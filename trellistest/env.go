@@ -6,12 +6,21 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/clock"
 )
+
+// TB is the part of testing.TB the kit uses; *testing.T and *testing.B
+// implement it.
+type TB interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(f func())
+	TempDir() string
+}
 
 // DefaultStart is the time a test environment's fake clock reads at first.
 var DefaultStart = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -44,7 +53,7 @@ const leaseDuration = 30 * 24 * time.Hour
 // is a fake that moves only when the test moves it. Create it with New; it is
 // closed when the test ends.
 type Env struct {
-	t       testing.TB
+	t       TB
 	c       *trellis.Client
 	clk     *clock.Fake
 	timeout time.Duration
@@ -57,7 +66,7 @@ type Env struct {
 // t.TempDir(), a fake clock, the workflows and step overrides of o. Every sleep
 // and retry backoff waits in the store (none in place), so that it ends only
 // when the test moves the clock (Advance, or Result, which skips time).
-func New(t testing.TB, o Options) *Env {
+func New(t TB, o Options) *Env {
 	t.Helper()
 	if o.Start.IsZero() {
 		o.Start = DefaultStart

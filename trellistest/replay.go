@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/trellis-dev/trellis"
@@ -43,7 +42,7 @@ func LoadHistory(path string) (*trellis.RecordedHistory, error) {
 // Replay replays a recorded history against the workflows' code (one of them
 // must be the run's workflow) and fails the test if the code diverges: see
 // CheckReplay.
-func Replay(t testing.TB, h *trellis.RecordedHistory, wfs ...trellis.Registrable) {
+func Replay(t TB, h *trellis.RecordedHistory, wfs ...trellis.Registrable) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
