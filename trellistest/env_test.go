@@ -3,6 +3,7 @@ package trellistest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +157,65 @@ func TestOverrideOfTheWrongType(t *testing.T) {
 	}
 	if len(rec.errs) != 1 || !strings.Contains(rec.errs[0], want) {
 		t.Errorf("test errors %q", rec.errs)
+	}
+}
+
+// fatalRecorder is a testing.TB whose Fatalf records and stops the caller with a panic.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+type fatalStop struct{}
+
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	panic(fatalStop{})
+}
+
+// fatal returns the message of the Fatalf that fn ends with, or "".
+func (r *fatalRecorder) fatal(fn func()) (msg string) {
+	r.msg = ""
+	defer func() {
+		if v := recover(); v != nil {
+			if _, ok := v.(fatalStop); !ok {
+				panic(v)
+			}
+			msg = r.msg
+		}
+	}()
+	fn()
+	return ""
+}
+
+func TestOverrideOfTheWrongShapeFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	rec := &fatalRecorder{TB: t}
+	env := trellistest.New(rec, trellistest.Options{})
+	for _, fn := range []any{func() error { return nil }, 42, func(ctx context.Context) string { return "" }} {
+		msg := rec.fatal(func() { env.OverrideStep("charge", fn) })
+		if !strings.Contains(msg, `override of step "charge"`) || !strings.Contains(msg, "is not a func(context.Context) (T, error)") {
+			t.Errorf("%T: message %q", fn, msg)
+		}
+	}
+}
+
+func TestRejectedApproval(t *testing.T) {
+	t.Parallel()
+	rec := &fatalRecorder{TB: t}
+	env := trellistest.New(rec, trellistest.Options{Workflows: []trellis.Registrable{slowOrder}})
+	h := trellistest.Start(env, slowOrder, order{ID: "o-5"})
+	env.SendEvent(h.RunID(), "paid", "card")
+	env.Advance(24 * time.Hour)
+	msg := rec.fatal(func() { env.Approve(h.RunID(), "someone-else") })
+	if !strings.Contains(msg, `has no pending approval request "someone-else"`) {
+		t.Errorf("message %q", msg)
+	}
+	env.Reject(h.RunID(), "manager")
+	if _, err := trellistest.Result(env, h); err == nil || !strings.Contains(err.Error(), "rejected") {
+		t.Fatalf("err = %v", err)
+	}
+	if r := env.Finish(h.RunID()); r.Status != trellis.StatusFailed {
+		t.Errorf("status %s", r.Status)
 	}
 }
