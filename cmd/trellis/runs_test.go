@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/trellistest"
 )
 
 func TestRunsList(t *testing.T) {
@@ -92,6 +93,13 @@ func TestRunsGetAndHistory(t *testing.T) {
 		t.Errorf("json history op %+v", op)
 	}
 	contains(t, "json history", res.stdout, `"format": "trellis.history/v1"`, `"result": 42`)
+	trellistest.Replay(t, h, s.workflows...) // what the CLI exports replays
+	res = trellisCmd(t, "runs", "history", s.failedRun, "--json", "--store", s.url).ok(t)
+	h, err = trellis.ParseHistory([]byte(res.stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trellistest.Replay(t, h, s.workflows...)
 	res = trellisCmd(t, "runs", "get", s.failedRun, "--json", "--store", s.url).ok(t)
 	var run struct {
 		ID     string          `json:"id"`
