@@ -107,7 +107,20 @@ var goldenFailed = trellis.NewWorkflow("golden-failed", func(wc *trellis.Context
 	})
 })
 
-var goldenWorkflows = []trellis.Registrable{goldenDouble, goldenSteps, goldenWaits, goldenChildren, goldenFailed}
+// goldenCancelled: a run cancelled during a sleep, which releases what it
+// reserved in a detached step.
+var goldenCancelled = trellis.NewWorkflow("golden-cancelled", func(wc *trellis.Context, _ struct{}) (string, error) {
+	if _, err := trellis.Step(wc, "reserve", func(ctx context.Context) (string, error) { return "seat-1", nil }); err != nil {
+		return "", err
+	}
+	if err := wc.Sleep(time.Hour); err != nil {
+		_, _ = trellis.Step(wc.Detached(), "release", func(ctx context.Context) (bool, error) { return true, nil })
+		return "", err
+	}
+	return "kept", nil
+})
+
+var goldenWorkflows = []trellis.Registrable{goldenDouble, goldenSteps, goldenWaits, goldenChildren, goldenFailed, goldenCancelled}
 
 // recordGoldens runs each golden workflow to its end and writes its history.
 func recordGoldens(t *testing.T) {
@@ -117,11 +130,16 @@ func recordGoldens(t *testing.T) {
 	h2 := trellistest.Start(env, goldenWaits, struct{}{}, trellis.StartOptions{ID: "golden-waits"})
 	h3 := trellistest.Start(env, goldenChildren, 5, trellis.StartOptions{ID: "golden-children"})
 	h4 := trellistest.Start(env, goldenFailed, struct{}{}, trellis.StartOptions{ID: "golden-failed"})
+	h5 := trellistest.Start(env, goldenCancelled, struct{}{}, trellis.StartOptions{ID: "golden-cancelled"})
+	env.Settle()
+	if err := env.Client().Cancel(context.Background(), h5.RunID()); err != nil {
+		t.Fatal(err)
+	}
 	env.SendEvent(h2.RunID(), "go", "green")
 	env.Advance(time.Hour)
 	env.Advance(10 * time.Minute) // the "never" event times out
 	env.Approve(h2.RunID(), "boss")
-	for name, id := range map[string]string{"steps": h1.RunID(), "waits": h2.RunID(), "children": h3.RunID(), "failed": h4.RunID()} {
+	for name, id := range map[string]string{"steps": h1.RunID(), "waits": h2.RunID(), "children": h3.RunID(), "failed": h4.RunID(), "cancelled": h5.RunID()} {
 		env.Finish(id)
 		runs[name] = id
 	}
