@@ -135,7 +135,9 @@ func (e *Env) Register(wfs ...trellis.Registrable) {
 	if len(wfs) == 0 {
 		return
 	}
-	if err := e.c.Register(e.ctx(), wfs...); err != nil {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	if err := e.c.Register(ctx, wfs...); err != nil {
 		e.t.Fatalf("trellistest: %v", err)
 	}
 }
@@ -157,10 +159,8 @@ func (e *Env) AdvanceTo(t time.Time) {
 }
 
 // ctx is a context bounded by the environment's timeout.
-func (e *Env) ctx() context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
-	e.t.Cleanup(cancel)
-	return ctx
+func (e *Env) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), e.timeout)
 }
 
 func (e *Env) fatalf(format string, args ...any) {
@@ -218,7 +218,9 @@ func (e *Env) busyRun() (*trellis.Run, error) {
 // nextDue returns the earliest time a waiting or pending run becomes due, ahead
 // of the fake clock.
 func (e *Env) nextDue() (time.Time, bool) {
-	page, err := e.c.List(e.ctx(), trellis.ListOptions{
+	ctx, cancel := e.ctx()
+	defer cancel()
+	page, err := e.c.List(ctx, trellis.ListOptions{
 		Statuses: []trellis.Status{trellis.StatusPending, trellis.StatusWaiting}, Limit: 1000})
 	if err != nil {
 		e.fatalf("listing runs: %v", err)

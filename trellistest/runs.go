@@ -10,7 +10,9 @@ import (
 // the test. The run is executed by the environment's worker.
 func Start[In, Out any](e *Env, wf *trellis.Workflow[In, Out], in In, opts ...trellis.StartOptions) *trellis.Handle[Out] {
 	e.t.Helper()
-	h, err := trellis.Start(e.ctx(), e.c, wf, in, opts...)
+	ctx, cancel := e.ctx()
+	defer cancel()
+	h, err := trellis.Start(ctx, e.c, wf, in, opts...)
 	if err != nil {
 		e.fatalf("starting %s: %v", wf.Name(), err)
 	}
@@ -25,7 +27,9 @@ func Start[In, Out any](e *Env, wf *trellis.Workflow[In, Out], in In, opts ...tr
 func Result[Out any](e *Env, h *trellis.Handle[Out]) (Out, error) {
 	e.t.Helper()
 	e.Finish(h.RunID())
-	return h.Result(e.ctx())
+	ctx, cancel := e.ctx()
+	defer cancel()
+	return h.Result(ctx)
 }
 
 // Finish settles the runs and skips time (see Result) until the run is
@@ -59,7 +63,9 @@ func errorText(r *trellis.Run) string {
 // Get returns a run by run ID or workflow ID; an error fails the test.
 func (e *Env) Get(ref string) *trellis.Run {
 	e.t.Helper()
-	r, err := e.c.Get(e.ctx(), ref)
+	ctx, cancel := e.ctx()
+	defer cancel()
+	r, err := e.c.Get(ctx, ref)
 	if err != nil {
 		e.fatalf("getting run %s: %v", ref, err)
 	}
@@ -89,7 +95,9 @@ func (e *Env) WaitStatus(ref string, want trellis.Status) *trellis.Run {
 // SendEvent sends an event to a run and waits until the runs have settled.
 func (e *Env) SendEvent(ref, name string, payload any) {
 	e.t.Helper()
-	if err := e.c.SendEvent(e.ctx(), ref, name, payload); err != nil {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	if err := e.c.SendEvent(ctx, ref, name, payload); err != nil {
 		e.fatalf("sending event %q to %s: %v", name, ref, err)
 	}
 	e.Settle()
@@ -106,7 +114,9 @@ func (e *Env) decide(ref, name string, approve bool) {
 	e.t.Helper()
 	e.Settle()
 	run := e.Get(ref)
-	list, err := e.c.Approvals(e.ctx(), trellis.ApprovalFilter{Run: run.ID, Statuses: []trellis.ApprovalStatus{trellis.ApprovalPending}, Limit: 1000})
+	ctx, cancel := e.ctx()
+	defer cancel()
+	list, err := e.c.Approvals(ctx, trellis.ApprovalFilter{Run: run.ID, Statuses: []trellis.ApprovalStatus{trellis.ApprovalPending}, Limit: 1000})
 	if err != nil {
 		e.fatalf("listing approvals of %s: %v", ref, err)
 	}
@@ -118,7 +128,7 @@ func (e *Env) decide(ref, name string, approve bool) {
 		if approve {
 			decide = e.c.Approve
 		}
-		if _, err := decide(e.ctx(), a.ID, "trellistest", ""); err != nil {
+		if _, err := decide(ctx, a.ID, "trellistest", ""); err != nil {
 			e.fatalf("deciding approval %q of %s: %v", name, ref, err)
 		}
 		e.Settle()
@@ -130,7 +140,9 @@ func (e *Env) decide(ref, name string, approve bool) {
 // History returns a run's ops in position order; an error fails the test.
 func (e *Env) History(ref string) []*trellis.Op {
 	e.t.Helper()
-	ops, err := e.c.History(e.ctx(), ref)
+	ctx, cancel := e.ctx()
+	defer cancel()
+	ops, err := e.c.History(ctx, ref)
 	if err != nil {
 		e.fatalf("reading the history of %s: %v", ref, err)
 	}
@@ -141,7 +153,9 @@ func (e *Env) History(ref string) []*trellis.Op {
 // Replay takes it; an error fails the test.
 func (e *Env) ExportHistory(ref string) *trellis.RecordedHistory {
 	e.t.Helper()
-	h, err := e.c.ExportHistory(e.ctx(), ref)
+	ctx, cancel := e.ctx()
+	defer cancel()
+	h, err := e.c.ExportHistory(ctx, ref)
 	if err != nil {
 		e.fatalf("exporting the history of %s: %v", ref, err)
 	}
