@@ -212,10 +212,6 @@ func historyOp(op *Op) HistoryOp {
 	return h
 }
 
-// ErrHistoryFormat is returned by ParseHistory for a document that is not a
-// valid history of a format it knows.
-var ErrHistoryFormat = errors.New("not a trellis history")
-
 // opKinds are the op kinds of format v1.
 var opKinds = map[string]bool{
 	string(store.OpStep): true, string(store.OpNow): true, string(store.OpUUID): true,
