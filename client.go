@@ -42,6 +42,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		Store: c.store, Codec: cfg.Codec, Clock: cfg.Clock, Logger: cfg.Logger,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, MaxInlineBackoff: cfg.Worker.MaxInlineBackoff,
 		CheckpointTimeout: cfg.Worker.LeaseDuration, Lookup: c.reg.lookup, ErrorType: errorType,
+		StepOverride: cfg.StepOverride,
 	})
 	if err != nil {
 		c.closeStore()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	neturl "net/url"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -50,6 +51,12 @@ type Config struct {
 	// the wall clock). Kept for compatibility: prefer Clock. After defaults it
 	// is Clock.Now.
 	Now func() time.Time
+	// StepOverride, when set, may replace a step's function before its attempts
+	// run: given the step's name and the type of its function
+	// (func(context.Context) (T, error)), it returns a function of exactly that
+	// type and true. Package trellistest sets it to mock steps in tests; programs
+	// leave it nil. Steps replayed from history never consult it.
+	StepOverride func(name string, fnType reflect.Type) (fn any, ok bool)
 }
 
 // Clock is a source of time and timers (see Config.Clock).

@@ -36,6 +36,9 @@ var (
 	ErrUnknownWorkflow = errors.New("unknown workflow")
 	// ErrInvalidInput: the input cannot be decoded into the workflow's input type.
 	ErrInvalidInput = errors.New("invalid workflow input")
+	// ErrHistoryFormat: ParseHistory was given a document that is not a history
+	// of a format it knows (docs/history-format.md).
+	ErrHistoryFormat = errors.New("not a trellis history")
 	// ErrPayloadTooLarge: an input, result or stored value exceeds Config.MaxPayloadBytes.
 	ErrPayloadTooLarge = engine.ErrPayloadTooLarge
 	// ErrCancelled: the run was cancelled. Ops return it once cancellation is seen.

@@ -1,10 +1,7 @@
 package trellis
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"time"
-	"unicode/utf8"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -12,36 +9,7 @@ import (
 // The records a client returns: runs, history ops, approval requests. They are
 // chosen for users, not copied from storage rows, and their JSON form is the wire
 // format of the HTTP API and of `trellis ... --json`: snake_case names, times in
-// RFC 3339, payloads as JSON values.
-
-// Payload is an encoded value (an input, output, step result, event payload or
-// approval details) as the client's codec wrote it. In JSON it is the value itself
-// when it is JSON (always, with the default codec); a payload of another codec
-// appears as a string: the text when it is UTF-8, else its base64 form.
-type Payload []byte
-
-// MarshalJSON implements json.Marshaler.
-func (p Payload) MarshalJSON() ([]byte, error) {
-	switch {
-	case len(p) == 0:
-		return []byte("null"), nil
-	case json.Valid(p):
-		return p, nil
-	case utf8.Valid(p):
-		return json.Marshal(string(p))
-	}
-	return json.Marshal(base64.StdEncoding.EncodeToString(p))
-}
-
-// UnmarshalJSON implements json.Unmarshaler: it keeps the JSON value as it is.
-func (p *Payload) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		*p = nil
-		return nil
-	}
-	*p = append((*p)[:0], b...)
-	return nil
-}
+// RFC 3339, payloads as JSON values (see Payload, in history.go).
 
 // Status is the state of a run; see docs/states.md.
 type Status string

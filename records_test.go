@@ -11,7 +11,7 @@ import (
 
 // TestRecordsJSON: the records a client returns marshal with snake_case names and
 // payloads as JSON values (an approval's details too), not base64; a payload of
-// another codec is a string.
+// another codec is {"$base64": ...}.
 func TestRecordsJSON(t *testing.T) {
 	t.Parallel()
 	type details struct {
@@ -62,7 +62,7 @@ func TestRecordsJSON(t *testing.T) {
 	if !strings.HasPrefix(string(b), `{"runs":[`) {
 		t.Errorf("page JSON %s", b)
 	}
-	for in, want := range map[string]string{"\xff\x00": `"/wA="`, "plain text": `"plain text"`, "": `null`} {
+	for in, want := range map[string]string{"\xff\x00": `{"$base64":"/wA="}`, "plain text": `{"$base64":"cGxhaW4gdGV4dA=="}`, "": `null`} {
 		if got, _ := json.Marshal(trellis.Payload(in)); string(got) != want {
 			t.Errorf("Payload(%q) = %s, want %s", in, got, want)
 		}

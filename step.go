@@ -2,6 +2,7 @@ package trellis
 
 import (
 	"context"
+	"reflect"
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/engine"
@@ -54,7 +55,7 @@ func StepInfo(ctx context.Context) StepAttempt { return StepAttempt(engine.StepI
 // replay the recorded result is returned and fn does not run.
 func Step[T any](wc *Context, name string, fn func(ctx context.Context) (T, error), opts ...StepOptions) (T, error) {
 	// The result is encoded by the engine, not on the attempt's goroutine.
-	op := wc.rs.Step(name, func(ctx context.Context) (any, error) { return fn(ctx) }, engineOptions(opts), wc.detached)
+	op := wc.rs.Step(name, func(ctx context.Context) (any, error) { return stepFunc(wc, name, fn)(ctx) }, engineOptions(opts), wc.detached)
 	return decodeStep[T](wc.rs, op)
 }
 
@@ -68,7 +69,7 @@ type Future[T any] struct {
 // replay is deterministic whatever the order in which parallel steps complete.
 func Async[T any](wc *Context, name string, fn func(ctx context.Context) (T, error), opts ...StepOptions) *Future[T] {
 	f := &Future[T]{}
-	wc.rs.Async(&f.f, name, func(ctx context.Context) (any, error) { return fn(ctx) }, engineOptions(opts), wc.detached)
+	wc.rs.Async(&f.f, name, func(ctx context.Context) (any, error) { return stepFunc(wc, name, fn)(ctx) }, engineOptions(opts), wc.detached)
 	return f
 }
 
@@ -81,6 +82,17 @@ func (f *Future[T]) Get(wc *Context) (T, error) {
 func (f *Future[T]) Ready() bool { return f.f.Ready() }
 
 func (f *Future[T]) waiterOf() engine.Waiter { return &f.f }
+
+// stepFunc returns the function an attempt of step name runs: fn, or the
+// override Config.StepOverride gives for it (consulted only when an attempt runs).
+func stepFunc[T any](wc *Context, name string, fn func(context.Context) (T, error)) func(context.Context) (T, error) {
+	if o, ok := wc.rs.StepOverride(name, reflect.TypeOf(fn)); ok {
+		if f, ok := o.(func(context.Context) (T, error)); ok {
+			return f
+		}
+	}
+	return fn
+}
 
 func decodeStep[T any](rs *engine.RunState, op *store.Op) (T, error) {
 	var v T

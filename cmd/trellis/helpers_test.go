@@ -63,6 +63,7 @@ type seeded struct {
 	okRun, failedRun string // run IDs
 	okID, failedID   string // workflow IDs
 	flakyCalls       atomic.Int32
+	workflows        []trellis.Registrable // the seed's workflows, to replay its histories
 }
 
 // seed opens a store, runs a succeeding run (whose step fails once) and a failing
@@ -83,6 +84,7 @@ func seed(t *testing.T) *seeded {
 			return 0, trellis.NonRetryable(errors.New("card declined"))
 		})
 	})
+	s.workflows = []trellis.Registrable{okWF, failWF}
 	c := openClient(t, s.url, false, okWF, failWF)
 	defer c.Close()
 	s.okRun, s.okID = startAndWait(t, c, okWF, "seed-ok")

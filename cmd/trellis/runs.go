@@ -165,8 +165,15 @@ func runsGet(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func runsHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var asJSON bool
 	return withRun(ctx, "history", "Show a run's ops in order, with each failed attempt.", args, stderr, func(fs *flag.FlagSet) {
-		fs.BoolVar(&asJSON, "json", false, "print the ops as JSON")
+		fs.BoolVar(&asJSON, "json", false, "print the run and its ops in the "+trellis.HistoryFormat+" format (docs/history-format.md)")
 	}, func(c *trellis.Client, ref string) error {
+		if asJSON {
+			h, err := c.ExportHistory(ctx, ref)
+			if err != nil {
+				return refError(ref, err)
+			}
+			return writeJSON(stdout, h)
+		}
 		run, err := c.Get(ctx, ref)
 		if err != nil {
 			return refError(ref, err)
@@ -174,9 +181,6 @@ func runsHistory(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		ops, err := c.History(ctx, run.ID)
 		if err != nil {
 			return refError(ref, err)
-		}
-		if asJSON {
-			return writeJSON(stdout, ops)
 		}
 		return printHistory(stdout, run, ops)
 	})

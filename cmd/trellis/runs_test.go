@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/trellistest"
 )
 
 func TestRunsList(t *testing.T) {
@@ -81,17 +82,24 @@ func TestRunsGetAndHistory(t *testing.T) {
 	contains(t, "failed history", res.stdout, "doomed", "error: card declined")
 
 	res = trellisCmd(t, "runs", "history", s.okRun, "--json", "--store", s.url).ok(t)
-	var ops []struct {
-		Name       string          `json:"name"`
-		Result     json.RawMessage `json:"result"`
-		AttemptLog []any           `json:"attempt_log"`
-	}
-	if err := json.Unmarshal([]byte(res.stdout), &ops); err != nil {
+	h, err := trellis.ParseHistory([]byte(res.stdout))
+	if err != nil {
 		t.Fatalf("%v\n%s", err, res.stdout)
 	}
-	if len(ops) != 1 || ops[0].Name != "flaky" || string(ops[0].Result) != "42" || len(ops[0].AttemptLog) != 1 {
-		t.Errorf("json history %s", res.stdout)
+	if h.Run.ID != s.okRun || h.Run.Status != trellis.StatusSucceeded || string(h.Run.Output) != "42" || len(h.Ops) != 1 {
+		t.Fatalf("json history run %+v\n%s", h.Run, res.stdout)
 	}
+	if op := h.Ops[0]; op.Name != "flaky" || string(op.Result) != "42" || len(op.AttemptLog) != 1 || op.Attempts != 2 {
+		t.Errorf("json history op %+v", op)
+	}
+	contains(t, "json history", res.stdout, `"format": "trellis.history/v1"`, `"result": 42`)
+	trellistest.Replay(t, h, s.workflows...) // what the CLI exports replays
+	res = trellisCmd(t, "runs", "history", s.failedRun, "--json", "--store", s.url).ok(t)
+	h, err = trellis.ParseHistory([]byte(res.stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trellistest.Replay(t, h, s.workflows...)
 	res = trellisCmd(t, "runs", "get", s.failedRun, "--json", "--store", s.url).ok(t)
 	var run struct {
 		ID     string          `json:"id"`
@@ -101,7 +109,7 @@ func TestRunsGetAndHistory(t *testing.T) {
 			Message string `json:"message"`
 		} `json:"error"`
 	}
-	err := json.Unmarshal([]byte(res.stdout), &run)
+	err = json.Unmarshal([]byte(res.stdout), &run)
 	if err != nil || run.ID != s.failedRun || run.Status != trellis.StatusFailed || string(run.Input) != "21" ||
 		run.Error == nil || !strings.HasSuffix(run.Error.Message, ": card declined") {
 		t.Errorf("json run %v\n%s", err, res.stdout)

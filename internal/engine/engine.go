@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/clock"
@@ -61,6 +62,13 @@ type Config struct {
 	// ErrorType names the recorded type of errors of the layer above (e.g. the
 	// type a step error carries); nil when there are none.
 	ErrorType func(err error) (string, bool)
+	// StepOverride, when set, may replace the function of a step before its
+	// attempts run (the test kit's step overrides and its replay): given the
+	// step's name and the type of its function, it returns a function of that
+	// type and true. Steps replayed from history never consult it.
+	StepOverride func(name string, fnType reflect.Type) (fn any, ok bool)
+	// OnBlock, when set, is told of the non-determinism error that blocks a run.
+	OnBlock func(run *store.Run, err error)
 }
 
 func (c Config) validate() error {
@@ -102,3 +110,12 @@ func (e *Engine) Begin(runID string) { e.local.begin(runID) }
 // Outcome returns a channel that receives the run's final state from the engine
 // that saves it, if the run is executing here; nil when it did not finish here.
 func (e *Engine) Outcome(runID string) (<-chan *store.Run, bool) { return e.local.wait(runID) }
+
+// StepOverride returns the function that replaces the step name's function fn
+// of type fnType (Config.StepOverride), and false when there is none.
+func (rs *RunState) StepOverride(name string, fnType reflect.Type) (any, bool) {
+	if rs.e.cfg.StepOverride == nil {
+		return nil, false
+	}
+	return rs.e.cfg.StepOverride(name, fnType)
+}

@@ -86,6 +86,9 @@ func (rs *RunState) saveUnwind() {
 		p.Status, p.Error = store.StatusBlocked, info
 		rs.log().Error("run blocked: its code no longer matches its history; deploy a fix, then resume it",
 			"run", rs.run.ID, "workflow", rs.run.Workflow, "err", uerr)
+		if rs.e.cfg.OnBlock != nil {
+			rs.e.cfg.OnBlock(rs.run, uerr)
+		}
 	case unwindSuspend:
 		if d := rs.run.Deadline; d != nil && (wakeAt == nil || d.Before(*wakeAt)) {
 			wakeAt = d
