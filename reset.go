@@ -21,8 +21,9 @@ import (
 // came from). Errors: ErrRunNotFound; ErrRunActive for a run that has not finished
 // (cancel it first); ErrInvalidParams when the run has no such step, when an op
 // before it had not finished (an event wait or a child started before the step
-// and awaited after it), or when a Map comes before it (its results stay with the
-// old run's children); ErrRunExists when another run with the workflow ID is active.
+// and awaited after it), or when a Map recorded by an older version (whose
+// results stay with the old run's children) comes before it; ErrRunExists when
+// another run with the workflow ID is active.
 func (c *Client) Reset(ctx context.Context, ref, step string) (*Run, error) {
 	src, err := c.Get(ctx, ref)
 	if err != nil {
@@ -53,8 +54,9 @@ func (c *Client) Reset(ctx context.Context, ref, step string) (*Run, error) {
 	return runFromStore(res.Run), nil
 }
 
-// checkNoMap refuses to keep a Map's op: its results are read from its child
-// runs, which belong to the old run. (A single child's result is in its op.)
+// checkNoMap refuses to keep a Map's op that does not hold its items' results
+// (recorded before Map ops did): those are read from its child runs, which
+// belong to the old run. (A single child's result is in its op.)
 func (c *Client) checkNoMap(ctx context.Context, src *Run, kept []*store.Op) error {
 	for _, op := range kept {
 		if op.Kind != store.OpChild {
@@ -64,8 +66,8 @@ func (c *Client) checkNoMap(ctx context.Context, src *Run, kept []*store.Op) err
 		if err != nil {
 			return err
 		}
-		if len(runs) > 0 && runs[0].ID == engine.ChildRunID(src.ID, op.Position, 0) {
-			return fmt.Errorf("%w: op %d is a Map, whose results stay with the old run: reset to a step before it",
+		if len(runs) > 0 && runs[0].ID == engine.ChildRunID(src.ID, op.Position, 0) && !engine.MapSelfContained(op) {
+			return fmt.Errorf("%w: op %d is a Map recorded by an older version, whose results stay with the old run: reset to a step before it",
 				ErrInvalidParams, op.Position)
 		}
 	}

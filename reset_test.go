@@ -74,8 +74,9 @@ func TestResetRunsAgainFromAStep(t *testing.T) {
 	}
 }
 
-// TestResetBadInput: unknown run, unknown step, an active run, and a Map before
-// the step are refused and start nothing.
+// TestResetBadInput: unknown run, unknown step and an active run are refused and
+// start nothing; a reset past a Map keeps the Map's recorded results and starts no
+// child again.
 func TestResetBadInput(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
@@ -107,9 +108,6 @@ func TestResetBadInput(t *testing.T) {
 	if _, err := c.Reset(ctx, hm.RunID(), "nope"); !errors.Is(err, trellis.ErrInvalidParams) {
 		t.Fatalf("Reset to an unknown step: %v, want ErrInvalidParams", err)
 	}
-	if _, err := c.Reset(ctx, hm.RunID(), "s"); !errors.Is(err, trellis.ErrInvalidParams) {
-		t.Fatalf("Reset past a Map: %v, want ErrInvalidParams", err)
-	}
 	hb := must[*trellis.Handle[int]](t)(trellis.Start(ctx, c, wf, "block"))
 	waitStatus(t, c, hb.RunID(), trellis.StatusRunning)
 	if _, err := c.Reset(ctx, hb.RunID(), "s"); !errors.Is(err, trellis.ErrRunActive) {
@@ -120,6 +118,17 @@ func TestResetBadInput(t *testing.T) {
 	page := must[*trellis.RunPage](t)(c.List(ctx, trellis.ListOptions{Workflow: "reset-bad"}))
 	if len(page.Runs) != 2 {
 		t.Fatalf("%d runs of reset-bad, want the 2 started (no reset run)", len(page.Runs))
+	}
+	// Past the Map: its op holds the items' results; no child runs again.
+	past, err := c.Reset(ctx, hm.RunID(), "s")
+	if err != nil {
+		t.Fatalf("Reset past a Map: %v", err)
+	}
+	if got := must[*trellis.Run](t)(c.Wait(ctx, past.ID)); got.Status != trellis.StatusSucceeded {
+		t.Fatalf("reset past a Map ended %s (%+v)", got.Status, got.Error)
+	}
+	if items := must[*trellis.RunPage](t)(c.List(ctx, trellis.ListOptions{Workflow: "reset-item"})); len(items.Runs) != 2 {
+		t.Fatalf("%d item runs after the reset, want the Map's 2", len(items.Runs))
 	}
 	// From the start: an empty step reruns with the same input.
 	run, err := c.Reset(ctx, hm.RunID(), "")

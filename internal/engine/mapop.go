@@ -28,12 +28,21 @@ type ItemError struct {
 	Type    string       `json:"type,omitempty"`
 }
 
-// mapState is what a Map op records: the group's outcome and, when it failed,
-// the failed items.
+// mapState is what a Map op records: the group's outcome and, when it failed
+// fast, the failed items; otherwise the outcome of every item, so that a replay
+// of the parent reads one op instead of every child's row.
 type mapState struct {
 	Items   int                 `json:"items"`
 	Outcome *store.GroupOutcome `json:"outcome,omitempty"`
 	Failed  []ItemError         `json:"failed,omitempty"`
+	Results []mapResult         `json:"results,omitempty"`
+}
+
+// mapResult is the recorded outcome of one item of a Map.
+type mapResult struct {
+	Status store.Status     `json:"status"`
+	Output []byte           `json:"output,omitempty"`
+	Error  *store.ErrorInfo `json:"error,omitempty"`
 }
 
 // Map starts spec's children (or finds them in history), waits for the group to
@@ -43,7 +52,7 @@ type mapState struct {
 func (rs *RunState) Map(spec MapSpec, detached bool) ([]*store.Run, []ItemError, error) {
 	rs.checkUnwind()
 	pos, rec := rs.next(store.OpChild, spec.Workflow)
-	m := &mapWait{rs: rs, pos: pos, name: spec.Workflow}
+	m := &mapWait{rs: rs, pos: pos, name: spec.Workflow, collect: spec.CollectErrors}
 	if rec == nil {
 		if err := rs.startMap(m, spec, detached); err != nil {
 			return nil, nil, err
@@ -60,7 +69,10 @@ func (rs *RunState) Map(spec MapSpec, detached bool) ([]*store.Run, []ItemError,
 	if spec.Items == 0 {
 		return nil, nil, nil
 	}
-	runs := rs.children(pos)
+	if len(m.state.Results) == spec.Items {
+		return m.resultRuns(), nil, nil
+	}
+	runs := rs.children(pos) // a history recorded before Results existed
 	if len(runs) != spec.Items {
 		rs.requestUnwind(unwindAbandon, fmt.Errorf("map at position %d: the store holds %d children for %d items", pos, len(runs), spec.Items), nil, "")
 		rs.stopNow()
@@ -116,11 +128,12 @@ func ItemFailure(i int, r *store.Run) ItemError {
 
 // mapWait is the wait of a Map for its group's end.
 type mapWait struct {
-	rs    *RunState
-	pos   int
-	name  string
-	state mapState
-	done  bool
+	rs      *RunState
+	pos     int
+	name    string
+	collect bool // CollectErrors: every item's result is wanted, failed or not
+	state   mapState
+	done    bool
 }
 
 func (m *mapWait) settled() bool { return m.done }
@@ -134,13 +147,21 @@ func (m *mapWait) try() bool {
 	var outcome store.GroupOutcome
 	_ = json.Unmarshal(e.Payload, &outcome)
 	m.state.Outcome = &outcome
+	// One read of the children, now; what the workflow sees is recorded, so
+	// later changes of the children (cancellations under way) cannot change a
+	// replay, and a replay reads no child rows.
+	runs := rs.children(m.pos)
 	if outcome.Succeeded < outcome.Total {
-		// Fail fast: keep what the workflow sees now; later changes of the
-		// children (cancellations under way) must not change a replay.
-		for i, r := range rs.children(m.pos) {
+		for i, r := range runs {
 			if r.Status.Terminal() && r.Status != store.StatusSucceeded {
 				m.state.Failed = append(m.state.Failed, ItemFailure(i, r))
 			}
+		}
+	}
+	if outcome.Succeeded == outcome.Total || m.collect {
+		m.state.Results = make([]mapResult, len(runs))
+		for i, r := range runs {
+			m.state.Results[i] = mapResult{Status: r.Status, Output: r.Output, Error: r.Error}
 		}
 	}
 	b, _ := json.Marshal(m.state)
@@ -151,4 +172,25 @@ func (m *mapWait) try() bool {
 
 func (m *mapWait) needs() (*time.Time, []string, string) {
 	return nil, []string{store.GroupEvent(m.pos)}, fmt.Sprintf("waiting for %d child runs of %s", m.state.Items, m.name)
+}
+
+// resultRuns are the children as their recorded results describe them.
+func (m *mapWait) resultRuns() []*store.Run {
+	runs := make([]*store.Run, len(m.state.Results))
+	for i, r := range m.state.Results {
+		runs[i] = &store.Run{Namespace: m.rs.run.Namespace, ID: childRunID(m.rs.run.ID, m.pos, i),
+			Status: r.Status, Output: r.Output, Error: r.Error, ParentID: m.rs.run.ID}
+	}
+	return runs
+}
+
+// MapSelfContained reports whether op, a finished Map's op, holds what a replay
+// needs (every item's result, or the failed items of a fail-fast end) without
+// reading the child runs. Map ops recorded by older versions do not.
+func MapSelfContained(op *store.Op) bool {
+	var st mapState
+	if !op.Done || json.Unmarshal(op.Result, &st) != nil {
+		return false
+	}
+	return st.Items == 0 || len(st.Results) == st.Items || len(st.Failed) > 0
 }
