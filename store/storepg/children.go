@@ -60,9 +60,6 @@ var (
 	sqlGroupUnfinished = `SELECT ` + runRowCols + ` FROM runs WHERE parent_seq = $1
 	AND parent_position = $2 AND status NOT IN ('succeeded', 'failed', 'cancelled')
 	ORDER BY item DESC FOR NO KEY UPDATE`
-	sqlRunChildren = `SELECT ` + runCols + ` FROM runs WHERE parent_seq =
-	(SELECT sequence FROM runs WHERE namespace = $1 AND id = $2) AND parent_position = $3
-	ORDER BY item`
 )
 
 // parentRef identifies the parent run creating children.
@@ -277,17 +274,11 @@ func (s *Store) RunChildren(ctx context.Context, p *store.RunChildrenParams) ([]
 	}
 	var runs []*store.Run
 	err := s.read(ctx, func() (err error) {
-		runs, err = s.queryRuns(ctx, sqlRunChildren, []any{p.Namespace, p.Parent, p.Position})
+		runs, err = shared.RunChildren(s.reads(ctx), p)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing children: %w", s.readErr(err))
-	}
-	if len(runs) == 0 {
-		// Tell an unknown parent from a parent without that group.
-		if _, err := s.RunGet(ctx, &store.RunGetParams{Namespace: p.Namespace, Ref: p.Parent}); err != nil {
-			return nil, fmt.Errorf("listing children: %w", err)
-		}
 	}
 	return runs, nil
 }

@@ -42,9 +42,6 @@ const (
 	sqlGroupUnfinished = `SELECT ` + runCols + ` FROM runs WHERE parent_seq = ?1
 	AND parent_position = ?2 AND status NOT IN ('succeeded', 'failed', 'cancelled')
 	ORDER BY item DESC`
-	sqlRunChildren = `SELECT ` + runCols + ` FROM runs WHERE parent_seq =
-	(SELECT sequence FROM runs WHERE namespace = ?1 AND id = ?2) AND parent_position = ?3
-	ORDER BY item`
 )
 
 // parentRef identifies the parent run creating children.
@@ -218,15 +215,9 @@ func (s *Store) RunChildren(ctx context.Context, p *store.RunChildrenParams) ([]
 	if s.closed() {
 		return nil, fmt.Errorf("listing children: %w", store.ErrClosed)
 	}
-	runs, err := s.queryRuns(ctx, sqlRunChildren, p.Namespace, p.Parent, p.Position)
+	runs, err := shared.RunChildren(s.readQ(ctx), p)
 	if err != nil {
 		return nil, fmt.Errorf("listing children: %w", s.readErr(err))
-	}
-	if len(runs) == 0 {
-		// Tell an unknown parent from a parent without that group.
-		if _, err := runByRef(ctx, s.reads, p.Namespace, p.Parent); err != nil {
-			return nil, fmt.Errorf("listing children: %w", s.readErr(err))
-		}
 	}
 	return runs, nil
 }

@@ -1,0 +1,40 @@
+package sqlstore
+
+// SQL is the shared logic bound to one dialect. Its statements are rewritten for
+// the dialect once, in New; a driver keeps one for its lifetime.
+type SQL struct {
+	d Dialect
+	q queries
+}
+
+// queries are the fixed statements of the shared logic, in the dialect's style.
+type queries struct {
+	runByRef, kvGet, runChildren string
+	approvalGet, approvalLock    string
+}
+
+// New binds the shared logic to d.
+func New(d Dialect) *SQL {
+	s := &SQL{d: d}
+	r := d.rebind
+	s.q = queries{
+		runByRef: r(`SELECT ` + RunCols + ` FROM runs WHERE sequence = ` + RefSeq),
+		// kvGet returns one row: the run's sequence (NULL: no run), the value, and
+		// whether the key exists.
+		kvGet: r(`SELECT r.sequence, kv.value, kv.key IS NOT NULL
+	FROM (SELECT ` + RefSeq + ` AS sequence) r
+	LEFT JOIN kv ON kv.run_seq = r.sequence AND kv.key = $3`),
+		runChildren: r(`SELECT ` + RunCols + ` FROM runs WHERE parent_seq =
+	(SELECT sequence FROM runs WHERE namespace = $1 AND id = $2) AND parent_position = $3
+	ORDER BY item`),
+		approvalGet:  r(s.approvalSelect() + ` WHERE a.namespace = $1 AND a.id = $2`),
+		approvalLock: r(s.approvalSelect() + ` WHERE a.namespace = $1 AND a.id = $2` + d.Lock("r", "a")),
+	}
+	return s
+}
+
+// Dialect returns the dialect the logic is bound to.
+func (s *SQL) Dialect() *Dialect { return &s.d }
+
+// Rebind rewrites a statement written with $n parameters in the dialect's style.
+func (s *SQL) Rebind(query string) string { return s.d.rebind(query) }
