@@ -66,7 +66,7 @@ func (s *Store) ApprovalDecide(ctx context.Context, p *store.ApprovalDecideParam
 }
 
 func approvalDecide(tx *wtx, p *store.ApprovalDecideParams) (*store.Approval, error) {
-	r, err := shared.LockApproval(querier{tx.ctx, tx}, p.Namespace, p.ID)
+	r, err := shared.LockApproval(stx{tx}, p.Namespace, p.ID)
 	switch {
 	case err != nil:
 		return nil, err
@@ -91,7 +91,7 @@ func approvalDecide(tx *wtx, p *store.ApprovalDecideParams) (*store.Approval, er
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := deliver(tx, r.RunSeq, store.ApprovalEvent(a.ID), payload); err != nil {
+	if _, _, err := shared.Deliver(stx{tx}, r.RunSeq, store.ApprovalEvent(a.ID), payload); err != nil {
 		return nil, err
 	}
 	return a, nil

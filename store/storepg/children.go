@@ -245,7 +245,7 @@ func endGroup(tx *wtx, parentSeq int64, position int) error {
 	if err != nil {
 		return err
 	}
-	return deliverIfActive(tx, parentSeq, store.GroupEvent(position), payload)
+	return shared.DeliverIfActive(stx{tx}, parentSeq, store.GroupEvent(position), payload)
 }
 
 // txRunRows runs a query of runRowCols in the transaction and returns every row

@@ -29,6 +29,10 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	TextList: func(col string) string {
 		return "array_to_json(" + col + ")::text"
 	},
+	// WakeOnEvent also forgets the names the run waited for (see 0002_waiting.sql).
+	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = $1, wait_reason = '',
+	wait_events = NULL, updated_at = $1 WHERE sequence = $2 AND status = 'waiting' AND $3 = ANY(wait_events)
+	RETURNING namespace, id`,
 	Lock: func(of ...string) string {
 		if len(of) == 0 {
 			return " FOR NO KEY UPDATE"
@@ -86,3 +90,27 @@ func (r noRows) Scan(dest ...any) error {
 	}
 	return err
 }
+
+// stx adapts a transaction of the waiting path (txn.go) to sqlstore.Tx.
+type stx struct{ tx *wtx }
+
+// QueryRow implements sqlstore.Querier.
+func (s stx) QueryRow(query string, args ...any) sqlstore.Scanner {
+	return noRows{s.tx.queryRow(query, args...)}
+}
+
+// Query implements sqlstore.Querier.
+func (s stx) Query(query string, args []any, each func(row sqlstore.Scanner) error) error {
+	return querier{ctx: s.tx.ctx, c: s.tx.Tx}.Query(query, args, each)
+}
+
+// Exec implements sqlstore.Querier.
+func (s stx) Exec(query string, args ...any) (int64, error) {
+	return querier{ctx: s.tx.ctx, c: s.tx.Tx}.Exec(query, args...)
+}
+
+// Now implements sqlstore.Tx.
+func (s stx) Now() time.Time { return s.tx.now }
+
+// Publish implements sqlstore.Tx.
+func (s stx) Publish(topics ...string) { s.tx.publish(topics...) }

@@ -125,7 +125,7 @@ func approvalDecide(tx *wtx, p *store.ApprovalDecideParams) (*store.Approval, er
 	if err != nil {
 		return nil, err
 	}
-	if _, _, _, err := deliver(tx, r.RunSeq, store.ApprovalEvent(a.ID), payload, false); err != nil {
+	if _, _, err := shared.Deliver(tx, r.RunSeq, store.ApprovalEvent(a.ID), payload); err != nil {
 		return nil, err
 	}
 	return a, nil

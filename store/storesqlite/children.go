@@ -206,8 +206,7 @@ func endGroup(tx *wtx, parentSeq int64, position int) error {
 	if err != nil {
 		return err
 	}
-	_, _, _, err = deliver(tx, parentSeq, store.GroupEvent(position), payload, true)
-	return err
+	return shared.DeliverIfActive(tx, parentSeq, store.GroupEvent(position), payload)
 }
 
 // RunChildren implements store.Store.

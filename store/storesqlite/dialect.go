@@ -21,7 +21,10 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	},
 	List:     func(list []string) (any, error) { return jsonList(append([]string{}, list...)) },
 	TextList: func(col string) string { return col },
-	Lock:     func(...string) string { return "" },
+	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
+	updated_at = ?1 WHERE sequence = ?2 AND status = 'waiting'
+	AND EXISTS (SELECT 1 FROM json_each(wait_events) WHERE value = ?3) RETURNING namespace, id`,
+	Lock: func(...string) string { return "" },
 })
 
 // errReadOnly: a statement that writes was run on the read pool.

@@ -22,6 +22,9 @@ type Dialect struct {
 	// TextList returns an expression reading the list-of-text column col as JSON
 	// text (NULL stays NULL).
 	TextList func(col string) string
+	// WakeOnEvent makes pending, at $1, the run $2 when it is waiting for an
+	// event named $3, and returns the run's namespace and ID.
+	WakeOnEvent string
 	// Lock is appended to a SELECT to lock the rows it reads (and those of the
 	// tables named in of, when the dialect needs them named) until the
 	// transaction ends: "" where the transaction already excludes other writers.

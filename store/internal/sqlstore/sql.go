@@ -11,6 +11,8 @@ type SQL struct {
 type queries struct {
 	runByRef, kvGet, runChildren string
 	approvalGet, approvalLock    string
+	eventInsert, wakeOnEvent     string
+	runStatusLock                string
 }
 
 // New binds the shared logic to d.
@@ -29,6 +31,10 @@ func New(d Dialect) *SQL {
 	ORDER BY item`),
 		approvalGet:  r(s.approvalSelect() + ` WHERE a.namespace = $1 AND a.id = $2`),
 		approvalLock: r(s.approvalSelect() + ` WHERE a.namespace = $1 AND a.id = $2` + d.Lock("r", "a")),
+		eventInsert: r(`INSERT INTO events (run_seq, name, payload, sent_at) VALUES ($1, $2, $3, $4)
+	RETURNING seq`),
+		wakeOnEvent:   r(d.WakeOnEvent),
+		runStatusLock: r(`SELECT status FROM runs WHERE sequence = $1` + d.Lock()),
 	}
 	return s
 }

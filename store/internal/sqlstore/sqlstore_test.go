@@ -11,8 +11,8 @@ func TestRebind(t *testing.T) {
 	d := &Dialect{Param: func(n int) string { return "?" + strconv.Itoa(n) }}
 	cases := map[string]string{
 		`SELECT $1, $12 FROM t WHERE a = $2`: `SELECT ?1, ?12 FROM t WHERE a = ?2`,
-		`SELECT '$1', $1`:                   `SELECT '$1', ?1`,
-		`SELECT $ FROM t`:                   `SELECT $ FROM t`,
+		`SELECT '$1', $1`:                    `SELECT '$1', ?1`,
+		`SELECT $ FROM t`:                    `SELECT $ FROM t`,
 	}
 	for in, want := range cases {
 		if got := d.rebind(in); got != want {
