@@ -29,6 +29,7 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	TextList: func(col string) string {
 		return "array_to_json(" + col + ")::text"
 	},
+	IsUniqueViolation: isUniqueViolation,
 	// WakeOnEvent also forgets the names the run waited for (see 0002_waiting.sql).
 	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = $1, wait_reason = '',
 	wait_events = NULL, updated_at = $1 WHERE sequence = $2 AND status = 'waiting' AND $3 = ANY(wait_events)

@@ -19,8 +19,9 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	InList: func(expr, param string) string {
 		return expr + " IN (SELECT value FROM json_each(" + param + "))"
 	},
-	List:     func(list []string) (any, error) { return jsonList(append([]string{}, list...)) },
-	TextList: func(col string) string { return col },
+	List:              func(list []string) (any, error) { return jsonList(append([]string{}, list...)) },
+	TextList:          func(col string) string { return col },
+	IsUniqueViolation: isUniqueViolation,
 	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
 	updated_at = ?1 WHERE sequence = ?2 AND status = 'waiting'
 	AND EXISTS (SELECT 1 FROM json_each(wait_events) WHERE value = ?3) RETURNING namespace, id`,

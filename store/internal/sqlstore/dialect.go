@@ -22,6 +22,9 @@ type Dialect struct {
 	// TextList returns an expression reading the list-of-text column col as JSON
 	// text (NULL stays NULL).
 	TextList func(col string) string
+	// IsUniqueViolation reports whether err is a failed UNIQUE or PRIMARY KEY
+	// constraint.
+	IsUniqueViolation func(err error) bool
 	// WakeOnEvent makes pending, at $1, the run $2 when it is waiting for an
 	// event named $3, and returns the run's namespace and ID.
 	WakeOnEvent string

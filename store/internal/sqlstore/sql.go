@@ -13,6 +13,8 @@ type queries struct {
 	approvalGet, approvalLock    string
 	eventInsert, wakeOnEvent     string
 	runStatusLock                string
+	approvalInsert, approvalSet  string
+	approvalsExpire              string
 }
 
 // New binds the shared logic to d.
@@ -33,7 +35,13 @@ func New(d Dialect) *SQL {
 		approvalLock: r(s.approvalSelect() + ` WHERE a.namespace = $1 AND a.id = $2` + d.Lock("r", "a")),
 		eventInsert: r(`INSERT INTO events (run_seq, name, payload, sent_at) VALUES ($1, $2, $3, $4)
 	RETURNING seq`),
-		wakeOnEvent:   r(d.WakeOnEvent),
+		wakeOnEvent: r(d.WakeOnEvent),
+		approvalInsert: r(`INSERT INTO approvals (namespace, id, run_seq, position, name, approvers,
+	subject, details, status, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10)`),
+		approvalsExpire: r(`UPDATE approvals SET status = 'expired', decided_at = $1
+	WHERE run_seq = $2 AND status = 'pending' AND ` + d.InList("id", "$3")),
+		approvalSet: r(`UPDATE approvals SET status = $1, principal = $2, comment = $3, decided_at = $4
+	WHERE seq = $5`),
 		runStatusLock: r(`SELECT status FROM runs WHERE sequence = $1` + d.Lock()),
 	}
 	return s
