@@ -34,6 +34,19 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = $1, wait_reason = '',
 	wait_events = NULL, updated_at = $1 WHERE sequence = $2 AND status = 'waiting' AND $3 = ANY(wait_events)
 	RETURNING namespace, id`,
+	// ReleaseHeld releases up to $5 held children of a group, from item $4 on,
+	// in item order. The children are found and locked in the materialized CTE,
+	// through runs_children, and updated by sequence: with filters on the updated
+	// rows themselves, the planner of a table without statistics may walk every held
+	// run (runs_pending_available) and probe the children for each, ~100 ms with
+	// 10,000 held children instead of well under one.
+	ReleaseHeld: `WITH picked AS MATERIALIZED (
+		SELECT sequence FROM runs WHERE parent_seq = $2 AND parent_position = $3
+		AND item >= $4 AND status = 'pending' AND available_at IS NULL
+		ORDER BY item LIMIT $5 FOR NO KEY UPDATE)
+	UPDATE runs r SET available_at = $1, wait_reason = '', updated_at = $1
+	FROM picked WHERE r.sequence = picked.sequence
+	RETURNING r.item, r.namespace, r.id`,
 	Lock: func(of ...string) string {
 		if len(of) == 0 {
 			return " FOR NO KEY UPDATE"

@@ -28,6 +28,10 @@ type Dialect struct {
 	// WakeOnEvent makes pending, at $1, the run $2 when it is waiting for an
 	// event named $3, and returns the run's namespace and ID.
 	WakeOnEvent string
+	// ReleaseHeld releases, at $1, up to $5 held children of the group ($2 parent
+	// sequence, $3 position), from item $4 on, in item order, and returns the item,
+	// namespace and ID of each.
+	ReleaseHeld string
 	// Lock is appended to a SELECT to lock the rows it reads (and those of the
 	// tables named in of, when the dialect needs them named) until the
 	// transaction ends: "" where the transaction already excludes other writers.

@@ -26,6 +26,11 @@ type Tx interface {
 	Now() time.Time
 	// Publish queues topics to signal once the transaction commits.
 	Publish(topics ...string)
+	// CancelGroup cancels the unfinished children of a group (parent sequence,
+	// position) as RunCancel does, the last item first, so that cancelling them
+	// releases no held child. It stays in the drivers with the rest of
+	// cancellation.
+	CancelGroup(parentSeq int64, position int) error
 }
 
 // ErrNoRows is what a Querier's row returns when there is none.

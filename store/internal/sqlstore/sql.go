@@ -15,6 +15,9 @@ type queries struct {
 	runStatusLock                string
 	approvalInsert, approvalSet  string
 	approvalsExpire              string
+	groupInsert, groupCount      string
+	releaseHeld, groupReleased   string
+	groupFail, groupEnd          string
 }
 
 // New binds the shared logic to d.
@@ -40,6 +43,21 @@ func New(d Dialect) *SQL {
 	subject, details, status, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10)`),
 		approvalsExpire: r(`UPDATE approvals SET status = 'expired', decided_at = $1
 	WHERE run_seq = $2 AND status = 'pending' AND ` + d.InList("id", "$3")),
+		groupInsert: r(`INSERT INTO child_groups (parent_seq, position, max_concurrency, fail_fast,
+	detached, total, active, held, next_item) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`),
+		// groupCount counts children that ended: $3 succeeded, $4 failed, $5
+		// cancelled, of which $6 were active and $7 held.
+		groupCount: r(`UPDATE child_groups SET succeeded = succeeded + $3, failed = failed + $4,
+	cancelled = cancelled + $5, active = active - $6, held = held - $7
+	WHERE parent_seq = $1 AND position = $2
+	RETURNING max_concurrency, fail_fast, detached, total, active, held, next_item,
+	succeeded, failed, cancelled, ended`),
+		releaseHeld: r(d.ReleaseHeld),
+		groupReleased: r(`UPDATE child_groups SET active = active + $3, held = held - $3,
+	next_item = $4 WHERE parent_seq = $1 AND position = $2`),
+		groupFail: r(`UPDATE child_groups SET ended = true WHERE parent_seq = $1 AND position = $2`),
+		groupEnd: r(`UPDATE child_groups SET ended = true WHERE parent_seq = $1 AND position = $2
+	RETURNING detached, total, succeeded, failed, cancelled`),
 		approvalSet: r(`UPDATE approvals SET status = $1, principal = $2, comment = $3, decided_at = $4
 	WHERE seq = $5`),
 		runStatusLock: r(`SELECT status FROM runs WHERE sequence = $1` + d.Lock()),
