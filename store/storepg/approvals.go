@@ -15,34 +15,12 @@ import (
 
 // ApprovalGet implements store.Store.
 func (s *Store) ApprovalGet(ctx context.Context, p *store.ApprovalGetParams) (*store.Approval, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("getting approval: %w", store.ErrClosed)
-	}
-	var a *store.Approval
-	err := s.read(ctx, func() (err error) {
-		a, err = shared.ApprovalGet(s.reads(ctx), p)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("getting approval: %w", s.readErr(err))
-	}
-	return a, nil
+	return shared.Reads(readSource{s}).ApprovalGet(ctx, p)
 }
 
 // ApprovalList implements store.Store.
 func (s *Store) ApprovalList(ctx context.Context, p *store.ApprovalListParams) (*store.ApprovalListResult, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("listing approvals: %w", store.ErrClosed)
-	}
-	var res *store.ApprovalListResult
-	err := s.read(ctx, func() (err error) {
-		res, err = shared.ApprovalList(s.reads(ctx), p)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing approvals: %w", s.readErr(err))
-	}
-	return res, nil
+	return shared.Reads(readSource{s}).ApprovalList(ctx, p)
 }
 
 // ApprovalDecide implements store.Store.

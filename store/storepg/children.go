@@ -91,9 +91,7 @@ func childEnded(tx *wtx, parentSeq int64, position int, status store.Status, was
 // countEnded counts children of a group that ended in this transaction
 // (sqlstore.SQL.CountEnded).
 func countEnded(tx *wtx, parentSeq int64, position int, d groupDelta) error {
-	return shared.CountEnded(stx{tx}, parentSeq, position, sqlstore.GroupDelta{
-		Succeeded: d.succeeded, Failed: d.failed, Cancelled: d.cancelled, Active: d.active, Held: d.held,
-	})
+	return shared.CountEnded(stx{tx}, parentSeq, position, d)
 }
 
 // CancelGroup implements sqlstore.Tx.
@@ -131,16 +129,5 @@ func txRunRows(tx *wtx, query string, args ...any) ([]*runRow, error) {
 
 // RunChildren implements store.Store.
 func (s *Store) RunChildren(ctx context.Context, p *store.RunChildrenParams) ([]*store.Run, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("listing children: %w", store.ErrClosed)
-	}
-	var runs []*store.Run
-	err := s.read(ctx, func() (err error) {
-		runs, err = shared.RunChildren(s.reads(ctx), p)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing children: %w", s.readErr(err))
-	}
-	return runs, nil
+	return shared.Reads(readSource{s}).RunChildren(ctx, p)
 }

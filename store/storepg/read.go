@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 // Reads run on the pool outside the writer: each is one statement, so it sees one
@@ -18,18 +19,7 @@ func (s *Store) reads(ctx context.Context) querier { return querier{ctx: ctx, c:
 
 // RunGet implements store.Store.
 func (s *Store) RunGet(ctx context.Context, p *store.RunGetParams) (*store.Run, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("getting run: %w", store.ErrClosed)
-	}
-	var r *store.Run
-	err := s.read(ctx, func() (err error) {
-		r, err = shared.RunByRef(s.reads(ctx), p.Namespace, p.Ref)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("getting run: %w", s.readErr(err))
-	}
-	return r, nil
+	return shared.Reads(readSource{s}).RunGet(ctx, p)
 }
 
 // HistoryList implements store.Store.
@@ -59,32 +49,22 @@ func (s *Store) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]
 
 // KVGet implements store.Store.
 func (s *Store) KVGet(ctx context.Context, p *store.KVGetParams) ([]byte, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("getting key: %w", store.ErrClosed)
-	}
-	var v []byte
-	err := s.read(ctx, func() (err error) {
-		v, err = shared.KVGet(s.reads(ctx), p)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("getting key: %w", s.readErr(err))
-	}
-	return v, nil
+	return shared.Reads(readSource{s}).KVGet(ctx, p)
 }
 
 // RunList implements store.Store.
 func (s *Store) RunList(ctx context.Context, p *store.RunListParams) (*store.RunListResult, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("listing runs: %w", store.ErrClosed)
+	return shared.Reads(readSource{s}).RunList(ctx, p)
+}
+
+// readSource runs the shared reads (sqlstore.Reads) on the pool, retrying while
+// the connection is being re-established.
+type readSource struct{ s *Store }
+
+// Read implements sqlstore.ReadSource.
+func (r readSource) Read(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	if r.s.closed() {
+		return store.ErrClosed
 	}
-	var res *store.RunListResult
-	err := s.read(ctx, func() (err error) {
-		res, err = shared.RunList(s.reads(ctx), p)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing runs: %w", s.readErr(err))
-	}
-	return res, nil
+	return r.s.readErr(r.s.read(ctx, func() error { return fn(r.s.reads(ctx)) }))
 }

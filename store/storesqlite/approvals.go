@@ -22,26 +22,12 @@ func expireApprovals(tx *wtx, runSeq int64, ids []string) error {
 
 // ApprovalGet implements store.Store.
 func (s *Store) ApprovalGet(ctx context.Context, p *store.ApprovalGetParams) (*store.Approval, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("getting approval: %w", store.ErrClosed)
-	}
-	a, err := shared.ApprovalGet(s.readQ(ctx), p)
-	if err != nil {
-		return nil, fmt.Errorf("getting approval: %w", s.readErr(err))
-	}
-	return a, nil
+	return shared.Reads(readSource{s}).ApprovalGet(ctx, p)
 }
 
 // ApprovalList implements store.Store.
 func (s *Store) ApprovalList(ctx context.Context, p *store.ApprovalListParams) (*store.ApprovalListResult, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("listing approvals: %w", store.ErrClosed)
-	}
-	res, err := shared.ApprovalList(s.readQ(ctx), p)
-	if err != nil {
-		return nil, fmt.Errorf("listing approvals: %w", s.readErr(err))
-	}
-	return res, nil
+	return shared.Reads(readSource{s}).ApprovalList(ctx, p)
 }
 
 // ApprovalDecide implements store.Store.

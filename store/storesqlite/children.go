@@ -89,12 +89,5 @@ func (tx *wtx) CancelGroup(parentSeq int64, position int) error {
 
 // RunChildren implements store.Store.
 func (s *Store) RunChildren(ctx context.Context, p *store.RunChildrenParams) ([]*store.Run, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("listing children: %w", store.ErrClosed)
-	}
-	runs, err := shared.RunChildren(s.readQ(ctx), p)
-	if err != nil {
-		return nil, fmt.Errorf("listing children: %w", s.readErr(err))
-	}
-	return runs, nil
+	return shared.Reads(readSource{s}).RunChildren(ctx, p)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 // readErr maps errors of the read pool after Close to store.ErrClosed.
@@ -18,14 +19,7 @@ func (s *Store) readErr(err error) error {
 
 // RunGet implements store.Store.
 func (s *Store) RunGet(ctx context.Context, p *store.RunGetParams) (*store.Run, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("getting run: %w", store.ErrClosed)
-	}
-	r, err := shared.RunByRef(s.readQ(ctx), p.Namespace, p.Ref)
-	if err != nil {
-		return nil, fmt.Errorf("getting run: %w", s.readErr(err))
-	}
-	return r, nil
+	return shared.Reads(readSource{s}).RunGet(ctx, p)
 }
 
 // readQ returns the read pool as a sqlstore.Querier bound to ctx.
@@ -73,24 +67,21 @@ func (t sqlTx) QueryRowContext(ctx context.Context, query string, args ...any) s
 
 // KVGet implements store.Store.
 func (s *Store) KVGet(ctx context.Context, p *store.KVGetParams) ([]byte, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("getting key: %w", store.ErrClosed)
-	}
-	v, err := shared.KVGet(s.readQ(ctx), p)
-	if err != nil {
-		return nil, fmt.Errorf("getting key: %w", s.readErr(err))
-	}
-	return v, nil
+	return shared.Reads(readSource{s}).KVGet(ctx, p)
 }
 
 // RunList implements store.Store.
 func (s *Store) RunList(ctx context.Context, p *store.RunListParams) (*store.RunListResult, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("listing runs: %w", store.ErrClosed)
+	return shared.Reads(readSource{s}).RunList(ctx, p)
+}
+
+// readSource runs the shared reads (sqlstore.Reads) on the read pool.
+type readSource struct{ s *Store }
+
+// Read implements sqlstore.ReadSource.
+func (r readSource) Read(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	if r.s.closed() {
+		return store.ErrClosed
 	}
-	res, err := shared.RunList(s.readQ(ctx), p)
-	if err != nil {
-		return nil, fmt.Errorf("listing runs: %w", s.readErr(err))
-	}
-	return res, nil
+	return r.s.readErr(fn(r.s.readQ(ctx)))
 }
