@@ -40,6 +40,11 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	// rows themselves, the planner of a table without statistics may walk every held
 	// run (runs_pending_available) and probe the children for each, ~100 ms with
 	// 10,000 held children instead of well under one.
+	SchemaMigrations: `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER     PRIMARY KEY,
+	name       TEXT        NOT NULL,
+	applied_at TIMESTAMPTZ NOT NULL
+)`,
 	ReleaseHeld: `WITH picked AS MATERIALIZED (
 		SELECT sequence FROM runs WHERE parent_seq = $2 AND parent_position = $3
 		AND item >= $4 AND status = 'pending' AND available_at IS NULL

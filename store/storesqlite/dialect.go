@@ -25,6 +25,11 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
 	updated_at = ?1 WHERE sequence = ?2 AND status = 'waiting'
 	AND EXISTS (SELECT 1 FROM json_each(wait_events) WHERE value = ?3) RETURNING namespace, id`,
+	SchemaMigrations: `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER PRIMARY KEY,
+	name       TEXT    NOT NULL,
+	applied_at INTEGER NOT NULL
+)`,
 	ReleaseHeld: `UPDATE runs SET available_at = ?1, wait_reason = '', updated_at = ?1
 	WHERE sequence IN (SELECT sequence FROM runs WHERE parent_seq = ?2 AND parent_position = ?3
 	AND item >= ?4 AND status = 'pending' AND available_at IS NULL ORDER BY item LIMIT ?5)

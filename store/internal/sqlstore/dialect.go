@@ -28,6 +28,9 @@ type Dialect struct {
 	// WakeOnEvent makes pending, at $1, the run $2 when it is waiting for an
 	// event named $3, and returns the run's namespace and ID.
 	WakeOnEvent string
+	// SchemaMigrations creates the table schema_migrations (version, name,
+	// applied_at) if it does not exist.
+	SchemaMigrations string
 	// ReleaseHeld releases, at $1, up to $5 held children of the group ($2 parent
 	// sequence, $3 position), from item $4 on, in item order, and returns the item,
 	// namespace and ID of each.

@@ -18,6 +18,7 @@ type queries struct {
 	groupInsert, groupCount      string
 	releaseHeld, groupReleased   string
 	groupFail, groupEnd          string
+	migrationRecord              string
 }
 
 // New binds the shared logic to d.
@@ -58,6 +59,7 @@ func New(d Dialect) *SQL {
 		groupFail: r(`UPDATE child_groups SET ended = true WHERE parent_seq = $1 AND position = $2`),
 		groupEnd: r(`UPDATE child_groups SET ended = true WHERE parent_seq = $1 AND position = $2
 	RETURNING detached, total, succeeded, failed, cancelled`),
+		migrationRecord: r(`INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`),
 		approvalSet: r(`UPDATE approvals SET status = $1, principal = $2, comment = $3, decided_at = $4
 	WHERE seq = $5`),
 		runStatusLock: r(`SELECT status FROM runs WHERE sequence = $1` + d.Lock()),
