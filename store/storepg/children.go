@@ -39,11 +39,7 @@ var (
 )
 
 // parentRef identifies the parent run creating children.
-type parentRef struct {
-	seq       int64
-	namespace string
-	id        string
-}
+type parentRef = sqlstore.Parent
 
 // childCols are a group's children as column arrays.
 type childCols struct {
@@ -67,10 +63,9 @@ func newChildCols(runs []*store.RunCreateParams) *childCols {
 // createChildren inserts a checkpoint's child groups and their runs, one statement
 // per group however many children it has.
 func createChildren(tx *wtx, parent parentRef, groups []*store.ChildGroup) error {
-	sp := sqlstore.Parent{Seq: parent.seq, Namespace: parent.namespace, ID: parent.id}
-	return shared.CreateChildren(stx{tx}, sp, groups, func(g *store.ChildGroup, active int) error {
+	return shared.CreateChildren(stx{tx}, parent, groups, func(g *store.ChildGroup, active int) error {
 		c := newChildCols(g.Runs)
-		_, err := tx.exec(sqlChildrenInsert, parent.namespace, tx.now, parent.seq, parent.id, g.Position,
+		_, err := tx.exec(sqlChildrenInsert, parent.Namespace, tx.now, parent.Seq, parent.ID, g.Position,
 			c.ids, c.wfIDs, c.wfs, c.queues, c.prio, c.version, c.inputs, c.deadlines, active)
 		if isUniqueViolation(err) {
 			return fmt.Errorf("%w: a child run of group %d, or an active run with its workflow ID", store.ErrRunExists, g.Position)

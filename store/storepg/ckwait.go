@@ -196,7 +196,7 @@ func writeCheckpoint(tx *wtx, row ckRow, ck *ckReq) error {
 		return err
 	}
 	if len(p.Children) > 0 {
-		parent := parentRef{seq: row.seq, namespace: p.Lease.Namespace, id: p.Lease.RunID}
+		parent := parentRef{Seq: row.seq, Namespace: p.Lease.Namespace, ID: p.Lease.RunID}
 		if err := createChildren(tx, parent, p.Children); err != nil {
 			return err
 		}

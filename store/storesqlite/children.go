@@ -28,19 +28,14 @@ const (
 )
 
 // parentRef identifies the parent run creating children.
-type parentRef struct {
-	seq       int64
-	namespace string
-	id        string
-}
+type parentRef = sqlstore.Parent
 
 // createChildren inserts a checkpoint's child groups and their runs. A taken run
 // ID or an active workflow ID fails with store.ErrRunExists after writing: the
 // request is then dirty and the batch is replayed with savepoints, so nothing of
 // the checkpoint remains (a pre-check would cost a query on every group).
 func createChildren(tx *wtx, parent parentRef, groups []*store.ChildGroup) error {
-	sp := sqlstore.Parent{Seq: parent.seq, Namespace: parent.namespace, ID: parent.id}
-	return shared.CreateChildren(tx, sp, groups, func(g *store.ChildGroup, active int) error {
+	return shared.CreateChildren(tx, parent, groups, func(g *store.ChildGroup, active int) error {
 		return insertChildren(tx, parent, g, active)
 	})
 }
@@ -54,9 +49,9 @@ func insertChildren(tx *wtx, parent parentRef, g *store.ChildGroup, active int) 
 		if item >= active {
 			avail, reason = nil, heldReason
 		}
-		_, err := tx.exec(sqlChildInsert, parent.namespace, r.ID, r.WorkflowID, r.Workflow, r.Queue,
+		_, err := tx.exec(sqlChildInsert, parent.Namespace, r.ID, r.WorkflowID, r.Workflow, r.Queue,
 			r.Priority, r.Version, blob(r.Input), nsPtr(r.Deadline), avail, reason, now, now,
-			parent.seq, parent.id, g.Position, item)
+			parent.Seq, parent.ID, g.Position, item)
 		if isUniqueViolation(err) {
 			return fmt.Errorf("%w: child run %q or an active run with workflow ID %q", store.ErrRunExists, r.ID, r.WorkflowID)
 		}
