@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -98,15 +97,13 @@ func (s *SQL) ApprovalList(q Querier, p *store.ApprovalListParams) (*store.Appro
 	return res, nil
 }
 
-// approvalListQuery builds the query of one page (limit+1 rows, to see if more
-// follow).
+// approvalListQuery builds the query of one page.
 func (s *SQL) approvalListQuery(p *store.ApprovalListParams) (string, []any, int, error) {
-	limit, err := store.ListLimit(p.Limit)
+	l, err := s.newList(p.Limit)
 	if err != nil {
 		return "", nil, 0, err
 	}
-	a := &args{d: &s.d}
-	where := []string{"a.namespace = " + a.add(p.Namespace)}
+	l.eq("a.namespace", p.Namespace)
 	if len(p.Statuses) > 0 {
 		sts := make([]string, len(p.Statuses))
 		for i, st := range p.Statuses {
@@ -117,26 +114,18 @@ func (s *SQL) approvalListQuery(p *store.ApprovalListParams) (string, []any, int
 			}
 			sts[i] = string(st)
 		}
-		cond, err := s.inList(a, "a.status", sts)
-		if err != nil {
+		if err := l.in("a.status", sts); err != nil {
 			return "", nil, 0, err
 		}
-		where = append(where, cond)
 	}
 	if p.Run != "" {
-		where = append(where, "a.run_seq = (SELECT sequence FROM runs WHERE namespace = a.namespace AND id = "+
-			a.add(p.Run)+")")
+		l.cond("a.run_seq = (SELECT sequence FROM runs WHERE namespace = a.namespace AND id = " + l.arg(p.Run) + ")")
 	}
-	after, err := store.ParseCursor(p.Cursor)
-	if err != nil {
+	if err := l.after("a.seq", p.Cursor); err != nil {
 		return "", nil, 0, err
 	}
-	if after > 0 {
-		where = append(where, "a.seq < "+a.add(after))
-	}
-	query := s.approvalSelect() + ` WHERE ` + strings.Join(where, " AND ") +
-		` ORDER BY a.seq DESC LIMIT ` + a.add(limit+1)
-	return query, a.list, limit, nil
+	query, args := l.build(s.approvalSelect(), "a.seq")
+	return query, args, l.limit, nil
 }
 
 // LockApproval reads an approval and locks it and its run until the transaction

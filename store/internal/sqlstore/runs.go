@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -80,14 +79,13 @@ func (s *SQL) RunList(q Querier, p *store.RunListParams) (*store.RunListResult, 
 	return res, nil
 }
 
-// runListQuery builds the query of one page (limit+1 rows, to see if more follow).
+// runListQuery builds the query of one page.
 func (s *SQL) runListQuery(p *store.RunListParams) (string, []any, int, error) {
-	limit, err := store.ListLimit(p.Limit)
+	l, err := s.newList(p.Limit)
 	if err != nil {
 		return "", nil, 0, err
 	}
-	a := &args{d: &s.d}
-	where := []string{"namespace = " + a.add(p.Namespace)}
+	l.eq("namespace", p.Namespace)
 	if len(p.Statuses) > 0 {
 		sts := make([]string, len(p.Statuses))
 		for i, st := range p.Statuses {
@@ -96,43 +94,27 @@ func (s *SQL) runListQuery(p *store.RunListParams) (string, []any, int, error) {
 			}
 			sts[i] = string(st)
 		}
-		cond, err := s.inList(a, "status", sts)
-		if err != nil {
+		if err := l.in("status", sts); err != nil {
 			return "", nil, 0, err
 		}
-		where = append(where, cond)
 	}
 	if p.Workflow != "" {
-		where = append(where, "workflow = "+a.add(p.Workflow))
+		l.eq("workflow", p.Workflow)
 	}
 	if p.WorkflowID != "" {
-		where = append(where, "workflow_id = "+a.add(p.WorkflowID))
+		l.eq("workflow_id", p.WorkflowID)
 	}
 	if !p.CreatedAfter.IsZero() {
-		where = append(where, "created_at >= "+a.add(s.d.Time(p.CreatedAfter)))
+		l.cond("created_at >= " + l.arg(s.d.Time(p.CreatedAfter)))
 	}
 	if !p.CreatedBefore.IsZero() {
-		where = append(where, "created_at < "+a.add(s.d.Time(p.CreatedBefore)))
+		l.cond("created_at < " + l.arg(s.d.Time(p.CreatedBefore)))
 	}
-	after, err := store.ParseCursor(p.Cursor)
-	if err != nil {
+	if err := l.after("sequence", p.Cursor); err != nil {
 		return "", nil, 0, err
 	}
-	if after > 0 {
-		where = append(where, "sequence < "+a.add(after))
-	}
-	query := `SELECT ` + RunCols + ` FROM runs WHERE ` + strings.Join(where, " AND ") +
-		` ORDER BY sequence DESC LIMIT ` + a.add(limit+1)
-	return query, a.list, limit, nil
-}
-
-// inList returns the condition "expr is one of list", adding list to a.
-func (s *SQL) inList(a *args, expr string, list []string) (string, error) {
-	v, err := s.d.List(list)
-	if err != nil {
-		return "", fmt.Errorf("encoding list: %w", err)
-	}
-	return s.d.InList(expr, a.add(v)), nil
+	query, args := l.build(`SELECT `+RunCols+` FROM runs`, "sequence")
+	return query, args, l.limit, nil
 }
 
 // RunChildren lists the children of a parent's group in item order.

@@ -1,9 +1,13 @@
 package sqlstore
 
 import (
+	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/trellis-dev/trellis/store"
 )
 
 func TestRebind(t *testing.T) {
@@ -39,5 +43,40 @@ func TestTimeScan(t *testing.T) {
 	}
 	if err := tm.Scan("x"); err == nil {
 		t.Error("Scan(string) succeeded")
+	}
+}
+
+func TestRunListQuery(t *testing.T) {
+	t.Parallel()
+	s := New(Dialect{
+		Param:    func(n int) string { return "?" + strconv.Itoa(n) },
+		Time:     func(t time.Time) any { return t.UnixNano() },
+		InList:   func(expr, param string) string { return expr + " IN (SELECT value FROM json_each(" + param + "))" },
+		List:     func(list []string) (any, error) { return strings.Join(list, ","), nil },
+		Lock:     func(...string) string { return "" },
+		TextList: func(col string) string { return col },
+	})
+	q, args, limit, err := s.runListQuery(&store.RunListParams{Namespace: "ns", Limit: 10,
+		Statuses: []store.Status{store.StatusPending, store.StatusRunning}, Workflow: "wf", Cursor: "42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `SELECT ` + RunCols + ` FROM runs WHERE namespace = ?1 AND status IN (SELECT value FROM json_each(?2))` +
+		` AND workflow = ?3 AND sequence < ?4 ORDER BY sequence DESC LIMIT ?5`
+	if q != want || limit != 10 {
+		t.Errorf("query = %q, limit %d\nwant    %q, limit 10", q, limit, want)
+	}
+	if len(args) != 5 || args[0] != "ns" || args[1] != "pending,running" || args[2] != "wf" ||
+		args[3] != int64(42) || args[4] != 11 {
+		t.Errorf("args = %v", args)
+	}
+	for _, p := range []*store.RunListParams{
+		{Namespace: "ns", Statuses: []store.Status{"nope"}},
+		{Namespace: "ns", Cursor: "not a cursor"},
+		{Namespace: "ns", Limit: -1},
+	} {
+		if _, _, _, err := s.runListQuery(p); !errors.Is(err, store.ErrInvalidParams) {
+			t.Errorf("runListQuery(%+v) = %v, want ErrInvalidParams", p, err)
+		}
 	}
 }
