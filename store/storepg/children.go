@@ -10,24 +10,18 @@ import (
 	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
-// Child groups are written once, in sqlstore (their window, FailFast, the end
-// event); what stays here is the insert of a group's children, one statement per
-// group, and the cancelling of a failed group's children.
-
-// heldReason is the wait reason of a child held back by its group's MaxConcurrency.
-const heldReason = sqlstore.HeldReason
+// The state machine of child groups is sqlstore's (CountEnded). Postgres inserts a
+// group's children with one statement, and cancels a failed group's children here.
 
 var (
 	// sqlChildrenInsert creates a group's children in one statement, from column
 	// arrays in item order; the children past the first $14 are held (no
 	// available_at). A taken run ID or an active workflow ID is a unique violation,
 	// which fails the checkpoint's transaction (store.ErrRunExists).
-	sqlChildrenInsert = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
-	status, version, input, deadline, available_at, wait_reason, created_at, updated_at,
-	parent_seq, parent_id, parent_position, item)
+	sqlChildrenInsert = sqlstore.ChildInsert + `
 	SELECT $1, c.id, c.workflow_id, c.workflow, c.queue, c.priority, 'pending', c.version, c.input,
 		c.deadline, CASE WHEN c.n <= $14 THEN $2::timestamptz END,
-		CASE WHEN c.n <= $14 THEN '' ELSE '` + heldReason + `' END, $2, $2, $3, $4, $5, (c.n - 1)::int4
+		CASE WHEN c.n <= $14 THEN '' ELSE '` + sqlstore.HeldReason + `' END, $2, $2, $3, $4, $5, (c.n - 1)::int4
 	FROM unnest($6::text[], $7::text[], $8::text[], $9::text[], $10::int4[], $11::int4[], $12::bytea[],
 		$13::timestamptz[]) WITH ORDINALITY AS c(id, workflow_id, workflow, queue, priority, version, input,
 		deadline, n)`

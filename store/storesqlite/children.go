@@ -8,17 +8,11 @@ import (
 	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
-// Child groups are written once, in sqlstore (their window, FailFast, the end
-// event); what stays here is the insert of a group's children, one row at a time,
-// and the cancelling of a failed group's children.
-
-// heldReason is the wait reason of a child held back by its group's MaxConcurrency.
-const heldReason = sqlstore.HeldReason
+// SQLite inserts a new group's children a row at a time; counting them as they end
+// (the window, FailFast, the group's event) is sqlstore's.
 
 const (
-	sqlChildInsert = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
-	status, version, input, deadline, available_at, wait_reason, created_at, updated_at,
-	parent_seq, parent_id, parent_position, item)
+	sqlChildInsert = sqlstore.ChildInsert + `
 	VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	// sqlGroupUnfinished lists a group's unfinished children, last item first (so
 	// that cancelling them releases no held child).
@@ -47,7 +41,7 @@ func insertChildren(tx *wtx, parent parentRef, g *store.ChildGroup, active int) 
 	for item, r := range g.Runs {
 		avail, reason := any(now), ""
 		if item >= active {
-			avail, reason = nil, heldReason
+			avail, reason = nil, sqlstore.HeldReason
 		}
 		_, err := tx.exec(sqlChildInsert, parent.Namespace, r.ID, r.WorkflowID, r.Workflow, r.Queue,
 			r.Priority, r.Version, blob(r.Input), nsPtr(r.Deadline), avail, reason, now, now,

@@ -12,6 +12,13 @@ import (
 // released.
 const HeldReason = "held: group at max concurrency"
 
+// ChildInsert begins the statement that inserts child runs, which each driver
+// completes with its VALUES or SELECT: a held child (item at or past the group's
+// active count) has no available_at and the wait reason HeldReason.
+const ChildInsert = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
+	status, version, input, deadline, available_at, wait_reason, created_at, updated_at,
+	parent_seq, parent_id, parent_position, item)`
+
 // Parent identifies the parent run creating children.
 type Parent struct {
 	Seq       int64
