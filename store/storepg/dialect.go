@@ -16,7 +16,6 @@ import (
 // shared is the logic both SQL drivers share (store/internal/sqlstore), in
 // Postgres' dialect.
 var shared = sqlstore.New(sqlstore.Dialect{
-	Name:  "postgres",
 	Param: func(n int) string { return "$" + strconv.Itoa(n) },
 	Time: func(t time.Time) any {
 		if t.IsZero() {

@@ -13,7 +13,6 @@ import (
 // SQLite's dialect: times are unix nanoseconds, lists JSON arrays, and the single
 // writer needs no row locks.
 var shared = sqlstore.New(sqlstore.Dialect{
-	Name:  "sqlite",
 	Param: func(n int) string { return "?" + strconv.Itoa(n) },
 	Time:  func(t time.Time) any { return ns(t) },
 	InList: func(expr, param string) string {

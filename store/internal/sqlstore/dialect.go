@@ -8,8 +8,6 @@ import (
 
 // Dialect is what differs between the SQL dialects in the statements written here.
 type Dialect struct {
-	// Name names the dialect in errors ("sqlite", "postgres").
-	Name string
 	// Param returns the marker of the nth parameter (from 1): "$n" or "?n".
 	Param func(n int) string
 	// Time encodes a time argument; the zero time must become NULL.
