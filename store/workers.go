@@ -116,6 +116,28 @@ func UnservedReason(run *Run, workers []*Worker) string {
 	return fmt.Sprintf("no live worker serves workflow %q", run.Workflow)
 }
 
+// ExplainRun is ExplainPending for the result of a RunGet.
+func ExplainRun(ctx context.Context, reg WorkerRegistry, namespace string, r *Run, err error) (*Run, error) {
+	if err == nil {
+		err = ExplainPending(ctx, reg, namespace, r)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// ExplainPage is ExplainPending for the result of a RunList.
+func ExplainPage(ctx context.Context, reg WorkerRegistry, namespace string, res *RunListResult, err error) (*RunListResult, error) {
+	if err == nil {
+		err = ExplainPending(ctx, reg, namespace, res.Runs...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
 // ExplainPending gives each pending run of namespace that has no wait reason of its
 // own the UnservedReason computed from the namespace's worker records, read from reg
 // only when some run needs them. RunGet and RunList of every driver call it, so a run

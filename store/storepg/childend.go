@@ -14,6 +14,7 @@ import (
 
 	"github.com/trellis-dev/trellis/internal/batch"
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 // Group commit for the final checkpoints of child runs. Such a checkpoint counts
@@ -144,22 +145,8 @@ type groupKey struct {
 	position  int
 }
 
-// groupDelta is what a transaction changes in a group's counters: the children it
-// ended by final state, and how many of them were active or held.
-type groupDelta struct {
-	succeeded, failed, cancelled, active, held int
-}
-
-func (d *groupDelta) count(status store.Status) {
-	switch status {
-	case store.StatusSucceeded:
-		d.succeeded++
-	case store.StatusFailed:
-		d.failed++
-	case store.StatusCancelled:
-		d.cancelled++
-	}
-}
+// groupDelta is what a transaction changes in a group's counters.
+type groupDelta = sqlstore.GroupDelta
 
 // endChildren writes the final checkpoints cks and counts the children among them
 // in their groups. It sets each ck.res (nil: stale lease); it may run again after
@@ -237,8 +224,8 @@ func endBatch(tx *wtx, cks []*ckReq, deltas map[groupKey]*groupDelta) error {
 		if deltas[k] == nil {
 			deltas[k] = &groupDelta{}
 		}
-		deltas[k].count(ck.p.Status)
-		deltas[k].active++
+		deltas[k].Count(ck.p.Status)
+		deltas[k].Active++
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("ending child runs: %w", err)

@@ -190,16 +190,24 @@ func writeCheckpoint(tx *wtx, row ckRow, ck *ckReq) error {
 		add(sqlEventsConsume, consumeCheck(len(p.Consume)), row.seq, p.Consume)
 	}
 	for _, a := range p.Approvals {
-		add(sqlApprovalInsert, approvalCheck(a.ID), approvalArgs(tx, p.Lease.Namespace, row.seq, a)...)
+		st, err := shared.ApprovalInsert(p.Lease.Namespace, row.seq, a, tx.now)
+		if err != nil {
+			return err
+		}
+		add(st.SQL, approvalCheck(a.ID), st.Args...)
 	}
 	if len(p.ExpireApprovals) > 0 {
-		add(sqlApprovalsExpire, nil, tx.now, row.seq, p.ExpireApprovals)
+		st, err := shared.ApprovalsExpire(row.seq, p.ExpireApprovals, tx.now)
+		if err != nil {
+			return err
+		}
+		add(st.SQL, nil, st.Args...)
 	}
 	if err := runPipeline(tx, q); err != nil {
 		return err
 	}
 	if len(p.Children) > 0 {
-		parent := parentRef{seq: row.seq, namespace: p.Lease.Namespace, id: p.Lease.RunID}
+		parent := parentRef{Seq: row.seq, Namespace: p.Lease.Namespace, ID: p.Lease.RunID}
 		if err := createChildren(tx, parent, p.Children); err != nil {
 			return err
 		}
@@ -256,22 +264,4 @@ func consumeCheck(want int) func(pgconn.CommandTag, error) error {
 		}
 		return err
 	}
-}
-
-func approvalCheck(id string) func(pgconn.CommandTag, error) error {
-	return func(_ pgconn.CommandTag, err error) error {
-		if isUniqueViolation(err) {
-			return fmt.Errorf("%w: Approvals: ID %q is taken", store.ErrInvalidParams, id)
-		}
-		return err
-	}
-}
-
-func approvalArgs(tx *wtx, namespace string, runSeq int64, a *store.ApprovalRequest) []any {
-	var approvers []string
-	if len(a.Approvers) > 0 {
-		approvers = a.Approvers
-	}
-	return []any{namespace, a.ID, runSeq, a.Position, a.Name, approvers, a.Subject, a.Details, tx.now,
-		timePtrArg(a.ExpiresAt)}
 }

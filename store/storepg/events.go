@@ -3,7 +3,6 @@ package storepg
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -14,11 +13,6 @@ import (
 )
 
 const (
-	sqlEventInsert = `INSERT INTO events (run_seq, name, payload, sent_at) VALUES ($1, $2, $3, $4) RETURNING seq`
-	// sqlWakeOnEvent makes pending a run ($2) waiting for an event named $3.
-	sqlWakeOnEvent = `UPDATE runs SET status = 'pending', available_at = $1, wait_reason = '',
-	wait_events = NULL, updated_at = $1 WHERE sequence = $2 AND status = 'waiting' AND $3 = ANY(wait_events)
-	RETURNING namespace, id`
 	// sqlWakeIfInbox makes pending a run ($2) just checkpointed waiting when its
 	// inbox already holds an event its wait_events name.
 	sqlWakeIfInbox = `UPDATE runs r SET status = 'pending', available_at = $1, wait_reason = '',
@@ -26,8 +20,6 @@ const (
 	AND EXISTS (SELECT 1 FROM events e WHERE e.run_seq = $2 AND e.name = ANY(r.wait_events))`
 	// sqlEventsConsume deletes consumed events ($2) of a run ($1).
 	sqlEventsConsume = `DELETE FROM events WHERE run_seq = $1 AND seq = ANY($2::int8[])`
-	// sqlRunStatusLock locks a run's row and returns its status.
-	sqlRunStatusLock = `SELECT status FROM runs WHERE sequence = $1 FOR NO KEY UPDATE`
 )
 
 // inboxJSONCol is a scalar subquery returning the inbox of the run aliased r as a
@@ -169,38 +161,4 @@ func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store
 		res.Claimed = claimed[0]
 	}
 	return res, nil
-}
-
-// deliver adds an event to the inbox of run runSeq, whose row the caller has
-// locked, and wakes the run if it waits for that name. It returns the event's Seq
-// and whether the run was woken.
-func deliver(tx *wtx, runSeq int64, name string, payload []byte) (int64, bool, error) {
-	var seq int64
-	if err := tx.queryRow(sqlEventInsert, runSeq, name, payload, tx.now).Scan(&seq); err != nil {
-		return 0, false, fmt.Errorf("adding event: %w", err)
-	}
-	var namespace, id string
-	err := tx.queryRow(sqlWakeOnEvent, tx.now, runSeq, name).Scan(&namespace, &id)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows): // not waiting for it
-		return seq, false, nil
-	case err != nil:
-		return 0, false, fmt.Errorf("waking run: %w", err)
-	}
-	tx.publish(store.RunTopic(namespace, id), store.TopicReady)
-	return seq, true, nil
-}
-
-// deliverIfActive is deliver for the store's own events to a run whose row is not
-// locked yet: it locks it, and adds nothing to the inbox of a finished run.
-func deliverIfActive(tx *wtx, runSeq int64, name string, payload []byte) error {
-	var status string
-	if err := tx.queryRow(sqlRunStatusLock, runSeq).Scan(&status); err != nil {
-		return fmt.Errorf("locking run: %w", err)
-	}
-	if store.Status(status).Terminal() {
-		return nil
-	}
-	_, _, err := deliver(tx, runSeq, name, payload)
-	return err
 }

@@ -23,12 +23,6 @@ func migrationLockKey(schema string) int64 {
 	return int64(h.Sum64())
 }
 
-const sqlCreateSchemaMigrations = `CREATE TABLE IF NOT EXISTS schema_migrations (
-	version    INTEGER     PRIMARY KEY,
-	name       TEXT        NOT NULL,
-	applied_at TIMESTAMPTZ NOT NULL
-)`
-
 // Migrate creates the schema if missing and applies the embedded migrations not yet
 // recorded in its schema_migrations table, in one transaction. Concurrent callers (of
 // any process) serialise on an advisory lock: one migrates, the others wait and then
@@ -77,25 +71,9 @@ func migrate(ctx context.Context, tx pgx.Tx, schema string, ms []migrations.Migr
 	if _, err := tx.Exec(ctx, `SET LOCAL search_path TO `+pgx.Identifier{schema}.Sanitize()); err != nil {
 		return fmt.Errorf("setting search_path: %w", err)
 	}
-	if _, err := tx.Exec(ctx, sqlCreateSchemaMigrations); err != nil {
-		return fmt.Errorf("creating schema_migrations: %w", err)
-	}
-	var current int
-	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
-		return fmt.Errorf("reading schema version: %w", err)
-	}
-	for _, m := range ms {
-		if m.Version <= current {
-			continue
-		}
+	return shared.ApplyMigrations(querier{ctx: ctx, c: tx}, ms, s.now(), func(sql string) error {
 		// The simple protocol runs a file of several statements.
-		if _, err := tx.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return fmt.Errorf("applying migration %04d_%s: %w", m.Version, m.Name, err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-			m.Version, m.Name, s.now()); err != nil {
-			return fmt.Errorf("recording migration %04d: %w", m.Version, err)
-		}
-	}
-	return nil
+		_, err := tx.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol)
+		return err
+	})
 }

@@ -10,50 +10,21 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 // runCols are the columns scanRun reads, in order.
-const runCols = `namespace, id, workflow_id, workflow, queue, priority, status, version,
-	sequence, input, output, error, wait_reason, cancel_requested, deadline, available_at,
-	attempts, lease_owner, lease_token, lease_expires_at, created_at, started_at,
-	updated_at, finished_at, parent_id`
+const runCols = sqlstore.RunCols
 
 // scanner is pgx.Row or pgx.Rows.
-type scanner interface{ Scan(dest ...any) error }
+type scanner = sqlstore.Scanner
 
 // scanRun reads runCols into a Run and returns it with its lease token.
-func scanRun(sc scanner) (*store.Run, int64, error) {
-	var (
-		r                                       store.Run
-		status                                  string
-		errText                                 *string
-		deadline, avail, leaseExp, started, fin *time.Time
-		token                                   int64
-	)
-	err := sc.Scan(&r.Namespace, &r.ID, &r.WorkflowID, &r.Workflow, &r.Queue, &r.Priority,
-		&status, &r.Version, &r.Sequence, &r.Input, &r.Output, &errText, &r.WaitReason,
-		&r.CancelRequested, &deadline, &avail, &r.Attempts, &r.LeaseOwner, &token, &leaseExp,
-		&r.CreatedAt, &started, &r.UpdatedAt, &fin, &r.ParentID)
-	if err != nil {
-		return nil, 0, err
-	}
-	r.Status = store.Status(status)
-	if r.Error, err = errFromJSON(errText); err != nil {
-		return nil, 0, err
-	}
-	r.Deadline, r.LeaseExpiresAt, r.StartedAt, r.FinishedAt = utcPtr(deadline), utcPtr(leaseExp), utcPtr(started), utcPtr(fin)
-	if avail != nil {
-		r.AvailableAt = avail.UTC()
-	}
-	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
-	return &r, token, nil
-}
+func scanRun(sc scanner) (*store.Run, int64, error) { return sqlstore.ScanRun(sc) }
 
 // refSeq is the sequence of the run a Ref ($2) names in namespace $1: the run with
 // that ID, else the latest run with that workflow ID. NULL when none matches.
-const refSeq = `COALESCE(
-	(SELECT sequence FROM runs WHERE namespace = $1 AND id = $2),
-	(SELECT MAX(sequence) FROM runs WHERE namespace = $1 AND workflow_id = $2))`
+const refSeq = sqlstore.RefSeq
 
 // seqOf is the sequence of the run (namespace ns, ID id). Fenced updates find their
 // run through it rather than by "namespace = $1 AND id = $2 AND status = 'running'":
@@ -65,9 +36,7 @@ func seqOf(ns, id string) string {
 	return `(SELECT sequence FROM runs WHERE namespace = ` + ns + ` AND id = ` + id + `)`
 }
 
-func notFound(namespace, ref string) error {
-	return fmt.Errorf("%w: %q in namespace %q", store.ErrRunNotFound, ref, namespace)
-}
+func notFound(namespace, ref string) error { return sqlstore.NotFound(namespace, ref) }
 
 // timeArg encodes a time for a TIMESTAMPTZ parameter; the zero time is NULL.
 func timeArg(t time.Time) *time.Time {
@@ -111,18 +80,6 @@ func errJSON(e *store.ErrorInfo) (*string, error) {
 	}
 	s := string(b)
 	return &s, nil
-}
-
-// errFromJSON decodes an optional ErrorInfo column.
-func errFromJSON(v *string) (*store.ErrorInfo, error) {
-	if v == nil {
-		return nil, nil
-	}
-	var e store.ErrorInfo
-	if err := json.Unmarshal([]byte(*v), &e); err != nil {
-		return nil, fmt.Errorf("decoding error info: %w", err)
-	}
-	return &e, nil
 }
 
 // isUniqueViolation reports a unique constraint failure.

@@ -133,7 +133,7 @@ func writeWaiting(tx *wtx, ck ckRow, p *store.CheckpointParams) error {
 		}
 	}
 	if len(p.Children) > 0 {
-		parent := parentRef{seq: ck.seq, namespace: p.Lease.Namespace, id: p.Lease.RunID}
+		parent := parentRef{Seq: ck.seq, Namespace: p.Lease.Namespace, ID: p.Lease.RunID}
 		if err := createChildren(tx, parent, p.Children); err != nil {
 			return err
 		}

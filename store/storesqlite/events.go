@@ -4,24 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/trellis-dev/trellis/store"
 )
 
 const (
-	sqlEventInsert = `INSERT INTO events (run_seq, name, payload, sent_at) VALUES (?, ?, ?, ?)`
-	// sqlEventInsertActive adds an event only if its run (?1) has not finished.
-	sqlEventInsertActive = `INSERT INTO events (run_seq, name, payload, sent_at)
-	SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM runs WHERE sequence = ?1
-	AND status NOT IN ('succeeded', 'failed', 'cancelled'))`
-	// sqlWakeOnEvent makes pending a run (?2) waiting for an event named ?3.
-	sqlWakeOnEvent = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
-	updated_at = ?1 WHERE sequence = ?2 AND status = 'waiting'
-	AND EXISTS (SELECT 1 FROM json_each(wait_events) WHERE value = ?3) RETURNING namespace, id`
 	// sqlWakeIfInbox makes pending a run (?2) just checkpointed waiting when its
 	// inbox already holds an event its wait_events name.
 	sqlWakeIfInbox = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
@@ -55,7 +44,8 @@ func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store
 		}
 		ev := &store.Event{Namespace: run.Namespace, RunID: run.ID, Name: p.Name, Payload: slices.Clone(p.Payload)}
 		var woken bool
-		if ev.Seq, ev.SentAt, woken, err = deliver(tx, run.Sequence, p.Name, p.Payload, false); err != nil {
+		ev.SentAt = tx.now
+		if ev.Seq, woken, err = shared.Deliver(tx, run.Sequence, p.Name, p.Payload); err != nil {
 			return err
 		}
 		res = &store.EventSendResult{Event: ev}
@@ -73,41 +63,6 @@ func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store
 		return nil, fmt.Errorf("sending event: %w", err)
 	}
 	return res, nil
-}
-
-// deliver adds an event to the inbox of run runSeq and wakes the run if it waits
-// for that name. With onlyActive, nothing is added to a finished run's inbox
-// (seq is then 0). It returns the event's Seq and send time, and whether the
-// run was woken.
-func deliver(tx *wtx, runSeq int64, name string, payload []byte, onlyActive bool) (int64, time.Time, bool, error) {
-	now := tx.now.UnixNano()
-	query := sqlEventInsert
-	if onlyActive {
-		query = sqlEventInsertActive
-	}
-	res, err := tx.exec(query, runSeq, name, blob(payload), now)
-	if err != nil {
-		return 0, time.Time{}, false, fmt.Errorf("adding event: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return 0, time.Time{}, false, err
-	}
-	seq, err := res.LastInsertId()
-	if err != nil {
-		return 0, time.Time{}, false, err
-	}
-	var namespace, id string
-	woken := false
-	err = tx.queryRow(sqlWakeOnEvent, now, runSeq, name).Scan(&namespace, &id)
-	switch {
-	case errors.Is(err, sql.ErrNoRows): // not waiting for it
-	case err != nil:
-		return 0, time.Time{}, false, fmt.Errorf("waking run: %w", err)
-	default:
-		woken = true
-		tx.publish(store.RunTopic(namespace, id), store.TopicReady)
-	}
-	return seq, fromNS(sql.NullInt64{Int64: now, Valid: true}), woken, nil
 }
 
 // consumeEvents deletes the events a checkpoint consumed; each must be in the

@@ -14,12 +14,6 @@ var migrationFS embed.FS
 // embedded returns the embedded migrations in version order.
 func embedded() ([]migrations.Migration, error) { return migrations.Load(migrationFS, "migrations") }
 
-const sqlCreateSchemaMigrations = `CREATE TABLE IF NOT EXISTS schema_migrations (
-	version    INTEGER PRIMARY KEY,
-	name       TEXT    NOT NULL,
-	applied_at INTEGER NOT NULL
-)`
-
 // Migrate applies the embedded migrations not yet recorded in schema_migrations,
 // all in one transaction. It is idempotent; Open calls it.
 func (s *Store) Migrate(ctx context.Context) error {
@@ -54,25 +48,8 @@ func (s *Store) requireMigrated(ctx context.Context) error {
 }
 
 func migrate(tx *wtx, ms []migrations.Migration) error {
-	if _, err := tx.execRaw(sqlCreateSchemaMigrations); err != nil {
-		return fmt.Errorf("creating schema_migrations: %w", err)
-	}
-	var current int
-	row := tx.QueryRowContext(context.Background(), `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`)
-	if err := row.Scan(&current); err != nil {
-		return fmt.Errorf("reading schema version: %w", err)
-	}
-	for _, m := range ms {
-		if m.Version <= current {
-			continue
-		}
-		if _, err := tx.execRaw(m.SQL); err != nil {
-			return fmt.Errorf("applying migration %04d_%s: %w", m.Version, m.Name, err)
-		}
-		if _, err := tx.execRaw(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-			m.Version, m.Name, tx.now.UnixNano()); err != nil {
-			return fmt.Errorf("recording migration %04d: %w", m.Version, err)
-		}
-	}
-	return nil
+	return shared.ApplyMigrations(tx, ms, tx.now, func(sql string) error {
+		_, err := tx.execRaw(sql)
+		return err
+	})
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 // readErr maps errors of the read pool after Close to store.ErrClosed.
@@ -19,18 +19,12 @@ func (s *Store) readErr(err error) error {
 
 // RunGet implements store.Store.
 func (s *Store) RunGet(ctx context.Context, p *store.RunGetParams) (*store.Run, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("getting run: %w", store.ErrClosed)
-	}
-	r, err := runByRef(ctx, s.reads, p.Namespace, p.Ref)
-	if err == nil {
-		err = store.ExplainPending(ctx, s, p.Namespace, r)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("getting run: %w", s.readErr(err))
-	}
-	return r, nil
+	r, err := shared.Reads(readSource{s}).RunGet(ctx, p)
+	return store.ExplainRun(ctx, s, p.Namespace, r, err)
 }
+
+// readQ returns the read pool as a sqlstore.Querier bound to ctx.
+func (s *Store) readQ(ctx context.Context) sq { return sq{ctx: ctx, q: s.reads} }
 
 // HistoryList implements store.Store.
 func (s *Store) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]*store.Op, error) {
@@ -72,116 +66,24 @@ func (t sqlTx) QueryRowContext(ctx context.Context, query string, args ...any) s
 	return t.tx.QueryRowContext(ctx, query, args...)
 }
 
-// sqlKVGet returns one row: the run's sequence (NULL: no run), the value, and
-// whether the key exists.
-const sqlKVGet = `SELECT r.sequence, kv.value, kv.key IS NOT NULL
-	FROM (SELECT ` + refSeq + ` AS sequence) r
-	LEFT JOIN kv ON kv.run_seq = r.sequence AND kv.key = ?3`
-
 // KVGet implements store.Store.
 func (s *Store) KVGet(ctx context.Context, p *store.KVGetParams) ([]byte, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("getting key: %w", store.ErrClosed)
-	}
-	var (
-		seq   sql.NullInt64
-		value []byte
-		found sql.NullBool
-	)
-	row := s.reads.QueryRowContext(ctx, sqlKVGet, p.Namespace, p.Ref, p.Key)
-	if err := row.Scan(&seq, &value, &found); err != nil {
-		return nil, fmt.Errorf("getting key: %w", s.readErr(err))
-	}
-	switch {
-	case !seq.Valid:
-		return nil, fmt.Errorf("getting key: %w: %q in namespace %q", store.ErrRunNotFound, p.Ref, p.Namespace)
-	case !found.Bool:
-		return nil, fmt.Errorf("getting key %q: %w", p.Key, store.ErrKeyNotFound)
-	}
-	if value == nil {
-		value = []byte{}
-	}
-	return value, nil
+	return shared.Reads(readSource{s}).KVGet(ctx, p)
 }
 
 // RunList implements store.Store.
 func (s *Store) RunList(ctx context.Context, p *store.RunListParams) (*store.RunListResult, error) {
-	if s.closed() {
-		return nil, fmt.Errorf("listing runs: %w", store.ErrClosed)
-	}
-	query, args, limit, err := runListQuery(p)
-	if err != nil {
-		return nil, fmt.Errorf("listing runs: %w", err)
-	}
-	runs, err := s.queryRuns(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("listing runs: %w", s.readErr(err))
-	}
-	res := &store.RunListResult{}
-	res.Runs, res.NextCursor = store.Page(runs, limit, func(r *store.Run) int64 { return r.Sequence })
-	if err := store.ExplainPending(ctx, s, p.Namespace, res.Runs...); err != nil {
-		return nil, fmt.Errorf("listing runs: %w", err)
-	}
-	return res, nil
+	res, err := shared.Reads(readSource{s}).RunList(ctx, p)
+	return store.ExplainPage(ctx, s, p.Namespace, res, err)
 }
 
-// runListQuery builds the query of one page (limit+1 rows, to see if more follow).
-func runListQuery(p *store.RunListParams) (string, []any, int, error) {
-	limit, err := store.ListLimit(p.Limit)
-	if err != nil {
-		return "", nil, 0, err
-	}
-	where := []string{"namespace = ?"}
-	args := []any{p.Namespace}
-	add := func(cond string, a ...any) { where = append(where, cond); args = append(args, a...) }
-	if len(p.Statuses) > 0 {
-		marks := make([]string, len(p.Statuses))
-		for i, st := range p.Statuses {
-			if !st.Valid() {
-				return "", nil, 0, fmt.Errorf("%w: Statuses: unknown status %q", store.ErrInvalidParams, st)
-			}
-			marks[i] = "?"
-			args = append(args, string(st))
-		}
-		where = append(where, "status IN ("+strings.Join(marks, ", ")+")")
-	}
-	if p.Workflow != "" {
-		add("workflow = ?", p.Workflow)
-	}
-	if p.WorkflowID != "" {
-		add("workflow_id = ?", p.WorkflowID)
-	}
-	if !p.CreatedAfter.IsZero() {
-		add("created_at >= ?", p.CreatedAfter.UnixNano())
-	}
-	if !p.CreatedBefore.IsZero() {
-		add("created_at < ?", p.CreatedBefore.UnixNano())
-	}
-	after, err := store.ParseCursor(p.Cursor)
-	if err != nil {
-		return "", nil, 0, err
-	}
-	if after > 0 {
-		add("sequence < ?", after)
-	}
-	query := `SELECT ` + runCols + ` FROM runs WHERE ` + strings.Join(where, " AND ") +
-		` ORDER BY sequence DESC LIMIT ?`
-	return query, append(args, limit+1), limit, nil
-}
+// readSource runs the shared reads (sqlstore.Reads) on the read pool.
+type readSource struct{ s *Store }
 
-func (s *Store) queryRuns(ctx context.Context, query string, args ...any) ([]*store.Run, error) {
-	rows, err := s.reads.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
+// Read implements sqlstore.ReadSource.
+func (r readSource) Read(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	if r.s.closed() {
+		return store.ErrClosed
 	}
-	defer rows.Close()
-	runs := []*store.Run{}
-	for rows.Next() {
-		r, _, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		runs = append(runs, r)
-	}
-	return runs, rows.Err()
+	return r.s.readErr(fn(r.s.readQ(ctx)))
 }

@@ -12,6 +12,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 // querier is what the shared read helpers need: the read pool (*sql.DB) or the
@@ -63,28 +64,7 @@ func fromNSPtr(v sql.NullInt64) *time.Time {
 }
 
 // errJSON encodes an optional ErrorInfo as JSON text (NULL when nil).
-func errJSON(e *store.ErrorInfo) (any, error) {
-	if e == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(e)
-	if err != nil {
-		return nil, fmt.Errorf("encoding error info: %w", err)
-	}
-	return string(b), nil
-}
-
-// errFromJSON decodes an optional ErrorInfo column.
-func errFromJSON(v sql.NullString) (*store.ErrorInfo, error) {
-	if !v.Valid {
-		return nil, nil
-	}
-	var e store.ErrorInfo
-	if err := json.Unmarshal([]byte(v.String), &e); err != nil {
-		return nil, fmt.Errorf("decoding error info: %w", err)
-	}
-	return &e, nil
-}
+func errJSON(e *store.ErrorInfo) (any, error) { return sqlstore.ErrJSON(e) }
 
 // isUniqueViolation reports whether err is a UNIQUE or PRIMARY KEY constraint
 // failure.

@@ -1,0 +1,84 @@
+package sqlstore
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Dialect is what differs between the SQL dialects in the statements written here.
+type Dialect struct {
+	// Param returns the marker of the nth parameter (from 1): "$n" or "?n".
+	Param func(n int) string
+	// Time encodes a time argument; the zero time must become NULL.
+	Time func(t time.Time) any
+	// InList returns a condition that holds when expr is one of the list passed as
+	// the parameter param (encoded by List).
+	InList func(expr, param string) string
+	// List encodes a list of strings for InList.
+	List func(list []string) (any, error)
+	// TextList returns an expression reading the list-of-text column col as JSON
+	// text (NULL stays NULL).
+	TextList func(col string) string
+	// IsUniqueViolation reports whether err is a failed UNIQUE or PRIMARY KEY
+	// constraint.
+	IsUniqueViolation func(err error) bool
+	// WakeOnEvent makes pending, at $1, the run $2 when it is waiting for an
+	// event named $3, and returns the run's namespace and ID.
+	WakeOnEvent string
+	// SchemaMigrations creates the table schema_migrations (version, name,
+	// applied_at) if it does not exist.
+	SchemaMigrations string
+	// ReleaseHeld releases, at $1, up to $5 held children of the group ($2 parent
+	// sequence, $3 position), from item $4 on, in item order, and returns the item,
+	// namespace and ID of each.
+	ReleaseHeld string
+	// Lock is appended to a SELECT to lock the rows it reads (and those of the
+	// tables named in of, when the dialect needs them named) until the
+	// transaction ends: "" where the transaction already excludes other writers.
+	Lock func(of ...string) string
+}
+
+// rebind rewrites the $n parameters of query in d's style. Quoted text is left
+// alone.
+func (d *Dialect) rebind(query string) string {
+	if d.Param(1) == "$1" {
+		return query
+	}
+	var b strings.Builder
+	quoted := false
+	for i := 0; i < len(query); i++ {
+		c := query[i]
+		if c == '\'' {
+			quoted = !quoted
+		}
+		if c != '$' || quoted {
+			b.WriteByte(c)
+			continue
+		}
+		j := i + 1
+		for j < len(query) && query[j] >= '0' && query[j] <= '9' {
+			j++
+		}
+		n, err := strconv.Atoi(query[i+1 : j])
+		if err != nil {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteString(d.Param(n))
+		i = j - 1
+	}
+	return b.String()
+}
+
+// args numbers the parameters of a query built piece by piece.
+type args struct {
+	d    *Dialect
+	list []any
+}
+
+// add appends v and returns its marker.
+func (a *args) add(v any) string {
+	a.list = append(a.list, v)
+	return a.d.Param(len(a.list))
+}

@@ -1,0 +1,131 @@
+package sqlstore
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// RefSeq is the sequence of the run a Ref ($2) names in namespace $1: the run with
+// that ID, else the latest run with that workflow ID. NULL when none matches.
+const RefSeq = `COALESCE(
+	(SELECT sequence FROM runs WHERE namespace = $1 AND id = $2),
+	(SELECT MAX(sequence) FROM runs WHERE namespace = $1 AND workflow_id = $2))`
+
+// NotFound is the error of a Ref that names no run.
+func NotFound(namespace, ref string) error {
+	return fmt.Errorf("%w: %q in namespace %q", store.ErrRunNotFound, ref, namespace)
+}
+
+// RunByRef resolves a Ref ($1 namespace, $2 ref) to its run, or
+// store.ErrRunNotFound.
+func (s *SQL) RunByRef(q Querier, namespace, ref string) (*store.Run, error) {
+	r, _, err := ScanRun(q.QueryRow(s.q.runByRef, namespace, ref))
+	if errors.Is(err, ErrNoRows) {
+		return nil, NotFound(namespace, ref)
+	}
+	return r, err
+}
+
+// Runs runs a query of RunCols and returns every row.
+func Runs(q Querier, query string, args ...any) ([]*store.Run, error) {
+	runs := []*store.Run{}
+	err := q.Query(query, args, func(row Scanner) error {
+		r, _, err := ScanRun(row)
+		if err == nil {
+			runs = append(runs, r)
+		}
+		return err
+	})
+	return runs, err
+}
+
+// KVGet reads a key of a run's key-value store.
+func (s *SQL) KVGet(q Querier, p *store.KVGetParams) ([]byte, error) {
+	var (
+		seq   sql.NullInt64
+		value []byte
+		found sql.NullBool
+	)
+	if err := q.QueryRow(s.q.kvGet, p.Namespace, p.Ref, p.Key).Scan(&seq, &value, &found); err != nil {
+		return nil, err
+	}
+	switch {
+	case !seq.Valid:
+		return nil, NotFound(p.Namespace, p.Ref)
+	case !found.Bool:
+		return nil, fmt.Errorf("key %q: %w", p.Key, store.ErrKeyNotFound)
+	}
+	if value == nil {
+		value = []byte{} // a key set to nothing still exists
+	}
+	return value, nil
+}
+
+// RunList reads one page of runs.
+func (s *SQL) RunList(q Querier, p *store.RunListParams) (*store.RunListResult, error) {
+	query, args, limit, err := s.runListQuery(p)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := Runs(q, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	res := &store.RunListResult{}
+	res.Runs, res.NextCursor = store.Page(runs, limit, func(r *store.Run) int64 { return r.Sequence })
+	return res, nil
+}
+
+// runListQuery builds the query of one page.
+func (s *SQL) runListQuery(p *store.RunListParams) (string, []any, int, error) {
+	l, err := s.newList(p.Limit)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	l.eq("namespace", p.Namespace)
+	if len(p.Statuses) > 0 {
+		sts := make([]string, len(p.Statuses))
+		for i, st := range p.Statuses {
+			if !st.Valid() {
+				return "", nil, 0, fmt.Errorf("%w: Statuses: unknown status %q", store.ErrInvalidParams, st)
+			}
+			sts[i] = string(st)
+		}
+		if err := l.in("status", sts); err != nil {
+			return "", nil, 0, err
+		}
+	}
+	if p.Workflow != "" {
+		l.eq("workflow", p.Workflow)
+	}
+	if p.WorkflowID != "" {
+		l.eq("workflow_id", p.WorkflowID)
+	}
+	if !p.CreatedAfter.IsZero() {
+		l.cond("created_at >= " + l.arg(s.d.Time(p.CreatedAfter)))
+	}
+	if !p.CreatedBefore.IsZero() {
+		l.cond("created_at < " + l.arg(s.d.Time(p.CreatedBefore)))
+	}
+	if err := l.after("sequence", p.Cursor); err != nil {
+		return "", nil, 0, err
+	}
+	query, args := l.build(`SELECT `+RunCols+` FROM runs`, "sequence")
+	return query, args, l.limit, nil
+}
+
+// RunChildren lists the children of a parent's group in item order.
+func (s *SQL) RunChildren(q Querier, p *store.RunChildrenParams) ([]*store.Run, error) {
+	runs, err := Runs(q, s.q.runChildren, p.Namespace, p.Parent, p.Position)
+	if err != nil || len(runs) > 0 {
+		return runs, err
+	}
+	// Tell an unknown parent from a parent without that group.
+	if _, err := s.RunByRef(q, p.Namespace, p.Parent); err != nil {
+		return nil, err
+	}
+	return runs, nil
+}

@@ -1,0 +1,109 @@
+package sqlstore
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// Scanner is one row: *sql.Row, *sql.Rows, pgx.Row, pgx.Rows, a driver's own rows.
+type Scanner interface{ Scan(dest ...any) error }
+
+// Time is a scan destination for a time column of either dialect: unix
+// nanoseconds (SQLite's INTEGER) or a timestamp (Postgres' TIMESTAMPTZ), read in
+// UTC. NULL leaves it invalid.
+type Time struct {
+	T     time.Time
+	Valid bool
+}
+
+// Scan implements sql.Scanner (pgx calls it too).
+func (t *Time) Scan(v any) error {
+	switch x := v.(type) {
+	case nil:
+		*t = Time{}
+	case int64:
+		*t = Time{T: time.Unix(0, x).UTC(), Valid: true}
+	case time.Time:
+		*t = Time{T: x.UTC(), Valid: true}
+	default:
+		return fmt.Errorf("scanning a time: unsupported type %T", v)
+	}
+	return nil
+}
+
+// Ptr returns the time, nil when NULL.
+func (t *Time) Ptr() *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	u := t.T
+	return &u
+}
+
+// RunCols are the columns ScanRun reads, in order.
+const RunCols = `namespace, id, workflow_id, workflow, queue, priority, status, version,
+	sequence, input, output, error, wait_reason, cancel_requested, deadline, available_at,
+	attempts, lease_owner, lease_token, lease_expires_at, created_at, started_at,
+	updated_at, finished_at, parent_id`
+
+// ScanRun reads RunCols into a Run and returns it with its lease token.
+func ScanRun(sc Scanner) (*store.Run, int64, error) {
+	var (
+		r                                                        store.Run
+		status                                                   string
+		errText                                                  sql.NullString
+		deadline, avail, leaseExp, created, started, upd, finish Time
+		token                                                    int64
+	)
+	err := sc.Scan(&r.Namespace, &r.ID, &r.WorkflowID, &r.Workflow, &r.Queue, &r.Priority,
+		&status, &r.Version, &r.Sequence, &r.Input, &r.Output, &errText, &r.WaitReason,
+		&r.CancelRequested, &deadline, &avail, &r.Attempts, &r.LeaseOwner, &token, &leaseExp,
+		&created, &started, &upd, &finish, &r.ParentID)
+	if err != nil {
+		return nil, 0, err
+	}
+	r.Status = store.Status(status)
+	if r.Error, err = ErrFromJSON(errText); err != nil {
+		return nil, 0, err
+	}
+	r.Deadline, r.AvailableAt, r.LeaseExpiresAt = deadline.Ptr(), avail.T, leaseExp.Ptr()
+	r.CreatedAt, r.StartedAt, r.UpdatedAt, r.FinishedAt = created.T, started.Ptr(), upd.T, finish.Ptr()
+	return &r, token, nil
+}
+
+// Suffixed scans extra columns that follow the ones a scan function reads.
+type Suffixed struct {
+	Row  Scanner
+	Rest []any
+}
+
+// Scan implements Scanner.
+func (s Suffixed) Scan(dest ...any) error { return s.Row.Scan(append(dest, s.Rest...)...) }
+
+// ErrJSON encodes an optional ErrorInfo as JSON text (NULL when nil).
+func ErrJSON(e *store.ErrorInfo) (any, error) {
+	if e == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encoding error info: %w", err)
+	}
+	return string(b), nil
+}
+
+// ErrFromJSON decodes an optional ErrorInfo column.
+func ErrFromJSON(v sql.NullString) (*store.ErrorInfo, error) {
+	if !v.Valid {
+		return nil, nil
+	}
+	var e store.ErrorInfo
+	if err := json.Unmarshal([]byte(v.String), &e); err != nil {
+		return nil, fmt.Errorf("decoding error info: %w", err)
+	}
+	return &e, nil
+}
