@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -207,4 +208,37 @@ func TestCancelDuringAStepBeforeALongSleep(t *testing.T) {
 	}
 	close(gate)
 	wantAllCancelled(t, c, ids)
+}
+
+// TestCancelReachesAnotherProcessWorkerAtOnce: on Postgres a cancellation made by
+// another client reaches the worker holding the run by NOTIFY (store.TopicCancel),
+// not at its next heartbeat: here the heartbeat is an hour away, and the running
+// step's context is cancelled all the same.
+func TestCancelReachesAnotherProcessWorkerAtOnce(t *testing.T) {
+	t.Parallel()
+	if os.Getenv(envTestStore) != "postgres" {
+		t.Skip("needs a store that pushes across processes: run with TRELLIS_TEST_STORE=postgres")
+	}
+	started := make(chan string, 1)
+	wf := trellis.NewWorkflow("cancel-push", func(wc *trellis.Context, _ int) (int, error) {
+		return trellis.Step(wc, "wait", func(ctx context.Context) (int, error) {
+			started <- wc.RunID()
+			<-ctx.Done()
+			return 0, ctx.Err()
+		})
+	})
+	url := storeURL(t)
+	w := open(t, url, func(cfg *trellis.Config) {
+		cfg.Worker.LeaseDuration, cfg.Worker.HeartbeatInterval = 3*time.Hour, time.Hour
+	})
+	register(t, w, wf)
+	c := open(t, url, func(cfg *trellis.Config) { cfg.Worker.Disabled = true })
+	h := must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), c, wf, 0))
+	<-started
+	if err := c.Cancel(ctxT(t), h.RunID()); err != nil {
+		t.Fatal(err)
+	}
+	if run := must[*trellis.Run](t)(c.Wait(ctxT(t), h.RunID())); run.Status != trellis.StatusCancelled {
+		t.Fatalf("run ended %s, want cancelled", run.Status)
+	}
 }

@@ -149,6 +149,13 @@ type Subscriber interface {
 // released, resumed, woken or cancelled).
 const TopicReady = "ready"
 
+// TopicCancel is signalled after a cancellation is requested of a run that
+// started: the workers holding runs extend their leases at once, which reports
+// the cancellation, instead of waiting for their next heartbeat. (Across
+// processes it reaches them where the store pushes: Postgres' NOTIFY; on SQLite a
+// worker in another process learns it at its next heartbeat.)
+const TopicCancel = "cancel"
+
 // RunTopic is signalled after every committed change of one run's status except a
 // claim (pending → running: nobody waits for it), and after a cancellation request.
 func RunTopic(namespace, runID string) string { return "run:" + namespace + "/" + runID }

@@ -116,11 +116,22 @@ func (w *Worker) heartbeatLoop() {
 	defer w.loops.Done()
 	timer := w.cfg.Clock.NewTimer(w.cfg.HeartbeatInterval)
 	defer timer.Stop()
+	// A cancellation of a run elsewhere: extend the leases now, which reports it,
+	// rather than at the next tick. Without a subscription, the ticks alone.
+	cancels, unsubscribe, err := w.cfg.Store.Subscribe(w.hardCtx, store.TopicCancel)
+	if err != nil {
+		cancels, unsubscribe = nil, func() {}
+	}
+	defer unsubscribe()
 	for {
 		select {
 		case <-timer.C():
 			w.heartbeat()
 			timer.Reset(w.cfg.HeartbeatInterval)
+		case <-cancels:
+			ctx, cancel := context.WithTimeout(w.hardCtx, w.cfg.HeartbeatInterval)
+			w.extendLeases(ctx)
+			cancel()
 		case <-w.hardCtx.Done():
 			return
 		}

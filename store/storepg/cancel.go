@@ -74,6 +74,9 @@ func cancelRun(tx *wtx, run *runRow) (*store.Run, error) {
 		return nil, err
 	}
 	tx.publish(store.RunTopic(updated.Namespace, updated.ID), store.TopicReady)
+	if run.Attempts > 0 { // its worker learns of the cancel now (see store.TopicCancel)
+		tx.publish(store.TopicCancel)
+	}
 	if run.Attempts > 0 { // a run that never ran started no children
 		children, err := txRunRows(tx, sqlCancelCascade, updated.Sequence)
 		if err != nil {
