@@ -23,6 +23,8 @@ type Store interface {
 	// RunGet returns one run by reference: a run ID, or else the latest run with
 	// that workflow ID. ErrRunNotFound when neither matches.
 	RunGet(ctx context.Context, p *RunGetParams) (*Run, error)
+	// RunsGet returns many runs by run ID in one read (see runsget.go).
+	RunsGet(ctx context.Context, p *RunsGetParams) ([]*Run, error)
 	// RunList lists runs newest first, with filters and cursor pagination.
 	RunList(ctx context.Context, p *RunListParams) (*RunListResult, error)
 	// RunCancel requests cancellation. A run that never started ends cancelled at
