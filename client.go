@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/engine"
+	"github.com/trellis-dev/trellis/internal/results"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -50,6 +51,7 @@ type Client struct {
 	reg       registry
 	worker    *worker.Worker
 	engine    *engine.Engine
+	results   *results.Watcher
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -78,6 +80,14 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.engine = eng
+	c.results, err = results.New(results.Config{
+		Store: c.store, Namespace: cfg.Namespace, PollInterval: cfg.Worker.PollInterval, Logger: cfg.Logger,
+	})
+	if err != nil {
+		c.closeStore()
+		return nil, err
+	}
+	c.results.Start()
 	if !cfg.Worker.Disabled {
 		w, err := worker.New(worker.Config{
 			Store: c.store, Namespace: cfg.Namespace, Queues: cfg.Worker.Queues,
@@ -88,6 +98,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 			Logger: cfg.Logger, Clock: cfg.Clock,
 		}, c.engine)
 		if err != nil {
+			c.results.Stop()
 			c.closeStore()
 			return nil, err
 		}
@@ -130,6 +141,7 @@ func (c *Client) Close() error {
 				c.closeErr = err
 			}
 		}
+		c.results.Stop() // after the worker: runs finishing in its grace reach their callers
 		if err := c.closeStore(); err != nil && c.closeErr == nil {
 			c.closeErr = err
 		}
@@ -221,8 +233,9 @@ func (c *Client) Wait(ctx context.Context, ref string) (*Run, error) {
 	return c.waitRun(ctx, run.ID)
 }
 
-// waitRun waits for the run with this exact ID: subscribed before each read, so no
-// change between the read and the wait is missed.
+// waitRun waits for the run with this exact ID: from the engine when the run
+// executes in this process, else through the client's results watcher (one
+// batched read for many callers; see internal/results).
 func (c *Client) waitRun(ctx context.Context, runID string) (*Run, error) {
 	if done, ok := c.engine.Outcome(runID); ok {
 		select {
@@ -234,26 +247,7 @@ func (c *Client) waitRun(ctx context.Context, runID string) (*Run, error) {
 			return nil, ctx.Err()
 		}
 	}
-	changed, unsubscribe := c.store.Subscribe(store.RunTopic(c.cfg.Namespace, runID))
-	defer unsubscribe()
-	var poll <-chan time.Time
-	for {
-		run, err := c.Get(ctx, runID)
-		if err != nil || run.Status.Terminal() {
-			return run, err
-		}
-		if poll == nil {
-			t := time.NewTicker(c.cfg.Worker.PollInterval)
-			defer t.Stop()
-			poll = t.C
-		}
-		select {
-		case <-changed:
-		case <-poll:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+	return c.results.Wait(ctx, runID)
 }
 
 // runError turns a finished, unsuccessful run into its error.

@@ -101,7 +101,7 @@ const TopicReady = "ready"
 
 // RunTopic is signalled after every committed change of one run's status except a
 // claim (pending → running: nobody waits for it), and after a cancellation request.
-func RunTopic(namespace, runID string) string { return "run:" + namespace + "/" + runID }
+func RunTopic(namespace, runID string) string { return RunTopicPrefix(namespace) + runID }
 
 // Status is the state of a run. See docs/states.md.
 type Status string
