@@ -70,23 +70,26 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.store, c.ownsStore = s, true
 	}
+	res, err := results.New(results.Config{
+		Store: c.store, Namespace: cfg.Namespace, PollInterval: cfg.Worker.PollInterval, Logger: cfg.Logger,
+		Executing: func(runID string) bool { return c.engine.Executing(runID) },
+	})
+	if err != nil {
+		c.closeStore()
+		return nil, err
+	}
+	c.results = res
 	eng, err := engine.New(engine.Config{
 		Store: c.store, Codec: cfg.Codec, Clock: cfg.Clock, Logger: cfg.Logger,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, MaxInlineBackoff: cfg.Worker.MaxInlineBackoff,
 		CheckpointTimeout: cfg.Worker.LeaseDuration, Lookup: c.reg.lookup, ErrorType: errorType,
+		OnEnd: c.results.Ended,
 	})
 	if err != nil {
 		c.closeStore()
 		return nil, err
 	}
 	c.engine = eng
-	c.results, err = results.New(results.Config{
-		Store: c.store, Namespace: cfg.Namespace, PollInterval: cfg.Worker.PollInterval, Logger: cfg.Logger,
-	})
-	if err != nil {
-		c.closeStore()
-		return nil, err
-	}
 	c.results.Start()
 	if !cfg.Worker.Disabled {
 		w, err := worker.New(worker.Config{

@@ -58,6 +58,11 @@ type Config struct {
 	CheckpointTimeout time.Duration
 	// Lookup returns the definition of a workflow by name.
 	Lookup func(name string) (*Definition, bool)
+	// OnEnd, when set, is called after every execution of a run ends, with the
+	// final state the executor committed, or nil when the run did not finish
+	// here (it waits, was handed back, or its outcome could not be saved). The
+	// client's results watcher takes outcomes from it without reading the store.
+	OnEnd func(runID string, final *store.Run)
 	// ErrorType names the recorded type of errors of the layer above (e.g. the
 	// type a step error carries); nil when there are none.
 	ErrorType func(err error) (string, bool)
@@ -102,3 +107,7 @@ func (e *Engine) Begin(runID string) { e.local.begin(runID) }
 // Outcome returns a channel that receives the run's final state from the engine
 // that saves it, if the run is executing here; nil when it did not finish here.
 func (e *Engine) Outcome(runID string) (<-chan *store.Run, bool) { return e.local.wait(runID) }
+
+// Executing reports whether the run is executing in this process: its end will
+// be reported to Config.OnEnd.
+func (e *Engine) Executing(runID string) bool { return e.local.executing(runID) }

@@ -70,12 +70,18 @@ func (w *Watcher) due(ids []string, all bool) (fresh, changed []string) {
 	}
 	for _, id := range ids {
 		_, waited := w.waiters[id]
-		if _, isFresh := w.fresh[id]; waited && !isFresh {
+		if _, isFresh := w.fresh[id]; waited && !isFresh && !w.executing(id, all) {
 			changed = append(changed, id)
 		}
 	}
 	clear(w.fresh)
 	return fresh, changed
+}
+
+// executing reports whether a changed run executes here, so that Ended will
+// report its outcome. A full re-read (all) checks every run regardless.
+func (w *Watcher) executing(runID string, all bool) bool {
+	return !all && w.cfg.Executing != nil && w.cfg.Executing(runID)
 }
 
 // read reads ids in batches (with statuses, when set) and hands every final run

@@ -34,6 +34,10 @@ type Config struct {
 	// feed does not carry other processes' commits. Default 1s.
 	PollInterval time.Duration
 	Logger       *slog.Logger
+	// Executing, when set, reports whether a run executes in this process: its
+	// end is reported to Ended, so a change the feed reports for it is not read
+	// from the store.
+	Executing func(runID string) bool
 }
 
 // Watcher follows the runs callers wait for. Start it once; Stop is idempotent.
@@ -129,10 +133,7 @@ func (w *Watcher) register(runID string, ch chan outcome) bool {
 	}
 	w.waiters[runID] = append(w.waiters[runID], ch)
 	w.fresh[runID] = struct{}{}
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
+	w.signal()
 	return true
 }
 
@@ -159,6 +160,34 @@ func (w *Watcher) Waiting() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.waiters)
+}
+
+// Ended takes the outcome of a run that executed in this process (the engine's
+// OnEnd): its callers get final, without a read, when the run finished; else the
+// run is read again, as its change may have been skipped while it executed.
+func (w *Watcher) Ended(runID string, final *store.Run) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	chs, ok := w.waiters[runID]
+	switch {
+	case !ok:
+	case final != nil && final.Status.Terminal():
+		for _, ch := range chs {
+			c := *final
+			ch <- outcome{run: &c}
+		}
+		delete(w.waiters, runID)
+	default:
+		w.fresh[runID] = struct{}{}
+		w.signal()
+	}
+}
+
+func (w *Watcher) signal() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (w *Watcher) closeAll() {

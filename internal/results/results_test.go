@@ -172,3 +172,35 @@ func TestWaitSeesOtherProcessBySQLitePoll(t *testing.T) {
 		}
 	}
 }
+
+// A run executing in this process gets its outcome from Ended; a change the feed
+// reports meanwhile is not read, and an end without outcome makes it read again.
+func TestEndedDeliversLocalOutcomes(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "trellis.db")
+	st := open(t, path)
+	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: time.Hour,
+		Executing: func(string) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop()
+	ctx := context.Background()
+	a, b := start(t, st, "a"), start(t, st, "b")
+	errA, errB := make(chan *store.Run, 1), waitAsync(ctx, w, "b")
+	go func() { r, _ := w.Wait(ctx, "a"); errA <- r }()
+	waitRegistered(t, w, 2)
+	finish(t, st, b, store.StatusSucceeded)
+	// a never ends in the store: only Ended can deliver it.
+	final := *a.Run
+	final.Status, final.Output = store.StatusSucceeded, []byte(`"from the engine"`)
+	w.Ended("a", &final)
+	if r := <-errA; r == nil || string(r.Output) != `"from the engine"` {
+		t.Fatalf("Wait(a) = %+v, want the engine's outcome", r)
+	}
+	w.Ended("b", nil)
+	if err := <-errB; err != nil {
+		t.Fatal(err)
+	}
+}
