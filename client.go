@@ -70,15 +70,10 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.store, c.ownsStore = s, true
 	}
-	res, err := results.New(results.Config{
-		Store: c.store, Namespace: cfg.Namespace, PollInterval: cfg.Worker.PollInterval, Logger: cfg.Logger,
-		Executing: func(runID string) bool { return c.engine.Executing(runID) },
-	})
-	if err != nil {
+	if err := c.newResults(); err != nil {
 		c.closeStore()
 		return nil, err
 	}
-	c.results = res
 	eng, err := engine.New(engine.Config{
 		Store: c.store, Codec: cfg.Codec, Clock: cfg.Clock, Logger: cfg.Logger,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, MaxInlineBackoff: cfg.Worker.MaxInlineBackoff,
@@ -109,6 +104,17 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		w.Start()
 	}
 	return c, nil
+}
+
+// newResults creates the client's results watcher, before the engine that
+// reports the ends of the runs it executes to it (engine.Config.OnEnd).
+func (c *Client) newResults() error {
+	res, err := results.New(results.Config{
+		Store: c.store, Namespace: c.cfg.Namespace, PollInterval: c.cfg.Worker.PollInterval, Logger: c.cfg.Logger,
+		Executing: func(runID string) bool { return c.engine.Executing(runID) },
+	})
+	c.results = res
+	return err
 }
 
 // Register makes workflows known to this client, so its worker runs them and
