@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/engine"
+	"github.com/trellis-dev/trellis/internal/results"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -20,6 +21,7 @@ type Client struct {
 	reg       registry
 	worker    *worker.Worker
 	engine    *engine.Engine
+	results   *results.Watcher
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -38,17 +40,23 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.store, c.ownsStore = s, true
 	}
+	if err := c.newResults(); err != nil {
+		c.closeStore()
+		return nil, err
+	}
 	eng, err := engine.New(engine.Config{
 		Store: c.store, Codec: cfg.Codec, Clock: cfg.Clock, Logger: cfg.Logger,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, MaxInlineBackoff: cfg.Worker.MaxInlineBackoff,
 		CheckpointTimeout: cfg.Worker.LeaseDuration, Lookup: c.reg.lookup, ErrorType: errorType,
 		StepOverride: cfg.StepOverride,
+		OnEnd:        c.results.Ended,
 	})
 	if err != nil {
 		c.closeStore()
 		return nil, err
 	}
 	c.engine = eng
+	c.results.Start()
 	if !cfg.Worker.Disabled {
 		w, err := worker.New(worker.Config{
 			Store: c.store, Namespace: cfg.Namespace, Queues: cfg.Worker.Queues,
@@ -59,6 +67,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 			Logger: cfg.Logger, Clock: cfg.Clock,
 		}, c.engine)
 		if err != nil {
+			c.results.Stop()
 			c.closeStore()
 			return nil, err
 		}
@@ -66,6 +75,17 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		w.Start()
 	}
 	return c, nil
+}
+
+// newResults creates the client's results watcher, before the engine that
+// reports the ends of the runs it executes to it (engine.Config.OnEnd).
+func (c *Client) newResults() error {
+	res, err := results.New(results.Config{
+		Store: c.store, Namespace: c.cfg.Namespace, PollInterval: c.cfg.Worker.PollInterval, Logger: c.cfg.Logger,
+		Executing: func(runID string) bool { return c.engine.Executing(runID) },
+	})
+	c.results = res
+	return err
 }
 
 // Register makes workflows known to this client, so its worker runs them and
@@ -101,6 +121,7 @@ func (c *Client) Close() error {
 				c.closeErr = err
 			}
 		}
+		c.results.Stop() // after the worker: runs finishing in its grace reach their callers
 		if err := c.closeStore(); err != nil && c.closeErr == nil {
 			c.closeErr = err
 		}
@@ -198,8 +219,9 @@ func (c *Client) Wait(ctx context.Context, ref string) (*Run, error) {
 	return c.waitRun(ctx, run.ID)
 }
 
-// waitRun waits for the run with this exact ID: subscribed before each read, so no
-// change between the read and the wait is missed.
+// waitRun waits for the run with this exact ID: from the engine when the run
+// executes in this process, else through the client's results watcher (one
+// batched read for many callers; see internal/results).
 func (c *Client) waitRun(ctx context.Context, runID string) (*Run, error) {
 	if done, ok := c.engine.Outcome(runID); ok {
 		select {
@@ -211,29 +233,11 @@ func (c *Client) waitRun(ctx context.Context, runID string) (*Run, error) {
 			return nil, ctx.Err()
 		}
 	}
-	changed, unsubscribe, err := c.store.Subscribe(ctx, store.RunTopic(c.cfg.Namespace, runID))
-	if err != nil { // polling alone still sees the run end
-		changed, unsubscribe = nil, func() {}
+	run, err := c.results.Wait(ctx, runID)
+	if err != nil {
+		return nil, err
 	}
-	defer unsubscribe()
-	var poll <-chan time.Time
-	for {
-		run, err := c.Get(ctx, runID)
-		if err != nil || run.Status.Terminal() {
-			return run, err
-		}
-		if poll == nil {
-			t := time.NewTicker(c.cfg.Worker.PollInterval)
-			defer t.Stop()
-			poll = t.C
-		}
-		select {
-		case <-changed:
-		case <-poll:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+	return runFromStore(run), nil
 }
 
 // runError turns a finished, unsuccessful run into its error.

@@ -43,8 +43,11 @@ func (h *Handle[Out]) ID() string { return h.id }
 // RunID returns the run's unique ID.
 func (h *Handle[Out]) RunID() string { return h.runID }
 
-// Result waits for the run to finish (pushed by the store, not polled) and returns
-// its output, or a *RunError for a failed or cancelled run.
+// Result waits for the run to finish and returns its output, or a *RunError for a
+// failed or cancelled run. Waiting costs no query of its own: the outcome comes
+// from this process's engine, or from the client's one results watcher, which
+// reads many runs' outcomes at once when the store reports them ended (see
+// docs/architecture.md, "Waiting for results").
 func (h *Handle[Out]) Result(ctx context.Context) (Out, error) {
 	var out Out
 	run, err := h.c.waitRun(ctx, h.runID)

@@ -76,6 +76,8 @@ type RunStore interface {
 	// RunGet returns one run by reference: a run ID, or else the latest run with
 	// that workflow ID. ErrRunNotFound when neither matches.
 	RunGet(ctx context.Context, p *RunGetParams) (*Run, error)
+	// RunsGet returns many runs by run ID in one read (see runsget.go).
+	RunsGet(ctx context.Context, p *RunsGetParams) ([]*Run, error)
 	// RunList lists runs newest first, with filters and cursor pagination.
 	RunList(ctx context.Context, p *RunListParams) (*RunListResult, error)
 	// RunCancel requests cancellation. A run that never started ends cancelled at
@@ -158,7 +160,7 @@ const TopicCancel = "cancel"
 
 // RunTopic is signalled after every committed change of one run's status except a
 // claim (pending → running: nobody waits for it), and after a cancellation request.
-func RunTopic(namespace, runID string) string { return "run:" + namespace + "/" + runID }
+func RunTopic(namespace, runID string) string { return RunTopicPrefix(namespace) + runID }
 
 // Status is the state of a run. See docs/states.md.
 type Status string

@@ -18,7 +18,7 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs := newFlagSet("bench", "bench --store URL [flags]", benchAbout(), stdout)
 	var ba benchArgs
 	storeFlag(fs, &ba.store)
-	fs.StringVar(&ba.workloads, "workload", "w1,w2,w3", "comma-separated `workloads`: w1, w2, w3, w4, w6")
+	fs.StringVar(&ba.workloads, "workload", "w1,w2,w3", "comma-separated `workloads`: w1, w2, w3, w4, w6, w7")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
 	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")
@@ -74,8 +74,15 @@ func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Wr
 			fmt.Fprintln(stdout, string(b))
 			continue
 		}
-		fmt.Fprintf(stdout, "%s n=%d wall=%.3fs workflows/s=%.0f steps/s=%.0f p50=%.3fms p99=%.3fms %v\n",
-			res.Workload, res.N, res.WallS, res.WorkflowsPerS, res.StepsPerS, res.P50Ms, res.P99Ms, res.Settings)
+		fmt.Fprintf(stdout, "%s n=%d wall=%.3fs workflows/s=%.0f steps/s=%.0f p50=%.3fms p99=%.3fms",
+			res.Workload, res.N, res.WallS, res.WorkflowsPerS, res.StepsPerS, res.P50Ms, res.P99Ms)
+		if res.CPUMsPerRun != nil {
+			fmt.Fprintf(stdout, " cpu/run=%.3fms", *res.CPUMsPerRun)
+		}
+		if res.DBQueriesPerRun != nil {
+			fmt.Fprintf(stdout, " db-queries/run=%.2f", *res.DBQueriesPerRun)
+		}
+		fmt.Fprintf(stdout, " %v\n", res.Settings)
 	}
 	return nil
 }

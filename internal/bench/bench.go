@@ -30,6 +30,14 @@ type Result struct {
 	// before the first start and once every run waits.
 	RSSIdleMB    *float64 `json:"rss_idle_mb,omitempty"`
 	RSSWaitingMB *float64 `json:"rss_waiting_mb,omitempty"`
+	// CPUMsPerRun (w7) is the process's CPU time (user+system, getrusage) per
+	// finished run, from the gate's opening to the last result.
+	CPUMsPerRun *float64 `json:"cpu_ms_per_run,omitempty"`
+	// DBQueriesPerRun (w7, Postgres) is the database's transactions per finished
+	// run over the same span: pg_stat_database's xact_commit+xact_rollback, which
+	// counts every session of the database (each statement outside a transaction
+	// is one).
+	DBQueriesPerRun *float64 `json:"db_queries_per_run,omitempty"`
 }
 
 // Options configure a benchmark run.
@@ -44,15 +52,18 @@ type Workload struct {
 	DefaultN    int
 	Description string
 	run         func(ctx context.Context, c *trellis.Client, n int) (*Result, error)
+	// runWith, when set instead of run, also gets the options (the store URL).
+	runWith func(ctx context.Context, c *trellis.Client, n int, o Options) (*Result, error)
 }
 
 // Workloads lists every workload, in order.
 var Workloads = []Workload{
-	{"w1", 2000, "start N workflows concurrently, each 3 sequential no-op steps; wall time first start to last result", runW1},
-	{"w2", 20, "one 20-step sequential workflow, N times; per-step latency", runW2},
-	{"w3", 200, "N sequential start→result of a 1-step workflow; latency", runW3},
-	{"w4", 10000, "start N workflows that each sleep an hour; time until all wait, RSS before and after", runW4},
-	{"w6", 1000, "N runs each waiting for an event; send the N events; send to next step latency", runW6},
+	{"w1", 2000, "start N workflows concurrently, each 3 sequential no-op steps; wall time first start to last result", runW1, nil},
+	{"w2", 20, "one 20-step sequential workflow, N times; per-step latency", runW2, nil},
+	{"w3", 200, "N sequential start→result of a 1-step workflow; latency", runW3, nil},
+	{"w4", 10000, "start N workflows that each sleep an hour; time until all wait, RSS before and after", runW4, nil},
+	{"w6", 1000, "N runs each waiting for an event; send the N events; send to next step latency", runW6, nil},
+	{"w7", 10000, "many waiters: N gated 3-step runs (more than the slots), N callers blocked in Result; open the gate; CPU and DB queries per finished run", nil, runW7},
 }
 
 // Find returns the workload named name.
@@ -80,7 +91,12 @@ func Run(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
 	if err := c.Register(ctx, benchWorkflows...); err != nil {
 		return nil, err
 	}
-	res, err := w.run(ctx, c, n)
+	var res *Result
+	if w.runWith != nil {
+		res, err = w.runWith(ctx, c, n, o)
+	} else {
+		res, err = w.run(ctx, c, n)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("workload %s: %w", w.Name, err)
 	}
@@ -123,7 +139,7 @@ var (
 		}
 		return s[:8], nil
 	})
-	benchWorkflows = []trellis.Registrable{threeSteps, oneStep, twentySteps, sleeper, eventWaiter}
+	benchWorkflows = []trellis.Registrable{threeSteps, oneStep, twentySteps, sleeper, eventWaiter, gated}
 )
 
 func noop(context.Context) (string, error) { return payload, nil }

@@ -59,6 +59,11 @@ type Config struct {
 	CheckpointTimeout time.Duration
 	// Lookup returns the definition of a workflow by name.
 	Lookup func(name string) (*Definition, bool)
+	// OnEnd, when set, is called after every execution of a run ends, with the
+	// final state the executor committed, or nil when the run did not finish
+	// here (it waits, was handed back, or its outcome could not be saved). The
+	// client's results watcher takes outcomes from it without reading the store.
+	OnEnd func(runID string, final *store.Run)
 	// ErrorType names the recorded type of errors of the layer above (e.g. the
 	// type a step error carries); nil when there are none.
 	ErrorType func(err error) (string, bool)
@@ -119,3 +124,7 @@ func (rs *RunState) StepOverride(name string, fnType reflect.Type) (any, bool) {
 	}
 	return rs.e.cfg.StepOverride(name, fnType)
 }
+
+// Executing reports whether the run is executing in this process: its end will
+// be reported to Config.OnEnd.
+func (e *Engine) Executing(runID string) bool { return e.local.executing(runID) }

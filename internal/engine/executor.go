@@ -23,7 +23,12 @@ func (e *Engine) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker.
 	}
 	var final *store.Run
 	e.local.begin(cr.Run.ID)
-	defer func() { e.local.end(cr.Run.ID, final) }()
+	defer func() {
+		e.local.end(cr.Run.ID, final)
+		if e.cfg.OnEnd != nil {
+			e.cfg.OnEnd(cr.Run.ID, final)
+		}
+	}()
 	cancelCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() { // owned by this call: ends when cancelCtx does (at return at the latest)

@@ -69,3 +69,11 @@ func finalRun(run *store.Run, p *store.CheckpointParams, res *store.CheckpointRe
 	r.UpdatedAt, r.FinishedAt = at, &at
 	return &r
 }
+
+// executing reports whether the run is executing here.
+func (l *localRuns) executing(runID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.m[runID]
+	return ok
+}

@@ -10,8 +10,9 @@ import (
 
 // Hub delivers signals by topic. The zero value is ready to use.
 type Hub struct {
-	mu   sync.Mutex
-	subs map[string]map[chan struct{}]struct{}
+	mu    sync.Mutex
+	subs  map[string]map[chan struct{}]struct{}
+	feeds map[*Feed]struct{}
 }
 
 // Subscribe returns a channel that receives a signal after each Publish of topic
@@ -61,10 +62,17 @@ func (h *Hub) Publish(topics ...string) {
 	defer h.mu.Unlock()
 	for _, t := range topics {
 		for ch := range h.subs[t] {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+			signal(ch)
 		}
+		for f := range h.feeds {
+			f.add(t)
+		}
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }

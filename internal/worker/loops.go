@@ -19,8 +19,9 @@ func (w *Worker) claimLoop() {
 	defer unsubscribe()
 	timer := w.cfg.Clock.NewTimer(0)
 	defer timer.Stop()
+	force := true // the first claim, and claims on the timer, take any free slot
 	for !w.stopped() {
-		next, again := w.claimOnce()
+		next, again := w.claimOnce(force)
 		if again {
 			continue
 		}
@@ -29,10 +30,12 @@ func (w *Worker) claimLoop() {
 			wait = min(wait, max(next.Sub(w.cfg.Clock.Now()), 0))
 		}
 		timer.Reset(wait)
+		force = false
 		select {
 		case <-ready:
 		case <-w.wake:
 		case <-timer.C():
+			force = true
 		case <-w.stopping:
 		}
 		timer.Stop()
@@ -41,11 +44,14 @@ func (w *Worker) claimLoop() {
 
 // claimOnce claims as many runs as there are free slots (up to ClaimBatch) and
 // starts them. It returns the next due time and whether to claim again at once.
-func (w *Worker) claimOnce() (next *time.Time, again bool) {
+// Unless forced, it does not claim while runs wait in the store (backlog) and
+// fewer than refillAt slots are free: the runs finishing meanwhile free more, and
+// one claim then fills them all.
+func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 	free := w.cfg.Concurrency - w.Active()
 	names := w.sortedWorkflows()
 	w.updateRecord(names)
-	if free <= 0 || len(names) == 0 {
+	if free <= 0 || len(names) == 0 || (!force && free < w.refillAt() && w.hasBacklog()) {
 		return nil, false
 	}
 	n := min(free, w.cfg.ClaimBatch)
@@ -99,15 +105,32 @@ func (w *Worker) launch(cr *store.ClaimedRun) {
 	}()
 }
 
+// finish frees a run's slot. While runs wait in the store, the claim loop is
+// woken once refillAt slots are free: a claim refills them in one batch, and
+// the slots freed while it runs wait for the next, so N finishing runs cause
+// about N/refillAt claims, not N.
 func (w *Worker) finish(runID string, cancel context.CancelCauseFunc) {
 	cancel(nil)
 	w.mu.Lock()
 	delete(w.active, runID)
-	more := w.wantMore
+	more := w.wantMore && w.cfg.Concurrency-len(w.active)-w.reserved >= w.refillAt()
 	w.mu.Unlock()
 	if more {
 		w.Wake()
 	}
+}
+
+// refillAt is how many free slots make a claim worth it while runs wait in
+// the store: a quarter of a claim batch (at least one), so that slots stay busy
+// (at most refillAt-1 idle until the next finish or poll) and claims stay batched.
+func (w *Worker) refillAt() int {
+	return max(1, min(w.cfg.ClaimBatch, w.cfg.Concurrency)/4)
+}
+
+func (w *Worker) hasBacklog() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.backlog
 }
 
 // heartbeatLoop extends every held lease in one call per interval, stops runs whose

@@ -3,6 +3,7 @@ package storepg
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,10 @@ const (
 	listenBackoffMin = 50 * time.Millisecond
 	listenBackoffMax = 2 * time.Second
 )
+
+// topicAll, in a NOTIFY payload, stands for a topic too long to send: receivers
+// signal every topic (signalAll).
+const topicAll = "*"
 
 // listener holds one connection LISTENing on the schema's channel and forwards other
 // stores' notifications to this store's hub. When the connection drops it reconnects
@@ -95,7 +100,11 @@ func (l *listener) receive(ctx context.Context, conn *pgx.Conn) error {
 		if sender == l.s.id || topics == "" {
 			continue // this store published its own topics at commit
 		}
-		l.s.hub.Publish(strings.Split(topics, "\n")...)
+		ts := strings.Split(topics, "\n")
+		if slices.Contains(ts, topicAll) {
+			l.s.signalAll()
+		}
+		l.s.hub.Publish(ts...)
 	}
 }
 

@@ -157,6 +157,12 @@ func (s *Store) Subscribe(ctx context.Context, topic string) (<-chan struct{}, f
 	return ch, func() { stopAfter(); end() }, nil
 }
 
+// WatchRuns implements store.RunWatcher. The feed carries this store's own
+// commits and, through the listener, other processes'.
+func (s *Store) WatchRuns(namespace string) (store.RunFeed, bool) {
+	return s.hub.Feed(store.RunTopicPrefix(namespace)), true
+}
+
 // signalAll signals TopicReady and every subscribed topic: after the listener lost
 // its connection, notifications may have been missed, so every waiter re-checks.
 func (s *Store) signalAll() {
@@ -168,6 +174,7 @@ func (s *Store) signalAll() {
 	}
 	s.subMu.Unlock()
 	s.hub.Publish(topics...)
+	s.hub.MarkAll()
 }
 
 // Close stops the writers (pending requests fail with store.ErrClosed) and the

@@ -360,7 +360,7 @@ func (s *Store) payloads(batch []*request) []string {
 				b.WriteString(s.id)
 			}
 			if len(s.id)+1+len(t) > maxPayload {
-				t = store.TopicReady // cannot be sent: wake everyone instead
+				t = topicAll // cannot be sent: wake everyone instead
 			}
 			b.WriteByte('\n')
 			b.WriteString(t)

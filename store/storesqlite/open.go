@@ -140,6 +140,12 @@ func (s *Store) Subscribe(ctx context.Context, topic string) (<-chan struct{}, f
 	return ch, stop, nil
 }
 
+// WatchRuns implements store.RunWatcher. The feed carries this store's own
+// commits only: other processes' are seen by reading.
+func (s *Store) WatchRuns(namespace string) (store.RunFeed, bool) {
+	return s.hub.Feed(store.RunTopicPrefix(namespace)), false
+}
+
 // Close stops the writer (pending requests fail with store.ErrClosed) and closes
 // the database. It is idempotent.
 func (s *Store) Close() error {

@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Create", createCases},
 		{"Seed", seedCases},
 		{"Get", getCases},
+		{"GetMany", getManyCases},
 		{"Claim", claimCases},
 		{"Lease", leaseCases},
 		{"Checkpoint", checkpointCases},

@@ -1,0 +1,204 @@
+// Package results delivers runs' final states to the callers waiting for them
+// (Handle.Result, Client.Wait): one watcher per client follows every waited-for
+// run at once, so that waiting costs no goroutine, no subscription and no query
+// per caller.
+//
+// A caller registers its run, then the watcher reads the run once (batched with
+// every other registration since its last read). After that the run is read again
+// only when the store's feed (store.RunWatcher) says it changed, together with
+// every other changed run, in one RunsGet per batch of up to BatchSize runs. When
+// the feed does not carry other processes' commits (SQLite), or the store has no
+// feed, every waited-for run is also re-read once per PollInterval, batched: one
+// query per BatchSize waited-for runs per interval, whatever the number of callers.
+package results
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// BatchSize caps the runs of one RunsGet.
+const BatchSize = 500
+
+// Config configures a Watcher.
+type Config struct {
+	Store     store.Store
+	Namespace string
+	// PollInterval is how often waited-for runs are re-read when the store's
+	// feed does not carry other processes' commits. Default 1s.
+	PollInterval time.Duration
+	Logger       *slog.Logger
+	// Executing, when set, reports whether a run executes in this process: its
+	// end is reported to Ended, so a change the feed reports for it is not read
+	// from the store.
+	Executing func(runID string) bool
+}
+
+// Watcher follows the runs callers wait for. Start it once; Stop is idempotent.
+type Watcher struct {
+	cfg      Config
+	kick     chan struct{} // coalesced: registrations to read
+	stopping chan struct{}
+	done     chan struct{}
+	ctx      context.Context // of reads; cancelled by Stop
+	cancel   context.CancelFunc
+	start    sync.Once
+	stop     sync.Once
+	started  bool
+
+	feed         store.RunFeed // nil when the store has none
+	crossProcess bool
+
+	mu      sync.Mutex
+	waiters map[string][]chan outcome // run ID -> callers waiting
+	fresh   map[string]struct{}       // registered since the last read: read whatever their state
+	closed  bool
+}
+
+type outcome struct {
+	run *store.Run
+	err error
+}
+
+// New returns a watcher; it does nothing until Start.
+func New(cfg Config) (*Watcher, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("results config: Store is required")
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Watcher{
+		cfg: cfg, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), stopping: make(chan struct{}), done: make(chan struct{}),
+		waiters: make(map[string][]chan outcome), fresh: make(map[string]struct{}),
+	}, nil
+}
+
+// Start starts following the store's feed, on one goroutine that Stop ends.
+func (w *Watcher) Start() {
+	w.start.Do(func() {
+		if rw, ok := w.cfg.Store.(store.RunWatcher); ok {
+			w.feed, w.crossProcess = rw.WatchRuns(w.cfg.Namespace)
+		}
+		w.started = true
+		go w.loop()
+	})
+}
+
+// Stop ends the watcher; callers still waiting get store.ErrClosed. Call it before
+// closing the store.
+func (w *Watcher) Stop() {
+	w.stop.Do(func() {
+		close(w.stopping)
+		w.cancel()
+		w.start.Do(func() {}) // a Start after Stop starts nothing
+		if w.started {
+			<-w.done
+		}
+		w.closeAll()
+	})
+}
+
+// Wait blocks until the run with this run ID is in a final state and returns it,
+// or until ctx is done. store.ErrRunNotFound when no such run exists.
+func (w *Watcher) Wait(ctx context.Context, runID string) (*store.Run, error) {
+	ch := make(chan outcome, 1)
+	if !w.register(runID, ch) {
+		return nil, fmt.Errorf("waiting for run %s: %w", runID, store.ErrClosed)
+	}
+	select {
+	case o := <-ch:
+		return o.run, o.err
+	case <-ctx.Done():
+		w.unregister(runID, ch)
+		return nil, ctx.Err()
+	}
+}
+
+func (w *Watcher) register(runID string, ch chan outcome) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
+	w.waiters[runID] = append(w.waiters[runID], ch)
+	w.fresh[runID] = struct{}{}
+	w.signal()
+	return true
+}
+
+func (w *Watcher) unregister(runID string, ch chan outcome) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	chs := w.waiters[runID]
+	for i, c := range chs {
+		if c == ch {
+			chs = append(chs[:i:i], chs[i+1:]...)
+			break
+		}
+	}
+	if len(chs) == 0 {
+		delete(w.waiters, runID)
+		delete(w.fresh, runID)
+		return
+	}
+	w.waiters[runID] = chs
+}
+
+// Waiting returns how many runs have callers waiting (for tests and metrics).
+func (w *Watcher) Waiting() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.waiters)
+}
+
+// Ended takes the outcome of a run that executed in this process (the engine's
+// OnEnd): its callers get final, without a read, when the run finished; else the
+// run is read again, as its change may have been skipped while it executed.
+func (w *Watcher) Ended(runID string, final *store.Run) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	chs, ok := w.waiters[runID]
+	switch {
+	case !ok:
+	case final != nil && final.Status.Terminal():
+		for _, ch := range chs {
+			c := *final
+			ch <- outcome{run: &c}
+		}
+		delete(w.waiters, runID)
+	default:
+		w.fresh[runID] = struct{}{}
+		w.signal()
+	}
+}
+
+func (w *Watcher) signal() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) closeAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	for id, chs := range w.waiters {
+		for _, ch := range chs {
+			ch <- outcome{err: fmt.Errorf("waiting for run %s: %w", id, store.ErrClosed)}
+		}
+	}
+	clear(w.waiters)
+	clear(w.fresh)
+}

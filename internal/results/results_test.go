@@ -1,0 +1,206 @@
+package results_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/trellis-dev/trellis/internal/results"
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storesqlite"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const ns = "results-test"
+
+// setup opens a SQLite store and a started watcher on it; path is the database.
+func setup(t *testing.T, poll time.Duration) (*storesqlite.Store, *results.Watcher, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "trellis.db")
+	st := open(t, path)
+	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: poll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	t.Cleanup(w.Stop)
+	return st, w, path
+}
+
+func open(t *testing.T, path string) *storesqlite.Store {
+	t.Helper()
+	st, err := storesqlite.Open(context.Background(), storesqlite.Config{Path: path, Durability: storesqlite.DurabilityRelaxed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// start creates a run already claimed.
+func start(t *testing.T, st store.Store, id string) *store.ClaimedRun {
+	t.Helper()
+	res, err := st.RunCreate(context.Background(), &store.RunCreateParams{Namespace: ns, ID: id, WorkflowID: id,
+		Workflow: "wf", Queue: "default", Claim: &store.CreateClaim{Worker: "w", LeaseDuration: time.Hour}})
+	if err != nil || res.Claimed == nil {
+		t.Fatalf("RunCreate(%s) = %+v, %v", id, res, err)
+	}
+	return res.Claimed
+}
+
+// finish ends a run with status.
+func finish(t *testing.T, st store.Store, cr *store.ClaimedRun, status store.Status) {
+	t.Helper()
+	p := &store.CheckpointParams{Lease: store.Lease{Namespace: ns, RunID: cr.Run.ID, Token: cr.LeaseToken}, Status: status}
+	if status == store.StatusSucceeded {
+		p.Output = []byte(`"out-` + cr.Run.ID + `"`)
+	} else {
+		p.Error = &store.ErrorInfo{Message: "boom"}
+	}
+	if _, err := st.Checkpoint(context.Background(), p); err != nil {
+		t.Fatalf("Checkpoint(%s): %v", cr.Run.ID, err)
+	}
+}
+
+// waitAsync waits for runID on its own goroutine; the result arrives on the channel.
+func waitAsync(ctx context.Context, w *results.Watcher, runID string) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		r, err := w.Wait(ctx, runID)
+		if err == nil && (r.ID != runID || !r.Status.Terminal()) {
+			err = fmt.Errorf("Wait(%s) = run %s %s", runID, r.ID, r.Status)
+		}
+		errc <- err
+	}()
+	return errc
+}
+
+// waitRegistered waits until n runs have callers waiting.
+func waitRegistered(t *testing.T, w *results.Watcher, n int) {
+	t.Helper()
+	for w.Waiting() != n {
+		time.Sleep(time.Millisecond) // polls a counter; no outcome depends on timing
+	}
+}
+
+func TestWaitersGetTheirRunsOutcome(t *testing.T) {
+	t.Parallel()
+	st, w, _ := setup(t, time.Hour) // no poll: the feed alone must deliver
+	ctx := context.Background()
+	done := start(t, st, "ended-before")
+	finish(t, st, done, store.StatusSucceeded)
+	if r, err := w.Wait(ctx, "ended-before"); err != nil || string(r.Output) != `"out-ended-before"` {
+		t.Fatalf("Wait(ended before) = %+v, %v", r, err)
+	}
+	const n = 200
+	runs := make([]*store.ClaimedRun, n)
+	errs := make([]<-chan error, 0, 2*n)
+	for i := range runs {
+		runs[i] = start(t, st, fmt.Sprintf("run-%d", i))
+		errs = append(errs, waitAsync(ctx, w, runs[i].Run.ID), waitAsync(ctx, w, runs[i].Run.ID))
+	}
+	waitRegistered(t, w, n)
+	for i, cr := range runs {
+		finish(t, st, cr, []store.Status{store.StatusSucceeded, store.StatusFailed}[i%2])
+	}
+	for _, e := range errs {
+		if err := <-e; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := w.Waiting(); got != 0 {
+		t.Fatalf("Waiting() = %d after every outcome", got)
+	}
+}
+
+func TestWaitUnknownRunCancelAndStop(t *testing.T) {
+	t.Parallel()
+	st, w, _ := setup(t, time.Hour)
+	ctx := context.Background()
+	if _, err := w.Wait(ctx, "missing"); !errors.Is(err, store.ErrRunNotFound) {
+		t.Fatalf("Wait(missing) = %v, want ErrRunNotFound", err)
+	}
+	start(t, st, "open")
+	cctx, cancel := context.WithCancel(ctx)
+	errc := waitAsync(cctx, w, "open")
+	waitRegistered(t, w, 1)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait with cancelled ctx = %v", err)
+	}
+	if got := w.Waiting(); got != 0 {
+		t.Fatalf("Waiting() = %d after the caller left", got)
+	}
+	errc = waitAsync(ctx, w, "open")
+	waitRegistered(t, w, 1)
+	w.Stop()
+	if err := <-errc; !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Wait across Stop = %v, want ErrClosed", err)
+	}
+	if _, err := w.Wait(ctx, "open"); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Wait after Stop = %v, want ErrClosed", err)
+	}
+}
+
+// Another process's commits reach a SQLite watcher by its poll: one batched read
+// per interval.
+func TestWaitSeesOtherProcessBySQLitePoll(t *testing.T) {
+	t.Parallel()
+	_, w, path := setup(t, 10*time.Millisecond)
+	other := open(t, path)
+	ctx := context.Background()
+	const n = 20
+	errs := make([]<-chan error, n)
+	runs := make([]*store.ClaimedRun, n)
+	for i := range runs {
+		runs[i] = start(t, other, fmt.Sprintf("elsewhere-%d", i))
+		errs[i] = waitAsync(ctx, w, runs[i].Run.ID)
+	}
+	waitRegistered(t, w, n)
+	for _, cr := range runs {
+		finish(t, other, cr, store.StatusSucceeded)
+	}
+	for _, e := range errs {
+		if err := <-e; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A run executing in this process gets its outcome from Ended; a change the feed
+// reports meanwhile is not read, and an end without outcome makes it read again.
+func TestEndedDeliversLocalOutcomes(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "trellis.db")
+	st := open(t, path)
+	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: time.Hour,
+		Executing: func(string) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop()
+	ctx := context.Background()
+	a, b := start(t, st, "a"), start(t, st, "b")
+	errA, errB := make(chan *store.Run, 1), waitAsync(ctx, w, "b")
+	go func() { r, _ := w.Wait(ctx, "a"); errA <- r }()
+	waitRegistered(t, w, 2)
+	finish(t, st, b, store.StatusSucceeded)
+	// a never ends in the store: only Ended can deliver it.
+	final := *a.Run
+	final.Status, final.Output = store.StatusSucceeded, []byte(`"from the engine"`)
+	w.Ended("a", &final)
+	if r := <-errA; r == nil || string(r.Output) != `"from the engine"` {
+		t.Fatalf("Wait(a) = %+v, want the engine's outcome", r)
+	}
+	w.Ended("b", nil)
+	if err := <-errB; err != nil {
+		t.Fatal(err)
+	}
+}

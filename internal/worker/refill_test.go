@@ -1,0 +1,93 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// claims is a real store that logs how many runs each claim asked for and got.
+type claims struct {
+	store.Store
+	mu  sync.Mutex
+	log [][2]int // {Max, claimed}
+}
+
+func (s *claims) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+	res, err := s.Store.RunsClaim(ctx, p)
+	if err == nil {
+		s.mu.Lock()
+		s.log = append(s.log, [2]int{p.Max, len(res.Runs)})
+		s.mu.Unlock()
+	}
+	return res, err
+}
+
+func (s *claims) calls() [][2]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.log)
+}
+
+// holder executes a run by announcing it and holding it until released.
+type holder struct {
+	started chan string
+	release chan struct{}
+}
+
+func (h holder) Execute(ctx context.Context, cr *store.ClaimedRun, _ *Control) {
+	h.started <- cr.Run.ID
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+	}
+}
+
+// With a backlog, runs finishing one by one are refilled a quarter of a claim
+// batch at a time: one claim per refillAt finishes, each taking that many runs.
+func TestBacklogRefillsInBatches(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	st := &claims{Store: f.st}
+	for i := range 40 {
+		f.createRun(fmt.Sprintf("r-%02d", i), "a")
+	}
+	h := holder{started: make(chan string, 64), release: make(chan struct{})}
+	w, err := New(Config{Store: st, Namespace: "ns", Queues: []string{"q"}, Workflows: func() []string { return []string{"a"} },
+		Name: "w-1", Concurrency: 8, ClaimBatch: 8, LeaseDuration: time.Hour, PollInterval: time.Hour,
+		ShutdownGrace: time.Millisecond}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.refillAt() != 2 {
+		t.Fatalf("refillAt = %d, want 2", w.refillAt())
+	}
+	w.Start()
+	defer stop(t, w)
+	waitN(t, h.started, 8)
+	for range 3 {
+		h.release <- struct{}{} // one free slot: no claim yet
+		h.release <- struct{}{}
+		waitN(t, h.started, 2)
+	}
+	want := [][2]int{{8, 8}, {2, 2}, {2, 2}, {2, 2}}
+	if got := st.calls(); !slices.Equal(got, want) {
+		t.Fatalf("claims {asked, got} = %v, want %v", got, want)
+	}
+}
+
+func waitN(t *testing.T, started <-chan string, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("run not claimed")
+		}
+	}
+}
