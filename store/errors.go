@@ -33,3 +33,11 @@ var (
 	// store, or one that needs migrating, where it looked.
 	ErrNoStore = errors.New("no Trellis store")
 )
+
+// Errors of the token store (TokenStore).
+var (
+	// ErrTokenExists: a token with this name (or hash) already exists.
+	ErrTokenExists = errors.New("a token with this name already exists")
+	// ErrTokenNotFound: no live token matches (unknown name or hash, or revoked).
+	ErrTokenNotFound = errors.New("token not found")
+)

@@ -132,6 +132,8 @@ type AdminStore interface {
 
 	// WorkerRegistry: workers' records (see workers.go).
 	WorkerRegistry
+	// TokenStore: the server's bearer tokens (see tokens.go).
+	TokenStore
 }
 
 // Subscriber delivers wake-ups: signals after committed changes.

@@ -59,6 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Children", childCases},
 		{"Approvals", approvalCases},
 		{"Workers", workerCases},
+		{"Tokens", tokenCases},
 		{"Tx", txCases},
 	}
 	for _, a := range areas {
