@@ -41,3 +41,16 @@ var (
 	// ErrTokenNotFound: no live token matches (unknown name or hash, or revoked).
 	ErrTokenNotFound = errors.New("token not found")
 )
+
+// Errors of idempotency keys (IdempotencyStore).
+var (
+	// ErrIdempotencyKeyNotFound: no unexpired entry has this key.
+	ErrIdempotencyKeyNotFound = errors.New("idempotency key not found")
+	// ErrIdempotencyKeyUsed: a request with this key and the same fingerprint
+	// executed already; nothing was written (read its response with
+	// IdempotencyGet and replay it).
+	ErrIdempotencyKeyUsed = errors.New("idempotency key already used by the same request")
+	// ErrIdempotencyKeyConflict: the key was used by a different request;
+	// nothing was written.
+	ErrIdempotencyKeyConflict = errors.New("idempotency key already used by a different request")
+)

@@ -134,6 +134,8 @@ type AdminStore interface {
 	WorkerRegistry
 	// TokenStore: the server's bearer tokens (see tokens.go).
 	TokenStore
+	// IdempotencyStore: idempotency keys of mutating calls (see idempotency.go).
+	IdempotencyStore
 }
 
 // Subscriber delivers wake-ups: signals after committed changes.
@@ -341,6 +343,9 @@ type RunCreateParams struct {
 	History []*Op `json:"history,omitempty"`
 	// KV is the run store of a seeded run (see History); only with History.
 	KV []KVWrite `json:"kv,omitempty"`
+	// Idempotency, when set, records an idempotency key with the run's creation,
+	// atomically (see IdempotencyStore). Not with RunCreateTx.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // CreateClaim asks RunCreate to lease the new run to Worker.

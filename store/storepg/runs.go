@@ -64,14 +64,28 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 		}
 		stmts = append(stmts, seed)
 	}
-	if _, err := s.write(ctx, topics, stmts...); err != nil {
+	result := func() (*store.RunCreateResult, error) {
+		if *res == nil {
+			return nil, fmt.Errorf("%w: run %q or a run with workflow ID %q (policy %q)",
+				store.ErrRunExists, p.ID, p.WorkflowID, p.Reuse)
+		}
+		return *res, nil
+	}
+	var out *store.RunCreateResult
+	if p.Idempotency == nil {
+		if _, err = s.write(ctx, topics, stmts...); err == nil {
+			out, err = result()
+		}
+	} else {
+		err = s.writeGuarded(ctx, p.Namespace, p.Idempotency, topics, stmts, func() (any, error) {
+			out, err = result()
+			return out, err
+		})
+	}
+	if err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
 	}
-	if *res == nil {
-		return nil, fmt.Errorf("creating run: %w: run %q or a run with workflow ID %q (policy %q)",
-			store.ErrRunExists, p.ID, p.WorkflowID, p.Reuse)
-	}
-	return *res, nil
+	return out, nil
 }
 
 // runCreateStmt validates p and returns its statement, whose reader stores the

@@ -29,9 +29,14 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 	}
 	var res *store.RunCreateResult
 	err := s.write(ctx, func(tx *wtx) error {
+		if err := shared.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {
+			return err
+		}
 		var err error
-		res, err = runCreate(tx, p)
-		return err
+		if res, err = runCreate(tx, p); err != nil {
+			return err
+		}
+		return shared.IdempotencyFinish(tx, p.Namespace, p.Idempotency, res)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
