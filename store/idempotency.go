@@ -14,8 +14,9 @@ import (
 // request that used it and the response it got.
 //
 // A key is recorded by the mutating call it guards, in the same transaction as the
-// change: the calls whose parameters carry an Idempotency field (RunCreate and
-// EventSend so far) write their IdempotencyRecord atomically with what they do, or
+// change: the calls whose parameters carry an Idempotency field (RunCreate,
+// EventSend, RunCancel, RunResume, ApprovalDecide) write their IdempotencyRecord
+// atomically with what they do, or
 // nothing. A server serves a request with key K as follows:
 //
 //  1. IdempotencyGet(K): found with the same fingerprint → replay its response;
@@ -50,10 +51,10 @@ type IdempotencyRecord struct {
 	// Fingerprint identifies the request (IdempotencyFingerprint).
 	Fingerprint []byte
 	// Response renders the response to keep under the key from the call's result
-	// (*RunCreateResult, *EventSendResult). The store calls it inside the
-	// transaction, after the change, possibly more than once when the transaction
-	// is retried: it must be quick and have no other effect. Nil keeps status 0 and
-	// the result as JSON.
+	// (*RunCreateResult, *EventSendResult, *Run of RunCancel and RunResume,
+	// *Approval). The store calls it inside the transaction, after the change,
+	// possibly more than once when the transaction is retried: it must be quick and
+	// have no other effect. Nil keeps status 0 and the result as JSON.
 	Response func(result any) (status int, body []byte, err error)
 }
 

@@ -396,12 +396,18 @@ type RunListResult struct {
 type RunCancelParams struct {
 	Namespace string `json:"namespace"`
 	Ref       string `json:"ref"`
+	// Idempotency, when set, records an idempotency key with the cancellation,
+	// atomically (see IdempotencyStore); its response renders the *Run returned.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // RunResumeParams are the parameters of RunResume.
 type RunResumeParams struct {
 	Namespace string `json:"namespace"`
 	Ref       string `json:"ref"`
+	// Idempotency, when set, records an idempotency key with the resumption,
+	// atomically (see IdempotencyStore); its response renders the *Run returned.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // RunsResumeBlockedParams are the parameters of RunsResumeBlocked.

@@ -195,4 +195,7 @@ type ApprovalDecideParams struct {
 	// Principal is who decides; required.
 	Principal string `json:"principal"`
 	Comment   string `json:"comment,omitempty"`
+	// Idempotency, when set, records an idempotency key with the decision,
+	// atomically (see IdempotencyStore); its response renders the *Approval.
+	Idempotency *IdempotencyRecord `json:"-"`
 }

@@ -21,6 +21,7 @@ var idempotencyCases = []testCase{
 	{"ExpireAndPurge", idemExpireAndPurge},
 	{"ConcurrentDuplicates", idemConcurrentDuplicates},
 	{"InvalidParams", idemInvalidParams},
+	{"CancelResumeDecide", idemCancelResumeDecide},
 }
 
 // idemRecord is a record of key for the request named req; its response is 201
@@ -252,5 +253,57 @@ func idemInvalidParams(t *testing.T, e *env) {
 			t.Errorf("%s: RunCreate = %v, want ErrInvalidParams", name, err)
 		}
 		e.wantNoRun(p.ID)
+	}
+}
+
+// RunCancel, RunResume and ApprovalDecide record their keys too; a retry is told
+// the key is used before anything else (not that the run has finished).
+func idemCancelResumeDecide(t *testing.T, e *env) {
+	run := e.create()
+	cancel := &store.RunCancelParams{Namespace: ns, Ref: run.ID, Idempotency: &store.IdempotencyRecord{Key: "c", Fingerprint: []byte("c")}}
+	if _, err := e.st.RunCancel(e.ctx, cancel); err != nil {
+		t.Fatalf("RunCancel with a key: %v", err)
+	}
+	if _, err := e.st.RunCancel(e.ctx, cancel); !errors.Is(err, store.ErrIdempotencyKeyUsed) {
+		t.Errorf("RunCancel again = %v, want ErrIdempotencyKeyUsed", err)
+	}
+	if got, err := e.idemGet(ns, "c"); err != nil || !strings.Contains(string(got.Body), `"status":"cancelled"`) {
+		t.Errorf("entry of the cancel = %+v, %v; want the cancelled run", got, err)
+	}
+	cancel.Idempotency = &store.IdempotencyRecord{Key: "c2", Fingerprint: []byte("c")}
+	if _, err := e.st.RunCancel(e.ctx, cancel); !errors.Is(err, store.ErrRunFinished) {
+		t.Errorf("RunCancel of a finished run = %v, want ErrRunFinished", err)
+	}
+	if _, err := e.idemGet(ns, "c2"); !errors.Is(err, store.ErrIdempotencyKeyNotFound) {
+		t.Errorf("key of a failed cancel = %v, want ErrIdempotencyKeyNotFound", err)
+	}
+
+	cr := e.start()
+	e.block(cr)
+	resume := &store.RunResumeParams{Namespace: ns, Ref: cr.Run.ID, Idempotency: &store.IdempotencyRecord{Key: "r", Fingerprint: []byte("r")}}
+	if _, err := e.st.RunResume(e.ctx, resume); err != nil {
+		t.Fatalf("RunResume with a key: %v", err)
+	}
+	if _, err := e.st.RunResume(e.ctx, resume); !errors.Is(err, store.ErrIdempotencyKeyUsed) {
+		t.Errorf("RunResume again = %v, want ErrIdempotencyKeyUsed", err)
+	}
+
+	cr = e.claimOne(cr.Run.ID)
+	e.awaitApproval(cr, e.request("ap-1"))
+	decide := &store.ApprovalDecideParams{Namespace: ns, ID: "ap-1", Approve: true, Principal: "alice",
+		Idempotency: &store.IdempotencyRecord{Key: "d", Fingerprint: []byte("alice")}}
+	if _, err := e.st.ApprovalDecide(e.ctx, decide); err != nil {
+		t.Fatalf("ApprovalDecide with a key: %v", err)
+	}
+	other := *decide
+	other.Principal, other.Idempotency = "bob", &store.IdempotencyRecord{Key: "d", Fingerprint: []byte("bob")}
+	if _, err := e.st.ApprovalDecide(e.ctx, &other); !errors.Is(err, store.ErrIdempotencyKeyConflict) {
+		t.Errorf("another decision with the key = %v, want ErrIdempotencyKeyConflict", err)
+	}
+	if _, err := e.st.ApprovalDecide(e.ctx, decide); !errors.Is(err, store.ErrIdempotencyKeyUsed) {
+		t.Errorf("the decision again = %v, want ErrIdempotencyKeyUsed", err)
+	}
+	if a := e.approval("ap-1"); a.Principal != "alice" {
+		t.Errorf("approval decided by %q, want alice", a.Principal)
 	}
 }
