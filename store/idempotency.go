@@ -16,8 +16,7 @@ import (
 // A key is recorded by the mutating call it guards, in the same transaction as the
 // change: the calls whose parameters carry an Idempotency field (RunCreate,
 // EventSend, RunCancel, RunResume, ApprovalDecide) write their IdempotencyRecord
-// atomically with what they do, or
-// nothing. A server serves a request with key K as follows:
+// atomically with what they do, or nothing. A server serves a request with key K as follows:
 //
 //  1. IdempotencyGet(K): found with the same fingerprint → replay its response;
 //     with another fingerprint → refuse (conflict).
