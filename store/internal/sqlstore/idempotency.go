@@ -20,14 +20,17 @@ import (
 
 // idemQueries are the statements of idempotency keys.
 type idemQueries struct {
-	expire, insert, fingerprint, finish, get, purge string
+	insert, fingerprint, finish, get, purge string
 }
 
 func newIdemQueries(r func(string) string) idemQueries {
 	return idemQueries{
-		expire: r(`DELETE FROM idempotency_keys WHERE namespace = $1 AND key = $2 AND created_at <= $3`),
-		insert: r(`INSERT INTO idempotency_keys (namespace, key, fingerprint, status, created_at)
-	VALUES ($1, $2, $3, 0, $4) ON CONFLICT DO NOTHING`),
+		// insert records a key, or takes over its expired entry; no row changes
+		// when an unexpired entry has it.
+		insert: r(`INSERT INTO idempotency_keys AS k (namespace, key, fingerprint, status, created_at)
+	VALUES ($1, $2, $3, 0, $4) ON CONFLICT (namespace, key) DO UPDATE
+	SET fingerprint = excluded.fingerprint, status = 0, body = NULL, created_at = excluded.created_at
+	WHERE k.created_at <= $5`),
 		fingerprint: r(`SELECT fingerprint FROM idempotency_keys WHERE namespace = $1 AND key = $2`),
 		finish:      r(`UPDATE idempotency_keys SET status = $3, body = $4 WHERE namespace = $1 AND key = $2`),
 		get: r(`SELECT namespace, key, fingerprint, status, body, created_at FROM idempotency_keys
@@ -44,10 +47,7 @@ func (s *SQL) IdempotencyBegin(tx Tx, namespace string, r *store.IdempotencyReco
 		return nil
 	}
 	cutoff := s.d.Time(tx.Now().Add(-store.IdempotencyTTL))
-	if _, err := tx.Exec(s.idem.expire, namespace, r.Key, cutoff); err != nil {
-		return fmt.Errorf("expiring idempotency key: %w", err)
-	}
-	n, err := tx.Exec(s.idem.insert, namespace, r.Key, r.Fingerprint, s.d.Time(tx.Now()))
+	n, err := tx.Exec(s.idem.insert, namespace, r.Key, r.Fingerprint, s.d.Time(tx.Now()), cutoff)
 	if err != nil {
 		return fmt.Errorf("recording idempotency key: %w", err)
 	}
