@@ -1,10 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -18,7 +20,8 @@ import (
 // EventSend, RunCancel, RunResume, ApprovalDecide) write their IdempotencyRecord
 // atomically with what they do, or nothing. A server serves a request with key K as follows:
 //
-//  1. IdempotencyGet(K): found with the same fingerprint → replay its response;
+//  1. IdempotencyGet(K) (or IdempotencyReplay): found with the same fingerprint →
+//     replay its response;
 //     with another fingerprint → refuse (conflict).
 //  2. Not found: make the call with the record. When a request with K executed in
 //     between (a concurrent duplicate), the call changes nothing and fails with
@@ -114,4 +117,22 @@ type IdempotencyGetParams struct {
 type IdempotencyPurgeParams struct {
 	// Limit caps how many entries one call deletes; 0 means 1000.
 	Limit int `json:"limit,omitempty"`
+}
+
+// IdempotencyReplay is step 1 of serving a request with a key (see
+// IdempotencyStore): it returns the entry to replay when rec's key was recorded by
+// the same request, an error wrapping ErrIdempotencyKeyConflict when by another,
+// and nil, nil when the call should be made (with rec). A caller whose call then
+// fails with ErrIdempotencyKeyUsed calls it again to get the winner's entry.
+func IdempotencyReplay(ctx context.Context, s IdempotencyStore, namespace string, rec *IdempotencyRecord) (*IdempotencyEntry, error) {
+	e, err := s.IdempotencyGet(ctx, &IdempotencyGetParams{Namespace: namespace, Key: rec.Key})
+	switch {
+	case errors.Is(err, ErrIdempotencyKeyNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case !bytes.Equal(e.Fingerprint, rec.Fingerprint):
+		return nil, fmt.Errorf("%w: %q", ErrIdempotencyKeyConflict, rec.Key)
+	}
+	return e, nil
 }

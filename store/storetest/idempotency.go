@@ -22,6 +22,7 @@ var idempotencyCases = []testCase{
 	{"ConcurrentDuplicates", idemConcurrentDuplicates},
 	{"InvalidParams", idemInvalidParams},
 	{"CancelResumeDecide", idemCancelResumeDecide},
+	{"Replay", idemReplay},
 }
 
 // idemRecord is a record of key for the request named req; its response is 201
@@ -305,5 +306,23 @@ func idemCancelResumeDecide(t *testing.T, e *env) {
 	}
 	if a := e.approval("ap-1"); a.Principal != "alice" {
 		t.Errorf("approval decided by %q, want alice", a.Principal)
+	}
+}
+
+// IdempotencyReplay tells a server what to do with a request's key.
+func idemReplay(t *testing.T, e *env) {
+	rec := idemRecord("k", "a")
+	if got, err := store.IdempotencyReplay(e.ctx, e.st, ns, rec); got != nil || err != nil {
+		t.Fatalf("IdempotencyReplay of a new key = %+v, %v; want nil, nil (execute)", got, err)
+	}
+	p, err := e.createIdem(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := store.IdempotencyReplay(e.ctx, e.st, ns, rec); err != nil || got.Status != 201 || string(got.Body) != p.ID {
+		t.Errorf("IdempotencyReplay of the same request = %+v, %v; want its response", got, err)
+	}
+	if _, err := store.IdempotencyReplay(e.ctx, e.st, ns, idemRecord("k", "b")); !errors.Is(err, store.ErrIdempotencyKeyConflict) {
+		t.Errorf("IdempotencyReplay of another request = %v, want ErrIdempotencyKeyConflict", err)
 	}
 }
