@@ -18,11 +18,11 @@ import (
 // A key is recorded by the mutating call it guards, in the same transaction as the
 // change: the calls whose parameters carry an Idempotency field (RunCreate,
 // EventSend, RunCancel, RunResume, ApprovalDecide) write their IdempotencyRecord
-// atomically with what they do, or nothing. A server serves a request with key K as follows:
+// atomically with what they do, or nothing. A server serves a request with key K
+// as follows:
 //
 //  1. IdempotencyGet(K) (or IdempotencyReplay): found with the same fingerprint →
-//     replay its response;
-//     with another fingerprint → refuse (conflict).
+//     replay its response; with another fingerprint → refuse (conflict).
 //  2. Not found: make the call with the record. When a request with K executed in
 //     between (a concurrent duplicate), the call changes nothing and fails with
 //     ErrIdempotencyKeyUsed (same fingerprint: go back to 1 and replay the winner's
