@@ -33,3 +33,24 @@ var (
 	// store, or one that needs migrating, where it looked.
 	ErrNoStore = errors.New("no Trellis store")
 )
+
+// Errors of the token store (TokenStore).
+var (
+	// ErrTokenExists: a token with this name (or hash) already exists.
+	ErrTokenExists = errors.New("a token with this name already exists")
+	// ErrTokenNotFound: no live token matches (unknown name or hash, or revoked).
+	ErrTokenNotFound = errors.New("token not found")
+)
+
+// Errors of idempotency keys (IdempotencyStore).
+var (
+	// ErrIdempotencyKeyNotFound: no unexpired entry has this key.
+	ErrIdempotencyKeyNotFound = errors.New("idempotency key not found")
+	// ErrIdempotencyKeyUsed: a request with this key and the same fingerprint
+	// executed already; nothing was written (read its response with
+	// IdempotencyGet and replay it).
+	ErrIdempotencyKeyUsed = errors.New("idempotency key already used by the same request")
+	// ErrIdempotencyKeyConflict: the key was used by a different request;
+	// nothing was written.
+	ErrIdempotencyKeyConflict = errors.New("idempotency key already used by a different request")
+)

@@ -134,6 +134,10 @@ type AdminStore interface {
 
 	// WorkerRegistry: workers' records (see workers.go).
 	WorkerRegistry
+	// TokenStore: the server's bearer tokens (see tokens.go).
+	TokenStore
+	// IdempotencyStore: idempotency keys of mutating calls (see idempotency.go).
+	IdempotencyStore
 }
 
 // Subscriber delivers wake-ups: signals after committed changes.
@@ -341,6 +345,9 @@ type RunCreateParams struct {
 	History []*Op `json:"history,omitempty"`
 	// KV is the run store of a seeded run (see History); only with History.
 	KV []KVWrite `json:"kv,omitempty"`
+	// Idempotency, when set, records an idempotency key with the run's creation,
+	// atomically (see IdempotencyStore). Not with RunCreateTx.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // CreateClaim asks RunCreate to lease the new run to Worker.
@@ -391,12 +398,18 @@ type RunListResult struct {
 type RunCancelParams struct {
 	Namespace string `json:"namespace"`
 	Ref       string `json:"ref"`
+	// Idempotency, when set, records an idempotency key with the cancellation,
+	// atomically (see IdempotencyStore); its response renders the *Run returned.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // RunResumeParams are the parameters of RunResume.
 type RunResumeParams struct {
 	Namespace string `json:"namespace"`
 	Ref       string `json:"ref"`
+	// Idempotency, when set, records an idempotency key with the resumption,
+	// atomically (see IdempotencyStore); its response renders the *Run returned.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // RunsResumeBlockedParams are the parameters of RunsResumeBlocked.

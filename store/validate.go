@@ -25,6 +25,9 @@ func (p *RunCreateParams) Validate() error {
 	default:
 		return fmt.Errorf("%w: Reuse: unknown policy %q", ErrInvalidParams, p.Reuse)
 	}
+	if err := p.Idempotency.Validate(); err != nil {
+		return err
+	}
 	return p.validateSeed()
 }
 
@@ -71,7 +74,7 @@ func (p *EventSendParams) Validate() error {
 	case p.Claim != nil && (p.Claim.Worker == "" || p.Claim.LeaseDuration <= 0):
 		return fmt.Errorf("%w: Claim needs a Worker and a positive LeaseDuration", ErrInvalidParams)
 	}
-	return nil
+	return p.Idempotency.Validate()
 }
 
 // Validate checks a checkpoint's status and the parts that can be checked

@@ -32,6 +32,9 @@ type EventSendParams struct {
 	// workflow and queue are among those given: the sender's own worker takes
 	// the run without a claim round trip (see RunCreateParams.Claim).
 	Claim *EventClaim `json:"claim,omitempty"`
+	// Idempotency, when set, records an idempotency key with the event,
+	// atomically (see IdempotencyStore).
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // EventClaim asks EventSend to lease the run it wakes.
@@ -192,4 +195,7 @@ type ApprovalDecideParams struct {
 	// Principal is who decides; required.
 	Principal string `json:"principal"`
 	Comment   string `json:"comment,omitempty"`
+	// Idempotency, when set, records an idempotency key with the decision,
+	// atomically (see IdempotencyStore); its response renders the *Approval.
+	Idempotency *IdempotencyRecord `json:"-"`
 }

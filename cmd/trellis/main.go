@@ -31,6 +31,7 @@ Commands:
   runs      start, list, inspect, cancel and resume runs, send events (start, list, get, history, cancel, resume, send-event)
   approvals list and decide approval requests (list, approve, reject)
   workers   list the workers that serve a namespace (list)
+  tokens    create, list and revoke the server's bearer tokens (create, list, revoke)
   migrate   create or upgrade a store's schema
   bench     benchmark a store
   version   print the version of trellis and Go
@@ -93,6 +94,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runApprovals(ctx, rest, stdout, stderr)
 	case "workers":
 		return runWorkers(ctx, rest, stdout, stderr)
+	case "tokens":
+		return runTokens(ctx, rest, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, rest, stdout, stderr)
 	case "bench":

@@ -59,6 +59,7 @@ func TestHelpEverywhere(t *testing.T) {
 		{"runs", "resume"}, {"runs", "send-event"}, {"runs", "reset"},
 		{"approvals", "list"}, {"approvals", "approve"}, {"approvals", "reject"},
 		{"workers"}, {"workers", "list"},
+		{"tokens"}, {"tokens", "create"}, {"tokens", "list"}, {"tokens", "revoke"},
 	}
 	goStyle := regexp.MustCompile(`(?m)^\s+-[a-z]`)
 	for _, cmd := range commands {

@@ -1,6 +1,10 @@
 package auth
 
-import "testing"
+import (
+	"bytes"
+	"crypto/sha256"
+	"testing"
+)
 
 func TestAllows(t *testing.T) {
 	t.Parallel()
@@ -30,5 +34,28 @@ func TestAllows(t *testing.T) {
 	var none *Principal
 	if none.Allows(RoleReader, "shop", "") {
 		t.Error("a nil principal allowed something")
+	}
+}
+
+func TestNewToken(t *testing.T) {
+	t.Parallel()
+	secret, hash, err := NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !LooksLikeToken(secret) {
+		t.Errorf("LooksLikeToken(%q) = false", secret)
+	}
+	if !bytes.Equal(hash, HashToken(secret)) || len(hash) != sha256.Size {
+		t.Errorf("hash = %x, want HashToken(secret), %d bytes", hash, sha256.Size)
+	}
+	other, _, err := NewToken()
+	if err != nil || other == secret {
+		t.Errorf("a second NewToken = %q, %v; want another secret", other, err)
+	}
+	for _, s := range []string{"", "trl_", "abc", secret[:len(secret)-1], "xyz_" + secret[4:], secret[:10] + "!" + secret[11:]} {
+		if LooksLikeToken(s) {
+			t.Errorf("LooksLikeToken(%q) = true", s)
+		}
 	}
 }

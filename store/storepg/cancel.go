@@ -36,8 +36,14 @@ const (
 // a parent cancels its children, recursively, and a child that ends at once is
 // counted in its group (see txn.go).
 func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
+	if err := p.Idempotency.Validate(); err != nil {
+		return nil, fmt.Errorf("cancelling run: %w", err)
+	}
 	var run *store.Run
 	err := s.inTx(ctx, func(tx *wtx) error {
+		if err := shared.IdempotencyBegin(stx{tx}, p.Namespace, p.Idempotency); err != nil {
+			return err
+		}
 		r, err := lockRun(tx, p.Namespace, p.Ref)
 		if err != nil {
 			return err
@@ -45,8 +51,10 @@ func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store
 		if r.Status.Terminal() {
 			return fmt.Errorf("%w: run %q is %s", store.ErrRunFinished, r.ID, r.Status)
 		}
-		run, err = cancelRun(tx, r)
-		return err
+		if run, err = cancelRun(tx, r); err != nil {
+			return err
+		}
+		return shared.IdempotencyFinish(stx{tx}, p.Namespace, p.Idempotency, run)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cancelling run: %w", err)

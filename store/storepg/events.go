@@ -142,23 +142,41 @@ func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store
 			return err
 		}})
 	}
-	if _, err := s.write(ctx, nil, stmts...); err != nil {
-		return nil, fmt.Errorf("sending event: %w", err)
+	// result is the call's result from what the statements read.
+	result := func() (*store.EventSendResult, error) {
+		switch {
+		case id == nil:
+			return nil, notFound(p.Namespace, p.Ref)
+		case store.Status(*status).Terminal():
+			return nil, fmt.Errorf("%w: run %q is %s", store.ErrRunFinished, *id, *status)
+		}
+		ev := &store.Event{Seq: seq, Namespace: p.Namespace, RunID: *id, Name: p.Name,
+			Payload: slices.Clone(p.Payload), SentAt: now}
+		res := &store.EventSendResult{Event: ev}
+		if len(claimed) == 1 {
+			res.Claimed = claimed[0]
+		}
+		return res, nil
 	}
-	switch {
-	case id == nil:
-		return nil, fmt.Errorf("sending event: %w", notFound(p.Namespace, p.Ref))
-	case store.Status(*status).Terminal():
-		return nil, fmt.Errorf("sending event: %w: run %q is %s", store.ErrRunFinished, *id, *status)
+	var (
+		res *store.EventSendResult
+		err error
+	)
+	if p.Idempotency == nil {
+		if _, err = s.write(ctx, nil, stmts...); err == nil {
+			res, err = result()
+		}
+	} else {
+		err = s.writeGuarded(ctx, p.Namespace, p.Idempotency, nil, stmts, func() (r any, err error) {
+			res, err = result()
+			return res, err
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sending event: %w", err)
 	}
 	if woken {
 		s.hub.Publish(store.RunTopic(p.Namespace, *id), store.TopicReady)
-	}
-	ev := &store.Event{Seq: seq, Namespace: p.Namespace, RunID: *id, Name: p.Name,
-		Payload: slices.Clone(p.Payload), SentAt: now}
-	res := &store.EventSendResult{Event: ev}
-	if len(claimed) == 1 {
-		res.Claimed = claimed[0]
 	}
 	return res, nil
 }

@@ -64,14 +64,28 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 		}
 		stmts = append(stmts, seed)
 	}
-	if _, err := s.write(ctx, topics, stmts...); err != nil {
+	result := func() (*store.RunCreateResult, error) {
+		if *res == nil {
+			return nil, fmt.Errorf("%w: run %q or a run with workflow ID %q (policy %q)",
+				store.ErrRunExists, p.ID, p.WorkflowID, p.Reuse)
+		}
+		return *res, nil
+	}
+	var out *store.RunCreateResult
+	if p.Idempotency == nil {
+		if _, err = s.write(ctx, topics, stmts...); err == nil {
+			out, err = result()
+		}
+	} else {
+		err = s.writeGuarded(ctx, p.Namespace, p.Idempotency, topics, stmts, func() (any, error) {
+			out, err = result()
+			return out, err
+		})
+	}
+	if err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
 	}
-	if *res == nil {
-		return nil, fmt.Errorf("creating run: %w: run %q or a run with workflow ID %q (policy %q)",
-			store.ErrRunExists, p.ID, p.WorkflowID, p.Reuse)
-	}
-	return *res, nil
+	return out, nil
 }
 
 // runCreateStmt validates p and returns its statement, whose reader stores the
@@ -232,27 +246,42 @@ func (s *Store) runPrefix() string { return s.id + "\n" + store.TopicReady + "\n
 
 // RunResume implements store.Store.
 func (s *Store) RunResume(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
+	if err := p.Idempotency.Validate(); err != nil {
+		return nil, fmt.Errorf("resuming run: %w", err)
+	}
 	var (
 		run    *store.Run
 		status store.Status
 	)
-	_, err := s.write(ctx, nil,
-		stmt{sql: sqlResume, args: []any{p.Namespace, p.Ref, s.now(), s.channel, s.runPrefix()}, rows: runReader(&run)},
-		stmt{sql: sqlRefStatus, args: []any{p.Namespace, p.Ref}, rows: statusReader(&status)},
-	)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("resuming run: %w", err)
-	case run != nil:
-		s.hub.Publish(store.RunTopic(run.Namespace, run.ID), store.TopicReady)
-		return run, nil
-	case status == "":
-		return nil, fmt.Errorf("resuming run: %w", notFound(p.Namespace, p.Ref))
-	case status.Terminal():
-		return nil, fmt.Errorf("resuming run: %w: run %q is %s", store.ErrRunFinished, p.Ref, status)
-	default:
-		return nil, fmt.Errorf("resuming run: %w: run %q is %s", store.ErrRunNotBlocked, p.Ref, status)
+	stmts := []stmt{
+		{sql: sqlResume, args: []any{p.Namespace, p.Ref, s.now(), s.channel, s.runPrefix()}, rows: runReader(&run)},
+		{sql: sqlRefStatus, args: []any{p.Namespace, p.Ref}, rows: statusReader(&status)},
 	}
+	result := func() (any, error) {
+		switch {
+		case run != nil:
+			return run, nil
+		case status == "":
+			return nil, notFound(p.Namespace, p.Ref)
+		case status.Terminal():
+			return nil, fmt.Errorf("%w: run %q is %s", store.ErrRunFinished, p.Ref, status)
+		default:
+			return nil, fmt.Errorf("%w: run %q is %s", store.ErrRunNotBlocked, p.Ref, status)
+		}
+	}
+	var err error
+	if p.Idempotency == nil {
+		if _, err = s.write(ctx, nil, stmts...); err == nil {
+			_, err = result()
+		}
+	} else {
+		err = s.writeGuarded(ctx, p.Namespace, p.Idempotency, nil, stmts, result)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resuming run: %w", err)
+	}
+	s.hub.Publish(store.RunTopic(run.Namespace, run.ID), store.TopicReady)
+	return run, nil
 }
 
 const sqlResumeBlocked = `WITH u AS (

@@ -31,6 +31,9 @@ func (s *Store) RunCreateTx(ctx context.Context, tx any, p *store.RunCreateParam
 	if p.Claim != nil {
 		return nil, fmt.Errorf("creating run in a transaction: %w: Claim is not allowed", store.ErrInvalidParams)
 	}
+	if p.Idempotency != nil {
+		return nil, fmt.Errorf("creating run in a transaction: %w: Idempotency is not allowed", store.ErrInvalidParams)
+	}
 	st, res, err := s.runCreateStmt(p)
 	if err != nil {
 		return nil, fmt.Errorf("creating run in a transaction: %w", err)

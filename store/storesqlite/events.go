@@ -35,6 +35,9 @@ func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store
 	}
 	var res *store.EventSendResult
 	err := s.write(ctx, func(tx *wtx) error {
+		if err := shared.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {
+			return err
+		}
 		run, err := runByRef(context.Background(), tx, p.Namespace, p.Ref)
 		if err != nil {
 			return err
@@ -57,7 +60,7 @@ func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store
 			}
 			res.Claimed = claimed[0]
 		}
-		return nil
+		return shared.IdempotencyFinish(tx, p.Namespace, p.Idempotency, res)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sending event: %w", err)

@@ -29,9 +29,14 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 	}
 	var res *store.RunCreateResult
 	err := s.write(ctx, func(tx *wtx) error {
+		if err := shared.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {
+			return err
+		}
 		var err error
-		res, err = runCreate(tx, p)
-		return err
+		if res, err = runCreate(tx, p); err != nil {
+			return err
+		}
+		return shared.IdempotencyFinish(tx, p.Namespace, p.Idempotency, res)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
@@ -139,11 +144,19 @@ const (
 
 // RunCancel implements store.Store.
 func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
+	if err := p.Idempotency.Validate(); err != nil {
+		return nil, fmt.Errorf("cancelling run: %w", err)
+	}
 	var run *store.Run
 	err := s.write(ctx, func(tx *wtx) error {
+		if err := shared.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {
+			return err
+		}
 		var err error
-		run, err = runCancel(tx, p)
-		return err
+		if run, err = runCancel(tx, p); err != nil {
+			return err
+		}
+		return shared.IdempotencyFinish(tx, p.Namespace, p.Idempotency, run)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cancelling run: %w", err)
@@ -229,11 +242,19 @@ func txRuns(tx *wtx, query string, args ...any) ([]*store.Run, error) {
 
 // RunResume implements store.Store.
 func (s *Store) RunResume(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
+	if err := p.Idempotency.Validate(); err != nil {
+		return nil, fmt.Errorf("resuming run: %w", err)
+	}
 	var run *store.Run
 	err := s.write(ctx, func(tx *wtx) error {
+		if err := shared.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {
+			return err
+		}
 		var err error
-		run, err = runResume(tx, p)
-		return err
+		if run, err = runResume(tx, p); err != nil {
+			return err
+		}
+		return shared.IdempotencyFinish(tx, p.Namespace, p.Idempotency, run)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("resuming run: %w", err)

@@ -24,6 +24,9 @@ func (s *Store) RunCreateTx(ctx context.Context, tx any, p *store.RunCreateParam
 	if p.Claim != nil {
 		return nil, fmt.Errorf("creating run in a transaction: %w: Claim is not allowed", store.ErrInvalidParams)
 	}
+	if p.Idempotency != nil {
+		return nil, fmt.Errorf("creating run in a transaction: %w: Idempotency is not allowed", store.ErrInvalidParams)
+	}
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating run in a transaction: %w", err)
 	}

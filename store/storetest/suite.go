@@ -60,6 +60,8 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Children", childCases},
 		{"Approvals", approvalCases},
 		{"Workers", workerCases},
+		{"Tokens", tokenCases},
+		{"Idempotency", idempotencyCases},
 		{"Tx", txCases},
 	}
 	for _, a := range areas {

@@ -80,13 +80,27 @@ func ValidateDecide(p *store.ApprovalDecideParams) error {
 	if p.Principal == "" {
 		return fmt.Errorf("%w: Principal is required", store.ErrInvalidParams)
 	}
-	return nil
+	return p.Idempotency.Validate()
 }
 
 // ApprovalDecide records the decision on a pending approval and delivers its
 // event (store.ApprovalEvent) to the run, waking it if it waits for it. The
-// approval and its run are locked first.
+// approval and its run are locked first, after p's idempotency key is recorded.
 func (s *SQL) ApprovalDecide(tx Tx, p *store.ApprovalDecideParams) (*store.Approval, error) {
+	if err := s.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {
+		return nil, err
+	}
+	a, err := s.approvalDecide(tx, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.IdempotencyFinish(tx, p.Namespace, p.Idempotency, a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (s *SQL) approvalDecide(tx Tx, p *store.ApprovalDecideParams) (*store.Approval, error) {
 	r, err := s.LockApproval(tx, p.Namespace, p.ID)
 	if err != nil {
 		return nil, err

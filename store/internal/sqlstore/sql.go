@@ -3,8 +3,10 @@ package sqlstore
 // SQL is the shared logic bound to one dialect. Its statements are rewritten for
 // the dialect once, in New; a driver keeps one for its lifetime.
 type SQL struct {
-	d Dialect
-	q queries
+	d    Dialect
+	q    queries
+	tok  tokenQueries
+	idem idemQueries
 }
 
 // queries are the fixed statements of the shared logic, in the dialect's style.
@@ -64,6 +66,8 @@ func New(d Dialect) *SQL {
 	WHERE seq = $5`),
 		runStatusLock: r(`SELECT status FROM runs WHERE sequence = $1` + d.Lock()),
 	}
+	s.tok = newTokenQueries(r)
+	s.idem = newIdemQueries(r)
 	return s
 }
 
