@@ -42,6 +42,8 @@ var insecurePrincipal = &auth.Principal{Name: "insecure",
 // wrap turns a route into a handler: authenticate, authorize, then handle.
 func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.active.Add(1)
+		defer s.active.Add(-1)
 		c := &call{role: rt.role}
 		if err := s.prepare(r, rt, c); err != nil {
 			s.writeError(w, r, err)

@@ -154,6 +154,7 @@ func (q *query) limit(name string, max int) int {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > max {
 		q.fail("%s: want an integer from 1 to %d, got %q", name, max, s)
+		return 0
 	}
 	return n
 }
@@ -166,6 +167,7 @@ func (q *query) duration(name string, max time.Duration) time.Duration {
 	d, err := time.ParseDuration(s)
 	if err != nil || d < 0 || d > max {
 		q.fail("%s: want a duration such as \"30s\", at most %s, got %q", name, max, s)
+		return 0
 	}
 	return d
 }

@@ -158,6 +158,8 @@ func (e *env) do(method, path, token string, body any, hdr ...string) *resp {
 		rd = strings.NewReader(b)
 	case []byte:
 		rd = bytes.NewReader(b)
+	case io.Reader: // length unknown: sent chunked
+		rd = io.MultiReader(b)
 	default:
 		j, err := json.Marshal(b)
 		if err != nil {

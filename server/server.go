@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/trellis-dev/trellis"
@@ -120,6 +121,11 @@ type Server struct {
 	ln      net.Listener
 	served  chan error
 
+	active atomic.Int64 // requests being handled
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+
 	draining     context.Context // cancelled by Shutdown: long polls answer at once
 	stopDraining context.CancelFunc
 }
@@ -179,7 +185,13 @@ func (s *Server) Addr() net.Addr {
 // Shutdown stops accepting connections, answers the long polls in flight at once
 // (202, the run as it is), waits for the other requests in flight until ctx ends,
 // then closes the clients and the store it opened.
+// Later calls return the first call's error.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutdownOnce.Do(func() { s.shutdownErr = s.shutdown(ctx) })
+	return s.shutdownErr
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
 	s.stopDraining()
 	err := s.http.Shutdown(ctx)
 	s.mu.Lock()
@@ -226,6 +238,8 @@ func (s *Server) client(ctx context.Context, ns string) (*trellis.Client, func()
 	s.clients[ns] = c
 	return c, func() {}, nil
 }
+
+func (s *Server) activeRequests() int64 { return s.active.Load() }
 
 // ready reports whether the store answers and its schema is current.
 func (s *Server) ready(ctx context.Context) error {
