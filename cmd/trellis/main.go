@@ -32,6 +32,7 @@ Commands:
   approvals list and decide approval requests (list, approve, reject)
   workers   list the workers that serve a namespace (list)
   migrate   create or upgrade a store's schema
+  server    serve the HTTP API of a store (docs/http-api.md)
   bench     benchmark a store
   version   print the version of trellis and Go
   help      show this help; "trellis help <command>" shows a command's flags
@@ -95,6 +96,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runWorkers(ctx, rest, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, rest, stdout, stderr)
+	case "server":
+		return runServer(ctx, rest, stdout, stderr)
 	case "bench":
 		return runBenchCommand(ctx, rest, stdout)
 	case "version", "--version":
