@@ -1,6 +1,7 @@
 // Command trellis is the Trellis command line: a guided local demo (dev), starting,
 // inspecting and controlling runs (runs), deciding approvals (approvals), store
-// migrations (migrate), benchmarks (bench) and its version (version).
+// migrations (migrate), the HTTP API server (server), benchmarks (bench) and its
+// version (version).
 //
 // Every command is a function runX(ctx, args, stdout, stderr) error, so tests call it
 // directly and capture its output; main only maps the error to an exit status. A
