@@ -1,16 +1,29 @@
 package server
 
 import (
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis"
 )
 
 // Each malformed or unauthorized request gets its problem+json error and changes
 // nothing.
 func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
-	e := newEnv(t, storeURLs(t)["sqlite"](t))
-	run := e.start("await-go", nil, map[string]any{"id": "target"})
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testBadInput(t, newEnv(t, url(t)))
+		})
+	}
+}
+
+func testBadInput(t *testing.T, e *env) {
+	e.start("await-go", nil, map[string]any{"id": "target"})
 	before := e.runCount()
 	runs := "/v1/namespaces/default/runs"
 	big := `{"workflow":"echo","input":"` + strings.Repeat("x", 70<<10) + `"}`
@@ -75,5 +88,53 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	if got.Status != "pending" && got.Status != "waiting" && got.Status != "running" {
 		t.Fatalf("target run is %s", got.Status)
 	}
-	_ = run
+}
+
+// A client that sends its headers too slowly is disconnected after
+// ReadHeaderTimeout.
+func TestSlowHeadersAreCutOff(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.ReadHeaderTimeout = 100 * time.Millisecond })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n")); err != nil { // never finished
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a bound for a broken server, not a measurement
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("the server kept the connection: %v (read %q)", err, b)
+	}
+	if strings.Contains(string(b), "200 OK") {
+		t.Fatalf("answered an unfinished request: %q", b)
+	}
+}
+
+// Reset, resume and cancel as the SDK: reset of a finished run starts a new one,
+// of an active one is refused; resume of a run that is not blocked is refused.
+func TestResetResumeCancel(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	done := e.waitRun(e.start("echo", map[string]any{"n": 2}, map[string]any{"id": "again"}).ID)
+	var fresh trellis.Run
+	e.do("POST", "/v1/namespaces/default/runs/"+done.ID+"/reset", "producer", map[string]any{}).want(t, 201).decode(t, &fresh)
+	if fresh.ID == done.ID || fresh.WorkflowID != "again" {
+		t.Fatalf("reset gave %+v", fresh)
+	}
+	if again := e.waitRun(fresh.ID); string(again.Output) != `{"n":2}` {
+		t.Fatalf("reset run output %s", again.Output)
+	}
+	e.do("POST", "/v1/namespaces/default/runs/"+done.ID+"/reset", "producer", `{"step":"nope"}`).problem(t, 400, "invalid_argument")
+	waiting := e.start("await-go", nil, nil)
+	e.do("POST", "/v1/namespaces/default/runs/"+waiting.ID+"/reset", "producer", nil).problem(t, 409, "run_active")
+	e.do("POST", "/v1/namespaces/default/runs/"+waiting.ID+"/resume", "producer", nil).problem(t, 409, "run_not_blocked")
+	var cancelled trellis.Run
+	e.do("POST", "/v1/namespaces/default/runs/"+waiting.ID+"/cancel", "producer", `{}`).want(t, 200).decode(t, &cancelled)
+	if !cancelled.CancelRequested && cancelled.Status != trellis.StatusCancelled {
+		t.Fatalf("cancel gave %+v", cancelled)
+	}
+	if end := e.waitRun(waiting.ID); end.Status != trellis.StatusCancelled {
+		t.Fatalf("cancelled run ended %s", end.Status)
+	}
 }
