@@ -42,7 +42,17 @@ var insecurePrincipal = &auth.Principal{Name: "insecure",
 // wrap turns a route into a handler: authenticate, authorize, then handle.
 func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.active.Add(1)
+		if !rt.public {
+			select {
+			case s.inFlight <- struct{}{}:
+				defer func() { <-s.inFlight }()
+			default:
+				w.Header().Set("Retry-After", "1")
+				s.writeError(w, r, fmt.Errorf("%w: %d requests in flight", ErrRateLimited, cap(s.inFlight)))
+				return
+			}
+		}
+		s.active.Add(1) // after the slot: a request counted here holds one
 		defer s.active.Add(-1)
 		c := &call{role: rt.role}
 		if err := s.prepare(r, rt, c); err != nil {

@@ -53,3 +53,26 @@ func TestShutdownEndsLongPolls(t *testing.T) {
 		t.Fatalf("after shutdown: %v", err)
 	}
 }
+
+// Over MaxInFlight, a request is answered 429 at once; health checks still answer.
+func TestInFlightLimit(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.MaxInFlight = 1 })
+	run := e.start("await-go", nil, nil)
+	polled := make(chan *resp, 1)
+	go func() {
+		polled <- e.do("GET", "/v1/namespaces/default/runs/"+run.ID+"/result?wait=10s", "reader", nil)
+	}()
+	e.until(run.ID, func() bool { return e.srv.activeRequests() > 0 })
+	r := e.do("GET", "/v1/namespaces/default/runs", "reader", nil)
+	r.problem(t, 429, "rate_limited")
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("429 without Retry-After")
+	}
+	e.do("GET", "/healthz", "", nil).want(t, 200)
+	e.do("POST", "/v1/namespaces/default/runs/"+run.ID+"/events", "producer", map[string]any{"name": "go"}).problem(t, 429, "rate_limited")
+	if err := e.worker.SendEvent(context.Background(), run.ID, "go", "direct"); err != nil {
+		t.Fatal(err)
+	}
+	(<-polled).want(t, 200)
+	e.do("GET", "/v1/namespaces/default/runs", "reader", nil).want(t, 200)
+}

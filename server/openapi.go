@@ -134,7 +134,7 @@ func schemaOf(t reflect.Type, schemas obj) obj {
 	case reflect.Int, reflect.Int64, reflect.Int32:
 		return obj{"type": "integer"}
 	case reflect.Slice:
-		return obj{"type": "array", "items": schemaOf(t.Elem(), schemas)}
+		return obj{"type": "array", "items": fieldSchema(t.Elem(), schemas)}
 	case reflect.Struct:
 		return structSchema(t, schemas)
 	}
@@ -153,13 +153,7 @@ func structSchema(t reflect.Type, schemas obj) obj {
 		if name == "" {
 			name = f.Name
 		}
-		if f.Type.Kind() == reflect.Struct && f.Type != timeType && schemas != nil {
-			props[name] = ref(reflect.New(f.Type).Elem().Interface(), schemas)
-		} else if f.Type.Kind() == reflect.Pointer && f.Type.Elem().Kind() == reflect.Struct && f.Type.Elem() != timeType && schemas != nil {
-			props[name] = ref(reflect.New(f.Type.Elem()).Elem().Interface(), schemas)
-		} else {
-			props[name] = schemaOf(f.Type, schemas)
-		}
+		props[name] = fieldSchema(f.Type, schemas)
 		if !strings.Contains(opts, "omitempty") && f.Type.Kind() != reflect.Pointer {
 			required = append(required, name)
 		}
@@ -169,4 +163,16 @@ func structSchema(t reflect.Type, schemas obj) obj {
 		s["required"] = required
 	}
 	return s
+}
+
+// fieldSchema describes a field's type: named structs (and pointers to them) by
+// reference, so each record has one schema.
+func fieldSchema(t reflect.Type, schemas obj) obj {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() == reflect.Struct && t != timeType && t.Name() != "" && schemas != nil {
+		return ref(reflect.New(t).Elem().Interface(), schemas)
+	}
+	return schemaOf(t, schemas)
 }

@@ -48,6 +48,10 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxWait caps the wait of a long poll (result?wait=); default DefaultMaxWait.
 	MaxWait time.Duration
+	// MaxInFlight caps the API requests handled at once; one more is answered
+	// 429 rate_limited with Retry-After at once. Default 4096. Health checks are
+	// not counted.
+	MaxInFlight int
 	// ReadHeaderTimeout, ReadTimeout and IdleTimeout bound slow clients; defaults
 	// 5s, 30s and 2m. The write timeout is MaxWait plus 30s, for long polls.
 	ReadHeaderTimeout time.Duration
@@ -72,6 +76,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 4096
 	}
 	def(&c.MaxWait, DefaultMaxWait)
 	def(&c.ReadHeaderTimeout, 5*time.Second)
@@ -121,7 +128,8 @@ type Server struct {
 	ln      net.Listener
 	served  chan error
 
-	active atomic.Int64 // requests being handled
+	active   atomic.Int64  // requests being handled
+	inFlight chan struct{} // a slot per API request in flight (Config.MaxInFlight)
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -144,6 +152,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.store, s.ownsStore = st, true
 	}
+	s.inFlight = make(chan struct{}, cfg.MaxInFlight)
 	s.draining, s.stopDraining = context.WithCancel(context.Background())
 	s.table = routeTable
 	s.handler = s.routes()
