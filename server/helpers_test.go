@@ -40,6 +40,7 @@ func testTokens() tokens {
 	}
 	m["alice"] = &auth.Principal{Name: "alice", Grants: []auth.Grant{{Role: auth.RoleApprover, Namespace: "default"}}}
 	m["q1-producer"] = &auth.Principal{Name: "q1", Grants: []auth.Grant{{Role: auth.RoleProducer, Namespace: "default", Queue: "q1"}}}
+	m["q1-reader"] = &auth.Principal{Name: "q1r", Grants: []auth.Grant{{Role: auth.RoleReader, Namespace: "default", Queue: "q1"}}}
 	m["other-reader"] = &auth.Principal{Name: "other", Grants: []auth.Grant{{Role: auth.RoleReader, Namespace: "other"}}}
 	return m
 }

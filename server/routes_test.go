@@ -151,3 +151,21 @@ func TestInsecureOnlyOnLoopback(t *testing.T) {
 		t.Error("no Authenticator and not insecure: accepted")
 	}
 }
+
+// A grant restricted to a queue reaches the runs of that queue only: their reads,
+// and lists filtered by it.
+func TestQueueRestrictedGrant(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	inQ1 := e.start("nobody-serves", nil, map[string]any{"queue": "q1"})
+	inDefault := e.start("nobody-serves", nil, nil)
+	e.do("GET", "/v1/namespaces/default/runs?queue=q1", "q1-reader", nil).want(t, 200)
+	e.do("GET", "/v1/namespaces/default/runs", "q1-reader", nil).problem(t, 403, "permission_denied")
+	e.do("GET", "/v1/namespaces/default/runs?queue=default", "q1-reader", nil).problem(t, 403, "permission_denied")
+	e.do("GET", "/v1/namespaces/default/runs/"+inQ1.ID, "q1-reader", nil).want(t, 200)
+	e.do("GET", "/v1/namespaces/default/runs/"+inDefault.ID+"/history", "q1-reader", nil).problem(t, 403, "permission_denied")
+	e.do("GET", "/v1/namespaces/default/workers", "q1-reader", nil).problem(t, 403, "permission_denied")
+	e.do("POST", "/v1/namespaces/default/runs", "q1-producer", map[string]any{"workflow": "w", "queue": "q1"}).want(t, 201)
+	e.do("POST", "/v1/namespaces/default/runs", "q1-producer", map[string]any{"workflow": "w"}).problem(t, 403, "permission_denied")
+	e.do("POST", "/v1/namespaces/default/runs/"+inQ1.ID+"/cancel", "q1-producer", nil).want(t, 200)
+	e.do("POST", "/v1/namespaces/default/runs/"+inDefault.ID+"/cancel", "q1-producer", nil).problem(t, 403, "permission_denied")
+}
