@@ -65,6 +65,7 @@ var problemTable = []struct {
 	{trellis.ErrClosed, 503, "unavailable", "Unavailable"},
 	{store.ErrNoStore, 503, "unavailable", "Unavailable"},
 	{context.DeadlineExceeded, 503, "unavailable", "Unavailable"},
+	{context.Canceled, 503, "unavailable", "Unavailable"}, // the client went away, or the server stops
 }
 
 // ProblemTypeBase prefixes a problem's code to form its type URI.
