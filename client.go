@@ -150,6 +150,7 @@ type ListOptions struct {
 	Statuses      []Status
 	Workflow      string
 	WorkflowID    string
+	Queue         string
 	CreatedAfter  time.Time
 	CreatedBefore time.Time
 	// Limit is the page size; default 100, at most 1000.
@@ -161,7 +162,7 @@ type ListOptions struct {
 // List lists runs, newest first.
 func (c *Client) List(ctx context.Context, o ListOptions) (*RunPage, error) {
 	res, err := c.store.RunList(ctx, &store.RunListParams{
-		Namespace: c.cfg.Namespace, Statuses: statusesToStore(o.Statuses), Workflow: o.Workflow, WorkflowID: o.WorkflowID,
+		Namespace: c.cfg.Namespace, Statuses: statusesToStore(o.Statuses), Workflow: o.Workflow, WorkflowID: o.WorkflowID, Queue: o.Queue,
 		CreatedAfter: o.CreatedAfter, CreatedBefore: o.CreatedBefore, Limit: o.Limit, Cursor: o.Cursor,
 	})
 	if err != nil {

@@ -379,6 +379,7 @@ type RunListParams struct {
 	Statuses      []Status  `json:"statuses,omitempty"`
 	Workflow      string    `json:"workflow,omitempty"`
 	WorkflowID    string    `json:"workflow_id,omitempty"`
+	Queue         string    `json:"queue,omitempty"`
 	CreatedAfter  time.Time `json:"created_after,omitempty"`
 	CreatedBefore time.Time `json:"created_before,omitempty"`
 	// Limit caps the page size; 0 means 100. At most 1000.

@@ -1,6 +1,7 @@
 // Command trellis is the Trellis command line: a guided local demo (dev), starting,
 // inspecting and controlling runs (runs), deciding approvals (approvals), store
-// migrations (migrate), benchmarks (bench) and its version (version).
+// migrations (migrate), the HTTP API server (server), benchmarks (bench) and its
+// version (version).
 //
 // Every command is a function runX(ctx, args, stdout, stderr) error, so tests call it
 // directly and capture its output; main only maps the error to an exit status. A
@@ -33,6 +34,7 @@ Commands:
   workers   list the workers that serve a namespace (list)
   tokens    create, list and revoke the server's bearer tokens (create, list, revoke)
   migrate   create or upgrade a store's schema
+  server    serve the HTTP API of a store (docs/http-api.md)
   bench     benchmark a store
   version   print the version of trellis and Go
   help      show this help; "trellis help <command>" shows a command's flags
@@ -98,6 +100,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runTokens(ctx, rest, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, rest, stdout, stderr)
+	case "server":
+		return runServer(ctx, rest, stdout, stderr)
 	case "bench":
 		return runBenchCommand(ctx, rest, stdout)
 	case "version", "--version":

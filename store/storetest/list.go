@@ -56,7 +56,7 @@ func listFilters(t *testing.T, e *env) {
 	e.clk.Advance(time.Second)
 	r3 := e.create(withWorkflow("a"), withWorkflowID("key"))
 	e.clk.Advance(time.Second)
-	r4 := e.create(withWorkflow("a"), withPriority(10))
+	r4 := e.create(withWorkflow("a"), withPriority(10), withQueue("q2"))
 	e.finish(e.claimOne(r4.ID, claimWorkflows("a")))
 	e.create(withNamespace("ns2"), withWorkflow("a"))
 
@@ -70,6 +70,7 @@ func listFilters(t *testing.T, e *env) {
 		{"running", store.RunListParams{Statuses: []store.Status{store.StatusRunning}}, []string{r2.ID}},
 		{"workflow", store.RunListParams{Workflow: "a"}, []string{r4.ID, r3.ID, r1.ID}},
 		{"workflow ID", store.RunListParams{WorkflowID: "key"}, []string{r3.ID}},
+		{"queue", store.RunListParams{Queue: "q2"}, []string{r4.ID}},
 		{"created after (inclusive)", store.RunListParams{CreatedAfter: t0.Add(time.Second)}, []string{r4.ID, r3.ID, r2.ID}},
 		{"created before (exclusive)", store.RunListParams{CreatedBefore: t0.Add(2 * time.Second)}, []string{r2.ID, r1.ID}},
 		{"all filters", store.RunListParams{Workflow: "a", CreatedAfter: t0.Add(time.Second), CreatedBefore: t0.Add(3 * time.Second),

@@ -104,6 +104,9 @@ func (s *SQL) runListQuery(p *store.RunListParams) (string, []any, int, error) {
 	if p.WorkflowID != "" {
 		l.eq("workflow_id", p.WorkflowID)
 	}
+	if p.Queue != "" {
+		l.eq("queue", p.Queue)
+	}
 	if !p.CreatedAfter.IsZero() {
 		l.cond("created_at >= " + l.arg(s.d.Time(p.CreatedAfter)))
 	}

@@ -1,0 +1,66 @@
+package trellis
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// WorkerRecord is what a worker process reports about itself (refreshed by its
+// heartbeat): the workflows and queues it serves and whether it is live.
+type WorkerRecord struct {
+	Namespace string `json:"namespace"`
+	// Name is the worker's lease-owner name (Run.LeaseOwner of its runs).
+	Name      string   `json:"name"`
+	Workflows []string `json:"workflows"`
+	// Queues it claims from; empty means every queue.
+	Queues     []string  `json:"queues"`
+	Version    string    `json:"version,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	LastSeenAt time.Time `json:"last_seen_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	Live       bool      `json:"live"`
+}
+
+// Workers lists the records of this client's namespace's workers, live or not,
+// by name. Records of workers dead for longer than an hour are forgotten.
+func (c *Client) Workers(ctx context.Context) ([]*WorkerRecord, error) {
+	ws, err := c.store.WorkerList(ctx, &store.WorkerListParams{Namespace: c.cfg.Namespace})
+	if err != nil {
+		return nil, fmt.Errorf("listing workers: %w", err)
+	}
+	out := make([]*WorkerRecord, len(ws))
+	for i, w := range ws {
+		out[i] = &WorkerRecord{Namespace: w.Namespace, Name: w.Name, Workflows: nonNil(w.Workflows),
+			Queues: nonNil(w.Queues), Version: w.Version, StartedAt: w.StartedAt, LastSeenAt: w.LastSeenAt,
+			ExpiresAt: w.ExpiresAt, Live: w.Live}
+	}
+	return out, nil
+}
+
+// ServedWorkflows returns the names of the workflows that live workers of this
+// client's namespace serve, sorted.
+func (c *Client) ServedWorkflows(ctx context.Context) ([]string, error) {
+	ws, err := c.Workers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := []string{}
+	for _, w := range ws {
+		if w.Live {
+			names = append(names, w.Workflows...)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

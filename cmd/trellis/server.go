@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	neturl "net/url"
+	"os"
+	"time"
+
+	"github.com/trellis-dev/trellis/server"
+)
+
+const serverAbout = `Serve the HTTP API of a store (docs/http-api.md) on one port: start, inspect
+and steer runs from any language. The server never runs workflow code; workers
+elsewhere run the runs it starts. GET /healthz and /readyz answer without a
+token; the OpenAPI document is at /v1/openapi.json.
+
+Authentication: every request needs a bearer token (Authorization: Bearer ...)
+whose grants allow it (docs/http-api.md). On its first start with no tokens the
+server creates an admin token and prints it once; make others with "trellis
+tokens create". --insecure turns authentication off (every request acts as an
+admin) and is refused unless --listen is a loopback address.
+
+SIGTERM or Ctrl-C stops it gracefully: it stops accepting connections, answers
+long polls at once, lets requests in flight finish (up to 30s) and exits.`
+
+// serverShutdownGrace bounds how long a stopping server waits for requests in flight.
+const serverShutdownGrace = 30 * time.Second
+
+// runServer serves the HTTP API until ctx ends (SIGTERM, Ctrl-C).
+func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("server", "server [--store URL] [--listen ADDR] [--insecure]", serverAbout, stderr)
+	var url, listen string
+	var insecure bool
+	fs.StringVar(&url, "store", "", "store `URL` (default $"+envStore+", else "+server.DefaultStore+")")
+	fs.StringVar(&listen, "listen", server.DefaultListen, "the `address` to listen on")
+	fs.BoolVar(&insecure, "insecure", false, "turn authentication off (loopback addresses only)")
+	pos, err := parseArgs(fs, args)
+	switch {
+	case err != nil:
+		return err
+	case len(pos) > 0:
+		return usagef(fs, "server: unexpected argument %q", pos[0])
+	}
+	if url == "" {
+		url = os.Getenv(envStore)
+	}
+	if url == "" {
+		url = server.DefaultStore
+	}
+	srv, err := server.New(ctx, server.Config{Store: url, Listen: listen, Insecure: insecure})
+	if err != nil {
+		return err
+	}
+	if !insecure {
+		secret, err := srv.BootstrapAdmin(ctx)
+		if err != nil {
+			return errors.Join(err, srv.Shutdown(context.Background()))
+		}
+		if secret != "" {
+			fmt.Fprintf(stdout, "created the first admin token (shown once, keep it): %s\n", secret)
+		}
+	}
+	if err := srv.Start(); err != nil {
+		return errors.Join(err, srv.Shutdown(context.Background()))
+	}
+	mode := "bearer tokens"
+	if insecure {
+		mode = "insecure: no authentication"
+	}
+	fmt.Fprintf(stdout, "trellis server listening on http://%s (store %s; %s)\n", srv.Addr(), redacted(url), mode)
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "trellis server stopping")
+	sctx, cancel := context.WithTimeout(context.Background(), serverShutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("stopping server: %w", err)
+	}
+	return nil
+}
+
+// redacted hides a password in a store URL.
+func redacted(s string) string {
+	u, err := neturl.Parse(s)
+	if err != nil {
+		return "(malformed URL)"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// `trellis server --insecure` serves the API on a loopback address until its
+// context ends (SIGTERM), then stops and exits 0.
+func TestServerServesUntilStopped(t *testing.T) {
+	url := "sqlite://" + filepath.Join(t.TempDir(), "trellis.db")
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	pr, pw := io.Pipe()
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"server", "--store", url, "--listen", "127.0.0.1:0", "--insecure"}, pw, io.Discard)
+		pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	if !lines.Scan() {
+		t.Fatalf("no output: %v (exit %d)", lines.Err(), <-code)
+	}
+	_, rest, _ := strings.Cut(lines.Text(), "listening on ")
+	base, _, _ := strings.Cut(rest, " ")
+	res, err := http.Post(base+"/v1/namespaces/default/runs", "application/json", strings.NewReader(`{"workflow":"w","input":{"a":1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started struct{ ID, Status string }
+	json.NewDecoder(res.Body).Decode(&started)
+	res.Body.Close()
+	if res.StatusCode != 201 || started.Status != "pending" {
+		t.Fatalf("start: %d %+v", res.StatusCode, started)
+	}
+	cancel()
+	go io.Copy(io.Discard, pr)
+	if c := <-code; c != 0 {
+		t.Fatalf("exit %d", c)
+	}
+}
+
+// Secure by default: without --insecure the first start creates and prints an
+// admin token; a request without it is 401, with it 201; a second start prints
+// no new token. --insecure off loopback is refused.
+func TestServerSecureByDefault(t *testing.T) {
+	url := "sqlite://" + filepath.Join(t.TempDir(), "trellis.db")
+	base, secret, stop := startServer(t, url)
+	if !strings.HasPrefix(secret, "trl_") {
+		t.Fatalf("first start printed no admin token (got %q)", secret)
+	}
+	post := func(token string) int {
+		req, _ := http.NewRequest("POST", base+"/v1/namespaces/default/runs", strings.NewReader(`{"workflow":"w"}`))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if code := post(""); code != 401 {
+		t.Fatalf("no token: %d, want 401", code)
+	}
+	if code := post("trl_wrong"); code != 401 {
+		t.Fatalf("wrong token: %d, want 401", code)
+	}
+	if code := post(secret); code != 201 {
+		t.Fatalf("admin token: %d, want 201", code)
+	}
+	stop()
+	_, again, stop2 := startServer(t, url)
+	stop2()
+	if again != "" {
+		t.Fatalf("second start printed another token %q", again)
+	}
+	if res := trellisCmd(t, "server", "--store", url, "--insecure", "--listen", "0.0.0.0:0"); res.code != 1 || !strings.Contains(res.stderr, "loopback") {
+		t.Fatalf("insecure off loopback: exit %d %q", res.code, res.stderr)
+	}
+	if res := trellisCmd(t, "server", "-h"); res.code != 0 || !strings.Contains(res.stdout, "--listen") {
+		t.Fatalf("help: exit %d %q", res.code, res.stdout)
+	}
+}
+
+// startServer runs `trellis server` (with tokens) on url and returns its base
+// URL, the admin token it printed (if any) and a function that stops it.
+func startServer(t *testing.T, url string) (base, secret string, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	pr, pw := io.Pipe()
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"server", "--store", url, "--listen", "127.0.0.1:0"}, pw, io.Discard)
+		pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	for lines.Scan() {
+		line := lines.Text()
+		if _, tok, ok := strings.Cut(line, "keep it): "); ok {
+			secret = tok
+			continue
+		}
+		if _, rest, ok := strings.Cut(line, "listening on "); ok {
+			base, _, _ = strings.Cut(rest, " ")
+			break
+		}
+	}
+	if base == "" {
+		cancel()
+		t.Fatalf("server did not start (exit %d)", <-code)
+	}
+	go io.Copy(io.Discard, pr)
+	return base, secret, func() {
+		cancel()
+		if c := <-code; c != 0 {
+			t.Errorf("server exit %d", c)
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/auth"
+)
+
+// call is what the middleware found out about a request before its handler runs.
+type call struct {
+	principal *auth.Principal
+	role      auth.Role
+	ns        string
+	client    *trellis.Client
+	done      func()
+	run       *trellis.Run            // scopeRun: the run {id} names
+	approval  *trellis.ApprovalRecord // scopeApproval: approval {id}
+}
+
+// allowQueue checks the call's role on queue q of its namespace.
+func (c *call) allowQueue(q string) error {
+	if c.principal.Allows(c.role, c.ns, q) {
+		return nil
+	}
+	where := fmt.Sprintf("namespace %q", c.ns)
+	if q != "" {
+		where += fmt.Sprintf(" queue %q", q)
+	}
+	return fmt.Errorf("%w: principal %q has no %s grant on %s", ErrPermissionDenied, c.principal.Name, c.role, where)
+}
+
+// insecurePrincipal is who every request acts as under Config.Insecure.
+var insecurePrincipal = &auth.Principal{Name: "insecure",
+	Grants: []auth.Grant{{Role: auth.RoleAdmin, Namespace: auth.AllNamespaces}}}
+
+// wrap turns a route into a handler: authenticate, authorize, then handle.
+func (s *Server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !rt.public {
+			select {
+			case s.inFlight <- struct{}{}:
+				defer func() { <-s.inFlight }()
+			default:
+				w.Header().Set("Retry-After", "1")
+				s.writeError(w, r, fmt.Errorf("%w: %d requests in flight", ErrRateLimited, cap(s.inFlight)))
+				return
+			}
+		}
+		s.active.Add(1) // after the slot: a request counted here holds one
+		defer s.active.Add(-1)
+		c := &call{role: rt.role}
+		if err := s.prepare(r, rt, c); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if c.done != nil {
+			defer c.done()
+		}
+		if err := rt.handle(s, w, r, c); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// prepare authenticates the request and checks the route's rule (see scope).
+func (s *Server) prepare(r *http.Request, rt route, c *call) error {
+	if q := parseQuery(r, rt.query); q.err != nil {
+		return q.err
+	}
+	if rt.public {
+		return nil
+	}
+	p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
+	if err != nil {
+		return err
+	}
+	c.principal, c.ns = p, r.PathValue("ns")
+	if c.ns == auth.SystemNamespace {
+		return fmt.Errorf("%w: namespace %s cannot be addressed", ErrPermissionDenied, auth.SystemNamespace)
+	}
+	if !namespacePattern.MatchString(c.ns) {
+		return fmt.Errorf("%w: malformed namespace %q", ErrInvalidArgument, c.ns)
+	}
+	if !hasRoleIn(p, rt.role, c.ns) {
+		return c.allowQueue("")
+	}
+	if c.client, c.done, err = s.client(r.Context(), c.ns); err != nil {
+		return err
+	}
+	return s.authorizeScope(r, rt.scope, c)
+}
+
+// authorizeScope checks the role on the queue the route's scope names.
+func (s *Server) authorizeScope(r *http.Request, sc scope, c *call) error {
+	ctx := r.Context()
+	switch sc {
+	case scopeNamespace:
+		return c.allowQueue("")
+	case scopeListQueue:
+		return c.allowQueue(r.URL.Query().Get("queue"))
+	case scopeBodyQueue:
+		return nil // the handler checks the queue its body names
+	case scopeRun:
+		id := r.PathValue("id")
+		if err := checkRef("run ID", id); err != nil {
+			return err
+		}
+		run, err := c.client.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		c.run = run
+		return c.allowQueue(run.Queue)
+	case scopeApproval:
+		id := r.PathValue("id")
+		if err := checkRef("approval ID", id); err != nil {
+			return err
+		}
+		a, err := c.client.GetApproval(ctx, id)
+		if err != nil {
+			return err
+		}
+		run, err := c.client.Get(ctx, a.RunID)
+		if err != nil {
+			return err
+		}
+		c.approval = a
+		return c.allowQueue(run.Queue)
+	}
+	return fmt.Errorf("%w: route without an authorization rule", ErrPermissionDenied)
+}
+
+// hasRoleIn reports whether p holds role (or admin) on ns for some queue: a
+// principal without one learns nothing about the namespace, not even whether a
+// run exists.
+func hasRoleIn(p *auth.Principal, role auth.Role, ns string) bool {
+	if ns == auth.SystemNamespace {
+		return false
+	}
+	return slices.ContainsFunc(p.Grants, func(g auth.Grant) bool {
+		return (g.Namespace == auth.AllNamespaces || g.Namespace == ns) && (g.Role == role || g.Role == auth.RoleAdmin)
+	})
+}
+
+// authenticate finds the principal of an Authorization header.
+func (s *Server) authenticate(ctx context.Context, header string) (*auth.Principal, error) {
+	if s.cfg.Insecure {
+		return insecurePrincipal, nil
+	}
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return nil, fmt.Errorf("%w: send Authorization: Bearer <token>", auth.ErrUnauthenticated)
+	}
+	p, err := s.cfg.Authenticator.Authenticate(ctx, strings.TrimSpace(token))
+	switch {
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return nil, fmt.Errorf("%w: unknown or revoked token", auth.ErrUnauthenticated)
+	case err != nil:
+		return nil, fmt.Errorf("%w: authenticating: %v", ErrUnavailable, err)
+	case p == nil:
+		return nil, fmt.Errorf("%w: unknown token", auth.ErrUnauthenticated)
+	}
+	return p, nil
+}
+
+// checkApprover refuses a decision by a principal the approval does not name,
+// when it names any.
+func checkApprover(c *call) error {
+	a := c.approval
+	if len(a.Approvers) == 0 || slices.Contains(a.Approvers, c.principal.Name) {
+		return nil
+	}
+	return fmt.Errorf("%w: approval %s names approvers %v; principal %q is not one", ErrPermissionDenied, a.ID, a.Approvers, c.principal.Name)
+}

@@ -1,0 +1,173 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// decodeBody decodes r's JSON body into v: the content type must be
+// application/json, the body at most max bytes (a declared Content-Length over it
+// is refused before anything is read), with no unknown fields and nothing after
+// the value. When optional, an empty body leaves v as it is.
+func decodeBody(w http.ResponseWriter, r *http.Request, max int64, optional bool, v any) error {
+	if r.ContentLength > max {
+		return fmt.Errorf("%w: body is %d bytes (limit %d)", ErrBodyTooLarge, r.ContentLength, max)
+	}
+	if optional && r.ContentLength == 0 && r.Header.Get("Content-Type") == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return fmt.Errorf("%w: Content-Type must be application/json", ErrUnsupportedMediaType)
+	}
+	body := http.MaxBytesReader(w, r.Body, max)
+	if err := decodeJSON(body, optional, v); err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return fmt.Errorf("%w: body over %d bytes", ErrBodyTooLarge, max)
+		}
+		return err
+	}
+	return nil
+}
+
+// decodeJSON decodes exactly one JSON value from body into v, strictly.
+func decodeJSON(body io.Reader, optional bool, v any) error {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if optional && errors.Is(err, io.EOF) {
+			return nil
+		}
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return err
+		}
+		return fmt.Errorf("%w: malformed JSON body: %v", ErrInvalidArgument, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return err
+		}
+		return fmt.Errorf("%w: malformed JSON body: data after the value", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// maxRefLen bounds IDs, keys and names taken from paths and bodies.
+const maxRefLen = 255
+
+// namespacePattern is what a namespace may be called.
+var namespacePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// checkRef refuses an ID, key or name that is empty, too long, not UTF-8, or
+// holds a control character, a slash or a backslash (it could not be addressed
+// in a path).
+func checkRef(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: empty %s", ErrInvalidArgument, what)
+	case len(s) > maxRefLen:
+		return fmt.Errorf("%w: %s longer than %d bytes", ErrInvalidArgument, what, maxRefLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not UTF-8", ErrInvalidArgument, what)
+	case strings.ContainsAny(s, `/\`) || strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w: %s %q holds a slash, backslash or control character", ErrInvalidArgument, what, s)
+	}
+	return nil
+}
+
+// query reads a route's query parameters: unknown or repeated ones are refused.
+type query struct {
+	v   url.Values
+	err error
+}
+
+func parseQuery(r *http.Request, allowed []param) *query {
+	v, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return &query{err: fmt.Errorf("%w: malformed query: %v", ErrInvalidArgument, err)}
+	}
+	for k, vs := range v {
+		if !slices.ContainsFunc(allowed, func(p param) bool { return p.name == k }) {
+			return &query{err: fmt.Errorf("%w: unknown query parameter %q", ErrInvalidArgument, k)}
+		}
+		if len(vs) > 1 {
+			return &query{err: fmt.Errorf("%w: query parameter %q given %d times", ErrInvalidArgument, k, len(vs))}
+		}
+	}
+	return &query{v: v}
+}
+
+func (q *query) fail(format string, a ...any) {
+	if q.err == nil {
+		q.err = fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, a...)...)
+	}
+}
+
+func (q *query) str(name string) string {
+	if q.v == nil {
+		return ""
+	}
+	s := q.v.Get(name)
+	if len(s) > 4096 {
+		q.fail("%s too long", name)
+	}
+	return s
+}
+
+func (q *query) list(name string) []string {
+	s := q.str(name)
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+func (q *query) time(name string) time.Time {
+	s := q.str(name)
+	if s == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		q.fail("%s: want an RFC 3339 time, got %q", name, s)
+	}
+	return t.UTC()
+}
+
+func (q *query) limit(name string, max int) int {
+	s := q.str(name)
+	if s == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > max {
+		q.fail("%s: want an integer from 1 to %d, got %q", name, max, s)
+		return 0
+	}
+	return n
+}
+
+func (q *query) duration(name string, max time.Duration) time.Duration {
+	s := q.str(name)
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || d > max {
+		q.fail("%s: want a duration such as \"30s\", at most %s, got %q", name, max, s)
+		return 0
+	}
+	return d
+}

@@ -1,0 +1,178 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+)
+
+// The OpenAPI 3.1 document is generated from routeTable (paths, operations,
+// parameters, roles) and from the Go types of the bodies (schemas), so it
+// describes exactly what the server serves.
+
+var (
+	openapiOnce sync.Once
+	openapiDoc  []byte
+)
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request, _ *call) error {
+	openapiOnce.Do(func() {
+		openapiDoc, _ = json.MarshalIndent(buildOpenAPI(s.table), "", "  ")
+	})
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(openapiDoc)
+	return nil
+}
+
+type obj = map[string]any
+
+var pathParam = regexp.MustCompile(`\{([a-z]+)\}`)
+
+// OpenAPI returns the server's OpenAPI 3.1 document.
+func OpenAPI() map[string]any { return buildOpenAPI(routeTable) }
+
+func buildOpenAPI(table []route) obj {
+	schemas := obj{"Problem": schemaOf(reflect.TypeOf(Problem{}), nil)}
+	paths := obj{}
+	for _, rt := range table {
+		item, _ := paths[rt.pattern].(obj)
+		if item == nil {
+			item = obj{}
+			paths[rt.pattern] = item
+		}
+		item[strings.ToLower(rt.method)] = operation(rt, schemas)
+	}
+	return obj{
+		"openapi": "3.1.0",
+		"info": obj{"title": "Trellis HTTP API", "version": "1",
+			"description": "Start, inspect and steer durable workflow runs. See docs/http-api.md."},
+		"paths": paths,
+		"components": obj{
+			"schemas":         schemas,
+			"securitySchemes": obj{"bearer": obj{"type": "http", "scheme": "bearer"}},
+		},
+	}
+}
+
+func operation(rt route, schemas obj) obj {
+	var params []any
+	for _, m := range pathParam.FindAllStringSubmatch(rt.pattern, -1) {
+		params = append(params, obj{"name": m[1], "in": "path", "required": true, "schema": obj{"type": "string"}})
+	}
+	for _, q := range rt.query {
+		params = append(params, obj{"name": q.name, "in": "query", "description": q.doc, "schema": obj{"type": q.typ}})
+	}
+	op := obj{"operationId": rt.op, "summary": rt.summary, "responses": responses(rt, schemas)}
+	if len(params) > 0 {
+		op["parameters"] = params
+	}
+	if rt.public {
+		op["security"] = []any{}
+	} else {
+		op["security"] = []any{obj{"bearer": []any{}}}
+		op["x-trellis-role"] = string(rt.role)
+	}
+	if rt.request != nil {
+		op["requestBody"] = obj{"required": true, "content": obj{"application/json": obj{"schema": ref(rt.request, schemas)}}}
+	}
+	return op
+}
+
+func responses(rt route, schemas obj) obj {
+	ok := obj{"description": http.StatusText(rt.status)}
+	if rt.response != nil {
+		ok["content"] = obj{"application/json": obj{"schema": ref(rt.response, schemas)}}
+	} else if rt.op == "openapi" {
+		ok["content"] = obj{"application/json": obj{"schema": obj{"type": "object"}}}
+	}
+	out := obj{strconv.Itoa(rt.status): ok,
+		"default": obj{"description": "An error", "content": obj{"application/problem+json": obj{"schema": obj{"$ref": "#/components/schemas/Problem"}}}}}
+	if rt.op == "getResult" {
+		out["202"] = obj{"description": "The wait is over and the run has not ended", "content": ok["content"]}
+	}
+	return out
+}
+
+// ref adds the schema of v's type to schemas and returns a reference to it.
+func ref(v any, schemas obj) obj {
+	t := reflect.TypeOf(v)
+	if _, ok := schemas[t.Name()]; !ok {
+		schemas[t.Name()] = obj{} // placeholder against cycles
+		schemas[t.Name()] = schemaOf(t, schemas)
+	}
+	return obj{"$ref": "#/components/schemas/" + t.Name()}
+}
+
+var (
+	timeType    = reflect.TypeOf(time.Time{})
+	payloadType = reflect.TypeOf(trellis.Payload(nil))
+	rawType     = reflect.TypeOf(json.RawMessage(nil))
+)
+
+// schemaOf describes type t as JSON Schema, following its JSON tags.
+func schemaOf(t reflect.Type, schemas obj) obj {
+	switch {
+	case t == timeType:
+		return obj{"type": "string", "format": "date-time"}
+	case t == payloadType || t == rawType:
+		return obj{"description": "any JSON value"}
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return schemaOf(t.Elem(), schemas)
+	case reflect.String:
+		return obj{"type": "string"}
+	case reflect.Bool:
+		return obj{"type": "boolean"}
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return obj{"type": "integer"}
+	case reflect.Slice:
+		return obj{"type": "array", "items": fieldSchema(t.Elem(), schemas)}
+	case reflect.Struct:
+		return structSchema(t, schemas)
+	}
+	return obj{}
+}
+
+func structSchema(t reflect.Type, schemas obj) obj {
+	props := obj{}
+	var required []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		props[name] = fieldSchema(f.Type, schemas)
+		if !strings.Contains(opts, "omitempty") && f.Type.Kind() != reflect.Pointer {
+			required = append(required, name)
+		}
+	}
+	s := obj{"type": "object", "properties": props}
+	if len(required) > 0 {
+		s["required"] = required
+	}
+	return s
+}
+
+// fieldSchema describes a field's type: named structs (and pointers to them) by
+// reference, so each record has one schema.
+func fieldSchema(t reflect.Type, schemas obj) obj {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() == reflect.Struct && t != timeType && t.Name() != "" && schemas != nil {
+		return ref(reflect.New(t).Elem().Interface(), schemas)
+	}
+	return schemaOf(t, schemas)
+}

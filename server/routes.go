@@ -1,0 +1,165 @@
+package server
+
+import (
+	"net/http"
+	"reflect"
+
+	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/auth"
+)
+
+// scope says which queue a route's role is checked on (see authorize).
+type scope int
+
+const (
+	scopeNone      scope = iota // public route: no principal
+	scopeNamespace              // the namespace as a whole (queue "")
+	scopeListQueue              // the `queue` query parameter, else the namespace as a whole
+	scopeBodyQueue              // the queue the request body names (checked by the handler)
+	scopeRun                    // the queue of the run {id} names
+	scopeApproval               // the queue of the run of approval {id}
+)
+
+// param is a query parameter of a route.
+type param struct {
+	name, typ, doc string
+}
+
+// route is one entry of the route table: the mux, the authorization rule and the
+// OpenAPI document are all built from it, so they cannot drift.
+type route struct {
+	method, pattern string
+	op, summary     string
+	public          bool      // no token needed
+	role            auth.Role // the role the principal needs (every non-public route has one)
+	scope           scope
+	query           []param
+	request         any // a zero value of the request body type, or nil
+	status          int // the status of success
+	response        any // a zero value of the response type (nil: no body)
+	handle          func(s *Server, w http.ResponseWriter, r *http.Request, c *call) error
+}
+
+// Response bodies that are not SDK records.
+type (
+	// RunList is a page of runs.
+	RunList = trellis.RunPage
+	// History is a run's ops.
+	History struct {
+		Ops []*trellis.Op `json:"ops"`
+	}
+	// WorkflowList names the workflows live workers serve.
+	WorkflowList struct {
+		Workflows []string `json:"workflows"`
+	}
+	// WorkerList lists a namespace's workers.
+	WorkerList struct {
+		Workers []*trellis.WorkerRecord `json:"workers"`
+	}
+	// Value is one value of a run's store.
+	Value struct {
+		Key   string          `json:"key"`
+		Value trellis.Payload `json:"value"`
+	}
+	// Health answers /healthz and /readyz.
+	Health struct {
+		Status string `json:"status"`
+	}
+)
+
+var (
+	pageParams = []param{
+		{"limit", "integer", "page size, 1 to 1000 (default 100)"},
+		{"page_token", "string", "next_page_token of the previous page"},
+	}
+	runListParams = append([]param{
+		{"status", "string", "comma-separated run states"},
+		{"workflow", "string", "workflow name"},
+		{"queue", "string", "queue name"},
+		{"created_after", "string", "RFC 3339 time, inclusive"},
+		{"created_before", "string", "RFC 3339 time, exclusive"},
+	}, pageParams...)
+	approvalListParams = append([]param{
+		{"status", "string", "comma-separated approval states"},
+		{"run", "string", "run ID"},
+	}, pageParams...)
+	waitParams = []param{{"wait", "string", `long poll: how long to wait for the run to end, e.g. "30s"`}}
+)
+
+const nsRuns = "/v1/namespaces/{ns}/runs"
+
+// routeTable is every route of the server.
+var routeTable = []route{
+	{method: "GET", pattern: "/healthz", op: "healthz", summary: "The process is up", public: true,
+		status: 200, response: Health{}, handle: (*Server).healthz},
+	{method: "GET", pattern: "/readyz", op: "readyz", summary: "The store answers and its schema is current", public: true,
+		status: 200, response: Health{}, handle: (*Server).readyz},
+	{method: "GET", pattern: "/v1/openapi.json", op: "openapi", summary: "This document", public: true,
+		status: 200, handle: (*Server).openapi},
+	{method: "POST", pattern: nsRuns, op: "startRun", summary: "Start a run by workflow name; durable before the response",
+		role: auth.RoleProducer, scope: scopeBodyQueue, request: StartRequest{}, status: 201, response: trellis.Run{}, handle: (*Server).startRun},
+	{method: "GET", pattern: nsRuns, op: "listRuns", summary: "List runs, newest first",
+		role: auth.RoleReader, scope: scopeListQueue, query: runListParams, status: 200, response: RunList{}, handle: (*Server).listRuns},
+	{method: "GET", pattern: nsRuns + "/{id}", op: "getRun", summary: "One run, by run ID or workflow ID",
+		role: auth.RoleReader, scope: scopeRun, status: 200, response: trellis.Run{}, handle: (*Server).getRun},
+	{method: "GET", pattern: nsRuns + "/{id}/history", op: "getHistory", summary: "A run's ops, attempts and decisions",
+		role: auth.RoleReader, scope: scopeRun, status: 200, response: History{}, handle: (*Server).getHistory},
+	{method: "GET", pattern: nsRuns + "/{id}/result", op: "getResult", summary: "The run; with wait, once it ends (200) or when the wait is over (202)",
+		role: auth.RoleReader, scope: scopeRun, query: waitParams, status: 200, response: trellis.Run{}, handle: (*Server).getResult},
+	{method: "POST", pattern: nsRuns + "/{id}/cancel", op: "cancelRun", summary: "Cancel a run",
+		role: auth.RoleProducer, scope: scopeRun, status: 200, response: trellis.Run{}, handle: (*Server).cancelRun},
+	{method: "POST", pattern: nsRuns + "/{id}/resume", op: "resumeRun", summary: "Make a blocked run pending again",
+		role: auth.RoleProducer, scope: scopeRun, status: 200, response: trellis.Run{}, handle: (*Server).resumeRun},
+	{method: "POST", pattern: nsRuns + "/{id}/reset", op: "resetRun", summary: "Start a finished run again from a step; returns the new run",
+		role: auth.RoleProducer, scope: scopeRun, request: ResetRequest{}, status: 201, response: trellis.Run{}, handle: (*Server).resetRun},
+	{method: "POST", pattern: nsRuns + "/{id}/events", op: "sendEvent", summary: "Send an event to a run",
+		role: auth.RoleProducer, scope: scopeRun, request: EventRequest{}, status: 204, handle: (*Server).sendEvent},
+	{method: "GET", pattern: nsRuns + "/{id}/values/{key}", op: "getValue", summary: "A value of the run's store",
+		role: auth.RoleReader, scope: scopeRun, status: 200, response: Value{}, handle: (*Server).getValue},
+	{method: "GET", pattern: "/v1/namespaces/{ns}/approvals", op: "listApprovals", summary: "List approval requests, newest first",
+		role: auth.RoleReader, scope: scopeNamespace, query: approvalListParams, status: 200, response: trellis.ApprovalList{}, handle: (*Server).listApprovals},
+	{method: "POST", pattern: "/v1/namespaces/{ns}/approvals/{id}/approve", op: "approve", summary: "Approve a pending request as the token's principal",
+		role: auth.RoleApprover, scope: scopeApproval, request: DecideRequest{}, status: 200, response: trellis.ApprovalRecord{}, handle: (*Server).approve},
+	{method: "POST", pattern: "/v1/namespaces/{ns}/approvals/{id}/reject", op: "reject", summary: "Reject a pending request as the token's principal",
+		role: auth.RoleApprover, scope: scopeApproval, request: DecideRequest{}, status: 200, response: trellis.ApprovalRecord{}, handle: (*Server).reject},
+	{method: "GET", pattern: "/v1/namespaces/{ns}/workflows", op: "listWorkflows", summary: "The workflows that live workers serve",
+		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: WorkflowList{}, handle: (*Server).listWorkflows},
+	{method: "GET", pattern: "/v1/namespaces/{ns}/workers", op: "listWorkers", summary: "The namespace's workers, live or not",
+		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: WorkerList{}, handle: (*Server).listWorkers},
+}
+
+// routes builds the server's handler from the route table.
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	for _, rt := range s.table {
+		mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
+	}
+	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, s.unrouted(mux, r))
+	}))
+	return mux
+}
+
+// unrouted tells a path no route has from a method the path does not take.
+func (s *Server) unrouted(mux *http.ServeMux, r *http.Request) error {
+	var allow []string
+	for _, m := range []string{"GET", "POST"} {
+		r2 := r.Clone(r.Context())
+		r2.Method = m
+		if _, p := mux.Handler(r2); p != "/" && p != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		return ErrNotFound
+	}
+	return ErrMethodNotAllowed
+}
+
+// typeName is the schema name of a request or response value.
+func typeName(v any) string {
+	if v == nil {
+		return ""
+	}
+	return reflect.TypeOf(v).Name()
+}

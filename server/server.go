@@ -1,0 +1,270 @@
+// Package server is `trellis server`: the public HTTP API of a Trellis store, for
+// callers in any language (docs/http-api.md). The server coordinates and never
+// runs workflow code: its clients have their workers disabled, and workers
+// elsewhere run the runs it starts. It keeps no state another server needs, so
+// many servers may serve one Postgres store.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/auth"
+	"github.com/trellis-dev/trellis/internal/auth/storeauth"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultListen       = "127.0.0.1:7070"
+	DefaultStore        = "sqlite:trellis.db"
+	DefaultMaxBodyBytes = int64(trellis.DefaultMaxPayloadBytes) + 64<<10
+	DefaultMaxWait      = time.Minute
+)
+
+// Config configures New. Zero fields take the documented defaults.
+type Config struct {
+	// Store is the store URL (see trellis.Config.Store); default DefaultStore.
+	Store string
+	// Backend, when set, is used instead of opening Store; Shutdown does not close it.
+	Backend store.Store
+	// Listen is the address Start listens on; default DefaultListen.
+	Listen string
+	// Authenticator finds the principal of each request's bearer token; default
+	// the store's tokens (trellis tokens create; Server.BootstrapAdmin makes the
+	// first).
+	Authenticator auth.Authenticator
+	// Insecure turns authentication off: every request acts as an admin of every
+	// namespace. Refused unless Listen is a loopback address.
+	Insecure bool
+	// MaxBodyBytes caps a request body; default DefaultMaxBodyBytes (a maximal
+	// payload and its envelope).
+	MaxBodyBytes int64
+	// MaxWait caps the wait of a long poll (result?wait=); default DefaultMaxWait.
+	MaxWait time.Duration
+	// MaxInFlight caps the API requests handled at once; one more is answered
+	// 429 rate_limited with Retry-After at once. Default 4096. Health checks are
+	// not counted.
+	MaxInFlight int
+	// ReadHeaderTimeout, ReadTimeout and IdleTimeout bound slow clients; defaults
+	// 5s, 30s and 2m. The write timeout is MaxWait plus 30s, for long polls.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	IdleTimeout       time.Duration
+	// Logger receives request errors the server could not attribute to the client;
+	// default discards.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.Store == "" {
+		c.Store = DefaultStore
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 4096
+	}
+	def(&c.MaxWait, DefaultMaxWait)
+	def(&c.ReadHeaderTimeout, 5*time.Second)
+	def(&c.ReadTimeout, 30*time.Second)
+	def(&c.IdleTimeout, 2*time.Minute)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Insecure && !loopbackOnly(c.Listen):
+		return fmt.Errorf("server config: --insecure is refused unless listening on loopback only (listen address %q)", c.Listen)
+	}
+	return nil
+}
+
+// loopbackOnly reports whether addr (host:port) listens on a loopback address only.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Server serves the HTTP API. Create it with New, then Start it, or mount Handler
+// on a listener of your own.
+type Server struct {
+	cfg       Config
+	store     store.Store
+	ownsStore bool
+	handler   http.Handler
+	table     []route
+	http      *http.Server
+
+	mu      sync.Mutex
+	clients map[string]*trellis.Client // by namespace, created on first use
+	ln      net.Listener
+	served  chan error
+
+	active   atomic.Int64  // requests being handled
+	inFlight chan struct{} // a slot per API request in flight (Config.MaxInFlight)
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+
+	draining     context.Context // cancelled by Shutdown: long polls answer at once
+	stopDraining context.CancelFunc
+}
+
+// New opens the store (unless Config.Backend) and builds the server.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, store: cfg.Backend, clients: map[string]*trellis.Client{}}
+	if s.store == nil {
+		st, err := trellis.OpenStore(ctx, cfg.Store, nil)
+		if err != nil {
+			return nil, fmt.Errorf("starting server: %w", err)
+		}
+		s.store, s.ownsStore = st, true
+	}
+	if !cfg.Insecure && cfg.Authenticator == nil {
+		s.cfg.Authenticator = storeauth.New(s.store, storeauth.Config{})
+	}
+	s.inFlight = make(chan struct{}, cfg.MaxInFlight)
+	s.draining, s.stopDraining = context.WithCancel(context.Background())
+	s.table = routeTable
+	s.handler = s.routes()
+	s.http = &http.Server{
+		Handler: s.handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
+		WriteTimeout: cfg.MaxWait + 30*time.Second, IdleTimeout: cfg.IdleTimeout,
+		MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// Handler is the server's one handler: the API, health checks and the OpenAPI
+// document.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start listens on Config.Listen and serves in the background until Shutdown.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("starting server: %w", err)
+	}
+	s.mu.Lock()
+	s.ln, s.served = ln, make(chan error, 1)
+	s.mu.Unlock()
+	go func() { s.served <- s.http.Serve(ln) }()
+	return nil
+}
+
+// Addr is the address Start listens on (useful with port 0).
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Shutdown stops accepting connections, answers the long polls in flight at once
+// (202, the run as it is), waits for the other requests in flight until ctx ends,
+// then closes the clients and the store it opened.
+// Later calls return the first call's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutdownOnce.Do(func() { s.shutdownErr = s.shutdown(ctx) })
+	return s.shutdownErr
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
+	s.stopDraining()
+	err := s.http.Shutdown(ctx)
+	s.mu.Lock()
+	served := s.served
+	clients := s.clients
+	s.clients = map[string]*trellis.Client{}
+	s.mu.Unlock()
+	if served != nil {
+		if serr := <-served; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = serr
+		}
+	}
+	for _, c := range clients {
+		c.Close()
+	}
+	if s.ownsStore {
+		if cerr := s.store.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// maxClients bounds the namespaces a server keeps a client for; beyond it, a
+// request gets a client of its own, closed when it ends.
+const maxClients = 1024
+
+// client returns the client of namespace ns (validated by the caller), and a
+// function to call when the request is done with it.
+func (s *Server) client(ctx context.Context, ns string) (*trellis.Client, func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.clients[ns]; ok {
+		return c, func() {}, nil
+	}
+	c, err := trellis.Open(ctx, trellis.Config{Backend: s.store, Namespace: ns,
+		Worker: trellis.WorkerOptions{Disabled: true}, Logger: s.cfg.Logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(s.clients) >= maxClients {
+		return c, func() { c.Close() }, nil
+	}
+	s.clients[ns] = c
+	return c, func() {}, nil
+}
+
+func (s *Server) activeRequests() int64 { return s.active.Load() }
+
+// ready reports whether the store answers and its schema is current.
+func (s *Server) ready(ctx context.Context) error {
+	if r, ok := s.store.(interface{ Ready(context.Context) error }); ok {
+		return r.Ready(ctx)
+	}
+	_, err := s.store.RunList(ctx, &store.RunListParams{Namespace: "default", Limit: 1})
+	return err
+}
+
+// BootstrapAdmin makes the first token of a store that has none: an admin of every
+// namespace named "admin", whose secret it returns to be shown once. It returns ""
+// when the store has tokens already (or had: revoked ones count).
+func (s *Server) BootstrapAdmin(ctx context.Context) (string, error) {
+	return storeauth.Bootstrap(ctx, s.store)
+}
