@@ -186,3 +186,16 @@ func ParseCursor(c string) (int64, error) {
 	}
 	return after, nil
 }
+
+// Validate checks a claim's required fields, wrapping ErrInvalidParams.
+func (p *RunsClaimParams) Validate() error {
+	switch {
+	case len(p.Workflows) == 0:
+		return fmt.Errorf("%w: Workflows is required", ErrInvalidParams)
+	case p.Max <= 0:
+		return fmt.Errorf("%w: Max must be positive", ErrInvalidParams)
+	case p.LeaseDuration <= 0:
+		return fmt.Errorf("%w: LeaseDuration must be positive", ErrInvalidParams)
+	}
+	return nil
+}

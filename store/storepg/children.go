@@ -25,11 +25,6 @@ var (
 	FROM unnest($6::text[], $7::text[], $8::text[], $9::text[], $10::int4[], $11::int4[], $12::bytea[],
 		$13::timestamptz[]) WITH ORDINALITY AS c(id, workflow_id, workflow, queue, priority, version, input,
 		deadline, n)`
-	// sqlGroupUnfinished lists and locks a group's unfinished children, last item
-	// first (so that cancelling them releases no held child).
-	sqlGroupUnfinished = `SELECT ` + runRowCols + ` FROM runs WHERE parent_seq = $1
-	AND parent_position = $2 AND status NOT IN ('succeeded', 'failed', 'cancelled')
-	ORDER BY item DESC FOR NO KEY UPDATE`
 )
 
 // parentRef identifies the parent run creating children.
@@ -85,35 +80,7 @@ func countEnded(tx *wtx, parentSeq int64, position int, d groupDelta) error {
 
 // CancelGroup implements sqlstore.Tx.
 func (s stx) CancelGroup(parentSeq int64, position int) error {
-	runs, err := txRunRows(s.tx, sqlGroupUnfinished, parentSeq, position)
-	if err != nil {
-		return fmt.Errorf("listing children of group %d: %w", position, err)
-	}
-	for _, r := range runs {
-		if _, err := cancelRun(s.tx, r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// txRunRows runs a query of runRowCols in the transaction and returns every row
-// (read to the end before the caller runs other statements).
-func txRunRows(tx *wtx, query string, args ...any) ([]*runRow, error) {
-	rows, err := tx.query(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*runRow
-	for rows.Next() {
-		r, err := scanRunRow(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return shared.CancelGroup(s, parentSeq, position)
 }
 
 // RunChildren implements store.Store.

@@ -11,9 +11,6 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// cancelledError is the Error of a run cancelled before a worker could see it.
-var cancelledError = store.ErrorInfo{Message: "run cancelled", Type: "cancelled"}
-
 const runInsertCols = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
 	status, version, input, deadline, available_at, created_at, updated_at,
 	attempts, lease_owner, lease_token, lease_expires_at, started_at)`

@@ -153,28 +153,10 @@ func writeWaiting(tx *wtx, ck ckRow, p *store.CheckpointParams) error {
 	return nil
 }
 
-// cancelAfterCheckpoint keeps a cancellation that reached a run while it ran: a
-// run that blocks ends cancelled at once (a replay would block it again), and
-// children it started just now are cancelled as RunCancel would have cancelled
-// them. A run that starts to wait was already handed back by its status update.
+// cancelAfterCheckpoint keeps a cancellation that reached a run while it ran
+// (sqlstore.SQL.CancelAfterCheckpoint).
 func cancelAfterCheckpoint(tx *wtx, seq int64, p *store.CheckpointParams) error {
-	if p.Status == store.StatusBlocked {
-		_, err := cancelRun(tx, &store.Run{Sequence: seq, Status: store.StatusBlocked, Attempts: 1})
-		return err
-	}
-	if len(p.Children) == 0 {
-		return nil
-	}
-	children, err := txRuns(tx, sqlCancelCascade, seq)
-	if err != nil {
-		return fmt.Errorf("listing children: %w", err)
-	}
-	for _, c := range children {
-		if _, err := cancelRun(tx, c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return shared.CancelAfterCheckpoint(tx, seq, p)
 }
 
 // writeHistory saves a checkpoint's ops, attempts and run-store writes.

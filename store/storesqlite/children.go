@@ -14,11 +14,6 @@ import (
 const (
 	sqlChildInsert = sqlstore.ChildInsert + `
 	VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	// sqlGroupUnfinished lists a group's unfinished children, last item first (so
-	// that cancelling them releases no held child).
-	sqlGroupUnfinished = `SELECT ` + runCols + ` FROM runs WHERE parent_seq = ?1
-	AND parent_position = ?2 AND status NOT IN ('succeeded', 'failed', 'cancelled')
-	ORDER BY item DESC`
 )
 
 // parentRef identifies the parent run creating children.
@@ -64,16 +59,7 @@ func childEnded(tx *wtx, parentSeq int64, position int, status store.Status, was
 
 // CancelGroup implements sqlstore.Tx.
 func (tx *wtx) CancelGroup(parentSeq int64, position int) error {
-	runs, err := txRuns(tx, sqlGroupUnfinished, parentSeq, position)
-	if err != nil {
-		return fmt.Errorf("listing children of group %d: %w", position, err)
-	}
-	for _, r := range runs {
-		if _, err := cancelRun(tx, r); err != nil {
-			return err
-		}
-	}
-	return nil
+	return shared.CancelGroup(tx, parentSeq, position)
 }
 
 // RunChildren implements store.Store.

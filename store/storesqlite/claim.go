@@ -57,13 +57,8 @@ const (
 
 // RunsClaim implements store.Store.
 func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
-	switch {
-	case len(p.Workflows) == 0:
-		return nil, fmt.Errorf("claiming runs: %w: Workflows is required", store.ErrInvalidParams)
-	case p.Max <= 0:
-		return nil, fmt.Errorf("claiming runs: %w: Max must be positive", store.ErrInvalidParams)
-	case p.LeaseDuration <= 0:
-		return nil, fmt.Errorf("claiming runs: %w: LeaseDuration must be positive", store.ErrInvalidParams)
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("claiming runs: %w", err)
 	}
 	wfs, err := jsonList(p.Workflows)
 	if err != nil {

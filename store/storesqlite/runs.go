@@ -10,9 +10,6 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// cancelledError is the Error of a run cancelled before a worker could see it.
-var cancelledError = store.ErrorInfo{Message: "run cancelled", Type: "cancelled"}
-
 // sqlRunInsert creates a run, pending or (with a claim) already running.
 const sqlRunInsert = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
 	status, version, input, deadline, available_at, attempts, lease_owner, lease_token,
@@ -123,24 +120,7 @@ const (
 
 // Cancellation of one unfinished run; each returns the updated row and its place
 // in a parent's group (NULLs for a run that is no child).
-const (
-	sqlCancelNow = `UPDATE runs SET status = 'cancelled', error = ?1, wait_reason = '',
-	lease_owner = '', lease_expires_at = NULL, finished_at = ?2, updated_at = ?2
-	WHERE sequence = ?3 AND status NOT IN ('succeeded', 'failed', 'cancelled')
-	RETURNING ` + runCols + `, parent_seq, parent_position`
-	sqlCancelFlag = `UPDATE runs SET cancel_requested = 1, updated_at = ?1,
-	available_at = CASE WHEN status = 'waiting' THEN ?1 ELSE available_at END,
-	wait_reason = CASE WHEN status = 'waiting' THEN '' ELSE wait_reason END,
-	status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END
-	WHERE sequence = ?2 AND status NOT IN ('succeeded', 'failed', 'cancelled')
-	RETURNING ` + runCols + `, parent_seq, parent_position`
-	// sqlCancelCascade lists a run's unfinished children in non-detached groups,
-	// each group's last item first (so that cancelling them releases no held child).
-	sqlCancelCascade = `SELECT ` + runCols + ` FROM runs WHERE parent_seq = ?1
-	AND status NOT IN ('succeeded', 'failed', 'cancelled')
-	AND parent_position NOT IN (SELECT position FROM child_groups WHERE parent_seq = ?1 AND detached = 1)
-	ORDER BY parent_position, item DESC`
-)
+const ()
 
 // RunCancel implements store.Store.
 func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
@@ -175,51 +155,8 @@ func runCancel(tx *wtx, p *store.RunCancelParams) (*store.Run, error) {
 	return cancelRun(tx, run)
 }
 
-// cancelRun cancels an unfinished run as RunCancel does, then its children in
-// non-detached groups, recursively. A child that ends at once is counted in its
-// group. It returns nil when run had finished meanwhile (earlier in a cascade).
-func cancelRun(tx *wtx, run *store.Run) (*store.Run, error) {
-	now := tx.now.UnixNano()
-	endsNow := run.Status == store.StatusBlocked || run.Status == store.StatusPending && run.Attempts == 0
-	var row scanner
-	if endsNow {
-		e, _ := errJSON(&cancelledError)
-		row = tx.queryRow(sqlCancelNow, e, now, run.Sequence)
-	} else {
-		row = tx.queryRow(sqlCancelFlag, now, run.Sequence)
-	}
-	var parentSeq, position sql.NullInt64
-	updated, _, err := scanRun(extraScan{row, []any{&parentSeq, &position}})
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	tx.publish(store.RunTopic(updated.Namespace, updated.ID), store.TopicReady)
-	if run.Attempts > 0 { // its worker learns of the cancel now (see store.TopicCancel)
-		tx.publish(store.TopicCancel)
-	}
-	if run.Attempts > 0 { // a run that never ran started no children
-		children, err := txRuns(tx, sqlCancelCascade, updated.Sequence)
-		if err != nil {
-			return nil, fmt.Errorf("listing children: %w", err)
-		}
-		for _, c := range children {
-			if _, err := cancelRun(tx, c); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if endsNow && parentSeq.Valid {
-		// A held child still has no available_at (cancelling does not set it).
-		wasHeld := updated.AvailableAt.IsZero()
-		if err := childEnded(tx, parentSeq.Int64, int(position.Int64), store.StatusCancelled, wasHeld); err != nil {
-			return nil, err
-		}
-	}
-	return updated, nil
-}
+// cancelRun cancels an unfinished run and its children (sqlstore.SQL.CancelRun).
+func cancelRun(tx *wtx, run *store.Run) (*store.Run, error) { return shared.CancelRun(tx, run) }
 
 // txRuns runs a query of runCols in the write transaction and returns every row
 // (read to the end before the caller runs other statements).

@@ -7,6 +7,7 @@ type SQL struct {
 	q    queries
 	tok  tokenQueries
 	idem idemQueries
+	cq   cancelQueries
 }
 
 // queries are the fixed statements of the shared logic, in the dialect's style.
@@ -66,6 +67,7 @@ func New(d Dialect) *SQL {
 	WHERE seq = $5`),
 		runStatusLock: r(`SELECT status FROM runs WHERE sequence = $1` + d.Lock()),
 	}
+	s.cq = newCancelQueries(d)
 	s.tok = newTokenQueries(r)
 	s.idem = newIdemQueries(r)
 	return s
