@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/httpc"
@@ -24,6 +25,8 @@ const remoteWait = 30 * time.Second
 type remote struct {
 	hc *httpc.Client
 	ns string // path-escaped namespace prefix: /v1/namespaces/{ns}
+	// pollWait is the wait of a result long poll, in nanoseconds (see wait).
+	pollWait atomic.Int64
 }
 
 func newRemote(cfg Config) (*remote, error) {
@@ -31,7 +34,9 @@ func newRemote(cfg Config) (*remote, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening trellis: %w", err)
 	}
-	return &remote{hc: hc, ns: "/v1/namespaces/" + url.PathEscape(cfg.Namespace)}, nil
+	r := &remote{hc: hc, ns: "/v1/namespaces/" + url.PathEscape(cfg.Namespace)}
+	r.pollWait.Store(int64(remoteWait))
+	return r, nil
 }
 
 // problemCodes maps the server's problem codes back to the SDK's sentinels,
@@ -122,7 +127,7 @@ type startBody struct {
 }
 
 func (r *remote) start(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
-	if !json.Valid(input) {
+	if len(input) > 0 && !json.Valid(input) {
 		return nil, fmt.Errorf("starting %s: %w: a server takes JSON inputs (Config.Codec must encode JSON)", def.name, ErrInvalidInput)
 	}
 	p := runParams("", def, "", input, o)
@@ -224,16 +229,23 @@ func (r *remote) value(ctx context.Context, ref, key string) (Payload, error) {
 }
 
 // wait long-polls the run's result until it has ended (200); each 202 answer
-// (the server's wait was over) starts the next poll.
+// (the server's wait was over) starts the next poll. A server whose MaxWait is
+// shorter than the client's wait answers 400: the client halves its wait (down
+// to a second) and remembers what the server took.
 func (r *remote) wait(ctx context.Context, ref string) (*Run, error) {
-	q := url.Values{"wait": {remoteWait.String()}}
 	for {
+		wait := time.Duration(r.pollWait.Load())
 		var run Run
-		status, err := r.do(ctx, httpc.Call{Method: http.MethodGet, Path: r.runPath(ref, "result"), Query: q, Out: &run, Wait: remoteWait})
-		if err != nil {
+		call := httpc.Call{Method: http.MethodGet, Path: r.runPath(ref, "result"),
+			Query: url.Values{"wait": {wait.String()}}, Out: &run, Wait: wait}
+		status, err := r.do(ctx, call)
+		switch {
+		case errors.Is(err, ErrInvalidParams) && wait > time.Second:
+			r.pollWait.CompareAndSwap(int64(wait), int64(max(wait/2, time.Second)))
+			continue
+		case err != nil:
 			return nil, err
-		}
-		if status == http.StatusOK && run.Status.Terminal() {
+		case status == http.StatusOK && run.Status.Terminal():
 			return &run, nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -243,7 +255,7 @@ func (r *remote) wait(ctx context.Context, ref string) (*Run, error) {
 }
 
 func (r *remote) sendEvent(ctx context.Context, ref, name string, payload []byte) error {
-	if !json.Valid(payload) {
+	if len(payload) > 0 && !json.Valid(payload) {
 		return fmt.Errorf("sending event %q: %w: a server takes JSON payloads (Config.Codec must encode JSON)", name, ErrInvalidParams)
 	}
 	body := struct {
