@@ -135,6 +135,9 @@ func (c *Client) Close() error {
 				c.closeErr = err
 			}
 		}
+		if c.remote != nil {
+			c.remote.close()
+		}
 		if c.results != nil {
 			c.results.Stop() // after the worker: runs finishing in its grace reach their callers
 		}

@@ -27,6 +27,13 @@ type remote struct {
 	ns string // path-escaped namespace prefix: /v1/namespaces/{ns}
 	// pollWait is the wait of a result long poll, in nanoseconds (see wait).
 	pollWait atomic.Int64
+	closed   atomic.Bool
+}
+
+// close makes later calls fail with ErrClosed and drops idle connections.
+func (r *remote) close() {
+	r.closed.Store(true)
+	r.hc.Close()
 }
 
 func newRemote(cfg Config) (*remote, error) {
@@ -99,6 +106,9 @@ func remoteErr(err error) error {
 
 // do makes a call and maps its error.
 func (r *remote) do(ctx context.Context, call httpc.Call) (int, error) {
+	if r.closed.Load() {
+		return 0, ErrClosed
+	}
 	status, err := r.hc.Do(ctx, call)
 	if err != nil {
 		return status, remoteErr(err)

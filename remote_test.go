@@ -218,3 +218,14 @@ func TestRemoteConfig(t *testing.T) {
 		t.Fatalf("get with no server: %v, want ErrUnavailable", err)
 	}
 }
+
+func TestRemoteClosed(t *testing.T) {
+	e := newRemoteEnv(t)
+	c := e.open(t, e.token)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctxT(t), "x"); !errors.Is(err, trellis.ErrClosed) {
+		t.Fatalf("get after close: %v, want ErrClosed", err)
+	}
+}

@@ -98,6 +98,12 @@ func defaultHTTPClient() *http.Client {
 	return &http.Client{Transport: t} // per-call timeouts come from the context
 }
 
+// Close closes the idle keep-alive connections; calls after it still work (the
+// caller refuses them).
+func (c *Client) Close() {
+	c.cfg.Client.CloseIdleConnections()
+}
+
 // Call is one request: Method, Path (already escaped), Query, Body (JSON-encoded
 // when not nil), Out (decoded from a 2xx answer when not nil) and Wait (added to
 // the attempt's timeout, for long polls).
