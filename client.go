@@ -19,6 +19,7 @@ type Client struct {
 	store     store.Store
 	ownsStore bool
 	reg       registry
+	remote    *remote // set when the client works through a server (Config.Server)
 	worker    *worker.Worker
 	engine    *engine.Engine
 	results   *results.Watcher
@@ -31,6 +32,9 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Server != "" {
+		return openRemote(cfg)
 	}
 	c := &Client{cfg: cfg, store: cfg.Backend}
 	if c.store == nil {
@@ -77,6 +81,16 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
+// openRemote returns a client that works through a server: no store, engine,
+// results watcher or worker.
+func openRemote(cfg Config) (*Client, error) {
+	r, err := newRemote(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{cfg: cfg, remote: r}, nil
+}
+
 // newResults creates the client's results watcher, before the engine that
 // reports the ends of the runs it executes to it (engine.Config.OnEnd).
 func (c *Client) newResults() error {
@@ -121,7 +135,12 @@ func (c *Client) Close() error {
 				c.closeErr = err
 			}
 		}
-		c.results.Stop() // after the worker: runs finishing in its grace reach their callers
+		if c.remote != nil {
+			c.remote.close()
+		}
+		if c.results != nil {
+			c.results.Stop() // after the worker: runs finishing in its grace reach their callers
+		}
 		if err := c.closeStore(); err != nil && c.closeErr == nil {
 			c.closeErr = err
 		}
@@ -130,7 +149,7 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) closeStore() error {
-	if c.ownsStore {
+	if c.ownsStore && c.store != nil {
 		return c.store.Close()
 	}
 	return nil
@@ -138,6 +157,9 @@ func (c *Client) closeStore() error {
 
 // Get returns a run by run ID or workflow ID (the latest run with that ID).
 func (c *Client) Get(ctx context.Context, ref string) (*Run, error) {
+	if c.remote != nil {
+		return c.remote.get(ctx, ref)
+	}
 	r, err := c.store.RunGet(ctx, &store.RunGetParams{Namespace: c.cfg.Namespace, Ref: ref})
 	if err != nil {
 		return nil, err
@@ -161,6 +183,9 @@ type ListOptions struct {
 
 // List lists runs, newest first.
 func (c *Client) List(ctx context.Context, o ListOptions) (*RunPage, error) {
+	if c.remote != nil {
+		return c.remote.list(ctx, o)
+	}
 	res, err := c.store.RunList(ctx, &store.RunListParams{
 		Namespace: c.cfg.Namespace, Statuses: statusesToStore(o.Statuses), Workflow: o.Workflow, WorkflowID: o.WorkflowID, Queue: o.Queue,
 		CreatedAfter: o.CreatedAfter, CreatedBefore: o.CreatedBefore, Limit: o.Limit, Cursor: o.Cursor,
@@ -173,6 +198,9 @@ func (c *Client) List(ctx context.Context, o ListOptions) (*RunPage, error) {
 
 // History returns a run's ops in position order, with every failed attempt.
 func (c *Client) History(ctx context.Context, ref string) ([]*Op, error) {
+	if c.remote != nil {
+		return c.remote.history(ctx, ref)
+	}
 	ops, err := c.store.HistoryList(ctx, &store.HistoryListParams{Namespace: c.cfg.Namespace, Ref: ref})
 	if err != nil {
 		return nil, err
@@ -184,6 +212,10 @@ func (c *Client) History(ctx context.Context, ref string) ([]*Op, error) {
 // or waiting run stops at its next op (its current step's context is cancelled), may
 // run cleanup steps through Context.Detached, and ends cancelled.
 func (c *Client) Cancel(ctx context.Context, ref string) error {
+	if c.remote != nil {
+		_, err := c.remote.act(ctx, ref, "cancel")
+		return err
+	}
 	run, err := c.store.RunCancel(ctx, &store.RunCancelParams{Namespace: c.cfg.Namespace, Ref: ref})
 	if err != nil {
 		return err
@@ -196,13 +228,23 @@ func (c *Client) Cancel(ctx context.Context, ref string) error {
 
 // Resume makes a blocked run pending again, to replay with the code now deployed.
 func (c *Client) Resume(ctx context.Context, ref string) error {
+	if c.remote != nil {
+		_, err := c.remote.act(ctx, ref, "resume")
+		return err
+	}
 	_, err := c.store.RunResume(ctx, &store.RunResumeParams{Namespace: c.cfg.Namespace, Ref: ref})
 	return err
 }
 
 // Value decodes the value a run stored under key (Context.Set) into v.
 func (c *Client) Value(ctx context.Context, ref, key string, v any) error {
-	b, err := c.store.KVGet(ctx, &store.KVGetParams{Namespace: c.cfg.Namespace, Ref: ref, Key: key})
+	var b []byte
+	var err error
+	if c.remote != nil {
+		b, err = c.remote.value(ctx, ref, key)
+	} else {
+		b, err = c.store.KVGet(ctx, &store.KVGetParams{Namespace: c.cfg.Namespace, Ref: ref, Key: key})
+	}
 	if err != nil {
 		return err
 	}
@@ -211,8 +253,11 @@ func (c *Client) Value(ctx context.Context, ref, key string, v any) error {
 
 // Wait blocks until the run reaches a final state and returns it. It is woken by a
 // push from the store; changes from other processes without push are seen within
-// Worker.PollInterval.
+// Worker.PollInterval. Through a server, Wait long-polls the run's result.
 func (c *Client) Wait(ctx context.Context, ref string) (*Run, error) {
+	if c.remote != nil {
+		return c.remote.wait(ctx, ref)
+	}
 	run, err := c.Get(ctx, ref)
 	if err != nil || run.Status.Terminal() {
 		return run, err
@@ -222,8 +267,12 @@ func (c *Client) Wait(ctx context.Context, ref string) (*Run, error) {
 
 // waitRun waits for the run with this exact ID: from the engine when the run
 // executes in this process, else through the client's results watcher (one
-// batched read for many callers; see internal/results).
+// batched read for many callers; see internal/results); through a server, by
+// long polls of its result.
 func (c *Client) waitRun(ctx context.Context, runID string) (*Run, error) {
+	if c.remote != nil {
+		return c.remote.wait(ctx, runID)
+	}
 	if done, ok := c.engine.Outcome(runID); ok {
 		select {
 		case run := <-done:

@@ -18,6 +18,13 @@ type ApprovalFilter struct {
 
 // Approvals lists approval requests, newest first.
 func (c *Client) Approvals(ctx context.Context, f ApprovalFilter) (*ApprovalList, error) {
+	if c.remote != nil {
+		page, err := c.remote.approvals(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("listing approvals: %w", err)
+		}
+		return page, nil
+	}
 	res, err := c.store.ApprovalList(ctx, &store.ApprovalListParams{Namespace: c.cfg.Namespace,
 		Statuses: approvalStatusesToStore(f.Statuses), Run: f.Run, Limit: f.Limit, Cursor: f.Cursor})
 	if err != nil {
@@ -30,8 +37,13 @@ func (c *Client) Approvals(ctx context.Context, f ApprovalFilter) (*ApprovalList
 	return page, nil
 }
 
-// GetApproval returns one approval request by ID.
+// GetApproval returns one approval request by ID. The HTTP API has no route
+// for it: through a server, it fails with ErrRemoteUnsupported (list the
+// approvals of the run instead).
 func (c *Client) GetApproval(ctx context.Context, id string) (*ApprovalRecord, error) {
+	if c.remote != nil {
+		return nil, fmt.Errorf("getting approval %s: %w", id, ErrRemoteUnsupported)
+	}
 	a, err := c.store.ApprovalGet(ctx, &store.ApprovalGetParams{Namespace: c.cfg.Namespace, ID: id})
 	if err != nil {
 		return nil, fmt.Errorf("getting approval %s: %w", id, err)
@@ -41,6 +53,7 @@ func (c *Client) GetApproval(ctx context.Context, id string) (*ApprovalRecord, e
 
 // Approve approves a pending request as principal, with an optional comment;
 // the run resumes. ErrApprovalDecided when it was already decided or expired.
+// Through a server, the principal is the token's and the argument is ignored.
 func (c *Client) Approve(ctx context.Context, id, principal, comment string) (*ApprovalRecord, error) {
 	return c.decide(ctx, id, true, principal, comment)
 }
@@ -51,6 +64,13 @@ func (c *Client) Reject(ctx context.Context, id, principal, comment string) (*Ap
 }
 
 func (c *Client) decide(ctx context.Context, id string, approve bool, principal, comment string) (*ApprovalRecord, error) {
+	if c.remote != nil {
+		a, err := c.remote.decide(ctx, id, approve, comment)
+		if err != nil {
+			return nil, fmt.Errorf("deciding approval %s: %w", id, err)
+		}
+		return a, nil
+	}
 	a, err := c.store.ApprovalDecide(ctx, &store.ApprovalDecideParams{Namespace: c.cfg.Namespace, ID: id,
 		Approve: approve, Principal: principal, Comment: comment})
 	if err != nil {

@@ -23,6 +23,12 @@ func (c *Client) SendEvent(ctx context.Context, ref, name string, payload any) e
 	if len(b) > c.cfg.MaxPayloadBytes {
 		return fmt.Errorf("%w: event %q is %d bytes (limit %d)", ErrPayloadTooLarge, name, len(b), c.cfg.MaxPayloadBytes)
 	}
+	if c.remote != nil {
+		if err := c.remote.sendEvent(ctx, ref, name, b); err != nil {
+			return fmt.Errorf("sending event %q to %s: %w", name, ref, err)
+		}
+		return nil
+	}
 	p := &store.EventSendParams{Namespace: c.cfg.Namespace, Ref: ref, Name: name, Payload: b}
 	// If the event wakes a run this process's worker runs and it has a free
 	// slot, the store leases the run to it in the same transaction.

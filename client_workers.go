@@ -28,6 +28,13 @@ type WorkerRecord struct {
 // Workers lists the records of this client's namespace's workers, live or not,
 // by name. Records of workers dead for longer than an hour are forgotten.
 func (c *Client) Workers(ctx context.Context) ([]*WorkerRecord, error) {
+	if c.remote != nil {
+		ws, err := c.remote.workers(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("listing workers: %w", err)
+		}
+		return ws, nil
+	}
 	ws, err := c.store.WorkerList(ctx, &store.WorkerListParams{Namespace: c.cfg.Namespace})
 	if err != nil {
 		return nil, fmt.Errorf("listing workers: %w", err)

@@ -32,6 +32,14 @@ type Config struct {
 	Store string
 	// Backend, when set, is used instead of opening Store; Close does not close it.
 	Backend store.Store
+	// Server, when set, is the URL of a Trellis server (`trellis server`, e.g.
+	// "http://127.0.0.1:7070"): the client opens no store and starts no worker
+	// (Worker is ignored), and its methods call the server's HTTP API with the
+	// same records and errors (docs/http-api.md, "The Go client"). Store and
+	// Backend must then be empty.
+	Server string
+	// Token is the bearer token sent to Server (`trellis tokens create`).
+	Token string
 	// Namespace isolates runs; default "default".
 	Namespace string
 	// Codec encodes payloads; default JSONCodec.
@@ -99,7 +107,7 @@ type WorkerOptions struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Store == "" {
+	if c.Store == "" && c.Server == "" {
 		c.Store = "sqlite:trellis.db"
 	}
 	if c.Namespace == "" {
@@ -144,6 +152,8 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	switch {
+	case c.Server != "" && (c.Store != "" || c.Backend != nil):
+		return errors.New("trellis config: Server and Store (or Backend) exclude each other")
 	case c.Namespace == "__system__":
 		return errors.New("trellis config: Namespace __system__ is reserved")
 	case c.Worker.HeartbeatInterval >= c.Worker.LeaseDuration:

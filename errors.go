@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -53,6 +54,24 @@ var (
 	ErrStepTotalTimeout = engine.ErrStepTotalTimeout
 	// ErrClosed: the client, or the store under it, was closed.
 	ErrClosed = store.ErrClosed
+
+	// Errors of a client on a server (Config.Server); see docs/http-api.md.
+
+	// ErrUnauthenticated: the server knows no such token (or none was given).
+	ErrUnauthenticated = auth.ErrUnauthenticated
+	// ErrPermissionDenied: the token's principal lacks the role the call needs.
+	ErrPermissionDenied = errors.New("permission denied")
+	// ErrUnavailable: the server cannot be reached, or its store does not answer,
+	// after the client's retries.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrRateLimited: the server refused the call for now; retry later.
+	ErrRateLimited = errors.New("rate limited")
+	// ErrIdempotencyKeyConflict: an Idempotency-Key was reused with another request.
+	ErrIdempotencyKeyConflict = errors.New("idempotency key reused with a different request")
+	// ErrRemoteUnsupported: the method has no route in the HTTP API (claims,
+	// checkpoints and leases belong to the worker protocol; transactions cannot
+	// span a server).
+	ErrRemoteUnsupported = errors.New("not supported by a client on a server")
 )
 
 // NonDeterminismError reports that workflow code asked for a different op than the

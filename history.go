@@ -123,7 +123,7 @@ func (c *Client) ExportHistory(ctx context.Context, ref string) (*RecordedHistor
 	h := &RecordedHistory{Format: HistoryFormat, Run: *run, Ops: make([]HistoryOp, len(ops))}
 	for i, op := range ops {
 		h.Ops[i] = HistoryOp{Op: *op}
-		if op.Kind != OpChild {
+		if op.Kind != OpChild || c.remote != nil { // no route lists a run's children
 			continue
 		}
 		kids, err := c.store.RunChildren(ctx, &store.RunChildrenParams{Namespace: run.Namespace, Parent: run.ID, Position: op.Position})

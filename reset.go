@@ -25,6 +25,9 @@ import (
 // results stay with the old run's children) comes before it; ErrRunExists when
 // another run with the workflow ID is active.
 func (c *Client) Reset(ctx context.Context, ref, step string) (*Run, error) {
+	if c.remote != nil {
+		return c.remote.reset(ctx, ref, step)
+	}
 	src, err := c.Get(ctx, ref)
 	if err != nil {
 		return nil, err

@@ -125,6 +125,9 @@ func (c *Client) StartRaw(ctx context.Context, workflow string, input []byte, o 
 }
 
 func (c *Client) start(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
+	if c.remote != nil {
+		return c.remote.start(ctx, def, input, o)
+	}
 	p := c.createParams(def, input, o)
 	reserved := c.reserveSlot(p)
 	res, err := c.store.RunCreate(ctx, p)

@@ -75,6 +75,9 @@ func TestHelpEverywhere(t *testing.T) {
 			if len(cmd) > 0 && (cmd[0] == "runs" || cmd[0] == "approvals" || cmd[0] == "workers") && !strings.Contains(res.stdout, "--namespace") {
 				t.Errorf("%q: no --namespace flag in\n%s", args, res.stdout)
 			}
+			if len(cmd) > 0 && (cmd[0] == "runs" || cmd[0] == "approvals" || cmd[0] == "workers") && !strings.Contains(res.stdout, "--server") {
+				t.Errorf("%q: no --server flag in\n%s", args, res.stdout)
+			}
 			if goStyle.MatchString(res.stdout) {
 				t.Errorf("%q: flags shown as -name:\n%s", args, res.stdout)
 			}

@@ -15,7 +15,7 @@ import (
 	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
-const runsUsage = `Usage: trellis runs <subcommand> [arguments] --store URL
+const runsUsage = `Usage: trellis runs <subcommand> [arguments] (--store URL | --server URL --token T)
 
 Subcommands:
   start     start a run of a workflow by name (WORKFLOW --input JSON)
@@ -31,6 +31,8 @@ Subcommands:
 
 Flags of every subcommand:
   --store URL        the store (default $TRELLIS_STORE)
+  --server URL       a Trellis server instead of a store (default $TRELLIS_SERVER)
+  --token T          the bearer token for --server (default $TRELLIS_TOKEN)
   --namespace NAME   the runs' namespace (default $TRELLIS_NAMESPACE, else "default")
 
 "trellis runs <subcommand> -h" shows a subcommand's flags.
@@ -79,7 +81,7 @@ type listArgs struct {
 }
 
 func parseListArgs(args []string, stderr io.Writer) (*listArgs, *flag.FlagSet, error) {
-	fs := newFlagSet("runs list", "runs list --store URL [flags]", "List runs, newest first, one page at a time.", stderr)
+	fs := newFlagSet("runs list", "runs list --store URL|--server URL [flags]", "List runs, newest first, one page at a time.", stderr)
 	var la listArgs
 	targetFlags(fs, &la.target)
 	status := fs.String("status", "", "only runs in these states, comma-separated: "+statusNames())
@@ -216,11 +218,11 @@ func runsResume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	})
 }
 
-// withRun parses "runs <sub> <id> --store URL [flags]" (flags added by addFlags,
+// withRun parses "runs <sub> <id> --store URL|--server URL [flags]" (flags added by addFlags,
 // which may be nil) and calls fn with a client on the store and the id.
 func withRun(ctx context.Context, sub, about string, args []string, stderr io.Writer,
 	addFlags func(*flag.FlagSet), fn func(c *trellis.Client, ref string) error) error {
-	fs := newFlagSet("runs "+sub, "runs "+sub+" <id> --store URL [flags]", about, stderr)
+	fs := newFlagSet("runs "+sub, "runs "+sub+" <id> --store URL|--server URL [flags]", about, stderr)
 	var tg target
 	targetFlags(fs, &tg)
 	if addFlags != nil {
@@ -245,33 +247,61 @@ func withRun(ctx context.Context, sub, about string, args []string, stderr io.Wr
 const (
 	envStore     = "TRELLIS_STORE"     // --store
 	envNamespace = "TRELLIS_NAMESPACE" // --namespace
+	envServer    = "TRELLIS_SERVER"    // --server
+	envToken     = "TRELLIS_TOKEN"     // --token
 )
 
 func storeFlag(fs *flag.FlagSet, p *string) {
 	fs.StringVar(p, "store", "", "store `URL`, e.g. sqlite:///abs/path/trellis.db (required; default $"+envStore+")")
 }
 
-// target is the store and namespace a command works on.
-type target struct{ store, namespace string }
+// target is what a command works on: a store, or a server (with a token), and
+// a namespace.
+type target struct{ store, server, token, namespace string }
 
-// targetFlags adds --store and --namespace.
+// targetFlags adds --store, --server, --token and --namespace.
 func targetFlags(fs *flag.FlagSet, t *target) {
 	storeFlag(fs, &t.store)
+	fs.StringVar(&t.server, "server", "", "a Trellis server's `URL`, e.g. http://127.0.0.1:7070, instead of --store (default $"+envServer+")")
+	fs.StringVar(&t.token, "token", "", "the bearer `token` for --server (default $"+envToken+")")
 	fs.StringVar(&t.namespace, "namespace", "", "the `namespace` of the runs (default $"+envNamespace+", else \"default\")")
 }
 
-// resolve fills what the flags left empty from the environment and checks that a
-// store is named.
+// resolve fills what the flags left empty from the environment and checks that
+// one store or one server is named: a flag wins over the environment, and
+// --store with --server is a usage error.
 func (t *target) resolve(fs *flag.FlagSet) error {
 	if t.namespace == "" {
 		t.namespace = os.Getenv(envNamespace)
 	}
+	if t.token == "" {
+		t.token = os.Getenv(envToken)
+	}
+	switch {
+	case t.store != "" && t.server != "":
+		return usagef(fs, "%s: --store and --server exclude each other", fs.Name())
+	case t.store == "" && t.server == "":
+		t.store, t.server = os.Getenv(envStore), os.Getenv(envServer)
+		if t.store != "" && t.server != "" {
+			return usagef(fs, "%s: both %s and %s are set; pass --store or --server", fs.Name(), envStore, envServer)
+		}
+	}
+	if t.server != "" {
+		return nil
+	}
 	return requireStore(fs, &t.store)
 }
 
-// withClient opens an inspection-only client (no worker) on an existing store, calls
-// fn, and closes the client.
+// withClient opens an inspection-only client (no worker) on an existing store,
+// or a client on a server, calls fn, and closes the client.
 func withClient(ctx context.Context, t target, fn func(*trellis.Client) error) error {
+	if t.server != "" {
+		c, err := trellis.Open(ctx, trellis.Config{Server: t.server, Token: t.token, Namespace: t.namespace})
+		if err != nil {
+			return err
+		}
+		return errors.Join(fn(c), c.Close())
+	}
 	if err := checkStoreExists(t.store); err != nil {
 		return err
 	}

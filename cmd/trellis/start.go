@@ -21,7 +21,7 @@ type startArgs struct {
 }
 
 func parseStartArgs(args []string, stderr io.Writer) (*startArgs, *flag.FlagSet, error) {
-	fs := newFlagSet("runs start", "runs start WORKFLOW --input JSON --store URL [flags]",
+	fs := newFlagSet("runs start", "runs start WORKFLOW --input JSON --store URL|--server URL [flags]",
 		"Start a run of a workflow by name. This process holds no workflow code: a worker that\n"+
 			"registered WORKFLOW runs it. An unregistered name's run goes to --queue (default\n"+
 			"\"default\") with version 0.", stderr)

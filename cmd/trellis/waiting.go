@@ -33,7 +33,7 @@ func runsSendEvent(ctx context.Context, args []string, stdout, stderr io.Writer)
 	})
 }
 
-const approvalsUsage = `Usage: trellis approvals <subcommand> [arguments] --store URL
+const approvalsUsage = `Usage: trellis approvals <subcommand> [arguments] (--store URL | --server URL --token T)
 
 Subcommands:
   list      list approval requests, newest first
@@ -42,6 +42,9 @@ Subcommands:
 
 Flags of every subcommand:
   --store URL        the store (default $TRELLIS_STORE)
+  --server URL       a Trellis server instead of a store (default $TRELLIS_SERVER);
+                     approve and reject then decide as the token's principal
+  --token T          the bearer token for --server (default $TRELLIS_TOKEN)
   --namespace NAME   the runs' namespace (default $TRELLIS_NAMESPACE, else "default")
 
 "trellis approvals <subcommand> -h" shows a subcommand's flags.
@@ -67,7 +70,7 @@ func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("approvals list", "approvals list --store URL [flags]", "List approval requests, newest first.", stderr)
+	fs := newFlagSet("approvals list", "approvals list --store URL|--server URL [flags]", "List approval requests, newest first.", stderr)
 	var tg target
 	var status, runID, cursor string
 	var limit int
@@ -130,14 +133,14 @@ func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 func approvalsDecide(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("approvals "+verb, "approvals "+verb+" (<id> | <run> <name>) --as PRINCIPAL --store URL [--comment TEXT]",
+	fs := newFlagSet("approvals "+verb, "approvals "+verb+" (<id> | <run> <name>) (--as PRINCIPAL --store URL | --server URL --token T) [--comment TEXT]",
 		"Decide a pending approval request, named by its ID, or by its run (a run ID, or a\n"+
 			"workflow ID for its latest run) and the approval's name. The run resumes and its\n"+
 			"history records the decision.", stderr)
 	var tg target
 	var principal, comment string
 	targetFlags(fs, &tg)
-	fs.StringVar(&principal, "as", "", "the deciding `principal` (required)")
+	fs.StringVar(&principal, "as", "", "the deciding `principal` (required with --store; through --server the token's principal decides and --as is ignored)")
 	fs.StringVar(&comment, "comment", "", "a comment recorded with the decision")
 	pos, err := parseArgs(fs, args)
 	switch {
@@ -145,11 +148,12 @@ func approvalsDecide(ctx context.Context, verb string, args []string, stdout, st
 		return err
 	case len(pos) == 0 || len(pos) > 2:
 		return usagef(fs, "approvals %s: want an approval id, or a run and an approval name", verb)
-	case principal == "":
-		return usagef(fs, "approvals %s: --as is required", verb)
 	}
 	if err := tg.resolve(fs); err != nil {
 		return err
+	}
+	if principal == "" && tg.server == "" {
+		return usagef(fs, "approvals %s: --as is required", verb)
 	}
 	return withClient(ctx, tg, func(c *trellis.Client) error {
 		id := pos[0]

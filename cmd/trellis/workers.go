@@ -2,17 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	"github.com/trellis-dev/trellis"
-	"github.com/trellis-dev/trellis/store"
 )
 
-const workersUsage = `Usage: trellis workers <subcommand> [arguments] --store URL [--namespace NS]
+const workersUsage = `Usage: trellis workers <subcommand> [arguments] --store URL|--server URL [--namespace NS]
 
 Subcommands:
   list      list the workers of a namespace: what they serve, when they were last seen
@@ -39,7 +37,7 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func workersList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("workers list", "workers list --store URL [--namespace NS] [--json]",
+	fs := newFlagSet("workers list", "workers list --store URL|--server URL [--namespace NS] [--json]",
 		"List the workers of a namespace by name, live or not.", stderr)
 	var tg target
 	var asJSON bool
@@ -59,26 +57,21 @@ func workersList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if namespace == "" {
 		namespace = "default"
 	}
-	if err := checkStoreExists(tg.store); err != nil {
-		return err
-	}
-	st, err := trellis.OpenStore(ctx, tg.store, time.Now)
-	if err != nil {
-		return err
-	}
-	ws, err := st.WorkerList(ctx, &store.WorkerListParams{Namespace: namespace})
-	if err = errors.Join(err, st.Close()); err != nil {
-		return err
-	}
-	if asJSON {
-		return writeJSON(stdout, struct {
-			Workers []*store.Worker `json:"workers"`
-		}{ws})
-	}
-	return printWorkerTable(stdout, namespace, ws, time.Now())
+	return withClient(ctx, tg, func(c *trellis.Client) error {
+		ws, err := c.Workers(ctx)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSON(stdout, struct {
+				Workers []*trellis.WorkerRecord `json:"workers"`
+			}{ws})
+		}
+		return printWorkerTable(stdout, namespace, ws, time.Now())
+	})
 }
 
-func printWorkerTable(w io.Writer, namespace string, ws []*store.Worker, now time.Time) error {
+func printWorkerTable(w io.Writer, namespace string, ws []*trellis.WorkerRecord, now time.Time) error {
 	if len(ws) == 0 {
 		fmt.Fprintf(w, "no workers in namespace %q\n", namespace)
 		return nil

@@ -1,0 +1,269 @@
+package trellis_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/server"
+)
+
+// Workflows of the remote tests, run by a worker on the server's store.
+var (
+	remoteEcho = trellis.NewWorkflow("remote-echo", func(wc *trellis.Context, in map[string]any) (map[string]any, error) {
+		if err := wc.Set("seen", in); err != nil {
+			return nil, err
+		}
+		return in, nil
+	})
+	remoteEvent = trellis.NewWorkflow("remote-event", func(wc *trellis.Context, _ any) (string, error) {
+		return trellis.WaitEvent[string](wc, "go", 0)
+	})
+	remoteApproval = trellis.NewWorkflow("remote-approval", func(wc *trellis.Context, _ any) (string, error) {
+		d, err := trellis.Approval(wc, "ship", trellis.ApprovalOptions{})
+		return d.Principal, err
+	})
+)
+
+// remoteEnv is a listening server on a fresh store (storeURL: SQLite, or
+// Postgres with TRELLIS_TEST_STORE=postgres) with the store's tokens, a worker
+// on that store, and a client on the server with the admin token.
+type remoteEnv struct {
+	base, token string
+	worker      *trellis.Client
+	client      *trellis.Client
+}
+
+func newRemoteEnv(t *testing.T) *remoteEnv {
+	t.Helper()
+	st := openStore(t, storeURL(t))
+	srv, err := server.New(context.Background(), server.Config{Backend: st, Listen: "127.0.0.1:0", MaxWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := srv.BootstrapAdmin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	w := open(t, "", func(c *trellis.Config) { c.Store, c.Backend = "", st })
+	register(t, w, remoteEcho, remoteEvent, remoteApproval)
+	e := &remoteEnv{base: "http://" + srv.Addr().String(), token: token, worker: w}
+	e.client = e.open(t, token)
+	return e
+}
+
+// open returns a client on the server with token, closed at cleanup.
+func (e *remoteEnv) open(t *testing.T, token string) *trellis.Client {
+	t.Helper()
+	c, err := trellis.Open(context.Background(), trellis.Config{Server: e.base, Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestRemoteStartGetListWait(t *testing.T) {
+	e := newRemoteEnv(t)
+	ctx := ctxT(t)
+	run, err := e.client.StartRaw(ctx, "remote-echo", []byte(`{"n":1}`), trellis.StartOptions{ID: "order-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.WorkflowID != "order-1" || run.Workflow != "remote-echo" {
+		t.Fatalf("started %+v", run)
+	}
+	done, err := e.client.Wait(ctx, "order-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.Status != trellis.StatusSucceeded || string(done.Output) != `{"n":1}` {
+		t.Fatalf("waited: status %s output %s", done.Status, done.Output)
+	}
+	got := must[*trellis.Run](t)(e.client.Get(ctx, run.ID))
+	if got.ID != run.ID || got.Status != trellis.StatusSucceeded {
+		t.Fatalf("get: %+v", got)
+	}
+	page := must[*trellis.RunPage](t)(e.client.List(ctx, trellis.ListOptions{Workflow: "remote-echo", Statuses: []trellis.Status{trellis.StatusSucceeded}}))
+	if len(page.Runs) != 1 || page.Runs[0].ID != run.ID {
+		t.Fatalf("list: %+v", page.Runs)
+	}
+	var seen map[string]int
+	if err := e.client.Value(ctx, run.ID, "seen", &seen); err != nil || seen["n"] != 1 {
+		t.Fatalf("value: %v %v", seen, err)
+	}
+	ops := must[[]*trellis.Op](t)(e.client.History(ctx, run.ID))
+	if len(ops) == 0 {
+		t.Fatal("history: no ops")
+	}
+}
+
+func TestRemoteTypedStartResult(t *testing.T) {
+	e := newRemoteEnv(t)
+	h, err := trellis.Start(ctxT(t), e.client, remoteEcho, map[string]any{"k": "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := mustResult(t, h); out["k"] != "v" {
+		t.Fatalf("result %v", out)
+	}
+}
+
+func TestRemoteErrorsAcrossTheWire(t *testing.T) {
+	e := newRemoteEnv(t)
+	ctx := ctxT(t)
+	if _, err := e.client.StartRaw(ctx, "remote-event", nil, trellis.StartOptions{ID: "dup"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.client.StartRaw(ctx, "remote-event", nil, trellis.StartOptions{ID: "dup"})
+	if !errors.Is(err, trellis.ErrRunExists) {
+		t.Fatalf("second start: %v, want ErrRunExists", err)
+	}
+	var re *trellis.RemoteError
+	if !errors.As(err, &re) || re.Status != 409 || re.Code != "run_exists" {
+		t.Fatalf("second start: %#v, want a RemoteError 409 run_exists", err)
+	}
+	if _, err := e.client.Get(ctx, "no-such-run"); !errors.Is(err, trellis.ErrRunNotFound) {
+		t.Fatalf("get: %v, want ErrRunNotFound", err)
+	}
+	if err := e.client.Value(ctx, "dup", "nothing", new(any)); !errors.Is(err, trellis.ErrKeyNotFound) {
+		t.Fatalf("value: %v, want ErrKeyNotFound", err)
+	}
+	if _, err := e.client.GetApproval(ctx, "x"); !errors.Is(err, trellis.ErrRemoteUnsupported) {
+		t.Fatalf("get approval: %v, want ErrRemoteUnsupported", err)
+	}
+	bad := e.open(t, "not-a-token")
+	if _, err := bad.Get(ctx, "dup"); !errors.Is(err, trellis.ErrUnauthenticated) {
+		t.Fatalf("wrong token: %v, want ErrUnauthenticated", err)
+	}
+}
+
+func TestRemoteCancelEventApprove(t *testing.T) {
+	e := newRemoteEnv(t)
+	ctx := ctxT(t)
+	must[*trellis.Run](t)(e.client.StartRaw(ctx, "remote-event", nil, trellis.StartOptions{ID: "ev"}))
+	waitStatus(t, e.client, "ev", trellis.StatusWaiting)
+	if err := e.client.SendEvent(ctx, "ev", "go", "now"); err != nil {
+		t.Fatal(err)
+	}
+	if run := must[*trellis.Run](t)(e.client.Wait(ctx, "ev")); string(run.Output) != `"now"` {
+		t.Fatalf("event run output %s", run.Output)
+	}
+	if err := e.client.SendEvent(ctx, "ev", "go", "again"); !errors.Is(err, trellis.ErrRunFinished) {
+		t.Fatalf("event to a finished run: %v, want ErrRunFinished", err)
+	}
+
+	must[*trellis.Run](t)(e.client.StartRaw(ctx, "remote-event", nil, trellis.StartOptions{ID: "doomed"}))
+	if err := e.client.Cancel(ctx, "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	if run := must[*trellis.Run](t)(e.client.Wait(ctx, "doomed")); run.Status != trellis.StatusCancelled {
+		t.Fatalf("cancelled run: %s", run.Status)
+	}
+
+	run := must[*trellis.Run](t)(e.client.StartRaw(ctx, "remote-approval", nil, trellis.StartOptions{}))
+	waitStatus(t, e.client, run.ID, trellis.StatusWaiting)
+	page := must[*trellis.ApprovalList](t)(e.client.Approvals(ctx, trellis.ApprovalFilter{Run: run.ID}))
+	if len(page.Approvals) != 1 {
+		t.Fatalf("approvals: %+v", page.Approvals)
+	}
+	a, err := e.client.Approve(ctx, page.Approvals[0].ID, "ignored", "ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Status != trellis.ApprovalApproved || a.Principal == "ignored" {
+		t.Fatalf("approval %+v: want approved by the token's principal", a)
+	}
+	ended := must[*trellis.Run](t)(e.client.Wait(ctx, run.ID))
+	var principal string
+	if err := json.Unmarshal(ended.Output, &principal); err != nil || principal != a.Principal {
+		t.Fatalf("run output %s, want %q", ended.Output, a.Principal)
+	}
+	if _, err := e.client.Approve(ctx, a.ID, "", ""); !errors.Is(err, trellis.ErrApprovalDecided) {
+		t.Fatalf("second decision: %v, want ErrApprovalDecided", err)
+	}
+	ws := must[[]*trellis.WorkerRecord](t)(e.client.Workers(ctx))
+	if len(ws) == 0 {
+		t.Fatal("workers: none")
+	}
+}
+
+func TestRemoteConfig(t *testing.T) {
+	ctx := context.Background()
+	if _, err := trellis.Open(ctx, trellis.Config{Server: "http://127.0.0.1:1", Store: "sqlite:x.db"}); err == nil {
+		t.Fatal("Server with Store: no error")
+	}
+	if _, err := trellis.Open(ctx, trellis.Config{Server: "ftp://x"}); err == nil {
+		t.Fatal("ftp server URL: no error")
+	}
+	c, err := trellis.Open(ctx, trellis.Config{Server: "http://127.0.0.1:1"}) // nothing listens on port 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Get(ctx, "x"); !errors.Is(err, trellis.ErrUnavailable) {
+		t.Fatalf("get with no server: %v, want ErrUnavailable", err)
+	}
+}
+
+func TestRemoteClosed(t *testing.T) {
+	e := newRemoteEnv(t)
+	c := e.open(t, e.token)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctxT(t), "x"); !errors.Is(err, trellis.ErrClosed) {
+		t.Fatalf("get after close: %v, want ErrClosed", err)
+	}
+}
+
+// TestRemoteCodesMirrorServer reads the server's problem table
+// (server/errors.go) and checks that the client maps each code back: to the
+// same SDK sentinel where the server names one, else to some sentinel; only
+// the problems of malformed requests (a client bug) map to none.
+func TestRemoteCodesMirrorServer(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("server", "errors.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := regexp.MustCompile(`\{([\w.]+), \d{3}, "([a-z_]+)", "([^"]+)"\}`).FindAllStringSubmatch(string(src), -1)
+	if len(entries) < 10 {
+		t.Fatalf("found %d entries in server/errors.go; has its table changed shape?", len(entries))
+	}
+	sdk := map[string]error{
+		"trellis.ErrRunNotFound": trellis.ErrRunNotFound, "trellis.ErrKeyNotFound": trellis.ErrKeyNotFound,
+		"trellis.ErrApprovalNotFound": trellis.ErrApprovalNotFound, "trellis.ErrRunExists": trellis.ErrRunExists,
+		"trellis.ErrRunFinished": trellis.ErrRunFinished, "trellis.ErrRunActive": trellis.ErrRunActive,
+		"trellis.ErrRunNotBlocked": trellis.ErrRunNotBlocked, "trellis.ErrApprovalDecided": trellis.ErrApprovalDecided,
+		"trellis.ErrPayloadTooLarge": trellis.ErrPayloadTooLarge, "auth.ErrUnauthenticated": trellis.ErrUnauthenticated,
+	}
+	// A path no route has, a method it does not take, a body that is not JSON.
+	noSentinel := map[string]bool{"not_found/Not found": true, "method_not_allowed/Method not allowed": true,
+		"unsupported_media_type/Unsupported media type": true}
+	for _, e := range entries {
+		name, code, title := e[1], e[2], e[3]
+		got := trellis.RemoteSentinel(code, title)
+		switch want, ok := sdk[name]; {
+		case ok && !errors.Is(got, want):
+			t.Errorf("code %q title %q (server: %s): client maps to %v", code, title, name, got)
+		case got == nil && !noSentinel[code+"/"+title]:
+			t.Errorf("code %q title %q (server: %s): the client maps it to no sentinel", code, title, name)
+		}
+	}
+}
