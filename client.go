@@ -184,7 +184,8 @@ func (c *Client) History(ctx context.Context, ref string) ([]*Op, error) {
 // or waiting run stops at its next op (its current step's context is cancelled), may
 // run cleanup steps through Context.Detached, and ends cancelled.
 func (c *Client) Cancel(ctx context.Context, ref string) error {
-	run, err := c.store.RunCancel(ctx, &store.RunCancelParams{Namespace: c.cfg.Namespace, Ref: ref})
+	run, err := c.store.RunCancel(ctx, &store.RunCancelParams{Namespace: c.cfg.Namespace, Ref: ref,
+		Idempotency: idempotency(ctx, changedRun)})
 	if err != nil {
 		return err
 	}
@@ -196,7 +197,8 @@ func (c *Client) Cancel(ctx context.Context, ref string) error {
 
 // Resume makes a blocked run pending again, to replay with the code now deployed.
 func (c *Client) Resume(ctx context.Context, ref string) error {
-	_, err := c.store.RunResume(ctx, &store.RunResumeParams{Namespace: c.cfg.Namespace, Ref: ref})
+	_, err := c.store.RunResume(ctx, &store.RunResumeParams{Namespace: c.cfg.Namespace, Ref: ref,
+		Idempotency: idempotency(ctx, changedRun)})
 	return err
 }
 

@@ -52,7 +52,7 @@ func (c *Client) Reject(ctx context.Context, id, principal, comment string) (*Ap
 
 func (c *Client) decide(ctx context.Context, id string, approve bool, principal, comment string) (*ApprovalRecord, error) {
 	a, err := c.store.ApprovalDecide(ctx, &store.ApprovalDecideParams{Namespace: c.cfg.Namespace, ID: id,
-		Approve: approve, Principal: principal, Comment: comment})
+		Approve: approve, Principal: principal, Comment: comment, Idempotency: idempotency(ctx, decided)})
 	if err != nil {
 		return nil, fmt.Errorf("deciding approval %s: %w", id, err)
 	}

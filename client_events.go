@@ -23,7 +23,8 @@ func (c *Client) SendEvent(ctx context.Context, ref, name string, payload any) e
 	if len(b) > c.cfg.MaxPayloadBytes {
 		return fmt.Errorf("%w: event %q is %d bytes (limit %d)", ErrPayloadTooLarge, name, len(b), c.cfg.MaxPayloadBytes)
 	}
-	p := &store.EventSendParams{Namespace: c.cfg.Namespace, Ref: ref, Name: name, Payload: b}
+	p := &store.EventSendParams{Namespace: c.cfg.Namespace, Ref: ref, Name: name, Payload: b,
+		Idempotency: idempotency(ctx, noResult)}
 	// If the event wakes a run this process's worker runs and it has a free
 	// slot, the store leases the run to it in the same transaction.
 	reserved := c.worker != nil && c.worker.Reserve()

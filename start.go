@@ -126,6 +126,7 @@ func (c *Client) StartRaw(ctx context.Context, workflow string, input []byte, o 
 
 func (c *Client) start(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
 	p := c.createParams(def, input, o)
+	p.Idempotency = idempotency(ctx, createdRun)
 	reserved := c.reserveSlot(p)
 	res, err := c.store.RunCreate(ctx, p)
 	switch {
