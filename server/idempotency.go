@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/trellis-dev/trellis/internal/idemkey"
 	"github.com/trellis-dev/trellis/store"
@@ -162,5 +163,44 @@ func reply(w http.ResponseWriter, c *call, status int, v any) {
 		w.WriteHeader(status)
 	default:
 		writeJSON(w, status, v)
+	}
+}
+
+// idempotencyPurgeBatch bounds the keys one purge transaction deletes.
+const idempotencyPurgeBatch = 1000
+
+// purgeLoop deletes expired idempotency keys every interval until Shutdown
+// (s.draining), then closes s.purgeDone. Every server on a store may purge: the
+// batches of two servers delete different rows or nothing.
+func (s *Server) purgeLoop(every time.Duration) {
+	defer close(s.purgeDone)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.draining.Done():
+			return
+		case <-tick.C:
+		}
+		n, err := s.purgeExpired(s.draining)
+		if err != nil && s.draining.Err() == nil {
+			s.cfg.Logger.Warn("purging expired idempotency keys", "err", err)
+		}
+		if s.cfg.purged != nil {
+			s.cfg.purged(n, err)
+		}
+	}
+}
+
+// purgeExpired deletes expired keys in batches until a batch finds fewer than
+// it may delete, and returns how many it deleted.
+func (s *Server) purgeExpired(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := s.store.IdempotencyPurge(ctx, &store.IdempotencyPurgeParams{Limit: idempotencyPurgeBatch})
+		total += n
+		if err != nil || n < idempotencyPurgeBatch {
+			return total, err
+		}
 	}
 }

@@ -2,14 +2,17 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
 )
 
 const runsPath = "/v1/namespaces/default/runs"
@@ -224,4 +227,66 @@ func testIdempotentDecision(t *testing.T, e *env) {
 	if a.Status != trellis.ApprovalApproved || a.Principal != "approver" || a.Comment != "fine" {
 		t.Fatalf("decision %+v", a)
 	}
+}
+
+// The server purges expired keys in the background: a key 24 hours old is gone
+// from the store, and a request with it executes again.
+func TestIdempotencyPurge(t *testing.T) {
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var offset atomic.Int64 // the store's clock runs ahead by this much
+			clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+			st, err := trellis.OpenStore(context.Background(), url(t), clock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() }) // after the server's shutdown
+			passes := make(chan int, 100)
+			e := newServerOn(t, st, func(c *Config) {
+				c.IdempotencyPurgeInterval = 10 * time.Millisecond
+				c.purged = func(n int, err error) {
+					if err == nil {
+						passes <- n
+					}
+				}
+			})
+			body := `{"workflow":"nobody-serves"}`
+			e.keyed("POST", runsPath, "producer", "old", body).want(t, 201)
+			e.keyed("POST", runsPath, "producer", "old", body).want(t, 201).replayed(t, true)
+			offset.Store(int64(store.IdempotencyTTL + time.Hour))
+			for n := range passes {
+				if n == 1 {
+					break
+				}
+			}
+			if n, err := st.IdempotencyPurge(context.Background(), &store.IdempotencyPurgeParams{}); err != nil || n != 0 {
+				t.Fatalf("purge after the server's: %d, %v; want 0", n, err)
+			}
+			e.keyed("POST", runsPath, "producer", "old", body).want(t, 201).replayed(t, false)
+			if n := e.runCount(); n != 2 {
+				t.Fatalf("%d runs, want 2", n)
+			}
+		})
+	}
+}
+
+// newServerOn is a listening server on st, without a worker.
+func newServerOn(t *testing.T, st store.Store, mod func(*Config)) *env {
+	t.Helper()
+	cfg := Config{Backend: st, Listen: "127.0.0.1:0", Authenticator: testTokens()}
+	mod(&cfg)
+	srv, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Shutdown(context.Background()); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return &env{t: t, base: "http://" + srv.Addr().String(), srv: srv, st: st}
 }
