@@ -199,9 +199,15 @@ func testIdempotentEvent(t *testing.T, e *env) {
 	if n := e.runCount(); n != before+1 {
 		t.Fatalf("%d runs after a reset and its retry, want %d", n, before+1)
 	}
-	if r := decodeRun(t, reset); r.ID == run.ID || r.WorkflowID != run.WorkflowID {
-		t.Fatalf("reset run %+v of %+v", r, run)
+	again := decodeRun(t, reset)
+	if again.ID == run.ID || again.WorkflowID != run.WorkflowID {
+		t.Fatalf("reset run %+v of %+v", again, run)
 	}
+	// The new run waits for its event again: one with the first event's key is a
+	// conflict (another run's path); with a key of its own it is delivered.
+	e.keyed("POST", runsPath+"/"+again.ID+"/events", "producer", "ev-1", ev).problem(t, 422, "idempotency_key_conflict")
+	e.keyed("POST", runsPath+"/"+again.ID+"/events", "producer", "ev-2", ev).want(t, 204).replayed(t, false)
+	e.waitRun(again.ID) // ended before the worker stops
 }
 
 func testIdempotentCancel(t *testing.T, e *env) {
@@ -226,6 +232,9 @@ func testIdempotentDecision(t *testing.T, e *env) {
 	first.decode(t, &a)
 	if a.Status != trellis.ApprovalApproved || a.Principal != "approver" || a.Comment != "fine" {
 		t.Fatalf("decision %+v", a)
+	}
+	if done := e.waitRun(run.ID); string(done.Output) != `"approver"` {
+		t.Fatalf("approved run: %s %s", done.Status, done.Output)
 	}
 }
 
