@@ -3,8 +3,10 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -298,4 +300,35 @@ func newServerOn(t *testing.T, st store.Store, mod func(*Config)) *env {
 		}
 	})
 	return &env{t: t, base: "http://" + srv.Addr().String(), srv: srv, st: st}
+}
+
+// A key is accepted exactly when it is 1 to 255 printable ASCII characters, and
+// a refusal is invalid_argument. (`go test -fuzz FuzzIdempotencyKey ./server`.)
+func FuzzIdempotencyKey(f *testing.F) {
+	for _, s := range []string{"k", "", "clé", "a b", "\x7f", strings.Repeat("x", 255), strings.Repeat("x", 256)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		got, err := idempotencyKey(http.Header{IdempotencyKeyHeader: {key}})
+		valid := len(key) >= 1 && len(key) <= 255 && !strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r > 0x7e })
+		switch {
+		case valid && (err != nil || got != key):
+			t.Fatalf("%q refused: %v", key, err)
+		case !valid && !errors.Is(err, ErrInvalidArgument):
+			t.Fatalf("%q: error %v, want invalid_argument", key, err)
+		}
+	})
+}
+
+// The OpenAPI document offers the Idempotency-Key header on every POST and on
+// nothing else.
+func TestOpenAPIIdempotencyKey(t *testing.T) {
+	for _, rt := range routeTable {
+		op := OpenAPI()["paths"].(map[string]any)[rt.pattern].(map[string]any)[strings.ToLower(rt.method)].(map[string]any)
+		params, _ := op["parameters"].([]any)
+		has := slices.ContainsFunc(params, func(p any) bool { return p.(map[string]any)["name"] == IdempotencyKeyHeader })
+		if want := rt.method == "POST" && !rt.public; has != want {
+			t.Errorf("%s %s: Idempotency-Key parameter %v, want %v", rt.method, rt.pattern, has, want)
+		}
+	}
 }
