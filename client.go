@@ -216,7 +216,8 @@ func (c *Client) Cancel(ctx context.Context, ref string) error {
 		_, err := c.remote.act(ctx, ref, "cancel")
 		return err
 	}
-	run, err := c.store.RunCancel(ctx, &store.RunCancelParams{Namespace: c.cfg.Namespace, Ref: ref})
+	run, err := c.store.RunCancel(ctx, &store.RunCancelParams{Namespace: c.cfg.Namespace, Ref: ref,
+		Idempotency: idempotency(ctx, changedRun)})
 	if err != nil {
 		return err
 	}
@@ -232,7 +233,8 @@ func (c *Client) Resume(ctx context.Context, ref string) error {
 		_, err := c.remote.act(ctx, ref, "resume")
 		return err
 	}
-	_, err := c.store.RunResume(ctx, &store.RunResumeParams{Namespace: c.cfg.Namespace, Ref: ref})
+	_, err := c.store.RunResume(ctx, &store.RunResumeParams{Namespace: c.cfg.Namespace, Ref: ref,
+		Idempotency: idempotency(ctx, changedRun)})
 	return err
 }
 

@@ -72,7 +72,7 @@ func (c *Client) decide(ctx context.Context, id string, approve bool, principal,
 		return a, nil
 	}
 	a, err := c.store.ApprovalDecide(ctx, &store.ApprovalDecideParams{Namespace: c.cfg.Namespace, ID: id,
-		Approve: approve, Principal: principal, Comment: comment})
+		Approve: approve, Principal: principal, Comment: comment, Idempotency: idempotency(ctx, decided)})
 	if err != nil {
 		return nil, fmt.Errorf("deciding approval %s: %w", id, err)
 	}

@@ -29,7 +29,8 @@ func (c *Client) SendEvent(ctx context.Context, ref, name string, payload any) e
 		}
 		return nil
 	}
-	p := &store.EventSendParams{Namespace: c.cfg.Namespace, Ref: ref, Name: name, Payload: b}
+	p := &store.EventSendParams{Namespace: c.cfg.Namespace, Ref: ref, Name: name, Payload: b,
+		Idempotency: idempotency(ctx, noResult)}
 	// If the event wakes a run this process's worker runs and it has a free
 	// slot, the store leases the run to it in the same transaction.
 	reserved := c.worker != nil && c.worker.Reserve()

@@ -129,6 +129,7 @@ func (c *Client) start(ctx context.Context, def *definition, input []byte, o Sta
 		return c.remote.start(ctx, def, input, o)
 	}
 	p := c.createParams(def, input, o)
+	p.Idempotency = idempotency(ctx, createdRun)
 	reserved := c.reserveSlot(p)
 	res, err := c.store.RunCreate(ctx, p)
 	switch {

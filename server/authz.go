@@ -21,6 +21,7 @@ type call struct {
 	done      func()
 	run       *trellis.Run            // scopeRun: the run {id} names
 	approval  *trellis.ApprovalRecord // scopeApproval: approval {id}
+	keyed     *keyed                  // a POST with an Idempotency-Key (see handle)
 }
 
 // allowQueue checks the call's role on queue q of its namespace.
@@ -62,7 +63,7 @@ func (s *Server) wrap(rt route) http.Handler {
 		if c.done != nil {
 			defer c.done()
 		}
-		if err := rt.handle(s, w, r, c); err != nil {
+		if err := s.handle(w, r, rt, c); err != nil {
 			s.writeError(w, r, err)
 		}
 	})

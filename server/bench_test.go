@@ -8,14 +8,23 @@ import (
 	"github.com/trellis-dev/trellis"
 	"io"
 	"net/http"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 // BenchmarkAPIStart: POST …/runs from 64 keep-alive clients on SQLite (fsync),
 // each start durable before its 201 (the issue's api-start workload, in process).
-func BenchmarkAPIStart(b *testing.B) {
+func BenchmarkAPIStart(b *testing.B) { benchStarts(b, false) }
+
+// BenchmarkAPIStartKeyed is BenchmarkAPIStart with an Idempotency-Key on every
+// start (each its own): the key is looked up, then written with the run.
+func BenchmarkAPIStartKeyed(b *testing.B) { benchStarts(b, true) }
+
+func benchStarts(b *testing.B, keyed bool) {
 	e := newBenchEnv(b)
+	var keys atomic.Int64
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
 	body := []byte(`{"workflow":"bench","input":{"n":1}}`)
 	b.SetParallelism(32) // 64 goroutines on 2 cores
@@ -26,6 +35,9 @@ func BenchmarkAPIStart(b *testing.B) {
 			req, _ := http.NewRequest("POST", e+"/v1/namespaces/default/runs", bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Authorization", "Bearer producer")
+			if keyed {
+				req.Header.Set(IdempotencyKeyHeader, "start-"+strconv.FormatInt(keys.Add(1), 10))
+			}
 			res, err := client.Do(req)
 			if err != nil {
 				b.Error(err)

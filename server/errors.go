@@ -57,6 +57,7 @@ var problemTable = []struct {
 	{trellis.ErrPayloadTooLarge, 413, "payload_too_large", "Payload too large"},
 	{ErrUnsupportedMediaType, 415, "unsupported_media_type", "Unsupported media type"},
 	{ErrIdempotencyKeyConflict, 422, "idempotency_key_conflict", "Idempotency key conflict"},
+	{store.ErrIdempotencyKeyConflict, 422, "idempotency_key_conflict", "Idempotency key conflict"},
 	{ErrRateLimited, 429, "rate_limited", "Rate limited"},
 	{ErrInvalidArgument, 400, "invalid_argument", "Invalid argument"},
 	{trellis.ErrInvalidParams, 400, "invalid_argument", "Invalid argument"},

@@ -77,7 +77,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *call) error
 	if err != nil {
 		return err
 	}
-	writeJSON(w, 201, run)
+	reply(w, c, 201, run)
 	return nil
 }
 
@@ -199,6 +199,10 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(co
 	if err := do(r.Context()); err != nil {
 		return err
 	}
+	if c.keyed != nil && c.keyed.rendered {
+		reply(w, c, 200, nil) // the run as the store returned it, recorded with the key
+		return nil
+	}
 	run, err := c.client.Get(r.Context(), c.run.ID)
 	if err != nil {
 		return err
@@ -216,7 +220,7 @@ func (s *Server) resetRun(w http.ResponseWriter, r *http.Request, c *call) error
 	if err != nil {
 		return err
 	}
-	writeJSON(w, 201, run)
+	reply(w, c, 201, run)
 	return nil
 }
 
@@ -235,7 +239,7 @@ func (s *Server) sendEvent(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err := c.client.SendEvent(r.Context(), c.run.ID, req.Name, payload); err != nil {
 		return err
 	}
-	w.WriteHeader(http.StatusNoContent)
+	reply(w, c, http.StatusNoContent, nil)
 	return nil
 }
 
@@ -299,7 +303,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, c *call, approve
 	if err != nil {
 		return err
 	}
-	writeJSON(w, 200, a)
+	reply(w, c, 200, a)
 	return nil
 }
 

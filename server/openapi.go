@@ -69,6 +69,11 @@ func operation(rt route, schemas obj) obj {
 	for _, q := range rt.query {
 		params = append(params, obj{"name": q.name, "in": "query", "description": q.doc, "schema": obj{"type": q.typ}})
 	}
+	if rt.method == http.MethodPost && !rt.public {
+		params = append(params, obj{"name": IdempotencyKeyHeader, "in": "header",
+			"description": "makes retries safe: a retry with the same key and request gets the first response again (docs/http-api.md)",
+			"schema":      obj{"type": "string", "minLength": 1, "maxLength": 255}})
+	}
 	op := obj{"operationId": rt.op, "summary": rt.summary, "responses": responses(rt, schemas)}
 	if len(params) > 0 {
 		op["parameters"] = params

@@ -28,6 +28,8 @@ const (
 	DefaultStore        = "sqlite:trellis.db"
 	DefaultMaxBodyBytes = int64(trellis.DefaultMaxPayloadBytes) + 64<<10
 	DefaultMaxWait      = time.Minute
+	// DefaultIdempotencyPurgeInterval is how often expired idempotency keys are purged.
+	DefaultIdempotencyPurgeInterval = 5 * time.Minute
 )
 
 // Config configures New. Zero fields take the documented defaults.
@@ -59,9 +61,17 @@ type Config struct {
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	IdleTimeout       time.Duration
+	// IdempotencyPurgeInterval is how often the server deletes the idempotency
+	// keys that expired (store.IdempotencyTTL), in batches of
+	// idempotencyPurgeBatch until none is left; default
+	// DefaultIdempotencyPurgeInterval. Negative: never (another process purges).
+	IdempotencyPurgeInterval time.Duration
 	// Logger receives request errors the server could not attribute to the client;
 	// default discards.
 	Logger *slog.Logger
+
+	// purged, when set, is told the outcome of each purge pass (for tests).
+	purged func(n int, err error)
 }
 
 func (c Config) withDefaults() Config {
@@ -83,6 +93,9 @@ func (c Config) withDefaults() Config {
 		c.MaxInFlight = 4096
 	}
 	def(&c.MaxWait, DefaultMaxWait)
+	if c.IdempotencyPurgeInterval == 0 {
+		c.IdempotencyPurgeInterval = DefaultIdempotencyPurgeInterval
+	}
 	def(&c.ReadHeaderTimeout, 5*time.Second)
 	def(&c.ReadTimeout, 30*time.Second)
 	def(&c.IdleTimeout, 2*time.Minute)
@@ -136,6 +149,8 @@ type Server struct {
 
 	draining     context.Context // cancelled by Shutdown: long polls answer at once
 	stopDraining context.CancelFunc
+
+	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
 }
 
 // New opens the store (unless Config.Backend) and builds the server.
@@ -163,6 +178,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Handler: s.handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
 		WriteTimeout: cfg.MaxWait + 30*time.Second, IdleTimeout: cfg.IdleTimeout,
 		MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	if every := cfg.IdempotencyPurgeInterval; every > 0 {
+		s.purgeDone = make(chan struct{})
+		go s.purgeLoop(every)
 	}
 	return s, nil
 }
@@ -194,9 +213,10 @@ func (s *Server) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
-// Shutdown stops accepting connections, answers the long polls in flight at once
-// (202, the run as it is), waits for the other requests in flight until ctx ends,
-// then closes the clients and the store it opened.
+// Shutdown stops the purge of expired idempotency keys and accepting
+// connections, answers the long polls in flight at once (202, the run as it is),
+// waits for the other requests in flight until ctx ends, then closes the clients
+// and the store it opened.
 // Later calls return the first call's error.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutdownOnce.Do(func() { s.shutdownErr = s.shutdown(ctx) })
@@ -205,6 +225,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 func (s *Server) shutdown(ctx context.Context) error {
 	s.stopDraining()
+	if s.purgeDone != nil {
+		<-s.purgeDone // stopped by stopDraining; a pass in progress ends with its batch
+	}
 	err := s.http.Shutdown(ctx)
 	s.mu.Lock()
 	served := s.served

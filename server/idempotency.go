@@ -1,0 +1,206 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/trellis-dev/trellis/internal/idemkey"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// Idempotency keys (docs/http-api.md#idempotency-keys): a POST with an
+// Idempotency-Key header is fingerprinted (method, path, body, principal) and
+// looked up in the namespace first. A recorded key with the same fingerprint
+// gets its first response again (status and body, with IdempotentReplayedHeader);
+// with another fingerprint, 422. Otherwise the handler runs with the key in its
+// context (internal/idemkey): the SDK method hands it to the store call it
+// makes, which records the key and the rendered response in the transaction of
+// its change. When a concurrent duplicate committed first, the call changes
+// nothing and fails with store.ErrIdempotencyKeyUsed, and the winner's response
+// is replayed.
+
+// Header names.
+const (
+	IdempotencyKeyHeader     = "Idempotency-Key"
+	IdempotentReplayedHeader = "Idempotent-Replayed"
+)
+
+// keyed is the idempotency state of a request with a key.
+type keyed struct {
+	rec *store.IdempotencyRecord
+	// status and body are the response the store recorded with the key, rendered
+	// by the last call of render (the store may render again when it retries its
+	// transaction; the last rendering is the committed one).
+	status   int
+	body     []byte
+	rendered bool
+}
+
+// render renders the response of a route answering status from the SDK value v,
+// exactly as writeJSON would write it, and keeps it.
+func (k *keyed) render(status int) func(v any) (int, []byte, error) {
+	return func(v any) (int, []byte, error) {
+		var body []byte
+		if status != http.StatusNoContent {
+			var buf bytes.Buffer
+			if err := json.NewEncoder(&buf).Encode(v); err != nil {
+				return 0, nil, err
+			}
+			body = buf.Bytes()
+		}
+		k.status, k.body, k.rendered = status, body, true
+		return status, body, nil
+	}
+}
+
+// handle runs rt's handler, under the request's idempotency key when it is a
+// POST that has one.
+func (s *Server) handle(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
+	if rt.method != http.MethodPost || rt.public || r.Header.Values(IdempotencyKeyHeader) == nil {
+		return rt.handle(s, w, r, c)
+	}
+	rec, err := s.idempotencyRecord(w, r, c)
+	if err != nil {
+		return err
+	}
+	if replayed, err := s.replay(w, r.Context(), c.ns, rec); replayed || err != nil {
+		return err
+	}
+	c.keyed = &keyed{rec: rec}
+	ctx := idemkey.With(r.Context(), &idemkey.Request{Key: rec.Key, Fingerprint: rec.Fingerprint,
+		Render: c.keyed.render(rt.status)})
+	err = rt.handle(s, w, r.WithContext(ctx), c)
+	if errors.Is(err, store.ErrIdempotencyKeyUsed) {
+		// A concurrent duplicate executed and committed first: answer its response.
+		replayed, rerr := s.replay(w, r.Context(), c.ns, rec)
+		if rerr == nil && !replayed {
+			rerr = fmt.Errorf("%w: idempotency key %q was used but its entry is gone", ErrUnavailable, rec.Key)
+		}
+		return rerr
+	}
+	return err
+}
+
+// idempotencyRecord checks the request's key, reads its body (leaving it to be
+// decoded again) and fingerprints the request.
+func (s *Server) idempotencyRecord(w http.ResponseWriter, r *http.Request, c *call) (*store.IdempotencyRecord, error) {
+	key, err := idempotencyKey(r.Header)
+	if err != nil {
+		return nil, err
+	}
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		return nil, fmt.Errorf("%w: body is %d bytes (limit %d)", ErrBodyTooLarge, r.ContentLength, s.cfg.MaxBodyBytes)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		return nil, fmt.Errorf("%w: body over %d bytes", ErrBodyTooLarge, s.cfg.MaxBodyBytes)
+	} else if err != nil {
+		return nil, fmt.Errorf("%w: reading body: %v", ErrInvalidArgument, err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	fp := store.IdempotencyFingerprint(r.Method, r.URL.EscapedPath(), body, c.principal.Name)
+	return &store.IdempotencyRecord{Key: key, Fingerprint: fp}, nil
+}
+
+// idempotencyKey returns the Idempotency-Key header: given once, 1 to
+// store.MaxIdempotencyKeyLen printable ASCII characters.
+func idempotencyKey(h http.Header) (string, error) {
+	vs := h.Values(IdempotencyKeyHeader)
+	if len(vs) != 1 {
+		return "", fmt.Errorf("%w: %s given %d times", ErrInvalidArgument, IdempotencyKeyHeader, len(vs))
+	}
+	key := vs[0]
+	switch {
+	case key == "":
+		return "", fmt.Errorf("%w: empty %s", ErrInvalidArgument, IdempotencyKeyHeader)
+	case len(key) > store.MaxIdempotencyKeyLen:
+		return "", fmt.Errorf("%w: %s longer than %d bytes", ErrInvalidArgument, IdempotencyKeyHeader, store.MaxIdempotencyKeyLen)
+	}
+	for i := range len(key) {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return "", fmt.Errorf("%w: %s holds a character that is not printable ASCII", ErrInvalidArgument, IdempotencyKeyHeader)
+		}
+	}
+	return key, nil
+}
+
+// replay answers the response recorded under rec's key in namespace ns, and
+// reports whether there was one; a key recorded by another request is a conflict.
+func (s *Server) replay(w http.ResponseWriter, ctx context.Context, ns string, rec *store.IdempotencyRecord) (bool, error) {
+	e, err := store.IdempotencyReplay(ctx, s.store, ns, rec)
+	if err != nil || e == nil {
+		return false, err
+	}
+	w.Header().Set(IdempotentReplayedHeader, "true")
+	writeRaw(w, e.Status, e.Body)
+	return true, nil
+}
+
+// writeRaw answers a rendered JSON body (none for 204) with status.
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	if status != http.StatusNoContent {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+	}
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// reply answers a mutating handler's success: the response the store recorded
+// with the request's key when it has one (so a first answer and its replays are
+// the same bytes), else v as JSON (or no body for 204).
+func reply(w http.ResponseWriter, c *call, status int, v any) {
+	switch {
+	case c.keyed != nil && c.keyed.rendered:
+		writeRaw(w, c.keyed.status, c.keyed.body)
+	case status == http.StatusNoContent:
+		w.WriteHeader(status)
+	default:
+		writeJSON(w, status, v)
+	}
+}
+
+// idempotencyPurgeBatch bounds the keys one purge transaction deletes.
+const idempotencyPurgeBatch = 1000
+
+// purgeLoop deletes expired idempotency keys every interval until Shutdown
+// (s.draining), then closes s.purgeDone. Every server on a store may purge: the
+// batches of two servers delete different rows or nothing.
+func (s *Server) purgeLoop(every time.Duration) {
+	defer close(s.purgeDone)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.draining.Done():
+			return
+		case <-tick.C:
+		}
+		n, err := s.purgeExpired(s.draining)
+		if err != nil && s.draining.Err() == nil {
+			s.cfg.Logger.Warn("purging expired idempotency keys", "err", err)
+		}
+		if s.cfg.purged != nil {
+			s.cfg.purged(n, err)
+		}
+	}
+}
+
+// purgeExpired deletes expired keys in batches until a batch finds fewer than
+// it may delete, and returns how many it deleted.
+func (s *Server) purgeExpired(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := s.store.IdempotencyPurge(ctx, &store.IdempotencyPurgeParams{Limit: idempotencyPurgeBatch})
+		total += n
+		if err != nil || n < idempotencyPurgeBatch {
+			return total, err
+		}
+	}
+}
