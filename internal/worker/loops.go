@@ -96,13 +96,21 @@ func (w *Worker) launch(cr *store.ClaimedRun) {
 	ctx, cancel := context.WithCancelCause(w.hardCtx)
 	w.mu.Lock()
 	w.active[cr.Run.ID] = &active{ctl: ctl, cancel: cancel}
+	w.running++
+	closed := w.closed
 	w.mu.Unlock()
-	w.runs.Add(1)
-	go func() {
-		defer w.runs.Done()
+	run := func() {
+		defer w.runEnded()
 		defer w.finish(cr.Run.ID, cancel)
 		w.exec.Execute(ctx, cr, ctl)
-	}()
+	}
+	if closed {
+		// The worker has stopped (a direct dispatch reserved its slot just
+		// before): ctx is done, so the run is handed back at once, here.
+		run()
+		return
+	}
+	go run()
 }
 
 // finish frees a run's slot. While runs wait in the store, the claim loop is

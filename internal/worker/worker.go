@@ -153,10 +153,15 @@ type Worker struct {
 	hardCtx  context.Context
 	hardStop context.CancelCauseFunc
 	loops    sync.WaitGroup // claim and heartbeat loops
-	runs     sync.WaitGroup // one per active run
 	rec      record         // the worker's record in the store
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// running counts run goroutines; idle, when Stop waits for them, is closed
+	// when the count drops to zero. (A WaitGroup cannot serve: a claim or a
+	// direct dispatch may start a run while Stop waits.)
+	running  int
+	idle     chan struct{}
+	closed   bool // Stop is done: a late Launch runs its run in the caller
 	active   map[string]*active
 	reserved int  // slots promised to runs being created in this process
 	wantMore bool // the last claim was capped by free slots
@@ -267,20 +272,23 @@ func (w *Worker) Stop(ctx context.Context) error {
 	// not hold a test's shutdown.
 	grace := clock.Real{}.NewTimer(w.cfg.ShutdownGrace)
 	defer grace.Stop()
-	finished := make(chan struct{})
-	go func() { w.runs.Wait(); close(finished) }()
 	select {
-	case <-finished:
+	case <-w.idleCh():
 	case <-grace.C():
 	case <-ctx.Done():
 	}
 	w.hardStop(ErrShutdown)
-	select {
-	case <-finished:
-	case <-ctx.Done():
-		return fmt.Errorf("stopping worker: %w", ctx.Err())
+	if err := w.waitIdle(ctx); err != nil {
+		return err
 	}
 	w.loops.Wait()
+	// Runs a claim in flight launched meanwhile see the hard stop and hand back.
+	if err := w.waitIdle(ctx); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
 	if err := w.removeRecord(ctx); err != nil {
 		return fmt.Errorf("stopping worker: %w", err)
 	}
@@ -293,5 +301,41 @@ func (w *Worker) stopped() bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// idleCh returns a channel closed once no run goroutine is left.
+func (w *Worker) idleCh() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.running == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if w.idle == nil {
+		w.idle = make(chan struct{})
+	}
+	return w.idle
+}
+
+// waitIdle waits until no run goroutine is left, or ctx is done.
+func (w *Worker) waitIdle(ctx context.Context) error {
+	select {
+	case <-w.idleCh():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stopping worker: %w", ctx.Err())
+	}
+}
+
+// runEnded counts a run goroutine out, and wakes Stop when it was the last.
+func (w *Worker) runEnded() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.running--
+	if w.running == 0 && w.idle != nil {
+		close(w.idle)
+		w.idle = nil
 	}
 }
