@@ -13,10 +13,10 @@ var ErrApprovalTimeout = engine.ErrApprovalTimeout
 
 // ApprovalOptions describe an approval request.
 type ApprovalOptions struct {
-	// Approvers name who may decide (principals or roles). They are recorded
-	// with the request and shown to the people deciding, but not yet enforced:
-	// Client.Approve accepts any principal. Enforcement comes with the server's
-	// tokens and roles.
+	// Approvers name who may decide (principals). trellis server enforces
+	// them: a decision through it is the token's principal's, and must be one of
+	// these when any are named. An embedded Client.Approve trusts the principal
+	// it is given.
 	Approvers []string
 	// Subject is a one-line summary for the people deciding.
 	Subject string
