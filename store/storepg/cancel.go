@@ -26,7 +26,7 @@ func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store
 		if r.Status.Terminal() {
 			return fmt.Errorf("%w: run %q is %s", store.ErrRunFinished, r.ID, r.Status)
 		}
-		if run, err = cancelRun(tx, r.Run); err != nil {
+		if run, err = shared.CancelRun(stx{tx}, r.Run); err != nil {
 			return err
 		}
 		return shared.IdempotencyFinish(stx{tx}, p.Namespace, p.Idempotency, run)
@@ -35,13 +35,4 @@ func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store
 		return nil, fmt.Errorf("cancelling run: %w", err)
 	}
 	return run, nil
-}
-
-// cancelRun cancels an unfinished run and its children (sqlstore.SQL.CancelRun).
-func cancelRun(tx *wtx, run *store.Run) (*store.Run, error) { return shared.CancelRun(stx{tx}, run) }
-
-// cancelAfterCheckpoint keeps a cancellation that reached a run while it ran
-// (sqlstore.SQL.CancelAfterCheckpoint).
-func cancelAfterCheckpoint(tx *wtx, seq int64, p *store.CheckpointParams) error {
-	return shared.CancelAfterCheckpoint(stx{tx}, seq, p)
 }

@@ -107,7 +107,7 @@ func (s *Store) checkpointWaiting(ctx context.Context, ck *ckReq) (*store.Checkp
 			}
 		}
 		if row.cancel && !p.Status.Terminal() {
-			if err := cancelAfterCheckpoint(tx, row.seq, p); err != nil {
+			if err := shared.CancelAfterCheckpoint(stx{tx}, row.seq, p); err != nil {
 				return err
 			}
 		}

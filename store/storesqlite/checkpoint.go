@@ -148,15 +148,9 @@ func writeWaiting(tx *wtx, ck ckRow, p *store.CheckpointParams) error {
 		return childEnded(tx, ck.parentSeq.Int64, int(ck.position.Int64), p.Status, false)
 	}
 	if ck.cancel && !p.Status.Terminal() {
-		return cancelAfterCheckpoint(tx, ck.seq, p)
+		return shared.CancelAfterCheckpoint(tx, ck.seq, p)
 	}
 	return nil
-}
-
-// cancelAfterCheckpoint keeps a cancellation that reached a run while it ran
-// (sqlstore.SQL.CancelAfterCheckpoint).
-func cancelAfterCheckpoint(tx *wtx, seq int64, p *store.CheckpointParams) error {
-	return shared.CancelAfterCheckpoint(tx, seq, p)
 }
 
 // writeHistory saves a checkpoint's ops, attempts and run-store writes.

@@ -152,11 +152,8 @@ func runCancel(tx *wtx, p *store.RunCancelParams) (*store.Run, error) {
 	if run.Status.Terminal() {
 		return nil, fmt.Errorf("%w: run %q is %s", store.ErrRunFinished, run.ID, run.Status)
 	}
-	return cancelRun(tx, run)
+	return shared.CancelRun(tx, run)
 }
-
-// cancelRun cancels an unfinished run and its children (sqlstore.SQL.CancelRun).
-func cancelRun(tx *wtx, run *store.Run) (*store.Run, error) { return shared.CancelRun(tx, run) }
 
 // txRuns runs a query of runCols in the write transaction and returns every row
 // (read to the end before the caller runs other statements).
