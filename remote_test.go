@@ -145,8 +145,8 @@ func TestRemoteErrorsAcrossTheWire(t *testing.T) {
 	if err := e.client.Value(ctx, "dup", "nothing", new(any)); !errors.Is(err, trellis.ErrKeyNotFound) {
 		t.Fatalf("value: %v, want ErrKeyNotFound", err)
 	}
-	if _, err := e.client.GetApproval(ctx, "x"); !errors.Is(err, trellis.ErrRemoteUnsupported) {
-		t.Fatalf("get approval: %v, want ErrRemoteUnsupported", err)
+	if _, err := e.client.GetApproval(ctx, "x"); !errors.Is(err, trellis.ErrApprovalNotFound) {
+		t.Fatalf("get approval: %v, want ErrApprovalNotFound", err)
 	}
 	bad := e.open(t, "not-a-token")
 	if _, err := bad.Get(ctx, "dup"); !errors.Is(err, trellis.ErrUnauthenticated) {
