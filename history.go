@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
 )
 
 // HistoryFormat is the format tag of a RecordedHistory: "trellis.history/v1".

@@ -256,8 +256,8 @@ func TestRemoteCodesMirrorServer(t *testing.T) {
 	// A path no route has, a method it does not take, a body that is not JSON;
 	// the token routes' errors (the SDK has no token methods).
 	noSentinel := map[string]bool{"not_found/Not found": true, "method_not_allowed/Method not allowed": true,
-		"unsupported_media_type/Unsupported media type": true,
-		"token_exists/Token exists": true, "not_found/Token not found": true}
+		"unsupported_media_type/Unsupported media type": true, "token_exists/Token exists": true,
+		"not_found/Token not found": true}
 	for _, e := range entries {
 		name, code, title := e[1], e[2], e[3]
 		got := trellis.RemoteSentinel(code, title)
