@@ -64,7 +64,8 @@ type RemoteWorkload struct {
 	Name        string
 	DefaultN    int
 	Description string
-	// DefaultClients is the default of RemoteOptions.Clients.
+	// DefaultClients is the default of RemoteOptions.Clients; 1 means the
+	// workload is sequential and always uses one connection.
 	DefaultClients int
 	// NeedsWorker says whether the workload needs StartRemoteWorker.
 	NeedsWorker bool
@@ -94,8 +95,8 @@ func RunRemote(ctx context.Context, w RemoteWorkload, n int, o RemoteOptions) (*
 	if n <= 0 {
 		n = w.DefaultN
 	}
-	if o.Clients <= 0 {
-		o.Clients = w.DefaultClients
+	if o.Clients <= 0 || w.DefaultClients == 1 {
+		o.Clients = w.DefaultClients // a sequential workload uses one connection
 	}
 	u, err := url.Parse(o.Server)
 	if err != nil || u.Scheme != "http" || u.Host == "" {
