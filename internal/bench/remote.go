@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"runtime"
 	"strconv"
@@ -161,19 +162,72 @@ func (c *conn) do(method, path string, body []byte) (int, []byte, error) {
 	if _, err := c.c.Write(c.buf.Bytes()); err != nil {
 		return 0, nil, err
 	}
-	resp, err := http.ReadResponse(c.r, nil)
+	return c.readResponse()
+}
+
+// readResponse reads one HTTP/1.1 response: its status line, the headers it
+// needs (Content-Length, Transfer-Encoding, Connection) and its body. It parses
+// no more than that, so that a client costs the machine little.
+func (c *conn) readResponse() (int, []byte, error) {
+	line, err := c.r.ReadSlice('\n')
 	if err != nil {
 		return 0, nil, err
 	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	// "HTTP/1.1 201 Created\r\n"
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
+		return 0, nil, fmt.Errorf("malformed status line %q", line)
+	}
+	status, err := strconv.Atoi(string(line[9:12]))
+	if err != nil {
+		return 0, nil, fmt.Errorf("malformed status line %q", line)
+	}
+	length, chunked, closing := -1, false, false
+	for {
+		line, err := c.r.ReadSlice('\n')
+		if err != nil {
+			return 0, nil, err
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
+			break
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			return 0, nil, fmt.Errorf("malformed header %q", line)
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if length, err = strconv.Atoi(string(value)); err != nil || length < 0 {
+				return 0, nil, fmt.Errorf("malformed Content-Length %q", value)
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			chunked = bytes.EqualFold(value, []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Connection")):
+			closing = bytes.EqualFold(value, []byte("close"))
+		}
+	}
+	var b []byte
+	switch {
+	case chunked:
+		b, err = io.ReadAll(httputil.NewChunkedReader(c.r))
+		if err == nil {
+			_, err = c.r.Discard(2) // the CRLF after the last chunk
+		}
+	case length >= 0:
+		b = make([]byte, length)
+		_, err = io.ReadFull(c.r, b)
+	case status == http.StatusNoContent || status == http.StatusNotModified:
+	default:
+		return 0, nil, errors.New("a response without Content-Length on a keep-alive connection")
+	}
 	if err != nil {
 		return 0, nil, err
 	}
-	if resp.Close {
-		return resp.StatusCode, b, errors.New("the server closed the connection")
+	if closing {
+		return status, b, errors.New("the server closed the connection")
 	}
-	return resp.StatusCode, b, nil
+	return status, b, nil
 }
 
 // runsPath is the path of the runs of RemoteNamespace.
