@@ -39,7 +39,7 @@ type ScheduleStore interface {
 	SchedulePause(ctx context.Context, p *SchedulePauseParams) (*Schedule, error)
 	// ScheduleDelete deletes a schedule (its runs stay). ErrScheduleNotFound when
 	// absent.
-	ScheduleDelete(ctx context.Context, p *ScheduleGetParams) error
+	ScheduleDelete(ctx context.Context, p *ScheduleDeleteParams) error
 	// ScheduleFire writes one tick of a schedule in one transaction: it checks
 	// the fence (Epoch), optionally cancels the previous run, creates the run
 	// (Run; its ID is deterministic, so a fire retried after an unknown outcome
@@ -154,6 +154,9 @@ type ScheduleCreateParams struct {
 	Name      string       `json:"name"`
 	Spec      ScheduleSpec `json:"spec"`
 	Paused    bool         `json:"paused"`
+	// Idempotency, when set, records an idempotency key with the change,
+	// atomically (see IdempotencyStore); its response renders the *Schedule.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // Validate reports the first missing or malformed field of p.
@@ -161,7 +164,18 @@ func (p *ScheduleCreateParams) Validate() error {
 	if err := validateScheduleRef(p.Namespace, p.Name); err != nil {
 		return err
 	}
+	if err := p.Idempotency.Validate(); err != nil {
+		return err
+	}
 	return p.Spec.Validate()
+}
+
+// ScheduleDeleteParams are the parameters of ScheduleDelete.
+type ScheduleDeleteParams struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Idempotency: as ScheduleCreateParams'; its response renders nil.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 func validateScheduleRef(namespace, name string) error {
@@ -191,11 +205,16 @@ type ScheduleUpdateParams struct {
 	Namespace string       `json:"namespace"`
 	Name      string       `json:"name"`
 	Spec      ScheduleSpec `json:"spec"`
+	// Idempotency: as ScheduleCreateParams'.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // Validate reports the first missing or malformed field of p.
 func (p *ScheduleUpdateParams) Validate() error {
 	if err := validateScheduleRef(p.Namespace, p.Name); err != nil {
+		return err
+	}
+	if err := p.Idempotency.Validate(); err != nil {
 		return err
 	}
 	return p.Spec.Validate()
@@ -206,6 +225,8 @@ type SchedulePauseParams struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Paused    bool   `json:"paused"`
+	// Idempotency: as ScheduleCreateParams'.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // ScheduleFireParams are the parameters of ScheduleFire.
@@ -220,11 +241,25 @@ type ScheduleFireParams struct {
 	// Run is the run to create (nil: the tick is skipped or buffered). A run
 	// with this ID that exists already is returned, Created false.
 	Run *RunCreateParams `json:"run,omitempty"`
+	// Runs are more runs to create the same way, in order, after Run (a
+	// backfill); only with Epoch 0.
+	Runs []*RunCreateParams `json:"runs,omitempty"`
 	// CancelRunID, when set, is cancelled first (if still active).
 	CancelRunID string `json:"cancel_run_id,omitempty"`
 	// SetBuffered sets BufferedAt to Buffered (nil clears it).
 	SetBuffered bool       `json:"set_buffered,omitempty"`
 	Buffered    *time.Time `json:"buffered,omitempty"`
+	// Idempotency, when set, records an idempotency key with the fire,
+	// atomically; its response renders the *ScheduleFireResult.
+	Idempotency *IdempotencyRecord `json:"-"`
+}
+
+// AllRuns returns Run (when set) and Runs, in order.
+func (p *ScheduleFireParams) AllRuns() []*RunCreateParams {
+	if p.Run == nil {
+		return p.Runs
+	}
+	return append([]*RunCreateParams{p.Run}, p.Runs...)
 }
 
 // Validate reports the first missing or malformed field of p.
@@ -232,17 +267,25 @@ func (p *ScheduleFireParams) Validate() error {
 	if err := validateScheduleRef(p.Namespace, p.Name); err != nil {
 		return err
 	}
-	if p.Epoch < 0 {
+	switch {
+	case p.Epoch < 0:
 		return fmt.Errorf("%w: Epoch is negative", ErrInvalidParams)
+	case p.Epoch > 0 && len(p.Runs) > 0:
+		return fmt.Errorf("%w: Runs only with Epoch 0", ErrInvalidParams)
 	}
-	if p.Run != nil {
-		if p.Run.Claim != nil || len(p.Run.History) > 0 || p.Run.Idempotency != nil {
+	if err := p.Idempotency.Validate(); err != nil {
+		return err
+	}
+	for _, r := range p.AllRuns() {
+		if r == nil || r.Claim != nil || len(r.History) > 0 || r.Idempotency != nil {
 			return fmt.Errorf("%w: a scheduled run takes no Claim, History or Idempotency", ErrInvalidParams)
 		}
-		if p.Run.Namespace != p.Namespace {
+		if r.Namespace != p.Namespace {
 			return fmt.Errorf("%w: Run.Namespace is not the schedule's", ErrInvalidParams)
 		}
-		return p.Run.Validate()
+		if err := r.Validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -253,6 +296,8 @@ type ScheduleFireResult struct {
 	Run *Run `json:"run,omitempty"`
 	// Created is false when the run existed already (a retried fire).
 	Created bool `json:"created"`
+	// Runs are the runs of Runs, in order (created or found).
+	Runs []*Run `json:"runs,omitempty"`
 }
 
 // SchedulerLeaseParams are the parameters of SchedulerLeaseAcquire and

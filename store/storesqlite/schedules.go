@@ -19,8 +19,13 @@ func (s *Store) ScheduleCreate(ctx context.Context, p *store.ScheduleCreateParam
 	}
 	var sc *store.Schedule
 	err := s.write(ctx, func(tx *wtx) (err error) {
-		sc, err = shared.ScheduleCreate(tx, p)
-		return err
+		if err := shared.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {
+			return err
+		}
+		if sc, err = shared.ScheduleCreate(tx, p); err != nil {
+			return err
+		}
+		return shared.IdempotencyFinish(tx, p.Namespace, p.Idempotency, sc)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating schedule: %w", err)
@@ -45,8 +50,13 @@ func (s *Store) ScheduleUpdate(ctx context.Context, p *store.ScheduleUpdateParam
 	}
 	var sc *store.Schedule
 	err := s.write(ctx, func(tx *wtx) (err error) {
-		sc, err = shared.ScheduleUpdate(tx, p)
-		return err
+		if err := shared.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {
+			return err
+		}
+		if sc, err = shared.ScheduleUpdate(tx, p); err != nil {
+			return err
+		}
+		return shared.IdempotencyFinish(tx, p.Namespace, p.Idempotency, sc)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("updating schedule: %w", err)
@@ -56,10 +66,18 @@ func (s *Store) ScheduleUpdate(ctx context.Context, p *store.ScheduleUpdateParam
 
 // SchedulePause implements store.ScheduleStore.
 func (s *Store) SchedulePause(ctx context.Context, p *store.SchedulePauseParams) (*store.Schedule, error) {
+	if err := p.Idempotency.Validate(); err != nil {
+		return nil, fmt.Errorf("pausing or resuming schedule: %w", err)
+	}
 	var sc *store.Schedule
 	err := s.write(ctx, func(tx *wtx) (err error) {
-		sc, err = shared.SchedulePause(tx, p)
-		return err
+		if err := shared.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {
+			return err
+		}
+		if sc, err = shared.SchedulePause(tx, p); err != nil {
+			return err
+		}
+		return shared.IdempotencyFinish(tx, p.Namespace, p.Idempotency, sc)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pausing or resuming schedule: %w", err)
@@ -68,8 +86,19 @@ func (s *Store) SchedulePause(ctx context.Context, p *store.SchedulePauseParams)
 }
 
 // ScheduleDelete implements store.ScheduleStore.
-func (s *Store) ScheduleDelete(ctx context.Context, p *store.ScheduleGetParams) error {
-	err := s.write(ctx, func(tx *wtx) error { return shared.ScheduleDelete(tx, p) })
+func (s *Store) ScheduleDelete(ctx context.Context, p *store.ScheduleDeleteParams) error {
+	if err := p.Idempotency.Validate(); err != nil {
+		return fmt.Errorf("deleting schedule: %w", err)
+	}
+	err := s.write(ctx, func(tx *wtx) error {
+		if err := shared.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {
+			return err
+		}
+		if err := shared.ScheduleDelete(tx, p); err != nil {
+			return err
+		}
+		return shared.IdempotencyFinish(tx, p.Namespace, p.Idempotency, nil)
+	})
 	if err != nil {
 		return fmt.Errorf("deleting schedule: %w", err)
 	}
@@ -84,27 +113,29 @@ func (s *Store) ScheduleFire(ctx context.Context, p *store.ScheduleFireParams) (
 	var res *store.ScheduleFireResult
 	err := s.write(ctx, func(tx *wtx) error {
 		res = &store.ScheduleFireResult{}
+		if err := shared.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {
+			return err
+		}
 		if err := shared.ScheduleFireBegin(tx, p); err != nil {
 			return err
 		}
 		runID := ""
-		if p.Run != nil {
-			runID = p.Run.ID
-			existing, err := shared.RunByRef(tx, p.Namespace, p.Run.ID)
-			switch {
-			case err == nil:
-				res.Run = existing
-			case !errors.Is(err, store.ErrRunNotFound):
+		for i, rp := range p.AllRuns() {
+			runID = rp.ID
+			run, created, err := fireRun(tx, rp)
+			if err != nil {
 				return err
-			default:
-				c, err := runCreate(tx, p.Run)
-				if err != nil {
-					return err
-				}
-				res.Run, res.Created = c.Run, true
+			}
+			if i == 0 && p.Run != nil {
+				res.Run, res.Created = run, created
+			} else {
+				res.Runs = append(res.Runs, run)
 			}
 		}
-		return shared.ScheduleFireEnd(tx, p, runID)
+		if err := shared.ScheduleFireEnd(tx, p, runID); err != nil {
+			return err
+		}
+		return shared.IdempotencyFinish(tx, p.Namespace, p.Idempotency, res)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("firing schedule: %w", err)
@@ -138,4 +169,20 @@ func (s *Store) SchedulerLeaseRelease(ctx context.Context, p *store.SchedulerLea
 		return fmt.Errorf("releasing scheduler lease: %w", err)
 	}
 	return nil
+}
+
+// fireRun creates a scheduled run, or finds it when it exists (a retried fire).
+func fireRun(tx *wtx, p *store.RunCreateParams) (*store.Run, bool, error) {
+	existing, err := shared.RunByRef(tx, p.Namespace, p.ID)
+	switch {
+	case err == nil:
+		return existing, false, nil
+	case !errors.Is(err, store.ErrRunNotFound):
+		return nil, false, err
+	}
+	c, err := runCreate(tx, p)
+	if err != nil {
+		return nil, false, err
+	}
+	return c.Run, true, nil
 }

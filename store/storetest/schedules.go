@@ -22,6 +22,7 @@ var scheduleCases = []testCase{
 	{"FireCancelPrevious", scheduleFireCancelPrevious},
 	{"FireBuffered", scheduleFireBuffered},
 	{"FireUnknownSchedule", scheduleFireUnknown},
+	{"Idempotent", scheduleIdempotent},
 }
 
 func scheduleSpec() store.ScheduleSpec {
@@ -185,13 +186,13 @@ func schedulePauseResume(t *testing.T, e *env) {
 
 func scheduleDelete(t *testing.T, e *env) {
 	e.createSchedule("a")
-	if err := e.st.ScheduleDelete(e.ctx, &store.ScheduleGetParams{Namespace: ns, Name: "a"}); err != nil {
+	if err := e.st.ScheduleDelete(e.ctx, &store.ScheduleDeleteParams{Namespace: ns, Name: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.st.ScheduleGet(e.ctx, &store.ScheduleGetParams{Namespace: ns, Name: "a"}); !errors.Is(err, store.ErrScheduleNotFound) {
 		t.Fatalf("get deleted: %v", err)
 	}
-	if err := e.st.ScheduleDelete(e.ctx, &store.ScheduleGetParams{Namespace: ns, Name: "a"}); !errors.Is(err, store.ErrScheduleNotFound) {
+	if err := e.st.ScheduleDelete(e.ctx, &store.ScheduleDeleteParams{Namespace: ns, Name: "a"}); !errors.Is(err, store.ErrScheduleNotFound) {
 		t.Fatalf("delete twice: %v", err)
 	}
 }
@@ -352,5 +353,46 @@ func scheduleFireUnknown(t *testing.T, e *env) {
 	}
 	if _, err := e.st.RunGet(e.ctx, &store.RunGetParams{Namespace: ns, Ref: p.Run.ID}); !errors.Is(err, store.ErrRunNotFound) {
 		t.Fatalf("a failed fire created its run: %v", err)
+	}
+}
+
+func scheduleIdempotent(t *testing.T, e *env) {
+	rec := func(key string) *store.IdempotencyRecord {
+		return &store.IdempotencyRecord{Key: key, Fingerprint: []byte("fp-" + key),
+			Response: func(any) (int, []byte, error) { return 201, []byte(`{}`), nil }}
+	}
+	p := &store.ScheduleCreateParams{Namespace: ns, Name: "a", Spec: scheduleSpec(), Idempotency: rec("k1")}
+	if _, err := e.st.ScheduleCreate(e.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Name = "b" // same key and fingerprint: nothing written
+	if _, err := e.st.ScheduleCreate(e.ctx, p); !errors.Is(err, store.ErrIdempotencyKeyUsed) {
+		t.Fatalf("reused key: %v, want ErrIdempotencyKeyUsed", err)
+	}
+	if _, err := e.st.ScheduleGet(e.ctx, &store.ScheduleGetParams{Namespace: ns, Name: "b"}); !errors.Is(err, store.ErrScheduleNotFound) {
+		t.Fatalf("a create with a used key wrote: %v", err)
+	}
+	f := &store.ScheduleFireParams{Namespace: ns, Name: "a", Idempotency: rec("k2"),
+		Runs: []*store.RunCreateParams{e.fireRun("a", e.clk.Now()), e.fireRun("a", e.clk.Now().Add(time.Minute))}}
+	res, err := e.st.ScheduleFire(e.ctx, f)
+	if err != nil || len(res.Runs) != 2 || res.Run != nil {
+		t.Fatalf("backfill fire: %+v, %v", res, err)
+	}
+	if _, err := e.st.ScheduleFire(e.ctx, f); !errors.Is(err, store.ErrIdempotencyKeyUsed) {
+		t.Fatalf("reused fire key: %v", err)
+	}
+	// Without the key, the same backfill finds its runs and creates none.
+	f.Idempotency = nil
+	again, err := e.st.ScheduleFire(e.ctx, f)
+	if err != nil || len(again.Runs) != 2 || again.Runs[0].Sequence != res.Runs[0].Sequence {
+		t.Fatalf("backfill again: %+v, %v", again, err)
+	}
+	if e.getSchedule("a").LastRunID != f.Runs[1].ID {
+		t.Fatal("the last backfilled run is not the schedule's last run")
+	}
+	l := e.lease("x", 0)
+	bad := &store.ScheduleFireParams{Namespace: ns, Name: "a", Epoch: l.Epoch, Runs: f.Runs}
+	if _, err := e.st.ScheduleFire(e.ctx, bad); !errors.Is(err, store.ErrInvalidParams) {
+		t.Fatalf("Runs under an epoch: %v", err)
 	}
 }

@@ -136,7 +136,7 @@ func (s *SQL) SchedulePause(tx Tx, p *store.SchedulePauseParams) (*store.Schedul
 }
 
 // ScheduleDelete deletes a schedule.
-func (s *SQL) ScheduleDelete(tx Tx, p *store.ScheduleGetParams) error {
+func (s *SQL) ScheduleDelete(tx Tx, p *store.ScheduleDeleteParams) error {
 	n, err := tx.Exec(s.sch.del, p.Namespace, p.Name)
 	if err == nil && n == 0 {
 		err = fmt.Errorf("%w: %q in namespace %q", store.ErrScheduleNotFound, p.Name, p.Namespace)
