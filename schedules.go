@@ -1,6 +1,7 @@
 package trellis
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -51,30 +52,31 @@ const DefaultCatchupWindow = time.Minute
 // MaxBackfillRuns caps the runs one BackfillSchedule starts.
 const MaxBackfillRuns = schedule.MaxBackfill
 
-// ScheduleSpec is what a schedule does.
+// ScheduleSpec is what a schedule does. In JSON, catchup_window is a Go duration
+// string such as "10m".
 type ScheduleSpec struct {
 	// Workflow is the workflow's name. It must be registered with this client
 	// or served by a worker of the namespace (live or not).
-	Workflow string
+	Workflow string `json:"workflow"`
 	// Queue is the queue of the runs; default the registered workflow's, else
 	// "default".
-	Queue string
+	Queue string `json:"queue,omitempty"`
 	// Input is the runs' encoded input (JSON); empty is null.
-	Input Payload
+	Input Payload `json:"input,omitempty"`
 	// Cron: 5 fields (minute hour day-of-month month day-of-week), or 6 with a
 	// seconds field first, or a descriptor: @yearly, @monthly, @weekly, @daily,
 	// @hourly, @every <duration> (at least 1s).
-	Cron string
+	Cron string `json:"cron"`
 	// TimeZone is the IANA zone the cron expression reads in, e.g.
 	// "Europe/Berlin"; default "UTC".
-	TimeZone string
+	TimeZone string `json:"time_zone,omitempty"`
 	// Overlap is the policy at a tick while the previous run is active; default
 	// OverlapSkip.
-	Overlap Overlap
+	Overlap Overlap `json:"overlap,omitempty"`
 	// CatchupWindow is how late a tick may still fire, after downtime or a
 	// change of scheduler leader; older ticks are skipped. Default
 	// DefaultCatchupWindow.
-	CatchupWindow time.Duration
+	CatchupWindow time.Duration `json:"catchup_window,omitempty"`
 }
 
 // specJSON is the JSON form of ScheduleSpec: the window as a Go duration string.
@@ -102,8 +104,10 @@ func (s ScheduleSpec) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON implements json.Unmarshaler.
 func (s *ScheduleSpec) UnmarshalJSON(b []byte) error {
 	var j specJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return fmt.Errorf("%w: schedule spec: %v", ErrInvalidParams, err)
 	}
 	*s = ScheduleSpec{Workflow: j.Workflow, Queue: j.Queue, Input: j.Input, Cron: j.Cron,
 		TimeZone: j.TimeZone, Overlap: j.Overlap}

@@ -125,6 +125,9 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 		}
 		if epoch := s.Epoch(); epoch > 0 {
 			err = s.cfg.Store.SchedulerLeaseRelease(ctx, &store.SchedulerLeaseParams{Owner: s.cfg.Owner, Epoch: epoch})
+			if errors.Is(err, store.ErrClosed) {
+				err = nil // the lease expires on its own
+			}
 			s.setEpoch(0)
 		}
 	})
