@@ -259,3 +259,24 @@ func TestSchedulesRemoteClient(t *testing.T) {
 		t.Fatalf("backfilled runs out of tick order: %v", ids)
 	}
 }
+
+// A schedule POST with an Idempotency-Key answers its first response again and
+// changes nothing the second time.
+func TestScheduleIdempotencyKey(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.Scheduler.Disabled = true })
+	e.served("echo")
+	body := map[string]any{"name": "k", "spec": map[string]any{"workflow": "echo", "cron": "@hourly"}}
+	first := e.do("POST", schedules, "admin", body, "Idempotency-Key", "create-k").want(t, 201)
+	again := e.do("POST", schedules, "admin", body, "Idempotency-Key", "create-k").want(t, 201)
+	if again.header.Get(IdempotentReplayedHeader) != "true" || string(again.body) != string(first.body) {
+		t.Fatalf("replay: %s %q vs %q", again.header, again.body, first.body)
+	}
+	e.do("POST", schedules+"/k/trigger", "producer", nil, "Idempotency-Key", "trig").want(t, 201)
+	e.do("POST", schedules+"/k/trigger", "producer", nil, "Idempotency-Key", "trig").want(t, 201)
+	if n := e.runCount(); n != 1 {
+		t.Fatalf("two triggers with one key started %d runs", n)
+	}
+	e.do("POST", schedules+"/k/pause", "admin", nil, "Idempotency-Key", "p").want(t, 200)
+	e.do("POST", schedules+"/k/pause", "admin", nil, "Idempotency-Key", "p").want(t, 200) // replayed, not 409
+	e.do("POST", schedules+"/k/pause", "admin", nil).problem(t, 409, "schedule_paused")
+}
