@@ -41,7 +41,8 @@ type ScheduleStore interface {
 	// absent.
 	ScheduleDelete(ctx context.Context, p *ScheduleDeleteParams) error
 	// ScheduleFire writes one tick of a schedule in one transaction: it checks
-	// the fence (Epoch), optionally cancels the previous run, creates the run
+	// the fence (Epoch; a fenced fire of a paused schedule is ErrSchedulePaused
+	// and writes nothing), optionally cancels the previous run, creates the run
 	// (Run; its ID is deterministic, so a fire retried after an unknown outcome
 	// finds its run and creates nothing), and moves the schedule's cursor and
 	// buffered tick. See ScheduleFireParams.

@@ -172,9 +172,12 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 			continue
 		}
 		err := s.tick(ctx, sc, l.Epoch)
-		if errors.Is(err, store.ErrNotLeader) {
+		switch {
+		case errors.Is(err, store.ErrNotLeader):
 			s.setEpoch(0)
 			return nil
+		case errors.Is(err, store.ErrSchedulePaused), errors.Is(err, store.ErrScheduleNotFound):
+			continue // paused or deleted since the list was read
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("schedule %s/%s: %w", sc.Namespace, sc.Name, err))

@@ -22,6 +22,7 @@ var scheduleCases = []testCase{
 	{"FireCancelPrevious", scheduleFireCancelPrevious},
 	{"FireBuffered", scheduleFireBuffered},
 	{"FireUnknownSchedule", scheduleFireUnknown},
+	{"FirePaused", scheduleFirePaused},
 	{"Idempotent", scheduleIdempotent},
 }
 
@@ -342,6 +343,26 @@ func scheduleFireBuffered(t *testing.T, e *env) {
 	}
 	if sc := e.getSchedule("s"); sc.BufferedAt != nil || sc.LastRunID != p.Run.ID {
 		t.Fatalf("after firing the buffered tick: %+v", sc)
+	}
+}
+
+func scheduleFirePaused(t *testing.T, e *env) {
+	e.createSchedule("s")
+	l := e.lease("a", 0)
+	if _, err := e.st.SchedulePause(e.ctx, &store.SchedulePauseParams{Namespace: ns, Name: "s", Paused: true}); err != nil {
+		t.Fatal(err)
+	}
+	at := e.clk.Now()
+	p := &store.ScheduleFireParams{Namespace: ns, Name: "s", Epoch: l.Epoch, Cursor: &at, Run: e.fireRun("s", at)}
+	if _, err := e.st.ScheduleFire(e.ctx, p); !errors.Is(err, store.ErrSchedulePaused) {
+		t.Fatalf("leader's fire of a paused schedule: %v, want ErrSchedulePaused", err)
+	}
+	if _, err := e.st.RunGet(e.ctx, &store.RunGetParams{Namespace: ns, Ref: p.Run.ID}); !errors.Is(err, store.ErrRunNotFound) {
+		t.Fatalf("the refused fire created its run: %v", err)
+	}
+	p.Epoch, p.Cursor = 0, nil // a manual fire (trigger) of a paused schedule is allowed
+	if res, err := e.st.ScheduleFire(e.ctx, p); err != nil || !res.Created {
+		t.Fatalf("manual fire of a paused schedule: %+v, %v", res, err)
 	}
 }
 

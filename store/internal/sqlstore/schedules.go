@@ -189,8 +189,9 @@ func (s *SQL) SchedulerLeaseRelease(tx Tx, p *store.SchedulerLeaseParams) error 
 }
 
 // ScheduleFireBegin is the first part of ScheduleFire, before the driver creates
-// the run: it checks the fence (unless p.Epoch is 0), that the schedule exists,
-// and cancels p.CancelRunID if it is still active.
+// the run: it checks the fence (unless p.Epoch is 0), that the schedule exists
+// (and, for a fenced fire, is not paused), and cancels p.CancelRunID if it is
+// still active.
 func (s *SQL) ScheduleFireBegin(tx Tx, p *store.ScheduleFireParams) error {
 	if p.Epoch > 0 {
 		n, err := tx.Exec(s.sch.fence, p.Epoch, s.d.Time(tx.Now()))
@@ -201,8 +202,13 @@ func (s *SQL) ScheduleFireBegin(tx Tx, p *store.ScheduleFireParams) error {
 			return fmt.Errorf("%w: epoch %d", store.ErrNotLeader, p.Epoch)
 		}
 	}
-	if _, err := s.ScheduleGet(tx, p.Namespace, p.Name); err != nil {
+	sc, err := s.ScheduleGet(tx, p.Namespace, p.Name)
+	if err != nil {
 		return err
+	}
+	if p.Epoch > 0 && sc.Paused {
+		// Paused after the leader read it: the tick is not the leader's to fire.
+		return fmt.Errorf("%w: %q", store.ErrSchedulePaused, p.Name)
 	}
 	if p.CancelRunID != "" {
 		run, err := s.RunByRef(tx, p.Namespace, p.CancelRunID)
