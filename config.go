@@ -119,7 +119,8 @@ type SchedulerOptions struct {
 	// soon another process takes over from a leader that died; default 10s.
 	LeaseDuration time.Duration
 	// Interval is how often the scheduler renews or asks for the lease and fires
-	// due ticks; default 1s, at most LeaseDuration/2.
+	// due ticks; default 1s (or LeaseDuration/2 if shorter), at most
+	// LeaseDuration/2.
 	Interval time.Duration
 }
 

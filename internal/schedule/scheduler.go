@@ -39,7 +39,8 @@ type Config struct {
 	// scheduler takes over from one that died; default DefaultLeaseDuration.
 	LeaseDuration time.Duration
 	// Interval is how often the scheduler renews or asks for the lease and fires
-	// due ticks; default DefaultInterval, at most LeaseDuration/2.
+	// due ticks; default DefaultInterval (or LeaseDuration/2 if shorter); at most
+	// LeaseDuration/2.
 	Interval time.Duration
 	// Version returns the version a run of workflow is started with (the
 	// registered workflow's); nil: 0.
@@ -71,7 +72,7 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg.LeaseDuration = DefaultLeaseDuration
 	}
 	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultInterval
+		cfg.Interval = min(DefaultInterval, cfg.LeaseDuration/2)
 	}
 	if cfg.Interval > cfg.LeaseDuration/2 {
 		return nil, fmt.Errorf("scheduler: Interval %s must be at most half of LeaseDuration %s", cfg.Interval, cfg.LeaseDuration)
@@ -157,9 +158,16 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	was := s.Epoch()
 	if !l.Held {
+		if was > 0 {
+			s.cfg.Logger.Info("scheduler lost the lease", "owner", s.cfg.Owner, "epoch", was, "holder", l.Owner)
+		}
 		s.setEpoch(0)
 		return nil
+	}
+	if was != l.Epoch {
+		s.cfg.Logger.Info("scheduler leads", "owner", s.cfg.Owner, "epoch", l.Epoch)
 	}
 	s.setEpoch(l.Epoch)
 	list, err := s.cfg.Store.ScheduleList(ctx, &store.ScheduleListParams{})
@@ -174,6 +182,7 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 		err := s.tick(ctx, sc, l.Epoch)
 		switch {
 		case errors.Is(err, store.ErrNotLeader):
+			s.cfg.Logger.Info("scheduler fenced out: another leads", "owner", s.cfg.Owner, "epoch", l.Epoch)
 			s.setEpoch(0)
 			return nil
 		case errors.Is(err, store.ErrSchedulePaused), errors.Is(err, store.ErrScheduleNotFound):

@@ -334,3 +334,20 @@ func TestLoopAndStop(t *testing.T) {
 		t.Fatalf("after a's Stop, b's epoch is %d, want 2 at once", b.Epoch())
 	}
 }
+
+func TestNewChecksConfig(t *testing.T) {
+	f := newFixture(t, t0)
+	if _, err := New(Config{Store: f.st, Owner: "a", LeaseDuration: time.Second, Interval: 800 * time.Millisecond}); err == nil {
+		t.Fatal("an interval over half the lease was accepted")
+	}
+	if _, err := New(Config{Store: f.st}); err == nil {
+		t.Fatal("a scheduler without an owner was accepted")
+	}
+	s, err := New(Config{Store: f.st, Owner: "a", LeaseDuration: time.Second})
+	if err != nil || s.cfg.Interval != 500*time.Millisecond {
+		t.Fatalf("default interval with a 1s lease: %v, %v", s.cfg.Interval, err)
+	}
+	if err := s.Stop(context.Background()); err != nil { // never started: nothing to wait for
+		t.Fatal(err)
+	}
+}
