@@ -64,6 +64,8 @@ var problemTable = []struct {
 	{store.ErrIdempotencyKeyConflict, 422, "idempotency_key_conflict", "Idempotency key conflict"},
 	{ErrRateLimited, 429, "rate_limited", "Rate limited"},
 	{trellis.ErrUnknownWorkflow, 400, "invalid_argument", "Unknown workflow"},
+	{store.ErrTokenExists, 409, "token_exists", "Token exists"},
+	{store.ErrTokenNotFound, 404, "not_found", "Token not found"},
 	{ErrInvalidArgument, 400, "invalid_argument", "Invalid argument"},
 	{trellis.ErrInvalidParams, 400, "invalid_argument", "Invalid argument"},
 	{trellis.ErrInvalidInput, 400, "invalid_argument", "Invalid argument"},
