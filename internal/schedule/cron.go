@@ -124,6 +124,23 @@ func (s *Spec) Next(after time.Time) time.Time {
 	return time.Time{}
 }
 
+// SkipTo returns a time from which Next finds the first tick at or after floor,
+// given the last handled tick from (before floor): ticks in between are skipped.
+// An @every interval keeps its phase (the ticks stay from + k × interval).
+func (s *Spec) SkipTo(from, floor time.Time) time.Time {
+	if !from.Before(floor) {
+		return from
+	}
+	if s.wall == nil {
+		k := floor.Sub(from.Truncate(time.Second)) / s.every // whole intervals before floor
+		if k > 0 {
+			k-- // Next adds one; land on the last tick before floor or the first at it
+		}
+		return from.Truncate(time.Second).Add(k * s.every)
+	}
+	return floor.Add(-time.Nanosecond)
+}
+
 // wallOf returns t's wall-clock reading as a UTC time.
 func wallOf(t time.Time) time.Time {
 	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)

@@ -216,16 +216,18 @@ func (s *Scheduler) tick(ctx context.Context, sc *store.Schedule, epoch int64) e
 		}
 		buffered, active, sc.LastRunID = nil, true, res.Run.ID
 	}
-	from := sc.LastFireAt
-	if floor := now.Add(-sc.CatchupWindow); from.Before(floor) {
-		from = floor.Add(-time.Nanosecond) // older ticks are past the catch-up window: skipped
-	}
-	for range MaxFiresPerPass {
+	floor := now.Add(-sc.CatchupWindow) // older ticks are past the catch-up window: skipped
+	from := spec.SkipTo(sc.LastFireAt, floor)
+	for fired := 0; fired < MaxFiresPerPass; {
 		at := spec.Next(from)
 		if at.IsZero() || at.After(now) {
 			return nil
 		}
 		from = at
+		if at.Before(floor) {
+			continue
+		}
+		fired++
 		p := &store.ScheduleFireParams{Epoch: epoch, Cursor: &at}
 		run := RunParams(sc, RunID(sc.Name, at), s.version(sc.Workflow))
 		switch {

@@ -351,3 +351,19 @@ func TestNewChecksConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// After downtime longer than the catch-up window, an @every schedule keeps its
+// phase: its ticks stay created + k × interval.
+func TestCatchupKeepsEveryPhase(t *testing.T) {
+	start := t0.Add(30 * time.Second) // ticks at hh:mm:30
+	f := newFixture(t, start)
+	f.create("s", "@every 1m", "UTC", store.OverlapAllowAll, 2*time.Minute)
+	s := f.scheduler("a")
+	f.clk.Advance(10*time.Minute + 5*time.Second) // now hh:10:35; window from hh:08:35
+	f.pass(s)
+	// The ticks in the window [hh:08:35, hh:10:35]: hh:09:30 and hh:10:30.
+	want := []string{RunID("s", start.Add(9*time.Minute)), RunID("s", start.Add(10*time.Minute))}
+	if got := f.ids(); !slices.Equal(got, want) {
+		t.Fatalf("runs %v, want %v", got, want)
+	}
+}
