@@ -43,7 +43,7 @@ const uiNS = "/ui/{ns}"
 
 var uiRouteTable = []uiRoute{
 	{method: "GET", pattern: "/{$}", public: true, handle: (*Server).uiHome},
-	{method: "GET", pattern: "/ui/static/{file}", public: true, handle: (*Server).uiStatic},
+	{method: "GET", pattern: "/ui-assets/{file}", public: true, handle: (*Server).uiStatic},
 	{method: "GET", pattern: "/ui/login", public: true, handle: (*Server).uiLoginPage},
 	{method: "POST", pattern: "/ui/login", public: true, handle: (*Server).uiLogin},
 	{method: "POST", pattern: "/ui/logout", public: true, handle: (*Server).uiLogout},

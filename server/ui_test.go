@@ -1,0 +1,345 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/auth"
+)
+
+// uiPublic lists the UI routes that need no session, on purpose: any other
+// route must name a role and a scope.
+var uiPublic = map[string]bool{
+	"GET /{$}": true, "GET /ui-assets/{file}": true, "GET /ui/login": true,
+	"POST /ui/login": true, "POST /ui/logout": true,
+}
+
+// Every UI route has a rule: it is one of the deliberate public routes, or it
+// names a role and a scope.
+func TestEveryUIRouteHasARule(t *testing.T) {
+	for _, rt := range uiRouteTable {
+		key := rt.method + " " + rt.pattern
+		switch {
+		case rt.public && !uiPublic[key]:
+			t.Errorf("%s: public UI route not in the deliberate list", key)
+		case rt.public && rt.role != "":
+			t.Errorf("%s: public with a role", key)
+		case !rt.public && (!rt.role.Valid() || rt.scope == scopeNone):
+			t.Errorf("%s: no authorization rule (role %q, scope %d)", key, rt.role, rt.scope)
+		case !rt.public && !strings.HasPrefix(rt.pattern, "/ui/{ns}/"):
+			t.Errorf("%s: a UI route with a rule must be under /ui/{ns}/", key)
+		}
+	}
+}
+
+// A UI route without a rule is denied to everyone, even an admin.
+func TestUIRouteWithoutRuleIsDenied(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	ui := e.uiSession("admin")
+	ruleless := uiRoute{method: "GET", pattern: "/ui/{ns}/ruleless",
+		handle: func(*Server, http.ResponseWriter, *http.Request, *uiCall) error { return nil }}
+	mux := http.NewServeMux()
+	mux.Handle("GET /ui/{ns}/ruleless", e.srv.wrapUI(ruleless))
+	r, _ := http.NewRequest("GET", e.base+"/ui/default/ruleless", nil)
+	for _, c := range ui.jar.Cookies(r.URL) {
+		r.AddCookie(c)
+	}
+	w := &recorder{header: http.Header{}}
+	mux.ServeHTTP(w, r)
+	if w.status != 403 {
+		t.Fatalf("ruleless UI route answered %d", w.status)
+	}
+}
+
+type recorder struct {
+	header http.Header
+	status int
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = 200
+	}
+	return len(b), nil
+}
+func (r *recorder) WriteHeader(s int) { r.status = s }
+
+// uiClient is a browser-like client: a cookie jar and no redirects followed.
+type uiClient struct {
+	e    *env
+	jar  *cookiejar.Jar
+	http *http.Client
+}
+
+// uiSession signs in with token through the login form.
+func (e *env) uiSession(token string) *uiClient {
+	e.t.Helper()
+	jar, _ := cookiejar.New(nil)
+	u := &uiClient{e: e, jar: jar, http: &http.Client{Jar: jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	if token != "" {
+		r := u.post("/ui/login", url.Values{"token": {token}}, e.base)
+		if r.status != 303 {
+			e.t.Fatalf("sign in as %s: %d %s", token, r.status, r.body)
+		}
+	}
+	return u
+}
+
+// csrf is the CSRF token of the client's session.
+func (u *uiClient) csrf() string {
+	base, _ := url.Parse(u.e.base)
+	for _, c := range u.jar.Cookies(base) {
+		if c.Name == sessionCookie {
+			s, err := u.e.srv.ui.open(c.Value, time.Now())
+			if err != nil {
+				u.e.t.Fatal(err)
+			}
+			return u.e.srv.ui.csrfToken(s)
+		}
+	}
+	return ""
+}
+
+func (u *uiClient) get(path string) *resp {
+	u.e.t.Helper()
+	res, err := u.http.Get(u.e.base + path)
+	if err != nil {
+		u.e.t.Fatal(err)
+	}
+	return readResp(u.e.t, res)
+}
+
+// post sends a form with the given Origin header ("" for none).
+func (u *uiClient) post(path string, form url.Values, origin string) *resp {
+	u.e.t.Helper()
+	req, _ := http.NewRequest("POST", u.e.base+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	res, err := u.http.Do(req)
+	if err != nil {
+		u.e.t.Fatal(err)
+	}
+	return readResp(u.e.t, res)
+}
+
+func readResp(t *testing.T, res *http.Response) *resp {
+	t.Helper()
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &resp{status: res.StatusCode, header: res.Header, body: b}
+}
+
+// The walk of the UI: every route with a rule, with a session of every role, is
+// allowed exactly when the route's role (or admin) is granted; without a
+// session a page sends to sign-in and a form is refused.
+func TestUIAuthorizationWalk(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	roles := []auth.Role{auth.RoleAdmin, auth.RoleProducer, auth.RoleWorker, auth.RoleReader, auth.RoleApprover}
+	sessions := map[auth.Role]*uiClient{}
+	for _, role := range roles {
+		token := string(role)
+		if role == auth.RoleAdmin {
+			token = "admin"
+		}
+		sessions[role] = e.uiSession(token)
+	}
+	other := e.uiSession("other-reader")
+	anon := e.uiSession("")
+	for _, rt := range uiRouteTable {
+		if rt.public {
+			continue
+		}
+		for _, role := range roles {
+			// A fresh run and approval per request: cancelling or deciding one
+			// must not turn the next request into a conflict.
+			run := e.start("needs-anyone", nil, nil)
+			approval := e.pendingApproval(run.ID)
+			path := strings.Replace(rt.pattern, "{ns}", "default", 1)
+			if strings.Contains(rt.pattern, "/approvals/{id}") {
+				path = strings.Replace(path, "{id}", approval, 1)
+			}
+			path = strings.Replace(path, "{id}", run.ID, 1)
+			u := sessions[role]
+			var r *resp
+			if rt.method == "GET" {
+				r = u.get(path)
+			} else {
+				r = u.post(path, url.Values{"csrf": {u.csrf()}}, e.base)
+			}
+			allowed := role == auth.RoleAdmin || role == rt.role
+			denied := r.status == 403 || r.status == 401
+			if allowed == denied {
+				t.Errorf("%s %s as %s: %d %.200s (allowed by the table: %v)", rt.method, rt.pattern, role, r.status, r.body, allowed)
+			}
+			if !allowed && !strings.Contains(string(r.body), "permission") {
+				t.Errorf("%s %s as %s: refusal page does not say why: %.300s", rt.method, rt.pattern, role, r.body)
+			}
+			if role != auth.RoleAdmin {
+				continue
+			}
+			// Another namespace's reader and no session at all.
+			var ro, ra *resp
+			if rt.method == "GET" {
+				ro, ra = other.get(path), anon.get(path)
+			} else {
+				ro, ra = other.post(path, url.Values{"csrf": {other.csrf()}}, e.base), anon.post(path, nil, e.base)
+			}
+			if ro.status != 403 {
+				t.Errorf("%s %s as a reader of another namespace: %d", rt.method, rt.pattern, ro.status)
+			}
+			if rt.method == "GET" && (ra.status != 303 || !strings.HasPrefix(ra.header.Get("Location"), "/ui/login?next=")) {
+				t.Errorf("GET %s without a session: %d %s", rt.pattern, ra.status, ra.header.Get("Location"))
+			}
+			if rt.method == "POST" && ra.status != 401 {
+				t.Errorf("POST %s without a session: %d", rt.pattern, ra.status)
+			}
+		}
+	}
+}
+
+// The session cookie is HttpOnly, SameSite=Strict, and does not hold the token
+// in the clear; a forged or altered one is no session.
+func TestUISessionCookie(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	u := e.uiSession("")
+	r := u.post("/ui/login", url.Values{"token": {"admin"}}, e.base)
+	if r.status != 303 {
+		t.Fatalf("sign in: %d", r.status)
+	}
+	ck := r.header.Get("Set-Cookie")
+	for _, want := range []string{sessionCookie + "=", "HttpOnly", "SameSite=Strict", "Path=/"} {
+		if !strings.Contains(ck, want) {
+			t.Errorf("Set-Cookie %q lacks %q", ck, want)
+		}
+	}
+	if strings.Contains(strings.ToLower(ck), "admin") {
+		t.Errorf("cookie shows the token: %s", ck)
+	}
+	if got := u.get("/ui/default/runs"); got.status != 200 {
+		t.Fatalf("runs page with a session: %d", got.status)
+	}
+	// Alter the cookie: it no longer opens.
+	base, _ := url.Parse(e.base)
+	for _, c := range u.jar.Cookies(base) {
+		c.Value = c.Value[:len(c.Value)-2] + "AA"
+		u.jar.SetCookies(base, []*http.Cookie{c})
+	}
+	if got := u.get("/ui/default/runs"); got.status != 303 {
+		t.Fatalf("runs page with an altered cookie: %d", got.status)
+	}
+	// A wrong token signs nobody in, and says so.
+	bad := e.uiSession("")
+	r = bad.post("/ui/login", url.Values{"token": {"wrong"}}, e.base)
+	if r.status != 401 || r.header.Get("Set-Cookie") != "" || !strings.Contains(string(r.body), "Unknown or revoked token") {
+		t.Fatalf("wrong token: %d %q", r.status, r.header.Get("Set-Cookie"))
+	}
+	// Sign-in from another site is refused.
+	if r := bad.post("/ui/login", url.Values{"token": {"admin"}}, "http://evil.example"); r.status != 403 {
+		t.Fatalf("cross-site sign-in: %d", r.status)
+	}
+	// An open redirect through next is not followed.
+	r = bad.post("/ui/login", url.Values{"token": {"admin"}, "next": {"//evil.example/x"}}, e.base)
+	if loc := r.header.Get("Location"); loc != "/ui/default/runs" {
+		t.Fatalf("next=//evil.example: Location %q", loc)
+	}
+}
+
+// A form without the session's CSRF token, or from another origin, is refused
+// and changes nothing.
+func TestUICSRF(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	u := e.uiSession("admin")
+	run := e.start("await-go", nil, nil)
+	path := "/ui/default/runs/" + run.ID + "/cancel"
+	for name, tc := range map[string]struct {
+		form   url.Values
+		origin string
+	}{
+		"no token":        {url.Values{}, e.base},
+		"wrong token":     {url.Values{"csrf": {"x" + u.csrf()}}, e.base},
+		"other origin":    {url.Values{"csrf": {u.csrf()}}, "http://evil.example"},
+		"no origin":       {url.Values{"csrf": {u.csrf()}}, ""},
+		"other's session": {url.Values{"csrf": {e.uiSession("producer").csrf()}}, e.base},
+	} {
+		r := u.post(path, tc.form, tc.origin)
+		if r.status != 403 {
+			t.Errorf("%s: %d %.200s", name, r.status, r.body)
+		}
+	}
+	got, err := e.worker.Get(context.Background(), run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Terminal() || got.CancelRequested {
+		t.Fatalf("refused cancellations changed the run: %s", got.Status)
+	}
+	// With both, it works.
+	if r := u.post(path, url.Values{"csrf": {u.csrf()}}, e.base); r.status != 303 {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	e.until(run.ID, func() bool {
+		got, _ := e.worker.Get(context.Background(), run.ID)
+		return got.Status == trellis.StatusCancelled
+	})
+}
+
+// Bad filters get a clear error page; the pages render with data in them.
+func TestUIPages(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	u := e.uiSession("admin")
+	run := e.start("echo", map[string]any{"hello": "world"}, nil)
+	e.waitRun(run.ID)
+	waiting := e.start("needs-anyone", nil, nil)
+	e.pendingApproval(waiting.ID)
+	for _, bad := range []string{"status=nope", "after=yesterday", "page_token=zz"} {
+		r := u.get("/ui/default/runs?" + bad)
+		if r.status != 400 || !strings.Contains(string(r.body), "invalid") && !strings.Contains(string(r.body), "Invalid") {
+			t.Errorf("runs?%s: %d %.300s", bad, r.status, r.body)
+		}
+	}
+	for path, wants := range map[string][]string{
+		"/ui/default/runs":                          {run.ID, "succeeded", `data-status="succeeded"`},
+		"/ui/default/runs?status=waiting":           {waiting.ID},
+		"/ui/default/runs/" + run.ID:                {"hello", "world", "seen", "Timeline"},
+		"/ui/default/runs/" + run.ID + "?partial=1": {"Timeline"},
+		"/ui/default/approvals":                     {"Approve", waiting.ID[:14]},
+		"/ui/default/workers":                       {"echo", "live"},
+	} {
+		r := u.get(path)
+		if r.status != 200 {
+			t.Errorf("%s: %d %.300s", path, r.status, r.body)
+			continue
+		}
+		for _, w := range wants {
+			if !strings.Contains(string(r.body), w) {
+				t.Errorf("%s lacks %q", path, w)
+			}
+		}
+	}
+	if r := u.get("/ui/default/runs/" + run.ID + "?partial=1"); strings.Contains(string(r.body), "<html") {
+		t.Error("partial page has the layout")
+	}
+	if r := u.get("/ui/default/runs?status=waiting"); strings.Contains(string(r.body), run.ID) {
+		t.Error("status filter shows a succeeded run")
+	}
+	if r := u.get("/ui-assets/ui.css"); r.status != 200 || r.header.Get("Content-Type") != "text/css; charset=utf-8" {
+		t.Errorf("ui.css: %d %s", r.status, r.header.Get("Content-Type"))
+	}
+	if r := u.get("/ui-assets/nope.js"); r.status != 404 {
+		t.Errorf("missing asset: %d", r.status)
+	}
+}
