@@ -153,8 +153,8 @@ func (s *Server) uiError(w http.ResponseWriter, r *http.Request, c *uiCall, err 
 	s.render(w, r, c, p.Status, "error", p)
 }
 
-// page is what every template gets.
-type page struct {
+// pageData is what every template gets.
+type pageData struct {
 	Title     string
 	NS        string
 	Principal string
@@ -180,7 +180,7 @@ var uiPages = func() map[string]*template.Template {
 // render executes page name within the layout; with ?partial=1, only the page's
 // live part ("<name>-live"), which the page's script polls.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, c *uiCall, status int, name string, data any) {
-	p := page{Title: name, NS: c.ns, CSRF: c.csrf, Nav: name, Insecure: s.cfg.Insecure, Data: data}
+	p := pageData{Title: name, NS: c.ns, CSRF: c.csrf, Nav: name, Insecure: s.cfg.Insecure, Data: data}
 	if p.NS == "" {
 		p.NS = "default"
 	}
