@@ -340,7 +340,20 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 	}
 	lo := (d.Page - 1) * uiOpsPageSize
 	hi := min(len(ops), lo+uiOpsPageSize)
-	for _, op := range ops[lo:hi] {
+	// A wait that ended is recorded when it ended: it began when the op
+	// before it ended (or the run started).
+	prevEnd := make([]time.Time, len(ops))
+	last := run.CreatedAt
+	if run.StartedAt != nil {
+		last = *run.StartedAt
+	}
+	for i, op := range ops {
+		prevEnd[i] = last
+		if op.FinishedAt != nil && op.FinishedAt.After(last) {
+			last = *op.FinishedAt
+		}
+	}
+	for i, op := range ops[lo:hi] {
 		row := opRow{Position: op.Position, Kind: string(op.Kind), Name: op.Name, Done: op.Done, Attempts: op.Attempts,
 			Start: op.StartedAt.UTC().Format("15:04:05.000")}
 		end := t1
@@ -348,6 +361,9 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 			end = *op.FinishedAt
 		}
 		start := op.StartedAt
+		if isWait(op.Kind) && op.FinishedAt != nil && prevEnd[lo+i].Before(start) {
+			start = prevEnd[lo+i]
+		}
 		for _, a := range op.AttemptLog {
 			x, wd := scale(a.StartedAt, a.FinishedAt)
 			msg := fmt.Sprintf("attempt %d failed after %s: %s", a.Attempt, humanDuration(a.FinishedAt.Sub(a.StartedAt)), a.Error.Message)
@@ -364,7 +380,7 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 			row.Error = op.Error.Message
 		case !op.Done:
 			class, row.InFlight = "live", true
-		case op.Kind == trellis.OpTimer || op.Kind == trellis.OpEvent || op.Kind == trellis.OpApproval || op.Kind == trellis.OpChild || op.Kind == trellis.OpSelect:
+		case isWait(op.Kind):
 			class = "wait"
 		}
 		if op.Done || op.Error != nil || op.FinishedAt != nil {
@@ -375,7 +391,7 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 			row.Bars = append(row.Bars, bar{X: x, W: wd, Class: class, Title: op.Name + " (under way)"})
 		}
 		if op.FinishedAt != nil {
-			row.Duration = humanDuration(op.FinishedAt.Sub(op.StartedAt))
+			row.Duration = humanDuration(op.FinishedAt.Sub(start))
 		} else if !run.Status.Terminal() {
 			row.Duration = humanDuration(time.Since(op.StartedAt)) + " so far"
 		}
@@ -406,6 +422,11 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 					row.Links = append(row.Links, link{Href: runPath(c.ns, ch.ID), Text: ch.Workflow + " " + string(ch.Status)})
 				}
 			}
+		case trellis.OpTimer:
+			var due time.Time
+			if json.Unmarshal(op.Result, &due) == nil {
+				row.Detail = "sleep until " + due.UTC().Format("2006-01-02 15:04:05.000Z")
+			}
 		case trellis.OpEvent:
 			if !op.Done {
 				row.Detail = "waiting for event " + op.Name
@@ -429,6 +450,16 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 	}
 	s.render(w, r, c, 200, "run", d)
 	return nil
+}
+
+// isWait reports whether ops of kind k wait (for a time, an event, a decision,
+// children).
+func isWait(k trellis.OpKind) bool {
+	switch k {
+	case trellis.OpTimer, trellis.OpEvent, trellis.OpApproval, trellis.OpChild, trellis.OpSelect:
+		return true
+	}
+	return false
 }
 
 func oneLineUI(s string) string {
