@@ -18,7 +18,7 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs := newFlagSet("bench", "bench --store URL [flags]", benchAbout(), stdout)
 	var ba benchArgs
 	storeFlag(fs, &ba.store)
-	fs.StringVar(&ba.workloads, "workload", "w1,w2,w3", "comma-separated `workloads`: w1, w2, w3, w4, w6, w7")
+	fs.StringVar(&ba.workloads, "workload", "w1,w2,w3", "comma-separated `workloads`: w1, w2, w3, w4, w6, w7, ui1")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
 	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")
