@@ -20,6 +20,9 @@ import (
 // uiRunsPageSize is the number of runs per page of the runs page.
 const uiRunsPageSize = 50
 
+// uiFilteredCountCap caps the counts per status of a filtered runs page.
+const uiFilteredCountCap = 1000
+
 // uiOpsPageSize is the number of ops per page of a run's timeline.
 const uiOpsPageSize = 200
 
@@ -187,15 +190,21 @@ func (s *Server) uiRuns(w http.ResponseWriter, r *http.Request, c *uiCall) error
 		d.FirstHref = link(d.Status, "")
 	}
 	if counter, ok := s.store.(store.RunCounter); ok {
+		// Unfiltered counts read the runs_status index alone; a filter on other
+		// columns reads each run it counts, so it counts to a lower cap.
+		limit := int64(store.DefaultCountCap)
+		if o.Workflow != "" || o.Queue != "" || !o.CreatedAfter.IsZero() || !o.CreatedBefore.IsZero() {
+			limit = uiFilteredCountCap
+		}
 		counts, err := counter.RunCounts(r.Context(), &store.RunCountsParams{Namespace: c.ns, Workflow: o.Workflow,
-			Queue: o.Queue, CreatedAfter: o.CreatedAfter, CreatedBefore: o.CreatedBefore})
+			Queue: o.Queue, CreatedAfter: o.CreatedAfter, CreatedBefore: o.CreatedBefore, Cap: limit})
 		if err != nil {
 			return err
 		}
 		for _, st := range store.AllStatuses {
 			n := strconv.FormatInt(counts.Counts[st], 10)
 			if counts.Capped[st] {
-				n = strconv.FormatInt(store.DefaultCountCap, 10) + "+"
+				n = strconv.FormatInt(limit, 10) + "+"
 			}
 			d.Counts = append(d.Counts, statusCount{Status: trellis.Status(st), N: n, Href: link(string(st), ""), Active: d.Status == string(st)})
 		}
