@@ -5,7 +5,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -341,5 +344,91 @@ func TestUIPages(t *testing.T) {
 	}
 	if r := u.get("/ui-assets/nope.js"); r.status != 404 {
 		t.Errorf("missing asset: %d", r.status)
+	}
+}
+
+// manyOpsWF records uiManyOps ops.
+const uiManyOps = 10_000
+
+var manyOpsWF = trellis.NewWorkflow("many-ops", func(wc *trellis.Context, _ any) (int, error) {
+	for range uiManyOps {
+		wc.Now()
+	}
+	return uiManyOps, nil
+})
+
+// A run with 10,000 ops pages its timeline: a page shows uiOpsPageSize ops
+// and links to the others.
+func TestUIRunTimelinePages(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	if err := e.worker.Register(context.Background(), manyOpsWF); err != nil {
+		t.Fatal(err)
+	}
+	run := e.start("many-ops", nil, nil)
+	if r := e.waitRun(run.ID); r.Status != trellis.StatusSucceeded {
+		t.Fatalf("many-ops: %s", r.Status)
+	}
+	u := e.uiSession("reader")
+	rows := func(r *resp) int { return strings.Count(string(r.body), `<tr class="op op-`) }
+	first := u.get("/ui/default/runs/"+run.ID).want(t, 200)
+	if n := rows(first); n != uiOpsPageSize {
+		t.Fatalf("first page shows %d ops, want %d", n, uiOpsPageSize)
+	}
+	pages := (uiManyOps + uiOpsPageSize - 1) / uiOpsPageSize
+	for _, want := range []string{"10000 ops", "page 1 of 50", `id="ops-next"`, "?ops_page=2", "?ops_page=50"} {
+		if !strings.Contains(string(first.body), want) {
+			t.Errorf("first page lacks %q", want)
+		}
+	}
+	last := u.get("/ui/default/runs/"+run.ID+"?ops_page="+strconv.Itoa(pages)).want(t, 200)
+	if n := rows(last); n != uiManyOps-(pages-1)*uiOpsPageSize || !strings.Contains(string(last.body), `data-op="" data-kind="now"`) {
+		t.Fatalf("last page shows %d ops", n)
+	}
+	if !strings.Contains(string(last.body), ">9999<") {
+		t.Error("last page lacks op 9999")
+	}
+	// A page out of range shows the first.
+	if n := rows(u.get("/ui/default/runs/"+run.ID+"?ops_page=999").want(t, 200)); n != uiOpsPageSize {
+		t.Errorf("page 999 shows %d ops", n)
+	}
+}
+
+// BenchmarkUIRunPage10kOps serves a page of the timeline of a run with
+// 10,000 ops (reading its history and rendering 200 rows).
+func BenchmarkUIRunPage10kOps(b *testing.B) {
+	ctx := context.Background()
+	st, err := trellis.OpenStore(ctx, "sqlite://"+filepath.Join(b.TempDir(), "t.db"), time.Now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	w, err := trellis.Open(ctx, trellis.Config{Backend: st, Worker: trellis.WorkerOptions{PollInterval: 20 * time.Millisecond}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Register(ctx, manyOpsWF); err != nil {
+		b.Fatal(err)
+	}
+	run, err := trellis.Start(ctx, w, manyOpsWF, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err != nil {
+		b.Fatal(err)
+	}
+	srv, err := New(ctx, Config{Backend: st, Listen: "127.0.0.1:0", Insecure: true, IdempotencyPurgeInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Shutdown(ctx)
+	path := "/ui/default/runs/" + run.ID() + "?ops_page=25"
+	b.ResetTimer()
+	for range b.N {
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != 200 {
+			b.Fatalf("%d %s", rec.Code, rec.Body)
+		}
 	}
 }
