@@ -28,6 +28,7 @@ type uiRoute struct {
 	method, pattern string
 	public          bool      // no session needed
 	role            auth.Role // the role the principal needs
+	orRole          auth.Role // another role that suffices, or ""
 	scope           scope
 	handle          func(s *Server, w http.ResponseWriter, r *http.Request, c *uiCall) error
 }
@@ -52,7 +53,7 @@ var uiRouteTable = []uiRoute{
 	{method: "POST", pattern: uiNS + "/runs/{id}/cancel", role: auth.RoleProducer, scope: scopeRun, handle: (*Server).uiCancel},
 	{method: "POST", pattern: uiNS + "/runs/{id}/resume", role: auth.RoleProducer, scope: scopeRun, handle: (*Server).uiResume},
 	{method: "POST", pattern: uiNS + "/runs/{id}/reset", role: auth.RoleProducer, scope: scopeRun, handle: (*Server).uiReset},
-	{method: "GET", pattern: uiNS + "/approvals", role: auth.RoleReader, scope: scopeNamespace, handle: (*Server).uiApprovals},
+	{method: "GET", pattern: uiNS + "/approvals", role: auth.RoleReader, orRole: auth.RoleApprover, scope: scopeNamespace, handle: (*Server).uiApprovals},
 	{method: "POST", pattern: uiNS + "/approvals/{id}/approve", role: auth.RoleApprover, scope: scopeApproval, handle: (*Server).uiApprove},
 	{method: "POST", pattern: uiNS + "/approvals/{id}/reject", role: auth.RoleApprover, scope: scopeApproval, handle: (*Server).uiReject},
 	{method: "GET", pattern: uiNS + "/workers", role: auth.RoleReader, scope: scopeNamespace, handle: (*Server).uiWorkers},
@@ -129,7 +130,10 @@ func (s *Server) prepareUI(w http.ResponseWriter, r *http.Request, rt uiRoute, c
 	if !namespacePattern.MatchString(c.ns) {
 		return fmt.Errorf("%w: malformed namespace %q", ErrInvalidArgument, c.ns)
 	}
-	if !hasRoleIn(c.principal, rt.role, c.ns) {
+	if rt.orRole != "" && !hasRoleIn(c.principal, rt.role, c.ns) && hasRoleIn(c.principal, rt.orRole, c.ns) {
+		c.role = rt.orRole // checked on the scope below instead of role
+	}
+	if !hasRoleIn(c.principal, c.role, c.ns) {
 		return c.allowQueue("")
 	}
 	var err error

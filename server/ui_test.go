@@ -15,6 +15,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // uiPublic lists the UI routes that need no session, on purpose: any other
@@ -34,7 +35,7 @@ func TestEveryUIRouteHasARule(t *testing.T) {
 			t.Errorf("%s: public UI route not in the deliberate list", key)
 		case rt.public && rt.role != "":
 			t.Errorf("%s: public with a role", key)
-		case !rt.public && (!rt.role.Valid() || rt.scope == scopeNone):
+		case !rt.public && (!rt.role.Valid() || rt.scope == scopeNone || rt.orRole != "" && !rt.orRole.Valid()):
 			t.Errorf("%s: no authorization rule (role %q, scope %d)", key, rt.role, rt.scope)
 		case !rt.public && !strings.HasPrefix(rt.pattern, "/ui/{ns}/"):
 			t.Errorf("%s: a UI route with a rule must be under /ui/{ns}/", key)
@@ -183,7 +184,7 @@ func TestUIAuthorizationWalk(t *testing.T) {
 			} else {
 				r = u.post(path, url.Values{"csrf": {u.csrf()}}, e.base)
 			}
-			allowed := role == auth.RoleAdmin || role == rt.role
+			allowed := role == auth.RoleAdmin || role == rt.role || role == rt.orRole
 			denied := r.status == 403 || r.status == 401
 			if allowed == denied {
 				t.Errorf("%s %s as %s: %d %.200s (allowed by the table: %v)", rt.method, rt.pattern, role, r.status, r.body, allowed)
@@ -302,7 +303,13 @@ func TestUICSRF(t *testing.T) {
 
 // Bad filters get a clear error page; the pages render with data in them.
 func TestUIPages(t *testing.T) {
-	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) { testUIPages(t, url(t)) })
+	}
+}
+
+func testUIPages(t *testing.T, url string) {
+	e := newEnv(t, url)
 	u := e.uiSession("admin")
 	run := e.start("echo", map[string]any{"hello": "world"}, nil)
 	e.waitRun(run.ID)
@@ -430,5 +437,55 @@ func BenchmarkUIRunPage10kOps(b *testing.B) {
 		if rec.Code != 200 {
 			b.Fatalf("%d %s", rec.Code, rec.Body)
 		}
+	}
+}
+
+// RunCounts counts per status with the list's filters, and stops at the cap.
+func TestRunCounts(t *testing.T) {
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, url(t))
+			for range 3 {
+				e.waitRun(e.start("echo", nil, nil).ID)
+			}
+			e.waitRun(e.start("echo", nil, map[string]any{"queue": "q1"}).ID)
+			e.start("await-go", nil, nil)
+			counter := e.st.(store.RunCounter)
+			ctx := context.Background()
+			for _, tc := range []struct {
+				p    store.RunCountsParams
+				want map[store.Status]int64
+				cap  map[store.Status]bool
+			}{
+				{store.RunCountsParams{Namespace: "default"}, map[store.Status]int64{store.StatusSucceeded: 4}, nil},
+				{store.RunCountsParams{Namespace: "default", Queue: "q1"}, map[store.Status]int64{store.StatusSucceeded: 1}, nil},
+				{store.RunCountsParams{Namespace: "default", Workflow: "await-go"}, map[store.Status]int64{}, nil},
+				{store.RunCountsParams{Namespace: "default", CreatedAfter: time.Now().Add(time.Hour)}, map[store.Status]int64{}, nil},
+				{store.RunCountsParams{Namespace: "default", Cap: 2}, map[store.Status]int64{store.StatusSucceeded: 3}, map[store.Status]bool{store.StatusSucceeded: true}},
+				{store.RunCountsParams{Namespace: "other"}, map[store.Status]int64{}, nil},
+			} {
+				got, err := counter.RunCounts(ctx, &tc.p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The await-go run is pending, running or waiting by now: count it apart.
+				active := got.Counts[store.StatusPending] + got.Counts[store.StatusRunning] + got.Counts[store.StatusWaiting]
+				wantActive := int64(0)
+				if tc.p.Workflow == "await-go" || (tc.p.Workflow == "" && tc.p.Queue == "" && tc.p.CreatedAfter.IsZero() && tc.p.Namespace == "default") {
+					wantActive = 1
+				}
+				if active != wantActive {
+					t.Errorf("%+v: %d active, want %d", tc.p, active, wantActive)
+				}
+				for _, st := range store.AllStatuses {
+					if st == store.StatusPending || st == store.StatusRunning || st == store.StatusWaiting {
+						continue
+					}
+					if got.Counts[st] != tc.want[st] || got.Capped[st] != tc.cap[st] {
+						t.Errorf("%+v: %s %d (capped %v), want %d (%v)", tc.p, st, got.Counts[st], got.Capped[st], tc.want[st], tc.cap[st])
+					}
+				}
+			}
+		})
 	}
 }
