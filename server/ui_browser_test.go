@@ -183,7 +183,9 @@ func TestUIInBrowser(t *testing.T) {
 	approval := e.pendingApproval(order.ID)
 	run(t, ctx, chromedp.Navigate(e.base+"/ui/default/approvals"),
 		chromedp.WaitVisible(`[data-approval="`+approval+`"] .comment`, chromedp.ByQuery),
-		chromedp.SendKeys(`[data-approval="`+approval+`"] .comment`, "looks good", chromedp.ByQuery),
+		chromedp.SendKeys(`[data-approval="`+approval+`"] .comment`, "looks good", chromedp.ByQuery))
+	screenshot(t, ctx, "ui-approvals.png")
+	run(t, ctx,
 		chromedp.Click(`[data-approval="`+approval+`"] button[name=approve]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#decided tr[data-approval="`+approval+`"]`, chromedp.ByQuery),
 	)
@@ -208,6 +210,9 @@ func TestUIInBrowser(t *testing.T) {
 	screenshot(t, ctx, "ui-run.png")
 	run(t, ctx, chromedp.Navigate(e.base+"/ui/default/runs"), chromedp.WaitVisible("#runs", chromedp.ByID))
 	screenshot(t, ctx, "ui-runs.png")
+
+	run(t, ctx, chromedp.Navigate(e.base+"/ui/default/workers"), chromedp.WaitVisible("#workers", chromedp.ByID))
+	screenshot(t, ctx, "ui-workers.png")
 
 	// Cancel a run from its page.
 	victim := e.start("await-go", nil, nil)
