@@ -73,6 +73,18 @@ func (s *Server) wrapUI(rt uiRoute) http.Handler {
 			r.Body = http.MaxBytesReader(w, r.Body, uiMaxForm)
 		}
 		c := &uiCall{call: call{role: rt.role}}
+		if !rt.public {
+			select {
+			case s.inFlight <- struct{}{}:
+				defer func() { <-s.inFlight }()
+			default:
+				w.Header().Set("Retry-After", "1")
+				s.uiError(w, r, c, fmt.Errorf("%w: %d requests in flight", ErrRateLimited, cap(s.inFlight)))
+				return
+			}
+		}
+		s.active.Add(1)
+		defer s.active.Add(-1)
 		if err := s.prepareUI(w, r, rt, c); err != nil {
 			s.uiError(w, r, c, err)
 			return

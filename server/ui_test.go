@@ -489,3 +489,28 @@ func TestRunCounts(t *testing.T) {
 		})
 	}
 }
+
+// Under Config.Insecure the UI needs no sign-in, and its forms still need the
+// CSRF token of the session it hands out.
+func TestUIInsecure(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.Insecure = true })
+	u := e.uiSession("")
+	if r := u.get("/"); r.status != 303 || r.header.Get("Location") != "/ui/default/runs" {
+		t.Fatalf("/ insecure: %d %s", r.status, r.header.Get("Location"))
+	}
+	r := u.get("/ui/default/runs").want(t, 200)
+	if !strings.Contains(string(r.body), "insecure") || strings.Contains(string(r.body), "Sign out") {
+		t.Errorf("insecure runs page: %.300s", r.body)
+	}
+	run := e.start("await-go", nil, nil)
+	path := "/ui/default/runs/" + run.ID + "/cancel"
+	u.post(path, url.Values{}, e.base).want(t, 403)
+	u.post(path, url.Values{"csrf": {u.csrf()}}, e.base).want(t, 303)
+	if r := e.waitRun(run.ID); r.Status != trellis.StatusCancelled {
+		t.Fatalf("run %s", r.Status)
+	}
+	// An unknown run is a 404 page.
+	if r := u.get("/ui/default/runs/nope"); r.status != 404 || !strings.Contains(string(r.body), "nope") {
+		t.Errorf("unknown run: %d %.300s", r.status, r.body)
+	}
+}
