@@ -30,6 +30,7 @@ type uiRoute struct {
 	role            auth.Role // the role the principal needs
 	orRole          auth.Role // another role that suffices, or ""
 	scope           scope
+	stream          bool // long-lived: not counted in the in-flight limit (the API's stream route has its own)
 	handle          func(s *Server, w http.ResponseWriter, r *http.Request, c *uiCall) error
 }
 
@@ -50,6 +51,7 @@ var uiRouteTable = []uiRoute{
 	{method: "POST", pattern: "/ui/logout", public: true, handle: (*Server).uiLogout},
 	{method: "GET", pattern: uiNS + "/runs", role: auth.RoleReader, scope: scopeListQueue, handle: (*Server).uiRuns},
 	{method: "GET", pattern: uiNS + "/runs/{id}", role: auth.RoleReader, scope: scopeRun, handle: (*Server).uiRun},
+	{method: "GET", pattern: uiNS + "/runs/{id}/stream", role: auth.RoleReader, scope: scopeRun, stream: true, handle: (*Server).uiStream},
 	{method: "POST", pattern: uiNS + "/runs/{id}/cancel", role: auth.RoleProducer, scope: scopeRun, handle: (*Server).uiCancel},
 	{method: "POST", pattern: uiNS + "/runs/{id}/resume", role: auth.RoleProducer, scope: scopeRun, handle: (*Server).uiResume},
 	{method: "POST", pattern: uiNS + "/runs/{id}/reset", role: auth.RoleProducer, scope: scopeRun, handle: (*Server).uiReset},
@@ -73,7 +75,7 @@ func (s *Server) wrapUI(rt uiRoute) http.Handler {
 			r.Body = http.MaxBytesReader(w, r.Body, uiMaxForm)
 		}
 		c := &uiCall{call: call{role: rt.role}}
-		if !rt.public {
+		if !rt.public && !rt.stream {
 			select {
 			case s.inFlight <- struct{}{}:
 				defer func() { <-s.inFlight }()
@@ -357,6 +359,21 @@ func (s *Server) uiDecide(w http.ResponseWriter, r *http.Request, c *uiCall, app
 		return err
 	}
 	http.Redirect(w, r, "/ui/"+c.ns+"/approvals", http.StatusSeeOther)
+	return nil
+}
+
+// uiStream is the run's event stream for the run page: the API's
+// GET /v1/namespaces/{ns}/runs/{id}/stream, authenticated by the session's
+// token instead of a header the page's script could read. Where the API has no
+// stream route, it answers 404 and the page polls.
+func (s *Server) uiStream(w http.ResponseWriter, r *http.Request, c *uiCall) error {
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = "/v1/namespaces/" + url.PathEscape(c.ns) + "/runs/" + url.PathEscape(c.run.ID) + "/stream"
+	r2.URL.RawPath = ""
+	r2.RequestURI = r2.URL.RequestURI()
+	r2.Header.Del("Cookie")
+	r2.Header.Set("Authorization", "Bearer "+c.sess.Token)
+	s.handler.ServeHTTP(w, r2)
 	return nil
 }
 

@@ -8,12 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/trellis-dev/trellis"
 )
@@ -46,9 +48,24 @@ func browser(t *testing.T) context.Context {
 	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
 	t.Cleanup(func() { cancelT(); cancelB(); cancelA() })
 	// Accept the confirmations of cancel and reset.
+	// and fail on a script error.
+	var mu sync.Mutex
+	var thrown []string
 	chromedp.ListenTarget(ctx, func(ev any) {
-		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+		switch ev := ev.(type) {
+		case *page.EventJavascriptDialogOpening:
 			go chromedp.Run(ctx, page.HandleJavaScriptDialog(true))
+		case *runtime.EventExceptionThrown:
+			mu.Lock()
+			thrown = append(thrown, ev.ExceptionDetails.Error())
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range thrown {
+			t.Errorf("script error in the page: %s", e)
 		}
 	})
 	if err := chromedp.Run(ctx); err != nil {

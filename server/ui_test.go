@@ -514,3 +514,25 @@ func TestUIInsecure(t *testing.T) {
 		t.Errorf("unknown run: %d %.300s", r.status, r.body)
 	}
 }
+
+// The run page's stream is the API's, authenticated by the session: where the
+// API streams, it answers text/event-stream; where it does not, 404 (the page
+// then polls). A session without the reader role is refused.
+func TestUIStream(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	run := e.start("echo", map[string]any{"a": 1}, nil)
+	e.waitRun(run.ID)
+	u := e.uiSession("reader")
+	r := u.get("/ui/default/runs/" + run.ID + "/stream")
+	if findRoute("GET", nsRuns+"/{id}/stream") == nil {
+		if r.status != 404 {
+			t.Fatalf("stream without the API's route: %d %s", r.status, r.body)
+		}
+	} else if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/event-stream") || !strings.Contains(string(r.body), "event: run.succeeded") {
+		t.Fatalf("stream: %d %s %.500s", r.status, r.header.Get("Content-Type"), r.body)
+	}
+	e.uiSession("approver").get("/ui/default/runs/"+run.ID+"/stream").want(t, 403)
+	if r := e.uiSession("").get("/ui/default/runs/" + run.ID + "/stream"); r.status != 303 {
+		t.Fatalf("stream without a session: %d", r.status)
+	}
+}
