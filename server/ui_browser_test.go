@@ -194,6 +194,10 @@ func TestUIInBrowser(t *testing.T) {
 	if !same || !strings.Contains(result, "done") {
 		t.Fatalf("live update: not reloaded %v, result %q", same, result)
 	}
+	if findRoute("GET", nsRuns+"/{id}/stream") != nil {
+		// Where the API streams, the page lists the run's events as they come.
+		run(t, ctx, chromedp.WaitVisible(`#events li[data-event="run.succeeded"]`, chromedp.ByQuery))
+	}
 
 	// Approve a request with a comment: recorded as the signed-in principal.
 	order := e.start("ship-order", map[string]any{"order": "A-1001", "items": 3}, nil)
