@@ -189,6 +189,9 @@ func (s *Server) routes() http.Handler {
 	for _, rt := range s.table {
 		mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
 	}
+	for _, rt := range uiRouteTable {
+		mux.Handle(rt.method+" "+rt.pattern, s.wrapUI(rt))
+	}
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, s.unrouted(mux, r))
 	}))

@@ -78,6 +78,11 @@ type Config struct {
 	// the schedules.
 	Scheduler SchedulerConfig
 
+	// UIKey seals the web UI's session cookies and derives its CSRF tokens
+	// (UIKeySize bytes; docs/ui.md). Servers behind one load balancer share it.
+	// Default: a random key made at New, so sessions end when the process does.
+	UIKey []byte
+
 	// purged, when set, is told the outcome of each purge pass (for tests).
 	purged func(n int, err error)
 }
@@ -169,6 +174,8 @@ type Server struct {
 	draining     context.Context // cancelled by Shutdown: long polls answer at once
 	stopDraining context.CancelFunc
 
+	ui *uiKeys // the web UI's session and CSRF keys
+
 	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
 	scheduler *schedule.Scheduler
 }
@@ -179,7 +186,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, store: cfg.Backend, clients: map[string]*trellis.Client{}}
+	ui, err := newUIKeys(cfg.UIKey)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, store: cfg.Backend, clients: map[string]*trellis.Client{}, ui: ui}
 	if s.store == nil {
 		st, err := trellis.OpenStore(ctx, cfg.Store, nil)
 		if err != nil {

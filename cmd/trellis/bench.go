@@ -21,7 +21,7 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.StringVar(&ba.server, "server", "", "benchmark a Trellis server at `URL` instead of a store: the bench is its client (default $"+envServer+")")
 	fs.StringVar(&ba.token, "token", "", "the bearer `token` for --server: producer and reader on namespace "+bench.RemoteNamespace+" (default $"+envToken+")")
 	fs.IntVar(&ba.clients, "clients", 0, "with --server: concurrent keep-alive clients (0: the workload's default)")
-	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w6, w7 (default w1,w2,w3);\nwith --server: api-start, w3 (default api-start)")
+	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w6, w7, ui1 (default w1,w2,w3);\nwith --server: api-start, w3 (default api-start)")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
 	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")

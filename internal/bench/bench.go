@@ -64,6 +64,7 @@ var Workloads = []Workload{
 	{"w4", 10000, "start N workflows that each sleep an hour; time until all wait, RSS before and after", runW4, nil},
 	{"w6", 1000, "N runs each waiting for an event; send the N events; send to next step latency", runW6, nil},
 	{"w7", 10000, "many waiters: N gated 3-step runs (more than the slots), N callers blocked in Result; open the gate; CPU and DB queries per finished run", nil, runW7},
+	{"ui1", 1_000_000, "the web UI's runs page with N runs stored (SQLite, seeded with bulk SQL once); page load latency over HTTP", nil, runUI1},
 }
 
 // Find returns the workload named name.
@@ -101,7 +102,11 @@ func Run(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
 		return nil, fmt.Errorf("workload %s: %w", w.Name, err)
 	}
 	res.Workload, res.N = w.Name, n
+	extra := res.Settings // what the workload measured besides the fixed fields
 	res.Settings = settings(o)
+	for k, v := range extra {
+		res.Settings[k] = v
+	}
 	return res, nil
 }
 

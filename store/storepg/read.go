@@ -70,3 +70,8 @@ func (r readSource) Read(ctx context.Context, fn func(q sqlstore.Querier) error)
 	}
 	return r.s.readErr(r.s.read(ctx, func() error { return fn(r.s.reads(ctx)) }))
 }
+
+// RunCounts implements store.RunCounter.
+func (s *Store) RunCounts(ctx context.Context, p *store.RunCountsParams) (*store.RunCountsResult, error) {
+	return shared.Reads(readSource{s}).RunCounts(ctx, p)
+}

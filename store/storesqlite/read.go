@@ -87,3 +87,8 @@ func (r readSource) Read(ctx context.Context, fn func(q sqlstore.Querier) error)
 	}
 	return r.s.readErr(fn(r.s.readQ(ctx)))
 }
+
+// RunCounts implements store.RunCounter.
+func (s *Store) RunCounts(ctx context.Context, p *store.RunCountsParams) (*store.RunCountsResult, error) {
+	return shared.Reads(readSource{s}).RunCounts(ctx, p)
+}
