@@ -230,5 +230,19 @@ func endBatch(tx *wtx, cks []*ckReq, deltas map[groupKey]*groupDelta) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("ending child runs: %w", err)
 	}
+	rows.Close()
+	for _, ck := range cks {
+		if ck.res == nil || len(ck.p.Stream) == 0 {
+			continue
+		}
+		l := ck.p.Lease
+		var seq int64
+		if err := tx.queryRow(`SELECT sequence FROM runs WHERE namespace = $1 AND id = $2`, l.Namespace, l.RunID).Scan(&seq); err != nil {
+			return fmt.Errorf("ending child runs: %w", err)
+		}
+		if err := shared.StreamAppend(stx{tx}, seq, l.Namespace, l.RunID, ck.p.Stream); err != nil {
+			return fmt.Errorf("ending child runs: %w", err)
+		}
+	}
 	return nil
 }

@@ -90,6 +90,11 @@ func newCkReq(now time.Time, p *store.CheckpointParams) (*ckReq, error) {
 	default:
 		return nil, fmt.Errorf("%w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
 	}
+	for _, w := range p.Stream {
+		if w.Name == "" {
+			return nil, fmt.Errorf("%w: Stream: an event has no Name", store.ErrInvalidParams)
+		}
+	}
 	ck := &ckReq{p: p, now: now, reason: p.WaitReason}
 	var err error
 	if ck.errText, err = errJSON(p.Error); err != nil {
