@@ -43,7 +43,15 @@ var insecurePrincipal = &auth.Principal{Name: "insecure",
 // wrap turns a route into a handler: authenticate, authorize, then handle.
 func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !rt.public {
+		if rt.stream {
+			if n := s.streams.Add(1); n > int64(s.cfg.MaxStreams) {
+				s.streams.Add(-1)
+				w.Header().Set("Retry-After", "1")
+				s.writeError(w, r, fmt.Errorf("%w: %d streams open", ErrRateLimited, s.cfg.MaxStreams))
+				return
+			}
+			defer s.streams.Add(-1)
+		} else if !rt.public {
 			select {
 			case s.inFlight <- struct{}{}:
 				defer func() { <-s.inFlight }()

@@ -66,6 +66,13 @@ type Config struct {
 	// idempotencyPurgeBatch until none is left; default
 	// DefaultIdempotencyPurgeInterval. Negative: never (another process purges).
 	IdempotencyPurgeInterval time.Duration
+	// MaxStreams caps the streams (GET .../stream) open at once; one more is
+	// answered 429 rate_limited. Streams do not count in MaxInFlight. Default
+	// 20000.
+	MaxStreams int
+	// StreamHeartbeat is how long a stream stays silent before the server
+	// writes a comment line, so that proxies keep it open; default 15s.
+	StreamHeartbeat time.Duration
 	// Logger receives request errors the server could not attribute to the client;
 	// default discards.
 	Logger *slog.Logger
@@ -92,6 +99,10 @@ func (c Config) withDefaults() Config {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 4096
 	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = 20000
+	}
+	def(&c.StreamHeartbeat, 15*time.Second)
 	def(&c.MaxWait, DefaultMaxWait)
 	if c.IdempotencyPurgeInterval == 0 {
 		c.IdempotencyPurgeInterval = DefaultIdempotencyPurgeInterval
@@ -142,6 +153,7 @@ type Server struct {
 	served  chan error
 
 	active   atomic.Int64  // requests being handled
+	streams  atomic.Int64  // streams open (Config.MaxStreams)
 	inFlight chan struct{} // a slot per API request in flight (Config.MaxInFlight)
 
 	shutdownOnce sync.Once

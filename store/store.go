@@ -269,6 +269,9 @@ const (
 	OpChild OpKind = "child"
 	// OpSelect records which case of a select won (Result is its index).
 	OpSelect OpKind = "select"
+	// OpEmit records an event published to the run's stream (trellis.Emit), so
+	// that a replay does not publish it again.
+	OpEmit OpKind = "emit"
 )
 
 // Op is one entry of a run's history.
