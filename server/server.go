@@ -152,8 +152,11 @@ type Server struct {
 	ln      net.Listener
 	served  chan error
 
-	active   atomic.Int64  // requests being handled
-	streams  atomic.Int64  // streams open (Config.MaxStreams)
+	active  atomic.Int64 // requests being handled
+	streams atomic.Int64 // streams open (Config.MaxStreams)
+	// streamWG counts the goroutines of streams that took over their
+	// connection (streamRun); Shutdown waits for them after ending them.
+	streamWG sync.WaitGroup
 	inFlight chan struct{} // a slot per API request in flight (Config.MaxInFlight)
 
 	shutdownOnce sync.Once
@@ -241,6 +244,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		<-s.purgeDone // stopped by stopDraining; a pass in progress ends with its batch
 	}
 	err := s.http.Shutdown(ctx)
+	s.streamWG.Wait() // ended by stopDraining: each returns at once
 	s.mu.Lock()
 	served := s.served
 	clients := s.clients

@@ -1,10 +1,12 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -31,6 +33,14 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, c *call) erro
 		return err
 	}
 	rc := http.NewResponseController(w)
+	if r.ProtoMajor == 1 {
+		if conn, _, err := rc.Hijack(); err == nil {
+			c.streamOwned = true
+			s.streamWG.Add(1)
+			go s.serveStream(conn, c.ns, c.run.ID, after) // owns conn and the count in MaxStreams
+			return nil
+		}
+	}
 	// A stream outlives the server's timeouts: no read deadline (the request
 	// was read; a read timeout would cancel the request's context), and a write
 	// deadline pushed on before each write.
@@ -46,32 +56,23 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err := rc.Flush(); err != nil {
 		return nil // the client went
 	}
-	bw := bufio.NewWriterSize(w, 512)
 	var buf bytes.Buffer
 	err = streams.Follow(r.Context(), s.store, c.ns, c.run.ID, after, streams.Options{
 		Heartbeat: s.cfg.StreamHeartbeat,
 		Idle: func() error {
 			extend()
-			if _, err := bw.WriteString(": keep-alive\n\n"); err != nil {
-				return err
-			}
-			if err := bw.Flush(); err != nil {
+			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
 				return err
 			}
 			return rc.Flush()
 		},
-		Stop: s.draining.Done(),
-		Flush: func() error {
-			if err := bw.Flush(); err != nil {
-				return err
-			}
-			return rc.Flush()
-		},
+		Stop:  s.draining.Done(),
+		Flush: rc.Flush,
 	}, func(ev *store.StreamEvent) error {
 		extend()
 		buf.Reset()
 		writeEvent(&buf, ev)
-		_, err := bw.Write(buf.Bytes())
+		_, err := w.Write(buf.Bytes())
 		return err
 	})
 	if err != nil && !errors.Is(err, streams.ErrStopped) && r.Context().Err() == nil {
@@ -80,6 +81,58 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, c *call) erro
 		s.cfg.Logger.Warn("stream ended", "run", c.run.ID, "err", err)
 	}
 	return nil
+}
+
+// streamHead is the head of a stream's answer on a connection it took over: the
+// body runs until the connection closes.
+const streamHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n" +
+	"X-Accel-Buffering: no\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n"
+
+// serveStream serves a stream on a connection taken over from net/http: the
+// request's goroutine (with the stack it grew authorizing the call) and its
+// background reader end, and this goroutine, which mostly waits, stays small.
+// A client that goes is noticed at the next write (an event or a heartbeat).
+// It ends like streamRun's in-handler stream, then closes the connection.
+func (s *Server) serveStream(conn net.Conn, ns, runID string, after int64) {
+	defer s.streamWG.Done()
+	defer s.streams.Add(-1)
+	defer conn.Close()
+	var buf []byte
+	write := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		_ = conn.SetWriteDeadline(time.Now().Add(s.cfg.StreamHeartbeat + streamWriteGrace))
+		_, err := conn.Write(buf)
+		buf = buf[:0]
+		if cap(buf) > 64<<10 {
+			buf = nil // do not keep a large page's buffer while idle
+		}
+		return err
+	}
+	buf = append(buf, streamHead...)
+	if write() != nil {
+		return
+	}
+	var b bytes.Buffer
+	err := streams.Follow(context.Background(), s.store, ns, runID, after, streams.Options{
+		Heartbeat: s.cfg.StreamHeartbeat,
+		Idle: func() error {
+			buf = append(buf, ": keep-alive\n\n"...)
+			return write()
+		},
+		Stop:  s.draining.Done(),
+		Flush: write,
+	}, func(ev *store.StreamEvent) error {
+		b.Reset()
+		writeEvent(&b, ev)
+		buf = append(buf, b.Bytes()...)
+		return nil
+	})
+	var ne net.Error
+	if err != nil && !errors.Is(err, streams.ErrStopped) && !errors.As(err, &ne) && !errors.Is(err, net.ErrClosed) {
+		s.cfg.Logger.Warn("stream ended", "run", runID, "err", err)
+	}
 }
 
 // writeEvent writes ev in the event-stream format: id, event, and its JSON data

@@ -18,10 +18,11 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs := newFlagSet("bench", "bench --store URL [flags]", benchAbout(), stdout)
 	var ba benchArgs
 	storeFlag(fs, &ba.store)
-	fs.StringVar(&ba.workloads, "workload", "w1,w2,w3", "comma-separated `workloads`: w1, w2, w3, w4, w6, w7")
+	fs.StringVar(&ba.workloads, "workload", "w1,w2,w3", "comma-separated `workloads`: w1, w2, w3, w4, w6, w7, s1, s2, s3")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
 	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")
+	fs.IntVar(&ba.subscribers, "subscribers", 0, "SSE subscribers of s2 and s3 (0: their default)")
 	fs.StringVar(&ba.cpuProfile, "cpuprofile", "", "write a CPU profile of the workloads to this `file`")
 	pos, err := parseArgs(fs, args)
 	switch {
@@ -39,7 +40,7 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 // benchArgs are the parsed arguments of bench.
 type benchArgs struct {
 	store, workloads, cpuProfile string
-	n, concurrency               int
+	n, concurrency, subscribers  int
 	asJSON                       bool
 }
 
@@ -65,7 +66,7 @@ func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Wr
 		defer pprof.StopCPUProfile()
 	}
 	for _, w := range selected {
-		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency})
+		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency, Subscribers: ba.subscribers})
 		if err != nil {
 			return err
 		}
@@ -81,6 +82,15 @@ func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Wr
 		}
 		if res.DBQueriesPerRun != nil {
 			fmt.Fprintf(stdout, " db-queries/run=%.2f", *res.DBQueriesPerRun)
+		}
+		if res.Subscribers > 0 {
+			fmt.Fprintf(stdout, " subscribers=%d", res.Subscribers)
+		}
+		if res.EventsPerS != nil {
+			fmt.Fprintf(stdout, " events/s=%.0f", *res.EventsPerS)
+		}
+		if res.RSSPerSubscriberKB != nil {
+			fmt.Fprintf(stdout, " rss/subscriber=%.1fKB", *res.RSSPerSubscriberKB)
 		}
 		fmt.Fprintf(stdout, " %v\n", res.Settings)
 	}

@@ -67,6 +67,7 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 	if cp, ok := src.(CrossProcess); (!ok || !cp.CrossProcessSignals()) && o.Poll == 0 {
 		o.Poll = time.Second
 	}
+	src = offStack{src}
 	if after < 0 {
 		res, err := src.StreamRead(ctx, &store.StreamReadParams{Namespace: namespace, RunID: runID, Limit: 1})
 		if err != nil {
@@ -142,4 +143,24 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 			}
 		}
 	}
+}
+
+// offStack runs a source's reads on goroutines of their own, so that the
+// follower's goroutine, which mostly waits, keeps a small stack: a pure-Go
+// SQLite read grows its goroutine's stack to tens of KB, and a waiting
+// goroutine keeps what it grew to until garbage collections shrink it.
+type offStack struct{ Source }
+
+func (o offStack) StreamRead(ctx context.Context, p *store.StreamReadParams) (*store.StreamReadResult, error) {
+	type out struct {
+		res *store.StreamReadResult
+		err error
+	}
+	ch := make(chan out, 1)
+	go func() { // ends with the read
+		res, err := o.Source.StreamRead(ctx, p)
+		ch <- out{res, err}
+	}()
+	r := <-ch
+	return r.res, r.err
 }
