@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -269,4 +270,68 @@ func TestStreamBadInput(t *testing.T) {
 	if !strings.Contains(string(r.body), "event: run.succeeded") {
 		t.Fatalf("finished run's stream: %s", r.body)
 	}
+}
+
+// TestStreamOverHTTP2: where the connection cannot be taken over (HTTP/2), the
+// stream is served in the request's handler, with the same events and end.
+func TestStreamOverHTTP2(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.StreamHeartbeat = 20 * time.Millisecond })
+	if err := e.worker.Register(context.Background(), streamWF); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(e.srv.Handler())
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	defer ts.Close()
+	run := e.start("streamer", nil, nil)
+	req, _ := http.NewRequest("GET", ts.URL+"/v1/namespaces/default/runs/"+run.ID+"/stream", nil)
+	req.Header.Set("Authorization", "Bearer reader")
+	res, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ProtoMajor != 2 || res.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("answer %s %s", res.Proto, res.Header.Get("Content-Type"))
+	}
+	s := &sse{resp: res, sc: bufio.NewScanner(res.Body), cancel: func() { res.Body.Close() }}
+	defer s.close()
+	var got []sseEvent
+	for range 5 {
+		ev, ok := s.next(t)
+		if !ok {
+			t.Fatal("stream ended early")
+		}
+		got = append(got, ev)
+	}
+	time.Sleep(60 * time.Millisecond)
+	e.sendGo(run.ID)
+	got = append(got, s.readAll(t)...)
+	wantEvents(t, got, 1, streamNames)
+	if s.comments == 0 {
+		t.Fatal("no keep-alive comment over HTTP/2")
+	}
+}
+
+// TestStreamLimit: streams beyond MaxStreams are refused with 429; a stream that
+// ended frees its place.
+func TestStreamLimit(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.MaxStreams = 1 })
+	if err := e.worker.Register(context.Background(), streamWF); err != nil {
+		t.Fatal(err)
+	}
+	run := e.start("streamer", nil, nil)
+	s := e.openStream(run.ID, "", "reader")
+	path := "/v1/namespaces/default/runs/" + run.ID + "/stream"
+	e.do("GET", path, "reader", nil).problem(t, 429, "rate_limited")
+	s.close()
+	e.sendGo(run.ID) // the run ends: its stream's last events are written, and it ends
+	e.waitRun(run.ID)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.srv.streams.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a closed stream kept its place")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.do("GET", path, "reader", nil).want(t, 200)
 }
