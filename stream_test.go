@@ -224,4 +224,3 @@ func TestStreamAcrossServers(t *testing.T) {
 	}
 	wantNames(t, got, streamWFNames)
 }
-
