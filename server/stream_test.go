@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -334,4 +335,26 @@ func TestStreamLimit(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	e.do("GET", path, "reader", nil).want(t, 200)
+}
+
+// streamHead opens a stream and returns its answer's status and head; the body
+// of a 200 is left unread (the stream is closed), that of an error read.
+func (e *env) streamHead(path, token string) *resp {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.base+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	r := &resp{status: res.StatusCode, header: res.Header}
+	if res.StatusCode != 200 {
+		r.body, _ = io.ReadAll(res.Body)
+	}
+	return r
 }
