@@ -247,13 +247,6 @@ func (w *writer) batchUnits(batch []*request) []unit {
 			continue
 		}
 		run := store.Lease{Namespace: r.ck.p.Lease.Namespace, RunID: r.ck.p.Lease.RunID}
-		if len(r.ck.p.Stream) > 0 {
-			// Stream events are numbered by the run's own update (see
-			// checkpointStmt): a statement of its own, in the same transaction.
-			out = append(out, unit{st: checkpointStmt(r.ck), reqs: []int{i}})
-			seen[run] = true
-			continue
-		}
 		if seen[run] {
 			out = append(out, unit{st: checkpointsStmt([]*ckReq{r.ck}, w.s.mergeSingle), reqs: []int{i}})
 			continue
