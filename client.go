@@ -8,6 +8,7 @@ import (
 
 	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/internal/results"
+	"github.com/trellis-dev/trellis/internal/schedule"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -23,6 +24,7 @@ type Client struct {
 	worker    *worker.Worker
 	engine    *engine.Engine
 	results   *results.Watcher
+	scheduler *schedule.Scheduler
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -77,6 +79,17 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.worker = w
 		w.Start()
+		if !cfg.Scheduler.Disabled {
+			sch, err := schedule.New(schedule.Config{Store: c.store, Owner: w.Name(), Clock: cfg.Clock,
+				LeaseDuration: cfg.Scheduler.LeaseDuration, Interval: cfg.Scheduler.Interval,
+				Version: c.version, Logger: cfg.Logger})
+			if err != nil {
+				c.Close()
+				return nil, fmt.Errorf("opening trellis: %w", err)
+			}
+			c.scheduler = sch
+			sch.Start()
+		}
 	}
 	return c, nil
 }
@@ -127,6 +140,14 @@ func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
 // then are handed back) and closes the store. Idempotent.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
+		if c.scheduler != nil {
+			// First, so that the lease passes to another process at once.
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Worker.LeaseDuration)
+			if err := c.scheduler.Stop(ctx); err != nil {
+				c.closeErr = fmt.Errorf("stopping scheduler: %w", err)
+			}
+			cancel()
+		}
 		if c.worker != nil {
 			// The grace, then a lease's time for the executors to hand runs back.
 			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Worker.ShutdownGrace+c.cfg.Worker.LeaseDuration)
@@ -194,6 +215,24 @@ func (c *Client) List(ctx context.Context, o ListOptions) (*RunPage, error) {
 		return nil, err
 	}
 	return &RunPage{Runs: runsFromStore(res.Runs), NextCursor: res.NextCursor}, nil
+}
+
+// Children returns the child runs that the child op at position of a run (by
+// run ID or workflow ID) started: one, or a Map's items in item order. None for
+// a position that started no child.
+func (c *Client) Children(ctx context.Context, ref string, position int) ([]*Run, error) {
+	if c.remote != nil {
+		return c.remote.children(ctx, ref, position)
+	}
+	run, err := c.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	kids, err := c.store.RunChildren(ctx, &store.RunChildrenParams{Namespace: c.cfg.Namespace, Parent: run.ID, Position: position})
+	if err != nil {
+		return nil, err
+	}
+	return runsFromStore(kids), nil
 }
 
 // History returns a run's ops in position order, with every failed attempt.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // scope says which queue a route's role is checked on (see authorize).
@@ -18,6 +19,7 @@ const (
 	scopeBodyQueue              // the queue the request body names (checked by the handler)
 	scopeRun                    // the queue of the run {id} names
 	scopeApproval               // the queue of the run of approval {id}
+	scopeGlobal                 // no namespace: the role must be granted on every namespace ("*")
 )
 
 // param is a query parameter of a route.
@@ -62,6 +64,23 @@ type (
 		Key   string          `json:"key"`
 		Value trellis.Payload `json:"value"`
 	}
+	// ScheduleList lists a namespace's schedules.
+	ScheduleList struct {
+		Schedules []*trellis.Schedule `json:"schedules"`
+	}
+	// ChildList lists the child runs one op of a run started, in item order.
+	ChildList struct {
+		Runs []*trellis.Run `json:"runs"`
+	}
+	// TokenList lists every token of the store, live and revoked (never a secret).
+	TokenList struct {
+		Tokens []*store.Token `json:"tokens"`
+	}
+	// CreatedToken is a new token and its secret, shown in this answer only.
+	CreatedToken struct {
+		Token  *store.Token `json:"token"`
+		Secret string       `json:"secret"`
+	}
 	// Health answers /healthz and /readyz.
 	Health struct {
 		Status string `json:"status"`
@@ -76,6 +95,7 @@ var (
 	runListParams = append([]param{
 		{"status", "string", "comma-separated run states"},
 		{"workflow", "string", "workflow name"},
+		{"workflow_id", "string", "workflow ID: the runs that had it (a reset's runs share it)"},
 		{"queue", "string", "queue name"},
 		{"created_after", "string", "RFC 3339 time, inclusive"},
 		{"created_before", "string", "RFC 3339 time, exclusive"},
@@ -84,11 +104,15 @@ var (
 		{"status", "string", "comma-separated approval states"},
 		{"run", "string", "run ID"},
 	}, pageParams...)
+	childParams  = []param{{"position", "integer", "the position of the child op in the parent's history (required)"}}
 	waitParams   = []param{{"wait", "string", `long poll: how long to wait for the run to end, e.g. "30s"`}}
 	streamParams = []param{{"after", "string", `replay the events after this sequence, or "now": only new events (the Last-Event-ID header wins)`}}
 )
 
-const nsRuns = "/v1/namespaces/{ns}/runs"
+const (
+	nsRuns      = "/v1/namespaces/{ns}/runs"
+	nsSchedules = "/v1/namespaces/{ns}/schedules"
+)
 
 // routeTable is every route of the server.
 var routeTable = []route{
@@ -118,10 +142,14 @@ var routeTable = []route{
 		role: auth.RoleProducer, scope: scopeRun, request: ResetRequest{}, status: 201, response: trellis.Run{}, handle: (*Server).resetRun},
 	{method: "POST", pattern: nsRuns + "/{id}/events", op: "sendEvent", summary: "Send an event to a run",
 		role: auth.RoleProducer, scope: scopeRun, request: EventRequest{}, status: 204, handle: (*Server).sendEvent},
+	{method: "GET", pattern: nsRuns + "/{id}/children", op: "listChildren", summary: "The child runs one op of a run started, in item order",
+		role: auth.RoleReader, scope: scopeRun, query: childParams, status: 200, response: ChildList{}, handle: (*Server).listChildren},
 	{method: "GET", pattern: nsRuns + "/{id}/values/{key}", op: "getValue", summary: "A value of the run's store",
 		role: auth.RoleReader, scope: scopeRun, status: 200, response: Value{}, handle: (*Server).getValue},
 	{method: "GET", pattern: "/v1/namespaces/{ns}/approvals", op: "listApprovals", summary: "List approval requests, newest first",
 		role: auth.RoleReader, scope: scopeNamespace, query: approvalListParams, status: 200, response: trellis.ApprovalList{}, handle: (*Server).listApprovals},
+	{method: "GET", pattern: "/v1/namespaces/{ns}/approvals/{id}", op: "getApproval", summary: "One approval request",
+		role: auth.RoleReader, scope: scopeApproval, status: 200, response: trellis.ApprovalRecord{}, handle: (*Server).getApproval},
 	{method: "POST", pattern: "/v1/namespaces/{ns}/approvals/{id}/approve", op: "approve", summary: "Approve a pending request as the token's principal",
 		role: auth.RoleApprover, scope: scopeApproval, request: DecideRequest{}, status: 200, response: trellis.ApprovalRecord{}, handle: (*Server).approve},
 	{method: "POST", pattern: "/v1/namespaces/{ns}/approvals/{id}/reject", op: "reject", summary: "Reject a pending request as the token's principal",
@@ -130,6 +158,33 @@ var routeTable = []route{
 		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: WorkflowList{}, handle: (*Server).listWorkflows},
 	{method: "GET", pattern: "/v1/namespaces/{ns}/workers", op: "listWorkers", summary: "The namespace's workers, live or not",
 		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: WorkerList{}, handle: (*Server).listWorkers},
+	// Schedules (docs/schedules.md): reading needs reader; trigger (one run now)
+	// producer; the rest manages standing configuration and needs admin. All on
+	// the namespace as a whole: a queue-restricted grant manages no schedule.
+	{method: "GET", pattern: nsSchedules, op: "listSchedules", summary: "List the namespace's schedules by name",
+		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: ScheduleList{}, handle: (*Server).listSchedules},
+	{method: "POST", pattern: nsSchedules, op: "createSchedule", summary: "Create a schedule: a workflow started on a cron expression in a time zone",
+		role: auth.RoleAdmin, scope: scopeNamespace, request: CreateScheduleRequest{}, status: 201, response: trellis.Schedule{}, handle: (*Server).createSchedule},
+	{method: "GET", pattern: nsSchedules + "/{name}", op: "getSchedule", summary: "One schedule",
+		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: trellis.Schedule{}, handle: (*Server).getSchedule},
+	{method: "PUT", pattern: nsSchedules + "/{name}", op: "updateSchedule", summary: "Replace a schedule's spec; it fires from now on",
+		role: auth.RoleAdmin, scope: scopeNamespace, request: trellis.ScheduleSpec{}, status: 200, response: trellis.Schedule{}, handle: (*Server).updateSchedule},
+	{method: "DELETE", pattern: nsSchedules + "/{name}", op: "deleteSchedule", summary: "Delete a schedule (its runs stay)",
+		role: auth.RoleAdmin, scope: scopeNamespace, status: 204, handle: (*Server).deleteSchedule},
+	{method: "POST", pattern: nsSchedules + "/{name}/pause", op: "pauseSchedule", summary: "Pause a schedule",
+		role: auth.RoleAdmin, scope: scopeNamespace, status: 200, response: trellis.Schedule{}, handle: (*Server).pauseSchedule},
+	{method: "POST", pattern: nsSchedules + "/{name}/resume", op: "resumeSchedule", summary: "Resume a paused schedule (missed ticks are not caught up)",
+		role: auth.RoleAdmin, scope: scopeNamespace, status: 200, response: trellis.Schedule{}, handle: (*Server).resumeSchedule},
+	{method: "POST", pattern: nsSchedules + "/{name}/trigger", op: "triggerSchedule", summary: "Start one run of a schedule now",
+		role: auth.RoleProducer, scope: scopeNamespace, status: 201, response: trellis.Run{}, handle: (*Server).triggerSchedule},
+	{method: "POST", pattern: nsSchedules + "/{name}/backfill", op: "backfillSchedule", summary: "Start the runs of a schedule's ticks in [start, end)",
+		role: auth.RoleAdmin, scope: scopeNamespace, request: BackfillRequest{}, status: 200, response: trellis.BackfillResult{}, handle: (*Server).backfillSchedule},
+	{method: "POST", pattern: "/v1/tokens", op: "createToken", summary: "Create a token; the answer holds its secret, shown this once",
+		role: auth.RoleAdmin, scope: scopeGlobal, request: TokenRequest{}, status: 201, response: CreatedToken{}, handle: (*Server).createToken},
+	{method: "GET", pattern: "/v1/tokens", op: "listTokens", summary: "List every token, live and revoked, by name (never a secret)",
+		role: auth.RoleAdmin, scope: scopeGlobal, status: 200, response: TokenList{}, handle: (*Server).listTokens},
+	{method: "POST", pattern: "/v1/tokens/{name}/revoke", op: "revokeToken", summary: "Revoke a token by name, at once and for ever",
+		role: auth.RoleAdmin, scope: scopeGlobal, status: 200, response: store.Token{}, handle: (*Server).revokeToken},
 }
 
 // routes builds the server's handler from the route table.
@@ -147,7 +202,7 @@ func (s *Server) routes() http.Handler {
 // unrouted tells a path no route has from a method the path does not take.
 func (s *Server) unrouted(mux *http.ServeMux, r *http.Request) error {
 	var allow []string
-	for _, m := range []string{"GET", "POST"} {
+	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
 		r2 := r.Clone(r.Context())
 		r2.Method = m
 		if _, p := mux.Handler(r2); p != "/" && p != "" {

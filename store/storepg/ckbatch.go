@@ -134,8 +134,8 @@ type ckColumns struct {
 	evNames      []string
 	evData       [][]byte
 	ops          opCols
-	atts   attCols
-	kv     kvCols
+	atts         attCols
+	kv           kvCols
 }
 
 // checkpointsStmt merges the checkpoints cks into one statement whose reader sets

@@ -9,6 +9,7 @@ type SQL struct {
 	idem idemQueries
 	cq   cancelQueries
 	sq   streamQueries
+	sch  scheduleQueries
 }
 
 // queries are the fixed statements of the shared logic, in the dialect's style.
@@ -72,6 +73,7 @@ func New(d Dialect) *SQL {
 	s.sq = newStreamQueries(d)
 	s.tok = newTokenQueries(r)
 	s.idem = newIdemQueries(r)
+	s.sch = newScheduleQueries(r)
 	return s
 }
 
