@@ -70,6 +70,13 @@ type Config struct {
 	// idempotencyPurgeBatch until none is left; default
 	// DefaultIdempotencyPurgeInterval. Negative: never (another process purges).
 	IdempotencyPurgeInterval time.Duration
+	// MaxStreams caps the streams (GET .../stream) open at once; one more is
+	// answered 429 rate_limited. Streams do not count in MaxInFlight. Default
+	// 20000.
+	MaxStreams int
+	// StreamHeartbeat is how long a stream stays silent before the server
+	// writes a comment line, so that proxies keep it open; default 15s.
+	StreamHeartbeat time.Duration
 	// Logger receives request errors the server could not attribute to the client;
 	// default discards.
 	Logger *slog.Logger
@@ -116,6 +123,10 @@ func (c Config) withDefaults() Config {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 4096
 	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = 20000
+	}
+	def(&c.StreamHeartbeat, 15*time.Second)
 	def(&c.MaxWait, DefaultMaxWait)
 	if c.IdempotencyPurgeInterval == 0 {
 		c.IdempotencyPurgeInterval = DefaultIdempotencyPurgeInterval
@@ -165,7 +176,11 @@ type Server struct {
 	ln      net.Listener
 	served  chan error
 
-	active   atomic.Int64  // requests being handled
+	active  atomic.Int64 // requests being handled
+	streams atomic.Int64 // streams open (Config.MaxStreams)
+	// streamWG counts the goroutines of streams that took over their
+	// connection (streamRun); Shutdown waits for them after ending them.
+	streamWG sync.WaitGroup
 	inFlight chan struct{} // a slot per API request in flight (Config.MaxInFlight)
 
 	shutdownOnce sync.Once
@@ -291,6 +306,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		<-s.purgeDone // stopped by stopDraining; a pass in progress ends with its batch
 	}
 	err := s.http.Shutdown(ctx)
+	s.streamWG.Wait() // ended by stopDraining: each returns at once
 	s.mu.Lock()
 	served := s.served
 	clients := s.clients

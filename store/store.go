@@ -100,6 +100,10 @@ type RunStore interface {
 	RunChildren(ctx context.Context, p *RunChildrenParams) ([]*Run, error)
 	// KVGet reads one value of a run's store. ErrKeyNotFound when absent.
 	KVGet(ctx context.Context, p *KVGetParams) ([]byte, error)
+	// StreamRead reads the events of a run's stream after a sequence, in order
+	// (see stream.go); StreamTopic signals new ones. ErrRunNotFound for an
+	// unknown run.
+	StreamRead(ctx context.Context, p *StreamReadParams) (*StreamReadResult, error)
 	Subscriber
 }
 
@@ -146,7 +150,7 @@ type Subscriber interface {
 	// Subscribe returns a channel that receives a (coalesced) signal after each
 	// committed change on topic, and a function that ends the subscription; the
 	// subscription also ends when ctx ends. Topics are TopicReady and
-	// RunTopic(namespace, runID). It fails with ctx's error when ctx has ended,
+	// RunTopic(namespace, runID) and StreamTopic(namespace, runID). It fails with ctx's error when ctx has ended,
 	// with ErrClosed on a closed store, and, for a store that subscribes over a
 	// network, when it cannot.
 	Subscribe(ctx context.Context, topic string) (<-chan struct{}, func(), error)
@@ -266,6 +270,9 @@ const (
 	OpChild OpKind = "child"
 	// OpSelect records which case of a select won (Result is its index).
 	OpSelect OpKind = "select"
+	// OpEmit records an event published to the run's stream (trellis.Emit), so
+	// that a replay does not publish it again.
+	OpEmit OpKind = "emit"
 )
 
 // Op is one entry of a run's history.
@@ -521,6 +528,8 @@ type CheckpointParams struct {
 	// ExpireApprovals lists IDs of this run's approval requests that timed out;
 	// pending ones become expired.
 	ExpireApprovals []string `json:"expire_approvals,omitempty"`
+	// Stream are events to append to the run's stream, in order (stream.go).
+	Stream []StreamWrite `json:"stream,omitempty"`
 }
 
 // CheckpointResult is the result of Checkpoint.

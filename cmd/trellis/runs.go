@@ -22,6 +22,7 @@ Subcommands:
   list      list runs, newest first
   get       show every field of one run
   history   show a run's ops, results and failed attempts
+  watch     print a run's stream live until it ends ([--after N|now] [--json])
   cancel    cancel a run
   resume    make a blocked run pending again, to replay with the code now deployed
   send-event send an event to a run (--name NAME [--payload JSON])
@@ -58,6 +59,8 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runsGet(ctx, rest, stdout, stderr)
 	case "history":
 		return runsHistory(ctx, rest, stdout, stderr)
+	case "watch":
+		return runsWatch(ctx, rest, stdout, stderr)
 	case "cancel":
 		return runsCancel(ctx, rest, stdout, stderr)
 	case "resume":

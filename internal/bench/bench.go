@@ -38,12 +38,20 @@ type Result struct {
 	// counts every session of the database (each statement outside a transaction
 	// is one).
 	DBQueriesPerRun *float64 `json:"db_queries_per_run,omitempty"`
+	// Subscribers (s2, s3) is the number of SSE subscribers; EventsPerS (s2)
+	// the events they were delivered per second, all of them counted;
+	// RSSPerSubscriberKB (s3) the server's resident set growth per idle stream.
+	Subscribers        int      `json:"subscribers,omitempty"`
+	EventsPerS         *float64 `json:"events_per_s,omitempty"`
+	RSSPerSubscriberKB *float64 `json:"rss_per_subscriber_kb,omitempty"`
 }
 
 // Options configure a benchmark run.
 type Options struct {
 	Store       string
 	Concurrency int
+	// Subscribers is the SSE subscribers of s2 and s3 (0: their default).
+	Subscribers int
 }
 
 // Workload runs one named workload with n runs (0: its default).
@@ -54,17 +62,23 @@ type Workload struct {
 	run         func(ctx context.Context, c *trellis.Client, n int) (*Result, error)
 	// runWith, when set instead of run, also gets the options (the store URL).
 	runWith func(ctx context.Context, c *trellis.Client, n int, o Options) (*Result, error)
+	// alone, when set instead, opens what it needs itself (the stream
+	// workloads start a server).
+	alone func(ctx context.Context, n int, o Options) (*Result, error)
 }
 
 // Workloads lists every workload, in order.
 var Workloads = []Workload{
-	{"w1", 2000, "start N workflows concurrently, each 3 sequential no-op steps; wall time first start to last result", runW1, nil},
-	{"w2", 20, "one 20-step sequential workflow, N times; per-step latency", runW2, nil},
-	{"w3", 200, "N sequential start→result of a 1-step workflow; latency", runW3, nil},
-	{"w4", 10000, "start N workflows that each sleep an hour; time until all wait, RSS before and after", runW4, nil},
-	{"w6", 1000, "N runs each waiting for an event; send the N events; send to next step latency", runW6, nil},
-	{"w7", 10000, "many waiters: N gated 3-step runs (more than the slots), N callers blocked in Result; open the gate; CPU and DB queries per finished run", nil, runW7},
-	{"ui1", 1_000_000, "the web UI's runs page with N runs stored (SQLite, seeded with bulk SQL once); page load latency over HTTP", nil, runUI1},
+	{"w1", 2000, "start N workflows concurrently, each 3 sequential no-op steps; wall time first start to last result", runW1, nil, nil},
+	{"w2", 20, "one 20-step sequential workflow, N times; per-step latency", runW2, nil, nil},
+	{"w3", 200, "N sequential start→result of a 1-step workflow; latency", runW3, nil, nil},
+	{"w4", 10000, "start N workflows that each sleep an hour; time until all wait, RSS before and after", runW4, nil, nil},
+	{"w6", 1000, "N runs each waiting for an event; send the N events; send to next step latency", runW6, nil, nil},
+	{"w7", 10000, "many waiters: N gated 3-step runs (more than the slots), N callers blocked in Result; open the gate; CPU and DB queries per finished run", nil, runW7, nil},
+	{"ui1", 1_000_000, "the web UI's runs page with N runs stored (SQLite, seeded with bulk SQL once); page load latency over HTTP", nil, runUI1, nil},
+	{"s1", 500, "one run emits N events ~2ms apart; an SSE client of an in-process server reads them; Emit to arrival latency", nil, nil, runS1},
+	{"s2", 200, "one run emits N events to --subscribers SSE subscribers (default 1000) of an in-process server; events delivered per second, each checked", nil, nil, runS2},
+	{"s3", 0, "--subscribers idle SSE streams (default 10000) on a `trellis server` child process; its RSS growth per stream", nil, nil, runS3},
 }
 
 // Find returns the workload named name.
@@ -81,6 +95,14 @@ func Find(name string) (Workload, bool) {
 func Run(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
 	if n <= 0 {
 		n = w.DefaultN
+	}
+	if w.alone != nil {
+		res, err := w.alone(ctx, n, o)
+		if err != nil {
+			return nil, fmt.Errorf("workload %s: %w", w.Name, err)
+		}
+		res.Workload, res.N, res.Settings = w.Name, n, settings(o)
+		return res, nil
 	}
 	cfg := trellis.Config{Store: o.Store, Namespace: "bench"}
 	cfg.Worker.Concurrency = o.Concurrency

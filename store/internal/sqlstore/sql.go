@@ -8,6 +8,7 @@ type SQL struct {
 	tok  tokenQueries
 	idem idemQueries
 	cq   cancelQueries
+	sq   streamQueries
 	sch  scheduleQueries
 }
 
@@ -69,6 +70,7 @@ func New(d Dialect) *SQL {
 		runStatusLock: r(`SELECT status FROM runs WHERE sequence = $1` + d.Lock()),
 	}
 	s.cq = newCancelQueries(d)
+	s.sq = newStreamQueries(d)
 	s.tok = newTokenQueries(r)
 	s.idem = newIdemQueries(r)
 	s.sch = newScheduleQueries(r)
