@@ -99,6 +99,8 @@ type RunStore interface {
 	RunChildren(ctx context.Context, p *RunChildrenParams) ([]*Run, error)
 	// KVGet reads one value of a run's store. ErrKeyNotFound when absent.
 	KVGet(ctx context.Context, p *KVGetParams) ([]byte, error)
+	// BatchCreator: RunsCreate, many runs in one transaction (see batch.go).
+	BatchCreator
 	Subscriber
 }
 
@@ -138,6 +140,9 @@ type AdminStore interface {
 	TokenStore
 	// IdempotencyStore: idempotency keys of mutating calls (see idempotency.go).
 	IdempotencyStore
+	// RunDeleter: deleting finished runs, one now or expired ones in batches
+	// (retention, see batch.go).
+	RunDeleter
 }
 
 // Subscriber delivers wake-ups: signals after committed changes.
