@@ -3,6 +3,7 @@ package trellis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -131,5 +132,73 @@ func TestJobBadInputFailsWithoutRetry(t *testing.T) {
 	got := must[*trellis.Run](t)(c.Wait(ctxT(t), run.ID))
 	if got.Status != trellis.StatusFailed || calls.Load() != 0 {
 		t.Fatalf("run %+v, calls %d", got, calls.Load())
+	}
+}
+
+func TestStartManyJobs(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	j := trellis.NewJob("count", func(ctx context.Context, n int) (int, error) {
+		calls.Add(1)
+		return n + 1, nil
+	})
+	c := setup(t, j)
+	reqs := make([]trellis.StartRequest, 300)
+	for i := range reqs {
+		reqs[i] = trellis.StartRequest{Workflow: "count", Input: []byte(fmt.Sprint(i))}
+	}
+	reqs[299].Options.ID = "dup"
+	reqs[298].Options.ID = "dup"
+	res := must[[]trellis.StartResult](t)(c.StartMany(ctxT(t), reqs))
+	if len(res) != 300 || !res[298].Created || res[299].Created || !errors.Is(res[299].Error, trellis.ErrRunExists) {
+		t.Fatalf("results: %d, 298 %+v, 299 %+v", len(res), res[298], res[299])
+	}
+	for i, r := range res[:299] {
+		got := must[*trellis.Run](t)(c.Wait(ctxT(t), r.Run.ID))
+		if got.Status != trellis.StatusSucceeded || string(got.Output) != fmt.Sprint(i+1) {
+			t.Fatalf("run %d: %+v", i, got)
+		}
+	}
+	if calls.Load() != 299 {
+		t.Fatalf("%d calls, want 299", calls.Load())
+	}
+	// Bad input fails the whole batch and starts nothing.
+	bad := []trellis.StartRequest{{Workflow: "count", Input: []byte("1")}, {Workflow: "count", Input: []byte(`"x"`)}}
+	if _, err := c.StartMany(ctxT(t), bad); !errors.Is(err, trellis.ErrInvalidInput) {
+		t.Fatalf("StartMany with a bad input = %v, want ErrInvalidInput", err)
+	}
+	if _, err := c.StartMany(ctxT(t), nil); !errors.Is(err, trellis.ErrInvalidParams) {
+		t.Fatalf("StartMany of nothing = %v, want ErrInvalidParams", err)
+	}
+	page := must[*trellis.RunPage](t)(c.List(ctxT(t), trellis.ListOptions{Limit: 1000}))
+	if len(page.Runs) != 299 {
+		t.Fatalf("%d runs stored, want 299", len(page.Runs))
+	}
+}
+
+func TestDeleteRun(t *testing.T) {
+	t.Parallel()
+	j := trellis.NewJob("quick", func(ctx context.Context, n int) (int, error) { return n, nil })
+	block := make(chan struct{})
+	slow := trellis.NewJob("slow", func(ctx context.Context, n int) (int, error) {
+		<-block
+		return n, nil
+	})
+	c := setup(t, j, slow)
+	defer close(block)
+	h := must[*trellis.Handle[int]](t)(trellis.StartJob(ctxT(t), c, j, 1))
+	mustResult(t, h)
+	running := must[*trellis.Handle[int]](t)(trellis.StartJob(ctxT(t), c, slow, 1))
+	if err := c.Delete(ctxT(t), running.RunID()); !errors.Is(err, trellis.ErrRunActive) {
+		t.Fatalf("Delete of an active run = %v, want ErrRunActive", err)
+	}
+	if err := c.Delete(ctxT(t), h.RunID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctxT(t), h.RunID()); !errors.Is(err, trellis.ErrRunNotFound) {
+		t.Fatalf("Get after Delete = %v, want ErrRunNotFound", err)
+	}
+	if err := c.Delete(ctxT(t), h.RunID()); !errors.Is(err, trellis.ErrRunNotFound) {
+		t.Fatalf("second Delete = %v, want ErrRunNotFound", err)
 	}
 }

@@ -98,10 +98,14 @@ var routeTable = []route{
 		status: 200, handle: (*Server).openapi},
 	{method: "POST", pattern: nsRuns, op: "startRun", summary: "Start a run by workflow name; durable before the response",
 		role: auth.RoleProducer, scope: scopeBodyQueue, request: StartRequest{}, status: 201, response: trellis.Run{}, handle: (*Server).startRun},
+	{method: "POST", pattern: nsRuns + ":batch", op: "startRuns", summary: "Start up to 1,000 runs in one transaction, each with its own outcome",
+		role: auth.RoleProducer, scope: scopeBodyQueue, request: StartManyRequest{}, status: 200, response: trellis.StartManyResponse{}, handle: (*Server).startMany},
 	{method: "GET", pattern: nsRuns, op: "listRuns", summary: "List runs, newest first",
 		role: auth.RoleReader, scope: scopeListQueue, query: runListParams, status: 200, response: RunList{}, handle: (*Server).listRuns},
 	{method: "GET", pattern: nsRuns + "/{id}", op: "getRun", summary: "One run, by run ID or workflow ID",
 		role: auth.RoleReader, scope: scopeRun, status: 200, response: trellis.Run{}, handle: (*Server).getRun},
+	{method: "DELETE", pattern: nsRuns + "/{id}", op: "deleteRun", summary: "Delete a finished run and everything that belongs to it, now",
+		role: auth.RoleAdmin, scope: scopeRun, status: 204, handle: (*Server).deleteRun},
 	{method: "GET", pattern: nsRuns + "/{id}/history", op: "getHistory", summary: "A run's ops, attempts and decisions",
 		role: auth.RoleReader, scope: scopeRun, status: 200, response: History{}, handle: (*Server).getHistory},
 	{method: "GET", pattern: nsRuns + "/{id}/result", op: "getResult", summary: "The run; with wait, once it ends (200) or when the wait is over (202)",
@@ -143,7 +147,7 @@ func (s *Server) routes() http.Handler {
 // unrouted tells a path no route has from a method the path does not take.
 func (s *Server) unrouted(mux *http.ServeMux, r *http.Request) error {
 	var allow []string
-	for _, m := range []string{"GET", "POST"} {
+	for _, m := range []string{"GET", "POST", "DELETE"} {
 		r2 := r.Clone(r.Context())
 		r2.Method = m
 		if _, p := mux.Handler(r2); p != "/" && p != "" {
