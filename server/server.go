@@ -19,6 +19,7 @@ import (
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/internal/auth/storeauth"
+	"github.com/trellis-dev/trellis/internal/retention"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -66,6 +67,11 @@ type Config struct {
 	// idempotencyPurgeBatch until none is left; default
 	// DefaultIdempotencyPurgeInterval. Negative: never (another process purges).
 	IdempotencyPurgeInterval time.Duration
+	// RetentionInterval is how often the server looks for finished runs past
+	// their namespace's retention period and deletes them, in small batches
+	// in the background (internal/retention, docs/retention.md); default
+	// retention.DefaultInterval. Negative: never (another process purges).
+	RetentionInterval time.Duration
 	// Logger receives request errors the server could not attribute to the client;
 	// default discards.
 	Logger *slog.Logger
@@ -150,7 +156,8 @@ type Server struct {
 	draining     context.Context // cancelled by Shutdown: long polls answer at once
 	stopDraining context.CancelFunc
 
-	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
+	purgeDone chan struct{}     // closed when the purge loop (purgeLoop) has stopped; nil without one
+	purger    *retention.Purger // deletes expired runs; nil when RetentionInterval < 0
 }
 
 // New opens the store (unless Config.Backend) and builds the server.
@@ -182,6 +189,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if every := cfg.IdempotencyPurgeInterval; every > 0 {
 		s.purgeDone = make(chan struct{})
 		go s.purgeLoop(every)
+	}
+	if cfg.RetentionInterval >= 0 {
+		s.purger = retention.New(retention.Config{Store: s.store, Interval: cfg.RetentionInterval, Logger: cfg.Logger})
+		s.purger.Start()
 	}
 	return s, nil
 }
@@ -227,6 +238,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.stopDraining()
 	if s.purgeDone != nil {
 		<-s.purgeDone // stopped by stopDraining; a pass in progress ends with its batch
+	}
+	if s.purger != nil {
+		s.purger.Stop() // a batch in flight is cancelled: it deletes nothing or all of its runs
 	}
 	err := s.http.Shutdown(ctx)
 	s.mu.Lock()
