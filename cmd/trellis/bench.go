@@ -18,10 +18,11 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs := newFlagSet("bench", "bench --store URL [flags]", benchAbout(), stdout)
 	var ba benchArgs
 	storeFlag(fs, &ba.store)
-	fs.StringVar(&ba.workloads, "workload", "w1,w2,w3", "comma-separated `workloads`: w1, w2, w3, w4, w6, w7")
+	fs.StringVar(&ba.workloads, "workload", "w1,w2,w3", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
 	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")
+	fs.IntVar(&ba.claimBatch, "claim-batch", 0, "runs claimed per query (0: the workload's default, else the worker's)")
 	fs.StringVar(&ba.cpuProfile, "cpuprofile", "", "write a CPU profile of the workloads to this `file`")
 	pos, err := parseArgs(fs, args)
 	switch {
@@ -39,7 +40,7 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 // benchArgs are the parsed arguments of bench.
 type benchArgs struct {
 	store, workloads, cpuProfile string
-	n, concurrency               int
+	n, concurrency, claimBatch   int
 	asJSON                       bool
 }
 
@@ -65,7 +66,7 @@ func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Wr
 		defer pprof.StopCPUProfile()
 	}
 	for _, w := range selected {
-		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency})
+		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency, ClaimBatch: ba.claimBatch})
 		if err != nil {
 			return err
 		}

@@ -94,7 +94,7 @@ func (s *SQL) latestByWorkflowID(tx Tx, p *store.RunsCreateParams) (map[string]*
 func (s *SQL) insertBatch(tx Tx, items []store.RunsCreateItem, insert []int) error {
 	var b strings.Builder
 	b.WriteString(`INSERT INTO runs (` + batchCols + `) VALUES `)
-	a := &args{d: &s.d}
+	a := &args{d: &s.d, next: s.d.Next}
 	for k, i := range insert {
 		r := items[i].Run
 		if k > 0 {
