@@ -75,22 +75,8 @@ func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *work
 func (e *Engine) jobAttempt(ctx context.Context, run *store.Run, ctl *worker.Control, job *Job, attempt int) (out []byte, err error, cancelled bool) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if ch := ctl.CancelRequested(); ch != nil {
-		select {
-		case <-ch:
-			cancel(ErrCancelled)
-		default:
-			watch := make(chan struct{})
-			defer close(watch)
-			go func() { // owned by this call: ends when it returns
-				select {
-				case <-ch:
-					cancel(ErrCancelled)
-				case <-watch:
-				}
-			}()
-		}
-	}
+	// A cancellation cancels the attempt's context; no goroutine waits for it.
+	defer ctl.OnCancel(func() { cancel(ErrCancelled) })()
 	if d := run.Deadline; d != nil {
 		var c2 context.CancelFunc
 		actx, c2 = context.WithDeadlineCause(actx, *d, ErrDeadlineExceeded)
