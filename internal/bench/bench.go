@@ -84,7 +84,7 @@ var Workloads = []Workload{
 	{"w2", 20, "one 20-step sequential workflow, N times; per-step latency", runW2, nil, 0, nil},
 	{"w3", 200, "N sequential start→result of a 1-step workflow; latency", runW3, nil, 0, nil},
 	{"w4", 10000, "start N workflows that each sleep an hour; time until all wait, RSS before and after", runW4, nil, 0, nil},
-	{"w5", 20000, "insert N one-step jobs with StartMany in batches of 1,000, then work them all; jobs worked per second and insert_per_s", runW5, nil, 0, nil},
+	{"w5", 20000, "insert N one-step jobs with StartMany in batches of 1,000, then work them all; jobs worked per second and insert_per_s (claim batch 1,000 unless --claim-batch)", runW5, nil, w5Batch, nil},
 	{"w6", 1000, "N runs each waiting for an event; send the N events; send to next step latency", runW6, nil, 0, nil},
 	{"w7", 10000, "many waiters: N gated 3-step runs (more than the slots), N callers blocked in Result; open the gate; CPU and DB queries per finished run", nil, runW7, 0, nil},
 	{"r1", 1000000, "seed N expired runs (3 ops each) with bulk SQL; w1 (2,000 runs) without purging, then while the purger deletes them, 3 rounds; purge rate and the w1 ratio", nil, nil, 0, runR1},
