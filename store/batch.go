@@ -124,7 +124,7 @@ type RunsPurgeParams struct {
 // Purge batch sizes: small enough that a purge transaction is over in a few
 // milliseconds and never holds a checkpoint up for long.
 const (
-	DefaultPurgeBatch = 500
+	DefaultPurgeBatch = 200
 	MaxPurgeBatch     = 10000
 )
 
