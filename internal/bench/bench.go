@@ -87,7 +87,7 @@ var Workloads = []Workload{
 	{"w5", 20000, "insert N one-step jobs with StartMany in batches of 1,000, then work them all; jobs worked per second and insert_per_s (claim batch 1,000 unless --claim-batch)", runW5, nil, w5Batch, nil},
 	{"w6", 1000, "N runs each waiting for an event; send the N events; send to next step latency", runW6, nil, 0, nil},
 	{"w7", 10000, "many waiters: N gated 3-step runs (more than the slots), N callers blocked in Result; open the gate; CPU and DB queries per finished run", nil, runW7, 0, nil},
-	{"r1", 1000000, "seed N expired runs (3 ops each) with bulk SQL; w1 (2,000 runs) without purging, then while the purger deletes them, 3 rounds; purge rate and the w1 ratio", nil, nil, 0, runR1},
+	{"r1", 1000000, "seed N expired runs (3 ops each) with bulk SQL; w1 (10,000 runs) without purging, then while the purger deletes them, 3 rounds; purge rate and the w1 ratio", nil, nil, 0, runR1},
 }
 
 // Find returns the workload named name.

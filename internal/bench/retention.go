@@ -21,7 +21,7 @@ import (
 const r1Rounds = 3
 
 // r1W1 is the size of each w1 measurement of r1.
-const r1W1 = 2000
+const r1W1 = 10000
 
 // runR1 seeds n runs of namespace "bench" that finished 60 days ago, each with
 // three ops, by bulk SQL; then, r1Rounds times, runs w1 with no purger and
