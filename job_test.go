@@ -202,3 +202,30 @@ func TestDeleteRun(t *testing.T) {
 		t.Fatalf("second Delete = %v, want ErrRunNotFound", err)
 	}
 }
+
+// A job cancelled while it waits for a retry's backoff ends cancelled without
+// another attempt.
+func TestJobCancelledInBackoff(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	j := trellis.NewJob("backoff-cancel", func(ctx context.Context, _ int) (int, error) {
+		calls.Add(1)
+		return 0, errBoom
+	}, trellis.JobOptions{Retry: trellis.RetryPolicy{MaxAttempts: 3, Backoff: trellis.Fixed(time.Hour)}})
+	c := setup(t, j)
+	h := must[*trellis.Handle[int]](t)(trellis.StartJob(ctxT(t), c, j, 1))
+	for {
+		run := must[*trellis.Run](t)(c.Get(ctxT(t), h.RunID()))
+		if run.Status == trellis.StatusWaiting {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := c.Cancel(ctxT(t), h.RunID()); err != nil {
+		t.Fatal(err)
+	}
+	run := must[*trellis.Run](t)(c.Wait(ctxT(t), h.RunID()))
+	if run.Status != trellis.StatusCancelled || calls.Load() != 1 {
+		t.Fatalf("run %s after %d calls, want cancelled after 1", run.Status, calls.Load())
+	}
+}

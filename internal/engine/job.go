@@ -54,6 +54,13 @@ func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *work
 		final = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, nil, ErrDeadlineExceeded, false))
 		return
 	}
+	select {
+	case <-ctl.CancelRequested():
+		// Cancelled while it waited (e.g. for a retry's backoff): no new attempt.
+		final = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, nil, ErrCancelled, true))
+		return
+	default:
+	}
 	out, err, cancelled := e.jobAttempt(ctx, run, ctl, job, attempt)
 	if err != nil && ctx.Err() != nil && !cancelled {
 		// The worker stops (hand the run back) or the lease is lost (write nothing).
