@@ -8,6 +8,7 @@ import (
 
 	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/internal/results"
+	"github.com/trellis-dev/trellis/internal/retention"
 	"github.com/trellis-dev/trellis/internal/schedule"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
@@ -22,6 +23,7 @@ type Client struct {
 	reg       registry
 	remote    *remote // set when the client works through a server (Config.Server)
 	worker    *worker.Worker
+	purger    *retention.Purger // deletes expired runs; with the worker
 	engine    *engine.Engine
 	results   *results.Watcher
 	scheduler *schedule.Scheduler
@@ -90,6 +92,11 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 			c.scheduler = sch
 			sch.Start()
 		}
+		if cfg.Worker.RetentionInterval >= 0 {
+			c.purger = retention.New(retention.Config{Store: c.store, Interval: cfg.Worker.RetentionInterval,
+				Logger: cfg.Logger, Clock: cfg.Clock})
+			c.purger.Start()
+		}
 	}
 	return c, nil
 }
@@ -155,6 +162,9 @@ func (c *Client) Close() error {
 			if err := c.worker.Stop(ctx); err != nil {
 				c.closeErr = err
 			}
+		}
+		if c.purger != nil {
+			c.purger.Stop()
 		}
 		if c.remote != nil {
 			c.remote.close()

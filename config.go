@@ -109,6 +109,11 @@ type WorkerOptions struct {
 	// and Result re-reads a run, for changes made by other processes that no push
 	// reaches (SQLite across processes). Default 1s (worker.DefaultPollInterval).
 	PollInterval time.Duration
+	// RetentionInterval is how often the worker looks for finished runs past
+	// their namespace's retention period (default 30 days) and deletes them,
+	// in small batches in the background (docs/retention.md); default 1m.
+	// Negative: never (another process purges).
+	RetentionInterval time.Duration
 }
 
 // SchedulerOptions configure the scheduler that Open starts with the worker.

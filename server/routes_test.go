@@ -56,6 +56,8 @@ func TestAuthorizationWalk(t *testing.T) {
 			body = map[string]any{"workflow": "echo"}
 		case EventRequest:
 			body = map[string]any{"name": "x"}
+		case StartManyRequest:
+			body = map[string]any{"runs": []any{map[string]any{"workflow": "nobody-serves"}}}
 		case TokenRequest:
 			body = map[string]any{"name": "walk", "grants": []map[string]any{{"role": "reader", "namespace": "default"}}}
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/internal/auth/storeauth"
+	"github.com/trellis-dev/trellis/internal/retention"
 	"github.com/trellis-dev/trellis/internal/schedule"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -77,6 +78,11 @@ type Config struct {
 	// StreamHeartbeat is how long a stream stays silent before the server
 	// writes a comment line, so that proxies keep it open; default 15s.
 	StreamHeartbeat time.Duration
+	// RetentionInterval is how often the server looks for finished runs past
+	// their namespace's retention period and deletes them, in small batches
+	// in the background (internal/retention, docs/retention.md); default
+	// retention.DefaultInterval. Negative: never (another process purges).
+	RetentionInterval time.Duration
 	// Logger receives request errors the server could not attribute to the client;
 	// default discards.
 	Logger *slog.Logger
@@ -193,6 +199,7 @@ type Server struct {
 
 	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
 	scheduler *schedule.Scheduler
+	purger    *retention.Purger // deletes expired runs; nil when RetentionInterval < 0
 }
 
 // New opens the store (unless Config.Backend) and builds the server.
@@ -243,6 +250,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if every := cfg.IdempotencyPurgeInterval; every > 0 {
 		s.purgeDone = make(chan struct{})
 		go s.purgeLoop(every)
+	}
+	if cfg.RetentionInterval >= 0 {
+		s.purger = retention.New(retention.Config{Store: s.store, Interval: cfg.RetentionInterval, Logger: cfg.Logger})
+		s.purger.Start()
 	}
 	return s, nil
 }
@@ -304,6 +315,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.stopDraining()
 	if s.purgeDone != nil {
 		<-s.purgeDone // stopped by stopDraining; a pass in progress ends with its batch
+	}
+	if s.purger != nil {
+		s.purger.Stop() // a batch in flight is cancelled: it deletes nothing or all of its runs
 	}
 	err := s.http.Shutdown(ctx)
 	s.streamWG.Wait() // ended by stopDraining: each returns at once

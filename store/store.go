@@ -104,6 +104,8 @@ type RunStore interface {
 	// (see stream.go); StreamTopic signals new ones. ErrRunNotFound for an
 	// unknown run.
 	StreamRead(ctx context.Context, p *StreamReadParams) (*StreamReadResult, error)
+	// BatchCreator: RunsCreate, many runs in one transaction (see batch.go).
+	BatchCreator
 	Subscriber
 }
 
@@ -143,6 +145,9 @@ type AdminStore interface {
 	TokenStore
 	// IdempotencyStore: idempotency keys of mutating calls (see idempotency.go).
 	IdempotencyStore
+	// RunDeleter: deleting finished runs, one now or expired ones in batches
+	// (retention, see batch.go).
+	RunDeleter
 }
 
 // Subscriber delivers wake-ups: signals after committed changes.

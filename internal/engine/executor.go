@@ -21,6 +21,10 @@ func (e *Engine) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker.
 			Lease: store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}})
 		return
 	}
+	if def.Job != nil {
+		e.executeJob(ctx, cr, ctl, def.Job)
+		return
+	}
 	var final *store.Run
 	e.local.begin(cr.Run.ID)
 	defer func() {

@@ -30,6 +30,8 @@ type Control struct {
 	Lease     store.Lease
 	cancelReq chan struct{}
 	once      sync.Once
+	mu        sync.Mutex
+	onCancel  func() // called once by RequestCancel (see OnCancel)
 }
 
 // NewControl returns the control of a run held with lease, for an executor
@@ -42,7 +44,39 @@ func NewControl(lease store.Lease) *Control {
 func (c *Control) CancelRequested() <-chan struct{} { return c.cancelReq }
 
 // RequestCancel records that the run was cancelled. Idempotent.
-func (c *Control) RequestCancel() { c.once.Do(func() { close(c.cancelReq) }) }
+func (c *Control) RequestCancel() {
+	c.once.Do(func() {
+		close(c.cancelReq)
+		c.mu.Lock()
+		f := c.onCancel
+		c.onCancel = nil
+		c.mu.Unlock()
+		if f != nil {
+			f()
+		}
+	})
+}
+
+// OnCancel makes RequestCancel call f (at once when the run is already
+// cancelled), instead of a goroutine waiting on CancelRequested; the returned
+// function unregisters it. One function at a time.
+func (c *Control) OnCancel(f func()) (stop func()) {
+	c.mu.Lock()
+	select {
+	case <-c.cancelReq:
+		c.mu.Unlock()
+		f()
+		return func() {}
+	default:
+	}
+	c.onCancel = f
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.onCancel = nil
+		c.mu.Unlock()
+	}
+}
 
 // Config configures a worker.
 type Config struct {
