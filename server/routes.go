@@ -134,6 +134,7 @@ func (s *Server) routes() http.Handler {
 	for _, rt := range s.table {
 		mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
 	}
+	mux.Handle(s.workerHandler())
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, s.unrouted(mux, r))
 	}))
