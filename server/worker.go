@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/trellis-dev/trellis/internal/auth"
 	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
 	"github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1/workerv1connect"
-	"github.com/trellis-dev/trellis/internal/auth"
 	ww "github.com/trellis-dev/trellis/internal/workerwire"
 	"github.com/trellis-dev/trellis/store"
 )
