@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,6 +185,66 @@ func TestRemoteWorkerRunsWorkflows(t *testing.T) {
 	}
 }
 
+// On Shutdown the server ends the workers' streams at once, telling them to
+// reconnect; a worker reconnects with backoff to the server started again on
+// the same address and goes on running runs.
+func TestRemoteWorkerReconnects(t *testing.T) {
+	st := openStore(t, sqliteURL(t))
+	serve := func(listen string) *server.Server {
+		srv, err := server.New(context.Background(), server.Config{Backend: st, Listen: listen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return srv
+	}
+	srv := serve("127.0.0.1:0")
+	addr := srv.Addr().String()
+	base := "http://" + addr
+	s := &workerServer{base: base, st: st, srv: srv}
+	wtok := s.token(t, "w", auth.Grant{Role: auth.RoleWorker, Namespace: "default"})
+	ptok := s.token(t, "p", auth.Grant{Role: auth.RoleProducer, Namespace: "default"}, auth.Grant{Role: auth.RoleReader, Namespace: "default"})
+	var srv2 *server.Server
+	t.Cleanup(func() { // after the worker's stop (cleanups run last first)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if srv2 != nil {
+			srv2.Shutdown(ctx)
+		}
+	})
+	startRemoteWorker(t, base, wtok, remoteEcho)
+	c, err := trellis.Open(context.Background(), trellis.Config{Server: base, Token: ptok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	echo := func(v string) {
+		t.Helper()
+		h, err := trellis.Start(ctxT(t), c, remoteEcho, map[string]any{"v": v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := h.Result(ctxT(t)); err != nil || out["v"] != v {
+			t.Fatalf("echo %s = %v, %v", v, out, err)
+		}
+	}
+	echo("before")
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(began); d > 3*time.Second {
+		t.Errorf("shutdown took %s with a worker connected: its streams did not end", d)
+	}
+	time.Sleep(200 * time.Millisecond) // the worker retries meanwhile
+	srv2 = serve(addr)
+	echo("after")
+}
+
 // Calls without a token, with a wrong or revoked one, or with a token that is
 // not a worker's on the namespace and queue are refused, and change nothing.
 func TestRemoteWorkerRejectsBadTokens(t *testing.T) {
@@ -293,7 +354,7 @@ func TestRemoteWorkerStaleLeaseToken(t *testing.T) {
 const (
 	envRemoteCrashServer = "TRELLIS_REMOTE_CRASH_SERVER"
 	envRemoteCrashToken  = "TRELLIS_REMOTE_CRASH_TOKEN"
-	remoteCrashRuns      = 60
+	remoteCrashRuns      = 300
 )
 
 // TestRemoteCrashWorkerProcess is the remote worker process of
@@ -332,23 +393,49 @@ func TestRemoteWorkerCrash(t *testing.T) {
 			}
 			wf := crashWorkflow(effects)
 			worker := start()
+			acked := make(chan string, remoteCrashRuns)
+			var starting sync.WaitGroup
+			starting.Go(func() { // starts runs while workers are killed
+				defer close(acked)
+				for i := range remoteCrashRuns {
+					id, err := startRetrying(client, wf, i)
+					if err != nil {
+						t.Errorf("start %d: %v", i, err)
+						return
+					}
+					acked <- id
+					if i%10 == 0 {
+						time.Sleep(20 * time.Millisecond)
+					}
+				}
+			})
+			for range 4 {
+				time.Sleep(time.Duration(300+rand.IntN(300)) * time.Millisecond)
+				worker.kill(t)
+				worker = start()
+			}
+			starting.Wait()
 			var ids []string
-			for i := range remoteCrashRuns {
-				id, err := startRetrying(client, wf, i)
-				if err != nil {
-					t.Fatal(err)
-				}
+			for id := range acked {
 				ids = append(ids, id)
-				if i%20 == 19 {
-					// Mid-step: the workers append effects while steps run.
-					time.Sleep(time.Duration(100+rand.IntN(200)) * time.Millisecond)
-					worker.kill(t)
-					worker = start()
-				}
 			}
 			defer worker.kill(t)
 			waitAllSucceeded(t, client, ids)
 			verifyCrashRuns(t, client, ids, readEffects(t, effects))
+			takenOver := 0
+			for _, id := range ids {
+				run, err := client.Get(context.Background(), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if run.Attempts > 1 {
+					takenOver++
+				}
+			}
+			t.Logf("%d of %d runs were taken over from a killed worker", takenOver, len(ids))
+			if takenOver == 0 {
+				t.Error("no run was taken over: no kill struck a run in flight")
+			}
 		})
 	}
 }

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/trellis-dev/trellis/internal/auth"
 	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
 	"github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1/workerv1connect"
-	"github.com/trellis-dev/trellis/internal/auth"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
