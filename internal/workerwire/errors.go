@@ -136,14 +136,3 @@ func FromConnect(err error) error {
 	}
 	return err
 }
-
-// Transient reports whether a client-side error is a transport failure or a
-// server going away, worth retrying with backoff.
-func Transient(err error) bool {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Reason == ReasonUnavailable || e.Reason == ReasonClosed
-	}
-	c := connect.CodeOf(err)
-	return c == connect.CodeUnavailable || c == connect.CodeUnknown || c == connect.CodeDeadlineExceeded && !errors.Is(err, context.DeadlineExceeded)
-}

@@ -469,9 +469,9 @@ func (s *Store) pump(ctx context.Context, ns, topic string, stream *subStream, c
 	}
 }
 
-// Backoff is the wait before reconnection attempt n (0-based): exponential
-// from 50ms up to max, with jitter.
-func Backoff(n int, maxWait time.Duration) time.Duration {
+// backoff is the wait before reconnection attempt n (0-based): exponential
+// from 50ms up to maxWait, with jitter.
+func backoff(n int, maxWait time.Duration) time.Duration {
 	d := 50 * time.Millisecond << min(n, 10)
 	d = min(d, maxWait)
 	return d/2 + rand.N(d/2+1)
@@ -479,7 +479,7 @@ func Backoff(n int, maxWait time.Duration) time.Duration {
 
 // sleep waits the backoff of attempt n; false when ctx ended first.
 func (s *Store) sleep(ctx context.Context, n int) bool {
-	t := time.NewTimer(Backoff(n, s.cfg.MaxBackoff))
+	t := time.NewTimer(backoff(n, s.cfg.MaxBackoff))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -488,9 +488,6 @@ func (s *Store) sleep(ctx context.Context, n int) bool {
 		return false
 	}
 }
-
-// MaxBackoff is the longest wait between reconnection attempts.
-func (s *Store) MaxBackoff() time.Duration { return s.cfg.MaxBackoff }
 
 // Namespace is the namespace global topics (ready, cancel) are subscribed in:
 // Config.Namespace, default "default".
