@@ -57,8 +57,9 @@ type Store struct {
 	cfg Config
 	rpc workerv1connect.WorkerServiceClient
 
-	ctx    context.Context // ended by Close: subscriptions and batches stop
-	cancel context.CancelFunc
+	ctx     context.Context // ended by Close: subscriptions and batches stop
+	cancel  context.CancelFunc
+	senders sync.WaitGroup // the goroutine sending checkpoint batches, while one runs
 
 	mu      sync.Mutex
 	pending []*ckCall // checkpoints waiting for the next batch
@@ -104,13 +105,14 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Close ends the subscriptions and fails later calls with store.ErrClosed.
-// Idempotent.
+// Close ends the subscriptions and the checkpoint batches in flight, and fails
+// later calls with store.ErrClosed. Idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
 	s.cancel()
+	s.senders.Wait()
 	return nil
 }
 
@@ -264,12 +266,14 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 		return nil, store.ErrClosed
 	}
 	s.pending = append(s.pending, c)
-	lead := !s.sending
-	s.sending = true
-	s.mu.Unlock()
-	if lead {
-		s.sendBatches()
+	if !s.sending {
+		// The sender goroutine is owned by the store: it ends when nothing
+		// is pending, and Close waits for it. Callers only wait for their
+		// own result, or their context.
+		s.sending = true
+		s.senders.Go(s.sendBatches)
 	}
+	s.mu.Unlock()
 	select {
 	case <-c.done:
 		return c.res, c.err
@@ -278,8 +282,7 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 	}
 }
 
-// sendBatches sends the pending checkpoints in batches until none is left; the
-// caller that found no batch in flight runs it.
+// sendBatches sends the pending checkpoints in batches until none is left.
 func (s *Store) sendBatches() {
 	for {
 		s.mu.Lock()
