@@ -204,6 +204,24 @@ func (c *Client) List(ctx context.Context, o ListOptions) (*RunPage, error) {
 	return &RunPage{Runs: runsFromStore(res.Runs), NextCursor: res.NextCursor}, nil
 }
 
+// Children returns the child runs that the child op at position of a run (by
+// run ID or workflow ID) started: one, or a Map's items in item order. None for
+// a position that started no child.
+func (c *Client) Children(ctx context.Context, ref string, position int) ([]*Run, error) {
+	if c.remote != nil {
+		return c.remote.children(ctx, ref, position)
+	}
+	run, err := c.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	kids, err := c.store.RunChildren(ctx, &store.RunChildrenParams{Namespace: c.cfg.Namespace, Parent: run.ID, Position: position})
+	if err != nil {
+		return nil, err
+	}
+	return runsFromStore(kids), nil
+}
+
 // History returns a run's ops in position order, with every failed attempt.
 func (c *Client) History(ctx context.Context, ref string) ([]*Op, error) {
 	if c.remote != nil {

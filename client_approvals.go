@@ -37,12 +37,14 @@ func (c *Client) Approvals(ctx context.Context, f ApprovalFilter) (*ApprovalList
 	return page, nil
 }
 
-// GetApproval returns one approval request by ID. The HTTP API has no route
-// for it: through a server, it fails with ErrRemoteUnsupported (list the
-// approvals of the run instead).
+// GetApproval returns one approval request by ID.
 func (c *Client) GetApproval(ctx context.Context, id string) (*ApprovalRecord, error) {
 	if c.remote != nil {
-		return nil, fmt.Errorf("getting approval %s: %w", id, ErrRemoteUnsupported)
+		a, err := c.remote.getApproval(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("getting approval %s: %w", id, err)
+		}
+		return a, nil
 	}
 	a, err := c.store.ApprovalGet(ctx, &store.ApprovalGetParams{Namespace: c.cfg.Namespace, ID: id})
 	if err != nil {

@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/trellis-dev/trellis/store"
 )
 
 // HistoryFormat is the format tag of a RecordedHistory: "trellis.history/v1".
@@ -123,15 +121,15 @@ func (c *Client) ExportHistory(ctx context.Context, ref string) (*RecordedHistor
 	h := &RecordedHistory{Format: HistoryFormat, Run: *run, Ops: make([]HistoryOp, len(ops))}
 	for i, op := range ops {
 		h.Ops[i] = HistoryOp{Op: *op}
-		if op.Kind != OpChild || c.remote != nil { // no route lists a run's children
+		if op.Kind != OpChild {
 			continue
 		}
-		kids, err := c.store.RunChildren(ctx, &store.RunChildrenParams{Namespace: run.Namespace, Parent: run.ID, Position: op.Position})
+		kids, err := c.Children(ctx, run.ID, op.Position)
 		if err != nil {
 			return nil, fmt.Errorf("exporting history: reading children at %d: %w", op.Position, err)
 		}
 		for _, k := range kids {
-			h.Ops[i].Children = append(h.Ops[i].Children, HistoryChild{ID: k.ID, Workflow: k.Workflow, Status: Status(k.Status), Output: k.Output, Error: errorFromStore(k.Error)})
+			h.Ops[i].Children = append(h.Ops[i].Children, HistoryChild{ID: k.ID, Workflow: k.Workflow, Status: k.Status, Output: k.Output, Error: k.Error})
 		}
 	}
 	return h, nil

@@ -159,10 +159,8 @@ func (r *remote) get(ctx context.Context, ref string) (*Run, error) {
 }
 
 func (r *remote) list(ctx context.Context, o ListOptions) (*RunPage, error) {
-	if o.WorkflowID != "" {
-		return nil, fmt.Errorf("listing runs: %w: no filter by workflow ID (get the run by its workflow ID instead)", ErrRemoteUnsupported)
-	}
 	q := url.Values{}
+	setNonZero(q, "workflow_id", o.WorkflowID)
 	if len(o.Statuses) > 0 {
 		ss := make([]string, len(o.Statuses))
 		for i, s := range o.Statuses {
@@ -193,6 +191,27 @@ func setNonZero(q url.Values, k, v string) {
 	if v != "" {
 		q.Set(k, v)
 	}
+}
+
+func (r *remote) children(ctx context.Context, ref string, position int) ([]*Run, error) {
+	var l struct {
+		Runs []*Run `json:"runs"`
+	}
+	call := httpc.Call{Method: http.MethodGet, Path: r.runPath(ref, "children"),
+		Query: url.Values{"position": {strconv.Itoa(position)}}, Out: &l}
+	if _, err := r.do(ctx, call); err != nil {
+		return nil, err
+	}
+	return l.Runs, nil
+}
+
+// getApproval returns one approval request.
+func (r *remote) getApproval(ctx context.Context, id string) (*ApprovalRecord, error) {
+	var a ApprovalRecord
+	if _, err := r.do(ctx, httpc.Call{Method: http.MethodGet, Path: r.ns + "/approvals/" + url.PathEscape(id), Out: &a}); err != nil {
+		return nil, err
+	}
+	return &a, nil
 }
 
 func (r *remote) history(ctx context.Context, ref string) ([]*Op, error) {

@@ -81,7 +81,11 @@ func (s *Server) prepare(r *http.Request, rt route, c *call) error {
 	if err != nil {
 		return err
 	}
-	c.principal, c.ns = p, r.PathValue("ns")
+	c.principal = p
+	if rt.scope == scopeGlobal {
+		return allowGlobal(p, rt.role)
+	}
+	c.ns = r.PathValue("ns")
 	if c.ns == auth.SystemNamespace {
 		return fmt.Errorf("%w: namespace %s cannot be addressed", ErrPermissionDenied, auth.SystemNamespace)
 	}
@@ -135,6 +139,17 @@ func (s *Server) authorizeScope(r *http.Request, sc scope, c *call) error {
 		return c.allowQueue(run.Queue)
 	}
 	return fmt.Errorf("%w: route without an authorization rule", ErrPermissionDenied)
+}
+
+// allowGlobal checks a route that addresses no namespace (the tokens): p needs
+// role (or admin) granted on every namespace, "*", for every queue.
+func allowGlobal(p *auth.Principal, role auth.Role) error {
+	if slices.ContainsFunc(p.Grants, func(g auth.Grant) bool {
+		return g.Namespace == auth.AllNamespaces && g.Queue == "" && (g.Role == role || g.Role == auth.RoleAdmin)
+	}) {
+		return nil
+	}
+	return fmt.Errorf("%w: principal %q has no %s grant on every namespace (%s)", ErrPermissionDenied, p.Name, role, auth.AllNamespaces)
 }
 
 // hasRoleIn reports whether p holds role (or admin) on ns for some queue: a

@@ -59,6 +59,8 @@ var problemTable = []struct {
 	{ErrIdempotencyKeyConflict, 422, "idempotency_key_conflict", "Idempotency key conflict"},
 	{store.ErrIdempotencyKeyConflict, 422, "idempotency_key_conflict", "Idempotency key conflict"},
 	{ErrRateLimited, 429, "rate_limited", "Rate limited"},
+	{store.ErrTokenExists, 409, "token_exists", "Token exists"},
+	{store.ErrTokenNotFound, 404, "not_found", "Token not found"},
 	{ErrInvalidArgument, 400, "invalid_argument", "Invalid argument"},
 	{trellis.ErrInvalidParams, 400, "invalid_argument", "Invalid argument"},
 	{trellis.ErrInvalidInput, 400, "invalid_argument", "Invalid argument"},

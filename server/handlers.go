@@ -113,7 +113,7 @@ func (req *StartRequest) options() (trellis.StartOptions, error) {
 
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *call) error {
 	q := parseQuery(r, runListParams)
-	o := trellis.ListOptions{Workflow: q.str("workflow"), Queue: q.str("queue"),
+	o := trellis.ListOptions{Workflow: q.str("workflow"), WorkflowID: q.str("workflow_id"), Queue: q.str("queue"),
 		CreatedAfter: q.time("created_after"), CreatedBefore: q.time("created_before"),
 		Limit: q.limit("limit", 1000), Cursor: q.str("page_token")}
 	for _, st := range q.list("status") {

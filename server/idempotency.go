@@ -62,7 +62,10 @@ func (k *keyed) render(status int) func(v any) (int, []byte, error) {
 // handle runs rt's handler, under the request's idempotency key when it is a
 // POST that has one.
 func (s *Server) handle(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
-	if rt.method != http.MethodPost || rt.public || r.Header.Values(IdempotencyKeyHeader) == nil {
+	// The token routes address no namespace to keep keys in; their store writes
+	// are safe to retry as they are (a second create fails token_exists, a second
+	// revoke changes nothing), so a key there is ignored.
+	if rt.method != http.MethodPost || rt.public || rt.scope == scopeGlobal || r.Header.Values(IdempotencyKeyHeader) == nil {
 		return rt.handle(s, w, r, c)
 	}
 	rec, err := s.idempotencyRecord(w, r, c)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // scope says which queue a route's role is checked on (see authorize).
@@ -18,6 +19,7 @@ const (
 	scopeBodyQueue              // the queue the request body names (checked by the handler)
 	scopeRun                    // the queue of the run {id} names
 	scopeApproval               // the queue of the run of approval {id}
+	scopeGlobal                 // no namespace: the role must be granted on every namespace ("*")
 )
 
 // param is a query parameter of a route.
@@ -61,6 +63,19 @@ type (
 		Key   string          `json:"key"`
 		Value trellis.Payload `json:"value"`
 	}
+	// ChildList lists the child runs one op of a run started, in item order.
+	ChildList struct {
+		Runs []*trellis.Run `json:"runs"`
+	}
+	// TokenList lists every token of the store, live and revoked (never a secret).
+	TokenList struct {
+		Tokens []*store.Token `json:"tokens"`
+	}
+	// CreatedToken is a new token and its secret, shown in this answer only.
+	CreatedToken struct {
+		Token  *store.Token `json:"token"`
+		Secret string       `json:"secret"`
+	}
 	// Health answers /healthz and /readyz.
 	Health struct {
 		Status string `json:"status"`
@@ -75,6 +90,7 @@ var (
 	runListParams = append([]param{
 		{"status", "string", "comma-separated run states"},
 		{"workflow", "string", "workflow name"},
+		{"workflow_id", "string", "workflow ID: the runs that had it (a reset's runs share it)"},
 		{"queue", "string", "queue name"},
 		{"created_after", "string", "RFC 3339 time, inclusive"},
 		{"created_before", "string", "RFC 3339 time, exclusive"},
@@ -83,7 +99,8 @@ var (
 		{"status", "string", "comma-separated approval states"},
 		{"run", "string", "run ID"},
 	}, pageParams...)
-	waitParams = []param{{"wait", "string", `long poll: how long to wait for the run to end, e.g. "30s"`}}
+	childParams = []param{{"position", "integer", "the position of the child op in the parent's history (required)"}}
+	waitParams  = []param{{"wait", "string", `long poll: how long to wait for the run to end, e.g. "30s"`}}
 )
 
 const nsRuns = "/v1/namespaces/{ns}/runs"
@@ -114,10 +131,14 @@ var routeTable = []route{
 		role: auth.RoleProducer, scope: scopeRun, request: ResetRequest{}, status: 201, response: trellis.Run{}, handle: (*Server).resetRun},
 	{method: "POST", pattern: nsRuns + "/{id}/events", op: "sendEvent", summary: "Send an event to a run",
 		role: auth.RoleProducer, scope: scopeRun, request: EventRequest{}, status: 204, handle: (*Server).sendEvent},
+	{method: "GET", pattern: nsRuns + "/{id}/children", op: "listChildren", summary: "The child runs one op of a run started, in item order",
+		role: auth.RoleReader, scope: scopeRun, query: childParams, status: 200, response: ChildList{}, handle: (*Server).listChildren},
 	{method: "GET", pattern: nsRuns + "/{id}/values/{key}", op: "getValue", summary: "A value of the run's store",
 		role: auth.RoleReader, scope: scopeRun, status: 200, response: Value{}, handle: (*Server).getValue},
 	{method: "GET", pattern: "/v1/namespaces/{ns}/approvals", op: "listApprovals", summary: "List approval requests, newest first",
 		role: auth.RoleReader, scope: scopeNamespace, query: approvalListParams, status: 200, response: trellis.ApprovalList{}, handle: (*Server).listApprovals},
+	{method: "GET", pattern: "/v1/namespaces/{ns}/approvals/{id}", op: "getApproval", summary: "One approval request",
+		role: auth.RoleReader, scope: scopeApproval, status: 200, response: trellis.ApprovalRecord{}, handle: (*Server).getApproval},
 	{method: "POST", pattern: "/v1/namespaces/{ns}/approvals/{id}/approve", op: "approve", summary: "Approve a pending request as the token's principal",
 		role: auth.RoleApprover, scope: scopeApproval, request: DecideRequest{}, status: 200, response: trellis.ApprovalRecord{}, handle: (*Server).approve},
 	{method: "POST", pattern: "/v1/namespaces/{ns}/approvals/{id}/reject", op: "reject", summary: "Reject a pending request as the token's principal",
@@ -126,6 +147,12 @@ var routeTable = []route{
 		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: WorkflowList{}, handle: (*Server).listWorkflows},
 	{method: "GET", pattern: "/v1/namespaces/{ns}/workers", op: "listWorkers", summary: "The namespace's workers, live or not",
 		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: WorkerList{}, handle: (*Server).listWorkers},
+	{method: "POST", pattern: "/v1/tokens", op: "createToken", summary: "Create a token; the answer holds its secret, shown this once",
+		role: auth.RoleAdmin, scope: scopeGlobal, request: TokenRequest{}, status: 201, response: CreatedToken{}, handle: (*Server).createToken},
+	{method: "GET", pattern: "/v1/tokens", op: "listTokens", summary: "List every token, live and revoked, by name (never a secret)",
+		role: auth.RoleAdmin, scope: scopeGlobal, status: 200, response: TokenList{}, handle: (*Server).listTokens},
+	{method: "POST", pattern: "/v1/tokens/{name}/revoke", op: "revokeToken", summary: "Revoke a token by name, at once and for ever",
+		role: auth.RoleAdmin, scope: scopeGlobal, status: 200, response: store.Token{}, handle: (*Server).revokeToken},
 }
 
 // routes builds the server's handler from the route table.

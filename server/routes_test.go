@@ -45,7 +45,7 @@ func TestAuthorizationWalk(t *testing.T) {
 	approval := e.pendingApproval(run.ID)
 	roles := []auth.Role{auth.RoleAdmin, auth.RoleProducer, auth.RoleWorker, auth.RoleReader, auth.RoleApprover}
 	for _, rt := range routeTable {
-		path := strings.NewReplacer("{ns}", "default", "{key}", "k").Replace(rt.pattern)
+		path := strings.NewReplacer("{ns}", "default", "{key}", "k", "{name}", "nobody").Replace(rt.pattern)
 		if strings.Contains(rt.pattern, "/approvals/{id}") {
 			path = strings.Replace(path, "{id}", approval, 1)
 		}
@@ -56,6 +56,8 @@ func TestAuthorizationWalk(t *testing.T) {
 			body = map[string]any{"workflow": "echo"}
 		case EventRequest:
 			body = map[string]any{"name": "x"}
+		case TokenRequest:
+			body = map[string]any{"name": "walk", "grants": []map[string]any{{"role": "reader", "namespace": "default"}}}
 		}
 		for _, role := range roles {
 			token := string(role)

@@ -15,10 +15,13 @@ import (
 
 // runBenchCommand parses bench's flags and hands over to runBench.
 func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("bench", "bench --store URL [flags]", benchAbout(), stdout)
+	fs := newFlagSet("bench", "bench (--store URL | --server URL --token T) [flags]", benchAbout(), stdout)
 	var ba benchArgs
 	storeFlag(fs, &ba.store)
-	fs.StringVar(&ba.workloads, "workload", "w1,w2,w3", "comma-separated `workloads`: w1, w2, w3, w4, w6, w7")
+	fs.StringVar(&ba.server, "server", "", "benchmark a Trellis server at `URL` instead of a store: the bench is its client (default $"+envServer+")")
+	fs.StringVar(&ba.token, "token", "", "the bearer `token` for --server: producer and reader on namespace "+bench.RemoteNamespace+" (default $"+envToken+")")
+	fs.IntVar(&ba.clients, "clients", 0, "with --server: concurrent keep-alive clients (0: the workload's default)")
+	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w6, w7 (default w1,w2,w3);\nwith --server: api-start, w3 (default api-start)")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
 	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")
@@ -30,17 +33,80 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	case len(pos) > 0:
 		return usagef(fs, "bench: unexpected argument %q", pos[0])
 	}
-	if err := requireStore(fs, &ba.store); err != nil {
+	t := target{store: ba.store, server: ba.server, token: ba.token}
+	if err := t.resolve(fs); err != nil {
 		return err
+	}
+	ba.store, ba.server, ba.token = t.store, t.server, t.token
+	if ba.server != "" {
+		return runRemoteBench(ctx, fs, &ba, stdout)
+	}
+	if ba.clients != 0 {
+		return usagef(fs, "bench: --clients needs --server")
+	}
+	if ba.workloads == "" {
+		ba.workloads = "w1,w2,w3"
 	}
 	return runBench(ctx, fs, &ba, stdout)
 }
 
+// runRemoteBench runs the workloads named by ba.workloads through the server
+// ba.server and prints a line each.
+func runRemoteBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Writer) error {
+	if ba.workloads == "" {
+		ba.workloads = "api-start"
+	}
+	var selected []bench.RemoteWorkload
+	for name := range strings.SplitSeq(ba.workloads, ",") {
+		w, ok := bench.FindRemote(strings.TrimSpace(name))
+		if !ok {
+			return usagef(fs, "bench: unknown workload %q with --server (api-start, w3)", name)
+		}
+		selected = append(selected, w)
+	}
+	if ba.clients < 0 {
+		return usagef(fs, "bench: --clients must be positive")
+	}
+	stop, err := startCPUProfile(ba.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	for _, w := range selected {
+		res, err := bench.RunRemote(ctx, w, ba.n, bench.RemoteOptions{Server: ba.server, Token: ba.token, Clients: ba.clients})
+		if err != nil {
+			return err
+		}
+		printBenchResult(stdout, res, ba.asJSON)
+	}
+	return nil
+}
+
+// startCPUProfile starts a CPU profile into file (none when file is "") and
+// returns the function that stops it.
+func startCPUProfile(file string) (func(), error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
 // benchArgs are the parsed arguments of bench.
 type benchArgs struct {
-	store, workloads, cpuProfile string
-	n, concurrency               int
-	asJSON                       bool
+	store, server, token, workloads, cpuProfile string
+	n, concurrency, clients                     int
+	asJSON                                      bool
 }
 
 // runBench runs the workloads named by ba.workloads on ba.store and prints a line each.
@@ -53,38 +119,37 @@ func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Wr
 		}
 		selected = append(selected, w)
 	}
-	if ba.cpuProfile != "" {
-		f, err := os.Create(ba.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(ba.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	for _, w := range selected {
 		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency})
 		if err != nil {
 			return err
 		}
-		if ba.asJSON {
-			b, _ := json.Marshal(res)
-			fmt.Fprintln(stdout, string(b))
-			continue
-		}
-		fmt.Fprintf(stdout, "%s n=%d wall=%.3fs workflows/s=%.0f steps/s=%.0f p50=%.3fms p99=%.3fms",
-			res.Workload, res.N, res.WallS, res.WorkflowsPerS, res.StepsPerS, res.P50Ms, res.P99Ms)
-		if res.CPUMsPerRun != nil {
-			fmt.Fprintf(stdout, " cpu/run=%.3fms", *res.CPUMsPerRun)
-		}
-		if res.DBQueriesPerRun != nil {
-			fmt.Fprintf(stdout, " db-queries/run=%.2f", *res.DBQueriesPerRun)
-		}
-		fmt.Fprintf(stdout, " %v\n", res.Settings)
+		printBenchResult(stdout, res, ba.asJSON)
 	}
 	return nil
+}
+
+// printBenchResult prints a workload's result: its JSON line, or a line of text.
+func printBenchResult(stdout io.Writer, res *bench.Result, asJSON bool) {
+	if asJSON {
+		b, _ := json.Marshal(res)
+		fmt.Fprintln(stdout, string(b))
+		return
+	}
+	fmt.Fprintf(stdout, "%s n=%d wall=%.3fs workflows/s=%.0f steps/s=%.0f p50=%.3fms p99=%.3fms",
+		res.Workload, res.N, res.WallS, res.WorkflowsPerS, res.StepsPerS, res.P50Ms, res.P99Ms)
+	if res.CPUMsPerRun != nil {
+		fmt.Fprintf(stdout, " cpu/run=%.3fms", *res.CPUMsPerRun)
+	}
+	if res.DBQueriesPerRun != nil {
+		fmt.Fprintf(stdout, " db-queries/run=%.2f", *res.DBQueriesPerRun)
+	}
+	fmt.Fprintf(stdout, " %v\n", res.Settings)
 }
 
 // benchAbout describes bench and its workloads.
@@ -93,6 +158,13 @@ func benchAbout() string {
 	b.WriteString("Benchmark a store: run each workload and print its throughput and latencies.\n\nWorkloads:\n")
 	for _, w := range bench.Workloads {
 		fmt.Fprintf(&b, "  %s  (default n=%d) %s\n", w.Name, w.DefaultN, w.Description)
+	}
+	b.WriteString("\nWorkloads through a server (--server URL --token T; the bench is the server's client):\n")
+	for _, w := range bench.RemoteWorkloads {
+		fmt.Fprintf(&b, "  %s  (default n=%d) %s\n", w.Name, w.DefaultN, w.Description)
+		if w.NeedsWorker {
+			b.WriteString("      needs a remote worker: not available yet\n")
+		}
 	}
 	return strings.TrimSuffix(b.String(), "\n")
 }

@@ -35,7 +35,7 @@ Commands:
   tokens    create, list and revoke the server's bearer tokens (create, list, revoke)
   migrate   create or upgrade a store's schema
   server    serve the HTTP API of a store (docs/http-api.md)
-  bench     benchmark a store
+  bench     benchmark a store, or a server as its client (--server)
   version   print the version of trellis and Go
   help      show this help; "trellis help <command>" shows a command's flags
 

@@ -32,6 +32,14 @@ func TestRunsThroughServer(t *testing.T) {
 	contains(t, "runs get", res.stdout, run.ID, "succeeded", "10")
 	res = trellisCmd(t, "runs", "list").ok(t)
 	contains(t, "runs list", res.stdout, run.ID, s.okRun)
+	// --workflow-id, through the server and on the store, lists that ID's runs only.
+	for _, target := range [][]string{nil, {"--store", s.url}} {
+		res = trellisCmd(t, append([]string{"runs", "list", "--workflow-id", "remote-1", "--json"}, target...)...).ok(t)
+		var page trellis.RunPage
+		if err := json.Unmarshal([]byte(res.stdout), &page); err != nil || len(page.Runs) != 1 || page.Runs[0].ID != run.ID {
+			t.Fatalf("runs list --workflow-id %v: %s (%v)", target, res.stdout, err)
+		}
+	}
 	trellisCmd(t, "workers", "list").ok(t)
 	trellisCmd(t, "approvals", "list").ok(t)
 }

@@ -86,6 +86,7 @@ func parseListArgs(args []string, stderr io.Writer) (*listArgs, *flag.FlagSet, e
 	targetFlags(fs, &la.target)
 	status := fs.String("status", "", "only runs in these states, comma-separated: "+statusNames())
 	fs.StringVar(&la.opts.Workflow, "workflow", "", "only runs of this workflow `name`")
+	fs.StringVar(&la.opts.WorkflowID, "workflow-id", "", "only runs that had this workflow `ID` (a reset's runs share it)")
 	fs.IntVar(&la.opts.Limit, "limit", 0, "page size: default 100, at most 1000")
 	fs.StringVar(&la.opts.Cursor, "cursor", "", "continue from the `cursor` a previous page printed")
 	fs.BoolVar(&la.asJSON, "json", false, "print the page as JSON")

@@ -84,3 +84,73 @@ func TestTokensUsage(t *testing.T) {
 	res := trellisCmd(t, "tokens", "list", "--store", url)
 	contains(t, "tokens list of a missing store", res.stderr, "no store at")
 }
+
+// Tokens through a server, by its bootstrap admin: the same commands and output
+// as on the store; a token that is no admin of every namespace is refused and
+// changes nothing.
+func TestTokensThroughServer(t *testing.T) {
+	url := storeURL(t)
+	trellisCmd(t, "migrate", "--store", url).ok(t)
+	base, root, stop := startServer(t, url)
+	defer stop()
+	srv := []string{"--server", base, "--token", root}
+
+	res := trellisCmd(t, append([]string{"tokens", "create", "--name", "ci", "--grant", "reader:shop", "--grant", "producer:shop:emails"}, srv...)...).ok(t)
+	secret := strings.TrimSpace(res.stdout)
+	if !auth.LooksLikeToken(secret) {
+		t.Fatalf("tokens create printed %q, want only the secret", res.stdout)
+	}
+	contains(t, "tokens create", res.stderr, `created token "ci"`, "only this once")
+	// Stored hashed: the store finds the token by the hash of the printed secret.
+	st, err := openTokenStore(ctxT(t), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if tok, err := st.TokenByHash(ctxT(t), &store.TokenByHashParams{Hash: auth.HashToken(secret)}); err != nil || tok.Name != "ci" {
+		t.Fatalf("by hash: %+v %v", tok, err)
+	}
+	// The new token reads its namespace through the server.
+	trellisCmd(t, "runs", "list", "--namespace", "shop", "--server", base, "--token", secret).ok(t)
+
+	res = trellisCmd(t, append([]string{"tokens", "list"}, srv...)...).ok(t)
+	contains(t, "tokens list", res.stdout, "admin:*", "ci", "reader:shop,producer:shop:emails")
+	if strings.Contains(res.stdout, secret) || strings.Contains(res.stdout, root) {
+		t.Error("tokens list shows a secret")
+	}
+	// A reader (or an admin of one namespace) is no token admin.
+	for _, args := range [][]string{
+		{"tokens", "list"},
+		{"tokens", "create", "--name", "mine", "--grant", "admin:*"},
+		{"tokens", "revoke", "admin"},
+	} {
+		res := trellisCmd(t, append(args, "--server", base, "--token", secret)...)
+		if res.code != 1 || !strings.Contains(res.stderr, "permission denied") {
+			t.Errorf("%v as a reader: exit %d, stderr %q", args, res.code, res.stderr)
+		}
+	}
+	if res := trellisCmd(t, "tokens", "list", "--server", base, "--token", "wrong"); res.code != 1 || !strings.Contains(res.stderr, "revoked token") {
+		t.Errorf("wrong token: exit %d, stderr %q", res.code, res.stderr)
+	}
+	res = trellisCmd(t, append([]string{"tokens", "create", "--name", "ci", "--grant", "admin:*"}, srv...)...)
+	if res.code != 1 || !strings.Contains(res.stderr, "already exists") {
+		t.Errorf("duplicate create: exit %d, stderr %q", res.code, res.stderr)
+	}
+	if ts, err := st.TokenList(ctxT(t)); err != nil || len(ts) != 2 {
+		t.Fatalf("refused calls changed the tokens: %d %v", len(ts), err)
+	}
+
+	t.Setenv(envServer, base)
+	t.Setenv(envToken, root)
+	res = trellisCmd(t, "tokens", "revoke", "ci").ok(t)
+	contains(t, "tokens revoke", res.stdout, `revoked token "ci"`)
+	if _, err := st.TokenByHash(ctxT(t), &store.TokenByHashParams{Hash: auth.HashToken(secret)}); err == nil {
+		t.Error("the revoked token is still found")
+	}
+	if res := trellisCmd(t, "tokens", "revoke", "nobody"); res.code != 1 || !strings.Contains(res.stderr, "not found") {
+		t.Errorf("revoke unknown: exit %d, stderr %q", res.code, res.stderr)
+	}
+	if res := trellisCmd(t, "tokens", "list", "--store", url, "--server", base); res.code != 2 || !strings.Contains(res.stderr, "exclude each other") {
+		t.Errorf("--store with --server: exit %d, stderr %q", res.code, res.stderr)
+	}
+}

@@ -70,7 +70,7 @@ func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store
 	}
 	expires := now.Add(p.LeaseDuration)
 	res := &store.RunsClaimResult{}
-	_, err := s.writeNoSync(ctx,
+	_, err := s.claimWrite(ctx,
 		stmt{sql: sqlWakeDue, args: []any{now, p.Namespace}},
 		stmt{sql: sqlExpireLeases, args: []any{now, p.Namespace}},
 		stmt{

@@ -84,6 +84,27 @@ func (s *Store) writeNoSync(ctx context.Context, stmts ...stmt) (*request, error
 	return s.submit(ctx, &request{ctx: ctx, stmts: stmts, done: make(chan error, 1), noSync: true})
 }
 
+// claimWrite is writeNoSync for claims. A claim does not queue behind the
+// group-commit writers: a batch that holds a checkpoint waits for its WAL flush, and
+// a claim that joined it would wait too while the worker's slots stand empty. It
+// commits on a pooled connection of its own instead, in its caller's goroutine, with
+// the writers' retries. (It locks only pending and lapsed rows, with SKIP LOCKED, so
+// it never waits for a checkpoint; lease extensions, which lock running rows as
+// checkpoints do, stay in the writers' queue.)
+func (s *Store) claimWrite(ctx context.Context, stmts ...stmt) (*request, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	select {
+	case <-s.w.quit:
+		return nil, store.ErrClosed
+	default:
+	}
+	r := &request{ctx: ctx, stmts: stmts, done: make(chan error, 1), noSync: true}
+	s.w.commit([]*request{r})
+	return r, <-r.done
+}
+
 func (s *Store) submit(ctx context.Context, r *request) (*request, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/bench"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// bench --server is a client of a real server: api-start's runs are in the
+// server's store, each acknowledged; w3 needs a remote worker.
+func TestBenchThroughServer(t *testing.T) {
+	url := storeURL(t)
+	trellisCmd(t, "migrate", "--store", url).ok(t)
+	base, token, stop := startServer(t, url)
+	defer stop()
+
+	res := trellisCmd(t, "bench", "--server", base, "--token", token, "--workload", "api-start", "-n", "300", "--clients", "8", "--json").ok(t)
+	var r bench.Result
+	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil {
+		t.Fatalf("bench printed %q: %v", res.stdout, err)
+	}
+	if r.Workload != "api-start" || r.N != 300 || r.WorkflowsPerS <= 0 || r.Settings["clients"] != float64(8) || r.Settings["via"] != "server" {
+		t.Fatalf("result %+v", r)
+	}
+	st, err := openTokenStore(ctxT(t), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	page, err := st.RunList(ctxT(t), &store.RunListParams{Namespace: bench.RemoteNamespace, Limit: 1000})
+	if err != nil || len(page.Runs) != 300 {
+		t.Fatalf("%d runs in the store, want 300 (%v)", len(page.Runs), err)
+	}
+
+	// w3 over HTTP needs a remote worker; until the SDK has them the hook is
+	// unset and the workload says so.
+	res = trellisCmd(t, "bench", "--server", base, "--token", token, "--workload", "w3", "-n", "3")
+	if res.code != 1 || !strings.Contains(res.stderr, "needs a remote worker") {
+		t.Fatalf("w3 without a remote worker: exit %d, stderr %q", res.code, res.stderr)
+	}
+	// With the hook set, w3 drives runs through the API: here a worker on the
+	// server's store serves the bench workflows in its place.
+	bench.StartRemoteWorker = func(ctx context.Context, _, _ string, wfs []trellis.Registrable) (func() error, error) {
+		c, err := trellis.Open(ctx, trellis.Config{Store: url, Namespace: bench.RemoteNamespace})
+		if err != nil {
+			return nil, err
+		}
+		return c.Close, c.Register(ctx, wfs...)
+	}
+	defer func() { bench.StartRemoteWorker = nil }()
+	res = trellisCmd(t, "bench", "--server", base, "--token", token, "--workload", "w3", "-n", "3", "--json").ok(t)
+	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil || r.Workload != "w3" || r.N != 3 || r.P50Ms <= 0 {
+		t.Fatalf("w3 printed %q (%v)", res.stdout, err)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--server", base, "--workload", "w7"}, `unknown workload "w7" with --server`},
+		{[]string{"bench", "--store", url, "--clients", "4"}, "--clients needs --server"},
+		{[]string{"bench", "--store", url, "--server", base}, "exclude each other"},
+	} {
+		if res := trellisCmd(t, c.args...); res.code != 2 || !strings.Contains(res.stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, res.code, res.stderr, c.want)
+		}
+	}
+	if res := trellisCmd(t, "bench", "--server", base, "--token", "wrong", "-n", "5"); res.code != 1 || !strings.Contains(res.stderr, "401") {
+		t.Errorf("wrong token: exit %d, stderr %q", res.code, res.stderr)
+	}
+}

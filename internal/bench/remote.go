@@ -1,0 +1,361 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+)
+
+// Workloads through a server (`trellis bench --server URL`): the bench process
+// is a client of the server's HTTP API, as a program in any language would be,
+// and workflow code runs in a remote worker (StartRemoteWorker), never in the
+// server.
+
+// RemoteOptions configure a workload through a server.
+type RemoteOptions struct {
+	// Server is the server's base URL, e.g. http://127.0.0.1:7070.
+	Server string
+	// Token is the bearer token: producer and reader on namespace RemoteNamespace.
+	Token string
+	// Clients is the number of keep-alive HTTP clients (connections) calling
+	// at once; 0 means the workload's default.
+	Clients int
+}
+
+// RemoteNamespace is the namespace the remote workloads start their runs in.
+const RemoteNamespace = "bench"
+
+// RemoteWorker starts a worker that serves the bench workflows (Workflows) for
+// the server at serverURL, authenticating with token, and returns a function that
+// stops it. A workload that needs workflow code to run (w3 over HTTP) calls it
+// before its first start.
+type RemoteWorker func(ctx context.Context, serverURL, token string, wfs []trellis.Registrable) (stop func() error, err error)
+
+// StartRemoteWorker is the hook that starts remote workers. It is nil until the
+// SDK has remote workers (the gRPC worker protocol of issue 10): the worker
+// side then sets it, e.g. to open a client with Config{Server: serverURL,
+// Token: token}, register wfs and return its Close. While it is nil, the
+// workloads that need a worker fail with ErrNoRemoteWorker; api-start needs none.
+var StartRemoteWorker RemoteWorker
+
+// ErrNoRemoteWorker: a workload through a server needs a remote worker and
+// StartRemoteWorker is not set.
+var ErrNoRemoteWorker = errors.New("this workload needs a remote worker, and remote workers are not available yet (bench.StartRemoteWorker is nil)")
+
+// Workflows are the workflows of the bench, for a remote worker to register.
+func Workflows() []trellis.Registrable { return benchWorkflows }
+
+// RemoteWorkload is a workload through a server.
+type RemoteWorkload struct {
+	Name        string
+	DefaultN    int
+	Description string
+	// DefaultClients is the default of RemoteOptions.Clients; 1 means the
+	// workload is sequential and always uses one connection.
+	DefaultClients int
+	// NeedsWorker says whether the workload needs StartRemoteWorker.
+	NeedsWorker bool
+	run         func(ctx context.Context, o RemoteOptions, n int) (*Result, error)
+}
+
+// RemoteWorkloads lists the workloads through a server, in order.
+var RemoteWorkloads = []RemoteWorkload{
+	{"api-start", 20000, "POST /runs of N runs from concurrent keep-alive clients (default 64), each durable before its 201; starts/s and per-request latency",
+		64, false, runAPIStart},
+	{"w3", 200, "N sequential POST /runs then GET result?wait of a 1-step workflow run by a remote worker; latency",
+		1, true, runRemoteW3},
+}
+
+// FindRemote returns the remote workload named name.
+func FindRemote(name string) (RemoteWorkload, bool) {
+	for _, w := range RemoteWorkloads {
+		if w.Name == name {
+			return w, true
+		}
+	}
+	return RemoteWorkload{}, false
+}
+
+// RunRemote runs workload w through the server of o with n runs (0: its default).
+func RunRemote(ctx context.Context, w RemoteWorkload, n int, o RemoteOptions) (*Result, error) {
+	if n <= 0 {
+		n = w.DefaultN
+	}
+	if o.Clients <= 0 || w.DefaultClients == 1 {
+		o.Clients = w.DefaultClients // a sequential workload uses one connection
+	}
+	u, err := url.Parse(o.Server)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return nil, fmt.Errorf("bench: server URL %q: want http://host:port", o.Server)
+	}
+	if w.NeedsWorker {
+		if StartRemoteWorker == nil {
+			return nil, fmt.Errorf("workload %s: %w", w.Name, ErrNoRemoteWorker)
+		}
+		stop, err := StartRemoteWorker(ctx, o.Server, o.Token, Workflows())
+		if err != nil {
+			return nil, fmt.Errorf("workload %s: starting the remote worker: %w", w.Name, err)
+		}
+		defer stop()
+	}
+	res, err := w.run(ctx, o, n)
+	if err != nil {
+		return nil, fmt.Errorf("workload %s: %w", w.Name, err)
+	}
+	res.Workload, res.N = w.Name, n
+	res.Settings = map[string]any{"via": "server", "server": o.Server, "clients": o.Clients,
+		"gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version()}
+	return res, nil
+}
+
+// conn is one keep-alive HTTP/1.1 connection to the server, used by one
+// goroutine at a time: a request is written whole, its response read whole,
+// before the next. It is the least a client can spend per request, so that the
+// bench, sharing the machine with the server, measures the server.
+type conn struct {
+	c     net.Conn
+	r     *bufio.Reader
+	host  string
+	token string
+	buf   bytes.Buffer
+}
+
+func dial(ctx context.Context, o RemoteOptions) (*conn, error) {
+	u, _ := url.Parse(o.Server)
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return nil, err
+	}
+	return &conn{c: c, r: bufio.NewReaderSize(c, 16<<10), host: u.Host, token: o.Token}, nil
+}
+
+func (c *conn) close() { c.c.Close() }
+
+// do sends one request and returns the response's status and body.
+func (c *conn) do(method, path string, body []byte) (int, []byte, error) {
+	c.buf.Reset()
+	fmt.Fprintf(&c.buf, "%s %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nAccept: application/json\r\n", method, path, c.host, c.token)
+	if body != nil {
+		c.buf.WriteString("Content-Type: application/json\r\nContent-Length: ")
+		c.buf.WriteString(strconv.Itoa(len(body)))
+		c.buf.WriteString("\r\n\r\n")
+		c.buf.Write(body)
+	} else {
+		c.buf.WriteString("\r\n")
+	}
+	if _, err := c.c.Write(c.buf.Bytes()); err != nil {
+		return 0, nil, err
+	}
+	return c.readResponse()
+}
+
+// readResponse reads one HTTP/1.1 response: its status line, the headers it
+// needs (Content-Length, Transfer-Encoding, Connection) and its body. It parses
+// no more than that, so that a client costs the machine little.
+func (c *conn) readResponse() (int, []byte, error) {
+	line, err := c.r.ReadSlice('\n')
+	if err != nil {
+		return 0, nil, err
+	}
+	// "HTTP/1.1 201 Created\r\n"
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
+		return 0, nil, fmt.Errorf("malformed status line %q", line)
+	}
+	status, err := strconv.Atoi(string(line[9:12]))
+	if err != nil {
+		return 0, nil, fmt.Errorf("malformed status line %q", line)
+	}
+	length, chunked, closing := -1, false, false
+	for {
+		line, err := c.r.ReadSlice('\n')
+		if err != nil {
+			return 0, nil, err
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
+			break
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			return 0, nil, fmt.Errorf("malformed header %q", line)
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if length, err = strconv.Atoi(string(value)); err != nil || length < 0 {
+				return 0, nil, fmt.Errorf("malformed Content-Length %q", value)
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			chunked = bytes.EqualFold(value, []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Connection")):
+			closing = bytes.EqualFold(value, []byte("close"))
+		}
+	}
+	var b []byte
+	switch {
+	case chunked:
+		b, err = io.ReadAll(httputil.NewChunkedReader(c.r))
+		if err == nil {
+			_, err = c.r.Discard(2) // the CRLF after the last chunk
+		}
+	case length >= 0:
+		b = make([]byte, length)
+		_, err = io.ReadFull(c.r, b)
+	case status == http.StatusNoContent || status == http.StatusNotModified:
+	default:
+		return 0, nil, errors.New("a response without Content-Length on a keep-alive connection")
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	if closing {
+		return status, b, errors.New("the server closed the connection")
+	}
+	return status, b, nil
+}
+
+// runsPath is the path of the runs of RemoteNamespace.
+const runsPath = "/v1/namespaces/" + RemoteNamespace + "/runs"
+
+// apiStartWorkflow is the workflow api-start starts: no worker serves it, so its
+// runs stay pending; the workload measures the start path alone.
+const apiStartWorkflow = "bench-api-start"
+
+// runAPIStart starts n runs from o.Clients connections, each POST answered 201
+// only once its run is durable, and reports starts/s (WorkflowsPerS) and the
+// latency of one POST.
+func runAPIStart(ctx context.Context, o RemoteOptions, n int) (*Result, error) {
+	conns := make([]*conn, o.Clients)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.close()
+			}
+		}
+	}()
+	for i := range conns {
+		c, err := dial(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		conns[i] = c
+		// One request first, so that the measurement has warm connections and a
+		// principal the server has cached.
+		if status, b, err := c.do("GET", runsPath+"?limit=1", nil); err != nil || status != 200 {
+			return nil, fmt.Errorf("GET %s: %d %s %v", runsPath, status, bytes.TrimSpace(b), err)
+		}
+	}
+	// Closing the connections unblocks the clients when ctx ends.
+	defer context.AfterFunc(ctx, func() {
+		for _, c := range conns {
+			c.close()
+		}
+	})()
+	prefix := fmt.Sprintf(`{"workflow":%q,"input":`, apiStartWorkflow)
+	var next atomic.Int64
+	lat := make([]time.Duration, n)
+	errs := make(chan error, len(conns))
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := make([]byte, 0, 64)
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				body = strconv.AppendInt(append(body[:0], prefix...), int64(i), 10)
+				body = append(body, '}')
+				t0 := time.Now()
+				status, b, err := c.do("POST", runsPath, body)
+				lat[i] = time.Since(t0)
+				if err == nil && status != http.StatusCreated {
+					err = fmt.Errorf("POST %s: %d %s", runsPath, status, bytes.TrimSpace(b))
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(begin)
+	close(errs)
+	if err := errors.Join(collect(errs)...); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return &Result{WallS: wall.Seconds(), WorkflowsPerS: float64(n) / wall.Seconds(),
+		P50Ms: percentile(lat, 50), P99Ms: percentile(lat, 99)}, nil
+}
+
+// runRemoteW3 runs n one-step workflows one after the other through the API:
+// POST /runs, then GET result?wait until the run has ended.
+func runRemoteW3(ctx context.Context, o RemoteOptions, n int) (*Result, error) {
+	c, err := dial(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	defer context.AfterFunc(ctx, c.close)()
+	lat := make([]time.Duration, 0, n)
+	begin := time.Now()
+	for i := range n {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		status, b, err := c.do("POST", runsPath, fmt.Appendf(nil, `{"workflow":%q,"input":%d}`, oneStep.Name(), i))
+		if err == nil && status != http.StatusCreated {
+			err = fmt.Errorf("POST %s: %d %s", runsPath, status, bytes.TrimSpace(b))
+		}
+		if err != nil {
+			return nil, err
+		}
+		var run trellis.Run
+		if err := json.Unmarshal(b, &run); err != nil {
+			return nil, err
+		}
+		for !run.Status.Terminal() {
+			status, b, err = c.do("GET", runsPath+"/"+url.PathEscape(run.ID)+"/result?wait=30s", nil)
+			if err == nil && status != http.StatusOK && status != http.StatusAccepted {
+				err = fmt.Errorf("GET result: %d %s", status, bytes.TrimSpace(b))
+			}
+			if err != nil {
+				return nil, err
+			}
+			if err := json.Unmarshal(b, &run); err != nil {
+				return nil, err
+			}
+		}
+		if run.Status != trellis.StatusSucceeded {
+			return nil, fmt.Errorf("run %s ended %s", run.ID, run.Status)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	wall := time.Since(begin)
+	return &Result{WallS: wall.Seconds(), WorkflowsPerS: float64(n) / wall.Seconds(), StepsPerS: float64(n) / wall.Seconds(),
+		P50Ms: percentile(lat, 50), P99Ms: percentile(lat, 99)}, nil
+}

@@ -1,0 +1,79 @@
+package storepg
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-dev/trellis/internal/pgtest"
+)
+
+// TestClaimPlanWithBacklog checks that a claim reads an index, never the whole
+// table, beside a backlog of 100,000 pending runs: for the workflow of the backlog,
+// for one with a few pending runs, and for one with none.
+func TestClaimPlanWithBacklog(t *testing.T) {
+	url := pgtest.SchemaURL(t)
+	cfg, err := ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "SET search_path = "+pgx.Identifier{cfg.Schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	seed := `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, status, available_at, created_at, updated_at)
+		SELECT 'default', $1 || g, $1 || g, $1, 'default', 'pending', now() - interval '1 second', now(), now()
+		FROM generate_series(1, $2) g`
+	for wf, n := range map[string]int{"backlog": 100_000, "few": 100} {
+		if _, err := conn.Exec(ctx, seed, wf, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(ctx, "ANALYZE runs"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, wfs := range [][]string{{"backlog"}, {"few"}, {"none"}, {"backlog", "few"}, {"few", "none"}} {
+		for _, q := range []struct{ name, sql string }{
+			{"claim", sqlClaim},
+			{"next due", sqlNextDue},
+		} {
+			args := []any{"default", now, wfs, []string{}, 64, "w", now.Add(time.Minute), now.UnixMicro()}
+			if q.name == "next due" {
+				args = args[:4]
+			}
+			rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) "+q.sql, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var plan []string
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, line)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan on runs") {
+				t.Errorf("%s for %v scans the table:\n%s", q.name, wfs, text)
+			}
+		}
+	}
+}
