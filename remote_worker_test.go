@@ -439,3 +439,57 @@ func TestRemoteWorkerCrash(t *testing.T) {
 		})
 	}
 }
+
+// Two servers on one Postgres, three remote workers spread over them and two
+// clients starting runs through both: every run finishes, each step recorded
+// once, whichever server a worker or a client talks to.
+func TestRemoteWorkersTwoServersOnePostgres(t *testing.T) {
+	url := pgtest.SchemaURL(t)
+	s1 := newWorkerServer(t, url)
+	s2 := newWorkerServer(t, url)
+	wtok := s1.token(t, "w", auth.Grant{Role: auth.RoleWorker, Namespace: "default"})
+	ptok := s1.token(t, "p", auth.Grant{Role: auth.RoleProducer, Namespace: "default"}, auth.Grant{Role: auth.RoleReader, Namespace: "default"})
+	effects := filepath.Join(t.TempDir(), "effects.log")
+	wf := crashWorkflow(effects)
+	for _, base := range []string{s1.base, s2.base, s1.base} {
+		startRemoteWorker(t, base, wtok, wf)
+	}
+	var clients []*trellis.Client
+	for _, base := range []string{s1.base, s2.base} {
+		c, err := trellis.Open(context.Background(), trellis.Config{Server: base, Token: ptok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	const runs = 100
+	ids := make([]string, runs)
+	var wg sync.WaitGroup
+	for i := range runs {
+		wg.Go(func() {
+			h, err := trellis.Start(context.Background(), clients[i%2], wf, i)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i] = h.RunID()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	reader := open(t, "", func(c *trellis.Config) { c.Store, c.Backend, c.Worker.Disabled = "", s1.st, true })
+	waitAllSucceeded(t, reader, ids)
+	verifyCrashRuns(t, reader, ids, readEffects(t, effects))
+	for _, id := range ids {
+		run, err := reader.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Attempts != 1 {
+			t.Errorf("run %s claimed %d times, want once (no worker died)", id, run.Attempts)
+		}
+	}
+}
