@@ -119,6 +119,7 @@ var (
 	timeType    = reflect.TypeOf(time.Time{})
 	payloadType = reflect.TypeOf(trellis.Payload(nil))
 	rawType     = reflect.TypeOf(json.RawMessage(nil))
+	durType     = reflect.TypeOf(time.Duration(0))
 )
 
 // schemaOf describes type t as JSON Schema, following its JSON tags.
@@ -128,6 +129,8 @@ func schemaOf(t reflect.Type, schemas obj) obj {
 		return obj{"type": "string", "format": "date-time"}
 	case t == payloadType || t == rawType:
 		return obj{"description": "any JSON value"}
+	case t == durType:
+		return obj{"type": "string", "description": `a duration such as "90s" or "10m"`}
 	}
 	switch t.Kind() {
 	case reflect.Pointer:

@@ -8,6 +8,7 @@ type SQL struct {
 	tok  tokenQueries
 	idem idemQueries
 	cq   cancelQueries
+	sch  scheduleQueries
 }
 
 // queries are the fixed statements of the shared logic, in the dialect's style.
@@ -70,6 +71,7 @@ func New(d Dialect) *SQL {
 	s.cq = newCancelQueries(d)
 	s.tok = newTokenQueries(r)
 	s.idem = newIdemQueries(r)
+	s.sch = newScheduleQueries(r)
 	return s
 }
 
