@@ -22,6 +22,10 @@ type Client struct {
 	ownsStore bool
 	reg       registry
 	remote    *remote // set when the client works through a server (Config.Server)
+	// wstore is the store of the worker role: the store, or the server's
+	// worker protocol for a remote worker (NewWorker with Config.Server).
+	wstore    worker.Store
+	wclose    func() error // closes wstore when it is not the store
 	worker    *worker.Worker
 	purger    *retention.Purger // deletes expired runs; with the worker
 	engine    *engine.Engine
@@ -48,6 +52,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.store, c.ownsStore = s, true
 	}
+	c.wstore = c.store
 	if err := c.newResults(); err != nil {
 		c.closeStore()
 		return nil, err
@@ -136,7 +141,7 @@ func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
 	if c.worker == nil {
 		return nil
 	}
-	if _, err := c.store.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: c.cfg.Namespace, Workflows: names}); err != nil {
+	if _, err := c.wstore.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: c.cfg.Namespace, Workflows: names}); err != nil {
 		return fmt.Errorf("resuming blocked runs: %w", err)
 	}
 	c.worker.Wake()
@@ -168,6 +173,9 @@ func (c *Client) Close() error {
 		}
 		if c.remote != nil {
 			c.remote.close()
+		}
+		if c.wclose != nil {
+			c.wclose()
 		}
 		if c.results != nil {
 			c.results.Stop() // after the worker: runs finishing in its grace reach their callers

@@ -200,6 +200,7 @@ func (s *Server) routes() http.Handler {
 	for _, rt := range uiRouteTable {
 		mux.Handle(rt.method+" "+rt.pattern, s.wrapUI(rt))
 	}
+	mux.Handle(s.workerHandler())
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, s.unrouted(mux, r))
 	}))

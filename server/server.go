@@ -55,6 +55,10 @@ type Config struct {
 	// MaxBodyBytes caps a request body; default DefaultMaxBodyBytes (a maximal
 	// payload and its envelope).
 	MaxBodyBytes int64
+	// MaxWorkerMessageBytes caps one message of the worker protocol (connect
+	// ReadMaxBytes), e.g. a batch of checkpoints; default
+	// DefaultMaxWorkerMessageBytes.
+	MaxWorkerMessageBytes int64
 	// MaxWait caps the wait of a long poll (result?wait=); default DefaultMaxWait.
 	MaxWait time.Duration
 	// MaxInFlight caps the API requests handled at once; one more is answered
@@ -133,6 +137,9 @@ func (c Config) withDefaults() Config {
 		c.MaxStreams = 20000
 	}
 	def(&c.StreamHeartbeat, 15*time.Second)
+	if c.MaxWorkerMessageBytes <= 0 {
+		c.MaxWorkerMessageBytes = DefaultMaxWorkerMessageBytes
+	}
 	def(&c.MaxWait, DefaultMaxWait)
 	if c.IdempotencyPurgeInterval == 0 {
 		c.IdempotencyPurgeInterval = DefaultIdempotencyPurgeInterval
@@ -232,6 +239,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		WriteTimeout: cfg.MaxWait + 30*time.Second, IdleTimeout: cfg.IdleTimeout,
 		MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
+	// gRPC workers speak HTTP/2, over cleartext (h2c) as well as TLS.
+	s.http.Protocols = new(http.Protocols)
+	s.http.Protocols.SetHTTP1(true)
+	s.http.Protocols.SetUnencryptedHTTP2(true)
 	if !cfg.Scheduler.Disabled {
 		owner := cfg.Scheduler.Owner
 		if owner == "" {
@@ -258,8 +269,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler is the server's one handler: the API, health checks and the OpenAPI
-// document.
+// Handler is the server's one handler: the API, health checks, the OpenAPI
+// document and the worker protocol.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Start listens on Config.Listen and serves in the background until Shutdown.

@@ -8,8 +8,11 @@
 // deciding approvals) and AdminStore (the store's lifecycle). Store embeds them all.
 // A method that two roles need (HistoryList, RunChildren, Subscribe) is in both.
 //
-// Every implementation — storesqlite, storepg, and the remote-worker client to come —
-// implements Store and passes the shared conformance suite in package storetest. The
+// The drivers storesqlite and storepg implement Store and pass the shared
+// conformance suite in package storetest; the remote worker client
+// (storeremote, over a server's worker protocol) implements the worker role
+// and WorkerRegistry and passes the suite's cases through
+// storetest.WithWorker. The
 // contract never exposes a transaction: a driver may batch many calls into one
 // transaction (group commit), but each call succeeds or fails on its own. The SQL
 // drivers add optional transactional capabilities (see tx.go).

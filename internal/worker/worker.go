@@ -78,9 +78,25 @@ func (c *Control) OnCancel(f func()) (stop func()) {
 	}
 }
 
+// Store is the part of the storage contract a worker calls: the worker role
+// and the registry of workers. A store that also implements Pusher has claims
+// pushed to the worker (see pushLoop).
+type Store interface {
+	store.WorkerStore
+	store.WorkerRegistry
+}
+
+// Pusher is a store that pushes claims to a worker (store/storeremote): a
+// claim stream with credit p.Max stays open up to wait and delivers each run
+// claimed for the worker as it becomes due. reconnect reports that the server
+// asked the worker to open the stream again.
+type Pusher interface {
+	ClaimPush(ctx context.Context, p *store.RunsClaimParams, wait time.Duration, deliver func(*store.ClaimedRun)) (reconnect bool, err error)
+}
+
 // Config configures a worker.
 type Config struct {
-	Store     store.Store
+	Store     Store
 	Namespace string
 	Queues    []string
 	// Workflows returns the workflow names this worker can run.
@@ -226,7 +242,11 @@ func New(cfg Config, exec Executor) (*Worker, error) {
 // Start launches the claim and heartbeat loops.
 func (w *Worker) Start() {
 	w.loops.Add(2)
-	go w.claimLoop()
+	if p, ok := w.cfg.Store.(Pusher); ok {
+		go w.pushLoop(p)
+	} else {
+		go w.claimLoop()
+	}
 	go w.heartbeatLoop()
 }
 
