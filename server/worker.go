@@ -374,8 +374,9 @@ func (h *workerService) Subscribe(ctx context.Context, req *connect.Request[pb.S
 	switch {
 	case m.Topic == store.TopicReady || m.Topic == store.TopicCancel:
 	case strings.HasPrefix(m.Topic, store.RunTopicPrefix(m.Namespace)) && len(m.Topic) > len(store.RunTopicPrefix(m.Namespace)):
+	case strings.HasPrefix(m.Topic, store.StreamTopic(m.Namespace, "")) && len(m.Topic) > len(store.StreamTopic(m.Namespace, "")):
 	default:
-		return fail(fmt.Errorf("%w: topic %q is not %q, %q or a run topic of namespace %q", store.ErrInvalidParams, m.Topic, store.TopicReady, store.TopicCancel, m.Namespace))
+		return fail(fmt.Errorf("%w: topic %q is not %q, %q or a run or stream topic of namespace %q", store.ErrInvalidParams, m.Topic, store.TopicReady, store.TopicCancel, m.Namespace))
 	}
 	ch, unsubscribe, err := h.s.store.Subscribe(ctx, m.Topic)
 	if err != nil {

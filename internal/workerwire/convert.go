@@ -258,6 +258,9 @@ func CheckpointToPB(p *store.CheckpointParams) *pb.CheckpointItem {
 		it.Approvals = append(it.Approvals, &pb.ApprovalRequest{Id: a.ID, Position: int64(a.Position), Name: a.Name,
 			Approvers: a.Approvers, Subject: a.Subject, Details: a.Details, ExpiresAt: TsPtr(a.ExpiresAt)})
 	}
+	for _, e := range p.Stream {
+		it.Stream = append(it.Stream, &pb.StreamWrite{Name: e.Name, Data: e.Data})
+	}
 	return it
 }
 
@@ -286,6 +289,9 @@ func CheckpointFromPB(it *pb.CheckpointItem) *store.CheckpointParams {
 	for _, a := range it.Approvals {
 		p.Approvals = append(p.Approvals, &store.ApprovalRequest{ID: a.Id, Position: int(a.Position), Name: a.Name,
 			Approvers: a.Approvers, Subject: a.Subject, Details: a.Details, ExpiresAt: TimePtr(a.ExpiresAt)})
+	}
+	for _, e := range it.Stream {
+		p.Stream = append(p.Stream, store.StreamWrite{Name: e.Name, Data: e.Data})
 	}
 	return p
 }

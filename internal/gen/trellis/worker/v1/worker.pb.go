@@ -1483,8 +1483,11 @@ type CheckpointItem struct {
 	Children        []*ChildGroup          `protobuf:"bytes,13,rep,name=children,proto3" json:"children,omitempty"`
 	Approvals       []*ApprovalRequest     `protobuf:"bytes,14,rep,name=approvals,proto3" json:"approvals,omitempty"`
 	ExpireApprovals []string               `protobuf:"bytes,15,rep,name=expire_approvals,json=expireApprovals,proto3" json:"expire_approvals,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// stream are events appended to the run's stream, in order, each taking the
+	// run's next sequence (docs/streams.md).
+	Stream        []*StreamWrite `protobuf:"bytes,16,rep,name=stream,proto3" json:"stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckpointItem) Reset() {
@@ -1622,6 +1625,67 @@ func (x *CheckpointItem) GetExpireApprovals() []string {
 	return nil
 }
 
+func (x *CheckpointItem) GetStream() []*StreamWrite {
+	if x != nil {
+		return x.Stream
+	}
+	return nil
+}
+
+// StreamWrite is one event of a run's stream, written with a checkpoint.
+type StreamWrite struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// data is the event's JSON value.
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamWrite) Reset() {
+	*x = StreamWrite{}
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamWrite) ProtoMessage() {}
+
+func (x *StreamWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamWrite.ProtoReflect.Descriptor instead.
+func (*StreamWrite) Descriptor() ([]byte, []int) {
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *StreamWrite) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StreamWrite) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type CheckpointRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Checkpoints   []*CheckpointItem      `protobuf:"bytes,1,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
@@ -1631,7 +1695,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1707,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1720,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{19}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CheckpointRequest) GetCheckpoints() []*CheckpointItem {
@@ -1678,7 +1742,7 @@ type CheckpointResult struct {
 
 func (x *CheckpointResult) Reset() {
 	*x = CheckpointResult{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1754,7 @@ func (x *CheckpointResult) String() string {
 func (*CheckpointResult) ProtoMessage() {}
 
 func (x *CheckpointResult) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1767,7 @@ func (x *CheckpointResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResult.ProtoReflect.Descriptor instead.
 func (*CheckpointResult) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{20}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CheckpointResult) GetError() *ErrorDetail {
@@ -1737,7 +1801,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1813,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1826,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{21}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CheckpointResponse) GetResults() []*CheckpointResult {
@@ -1782,7 +1846,7 @@ type ResumeBlockedRequest struct {
 
 func (x *ResumeBlockedRequest) Reset() {
 	*x = ResumeBlockedRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1858,7 @@ func (x *ResumeBlockedRequest) String() string {
 func (*ResumeBlockedRequest) ProtoMessage() {}
 
 func (x *ResumeBlockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1871,7 @@ func (x *ResumeBlockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeBlockedRequest.ProtoReflect.Descriptor instead.
 func (*ResumeBlockedRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{22}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResumeBlockedRequest) GetNamespace() string {
@@ -1833,7 +1897,7 @@ type ResumeBlockedResponse struct {
 
 func (x *ResumeBlockedResponse) Reset() {
 	*x = ResumeBlockedResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1909,7 @@ func (x *ResumeBlockedResponse) String() string {
 func (*ResumeBlockedResponse) ProtoMessage() {}
 
 func (x *ResumeBlockedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +1922,7 @@ func (x *ResumeBlockedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeBlockedResponse.ProtoReflect.Descriptor instead.
 func (*ResumeBlockedResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{23}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResumeBlockedResponse) GetResumed() int64 {
@@ -1878,7 +1942,7 @@ type ListHistoryRequest struct {
 
 func (x *ListHistoryRequest) Reset() {
 	*x = ListHistoryRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +1954,7 @@ func (x *ListHistoryRequest) String() string {
 func (*ListHistoryRequest) ProtoMessage() {}
 
 func (x *ListHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +1967,7 @@ func (x *ListHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHistoryRequest.ProtoReflect.Descriptor instead.
 func (*ListHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{24}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListHistoryRequest) GetNamespace() string {
@@ -1929,7 +1993,7 @@ type ListHistoryResponse struct {
 
 func (x *ListHistoryResponse) Reset() {
 	*x = ListHistoryResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2005,7 @@ func (x *ListHistoryResponse) String() string {
 func (*ListHistoryResponse) ProtoMessage() {}
 
 func (x *ListHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2018,7 @@ func (x *ListHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHistoryResponse.ProtoReflect.Descriptor instead.
 func (*ListHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{25}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListHistoryResponse) GetOps() []*Op {
@@ -1975,7 +2039,7 @@ type ListChildrenRequest struct {
 
 func (x *ListChildrenRequest) Reset() {
 	*x = ListChildrenRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2051,7 @@ func (x *ListChildrenRequest) String() string {
 func (*ListChildrenRequest) ProtoMessage() {}
 
 func (x *ListChildrenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2064,7 @@ func (x *ListChildrenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChildrenRequest.ProtoReflect.Descriptor instead.
 func (*ListChildrenRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{26}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListChildrenRequest) GetNamespace() string {
@@ -2033,7 +2097,7 @@ type ListChildrenResponse struct {
 
 func (x *ListChildrenResponse) Reset() {
 	*x = ListChildrenResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2109,7 @@ func (x *ListChildrenResponse) String() string {
 func (*ListChildrenResponse) ProtoMessage() {}
 
 func (x *ListChildrenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2122,7 @@ func (x *ListChildrenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChildrenResponse.ProtoReflect.Descriptor instead.
 func (*ListChildrenResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{27}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListChildrenResponse) GetRuns() []*Run {
@@ -2071,7 +2135,8 @@ func (x *ListChildrenResponse) GetRuns() []*Run {
 type SubscribeRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// topic: "ready", "cancel", or "run:<namespace>/<run id>" (store.RunTopic)
+	// topic: "ready", "cancel", "run:<namespace>/<run id>" (store.RunTopic) or
+	// "stream:<namespace>/<run id>" (store.StreamTopic)
 	// of a run of this namespace.
 	Topic         string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2080,7 +2145,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2157,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2170,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{28}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SubscribeRequest) GetNamespace() string {
@@ -2134,7 +2199,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2211,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2224,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{29}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SubscribeResponse) GetSubscribed() bool {
@@ -2193,7 +2258,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2270,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2283,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{30}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Worker) GetNamespace() string {
@@ -2299,7 +2364,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2376,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2389,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{31}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HeartbeatRequest) GetNamespace() string {
@@ -2384,7 +2449,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2461,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2474,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{32}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{33}
 }
 
 type ListWorkersRequest struct {
@@ -2421,7 +2486,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +2498,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +2511,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{33}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListWorkersRequest) GetNamespace() string {
@@ -2465,7 +2530,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2542,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2555,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{34}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -2510,7 +2575,7 @@ type RemoveWorkerRequest struct {
 
 func (x *RemoveWorkerRequest) Reset() {
 	*x = RemoveWorkerRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2587,7 @@ func (x *RemoveWorkerRequest) String() string {
 func (*RemoveWorkerRequest) ProtoMessage() {}
 
 func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2600,7 @@ func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{35}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RemoveWorkerRequest) GetNamespace() string {
@@ -2560,7 +2625,7 @@ type RemoveWorkerResponse struct {
 
 func (x *RemoveWorkerResponse) Reset() {
 	*x = RemoveWorkerResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2637,7 @@ func (x *RemoveWorkerResponse) String() string {
 func (*RemoveWorkerResponse) ProtoMessage() {}
 
 func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2650,7 @@ func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{36}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{37}
 }
 
 var File_trellis_worker_v1_worker_proto protoreflect.FileDescriptor
@@ -2735,7 +2800,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\x10cancel_requested\x18\x02 \x03(\tR\x0fcancelRequested\"E\n" +
 	"\x13ReleaseLeaseRequest\x12.\n" +
 	"\x05lease\x18\x01 \x01(\v2\x18.trellis.worker.v1.LeaseR\x05lease\"\x16\n" +
-	"\x14ReleaseLeaseResponse\"\x97\x05\n" +
+	"\x14ReleaseLeaseResponse\"\xcf\x05\n" +
 	"\x0eCheckpointItem\x12.\n" +
 	"\x05lease\x18\x01 \x01(\v2\x18.trellis.worker.v1.LeaseR\x05lease\x12'\n" +
 	"\x03ops\x18\x02 \x03(\v2\x15.trellis.worker.v1.OpR\x03ops\x126\n" +
@@ -2754,8 +2819,12 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\aconsume\x18\f \x03(\x03R\aconsume\x129\n" +
 	"\bchildren\x18\r \x03(\v2\x1d.trellis.worker.v1.ChildGroupR\bchildren\x12@\n" +
 	"\tapprovals\x18\x0e \x03(\v2\".trellis.worker.v1.ApprovalRequestR\tapprovals\x12)\n" +
-	"\x10expire_approvals\x18\x0f \x03(\tR\x0fexpireApprovalsB\t\n" +
-	"\a_output\"X\n" +
+	"\x10expire_approvals\x18\x0f \x03(\tR\x0fexpireApprovals\x126\n" +
+	"\x06stream\x18\x10 \x03(\v2\x1e.trellis.worker.v1.StreamWriteR\x06streamB\t\n" +
+	"\a_output\"5\n" +
+	"\vStreamWrite\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"X\n" +
 	"\x11CheckpointRequest\x12C\n" +
 	"\vcheckpoints\x18\x01 \x03(\v2!.trellis.worker.v1.CheckpointItemR\vcheckpoints\"\x9f\x01\n" +
 	"\x10CheckpointResult\x124\n" +
@@ -2844,7 +2913,7 @@ func file_trellis_worker_v1_worker_proto_rawDescGZIP() []byte {
 	return file_trellis_worker_v1_worker_proto_rawDescData
 }
 
-var file_trellis_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_trellis_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_trellis_worker_v1_worker_proto_goTypes = []any{
 	(*ErrorDetail)(nil),           // 0: trellis.worker.v1.ErrorDetail
 	(*ErrorInfo)(nil),             // 1: trellis.worker.v1.ErrorInfo
@@ -2865,104 +2934,106 @@ var file_trellis_worker_v1_worker_proto_goTypes = []any{
 	(*ReleaseLeaseRequest)(nil),   // 16: trellis.worker.v1.ReleaseLeaseRequest
 	(*ReleaseLeaseResponse)(nil),  // 17: trellis.worker.v1.ReleaseLeaseResponse
 	(*CheckpointItem)(nil),        // 18: trellis.worker.v1.CheckpointItem
-	(*CheckpointRequest)(nil),     // 19: trellis.worker.v1.CheckpointRequest
-	(*CheckpointResult)(nil),      // 20: trellis.worker.v1.CheckpointResult
-	(*CheckpointResponse)(nil),    // 21: trellis.worker.v1.CheckpointResponse
-	(*ResumeBlockedRequest)(nil),  // 22: trellis.worker.v1.ResumeBlockedRequest
-	(*ResumeBlockedResponse)(nil), // 23: trellis.worker.v1.ResumeBlockedResponse
-	(*ListHistoryRequest)(nil),    // 24: trellis.worker.v1.ListHistoryRequest
-	(*ListHistoryResponse)(nil),   // 25: trellis.worker.v1.ListHistoryResponse
-	(*ListChildrenRequest)(nil),   // 26: trellis.worker.v1.ListChildrenRequest
-	(*ListChildrenResponse)(nil),  // 27: trellis.worker.v1.ListChildrenResponse
-	(*SubscribeRequest)(nil),      // 28: trellis.worker.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),     // 29: trellis.worker.v1.SubscribeResponse
-	(*Worker)(nil),                // 30: trellis.worker.v1.Worker
-	(*HeartbeatRequest)(nil),      // 31: trellis.worker.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 32: trellis.worker.v1.HeartbeatResponse
-	(*ListWorkersRequest)(nil),    // 33: trellis.worker.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),   // 34: trellis.worker.v1.ListWorkersResponse
-	(*RemoveWorkerRequest)(nil),   // 35: trellis.worker.v1.RemoveWorkerRequest
-	(*RemoveWorkerResponse)(nil),  // 36: trellis.worker.v1.RemoveWorkerResponse
-	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 38: google.protobuf.Duration
+	(*StreamWrite)(nil),           // 19: trellis.worker.v1.StreamWrite
+	(*CheckpointRequest)(nil),     // 20: trellis.worker.v1.CheckpointRequest
+	(*CheckpointResult)(nil),      // 21: trellis.worker.v1.CheckpointResult
+	(*CheckpointResponse)(nil),    // 22: trellis.worker.v1.CheckpointResponse
+	(*ResumeBlockedRequest)(nil),  // 23: trellis.worker.v1.ResumeBlockedRequest
+	(*ResumeBlockedResponse)(nil), // 24: trellis.worker.v1.ResumeBlockedResponse
+	(*ListHistoryRequest)(nil),    // 25: trellis.worker.v1.ListHistoryRequest
+	(*ListHistoryResponse)(nil),   // 26: trellis.worker.v1.ListHistoryResponse
+	(*ListChildrenRequest)(nil),   // 27: trellis.worker.v1.ListChildrenRequest
+	(*ListChildrenResponse)(nil),  // 28: trellis.worker.v1.ListChildrenResponse
+	(*SubscribeRequest)(nil),      // 29: trellis.worker.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),     // 30: trellis.worker.v1.SubscribeResponse
+	(*Worker)(nil),                // 31: trellis.worker.v1.Worker
+	(*HeartbeatRequest)(nil),      // 32: trellis.worker.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 33: trellis.worker.v1.HeartbeatResponse
+	(*ListWorkersRequest)(nil),    // 34: trellis.worker.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),   // 35: trellis.worker.v1.ListWorkersResponse
+	(*RemoveWorkerRequest)(nil),   // 36: trellis.worker.v1.RemoveWorkerRequest
+	(*RemoveWorkerResponse)(nil),  // 37: trellis.worker.v1.RemoveWorkerResponse
+	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 39: google.protobuf.Duration
 }
 var file_trellis_worker_v1_worker_proto_depIdxs = []int32{
 	1,  // 0: trellis.worker.v1.Run.error:type_name -> trellis.worker.v1.ErrorInfo
-	37, // 1: trellis.worker.v1.Run.deadline:type_name -> google.protobuf.Timestamp
-	37, // 2: trellis.worker.v1.Run.available_at:type_name -> google.protobuf.Timestamp
-	37, // 3: trellis.worker.v1.Run.lease_expires_at:type_name -> google.protobuf.Timestamp
-	37, // 4: trellis.worker.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	37, // 5: trellis.worker.v1.Run.started_at:type_name -> google.protobuf.Timestamp
-	37, // 6: trellis.worker.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
-	37, // 7: trellis.worker.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
+	38, // 1: trellis.worker.v1.Run.deadline:type_name -> google.protobuf.Timestamp
+	38, // 2: trellis.worker.v1.Run.available_at:type_name -> google.protobuf.Timestamp
+	38, // 3: trellis.worker.v1.Run.lease_expires_at:type_name -> google.protobuf.Timestamp
+	38, // 4: trellis.worker.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	38, // 5: trellis.worker.v1.Run.started_at:type_name -> google.protobuf.Timestamp
+	38, // 6: trellis.worker.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
+	38, // 7: trellis.worker.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
 	1,  // 8: trellis.worker.v1.Attempt.error:type_name -> trellis.worker.v1.ErrorInfo
-	37, // 9: trellis.worker.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	37, // 10: trellis.worker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	38, // 9: trellis.worker.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	38, // 10: trellis.worker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	1,  // 11: trellis.worker.v1.Op.error:type_name -> trellis.worker.v1.ErrorInfo
 	3,  // 12: trellis.worker.v1.Op.attempt_log:type_name -> trellis.worker.v1.Attempt
-	37, // 13: trellis.worker.v1.Op.started_at:type_name -> google.protobuf.Timestamp
-	37, // 14: trellis.worker.v1.Op.finished_at:type_name -> google.protobuf.Timestamp
-	37, // 15: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
+	38, // 13: trellis.worker.v1.Op.started_at:type_name -> google.protobuf.Timestamp
+	38, // 14: trellis.worker.v1.Op.finished_at:type_name -> google.protobuf.Timestamp
+	38, // 15: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
 	2,  // 16: trellis.worker.v1.ClaimedRun.run:type_name -> trellis.worker.v1.Run
-	37, // 17: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
+	38, // 17: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
 	4,  // 18: trellis.worker.v1.ClaimedRun.history:type_name -> trellis.worker.v1.Op
 	5,  // 19: trellis.worker.v1.ClaimedRun.inbox:type_name -> trellis.worker.v1.Event
-	37, // 20: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
+	38, // 20: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
 	9,  // 21: trellis.worker.v1.ChildGroup.runs:type_name -> trellis.worker.v1.ChildRun
-	37, // 22: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
-	38, // 23: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	38, // 24: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	38, // 22: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
+	39, // 23: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	39, // 24: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	6,  // 25: trellis.worker.v1.ClaimResponse.runs:type_name -> trellis.worker.v1.ClaimedRun
-	37, // 26: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
+	38, // 26: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
 	7,  // 27: trellis.worker.v1.ExtendLeasesRequest.leases:type_name -> trellis.worker.v1.Lease
-	38, // 28: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
+	39, // 28: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
 	7,  // 29: trellis.worker.v1.ReleaseLeaseRequest.lease:type_name -> trellis.worker.v1.Lease
 	7,  // 30: trellis.worker.v1.CheckpointItem.lease:type_name -> trellis.worker.v1.Lease
 	4,  // 31: trellis.worker.v1.CheckpointItem.ops:type_name -> trellis.worker.v1.Op
 	3,  // 32: trellis.worker.v1.CheckpointItem.attempts:type_name -> trellis.worker.v1.Attempt
 	8,  // 33: trellis.worker.v1.CheckpointItem.kv:type_name -> trellis.worker.v1.KVWrite
 	1,  // 34: trellis.worker.v1.CheckpointItem.error:type_name -> trellis.worker.v1.ErrorInfo
-	37, // 35: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
+	38, // 35: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
 	10, // 36: trellis.worker.v1.CheckpointItem.children:type_name -> trellis.worker.v1.ChildGroup
 	11, // 37: trellis.worker.v1.CheckpointItem.approvals:type_name -> trellis.worker.v1.ApprovalRequest
-	18, // 38: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
-	0,  // 39: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
-	37, // 40: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
-	20, // 41: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
-	4,  // 42: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
-	2,  // 43: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
-	37, // 44: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
-	37, // 45: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
-	37, // 46: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
-	38, // 47: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
-	30, // 48: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
-	12, // 49: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
-	14, // 50: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
-	16, // 51: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
-	19, // 52: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
-	22, // 53: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
-	24, // 54: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
-	26, // 55: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
-	28, // 56: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
-	31, // 57: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
-	33, // 58: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
-	35, // 59: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
-	13, // 60: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
-	15, // 61: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
-	17, // 62: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
-	21, // 63: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
-	23, // 64: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
-	25, // 65: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
-	27, // 66: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
-	29, // 67: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
-	32, // 68: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
-	34, // 69: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
-	36, // 70: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
-	60, // [60:71] is the sub-list for method output_type
-	49, // [49:60] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	19, // 38: trellis.worker.v1.CheckpointItem.stream:type_name -> trellis.worker.v1.StreamWrite
+	18, // 39: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
+	0,  // 40: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
+	38, // 41: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
+	21, // 42: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
+	4,  // 43: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
+	2,  // 44: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
+	38, // 45: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
+	38, // 46: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
+	38, // 47: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
+	39, // 48: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
+	31, // 49: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
+	12, // 50: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
+	14, // 51: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
+	16, // 52: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
+	20, // 53: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
+	23, // 54: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
+	25, // 55: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
+	27, // 56: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
+	29, // 57: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
+	32, // 58: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
+	34, // 59: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
+	36, // 60: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
+	13, // 61: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
+	15, // 62: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
+	17, // 63: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
+	22, // 64: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
+	24, // 65: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
+	26, // 66: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
+	28, // 67: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
+	30, // 68: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
+	33, // 69: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
+	35, // 70: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
+	37, // 71: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
+	61, // [61:72] is the sub-list for method output_type
+	50, // [50:61] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_trellis_worker_v1_worker_proto_init() }
@@ -2983,7 +3054,7 @@ func file_trellis_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_worker_v1_worker_proto_rawDesc), len(file_trellis_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
