@@ -8,6 +8,7 @@ type SQL struct {
 	tok  tokenQueries
 	idem idemQueries
 	cq   cancelQueries
+	qq   queueQueries
 }
 
 // queries are the fixed statements of the shared logic, in the dialect's style.
@@ -69,6 +70,7 @@ func New(d Dialect) *SQL {
 	}
 	s.cq = newCancelQueries(d)
 	s.tok = newTokenQueries(r)
+	s.qq = newQueueQueries(&s.d)
 	s.idem = newIdemQueries(r)
 	return s
 }
