@@ -28,6 +28,10 @@ type StartOptions struct {
 	StartAt time.Time
 	// Reuse decides what happens when a run with ID exists; default ReuseRejectActive.
 	Reuse ReusePolicy
+	// ConcurrencyKey (e.g. a customer ID) counts the run against its queue's key
+	// limit (QueueSettings.KeyLimit): at most that many runs with one key run at
+	// once; the others wait, in order. Empty: no key. See docs/queues.md.
+	ConcurrencyKey string
 }
 
 // Handle refers to a run started by Start or found by GetHandle.
@@ -159,6 +163,7 @@ func runParams(namespace string, def *definition, runID string, input []byte, o 
 	p := &store.RunCreateParams{
 		Namespace: namespace, ID: runID, WorkflowID: o.ID, Workflow: def.name,
 		Queue: o.Queue, Priority: o.Priority, Version: def.opts.Version, Input: input, Reuse: store.ReusePolicy(o.Reuse),
+		ConcurrencyKey: o.ConcurrencyKey,
 	}
 	if p.WorkflowID == "" {
 		p.WorkflowID = runID

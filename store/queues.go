@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -57,8 +58,34 @@ var (
 	ErrQueueState = errors.New("queue is already in that state")
 )
 
+// Duration is a time.Duration that reads and writes JSON as a Go duration string
+// ("720h0m0s"); it also reads a number of nanoseconds.
+type Duration time.Duration
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("a duration is a string such as \"720h\" or \"1m30s\"")
+		}
+		*d = Duration(n)
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("bad duration %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
 // DefaultRetention is a namespace's retention period when none is set.
-const DefaultRetention = 30 * 24 * time.Hour
+const DefaultRetention = Duration(30 * 24 * time.Hour)
 
 // DefaultQueueName is a namespace's default queue when none is set.
 const DefaultQueueName = "default"
@@ -70,7 +97,7 @@ const MaxNameLen = 200
 type Namespace struct {
 	Name string `json:"name"`
 	// Retention is how long finished runs are kept.
-	Retention time.Duration `json:"retention"`
+	Retention Duration `json:"retention"`
 	// DefaultQueue is the queue of runs started without one.
 	DefaultQueue string `json:"default_queue"`
 	// PayloadLimit caps a run's input in bytes; 0: no limit.
@@ -84,8 +111,8 @@ type QueueRetry struct {
 	// MaxAttempts counts the first attempt.
 	MaxAttempts int `json:"max_attempts"`
 	// InitialBackoff and MaxBackoff bound an exponential backoff (factor 2).
-	InitialBackoff time.Duration `json:"initial_backoff,omitempty"`
-	MaxBackoff     time.Duration `json:"max_backoff,omitempty"`
+	InitialBackoff Duration `json:"initial_backoff,omitempty"`
+	MaxBackoff     Duration `json:"max_backoff,omitempty"`
 }
 
 // Queue is a queue's record. A zero limit means none.
@@ -120,9 +147,9 @@ func (q *Queue) Restricted() bool {
 // the defaults.
 type NamespaceCreateParams struct {
 	Name         string        `json:"name"`
-	Retention    time.Duration `json:"retention,omitempty"`
-	DefaultQueue string        `json:"default_queue,omitempty"`
-	PayloadLimit int           `json:"payload_limit,omitempty"`
+	Retention    Duration `json:"retention,omitempty"`
+	DefaultQueue string   `json:"default_queue,omitempty"`
+	PayloadLimit int      `json:"payload_limit,omitempty"`
 }
 
 // NamespaceGetParams are the parameters of NamespaceGet.
@@ -134,7 +161,7 @@ type NamespaceGetParams struct {
 // left as they are.
 type NamespaceUpdateParams struct {
 	Name         string         `json:"name"`
-	Retention    *time.Duration `json:"retention,omitempty"`
+	Retention    *Duration `json:"retention,omitempty"`
 	DefaultQueue *string        `json:"default_queue,omitempty"`
 	PayloadLimit *int           `json:"payload_limit,omitempty"`
 }
@@ -235,9 +262,9 @@ func ptrIf[T any](ok bool, v *T) *T {
 	return nil
 }
 
-func validateNamespaceFields(retention *time.Duration, queue *string, limit *int) error {
+func validateNamespaceFields(retention *Duration, queue *string, limit *int) error {
 	if retention != nil && *retention <= 0 {
-		return fmt.Errorf("%w: retention must be positive, not %v", ErrInvalidParams, *retention)
+		return fmt.Errorf("%w: retention must be positive, not %v", ErrInvalidParams, time.Duration(*retention))
 	}
 	if queue != nil {
 		if err := ValidateObjectName("default queue", *queue); err != nil {

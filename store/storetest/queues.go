@@ -66,17 +66,17 @@ func queueNamespaceCRUD(t *testing.T, e *env) {
 	_, err := e.st.NamespaceCreate(e.ctx, &store.NamespaceCreateParams{Name: ns})
 	wantErr(t, "NamespaceCreate twice", err, store.ErrNamespaceExists)
 	e.mkNamespace("alpha")
-	_, err = e.st.NamespaceCreate(e.ctx, &store.NamespaceCreateParams{Name: "b", Retention: time.Hour,
+	_, err = e.st.NamespaceCreate(e.ctx, &store.NamespaceCreateParams{Name: "b", Retention: store.Duration(time.Hour),
 		DefaultQueue: "fast", PayloadLimit: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, err := e.st.NamespaceGet(e.ctx, &store.NamespaceGetParams{Name: "b"})
-	if err != nil || got.Retention != time.Hour || got.DefaultQueue != "fast" || got.PayloadLimit != 1024 {
+	if err != nil || got.Retention != store.Duration(time.Hour) || got.DefaultQueue != "fast" || got.PayloadLimit != 1024 {
 		t.Fatalf("NamespaceGet(b) = %+v, %v", got, err)
 	}
 	later := e.clk.Advance(time.Minute)
-	day := 24 * time.Hour
+	day := store.Duration(24 * time.Hour)
 	up, err := e.st.NamespaceUpdate(e.ctx, &store.NamespaceUpdateParams{Name: "b", Retention: &day})
 	if err != nil || up.Retention != day || up.DefaultQueue != "fast" || up.PayloadLimit != 1024 {
 		t.Fatalf("NamespaceUpdate(b) = %+v, %v; want only the retention changed", up, err)
@@ -106,7 +106,7 @@ func queueQueueCRUD(t *testing.T, e *env) {
 	rate := 2.5
 	q := e.mkQueue(store.QueueCreateParams{QueueSettings: store.QueueSettings{ConcurrencyLimit: intp(3),
 		KeyLimit: intp(1), RatePerSecond: &rate, PayloadLimit: intp(100), Priority: intp(7),
-		Retry: &store.QueueRetry{MaxAttempts: 5, InitialBackoff: time.Second, MaxBackoff: time.Minute}}})
+		Retry: &store.QueueRetry{MaxAttempts: 5, InitialBackoff: store.Duration(time.Second), MaxBackoff: store.Duration(time.Minute)}}})
 	want := store.Queue{Namespace: ns, Name: queue, ConcurrencyLimit: 3, KeyLimit: 1, RatePerSecond: 2.5,
 		RateBurst: 1, PayloadLimit: 100, Priority: 7}
 	check := func(what string, got *store.Queue, want store.Queue) {
@@ -114,7 +114,7 @@ func queueQueueCRUD(t *testing.T, e *env) {
 		r := got.Retry
 		got2 := *got
 		got2.Retry, got2.CreatedAt, got2.UpdatedAt = nil, time.Time{}, time.Time{}
-		if got2 != want || r == nil || r.MaxAttempts != 5 || r.InitialBackoff != time.Second {
+		if got2 != want || r == nil || r.MaxAttempts != 5 || r.InitialBackoff != store.Duration(time.Second) {
 			t.Fatalf("%s = %+v (retry %+v), want %+v", what, got2, r, want)
 		}
 	}
@@ -155,7 +155,7 @@ func queueBadInput(t *testing.T, e *env) {
 	e.mkNamespace(ns)
 	e.mkQueue(store.QueueCreateParams{QueueSettings: store.QueueSettings{ConcurrencyLimit: intp(2)}})
 	zero, neg, negRate := 0, -1, -0.5
-	negDur := -time.Hour
+	negDur := store.Duration(-time.Hour)
 	bad := map[string]func() error{
 		"namespace __system__": func() error {
 			_, err := e.st.NamespaceCreate(e.ctx, &store.NamespaceCreateParams{Name: "__system__"})
@@ -170,7 +170,7 @@ func queueBadInput(t *testing.T, e *env) {
 			return err
 		},
 		"negative retention": func() error {
-			_, err := e.st.NamespaceCreate(e.ctx, &store.NamespaceCreateParams{Name: "x", Retention: -time.Hour})
+			_, err := e.st.NamespaceCreate(e.ctx, &store.NamespaceCreateParams{Name: "x", Retention: store.Duration(-time.Hour)})
 			return err
 		},
 		"namespace update negative retention": func() error {

@@ -137,7 +137,7 @@ func scanNamespace(sc Scanner) (*store.Namespace, error) {
 	if err := sc.Scan(&ns.Name, &retention, &ns.DefaultQueue, &ns.PayloadLimit, &created, &updated); err != nil {
 		return nil, err
 	}
-	ns.Retention, ns.CreatedAt, ns.UpdatedAt = time.Duration(retention), created.T, updated.T
+	ns.Retention, ns.CreatedAt, ns.UpdatedAt = store.Duration(retention), created.T, updated.T
 	return &ns, nil
 }
 

@@ -35,6 +35,6 @@ CREATE TABLE queues (
 -- one key run at once.
 ALTER TABLE runs ADD COLUMN concurrency_key TEXT NOT NULL DEFAULT '';
 
--- Running runs by queue and key: what a claim on a limited queue counts.
-CREATE INDEX runs_running_queue ON runs (namespace, queue, concurrency_key)
-    WHERE status = 'running';
+-- No index for the running runs of a queue: a claim on a limited queue counts them
+-- through runs_running (bounded by the workers' slots), and every claim and finish
+-- would pay for one.
