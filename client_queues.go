@@ -93,7 +93,9 @@ func (c *Client) UpdateNamespace(ctx context.Context, u NamespaceUpdate) (*Names
 	var err error
 	if c.remote != nil {
 		ns = new(Namespace)
-		err = c.remote.call(ctx, http.MethodPatch, nsPath(u.Name), u, ns)
+		body := u
+		body.Name = "" // the path names it
+		err = c.remote.call(ctx, http.MethodPatch, nsPath(u.Name), body, ns)
 	} else {
 		ns, err = c.store.NamespaceUpdate(ctx, &u)
 	}
@@ -111,7 +113,11 @@ func (c *Client) CreateQueue(ctx context.Context, name string, s QueueSettings) 
 	var err error
 	if c.remote != nil {
 		q = new(Queue)
-		err = c.remote.call(ctx, http.MethodPost, c.remote.ns+"/queues", p, q)
+		body := struct {
+			Name string `json:"name"`
+			QueueSettings
+		}{name, s}
+		err = c.remote.call(ctx, http.MethodPost, c.remote.ns+"/queues", body, q)
 	} else {
 		q, err = c.store.QueueCreate(ctx, &p)
 	}

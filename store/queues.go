@@ -146,7 +146,7 @@ func (q *Queue) Restricted() bool {
 // NamespaceCreateParams are the parameters of NamespaceCreate. Zero fields take
 // the defaults.
 type NamespaceCreateParams struct {
-	Name         string        `json:"name"`
+	Name         string   `json:"name"`
 	Retention    Duration `json:"retention,omitempty"`
 	DefaultQueue string   `json:"default_queue,omitempty"`
 	PayloadLimit int      `json:"payload_limit,omitempty"`
@@ -160,10 +160,10 @@ type NamespaceGetParams struct {
 // NamespaceUpdateParams are the parameters of NamespaceUpdate: nil fields are
 // left as they are.
 type NamespaceUpdateParams struct {
-	Name         string         `json:"name"`
+	Name         string    `json:"name,omitempty"`
 	Retention    *Duration `json:"retention,omitempty"`
-	DefaultQueue *string        `json:"default_queue,omitempty"`
-	PayloadLimit *int           `json:"payload_limit,omitempty"`
+	DefaultQueue *string   `json:"default_queue,omitempty"`
+	PayloadLimit *int      `json:"payload_limit,omitempty"`
 }
 
 // QueueSettings are a queue's settable fields; nil fields are left as they are
