@@ -8,6 +8,7 @@ import (
 
 	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/internal/results"
+	"github.com/trellis-dev/trellis/internal/schedule"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -23,6 +24,7 @@ type Client struct {
 	worker    *worker.Worker
 	engine    *engine.Engine
 	results   *results.Watcher
+	scheduler *schedule.Scheduler
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -77,6 +79,17 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.worker = w
 		w.Start()
+		if !cfg.Scheduler.Disabled {
+			sch, err := schedule.New(schedule.Config{Store: c.store, Owner: w.Name(), Clock: cfg.Clock,
+				LeaseDuration: cfg.Scheduler.LeaseDuration, Interval: cfg.Scheduler.Interval,
+				Version: c.version, Logger: cfg.Logger})
+			if err != nil {
+				c.Close()
+				return nil, fmt.Errorf("opening trellis: %w", err)
+			}
+			c.scheduler = sch
+			sch.Start()
+		}
 	}
 	return c, nil
 }
@@ -127,6 +140,14 @@ func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
 // then are handed back) and closes the store. Idempotent.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
+		if c.scheduler != nil {
+			// First, so that the lease passes to another process at once.
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Worker.LeaseDuration)
+			if err := c.scheduler.Stop(ctx); err != nil {
+				c.closeErr = fmt.Errorf("stopping scheduler: %w", err)
+			}
+			cancel()
+		}
 		if c.worker != nil {
 			// The grace, then a lease's time for the executors to hand runs back.
 			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Worker.ShutdownGrace+c.cfg.Worker.LeaseDuration)

@@ -50,6 +50,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Worker configures the embedded worker.
 	Worker WorkerOptions
+	// Scheduler configures the embedded scheduler, which fires schedules
+	// (docs/schedules.md). It runs with the embedded worker (not when
+	// Worker.Disabled, nor on a Server); among all processes on a store, one
+	// scheduler at a time leads.
+	Scheduler SchedulerOptions
 	// Clock is the one clock of the client, its worker and its store: the time
 	// of every record, durable timers, in-place sleeps, retry backoffs, step
 	// timeouts, the claim loop and heartbeats. Default the wall clock. Tests may
@@ -104,6 +109,19 @@ type WorkerOptions struct {
 	// and Result re-reads a run, for changes made by other processes that no push
 	// reaches (SQLite across processes). Default 1s (worker.DefaultPollInterval).
 	PollInterval time.Duration
+}
+
+// SchedulerOptions configure the scheduler that Open starts with the worker.
+type SchedulerOptions struct {
+	// Disabled: this process never fires schedules (others on the store do).
+	Disabled bool
+	// LeaseDuration is how long the scheduler lease lasts unrenewed, hence how
+	// soon another process takes over from a leader that died; default 10s.
+	LeaseDuration time.Duration
+	// Interval is how often the scheduler renews or asks for the lease and fires
+	// due ticks; default 1s (or LeaseDuration/2 if shorter), at most
+	// LeaseDuration/2.
+	Interval time.Duration
 }
 
 func (c Config) withDefaults() Config {

@@ -122,6 +122,7 @@ var (
 	rawType     = reflect.TypeOf(json.RawMessage(nil))
 	// durationType reads and writes JSON as a string.
 	durationType = reflect.TypeOf(store.Duration(0))
+	durType      = reflect.TypeOf(time.Duration(0))
 )
 
 // schemaOf describes type t as JSON Schema, following its JSON tags.
@@ -133,6 +134,8 @@ func schemaOf(t reflect.Type, schemas obj) obj {
 		return obj{"description": "any JSON value"}
 	case t == durationType:
 		return obj{"type": "string", "description": `a duration such as "720h" or "1m30s"`}
+	case t == durType:
+		return obj{"type": "string", "description": `a duration such as "90s" or "10m"`}
 	}
 	switch t.Kind() {
 	case reflect.Pointer:

@@ -175,14 +175,14 @@ func (s *Server) updateQueue(w http.ResponseWriter, r *http.Request, c *call) er
 }
 
 func (s *Server) pauseQueue(w http.ResponseWriter, r *http.Request, c *call) error {
-	return s.setPaused(w, r, c, true)
+	return s.setQueuePaused(w, r, c, true)
 }
 
 func (s *Server) resumeQueue(w http.ResponseWriter, r *http.Request, c *call) error {
-	return s.setPaused(w, r, c, false)
+	return s.setQueuePaused(w, r, c, false)
 }
 
-func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, c *call, paused bool) error {
+func (s *Server) setQueuePaused(w http.ResponseWriter, r *http.Request, c *call, paused bool) error {
 	name, err := pathQueue(r)
 	if err != nil {
 		return err

@@ -63,6 +63,10 @@ type (
 		Key   string          `json:"key"`
 		Value trellis.Payload `json:"value"`
 	}
+	// ScheduleList lists a namespace's schedules.
+	ScheduleList struct {
+		Schedules []*trellis.Schedule `json:"schedules"`
+	}
 	// ChildList lists the child runs one op of a run started, in item order.
 	ChildList struct {
 		Runs []*trellis.Run `json:"runs"`
@@ -104,8 +108,9 @@ var (
 )
 
 const (
-	nsRuns   = "/v1/namespaces/{ns}/runs"
-	nsQueues = "/v1/namespaces/{ns}/queues"
+	nsRuns      = "/v1/namespaces/{ns}/runs"
+	nsQueues    = "/v1/namespaces/{ns}/queues"
+	nsSchedules = "/v1/namespaces/{ns}/schedules"
 )
 
 // routeTable is every route of the server.
@@ -170,6 +175,27 @@ var routeTable = []route{
 		role: auth.RoleAdmin, scope: scopeNamespace, status: 200, response: store.Queue{}, handle: (*Server).pauseQueue},
 	{method: "POST", pattern: nsQueues + "/{queue}/resume", op: "resumeQueue", summary: "Resume a paused queue (409 queue_state when not paused)",
 		role: auth.RoleAdmin, scope: scopeNamespace, status: 200, response: store.Queue{}, handle: (*Server).resumeQueue},
+	// Schedules (docs/schedules.md): reading needs reader; trigger (one run now)
+	// producer; the rest manages standing configuration and needs admin. All on
+	// the namespace as a whole: a queue-restricted grant manages no schedule.
+	{method: "GET", pattern: nsSchedules, op: "listSchedules", summary: "List the namespace's schedules by name",
+		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: ScheduleList{}, handle: (*Server).listSchedules},
+	{method: "POST", pattern: nsSchedules, op: "createSchedule", summary: "Create a schedule: a workflow started on a cron expression in a time zone",
+		role: auth.RoleAdmin, scope: scopeNamespace, request: CreateScheduleRequest{}, status: 201, response: trellis.Schedule{}, handle: (*Server).createSchedule},
+	{method: "GET", pattern: nsSchedules + "/{name}", op: "getSchedule", summary: "One schedule",
+		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: trellis.Schedule{}, handle: (*Server).getSchedule},
+	{method: "PUT", pattern: nsSchedules + "/{name}", op: "updateSchedule", summary: "Replace a schedule's spec; it fires from now on",
+		role: auth.RoleAdmin, scope: scopeNamespace, request: trellis.ScheduleSpec{}, status: 200, response: trellis.Schedule{}, handle: (*Server).updateSchedule},
+	{method: "DELETE", pattern: nsSchedules + "/{name}", op: "deleteSchedule", summary: "Delete a schedule (its runs stay)",
+		role: auth.RoleAdmin, scope: scopeNamespace, status: 204, handle: (*Server).deleteSchedule},
+	{method: "POST", pattern: nsSchedules + "/{name}/pause", op: "pauseSchedule", summary: "Pause a schedule",
+		role: auth.RoleAdmin, scope: scopeNamespace, status: 200, response: trellis.Schedule{}, handle: (*Server).pauseSchedule},
+	{method: "POST", pattern: nsSchedules + "/{name}/resume", op: "resumeSchedule", summary: "Resume a paused schedule (missed ticks are not caught up)",
+		role: auth.RoleAdmin, scope: scopeNamespace, status: 200, response: trellis.Schedule{}, handle: (*Server).resumeSchedule},
+	{method: "POST", pattern: nsSchedules + "/{name}/trigger", op: "triggerSchedule", summary: "Start one run of a schedule now",
+		role: auth.RoleProducer, scope: scopeNamespace, status: 201, response: trellis.Run{}, handle: (*Server).triggerSchedule},
+	{method: "POST", pattern: nsSchedules + "/{name}/backfill", op: "backfillSchedule", summary: "Start the runs of a schedule's ticks in [start, end)",
+		role: auth.RoleAdmin, scope: scopeNamespace, request: BackfillRequest{}, status: 200, response: trellis.BackfillResult{}, handle: (*Server).backfillSchedule},
 	{method: "POST", pattern: "/v1/tokens", op: "createToken", summary: "Create a token; the answer holds its secret, shown this once",
 		role: auth.RoleAdmin, scope: scopeGlobal, request: TokenRequest{}, status: 201, response: CreatedToken{}, handle: (*Server).createToken},
 	{method: "GET", pattern: "/v1/tokens", op: "listTokens", summary: "List every token, live and revoked, by name (never a secret)",
@@ -193,7 +219,7 @@ func (s *Server) routes() http.Handler {
 // unrouted tells a path no route has from a method the path does not take.
 func (s *Server) unrouted(mux *http.ServeMux, r *http.Request) error {
 	var allow []string
-	for _, m := range []string{"GET", "POST", "PATCH"} {
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 		r2 := r.Clone(r.Context())
 		r2.Method = m
 		if _, p := mux.Handler(r2); p != "/" && p != "" {

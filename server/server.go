@@ -7,11 +7,14 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +22,7 @@ import (
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/internal/auth/storeauth"
+	"github.com/trellis-dev/trellis/internal/schedule"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -69,9 +73,24 @@ type Config struct {
 	// Logger receives request errors the server could not attribute to the client;
 	// default discards.
 	Logger *slog.Logger
+	// Scheduler configures the scheduler that Start runs (docs/schedules.md):
+	// among all servers and embedded workers on a store, one leads and fires
+	// the schedules.
+	Scheduler SchedulerConfig
 
 	// purged, when set, is told the outcome of each purge pass (for tests).
 	purged func(n int, err error)
+}
+
+// SchedulerConfig configures the server's scheduler.
+type SchedulerConfig struct {
+	// Disabled: this server never fires schedules (others on the store do).
+	Disabled bool
+	// Owner names this server in the scheduler lease; default host-pid-random.
+	Owner string
+	// LeaseDuration and Interval: see trellis.SchedulerOptions (defaults 10s, 1s).
+	LeaseDuration time.Duration
+	Interval      time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -151,6 +170,7 @@ type Server struct {
 	stopDraining context.CancelFunc
 
 	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
+	scheduler *schedule.Scheduler
 }
 
 // New opens the store (unless Config.Backend) and builds the server.
@@ -179,6 +199,21 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		WriteTimeout: cfg.MaxWait + 30*time.Second, IdleTimeout: cfg.IdleTimeout,
 		MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
+	if !cfg.Scheduler.Disabled {
+		owner := cfg.Scheduler.Owner
+		if owner == "" {
+			owner = schedulerOwner()
+		}
+		sch, err := schedule.New(schedule.Config{Store: s.store, Owner: owner,
+			LeaseDuration: cfg.Scheduler.LeaseDuration, Interval: cfg.Scheduler.Interval, Logger: cfg.Logger})
+		if err != nil {
+			if s.ownsStore {
+				s.store.Close()
+			}
+			return nil, fmt.Errorf("starting server: %w", err)
+		}
+		s.scheduler = sch
+	}
 	if every := cfg.IdempotencyPurgeInterval; every > 0 {
 		s.purgeDone = make(chan struct{})
 		go s.purgeLoop(every)
@@ -200,7 +235,18 @@ func (s *Server) Start() error {
 	s.ln, s.served = ln, make(chan error, 1)
 	s.mu.Unlock()
 	go func() { s.served <- s.http.Serve(ln) }()
+	if s.scheduler != nil {
+		s.scheduler.Start()
+	}
 	return nil
+}
+
+// schedulerOwner names this process in the scheduler lease.
+func schedulerOwner() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("server-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // Addr is the address Start listens on (useful with port 0).
@@ -224,6 +270,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) shutdown(ctx context.Context) error {
+	var schedErr error
+	if s.scheduler != nil {
+		// First: the lease passes to another server at once.
+		schedErr = s.scheduler.Stop(ctx)
+	}
 	s.stopDraining()
 	if s.purgeDone != nil {
 		<-s.purgeDone // stopped by stopDraining; a pass in progress ends with its batch
@@ -246,6 +297,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 		if cerr := s.store.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
+	}
+	if err == nil && schedErr != nil {
+		err = fmt.Errorf("stopping scheduler: %w", schedErr)
 	}
 	return err
 }

@@ -30,6 +30,7 @@ type Store interface {
 	EventStore
 	ApprovalStore
 	AdminStore
+	ScheduleStore
 }
 
 // WorkerStore is what a worker needs to execute runs: claim them, hold and hand

@@ -23,6 +23,10 @@ server creates an admin token and prints it once; make others with "trellis
 tokens create". --insecure turns authentication off (every request acts as an
 admin) and is refused unless --listen is a loopback address.
 
+Schedules: the server runs a scheduler (docs/schedules.md). Among all servers
+and embedded workers on a store, one at a time holds the scheduler lease and
+fires the schedules; --scheduler-lease bounds how long a dead leader holds it.
+
 SIGTERM or Ctrl-C stops it gracefully: it stops accepting connections, answers
 long polls at once, lets requests in flight finish (up to 30s) and exits.`
 
@@ -33,10 +37,14 @@ const serverShutdownGrace = 30 * time.Second
 func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("server", "server [--store URL] [--listen ADDR] [--insecure]", serverAbout, stderr)
 	var url, listen string
-	var insecure bool
+	var insecure, noScheduler bool
+	var sched server.SchedulerConfig
 	fs.StringVar(&url, "store", "", "store `URL` (default $"+envStore+", else "+server.DefaultStore+")")
 	fs.StringVar(&listen, "listen", server.DefaultListen, "the `address` to listen on")
 	fs.BoolVar(&insecure, "insecure", false, "turn authentication off (loopback addresses only)")
+	fs.BoolVar(&noScheduler, "no-scheduler", false, "never fire schedules from this server (others on the store do)")
+	fs.DurationVar(&sched.LeaseDuration, "scheduler-lease", 0, "how long the scheduler lease lasts unrenewed, hence how soon another server takes over (default 10s)")
+	fs.DurationVar(&sched.Interval, "scheduler-interval", 0, "how often the scheduler renews its lease and fires due ticks (default 1s, at most half the lease)")
 	pos, err := parseArgs(fs, args)
 	switch {
 	case err != nil:
@@ -50,7 +58,8 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if url == "" {
 		url = server.DefaultStore
 	}
-	srv, err := server.New(ctx, server.Config{Store: url, Listen: listen, Insecure: insecure})
+	sched.Disabled = noScheduler
+	srv, err := server.New(ctx, server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched})
 	if err != nil {
 		return err
 	}

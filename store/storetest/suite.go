@@ -64,6 +64,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Idempotency", idempotencyCases},
 		{"Tx", txCases},
 		{"Queues", queueCases},
+		{"Schedules", scheduleCases},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ type SQL struct {
 	idem idemQueries
 	cq   cancelQueries
 	qq   queueQueries
+	sch  scheduleQueries
 }
 
 // queries are the fixed statements of the shared logic, in the dialect's style.
@@ -72,6 +73,7 @@ func New(d Dialect) *SQL {
 	s.tok = newTokenQueries(r)
 	s.qq = newQueueQueries(&s.d)
 	s.idem = newIdemQueries(r)
+	s.sch = newScheduleQueries(r)
 	return s
 }
 
