@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ var queueCases = []testCase{
 	{"BadInput", queueBadInput},
 	{"PauseResume", queuePauseResume},
 	{"ConcurrencyLimitAcrossWorkers", queueConcurrencyLimit},
+	{"LimitsUnderConcurrentClaims", queueConcurrentClaims},
 	{"KeyLimitAndFairness", queueKeyLimit},
 	{"RateLimit", queueRateLimit},
 	{"CreateClaimRespectsLimits", queueCreateClaim},
@@ -411,4 +414,97 @@ func queueUnconfigured(t *testing.T, e *env) {
 	r := e.create(withNamespace("other"))
 	e.wantNoClaim(claimIn("other"))
 	e.getIn("other", r.ID)
+}
+
+// queueConcurrentClaims: eight workers claim at once, again and again, from a queue
+// with a concurrency limit of 3 and a key limit of 1 (two keys), finishing what
+// they claim: the limits hold at every instant, and every run is claimed once.
+func queueConcurrentClaims(t *testing.T, e *env) {
+	e.mkNamespace(ns)
+	e.mkQueue(store.QueueCreateParams{QueueSettings: store.QueueSettings{ConcurrencyLimit: intp(3), KeyLimit: intp(1)}})
+	const n = 60
+	keys := map[string]string{} // run ID -> key
+	for i := range n {
+		p := e.params()
+		if i%3 != 0 {
+			p.ConcurrencyKey = fmt.Sprintf("key-%d", i%3)
+		}
+		keys[p.ID] = p.ConcurrencyKey
+		if _, err := e.st.RunCreate(e.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu         sync.Mutex
+		running    int
+		keyRunning = map[string]int{}
+		seen       = map[string]bool{}
+		wg         sync.WaitGroup
+		errs       = make(chan error, 8)
+	)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for idle := 0; idle < 50; {
+				res, err := e.st.RunsClaim(e.ctx, claimParams(claimBy(fmt.Sprintf("w-%d", w)), claimMax(2)))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(res.Runs) == 0 {
+					idle++
+					mu.Lock()
+					done := len(seen) == n
+					mu.Unlock()
+					if done {
+						return
+					}
+					continue
+				}
+				mu.Lock()
+				for _, cr := range res.Runs {
+					if seen[cr.Run.ID] {
+						errs <- fmt.Errorf("run %s claimed twice", cr.Run.ID)
+					}
+					seen[cr.Run.ID] = true
+					running++
+					key := keys[cr.Run.ID]
+					if key != "" {
+						keyRunning[key]++
+						if keyRunning[key] > 1 {
+							errs <- fmt.Errorf("key %s: %d running, limit 1", key, keyRunning[key])
+						}
+					}
+				}
+				if running > 3 {
+					errs <- fmt.Errorf("%d running, limit 3", running)
+				}
+				mu.Unlock()
+				for _, cr := range res.Runs {
+					// Count the run out before it ends (a claim may take its slot
+					// once it has): these counts never exceed the store's.
+					mu.Lock()
+					running--
+					if key := keys[cr.Run.ID]; key != "" {
+						keyRunning[key]--
+					}
+					mu.Unlock()
+					_, err := e.st.Checkpoint(e.ctx, &store.CheckpointParams{Lease: leaseOf(cr), Status: store.StatusSucceeded})
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if len(seen) != n {
+		t.Fatalf("%d runs claimed, want %d", len(seen), n)
+	}
 }
