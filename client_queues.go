@@ -2,9 +2,12 @@ package trellis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"sync"
+	"time"
 
 	"github.com/trellis-dev/trellis/internal/httpc"
 	"github.com/trellis-dev/trellis/store"
@@ -215,4 +218,84 @@ func (r *remote) queuePath(name string) string { return r.ns + "/queues/" + url.
 func (r *remote) call(ctx context.Context, method, path string, body, out any) error {
 	_, err := r.do(ctx, httpc.Call{Method: method, Path: path, Body: body, Out: out})
 	return err
+}
+
+// objectTTL is how long a client keeps a namespace's or queue's record to apply to
+// the runs it starts: a change takes effect for other clients within it.
+const objectTTL = time.Second
+
+// objectCache keeps the namespace and queue records a client's starts apply (nil:
+// no record), each for objectTTL.
+type objectCache struct {
+	mu      sync.Mutex
+	entries map[[2]string]objectEntry // {namespace, ""} or {namespace, queue}
+}
+
+type objectEntry struct {
+	ns      *store.Namespace
+	q       *store.Queue
+	fetched time.Time
+}
+
+// lookup returns the record of key, reading it with read when it is not fresh.
+func (oc *objectCache) lookup(key [2]string, read func() (objectEntry, error)) (objectEntry, error) {
+	now := time.Now()
+	oc.mu.Lock()
+	e, ok := oc.entries[key]
+	oc.mu.Unlock()
+	if ok && now.Sub(e.fetched) < objectTTL {
+		return e, nil
+	}
+	e, err := read()
+	if err != nil {
+		return e, err
+	}
+	e.fetched = now
+	oc.mu.Lock()
+	if oc.entries == nil {
+		oc.entries = map[[2]string]objectEntry{}
+	}
+	oc.entries[key] = e
+	oc.mu.Unlock()
+	return e, nil
+}
+
+// applyRecords applies the records of the run's namespace and queue to a start:
+// the namespace's default queue (when neither the start nor the workflow names
+// one), the queue's priority (when the start gives none), and both payload limits
+// (ErrPayloadTooLarge). Without records a start is as before.
+func (c *Client) applyRecords(ctx context.Context, def *definition, o StartOptions, p *store.RunCreateParams) error {
+	nsE, err := c.objects.lookup([2]string{p.Namespace, ""}, func() (objectEntry, error) {
+		ns, err := c.store.NamespaceGet(ctx, &store.NamespaceGetParams{Name: p.Namespace})
+		if errors.Is(err, store.ErrNamespaceNotFound) {
+			return objectEntry{}, nil
+		}
+		return objectEntry{ns: ns}, err
+	})
+	if err != nil || nsE.ns == nil {
+		return err // no namespace record: no queue record either
+	}
+	if o.Queue == "" && def.opts.Queue == "" {
+		p.Queue = nsE.ns.DefaultQueue
+	}
+	if l := nsE.ns.PayloadLimit; l > 0 && len(p.Input) > l {
+		return fmt.Errorf("%w: input is %d bytes (namespace %q limit %d)", ErrPayloadTooLarge, len(p.Input), p.Namespace, l)
+	}
+	qE, err := c.objects.lookup([2]string{p.Namespace, p.Queue}, func() (objectEntry, error) {
+		q, err := c.store.QueueGet(ctx, &store.QueueGetParams{Namespace: p.Namespace, Name: p.Queue})
+		if errors.Is(err, store.ErrQueueNotFound) {
+			return objectEntry{}, nil
+		}
+		return objectEntry{q: q}, err
+	})
+	if err != nil || qE.q == nil {
+		return err
+	}
+	if l := qE.q.PayloadLimit; l > 0 && len(p.Input) > l {
+		return fmt.Errorf("%w: input is %d bytes (queue %q limit %d)", ErrPayloadTooLarge, len(p.Input), p.Queue, l)
+	}
+	if o.Priority == 0 {
+		p.Priority = qE.q.Priority
+	}
+	return nil
 }

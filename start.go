@@ -133,6 +133,9 @@ func (c *Client) start(ctx context.Context, def *definition, input []byte, o Sta
 		return c.remote.start(ctx, def, input, o)
 	}
 	p := c.createParams(def, input, o)
+	if err := c.applyRecords(ctx, def, o, p); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", def.name, err)
+	}
 	p.Idempotency = idempotency(ctx, createdRun)
 	reserved := c.reserveSlot(p)
 	res, err := c.store.RunCreate(ctx, p)
