@@ -8,6 +8,7 @@ import (
 
 	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/internal/results"
+	"github.com/trellis-dev/trellis/internal/retention"
 	"github.com/trellis-dev/trellis/internal/schedule"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
@@ -21,7 +22,12 @@ type Client struct {
 	ownsStore bool
 	reg       registry
 	remote    *remote // set when the client works through a server (Config.Server)
+	// wstore is the store of the worker role: the store, or the server's
+	// worker protocol for a remote worker (NewWorker with Config.Server).
+	wstore    worker.Store
+	wclose    func() error // closes wstore when it is not the store
 	worker    *worker.Worker
+	purger    *retention.Purger // deletes expired runs; with the worker
 	engine    *engine.Engine
 	results   *results.Watcher
 	scheduler *schedule.Scheduler
@@ -47,6 +53,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.store, c.ownsStore = s, true
 	}
+	c.wstore = c.store
 	if err := c.newResults(); err != nil {
 		c.closeStore()
 		return nil, err
@@ -91,6 +98,11 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 			c.scheduler = sch
 			sch.Start()
 		}
+		if cfg.Worker.RetentionInterval >= 0 {
+			c.purger = retention.New(retention.Config{Store: c.store, Interval: cfg.Worker.RetentionInterval,
+				Logger: cfg.Logger, Clock: cfg.Clock})
+			c.purger.Start()
+		}
 	}
 	return c, nil
 }
@@ -130,7 +142,7 @@ func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
 	if c.worker == nil {
 		return nil
 	}
-	if _, err := c.store.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: c.cfg.Namespace, Workflows: names}); err != nil {
+	if _, err := c.wstore.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: c.cfg.Namespace, Workflows: names}); err != nil {
 		return fmt.Errorf("resuming blocked runs: %w", err)
 	}
 	c.worker.Wake()
@@ -157,8 +169,14 @@ func (c *Client) Close() error {
 				c.closeErr = err
 			}
 		}
+		if c.purger != nil {
+			c.purger.Stop()
+		}
 		if c.remote != nil {
 			c.remote.close()
+		}
+		if c.wclose != nil {
+			c.wclose()
 		}
 		if c.results != nil {
 			c.results.Stop() // after the worker: runs finishing in its grace reach their callers

@@ -33,10 +33,12 @@ type Config struct {
 	// Backend, when set, is used instead of opening Store; Close does not close it.
 	Backend store.Store
 	// Server, when set, is the URL of a Trellis server (`trellis server`, e.g.
-	// "http://127.0.0.1:7070"): the client opens no store and starts no worker
-	// (Worker is ignored), and its methods call the server's HTTP API with the
-	// same records and errors (docs/http-api.md, "The Go client"). Store and
-	// Backend must then be empty.
+	// "http://127.0.0.1:7070"): the client opens no store, and its methods call
+	// the server's HTTP API with the same records and errors (docs/http-api.md,
+	// "The Go client"). Open starts no worker (Worker is ignored); NewWorker
+	// starts a remote worker that runs its workflows through the server's
+	// worker protocol (docs/worker-protocol.md). Store and Backend must then be
+	// empty.
 	Server string
 	// Token is the bearer token sent to Server (`trellis tokens create`).
 	Token string
@@ -109,6 +111,11 @@ type WorkerOptions struct {
 	// and Result re-reads a run, for changes made by other processes that no push
 	// reaches (SQLite across processes). Default 1s (worker.DefaultPollInterval).
 	PollInterval time.Duration
+	// RetentionInterval is how often the worker looks for finished runs past
+	// their namespace's retention period (default 30 days) and deletes them,
+	// in small batches in the background (docs/retention.md); default 1m.
+	// Negative: never (another process purges).
+	RetentionInterval time.Duration
 }
 
 // SchedulerOptions configure the scheduler that Open starts with the worker.

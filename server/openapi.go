@@ -93,6 +93,9 @@ func operation(rt route, schemas obj) obj {
 
 func responses(rt route, schemas obj) obj {
 	ok := obj{"description": http.StatusText(rt.status)}
+	if rt.stream {
+		ok["content"] = obj{"text/event-stream": obj{"schema": obj{"type": "string"}}}
+	}
 	if rt.response != nil {
 		ok["content"] = obj{"application/json": obj{"schema": ref(rt.response, schemas)}}
 	} else if rt.op == "openapi" {

@@ -36,9 +36,10 @@ type route struct {
 	role            auth.Role // the role the principal needs (every non-public route has one)
 	scope           scope
 	query           []param
-	request         any // a zero value of the request body type, or nil
-	status          int // the status of success
-	response        any // a zero value of the response type (nil: no body)
+	request         any  // a zero value of the request body type, or nil
+	status          int  // the status of success
+	response        any  // a zero value of the response type (nil: no body)
+	stream          bool // answers text/event-stream: not counted in MaxInFlight but in MaxStreams
 	handle          func(s *Server, w http.ResponseWriter, r *http.Request, c *call) error
 }
 
@@ -103,8 +104,9 @@ var (
 		{"status", "string", "comma-separated approval states"},
 		{"run", "string", "run ID"},
 	}, pageParams...)
-	childParams = []param{{"position", "integer", "the position of the child op in the parent's history (required)"}}
-	waitParams  = []param{{"wait", "string", `long poll: how long to wait for the run to end, e.g. "30s"`}}
+	childParams  = []param{{"position", "integer", "the position of the child op in the parent's history (required)"}}
+	waitParams   = []param{{"wait", "string", `long poll: how long to wait for the run to end, e.g. "30s"`}}
+	streamParams = []param{{"after", "string", `replay the events after this sequence, or "now": only new events (the Last-Event-ID header wins)`}}
 )
 
 const (
@@ -123,14 +125,20 @@ var routeTable = []route{
 		status: 200, handle: (*Server).openapi},
 	{method: "POST", pattern: nsRuns, op: "startRun", summary: "Start a run by workflow name; durable before the response",
 		role: auth.RoleProducer, scope: scopeBodyQueue, request: StartRequest{}, status: 201, response: trellis.Run{}, handle: (*Server).startRun},
+	{method: "POST", pattern: nsRuns + ":batch", op: "startRuns", summary: "Start up to 1,000 runs in one transaction, each with its own outcome",
+		role: auth.RoleProducer, scope: scopeBodyQueue, request: StartManyRequest{}, status: 200, response: trellis.StartManyResponse{}, handle: (*Server).startMany},
 	{method: "GET", pattern: nsRuns, op: "listRuns", summary: "List runs, newest first",
 		role: auth.RoleReader, scope: scopeListQueue, query: runListParams, status: 200, response: RunList{}, handle: (*Server).listRuns},
 	{method: "GET", pattern: nsRuns + "/{id}", op: "getRun", summary: "One run, by run ID or workflow ID",
 		role: auth.RoleReader, scope: scopeRun, status: 200, response: trellis.Run{}, handle: (*Server).getRun},
+	{method: "DELETE", pattern: nsRuns + "/{id}", op: "deleteRun", summary: "Delete a finished run and everything that belongs to it, now",
+		role: auth.RoleAdmin, scope: scopeRun, status: 204, handle: (*Server).deleteRun},
 	{method: "GET", pattern: nsRuns + "/{id}/history", op: "getHistory", summary: "A run's ops, attempts and decisions",
 		role: auth.RoleReader, scope: scopeRun, status: 200, response: History{}, handle: (*Server).getHistory},
 	{method: "GET", pattern: nsRuns + "/{id}/result", op: "getResult", summary: "The run; with wait, once it ends (200) or when the wait is over (202)",
 		role: auth.RoleReader, scope: scopeRun, query: waitParams, status: 200, response: trellis.Run{}, handle: (*Server).getResult},
+	{method: "GET", pattern: nsRuns + "/{id}/stream", op: "streamRun", summary: "The run's events as text/event-stream (SSE), from a cursor, live until its final event",
+		role: auth.RoleReader, scope: scopeRun, query: streamParams, status: 200, stream: true, handle: (*Server).streamRun},
 	{method: "POST", pattern: nsRuns + "/{id}/cancel", op: "cancelRun", summary: "Cancel a run",
 		role: auth.RoleProducer, scope: scopeRun, status: 200, response: trellis.Run{}, handle: (*Server).cancelRun},
 	{method: "POST", pattern: nsRuns + "/{id}/resume", op: "resumeRun", summary: "Make a blocked run pending again",
@@ -210,6 +218,10 @@ func (s *Server) routes() http.Handler {
 	for _, rt := range s.table {
 		mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
 	}
+	for _, rt := range uiRouteTable {
+		mux.Handle(rt.method+" "+rt.pattern, s.wrapUI(rt))
+	}
+	mux.Handle(s.workerHandler())
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, s.unrouted(mux, r))
 	}))

@@ -22,6 +22,7 @@ import (
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/internal/auth/storeauth"
+	"github.com/trellis-dev/trellis/internal/retention"
 	"github.com/trellis-dev/trellis/internal/schedule"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -54,6 +55,10 @@ type Config struct {
 	// MaxBodyBytes caps a request body; default DefaultMaxBodyBytes (a maximal
 	// payload and its envelope).
 	MaxBodyBytes int64
+	// MaxWorkerMessageBytes caps one message of the worker protocol (connect
+	// ReadMaxBytes), e.g. a batch of checkpoints; default
+	// DefaultMaxWorkerMessageBytes.
+	MaxWorkerMessageBytes int64
 	// MaxWait caps the wait of a long poll (result?wait=); default DefaultMaxWait.
 	MaxWait time.Duration
 	// MaxInFlight caps the API requests handled at once; one more is answered
@@ -70,6 +75,18 @@ type Config struct {
 	// idempotencyPurgeBatch until none is left; default
 	// DefaultIdempotencyPurgeInterval. Negative: never (another process purges).
 	IdempotencyPurgeInterval time.Duration
+	// MaxStreams caps the streams (GET .../stream) open at once; one more is
+	// answered 429 rate_limited. Streams do not count in MaxInFlight. Default
+	// 20000.
+	MaxStreams int
+	// StreamHeartbeat is how long a stream stays silent before the server
+	// writes a comment line, so that proxies keep it open; default 15s.
+	StreamHeartbeat time.Duration
+	// RetentionInterval is how often the server looks for finished runs past
+	// their namespace's retention period and deletes them, in small batches
+	// in the background (internal/retention, docs/retention.md); default
+	// retention.DefaultInterval. Negative: never (another process purges).
+	RetentionInterval time.Duration
 	// Logger receives request errors the server could not attribute to the client;
 	// default discards.
 	Logger *slog.Logger
@@ -77,6 +94,11 @@ type Config struct {
 	// among all servers and embedded workers on a store, one leads and fires
 	// the schedules.
 	Scheduler SchedulerConfig
+
+	// UIKey seals the web UI's session cookies and derives its CSRF tokens
+	// (UIKeySize bytes; docs/ui.md). Servers behind one load balancer share it.
+	// Default: a random key made at New, so sessions end when the process does.
+	UIKey []byte
 
 	// purged, when set, is told the outcome of each purge pass (for tests).
 	purged func(n int, err error)
@@ -110,6 +132,13 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 4096
+	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = 20000
+	}
+	def(&c.StreamHeartbeat, 15*time.Second)
+	if c.MaxWorkerMessageBytes <= 0 {
+		c.MaxWorkerMessageBytes = DefaultMaxWorkerMessageBytes
 	}
 	def(&c.MaxWait, DefaultMaxWait)
 	if c.IdempotencyPurgeInterval == 0 {
@@ -160,7 +189,11 @@ type Server struct {
 	ln      net.Listener
 	served  chan error
 
-	active   atomic.Int64  // requests being handled
+	active  atomic.Int64 // requests being handled
+	streams atomic.Int64 // streams open (Config.MaxStreams)
+	// streamWG counts the goroutines of streams that took over their
+	// connection (streamRun); Shutdown waits for them after ending them.
+	streamWG sync.WaitGroup
 	inFlight chan struct{} // a slot per API request in flight (Config.MaxInFlight)
 
 	shutdownOnce sync.Once
@@ -169,8 +202,11 @@ type Server struct {
 	draining     context.Context // cancelled by Shutdown: long polls answer at once
 	stopDraining context.CancelFunc
 
+	ui *uiKeys // the web UI's session and CSRF keys
+
 	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
 	scheduler *schedule.Scheduler
+	purger    *retention.Purger // deletes expired runs; nil when RetentionInterval < 0
 }
 
 // New opens the store (unless Config.Backend) and builds the server.
@@ -179,7 +215,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, store: cfg.Backend, clients: map[string]*trellis.Client{}}
+	ui, err := newUIKeys(cfg.UIKey)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, store: cfg.Backend, clients: map[string]*trellis.Client{}, ui: ui}
 	if s.store == nil {
 		st, err := trellis.OpenStore(ctx, cfg.Store, nil)
 		if err != nil {
@@ -199,6 +239,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		WriteTimeout: cfg.MaxWait + 30*time.Second, IdleTimeout: cfg.IdleTimeout,
 		MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
+	// gRPC workers speak HTTP/2, over cleartext (h2c) as well as TLS.
+	s.http.Protocols = new(http.Protocols)
+	s.http.Protocols.SetHTTP1(true)
+	s.http.Protocols.SetUnencryptedHTTP2(true)
 	if !cfg.Scheduler.Disabled {
 		owner := cfg.Scheduler.Owner
 		if owner == "" {
@@ -218,11 +262,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.purgeDone = make(chan struct{})
 		go s.purgeLoop(every)
 	}
+	if cfg.RetentionInterval >= 0 {
+		s.purger = retention.New(retention.Config{Store: s.store, Interval: cfg.RetentionInterval, Logger: cfg.Logger})
+		s.purger.Start()
+	}
 	return s, nil
 }
 
-// Handler is the server's one handler: the API, health checks and the OpenAPI
-// document.
+// Handler is the server's one handler: the API, health checks, the OpenAPI
+// document and the worker protocol.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Start listens on Config.Listen and serves in the background until Shutdown.
@@ -279,7 +327,11 @@ func (s *Server) shutdown(ctx context.Context) error {
 	if s.purgeDone != nil {
 		<-s.purgeDone // stopped by stopDraining; a pass in progress ends with its batch
 	}
+	if s.purger != nil {
+		s.purger.Stop() // a batch in flight is cancelled: it deletes nothing or all of its runs
+	}
 	err := s.http.Shutdown(ctx)
+	s.streamWG.Wait() // ended by stopDraining: each returns at once
 	s.mu.Lock()
 	served := s.served
 	clients := s.clients

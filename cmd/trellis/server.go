@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	neturl "net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/trellis-dev/trellis/server"
@@ -59,7 +61,11 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		url = server.DefaultStore
 	}
 	sched.Disabled = noScheduler
-	srv, err := server.New(ctx, server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched})
+	uiKey, err := uiKeyFromEnv()
+	if err != nil {
+		return usagef(fs, "server: %v", err)
+	}
+	srv, err := server.New(ctx, server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched, UIKey: uiKey})
 	if err != nil {
 		return err
 	}
@@ -80,6 +86,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		mode = "insecure: no authentication"
 	}
 	fmt.Fprintf(stdout, "trellis server listening on http://%s (store %s; %s)\n", srv.Addr(), redacted(url), mode)
+	fmt.Fprintf(stdout, "web UI at http://%s/\n", srv.Addr())
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "trellis server stopping")
 	sctx, cancel := context.WithTimeout(context.Background(), serverShutdownGrace)
@@ -97,4 +104,21 @@ func redacted(s string) string {
 		return "(malformed URL)"
 	}
 	return u.Redacted()
+}
+
+// envUIKey names the variable holding the web UI's key: 64 hex digits, the same
+// on every server behind one address (docs/ui.md).
+const envUIKey = "TRELLIS_UI_KEY"
+
+// uiKeyFromEnv reads the web UI's key; nil when unset (a key per process).
+func uiKeyFromEnv() ([]byte, error) {
+	v := strings.TrimSpace(os.Getenv(envUIKey))
+	if v == "" {
+		return nil, nil
+	}
+	k, err := hex.DecodeString(v)
+	if err != nil || len(k) != server.UIKeySize {
+		return nil, fmt.Errorf("%s must be %d hex digits (openssl rand -hex %d)", envUIKey, 2*server.UIKeySize, server.UIKeySize)
+	}
+	return k, nil
 }

@@ -64,7 +64,10 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Idempotency", idempotencyCases},
 		{"Tx", txCases},
 		{"Queues", queueCases},
+		{"Stream", streamCases},
 		{"Schedules", scheduleCases},
+		{"Batch", batchCases},
+		{"Retention", retentionCases},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {

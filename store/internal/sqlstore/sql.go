@@ -9,6 +9,7 @@ type SQL struct {
 	idem idemQueries
 	cq   cancelQueries
 	qq   queueQueries
+	sq   streamQueries
 	sch  scheduleQueries
 }
 
@@ -70,6 +71,7 @@ func New(d Dialect) *SQL {
 		runStatusLock: r(`SELECT status FROM runs WHERE sequence = $1` + d.Lock()),
 	}
 	s.cq = newCancelQueries(d)
+	s.sq = newStreamQueries(d)
 	s.tok = newTokenQueries(r)
 	s.qq = newQueueQueries(&s.d)
 	s.idem = newIdemQueries(r)
