@@ -73,6 +73,9 @@ func (c *Client) StartMany(ctx context.Context, reqs []StartRequest) ([]StartRes
 			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
 		}
 		p.Runs[i] = c.createParams(def, r.Input, r.Options)
+		if err := c.applyRecords(ctx, def, r.Options, p.Runs[i]); err != nil {
+			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
+		}
 	}
 	p.Idempotency = idempotency(ctx, startedMany)
 	res, err := c.store.RunsCreate(ctx, p)

@@ -31,6 +31,7 @@ type Client struct {
 	engine    *engine.Engine
 	results   *results.Watcher
 	scheduler *schedule.Scheduler
+	objects   objectCache // namespace and queue records, for the defaults of starts
 	closeOnce sync.Once
 	closeErr  error
 }

@@ -55,6 +55,16 @@ var (
 	ErrStepTotalTimeout = engine.ErrStepTotalTimeout
 	// ErrClosed: the client, or the store under it, was closed.
 	ErrClosed = store.ErrClosed
+	// ErrNamespaceNotFound: the namespace has no record (see docs/queues.md).
+	ErrNamespaceNotFound = store.ErrNamespaceNotFound
+	// ErrNamespaceExists: CreateNamespace of a namespace that has a record.
+	ErrNamespaceExists = store.ErrNamespaceExists
+	// ErrQueueNotFound: the queue has no record.
+	ErrQueueNotFound = store.ErrQueueNotFound
+	// ErrQueueExists: CreateQueue of a queue that has a record.
+	ErrQueueExists = store.ErrQueueExists
+	// ErrQueueState: pausing a paused queue, or resuming one that is not paused.
+	ErrQueueState = store.ErrQueueState
 
 	// Errors of a client on a server (Config.Server); see docs/http-api.md.
 

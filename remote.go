@@ -58,6 +58,11 @@ var problemCodes = []struct {
 	{"not_found", "Key not found", ErrKeyNotFound},
 	{"not_found", "Approval not found", ErrApprovalNotFound},
 	{"not_found", "Run not found", ErrRunNotFound},
+	{"not_found", "Namespace not found", ErrNamespaceNotFound},
+	{"not_found", "Queue not found", ErrQueueNotFound},
+	{"namespace_exists", "", ErrNamespaceExists},
+	{"queue_exists", "", ErrQueueExists},
+	{"queue_state", "", ErrQueueState},
 	{"not_found", "Schedule not found", ErrScheduleNotFound},
 	{"schedule_exists", "", ErrScheduleExists},
 	{"schedule_paused", "", ErrSchedulePaused},
@@ -139,6 +144,8 @@ type startBody struct {
 	AvailableAt *time.Time      `json:"available_at,omitempty"`
 	Deadline    *time.Time      `json:"deadline,omitempty"`
 	Reuse       ReusePolicy     `json:"reuse,omitempty"`
+	// ConcurrencyKey is StartOptions.ConcurrencyKey.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 func (r *remote) start(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
@@ -147,7 +154,7 @@ func (r *remote) start(ctx context.Context, def *definition, input []byte, o Sta
 	}
 	p := runParams("", def, "", input, o)
 	body := startBody{Workflow: def.name, ID: o.ID, Input: input, Queue: p.Queue, Priority: o.Priority,
-		AvailableAt: p.AvailableAt, Deadline: p.Deadline, Reuse: o.Reuse}
+		AvailableAt: p.AvailableAt, Deadline: p.Deadline, Reuse: o.Reuse, ConcurrencyKey: o.ConcurrencyKey}
 	var run Run
 	if _, err := r.do(ctx, httpc.Call{Method: http.MethodPost, Path: r.ns + "/runs", Body: body, Out: &run}); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", def.name, err)

@@ -28,6 +28,10 @@ type StartOptions struct {
 	StartAt time.Time
 	// Reuse decides what happens when a run with ID exists; default ReuseRejectActive.
 	Reuse ReusePolicy
+	// ConcurrencyKey (e.g. a customer ID) counts the run against its queue's key
+	// limit (QueueSettings.KeyLimit): at most that many runs with one key run at
+	// once; the others wait, in order. Empty: no key. See docs/queues.md.
+	ConcurrencyKey string
 }
 
 // Handle refers to a run started by Start or found by GetHandle.
@@ -129,6 +133,9 @@ func (c *Client) start(ctx context.Context, def *definition, input []byte, o Sta
 		return c.remote.start(ctx, def, input, o)
 	}
 	p := c.createParams(def, input, o)
+	if err := c.applyRecords(ctx, def, o, p); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", def.name, err)
+	}
 	p.Idempotency = idempotency(ctx, createdRun)
 	reserved := c.reserveSlot(p)
 	res, err := c.store.RunCreate(ctx, p)
@@ -159,6 +166,7 @@ func runParams(namespace string, def *definition, runID string, input []byte, o 
 	p := &store.RunCreateParams{
 		Namespace: namespace, ID: runID, WorkflowID: o.ID, Workflow: def.name,
 		Queue: o.Queue, Priority: o.Priority, Version: def.opts.Version, Input: input, Reuse: store.ReusePolicy(o.Reuse),
+		ConcurrencyKey: o.ConcurrencyKey,
 	}
 	if p.WorkflowID == "" {
 		p.WorkflowID = runID

@@ -22,6 +22,8 @@ type (
 		AvailableAt *time.Time          `json:"available_at,omitempty"`
 		Deadline    *time.Time          `json:"deadline,omitempty"`
 		Reuse       trellis.ReusePolicy `json:"reuse,omitempty"`
+		// ConcurrencyKey counts the run against its queue's key limit.
+		ConcurrencyKey string `json:"concurrency_key,omitempty"`
 	}
 	// ResetRequest names the step a reset starts again from ("" or absent: the beginning).
 	ResetRequest struct {
@@ -83,7 +85,8 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *call) error
 
 // options checks a start request and turns it into StartOptions.
 func (req *StartRequest) options() (trellis.StartOptions, error) {
-	o := trellis.StartOptions{ID: req.ID, Queue: req.Queue, Priority: req.Priority, Reuse: req.Reuse}
+	o := trellis.StartOptions{ID: req.ID, Queue: req.Queue, Priority: req.Priority, Reuse: req.Reuse,
+		ConcurrencyKey: req.ConcurrencyKey}
 	if err := checkRef("workflow", req.Workflow); err != nil {
 		return o, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // The OpenAPI 3.1 document is generated from routeTable (paths, operations,
@@ -122,7 +123,9 @@ var (
 	timeType    = reflect.TypeOf(time.Time{})
 	payloadType = reflect.TypeOf(trellis.Payload(nil))
 	rawType     = reflect.TypeOf(json.RawMessage(nil))
-	durType     = reflect.TypeOf(time.Duration(0))
+	// durationType reads and writes JSON as a string.
+	durationType = reflect.TypeOf(store.Duration(0))
+	durType      = reflect.TypeOf(time.Duration(0))
 )
 
 // schemaOf describes type t as JSON Schema, following its JSON tags.
@@ -132,6 +135,8 @@ func schemaOf(t reflect.Type, schemas obj) obj {
 		return obj{"type": "string", "format": "date-time"}
 	case t == payloadType || t == rawType:
 		return obj{"description": "any JSON value"}
+	case t == durationType:
+		return obj{"type": "string", "description": `a duration such as "720h" or "1m30s"`}
 	case t == durType:
 		return obj{"type": "string", "description": `a duration such as "90s" or "10m"`}
 	}
@@ -144,6 +149,8 @@ func schemaOf(t reflect.Type, schemas obj) obj {
 		return obj{"type": "boolean"}
 	case reflect.Int, reflect.Int64, reflect.Int32:
 		return obj{"type": "integer"}
+	case reflect.Float64:
+		return obj{"type": "number"}
 	case reflect.Slice:
 		return obj{"type": "array", "items": fieldSchema(t.Elem(), schemas)}
 	case reflect.Struct:
@@ -159,6 +166,17 @@ func structSchema(t reflect.Type, schemas obj) obj {
 		f := t.Field(i)
 		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			// An embedded struct's fields are the outer struct's in JSON.
+			inner := structSchema(f.Type, schemas)
+			for k, v := range inner["properties"].(obj) {
+				props[k] = v
+			}
+			if req, ok := inner["required"].([]string); ok {
+				required = append(required, req...)
+			}
 			continue
 		}
 		if name == "" {

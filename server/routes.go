@@ -111,6 +111,7 @@ var (
 
 const (
 	nsRuns      = "/v1/namespaces/{ns}/runs"
+	nsQueues    = "/v1/namespaces/{ns}/queues"
 	nsSchedules = "/v1/namespaces/{ns}/schedules"
 )
 
@@ -162,6 +163,26 @@ var routeTable = []route{
 		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: WorkflowList{}, handle: (*Server).listWorkflows},
 	{method: "GET", pattern: "/v1/namespaces/{ns}/workers", op: "listWorkers", summary: "The namespace's workers, live or not",
 		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: WorkerList{}, handle: (*Server).listWorkers},
+	{method: "POST", pattern: "/v1/namespaces", op: "createNamespace", summary: "Create a namespace's record (retention, default queue, payload limit)",
+		role: auth.RoleAdmin, scope: scopeGlobal, request: NamespaceRequest{}, status: 201, response: store.Namespace{}, handle: (*Server).createNamespace},
+	{method: "GET", pattern: "/v1/namespaces", op: "listNamespaces", summary: "The namespaces with a record, by name",
+		role: auth.RoleReader, scope: scopeGlobal, status: 200, response: NamespaceList{}, handle: (*Server).listNamespaces},
+	{method: "GET", pattern: "/v1/namespaces/{ns}", op: "getNamespace", summary: "A namespace's record",
+		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: store.Namespace{}, handle: (*Server).getNamespace},
+	{method: "PATCH", pattern: "/v1/namespaces/{ns}", op: "updateNamespace", summary: "Change the fields of a namespace's record the body holds",
+		role: auth.RoleAdmin, scope: scopeNamespace, request: NamespaceUpdateRequest{}, status: 200, response: store.Namespace{}, handle: (*Server).updateNamespace},
+	{method: "POST", pattern: nsQueues, op: "createQueue", summary: "Create a queue's record: paused or not, limits, defaults",
+		role: auth.RoleAdmin, scope: scopeNamespace, request: QueueRequest{}, status: 201, response: store.Queue{}, handle: (*Server).createQueue},
+	{method: "GET", pattern: nsQueues, op: "listQueues", summary: "The namespace's queues with a record, by name",
+		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: QueueList{}, handle: (*Server).listQueues},
+	{method: "GET", pattern: nsQueues + "/{queue}", op: "getQueue", summary: "A queue's record",
+		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: store.Queue{}, handle: (*Server).getQueue},
+	{method: "PATCH", pattern: nsQueues + "/{queue}", op: "updateQueue", summary: "Change the settings of a queue the body holds",
+		role: auth.RoleAdmin, scope: scopeNamespace, request: QueueUpdateRequest{}, status: 200, response: store.Queue{}, handle: (*Server).updateQueue},
+	{method: "POST", pattern: nsQueues + "/{queue}/pause", op: "pauseQueue", summary: "Pause a queue: its runs wait, the running ones finish (409 queue_state when paused)",
+		role: auth.RoleAdmin, scope: scopeNamespace, status: 200, response: store.Queue{}, handle: (*Server).pauseQueue},
+	{method: "POST", pattern: nsQueues + "/{queue}/resume", op: "resumeQueue", summary: "Resume a paused queue (409 queue_state when not paused)",
+		role: auth.RoleAdmin, scope: scopeNamespace, status: 200, response: store.Queue{}, handle: (*Server).resumeQueue},
 	// Schedules (docs/schedules.md): reading needs reader; trigger (one run now)
 	// producer; the rest manages standing configuration and needs admin. All on
 	// the namespace as a whole: a queue-restricted grant manages no schedule.
@@ -210,7 +231,7 @@ func (s *Server) routes() http.Handler {
 // unrouted tells a path no route has from a method the path does not take.
 func (s *Server) unrouted(mux *http.ServeMux, r *http.Request) error {
 	var allow []string
-	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 		r2 := r.Clone(r.Context())
 		r2.Method = m
 		if _, p := mux.Handler(r2); p != "/" && p != "" {

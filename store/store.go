@@ -148,6 +148,8 @@ type AdminStore interface {
 	TokenStore
 	// IdempotencyStore: idempotency keys of mutating calls (see idempotency.go).
 	IdempotencyStore
+	// QueueStore: namespaces and queues as objects (see queues.go).
+	QueueStore
 	// RunDeleter: deleting finished runs, one now or expired ones in batches
 	// (retention, see batch.go).
 	RunDeleter
@@ -346,11 +348,15 @@ type RunCreateParams struct {
 	Deadline    *time.Time  `json:"deadline,omitempty"`
 	AvailableAt *time.Time  `json:"available_at,omitempty"`
 	Reuse       ReusePolicy `json:"reuse,omitempty"`
+	// ConcurrencyKey, when set, counts the run against its queue's KeyLimit: at
+	// most that many runs with one key run at once (see QueueStore).
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 	// Claim, when set, creates the run already claimed by this worker (running,
 	// attempt 1, leased, a fresh token), in the same transaction: a worker with a
 	// free slot in the starting process takes the run without a claim round trip.
 	// It is ignored when ReuseReturnExisting returns an existing run, and with a
-	// future AvailableAt.
+	// future AvailableAt, and when the run's queue limits claims (QueueStore): such
+	// a run waits for an ordinary claim.
 	Claim *CreateClaim `json:"claim,omitempty"`
 	// History, when set, seeds the new run with recorded ops (each done, with its
 	// AttemptLog of failed attempts) and KV with its run store, in the same

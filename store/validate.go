@@ -17,6 +17,9 @@ func (p *RunCreateParams) Validate() error {
 			return fmt.Errorf("%w: %s is required", ErrInvalidParams, f.name)
 		}
 	}
+	if len(p.ConcurrencyKey) > MaxNameLen {
+		return fmt.Errorf("%w: ConcurrencyKey is longer than %d bytes", ErrInvalidParams, MaxNameLen)
+	}
 	if c := p.Claim; c != nil && (c.Worker == "" || c.LeaseDuration <= 0) {
 		return fmt.Errorf("%w: Claim needs a Worker and a positive LeaseDuration", ErrInvalidParams)
 	}

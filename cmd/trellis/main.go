@@ -34,6 +34,8 @@ Commands:
   workers   list the workers that serve a namespace (list)
   schedules run workflows on a cron expression (create, list, get, update, pause, resume, trigger, backfill, delete)
   tokens    create, list and revoke the server's bearer tokens (create, list, revoke)
+  namespaces  manage namespaces: retention, default queue, payload limit (create, list, get, update)
+  queues    manage queues: pause, concurrency, per-key and rate limits (create, list, get, update, pause, resume)
   migrate   create or upgrade a store's schema
   server    serve the HTTP API of a store (docs/http-api.md)
   bench     benchmark a store, or a server as its client (--server)
@@ -101,6 +103,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runSchedules(ctx, rest, stdout, stderr)
 	case "tokens":
 		return runTokens(ctx, rest, stdout, stderr)
+	case "namespaces":
+		return runNamespaces(ctx, rest, stdout, stderr)
+	case "queues":
+		return runQueues(ctx, rest, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, rest, stdout, stderr)
 	case "server":

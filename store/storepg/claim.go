@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 // claimFilter restricts a query to the claiming worker's workflows ($3) and queues
@@ -36,14 +37,30 @@ var (
 	// is above every token issued before and above the clock in microseconds ($8),
 	// so a token survives a lost claim. Each row carries its history and inbox as
 	// JSON. A claimed run waits for no event (see wait_events).
+	//
+	// It claims nothing when a queue of the namespace limits claims
+	// (store.QueueStore): claimLimited does, and sqlLimited tells RunsClaim so.
 	sqlClaim = `WITH picked AS (
 		SELECT sequence FROM runs
 		WHERE namespace = $1 AND status = 'pending' AND available_at <= $2 AND ` + claimFilter + `
+		AND NOT EXISTS (SELECT 1 FROM queues WHERE namespace = $1 AND ` + sqlstore.Restricted + `)
 		ORDER BY priority DESC, available_at ASC, sequence ASC
 		LIMIT $5 FOR UPDATE SKIP LOCKED
 	)
 	UPDATE runs r SET status = 'running', lease_owner = $6, lease_token = GREATEST(r.lease_token + 1, $8),
 		lease_expires_at = $7, attempts = r.attempts + 1, started_at = COALESCE(r.started_at, $2),
+		wait_reason = '', wait_events = NULL, updated_at = $2
+	FROM picked WHERE r.sequence = picked.sequence
+	RETURNING ` + runColsR + `, ` + historyJSON("r.sequence") + `, ` + inboxJSONCol
+	// sqlLimited finds whether a queue of namespace $1 limits claims.
+	sqlLimited = `SELECT EXISTS (SELECT 1 FROM queues WHERE namespace = $1 AND ` + sqlstore.Restricted + `)`
+	// sqlClaimSeqs leases the pending runs of sequences $1 (chosen by
+	// sqlstore.ClaimLimited), as sqlClaim leases the runs it picks.
+	sqlClaimSeqs = `WITH picked AS (
+		SELECT sequence FROM runs WHERE sequence = ANY($1::int8[]) AND status = 'pending' FOR UPDATE
+	)
+	UPDATE runs r SET status = 'running', lease_owner = $3, lease_token = GREATEST(r.lease_token + 1, $5),
+		lease_expires_at = $4, attempts = r.attempts + 1, started_at = COALESCE(r.started_at, $2),
 		wait_reason = '', wait_events = NULL, updated_at = $2
 	FROM picked WHERE r.sequence = picked.sequence
 	RETURNING ` + runColsR + `, ` + historyJSON("r.sequence") + `, ` + inboxJSONCol
@@ -70,9 +87,19 @@ func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store
 	}
 	expires := now.Add(p.LeaseDuration)
 	res := &store.RunsClaimResult{}
+	var limited bool
 	_, err := s.claimWrite(ctx,
 		stmt{sql: sqlWakeDue, args: []any{now, p.Namespace}},
 		stmt{sql: sqlExpireLeases, args: []any{now, p.Namespace}},
+		stmt{sql: sqlLimited, args: []any{p.Namespace}, rows: func(rows pgx.Rows) error {
+			limited = false
+			if rows.Next() {
+				if err := rows.Scan(&limited); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		}},
 		stmt{
 			sql: sqlClaim,
 			args: []any{p.Namespace, now, p.Workflows, queues, p.Max, p.Worker, expires,
@@ -102,7 +129,53 @@ func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store
 	if err != nil {
 		return nil, fmt.Errorf("claiming runs: %w", err)
 	}
+	if limited {
+		if res, err = s.claimLimited(ctx, p, queues); err != nil {
+			return nil, fmt.Errorf("claiming runs: %w", err)
+		}
+	}
 	return res, nil
+}
+
+// claimLimited claims for p in a namespace with a queue that limits claims: in one
+// transaction that locks the namespace's limited queues (so that limits hold across
+// claimers), sqlstore.ClaimLimited chooses the runs and sqlClaimSeqs leases them.
+// Claims of such a namespace take turns; others are not held up.
+func (s *Store) claimLimited(ctx context.Context, p *store.RunsClaimParams, queues []string) (*store.RunsClaimResult, error) {
+	var res *store.RunsClaimResult
+	err := s.inTx(ctx, func(tx *wtx) error {
+		res = &store.RunsClaimResult{}
+		lqs, err := shared.LimitedQueues(stx{tx}, p.Namespace)
+		if err != nil {
+			return fmt.Errorf("reading queue limits: %w", err)
+		}
+		seqs, limited, err := shared.ClaimLimited(stx{tx}, p, lqs, "")
+		if err != nil {
+			return err
+		}
+		if len(seqs) > 0 {
+			expires := tx.now.Add(p.LeaseDuration)
+			rows, err := tx.query(sqlClaimSeqs, seqs, tx.now, p.Worker, expires, tx.now.UnixMicro())
+			if err != nil {
+				return fmt.Errorf("leasing runs: %w", err)
+			}
+			res.Runs, err = scanClaimed(rows, expires)
+			rows.Close()
+			if err != nil {
+				return fmt.Errorf("leasing runs: %w", err)
+			}
+		}
+		var next *time.Time
+		if err := tx.queryRow(sqlNextDue, p.Namespace, tx.now, p.Workflows, queues).Scan(&next); err != nil {
+			return fmt.Errorf("computing next due time: %w", err)
+		}
+		res.NextDue = utcPtr(next)
+		if limited != nil && (res.NextDue == nil || limited.Before(*res.NextDue)) {
+			res.NextDue = limited
+		}
+		return nil
+	})
+	return res, err
 }
 
 // scanClaimed reads the claimed runs and sorts them in claim order (an UPDATE

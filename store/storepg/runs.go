@@ -4,16 +4,35 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 const runInsertCols = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
-	status, version, input, deadline, available_at, created_at, updated_at,
-	attempts, lease_owner, lease_token, lease_expires_at, started_at)`
+	status, attempts, lease_owner, lease_token, lease_expires_at, started_at,
+	version, input, deadline, available_at, created_at, updated_at, concurrency_key)`
+
+// createdClaim is the status and lease columns ($12..$17) of a new run: those a
+// create with a claim passes, unless the run's queue limits claims (see
+// store.QueueStore), which leaves the run pending for an ordinary claim.
+var createdClaim = func() string {
+	restricted := `($12::text = 'running' AND EXISTS (SELECT 1 FROM queues q WHERE q.namespace = $1
+		AND q.name = $5 AND ` + sqlstore.Restricted + `))`
+	cols := []struct{ param, pending string }{
+		{"$12::text", "'pending'"}, {"$13::int4", "0"}, {"$14::text", "''"},
+		{"$15::int8", "0"}, {"$16::timestamptz", "NULL"}, {"$17::timestamptz", "NULL"},
+	}
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		out[i] = "CASE WHEN " + restricted + " THEN " + c.pending + " ELSE " + c.param + " END"
+	}
+	return strings.Join(out, ", ")
+}()
 
 // RunCreate statements, one per reuse policy. Each returns (created, runCols...) for
 // the new run and, for ReuseReturnExisting, the latest existing one; no row means
@@ -21,14 +40,13 @@ const runInsertCols = `INSERT INTO runs (namespace, id, workflow_id, workflow, q
 // unique index on active workflow IDs, so a rejected start never aborts the batch.
 // $12..$17 are the status, attempts and lease of a run created already claimed (a
 // pending run without attempts or lease otherwise).
-const (
-	sqlRunCreate = runInsertCols + `
-	VALUES ($1, $2, $3, $4, $5, $6, $12, $7, $8, $9, $10, $11, $11, $13, $14, $15, $16, $17)
+var (
+	sqlRunCreate = runInsertSelect + `
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 	runInsertSelect = runInsertCols + `
-	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::int4, $12::text, $7::int4,
-	$8::bytea, $9::timestamptz, $10::timestamptz, $11::timestamptz, $11::timestamptz,
-	$13::int4, $14::text, $15::int8, $16::timestamptz, $17::timestamptz`
+	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::int4, c.*, $7::int4,
+	$8::bytea, $9::timestamptz, $10::timestamptz, $11::timestamptz, $11::timestamptz, $18::text
+	FROM (SELECT ` + createdClaim + `) c`
 	sqlRunCreateReject = runInsertSelect + `
 	WHERE NOT EXISTS (SELECT 1 FROM runs WHERE namespace = $1 AND workflow_id = $3)
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
@@ -112,7 +130,7 @@ func (s *Store) runCreateStmt(p *store.RunCreateParams) (stmt, **store.RunCreate
 	return stmt{
 		sql: query,
 		args: append([]any{p.Namespace, p.ID, p.WorkflowID, p.Workflow, p.Queue, p.Priority, p.Version,
-			p.Input, timePtrArg(p.Deadline), avail, now}, status...),
+			p.Input, timePtrArg(p.Deadline), avail, now}, append(status, p.ConcurrencyKey)...),
 		rows: func(rows pgx.Rows) (err error) {
 			*res, err = scanCreated(rows, claim)
 			return err
@@ -121,7 +139,7 @@ func (s *Store) runCreateStmt(p *store.RunCreateParams) (stmt, **store.RunCreate
 }
 
 // tableRef matches the references to Trellis' tables in its statements.
-var tableRef = regexp.MustCompile(`\b(INTO|FROM|UPDATE|JOIN) (runs|ops|attempts|kv)\b`)
+var tableRef = regexp.MustCompile(`\b(INTO|FROM|UPDATE|JOIN) (runs|ops|attempts|kv|queues)\b`)
 
 // schemaSQL qualifies the tables of a statement with the store's schema, for a
 // statement run on a connection that is not the store's (RunCreateTx).
@@ -172,7 +190,7 @@ func scanCreated(rows pgx.Rows, claim *newClaim) (*store.RunCreateResult, error)
 		return nil, err
 	}
 	res := &store.RunCreateResult{Run: run, Created: created}
-	if created && claim != nil {
+	if created && claim != nil && run.Status == store.StatusRunning {
 		res.Claimed = &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: *run.LeaseExpiresAt,
 			History: []*store.Op{}, Inbox: []*store.Event{}}
 	}

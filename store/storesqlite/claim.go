@@ -88,7 +88,19 @@ func runsClaim(tx *wtx, p *store.RunsClaimParams, wfs, queues string) (*store.Ru
 	if _, err := tx.exec(sqlExpireLeases, now, p.Namespace); err != nil {
 		return nil, fmt.Errorf("expiring leases: %w", err)
 	}
-	seqs, err := claimable(tx, p, now, queues)
+	lqs, err := shared.LimitedQueues(tx, p.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("reading queue limits: %w", err)
+	}
+	var (
+		seqs    []int64
+		limited *time.Time
+	)
+	if len(lqs) == 0 {
+		seqs, err = claimable(tx, p, now, queues)
+	} else {
+		seqs, limited, err = shared.ClaimLimited(tx, p, lqs, "INDEXED BY runs_pending")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("selecting runs: %w", err)
 	}
@@ -103,6 +115,9 @@ func runsClaim(tx *wtx, p *store.RunsClaimParams, wfs, queues string) (*store.Ru
 		return nil, fmt.Errorf("computing next due time: %w", err)
 	}
 	res.NextDue = fromNSPtr(next)
+	if limited != nil && (res.NextDue == nil || limited.Before(*res.NextDue)) {
+		res.NextDue = limited
+	}
 	return res, nil
 }
 

@@ -212,6 +212,15 @@ func assign(dest any, v driver.Value) error {
 			*d = int(x)
 			return nil
 		}
+	case *float64:
+		switch x := v.(type) {
+		case float64:
+			*d = x
+			return nil
+		case int64:
+			*d = float64(x)
+			return nil
+		}
 	case *bool:
 		switch x := v.(type) {
 		case int64:

@@ -8,13 +8,18 @@ import (
 	"slices"
 
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 // sqlRunInsert creates a run, pending or (with a claim) already running.
 const sqlRunInsert = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
 	status, version, input, deadline, available_at, attempts, lease_owner, lease_token,
-	lease_expires_at, created_at, started_at, updated_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	lease_expires_at, created_at, started_at, updated_at, concurrency_key)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// sqlQueueRestricted finds whether a queue limits claims (a run created in it is
+// never created claimed).
+const sqlQueueRestricted = `SELECT 1 FROM queues WHERE namespace = ? AND name = ? AND ` + sqlstore.Restricted
 
 const sqlLatestByWorkflowID = `SELECT ` + runCols + ` FROM runs
 	WHERE namespace = ? AND workflow_id = ? ORDER BY sequence DESC LIMIT 1`
@@ -69,8 +74,17 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 	if len(p.History) > 0 {
 		run.Attempts = 1 // a seeded run counts the run it came from (see store.RunCreateParams.History)
 	}
+	c := p.Claim
+	if c != nil {
+		switch err := tx.queryRow(sqlQueueRestricted, p.Namespace, p.Queue).Scan(new(int)); {
+		case err == nil:
+			c = nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, err
+		}
+	}
 	var claimed *store.ClaimedRun
-	if c := p.Claim; c != nil && !run.AvailableAt.After(now) {
+	if c != nil && !run.AvailableAt.After(now) {
 		// A fresh run's first token: the same clock floor claims use (see sqlClaim).
 		claimed = &store.ClaimedRun{Run: run, LeaseToken: tx.now.UnixMicro(), LeaseExpiresAt: now.Add(c.LeaseDuration),
 			History: []*store.Op{}, Inbox: []*store.Event{}}
@@ -80,7 +94,7 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 	res, err := tx.exec(sqlRunInsert, run.Namespace, run.ID, run.WorkflowID, run.Workflow,
 		run.Queue, run.Priority, string(run.Status), run.Version, blob(run.Input), nsPtr(run.Deadline),
 		run.AvailableAt.UnixNano(), run.Attempts, run.LeaseOwner, leaseToken(claimed),
-		nsPtr(run.LeaseExpiresAt), now.UnixNano(), nsPtr(run.StartedAt), now.UnixNano())
+		nsPtr(run.LeaseExpiresAt), now.UnixNano(), nsPtr(run.StartedAt), now.UnixNano(), p.ConcurrencyKey)
 	if isUniqueViolation(err) {
 		// Either the run ID is taken or an active run has this workflow ID (the
 		// partial unique index enforces the default policy).

@@ -63,6 +63,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Tokens", tokenCases},
 		{"Idempotency", idempotencyCases},
 		{"Tx", txCases},
+		{"Queues", queueCases},
 		{"Stream", streamCases},
 		{"Schedules", scheduleCases},
 		{"Batch", batchCases},

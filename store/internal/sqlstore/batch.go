@@ -11,7 +11,7 @@ import (
 // batchCols are the columns a batch insert writes; the rest take their defaults
 // (no attempts, no lease, no output).
 const batchCols = `namespace, id, workflow_id, workflow, queue, priority, status, version,
-	input, deadline, available_at, created_at, updated_at`
+	input, deadline, available_at, created_at, updated_at, concurrency_key`
 
 // RunsCreate creates the runs of p (validated) in tx: each item's reuse policy
 // is applied against the store and the batch's earlier items, then one
@@ -53,7 +53,7 @@ func (s *SQL) RunsCreate(tx Tx, p *store.RunsCreateParams) (*store.RunsCreateRes
 		insert = append(insert, i)
 	}
 	if len(insert) > 0 {
-		if err := s.insertBatch(tx, items, insert); err != nil {
+		if err := s.insertBatch(tx, p, items, insert); err != nil {
 			return nil, err
 		}
 		tx.Publish(store.TopicReady)
@@ -91,7 +91,7 @@ func (s *SQL) latestByWorkflowID(tx Tx, p *store.RunsCreateParams) (map[string]*
 // insertBatch inserts the runs of items at the indexes of insert with one
 // statement and fills in their sequences; an item whose row was skipped by a
 // conflict becomes ErrRunExists.
-func (s *SQL) insertBatch(tx Tx, items []store.RunsCreateItem, insert []int) error {
+func (s *SQL) insertBatch(tx Tx, p *store.RunsCreateParams, items []store.RunsCreateItem, insert []int) error {
 	var b strings.Builder
 	b.WriteString(`INSERT INTO runs (` + batchCols + `) VALUES `)
 	a := &args{d: &s.d, next: s.d.Next}
@@ -104,10 +104,11 @@ func (s *SQL) insertBatch(tx Tx, items []store.RunsCreateItem, insert []int) err
 		if r.Deadline != nil {
 			deadline = s.d.Time(*r.Deadline)
 		}
-		fmt.Fprintf(&b, "(%s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s, %s, %s, %s)",
+		fmt.Fprintf(&b, "(%s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s, %s, %s, %s, %s)",
 			a.add(r.Namespace), a.add(r.ID), a.add(r.WorkflowID), a.add(r.Workflow), a.add(r.Queue),
 			a.add(r.Priority), a.add(r.Version), a.add(Blob(r.Input)), a.add(deadline),
-			a.add(s.d.Time(r.AvailableAt)), a.add(s.d.Time(r.CreatedAt)), a.add(s.d.Time(r.UpdatedAt)))
+			a.add(s.d.Time(r.AvailableAt)), a.add(s.d.Time(r.CreatedAt)), a.add(s.d.Time(r.UpdatedAt)),
+			a.add(p.Runs[i].ConcurrencyKey))
 	}
 	b.WriteString(` ON CONFLICT DO NOTHING RETURNING id, sequence`)
 	seqs := make(map[string]int64, len(insert))

@@ -8,6 +8,7 @@ type SQL struct {
 	tok  tokenQueries
 	idem idemQueries
 	cq   cancelQueries
+	qq   queueQueries
 	sq   streamQueries
 	sch  scheduleQueries
 }
@@ -72,6 +73,7 @@ func New(d Dialect) *SQL {
 	s.cq = newCancelQueries(d)
 	s.sq = newStreamQueries(d)
 	s.tok = newTokenQueries(r)
+	s.qq = newQueueQueries(&s.d)
 	s.idem = newIdemQueries(r)
 	s.sch = newScheduleQueries(r)
 	return s
