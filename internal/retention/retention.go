@@ -19,12 +19,20 @@ import (
 // DefaultPeriod is a namespace's retention period unless it says otherwise.
 const DefaultPeriod = 30 * 24 * time.Hour
 
-// PeriodOf returns the retention period of a namespace. It is the one place
-// that decides it: until namespaces are records with a retention setting, every
-// namespace keeps its finished runs DefaultPeriod; once they are, this reads
-// the namespace's record.
-func PeriodOf(_ context.Context, _ store.Store, _ string) (time.Duration, error) {
-	return DefaultPeriod, nil
+// PeriodOf returns the retention period of a namespace: its record's
+// (trellis namespaces create|update --retention), else DefaultPeriod for a
+// namespace without a record. It is the one place that decides it.
+func PeriodOf(ctx context.Context, st store.Store, ns string) (time.Duration, error) {
+	n, err := st.NamespaceGet(ctx, &store.NamespaceGetParams{Name: ns})
+	switch {
+	case errors.Is(err, store.ErrNamespaceNotFound):
+		return DefaultPeriod, nil
+	case err != nil:
+		return 0, err
+	case n.Retention <= 0:
+		return DefaultPeriod, nil
+	}
+	return time.Duration(n.Retention), nil
 }
 
 // Defaults of Config.

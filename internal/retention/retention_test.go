@@ -110,3 +110,23 @@ func TestPurgerKeepsForEver(t *testing.T) {
 	p.Start()
 	p.Stop()
 }
+
+// A namespace's record sets its retention period; a namespace without one
+// keeps DefaultPeriod.
+func TestPeriodOfNamespaceRecord(t *testing.T) {
+	ctx := context.Background()
+	st, err := storesqlite.Open(ctx, storesqlite.Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.NamespaceCreate(ctx, &store.NamespaceCreateParams{Name: "short", Retention: store.Duration(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	for ns, want := range map[string]time.Duration{"short": time.Hour, "norecord": DefaultPeriod} {
+		got, err := PeriodOf(ctx, st, ns)
+		if err != nil || got != want {
+			t.Fatalf("PeriodOf(%s) = %v, %v; want %v", ns, got, err, want)
+		}
+	}
+}
