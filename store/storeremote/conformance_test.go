@@ -20,7 +20,10 @@ import (
 func serve(t *testing.T, backend store.Store, namespace string) *storeremote.Store {
 	t.Helper()
 	srv, err := server.New(context.Background(), server.Config{Backend: backend, Listen: "127.0.0.1:0", Insecure: true,
-		IdempotencyPurgeInterval: -1})
+		// No background work of its own on the shared store: its scheduler
+		// would take the lease the schedule cases acquire, its purger delete
+		// the runs the retention cases count.
+		IdempotencyPurgeInterval: -1, RetentionInterval: -1, Scheduler: server.SchedulerConfig{Disabled: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
