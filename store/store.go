@@ -239,6 +239,9 @@ type Run struct {
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	// ParentID is the run ID of the parent of a child run.
 	ParentID string `json:"parent_id,omitempty"`
+	// TraceParent is the W3C trace context of the call that started the run
+	// (RunCreateParams.TraceParent); empty when it carried none.
+	TraceParent string `json:"trace_parent,omitempty"`
 }
 
 // OpKind names the kind of an operation in history.
@@ -348,6 +351,10 @@ type RunCreateParams struct {
 	// Idempotency, when set, records an idempotency key with the run's creation,
 	// atomically (see IdempotencyStore). Not with RunCreateTx.
 	Idempotency *IdempotencyRecord `json:"-"`
+	// TraceParent, when set, is the W3C traceparent of the call that starts the
+	// run (at most 128 bytes), stored with it so that its executions join that
+	// trace (docs/observability.md).
+	TraceParent string `json:"trace_parent,omitempty"`
 }
 
 // CreateClaim asks RunCreate to lease the new run to Worker.

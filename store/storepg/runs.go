@@ -13,7 +13,7 @@ import (
 
 const runInsertCols = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
 	status, version, input, deadline, available_at, created_at, updated_at,
-	attempts, lease_owner, lease_token, lease_expires_at, started_at)`
+	attempts, lease_owner, lease_token, lease_expires_at, started_at, trace_parent)`
 
 // RunCreate statements, one per reuse policy. Each returns (created, runCols...) for
 // the new run and, for ReuseReturnExisting, the latest existing one; no row means
@@ -23,12 +23,12 @@ const runInsertCols = `INSERT INTO runs (namespace, id, workflow_id, workflow, q
 // pending run without attempts or lease otherwise).
 const (
 	sqlRunCreate = runInsertCols + `
-	VALUES ($1, $2, $3, $4, $5, $6, $12, $7, $8, $9, $10, $11, $11, $13, $14, $15, $16, $17)
+	VALUES ($1, $2, $3, $4, $5, $6, $12, $7, $8, $9, $10, $11, $11, $13, $14, $15, $16, $17, $18)
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 	runInsertSelect = runInsertCols + `
 	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::int4, $12::text, $7::int4,
 	$8::bytea, $9::timestamptz, $10::timestamptz, $11::timestamptz, $11::timestamptz,
-	$13::int4, $14::text, $15::int8, $16::timestamptz, $17::timestamptz`
+	$13::int4, $14::text, $15::int8, $16::timestamptz, $17::timestamptz, $18::text`
 	sqlRunCreateReject = runInsertSelect + `
 	WHERE NOT EXISTS (SELECT 1 FROM runs WHERE namespace = $1 AND workflow_id = $3)
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
@@ -112,7 +112,7 @@ func (s *Store) runCreateStmt(p *store.RunCreateParams) (stmt, **store.RunCreate
 	return stmt{
 		sql: query,
 		args: append([]any{p.Namespace, p.ID, p.WorkflowID, p.Workflow, p.Queue, p.Priority, p.Version,
-			p.Input, timePtrArg(p.Deadline), avail, now}, status...),
+			p.Input, timePtrArg(p.Deadline), avail, now}, append(status, p.TraceParent)...),
 		rows: func(rows pgx.Rows) (err error) {
 			*res, err = scanCreated(rows, claim)
 			return err
