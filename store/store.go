@@ -551,3 +551,27 @@ type KVGetParams struct {
 	Ref       string `json:"ref"`
 	Key       string `json:"key"`
 }
+
+// CommitObserver is implemented by stores that group write requests (checkpoints,
+// creates, ...) into batched commits: the SQLite and Postgres stores. After
+// ObserveCommits, f is called after every batch with the number of requests it
+// carried and the wall time from the batch's start to its commit (metrics).
+type CommitObserver interface {
+	ObserveCommits(f func(requests int, elapsed time.Duration))
+}
+
+// RunCounter is implemented by stores that count their unfinished runs cheaply
+// (from the partial indexes of each unfinished status): the SQL stores.
+type RunCounter interface {
+	// RunCounts counts the pending, running, waiting and blocked runs of every
+	// namespace by queue. Groups without runs are left out.
+	RunCounts(ctx context.Context) ([]RunCount, error)
+}
+
+// RunCount is the number of runs of a namespace, queue and status.
+type RunCount struct {
+	Namespace string
+	Queue     string
+	Status    Status
+	Count     int64
+}

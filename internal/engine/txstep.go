@@ -50,7 +50,7 @@ func (sc *stepCall) attemptTx() (op *store.Op, err, storeErr error) {
 	q.apply(p)
 	n := len(p.Ops)
 	res, txErr := sc.txc.CheckpointTx(ctx, p, func(ctx context.Context, tx any) error {
-		v, ferr := callSafely(ctx, func(ctx context.Context) (any, error) { return sc.txFn(ctx, tx) })
+		v, ferr := sc.call(ctx, func(ctx context.Context) (any, error) { return sc.txFn(ctx, tx) })
 		if ferr != nil {
 			err = ferr
 			return ferr

@@ -46,6 +46,9 @@ func (c *Control) RequestCancel() { c.once.Do(func() { close(c.cancelReq) }) }
 
 // Config configures a worker.
 type Config struct {
+	// OnClaim, when set, is told of every claim query: how long it took (wall
+	// time) and how many runs it claimed (metrics).
+	OnClaim   func(elapsed time.Duration, runs int)
 	Store     store.Store
 	Namespace string
 	Queues    []string
