@@ -142,6 +142,9 @@ func (c *Client) Close() error {
 		if c.remote != nil {
 			c.remote.close()
 		}
+		if m := c.cfg.Metrics; m != nil && c.store != nil {
+			m.detach(c)
+		}
 		if c.results != nil {
 			c.results.Stop() // after the worker: runs finishing in its grace reach their callers
 		}

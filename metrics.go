@@ -3,6 +3,7 @@ package trellis
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,7 +35,7 @@ type Metrics struct {
 	byWorkflow sync.Map // workflow -> *workflowMetrics
 
 	mu      sync.Mutex
-	sources []func(ch chan<- prometheus.Metric) // scrape-time gauges of the client
+	clients []*Client // attached: read at scrape time
 }
 
 type workflowMetrics struct {
@@ -48,8 +49,8 @@ type workflowMetrics struct {
 
 var (
 	descRuns    = prometheus.NewDesc("trellis_runs", "Unfinished runs in the store by namespace, queue and status (read at scrape time).", []string{"namespace", "queue", "status"}, nil)
-	descLeases  = prometheus.NewDesc("trellis_active_leases", "Runs this client's worker holds a lease on and executes.", nil, nil)
-	descWorkers = prometheus.NewDesc("trellis_workers_connected", "Live workers of the client's namespace (read at scrape time).", nil, nil)
+	descLeases  = prometheus.NewDesc("trellis_active_leases", "Runs the workers of this process hold a lease on and execute.", nil, nil)
+	descWorkers = prometheus.NewDesc("trellis_workers_connected", "Live workers by namespace (read at scrape time).", []string{"namespace"}, nil)
 )
 
 // NewMetrics returns a set of metrics in a new registry.
@@ -164,7 +165,14 @@ func (m *Metrics) attach(c *Client) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.sources = append(m.sources, func(ch chan<- prometheus.Metric) { c.collect(ch) })
+	m.clients = append(m.clients, c)
+}
+
+// detach stops reading a client that closes.
+func (m *Metrics) detach(c *Client) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.clients = slices.DeleteFunc(m.clients, func(x *Client) bool { return x == c })
 }
 
 // observeClaim is the worker's OnClaim.
@@ -181,39 +189,54 @@ func (s *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (s *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	s.mu.Lock()
-	sources := append([]func(chan<- prometheus.Metric){}, s.sources...)
+	clients := slices.Clone(s.clients)
 	s.mu.Unlock()
-	for _, f := range sources {
-		f(ch)
+	if len(clients) == 0 {
+		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	leases := 0
+	counted := map[store.Store]bool{} // each store's runs once
+	namespaces := map[string]bool{}   // each namespace's workers once
+	for _, c := range clients {
+		if c.worker != nil {
+			leases += c.worker.Active()
+		}
+		if rc, ok := c.store.(store.RunCounter); ok && !counted[c.store] {
+			counted[c.store] = true
+			counts, err := rc.RunCounts(ctx)
+			if err != nil {
+				c.cfg.Logger.Warn("metrics: counting runs", "err", err)
+			}
+			for _, n := range counts {
+				ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(n.Count), n.Namespace, n.Queue, string(n.Status))
+			}
+		}
+		if ns := c.cfg.Namespace; !namespaces[ns] {
+			namespaces[ns] = true
+			if live, err := c.liveWorkers(ctx); err == nil {
+				ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(live), ns)
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(leases))
 }
 
 // scrapeTimeout bounds the store queries of one scrape.
 const scrapeTimeout = 5 * time.Second
 
-// collect sends the client's scrape-time gauges.
-func (c *Client) collect(ch chan<- prometheus.Metric) {
-	if c.worker != nil {
-		ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(c.worker.Active()))
+// liveWorkers counts the live workers of the client's namespace.
+func (c *Client) liveWorkers(ctx context.Context) (int, error) {
+	ws, err := c.store.WorkerList(ctx, &store.WorkerListParams{Namespace: c.cfg.Namespace})
+	if err != nil {
+		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
-	defer cancel()
-	if rc, ok := c.store.(store.RunCounter); ok {
-		if counts, err := rc.RunCounts(ctx); err == nil {
-			for _, n := range counts {
-				ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(n.Count), n.Namespace, n.Queue, string(n.Status))
-			}
-		} else {
-			c.cfg.Logger.Warn("metrics: counting runs", "err", err)
+	live := 0
+	for _, w := range ws {
+		if w.Live {
+			live++
 		}
 	}
-	if ws, err := c.store.WorkerList(ctx, &store.WorkerListParams{Namespace: c.cfg.Namespace}); err == nil {
-		live := 0
-		for _, w := range ws {
-			if w.Live {
-				live++
-			}
-		}
-		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(live))
-	}
+	return live, nil
 }

@@ -165,7 +165,9 @@ func TestMetricsCountRuns(t *testing.T) {
 		h := must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), c, wf, i))
 		mustResult(t, h)
 	}
-	waitFor(t, func() bool { return strings.Contains(scrape(t, m), `trellis_runs_ended_total{status="succeeded",workflow="metered"} 3`) })
+	waitFor(t, func() bool {
+		return strings.Contains(scrape(t, m), `trellis_runs_ended_total{status="succeeded",workflow="metered"} 3`)
+	})
 	text := scrape(t, m)
 	for _, want := range []string{
 		`trellis_runs_started_total{workflow="metered"} 3`,
@@ -175,7 +177,7 @@ func TestMetricsCountRuns(t *testing.T) {
 		`trellis_step_attempts_total{outcome="error",workflow="metered"} 1`,
 		`trellis_step_attempt_duration_seconds_count{workflow="metered"} 7`,
 		`trellis_active_leases 0`,
-		`trellis_workers_connected 1`,
+		`trellis_workers_connected{namespace="default"} 1`,
 		`trellis_stream_subscribers 0`,
 	} {
 		if !strings.Contains(text, want+"\n") {
