@@ -25,6 +25,7 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
 	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")
+	fs.BoolVar(&ba.observe, "observe", false, "turn Prometheus metrics and OpenTelemetry tracing (every span sampled, then dropped) on, to measure their overhead")
 	fs.StringVar(&ba.cpuProfile, "cpuprofile", "", "write a CPU profile of the workloads to this `file`")
 	pos, err := parseArgs(fs, args)
 	switch {
@@ -106,7 +107,7 @@ func startCPUProfile(file string) (func(), error) {
 type benchArgs struct {
 	store, server, token, workloads, cpuProfile string
 	n, concurrency, clients                     int
-	asJSON                                      bool
+	asJSON, observe                             bool
 }
 
 // runBench runs the workloads named by ba.workloads on ba.store and prints a line each.
@@ -125,7 +126,7 @@ func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Wr
 	}
 	defer stop()
 	for _, w := range selected {
-		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency})
+		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency, Observe: ba.observe})
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"runtime"
 	"slices"
 	"strings"
@@ -44,6 +45,10 @@ type Result struct {
 type Options struct {
 	Store       string
 	Concurrency int
+	// Observe turns metrics and tracing on: a trellis.Metrics, and a tracer
+	// provider sampling every span into a batch processor whose exporter drops
+	// them (the cost of the spans, not of a collector).
+	Observe bool
 }
 
 // Workload runs one named workload with n runs (0: its default).
@@ -83,6 +88,11 @@ func Run(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
 	}
 	cfg := trellis.Config{Store: o.Store, Namespace: "bench"}
 	cfg.Worker.Concurrency = o.Concurrency
+	if o.Observe {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
+		cfg.Metrics, cfg.TracerProvider = trellis.NewMetrics(), tp
+	}
 	c, err := trellis.Open(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -102,8 +112,17 @@ func Run(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
 	}
 	res.Workload, res.N = w.Name, n
 	res.Settings = settings(o)
+	if o.Observe {
+		res.Settings["observe"] = "metrics+tracing"
+	}
 	return res, nil
 }
+
+// discardExporter drops the spans it is given.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
 
 func settings(o Options) map[string]any {
 	durability := "fsync"

@@ -110,7 +110,7 @@ func (rs *RunState) saveUnwind() store.Status {
 		info.Type = TypeNonDeterminism
 		p.Status, p.Error = store.StatusBlocked, info
 		rs.log().Error("run blocked: its code no longer matches its history; deploy a fix, then resume it",
-			"run", rs.run.ID, "workflow", rs.run.Workflow, "err", uerr)
+			"err", uerr)
 		if rs.e.cfg.OnBlock != nil {
 			rs.e.cfg.OnBlock(rs.run, uerr)
 		}
@@ -119,15 +119,15 @@ func (rs *RunState) saveUnwind() store.Status {
 			wakeAt = d
 		}
 		p.Status, p.WakeAt, p.WaitReason, p.WaitEvents = store.StatusWaiting, wakeAt, reason, slices.Compact(slices.Sorted(slices.Values(events)))
-		rs.log().Debug("run waiting", "run", rs.run.ID, "reason", reason)
+		rs.log().Debug("run waiting", "reason", reason)
 	case unwindHandBack:
 		p.Status = store.StatusPending
-		rs.log().Info("handing back run", "run", rs.run.ID, "cause", context.Cause(rs.ctx))
+		rs.log().Info("handing back run", "cause", context.Cause(rs.ctx))
 	default: // abandoned: the lease is lost or the store fails; write nothing
 		if uerr == nil {
 			uerr = context.Cause(rs.ctx)
 		}
-		rs.log().Warn("abandoning run: lease lost or store failing; another worker will take it over", "run", rs.run.ID, "err", uerr)
+		rs.log().Warn("abandoning run: lease lost or store failing; another worker will take it over", "err", uerr)
 		return ""
 	}
 	_, err := rs.checkpoint(p, true)
@@ -138,7 +138,7 @@ func (rs *RunState) saveUnwind() store.Status {
 		return ""
 	}
 	if err != nil {
-		rs.log().Warn("saving run state", "run", rs.run.ID, "status", p.Status, "err", err)
+		rs.log().Warn("saving run state", "status", p.Status, "err", err)
 		return ""
 	}
 	return p.Status
@@ -149,7 +149,7 @@ func (rs *RunState) saveUnwind() store.Status {
 // It reports whether that was saved.
 func (rs *RunState) handBack() bool {
 	if _, err := rs.checkpoint(&store.CheckpointParams{Status: store.StatusPending}, true); err != nil {
-		rs.log().Warn("handing back run", "run", rs.run.ID, "err", err)
+		rs.log().Warn("handing back run", "err", err)
 		return false
 	}
 	return true
@@ -192,7 +192,7 @@ func (rs *RunState) finish(out []byte, err error) *store.Run {
 		return nil
 	}
 	if err != nil {
-		rs.log().Warn("saving run outcome", "run", rs.run.ID, "status", p.Status, "err", err)
+		rs.log().Warn("saving run outcome", "status", p.Status, "err", err)
 		return nil
 	}
 	return finalRun(rs.run, p, res)
