@@ -17,7 +17,8 @@ import (
 const tracerName = "github.com/trellis-dev/trellis"
 
 // tracingInterceptor is the built-in tracing interceptor: a span for each run
-// attempt, a child span for each step attempt, a span for each client call.
+// attempt, a child span for each step attempt, a span for each client call
+// made inside a trace.
 // A run attempt's span is a child of the span that started the run: the worker
 // puts the run's stored trace context in the attempt's context first.
 func tracingInterceptor(tp trace.TracerProvider) Interceptor {
@@ -38,8 +39,7 @@ func tracingInterceptor(tp trace.TracerProvider) Interceptor {
 		Step: func(ctx context.Context, s *StepCall, next func(context.Context) error) error {
 			ctx, span := tr.Start(ctx, "step "+s.Step, trace.WithAttributes(
 				attribute.String("trellis.run_id", s.RunID), attribute.String("trellis.workflow", s.Workflow),
-				attribute.String("trellis.step", s.Step), attribute.Int("trellis.position", s.Position),
-				attribute.Int("trellis.attempt", s.Attempt)))
+				attribute.String("trellis.step", s.Step), attribute.Int("trellis.attempt", s.Attempt)))
 			err := next(ctx)
 			if err != nil {
 				span.SetStatus(codes.Error, err.Error())
@@ -48,6 +48,11 @@ func tracingInterceptor(tp trace.TracerProvider) Interceptor {
 			return err
 		},
 		Call: func(ctx context.Context, c *ClientCall, next func(context.Context) error) error {
+			if !trace.SpanContextFromContext(ctx).IsValid() {
+				// Only calls made inside a trace are traced: a run started
+				// outside one has root spans, not one more root per call.
+				return next(ctx)
+			}
 			ctx, span := tr.Start(ctx, "trellis."+c.Method, trace.WithSpanKind(trace.SpanKindProducer))
 			if c.Workflow != "" {
 				span.SetAttributes(attribute.String("trellis.workflow", c.Workflow))
