@@ -25,6 +25,7 @@ var createCases = []testCase{
 	{"ClaimIgnored", createClaimIgnored},
 	{"ClaimInvalid", createClaimInvalid},
 	{"TraceParent", createTraceParent},
+	{"RunCounts", createRunCounts},
 }
 
 func withClaim(worker string) runOpt {
@@ -294,5 +295,37 @@ func createTraceParent(t *testing.T, e *env) {
 	bad := e.params(func(p *store.RunCreateParams) { p.TraceParent = string(bytes.Repeat([]byte("a"), 129)) })
 	if _, err := e.st.RunCreate(e.ctx, bad); !errors.Is(err, store.ErrInvalidParams) {
 		t.Fatalf("RunCreate with a 129-byte TraceParent: %v, want ErrInvalidParams", err)
+	}
+}
+
+// createRunCounts counts unfinished runs by namespace, queue and status (stores
+// that implement store.RunCounter); finished runs are not counted.
+func createRunCounts(t *testing.T, e *env) {
+	rc, ok := e.st.(store.RunCounter)
+	if !ok {
+		t.Skip("the store does not count runs")
+	}
+	e.claimOne(e.create(withQueue("qc")).ID)
+	e.finish(e.claimOne(e.create(withQueue("qd")).ID))
+	for range 2 {
+		e.create(withQueue("qa"))
+	}
+	e.create(withQueue("qb"))
+	got, err := rc.RunCounts(e.ctx)
+	if err != nil {
+		t.Fatalf("RunCounts: %v", err)
+	}
+	want := map[store.RunCount]bool{
+		{Namespace: ns, Queue: "qa", Status: store.StatusPending, Count: 2}: true,
+		{Namespace: ns, Queue: "qb", Status: store.StatusPending, Count: 1}: true,
+		{Namespace: ns, Queue: "qc", Status: store.StatusRunning, Count: 1}: true,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("RunCounts = %+v, want %v", got, want)
+	}
+	for _, c := range got {
+		if !want[c] {
+			t.Fatalf("RunCounts = %+v, want %v", got, want)
+		}
 	}
 }
