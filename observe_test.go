@@ -372,7 +372,7 @@ func TestLogLinesCarryRunStepAndAttempt(t *testing.T) {
 	register(t, c, wf)
 	h := must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), c, wf, 7))
 	mustResult(t, h)
-	waitFor(t, func() bool { return strings.Contains(buf.String(), "run attempt ended") })
+	waitFor(t, func() bool { return strings.Contains(buf.String(), `"status":"succeeded"`) })
 	seen := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		var rec map[string]any
@@ -384,7 +384,8 @@ func TestLogLinesCarryRunStepAndAttempt(t *testing.T) {
 			"in the workflow":     {"run_id", "workflow", "run_attempt"},
 			"in the step":         {"run_id", "workflow", "step", "attempt"},
 			"step attempt failed": {"run_id", "workflow", "step", "attempt"},
-			"run attempt ended":   {"run_id", "workflow", "attempt", "status"},
+			// More than one when the retry's backoff suspends the run.
+			"run attempt ended": {"run_id", "workflow", "attempt", "status"},
 		}[msg]
 		if keys == nil {
 			continue
@@ -399,7 +400,7 @@ func TestLogLinesCarryRunStepAndAttempt(t *testing.T) {
 			}
 		}
 	}
-	if seen["in the workflow"] != 1 || seen["in the step"] != 2 || seen["step attempt failed"] != 1 || seen["run attempt ended"] != 1 {
+	if seen["in the workflow"] != 1 || seen["in the step"] != 2 || seen["step attempt failed"] != 1 || seen["run attempt ended"] < 1 {
 		t.Errorf("lines seen %v", seen)
 	}
 }
