@@ -34,6 +34,9 @@ type Metrics struct {
 	// looks up nothing but this map.
 	byWorkflow sync.Map // workflow -> *workflowMetrics
 
+	handlerOnce sync.Once
+	handler     http.Handler
+
 	mu      sync.Mutex
 	clients []*Client // attached: read at scrape time
 }
@@ -85,7 +88,8 @@ func NewMetrics() *Metrics {
 
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	m.handlerOnce.Do(func() { m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}) })
+	return m.handler
 }
 
 // Registry is the registry of the metrics, for adding one's own.
