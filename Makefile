@@ -1,5 +1,5 @@
 # Trellis developer tasks. `make help` lists them.
-.PHONY: help test test-short lint bench ci dev
+.PHONY: help test test-short lint bench ci dev proto
 
 STORE ?= sqlite://$(CURDIR)/bench.db
 
@@ -24,3 +24,6 @@ ci: ## what CI runs
 
 dev: ## run the demo on ./trellis.db
 	go run ./cmd/trellis dev
+
+proto: ## regenerate the worker protocol's Go code (internal/gen) from proto/ with buf (go tool)
+	go generate ./proto

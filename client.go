@@ -8,6 +8,8 @@ import (
 
 	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/internal/results"
+	"github.com/trellis-dev/trellis/internal/retention"
+	"github.com/trellis-dev/trellis/internal/schedule"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -21,9 +23,15 @@ type Client struct {
 	reg       registry
 	remote    *remote // set when the client works through a server (Config.Server)
 	chain     *chain  // interceptors, the built-in ones first
+	// wstore is the store of the worker role: the store, or the server's
+	// worker protocol for a remote worker (NewWorker with Config.Server).
+	wstore    worker.Store
+	wclose    func() error // closes wstore when it is not the store
 	worker    *worker.Worker
+	purger    *retention.Purger // deletes expired runs; with the worker
 	engine    *engine.Engine
 	results   *results.Watcher
+	scheduler *schedule.Scheduler
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -45,6 +53,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.store, c.ownsStore = s, true
 	}
+	c.wstore = c.store
 	if err := c.newResults(); err != nil {
 		c.closeStore()
 		return nil, err
@@ -78,6 +87,22 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.worker = w
 		w.Start()
+		if !cfg.Scheduler.Disabled {
+			sch, err := schedule.New(schedule.Config{Store: c.store, Owner: w.Name(), Clock: cfg.Clock,
+				LeaseDuration: cfg.Scheduler.LeaseDuration, Interval: cfg.Scheduler.Interval,
+				Version: c.version, Logger: cfg.Logger})
+			if err != nil {
+				c.Close()
+				return nil, fmt.Errorf("opening trellis: %w", err)
+			}
+			c.scheduler = sch
+			sch.Start()
+		}
+		if cfg.Worker.RetentionInterval >= 0 {
+			c.purger = retention.New(retention.Config{Store: c.store, Interval: cfg.Worker.RetentionInterval,
+				Logger: cfg.Logger, Clock: cfg.Clock})
+			c.purger.Start()
+		}
 	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.attach(c)
@@ -120,7 +145,7 @@ func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
 	if c.worker == nil {
 		return nil
 	}
-	if _, err := c.store.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: c.cfg.Namespace, Workflows: names}); err != nil {
+	if _, err := c.wstore.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: c.cfg.Namespace, Workflows: names}); err != nil {
 		return fmt.Errorf("resuming blocked runs: %w", err)
 	}
 	c.worker.Wake()
@@ -131,6 +156,14 @@ func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
 // then are handed back) and closes the store. Idempotent.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
+		if c.scheduler != nil {
+			// First, so that the lease passes to another process at once.
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Worker.LeaseDuration)
+			if err := c.scheduler.Stop(ctx); err != nil {
+				c.closeErr = fmt.Errorf("stopping scheduler: %w", err)
+			}
+			cancel()
+		}
 		if c.worker != nil {
 			// The grace, then a lease's time for the executors to hand runs back.
 			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Worker.ShutdownGrace+c.cfg.Worker.LeaseDuration)
@@ -139,11 +172,17 @@ func (c *Client) Close() error {
 				c.closeErr = err
 			}
 		}
+		if c.purger != nil {
+			c.purger.Stop()
+		}
 		if c.remote != nil {
 			c.remote.close()
 		}
 		if m := c.cfg.Metrics; m != nil && c.store != nil {
 			m.detach(c)
+		}
+		if c.wclose != nil {
+			c.wclose()
 		}
 		if c.results != nil {
 			c.results.Stop() // after the worker: runs finishing in its grace reach their callers

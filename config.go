@@ -34,10 +34,12 @@ type Config struct {
 	// Backend, when set, is used instead of opening Store; Close does not close it.
 	Backend store.Store
 	// Server, when set, is the URL of a Trellis server (`trellis server`, e.g.
-	// "http://127.0.0.1:7070"): the client opens no store and starts no worker
-	// (Worker is ignored), and its methods call the server's HTTP API with the
-	// same records and errors (docs/http-api.md, "The Go client"). Store and
-	// Backend must then be empty.
+	// "http://127.0.0.1:7070"): the client opens no store, and its methods call
+	// the server's HTTP API with the same records and errors (docs/http-api.md,
+	// "The Go client"). Open starts no worker (Worker is ignored); NewWorker
+	// starts a remote worker that runs its workflows through the server's
+	// worker protocol (docs/worker-protocol.md). Store and Backend must then be
+	// empty.
 	Server string
 	// Token is the bearer token sent to Server (`trellis tokens create`).
 	Token string
@@ -51,6 +53,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Worker configures the embedded worker.
 	Worker WorkerOptions
+	// Scheduler configures the embedded scheduler, which fires schedules
+	// (docs/schedules.md). It runs with the embedded worker (not when
+	// Worker.Disabled, nor on a Server); among all processes on a store, one
+	// scheduler at a time leads.
+	Scheduler SchedulerOptions
 	// Clock is the one clock of the client, its worker and its store: the time
 	// of every record, durable timers, in-place sleeps, retry backoffs, step
 	// timeouts, the claim loop and heartbeats. Default the wall clock. Tests may
@@ -116,6 +123,24 @@ type WorkerOptions struct {
 	// and Result re-reads a run, for changes made by other processes that no push
 	// reaches (SQLite across processes). Default 1s (worker.DefaultPollInterval).
 	PollInterval time.Duration
+	// RetentionInterval is how often the worker looks for finished runs past
+	// their namespace's retention period (default 30 days) and deletes them,
+	// in small batches in the background (docs/retention.md); default 1m.
+	// Negative: never (another process purges).
+	RetentionInterval time.Duration
+}
+
+// SchedulerOptions configure the scheduler that Open starts with the worker.
+type SchedulerOptions struct {
+	// Disabled: this process never fires schedules (others on the store do).
+	Disabled bool
+	// LeaseDuration is how long the scheduler lease lasts unrenewed, hence how
+	// soon another process takes over from a leader that died; default 10s.
+	LeaseDuration time.Duration
+	// Interval is how often the scheduler renews or asks for the lease and fires
+	// due ticks; default 1s (or LeaseDuration/2 if shorter), at most
+	// LeaseDuration/2.
+	Interval time.Duration
 }
 
 func (c Config) withDefaults() Config {

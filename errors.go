@@ -18,8 +18,9 @@ var (
 	ErrRunExists = store.ErrRunExists
 	// ErrRunFinished: the run already reached a final state.
 	ErrRunFinished = store.ErrRunFinished
-	// ErrRunActive: Reset was asked of a run that has not finished (cancel it first).
-	ErrRunActive = errors.New("run is still active")
+	// ErrRunActive: Reset or Delete was asked of a run that has not finished
+	// (cancel it first).
+	ErrRunActive = store.ErrRunActive
 	// ErrRunNotBlocked: Resume was asked of a run that is not blocked.
 	ErrRunNotBlocked = store.ErrRunNotBlocked
 	// ErrLeaseLost: a worker wrote with a stale lease token; the write was rejected.

@@ -139,6 +139,7 @@ func (c *Client) ExportHistory(ctx context.Context, ref string) (*RecordedHistor
 var opKinds = map[OpKind]bool{
 	OpStep: true, OpNow: true, OpUUID: true, OpRandom: true, OpPatch: true, OpSet: true,
 	OpDelete: true, OpTimer: true, OpEvent: true, OpApproval: true, OpChild: true, OpSelect: true,
+	OpEmit: true,
 }
 
 // ParseHistory decodes and checks a RecordedHistory (the output of `trellis runs

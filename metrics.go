@@ -207,9 +207,9 @@ func (s *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		if c.worker != nil {
 			leases += c.worker.Active()
 		}
-		if rc, ok := c.store.(store.RunCounter); ok && !counted[c.store] {
+		if rc, ok := c.store.(store.QueueCounter); ok && !counted[c.store] {
 			counted[c.store] = true
-			counts, err := rc.RunCounts(ctx)
+			counts, err := rc.QueueCounts(ctx)
 			if err != nil {
 				c.cfg.Logger.Warn("metrics: counting runs", "err", err)
 			}

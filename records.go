@@ -111,6 +111,7 @@ const (
 	OpApproval OpKind = "approval"
 	OpChild    OpKind = "child"
 	OpSelect   OpKind = "select"
+	OpEmit     OpKind = "emit"
 )
 
 // Op is one entry of a run's history.

@@ -3,6 +3,11 @@ package trellis
 import (
 	"context"
 	"errors"
+	"fmt"
+
+	"github.com/trellis-dev/trellis/internal/engine"
+	"github.com/trellis-dev/trellis/internal/worker"
+	"github.com/trellis-dev/trellis/store/storeremote"
 )
 
 // Worker runs registered workflows in a process of its own: the shape of a
@@ -24,9 +29,18 @@ type Worker struct {
 
 // NewWorker opens the store named by cfg (cfg.Worker configures the worker) and
 // starts claiming runs of the workflows registered with Register.
+//
+// With cfg.Server (and cfg.Token) instead of a store, the worker is remote: it
+// runs the same workflow code through the server's worker protocol
+// (docs/worker-protocol.md), holds no database credentials, has claims pushed
+// to it as runs become due, and reconnects with backoff when the server
+// restarts. Its Client calls the server's HTTP API.
 func NewWorker(ctx context.Context, cfg Config) (*Worker, error) {
 	if cfg.Worker.Disabled {
 		return nil, errors.New("trellis worker: Config.Worker.Disabled is set")
+	}
+	if cfg.Server != "" {
+		return newRemoteWorker(cfg)
 	}
 	c, err := Open(ctx, cfg)
 	if err != nil {
@@ -53,4 +67,49 @@ func (w *Worker) Client() *Client { return w.c }
 func (w *Worker) Run(ctx context.Context) error {
 	<-ctx.Done()
 	return w.c.Close()
+}
+
+// newRemoteWorker is NewWorker through a server: the client's calls go to the
+// HTTP API, the worker's to the worker protocol (store/storeremote).
+func newRemoteWorker(cfg Config) (*Worker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c, err := openRemote(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := storeremote.New(storeremote.Config{URL: cfg.Server, Token: cfg.Token, Namespace: cfg.Namespace})
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("trellis worker: %w", err)
+	}
+	c.wstore, c.wclose = rs, rs.Close
+	eng, err := engine.New(engine.Config{
+		Store: rs, Codec: cfg.Codec, Clock: cfg.Clock, Logger: cfg.Logger,
+		MaxPayloadBytes: cfg.MaxPayloadBytes, MaxInlineBackoff: cfg.Worker.MaxInlineBackoff,
+		CheckpointTimeout: cfg.Worker.LeaseDuration, Lookup: c.reg.lookup, ErrorType: errorType,
+		StepOverride: cfg.StepOverride, InterceptStep: c.chain.interceptStep(),
+	})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.engine = eng
+	w, err := worker.New(worker.Config{
+		Store: rs, Namespace: cfg.Namespace, Queues: cfg.Worker.Queues,
+		Workflows: c.reg.names, Name: cfg.Worker.Name,
+		Concurrency: cfg.Worker.Concurrency, ClaimBatch: cfg.Worker.ClaimBatch,
+		LeaseDuration: cfg.Worker.LeaseDuration, HeartbeatInterval: cfg.Worker.HeartbeatInterval,
+		ShutdownGrace: cfg.Worker.ShutdownGrace, PollInterval: cfg.Worker.PollInterval,
+		Logger: cfg.Logger, Clock: cfg.Clock, OnClaim: cfg.onClaim(),
+	}, &executor{eng: c.engine, chain: c.chain})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.worker = w
+	w.Start()
+	return &Worker{c: c}, nil
 }

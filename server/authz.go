@@ -22,6 +22,9 @@ type call struct {
 	run       *trellis.Run            // scopeRun: the run {id} names
 	approval  *trellis.ApprovalRecord // scopeApproval: approval {id}
 	keyed     *keyed                  // a POST with an Idempotency-Key (see handle)
+	// streamOwned: a stream's own goroutine took over the connection and its
+	// count in MaxStreams (streamRun).
+	streamOwned bool
 }
 
 // allowQueue checks the call's role on queue q of its namespace.
@@ -43,7 +46,20 @@ var insecurePrincipal = &auth.Principal{Name: "insecure",
 // wrap turns a route into a handler: authenticate, authorize, then handle.
 func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !rt.public {
+		c := &call{role: rt.role}
+		if rt.stream {
+			if n := s.streams.Add(1); n > int64(s.cfg.MaxStreams) {
+				s.streams.Add(-1)
+				w.Header().Set("Retry-After", "1")
+				s.writeError(w, r, fmt.Errorf("%w: %d streams open", ErrRateLimited, s.cfg.MaxStreams))
+				return
+			}
+			defer func() {
+				if !c.streamOwned { // else the stream's goroutine counts it (streamRun)
+					s.streams.Add(-1)
+				}
+			}()
+		} else if !rt.public {
 			select {
 			case s.inFlight <- struct{}{}:
 				defer func() { <-s.inFlight }()
@@ -55,7 +71,6 @@ func (s *Server) wrap(rt route) http.Handler {
 		}
 		s.active.Add(1) // after the slot: a request counted here holds one
 		defer s.active.Add(-1)
-		c := &call{role: rt.role}
 		if err := s.prepare(r, rt, c); err != nil {
 			s.writeError(w, r, err)
 			return

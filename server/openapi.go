@@ -92,6 +92,9 @@ func operation(rt route, schemas obj) obj {
 
 func responses(rt route, schemas obj) obj {
 	ok := obj{"description": http.StatusText(rt.status)}
+	if rt.stream {
+		ok["content"] = obj{"text/event-stream": obj{"schema": obj{"type": "string"}}}
+	}
 	if rt.response != nil {
 		ok["content"] = obj{"application/json": obj{"schema": ref(rt.response, schemas)}}
 	} else if rt.op == "openapi" {
@@ -119,6 +122,7 @@ var (
 	timeType    = reflect.TypeOf(time.Time{})
 	payloadType = reflect.TypeOf(trellis.Payload(nil))
 	rawType     = reflect.TypeOf(json.RawMessage(nil))
+	durType     = reflect.TypeOf(time.Duration(0))
 )
 
 // schemaOf describes type t as JSON Schema, following its JSON tags.
@@ -128,6 +132,8 @@ func schemaOf(t reflect.Type, schemas obj) obj {
 		return obj{"type": "string", "format": "date-time"}
 	case t == payloadType || t == rawType:
 		return obj{"description": "any JSON value"}
+	case t == durType:
+		return obj{"type": "string", "description": `a duration such as "90s" or "10m"`}
 	}
 	switch t.Kind() {
 	case reflect.Pointer:

@@ -36,9 +36,10 @@ type route struct {
 	role            auth.Role // the role the principal needs (every non-public route has one)
 	scope           scope
 	query           []param
-	request         any // a zero value of the request body type, or nil
-	status          int // the status of success
-	response        any // a zero value of the response type (nil: no body)
+	request         any  // a zero value of the request body type, or nil
+	status          int  // the status of success
+	response        any  // a zero value of the response type (nil: no body)
+	stream          bool // answers text/event-stream: not counted in MaxInFlight but in MaxStreams
 	handle          func(s *Server, w http.ResponseWriter, r *http.Request, c *call) error
 }
 
@@ -62,6 +63,10 @@ type (
 	Value struct {
 		Key   string          `json:"key"`
 		Value trellis.Payload `json:"value"`
+	}
+	// ScheduleList lists a namespace's schedules.
+	ScheduleList struct {
+		Schedules []*trellis.Schedule `json:"schedules"`
 	}
 	// ChildList lists the child runs one op of a run started, in item order.
 	ChildList struct {
@@ -99,11 +104,15 @@ var (
 		{"status", "string", "comma-separated approval states"},
 		{"run", "string", "run ID"},
 	}, pageParams...)
-	childParams = []param{{"position", "integer", "the position of the child op in the parent's history (required)"}}
-	waitParams  = []param{{"wait", "string", `long poll: how long to wait for the run to end, e.g. "30s"`}}
+	childParams  = []param{{"position", "integer", "the position of the child op in the parent's history (required)"}}
+	waitParams   = []param{{"wait", "string", `long poll: how long to wait for the run to end, e.g. "30s"`}}
+	streamParams = []param{{"after", "string", `replay the events after this sequence, or "now": only new events (the Last-Event-ID header wins)`}}
 )
 
-const nsRuns = "/v1/namespaces/{ns}/runs"
+const (
+	nsRuns      = "/v1/namespaces/{ns}/runs"
+	nsSchedules = "/v1/namespaces/{ns}/schedules"
+)
 
 // routeTable is every route of the server.
 var routeTable = []route{
@@ -117,14 +126,20 @@ var routeTable = []route{
 		status: 200, handle: (*Server).openapi},
 	{method: "POST", pattern: nsRuns, op: "startRun", summary: "Start a run by workflow name; durable before the response",
 		role: auth.RoleProducer, scope: scopeBodyQueue, request: StartRequest{}, status: 201, response: trellis.Run{}, handle: (*Server).startRun},
+	{method: "POST", pattern: nsRuns + ":batch", op: "startRuns", summary: "Start up to 1,000 runs in one transaction, each with its own outcome",
+		role: auth.RoleProducer, scope: scopeBodyQueue, request: StartManyRequest{}, status: 200, response: trellis.StartManyResponse{}, handle: (*Server).startMany},
 	{method: "GET", pattern: nsRuns, op: "listRuns", summary: "List runs, newest first",
 		role: auth.RoleReader, scope: scopeListQueue, query: runListParams, status: 200, response: RunList{}, handle: (*Server).listRuns},
 	{method: "GET", pattern: nsRuns + "/{id}", op: "getRun", summary: "One run, by run ID or workflow ID",
 		role: auth.RoleReader, scope: scopeRun, status: 200, response: trellis.Run{}, handle: (*Server).getRun},
+	{method: "DELETE", pattern: nsRuns + "/{id}", op: "deleteRun", summary: "Delete a finished run and everything that belongs to it, now",
+		role: auth.RoleAdmin, scope: scopeRun, status: 204, handle: (*Server).deleteRun},
 	{method: "GET", pattern: nsRuns + "/{id}/history", op: "getHistory", summary: "A run's ops, attempts and decisions",
 		role: auth.RoleReader, scope: scopeRun, status: 200, response: History{}, handle: (*Server).getHistory},
 	{method: "GET", pattern: nsRuns + "/{id}/result", op: "getResult", summary: "The run; with wait, once it ends (200) or when the wait is over (202)",
 		role: auth.RoleReader, scope: scopeRun, query: waitParams, status: 200, response: trellis.Run{}, handle: (*Server).getResult},
+	{method: "GET", pattern: nsRuns + "/{id}/stream", op: "streamRun", summary: "The run's events as text/event-stream (SSE), from a cursor, live until its final event",
+		role: auth.RoleReader, scope: scopeRun, query: streamParams, status: 200, stream: true, handle: (*Server).streamRun},
 	{method: "POST", pattern: nsRuns + "/{id}/cancel", op: "cancelRun", summary: "Cancel a run",
 		role: auth.RoleProducer, scope: scopeRun, status: 200, response: trellis.Run{}, handle: (*Server).cancelRun},
 	{method: "POST", pattern: nsRuns + "/{id}/resume", op: "resumeRun", summary: "Make a blocked run pending again",
@@ -149,6 +164,27 @@ var routeTable = []route{
 		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: WorkflowList{}, handle: (*Server).listWorkflows},
 	{method: "GET", pattern: "/v1/namespaces/{ns}/workers", op: "listWorkers", summary: "The namespace's workers, live or not",
 		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: WorkerList{}, handle: (*Server).listWorkers},
+	// Schedules (docs/schedules.md): reading needs reader; trigger (one run now)
+	// producer; the rest manages standing configuration and needs admin. All on
+	// the namespace as a whole: a queue-restricted grant manages no schedule.
+	{method: "GET", pattern: nsSchedules, op: "listSchedules", summary: "List the namespace's schedules by name",
+		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: ScheduleList{}, handle: (*Server).listSchedules},
+	{method: "POST", pattern: nsSchedules, op: "createSchedule", summary: "Create a schedule: a workflow started on a cron expression in a time zone",
+		role: auth.RoleAdmin, scope: scopeNamespace, request: CreateScheduleRequest{}, status: 201, response: trellis.Schedule{}, handle: (*Server).createSchedule},
+	{method: "GET", pattern: nsSchedules + "/{name}", op: "getSchedule", summary: "One schedule",
+		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: trellis.Schedule{}, handle: (*Server).getSchedule},
+	{method: "PUT", pattern: nsSchedules + "/{name}", op: "updateSchedule", summary: "Replace a schedule's spec; it fires from now on",
+		role: auth.RoleAdmin, scope: scopeNamespace, request: trellis.ScheduleSpec{}, status: 200, response: trellis.Schedule{}, handle: (*Server).updateSchedule},
+	{method: "DELETE", pattern: nsSchedules + "/{name}", op: "deleteSchedule", summary: "Delete a schedule (its runs stay)",
+		role: auth.RoleAdmin, scope: scopeNamespace, status: 204, handle: (*Server).deleteSchedule},
+	{method: "POST", pattern: nsSchedules + "/{name}/pause", op: "pauseSchedule", summary: "Pause a schedule",
+		role: auth.RoleAdmin, scope: scopeNamespace, status: 200, response: trellis.Schedule{}, handle: (*Server).pauseSchedule},
+	{method: "POST", pattern: nsSchedules + "/{name}/resume", op: "resumeSchedule", summary: "Resume a paused schedule (missed ticks are not caught up)",
+		role: auth.RoleAdmin, scope: scopeNamespace, status: 200, response: trellis.Schedule{}, handle: (*Server).resumeSchedule},
+	{method: "POST", pattern: nsSchedules + "/{name}/trigger", op: "triggerSchedule", summary: "Start one run of a schedule now",
+		role: auth.RoleProducer, scope: scopeNamespace, status: 201, response: trellis.Run{}, handle: (*Server).triggerSchedule},
+	{method: "POST", pattern: nsSchedules + "/{name}/backfill", op: "backfillSchedule", summary: "Start the runs of a schedule's ticks in [start, end)",
+		role: auth.RoleAdmin, scope: scopeNamespace, request: BackfillRequest{}, status: 200, response: trellis.BackfillResult{}, handle: (*Server).backfillSchedule},
 	{method: "POST", pattern: "/v1/tokens", op: "createToken", summary: "Create a token; the answer holds its secret, shown this once",
 		role: auth.RoleAdmin, scope: scopeGlobal, request: TokenRequest{}, status: 201, response: CreatedToken{}, handle: (*Server).createToken},
 	{method: "GET", pattern: "/v1/tokens", op: "listTokens", summary: "List every token, live and revoked, by name (never a secret)",
@@ -163,6 +199,10 @@ func (s *Server) routes() http.Handler {
 	for _, rt := range s.table {
 		mux.Handle(rt.method+" "+rt.pattern, s.api.route(rt.op, s.cfg.TracerProvider).observe(s.wrap(rt)))
 	}
+	for _, rt := range uiRouteTable {
+		mux.Handle(rt.method+" "+rt.pattern, s.wrapUI(rt))
+	}
+	mux.Handle(s.workerHandler())
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, s.unrouted(mux, r))
 	}))
@@ -172,7 +212,7 @@ func (s *Server) routes() http.Handler {
 // unrouted tells a path no route has from a method the path does not take.
 func (s *Server) unrouted(mux *http.ServeMux, r *http.Request) error {
 	var allow []string
-	for _, m := range []string{"GET", "POST"} {
+	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
 		r2 := r.Clone(r.Context())
 		r2.Method = m
 		if _, p := mux.Handler(r2); p != "/" && p != "" {

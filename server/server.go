@@ -7,12 +7,15 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +23,8 @@ import (
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/internal/auth/storeauth"
+	"github.com/trellis-dev/trellis/internal/retention"
+	"github.com/trellis-dev/trellis/internal/schedule"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -51,6 +56,10 @@ type Config struct {
 	// MaxBodyBytes caps a request body; default DefaultMaxBodyBytes (a maximal
 	// payload and its envelope).
 	MaxBodyBytes int64
+	// MaxWorkerMessageBytes caps one message of the worker protocol (connect
+	// ReadMaxBytes), e.g. a batch of checkpoints; default
+	// DefaultMaxWorkerMessageBytes.
+	MaxWorkerMessageBytes int64
 	// MaxWait caps the wait of a long poll (result?wait=); default DefaultMaxWait.
 	MaxWait time.Duration
 	// MaxInFlight caps the API requests handled at once; one more is answered
@@ -67,9 +76,30 @@ type Config struct {
 	// idempotencyPurgeBatch until none is left; default
 	// DefaultIdempotencyPurgeInterval. Negative: never (another process purges).
 	IdempotencyPurgeInterval time.Duration
+	// MaxStreams caps the streams (GET .../stream) open at once; one more is
+	// answered 429 rate_limited. Streams do not count in MaxInFlight. Default
+	// 20000.
+	MaxStreams int
+	// StreamHeartbeat is how long a stream stays silent before the server
+	// writes a comment line, so that proxies keep it open; default 15s.
+	StreamHeartbeat time.Duration
+	// RetentionInterval is how often the server looks for finished runs past
+	// their namespace's retention period and deletes them, in small batches
+	// in the background (internal/retention, docs/retention.md); default
+	// retention.DefaultInterval. Negative: never (another process purges).
+	RetentionInterval time.Duration
 	// Logger receives request errors the server could not attribute to the client;
 	// default discards.
 	Logger *slog.Logger
+	// Scheduler configures the scheduler that Start runs (docs/schedules.md):
+	// among all servers and embedded workers on a store, one leads and fires
+	// the schedules.
+	Scheduler SchedulerConfig
+
+	// UIKey seals the web UI's session cookies and derives its CSRF tokens
+	// (UIKeySize bytes; docs/ui.md). Servers behind one load balancer share it.
+	// Default: a random key made at New, so sessions end when the process does.
+	UIKey []byte
 
 	// Metrics collects the metrics of the API, of the server's clients and of
 	// its store, served at GET /metrics to principals with role reader on every
@@ -84,6 +114,17 @@ type Config struct {
 
 	// purged, when set, is told the outcome of each purge pass (for tests).
 	purged func(n int, err error)
+}
+
+// SchedulerConfig configures the server's scheduler.
+type SchedulerConfig struct {
+	// Disabled: this server never fires schedules (others on the store do).
+	Disabled bool
+	// Owner names this server in the scheduler lease; default host-pid-random.
+	Owner string
+	// LeaseDuration and Interval: see trellis.SchedulerOptions (defaults 10s, 1s).
+	LeaseDuration time.Duration
+	Interval      time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -103,6 +144,13 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 4096
+	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = 20000
+	}
+	def(&c.StreamHeartbeat, 15*time.Second)
+	if c.MaxWorkerMessageBytes <= 0 {
+		c.MaxWorkerMessageBytes = DefaultMaxWorkerMessageBytes
 	}
 	def(&c.MaxWait, DefaultMaxWait)
 	if c.IdempotencyPurgeInterval == 0 {
@@ -156,7 +204,11 @@ type Server struct {
 	ln      net.Listener
 	served  chan error
 
-	active   atomic.Int64  // requests being handled
+	active  atomic.Int64 // requests being handled
+	streams atomic.Int64 // streams open (Config.MaxStreams)
+	// streamWG counts the goroutines of streams that took over their
+	// connection (streamRun); Shutdown waits for them after ending them.
+	streamWG sync.WaitGroup
 	inFlight chan struct{} // a slot per API request in flight (Config.MaxInFlight)
 
 	shutdownOnce sync.Once
@@ -166,8 +218,11 @@ type Server struct {
 	stopDraining context.CancelFunc
 
 	api *apiMetrics
+	ui  *uiKeys // the web UI's session and CSRF keys
 
 	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
+	scheduler *schedule.Scheduler
+	purger    *retention.Purger // deletes expired runs; nil when RetentionInterval < 0
 }
 
 // New opens the store (unless Config.Backend) and builds the server.
@@ -176,7 +231,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, store: cfg.Backend, clients: map[string]*trellis.Client{}}
+	ui, err := newUIKeys(cfg.UIKey)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, store: cfg.Backend, clients: map[string]*trellis.Client{}, ui: ui}
 	if s.store == nil {
 		st, err := trellis.OpenStore(ctx, cfg.Store, nil)
 		if err != nil {
@@ -204,15 +263,38 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		WriteTimeout: cfg.MaxWait + 30*time.Second, IdleTimeout: cfg.IdleTimeout,
 		MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
+	// gRPC workers speak HTTP/2, over cleartext (h2c) as well as TLS.
+	s.http.Protocols = new(http.Protocols)
+	s.http.Protocols.SetHTTP1(true)
+	s.http.Protocols.SetUnencryptedHTTP2(true)
+	if !cfg.Scheduler.Disabled {
+		owner := cfg.Scheduler.Owner
+		if owner == "" {
+			owner = schedulerOwner()
+		}
+		sch, err := schedule.New(schedule.Config{Store: s.store, Owner: owner,
+			LeaseDuration: cfg.Scheduler.LeaseDuration, Interval: cfg.Scheduler.Interval, Logger: cfg.Logger})
+		if err != nil {
+			if s.ownsStore {
+				s.store.Close()
+			}
+			return nil, fmt.Errorf("starting server: %w", err)
+		}
+		s.scheduler = sch
+	}
 	if every := cfg.IdempotencyPurgeInterval; every > 0 {
 		s.purgeDone = make(chan struct{})
 		go s.purgeLoop(every)
 	}
+	if cfg.RetentionInterval >= 0 {
+		s.purger = retention.New(retention.Config{Store: s.store, Interval: cfg.RetentionInterval, Logger: cfg.Logger})
+		s.purger.Start()
+	}
 	return s, nil
 }
 
-// Handler is the server's one handler: the API, health checks and the OpenAPI
-// document.
+// Handler is the server's one handler: the API, health checks, the OpenAPI
+// document and the worker protocol.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Start listens on Config.Listen and serves in the background until Shutdown.
@@ -225,7 +307,18 @@ func (s *Server) Start() error {
 	s.ln, s.served = ln, make(chan error, 1)
 	s.mu.Unlock()
 	go func() { s.served <- s.http.Serve(ln) }()
+	if s.scheduler != nil {
+		s.scheduler.Start()
+	}
 	return nil
+}
+
+// schedulerOwner names this process in the scheduler lease.
+func schedulerOwner() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("server-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // Addr is the address Start listens on (useful with port 0).
@@ -249,11 +342,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) shutdown(ctx context.Context) error {
+	var schedErr error
+	if s.scheduler != nil {
+		// First: the lease passes to another server at once.
+		schedErr = s.scheduler.Stop(ctx)
+	}
 	s.stopDraining()
 	if s.purgeDone != nil {
 		<-s.purgeDone // stopped by stopDraining; a pass in progress ends with its batch
 	}
+	if s.purger != nil {
+		s.purger.Stop() // a batch in flight is cancelled: it deletes nothing or all of its runs
+	}
 	err := s.http.Shutdown(ctx)
+	s.streamWG.Wait() // ended by stopDraining: each returns at once
 	s.mu.Lock()
 	served := s.served
 	clients := s.clients
@@ -271,6 +373,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 		if cerr := s.store.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
+	}
+	if err == nil && schedErr != nil {
+		err = fmt.Errorf("stopping scheduler: %w", schedErr)
 	}
 	return err
 }

@@ -12,6 +12,9 @@ var (
 	ErrRunExists = errors.New("a run with this workflow ID already exists")
 	// ErrRunFinished: the run already reached a final state.
 	ErrRunFinished = errors.New("run already finished")
+	// ErrRunActive: the call needs a finished run (Reset, RunDelete) and the run
+	// has not finished; cancel it first.
+	ErrRunActive = errors.New("run is still active")
 	// ErrRunNotBlocked: Resume was asked of a run that is not blocked.
 	ErrRunNotBlocked = errors.New("run is not blocked")
 	// ErrLeaseLost: the lease token is stale; the write was rejected.

@@ -8,8 +8,11 @@
 // deciding approvals) and AdminStore (the store's lifecycle). Store embeds them all.
 // A method that two roles need (HistoryList, RunChildren, Subscribe) is in both.
 //
-// Every implementation — storesqlite, storepg, and the remote-worker client to come —
-// implements Store and passes the shared conformance suite in package storetest. The
+// The drivers storesqlite and storepg implement Store and pass the shared
+// conformance suite in package storetest; the remote worker client
+// (storeremote, over a server's worker protocol) implements the worker role
+// and WorkerRegistry and passes the suite's cases through
+// storetest.WithWorker. The
 // contract never exposes a transaction: a driver may batch many calls into one
 // transaction (group commit), but each call succeeds or fails on its own. The SQL
 // drivers add optional transactional capabilities (see tx.go).
@@ -30,6 +33,7 @@ type Store interface {
 	EventStore
 	ApprovalStore
 	AdminStore
+	ScheduleStore
 }
 
 // WorkerStore is what a worker needs to execute runs: claim them, hold and hand
@@ -99,6 +103,12 @@ type RunStore interface {
 	RunChildren(ctx context.Context, p *RunChildrenParams) ([]*Run, error)
 	// KVGet reads one value of a run's store. ErrKeyNotFound when absent.
 	KVGet(ctx context.Context, p *KVGetParams) ([]byte, error)
+	// StreamRead reads the events of a run's stream after a sequence, in order
+	// (see stream.go); StreamTopic signals new ones. ErrRunNotFound for an
+	// unknown run.
+	StreamRead(ctx context.Context, p *StreamReadParams) (*StreamReadResult, error)
+	// BatchCreator: RunsCreate, many runs in one transaction (see batch.go).
+	BatchCreator
 	Subscriber
 }
 
@@ -138,6 +148,9 @@ type AdminStore interface {
 	TokenStore
 	// IdempotencyStore: idempotency keys of mutating calls (see idempotency.go).
 	IdempotencyStore
+	// RunDeleter: deleting finished runs, one now or expired ones in batches
+	// (retention, see batch.go).
+	RunDeleter
 }
 
 // Subscriber delivers wake-ups: signals after committed changes.
@@ -145,7 +158,7 @@ type Subscriber interface {
 	// Subscribe returns a channel that receives a (coalesced) signal after each
 	// committed change on topic, and a function that ends the subscription; the
 	// subscription also ends when ctx ends. Topics are TopicReady and
-	// RunTopic(namespace, runID). It fails with ctx's error when ctx has ended,
+	// RunTopic(namespace, runID) and StreamTopic(namespace, runID). It fails with ctx's error when ctx has ended,
 	// with ErrClosed on a closed store, and, for a store that subscribes over a
 	// network, when it cannot.
 	Subscribe(ctx context.Context, topic string) (<-chan struct{}, func(), error)
@@ -268,6 +281,9 @@ const (
 	OpChild OpKind = "child"
 	// OpSelect records which case of a select won (Result is its index).
 	OpSelect OpKind = "select"
+	// OpEmit records an event published to the run's stream (trellis.Emit), so
+	// that a replay does not publish it again.
+	OpEmit OpKind = "emit"
 )
 
 // Op is one entry of a run's history.
@@ -527,6 +543,8 @@ type CheckpointParams struct {
 	// ExpireApprovals lists IDs of this run's approval requests that timed out;
 	// pending ones become expired.
 	ExpireApprovals []string `json:"expire_approvals,omitempty"`
+	// Stream are events to append to the run's stream, in order (stream.go).
+	Stream []StreamWrite `json:"stream,omitempty"`
 }
 
 // CheckpointResult is the result of Checkpoint.
@@ -560,16 +578,17 @@ type CommitObserver interface {
 	ObserveCommits(f func(requests int, elapsed time.Duration))
 }
 
-// RunCounter is implemented by stores that count their unfinished runs cheaply
-// (from the partial indexes of each unfinished status): the SQL stores.
-type RunCounter interface {
-	// RunCounts counts the pending, running, waiting and blocked runs of every
-	// namespace by queue. Groups without runs are left out.
-	RunCounts(ctx context.Context) ([]RunCount, error)
+// QueueCounter is implemented by stores that count their unfinished runs by
+// queue cheaply (from the partial indexes of each unfinished status): the SQL
+// stores. Metrics read it at scrape time.
+type QueueCounter interface {
+	// QueueCounts counts the pending, running, waiting and blocked runs of
+	// every namespace by queue. Groups without runs are left out.
+	QueueCounts(ctx context.Context) ([]QueueCount, error)
 }
 
-// RunCount is the number of runs of a namespace, queue and status.
-type RunCount struct {
+// QueueCount is the number of runs of a namespace, queue and status.
+type QueueCount struct {
 	Namespace string
 	Queue     string
 	Status    Status

@@ -97,6 +97,11 @@ func (p *CheckpointParams) Validate() error {
 			seen[seq] = true
 		}
 	}
+	for _, w := range p.Stream {
+		if w.Name == "" {
+			return fmt.Errorf("%w: Stream: an event has no Name", ErrInvalidParams)
+		}
+	}
 	if err := validateChildren(p.Children); err != nil {
 		return err
 	}

@@ -21,11 +21,13 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.StringVar(&ba.server, "server", "", "benchmark a Trellis server at `URL` instead of a store: the bench is its client (default $"+envServer+")")
 	fs.StringVar(&ba.token, "token", "", "the bearer `token` for --server: producer and reader on namespace "+bench.RemoteNamespace+" (default $"+envToken+")")
 	fs.IntVar(&ba.clients, "clients", 0, "with --server: concurrent keep-alive clients (0: the workload's default)")
-	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w6, w7 (default w1,w2,w3);\nwith --server: api-start, w3 (default api-start)")
+	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7, r1, ui1 or s1, s2, s3 (default w1,w2,w3);\nwith --server: api-start, w3 (default api-start)")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
 	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")
 	fs.BoolVar(&ba.observe, "observe", false, "turn Prometheus metrics and OpenTelemetry tracing (every span sampled, then dropped) on, to measure their overhead")
+	fs.IntVar(&ba.subscribers, "subscribers", 0, "SSE subscribers of s2 and s3 (0: their default)")
+	fs.IntVar(&ba.claimBatch, "claim-batch", 0, "runs claimed per query (0: the workload's default, else the worker's)")
 	fs.StringVar(&ba.cpuProfile, "cpuprofile", "", "write a CPU profile of the workloads to this `file`")
 	pos, err := parseArgs(fs, args)
 	switch {
@@ -105,9 +107,9 @@ func startCPUProfile(file string) (func(), error) {
 
 // benchArgs are the parsed arguments of bench.
 type benchArgs struct {
-	store, server, token, workloads, cpuProfile string
-	n, concurrency, clients                     int
-	asJSON, observe                             bool
+	store, server, token, workloads, cpuProfile      string
+	n, concurrency, clients, subscribers, claimBatch int
+	asJSON, observe                                  bool
 }
 
 // runBench runs the workloads named by ba.workloads on ba.store and prints a line each.
@@ -126,7 +128,7 @@ func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Wr
 	}
 	defer stop()
 	for _, w := range selected {
-		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency, Observe: ba.observe})
+		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency, Subscribers: ba.subscribers, ClaimBatch: ba.claimBatch, Observe: ba.observe})
 		if err != nil {
 			return err
 		}
@@ -149,6 +151,15 @@ func printBenchResult(stdout io.Writer, res *bench.Result, asJSON bool) {
 	}
 	if res.DBQueriesPerRun != nil {
 		fmt.Fprintf(stdout, " db-queries/run=%.2f", *res.DBQueriesPerRun)
+	}
+	if res.Subscribers > 0 {
+		fmt.Fprintf(stdout, " subscribers=%d", res.Subscribers)
+	}
+	if res.EventsPerS != nil {
+		fmt.Fprintf(stdout, " events/s=%.0f", *res.EventsPerS)
+	}
+	if res.RSSPerSubscriberKB != nil {
+		fmt.Fprintf(stdout, " rss/subscriber=%.1fKB", *res.RSSPerSubscriberKB)
 	}
 	fmt.Fprintf(stdout, " %v\n", res.Settings)
 }

@@ -1,19 +1,18 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
-	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/bench"
 	"github.com/trellis-dev/trellis/store"
 )
 
 // bench --server is a client of a real server: api-start's runs are in the
-// server's store, each acknowledged; w3 needs a remote worker.
+// server's store, each acknowledged; w3 runs its workflow in a remote worker.
 func TestBenchThroughServer(t *testing.T) {
+	defaultRemoteWorker := bench.StartRemoteWorker
 	url := storeURL(t)
 	trellisCmd(t, "migrate", "--store", url).ok(t)
 	base, token, stop := startServer(t, url)
@@ -37,22 +36,14 @@ func TestBenchThroughServer(t *testing.T) {
 		t.Fatalf("%d runs in the store, want 300 (%v)", len(page.Runs), err)
 	}
 
-	// w3 over HTTP needs a remote worker; until the SDK has them the hook is
-	// unset and the workload says so.
+	// w3 over HTTP needs a remote worker: without one the workload says so; by
+	// default the bench runs one of the SDK, through the server's worker protocol.
+	bench.StartRemoteWorker = nil
 	res = trellisCmd(t, "bench", "--server", base, "--token", token, "--workload", "w3", "-n", "3")
+	bench.StartRemoteWorker = defaultRemoteWorker
 	if res.code != 1 || !strings.Contains(res.stderr, "needs a remote worker") {
 		t.Fatalf("w3 without a remote worker: exit %d, stderr %q", res.code, res.stderr)
 	}
-	// With the hook set, w3 drives runs through the API: here a worker on the
-	// server's store serves the bench workflows in its place.
-	bench.StartRemoteWorker = func(ctx context.Context, _, _ string, wfs []trellis.Registrable) (func() error, error) {
-		c, err := trellis.Open(ctx, trellis.Config{Store: url, Namespace: bench.RemoteNamespace})
-		if err != nil {
-			return nil, err
-		}
-		return c.Close, c.Register(ctx, wfs...)
-	}
-	defer func() { bench.StartRemoteWorker = nil }()
 	res = trellisCmd(t, "bench", "--server", base, "--token", token, "--workload", "w3", "-n", "3", "--json").ok(t)
 	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil || r.Workload != "w3" || r.N != 3 || r.P50Ms <= 0 {
 		t.Fatalf("w3 printed %q (%v)", res.stdout, err)

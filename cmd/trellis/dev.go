@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/server"
 	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
@@ -25,10 +26,11 @@ const (
 // SQLite store with an embedded worker, prints each change of a run's status, and
 // ends with where the data is and what to try next.
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dev", "dev [--store URL]",
+	fs := newFlagSet("dev", "dev [--store URL] [--ui ADDR|off]",
 		"Run example workflows on a local store with an embedded worker, and watch their runs\nstart, step, wait on a retry, succeed and fail.", stderr)
-	var raw string
+	var raw, uiAddr string
 	fs.StringVar(&raw, "store", "", "store `URL` (default sqlite://<absolute path of ./trellis.db>)")
+	fs.StringVar(&uiAddr, "ui", devUIAddr, "serve the web UI on this loopback `address` (without authentication) until interrupted; \"off\": run the demo and exit")
 	pos, err := parseArgs(fs, args)
 	switch {
 	case err != nil:
@@ -46,8 +48,51 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	var srv *server.Server
+	if uiAddr != "off" {
+		if srv, err = devUI(ctx, storeURL, uiAddr, stdout); err != nil {
+			return errors.Join(err, c.Close())
+		}
+	}
 	err = dev(ctx, c, storeURL, dbPath, stdout)
+	if srv != nil {
+		if err == nil {
+			fmt.Fprintf(stdout, "\nThe web UI stays up at http://%s/ ; press Ctrl-C to stop.\n", srv.Addr())
+			<-ctx.Done()
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), serverShutdownGrace)
+		defer cancel()
+		err = errors.Join(err, srv.Shutdown(sctx))
+	}
 	return errors.Join(err, c.Close())
+}
+
+// devUIAddr is where trellis dev serves the web UI by default.
+const devUIAddr = "127.0.0.1:7070"
+
+// devUI serves the web UI (and the API) on the dev store without
+// authentication, on a loopback address only; when the default port is taken,
+// on another one.
+func devUI(ctx context.Context, storeURL, addr string, stdout io.Writer) (*server.Server, error) {
+	start := func(addr string) (*server.Server, error) {
+		srv, err := server.New(ctx, server.Config{Store: storeURL, Listen: addr, Insecure: true})
+		if err != nil {
+			return nil, err
+		}
+		if err := srv.Start(); err != nil {
+			return nil, errors.Join(err, srv.Shutdown(context.Background()))
+		}
+		return srv, nil
+	}
+	srv, err := start(addr)
+	if err != nil && addr == devUIAddr {
+		srv, err = start("127.0.0.1:0")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dev: serving the web UI: %w", err)
+	}
+	fmt.Fprintf(stdout, "trellis dev: web UI at http://%s/ (no sign-in: loopback only)\n", srv.Addr())
+	return srv, nil
 }
 
 func dev(ctx context.Context, c *trellis.Client, storeURL, dbPath string, w io.Writer) error {

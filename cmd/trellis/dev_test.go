@@ -15,7 +15,7 @@ func TestDev(t *testing.T) {
 	url := storeURL(t)
 	for i := range 2 {
 		var out, errOut bytes.Buffer
-		if err := runDev(ctxT(t), []string{"--store", url}, &out, &errOut); err != nil {
+		if err := runDev(ctxT(t), []string{"--store", url, "--ui", "off"}, &out, &errOut); err != nil {
 			t.Fatalf("dev #%d: %v\n%s%s", i+1, err, out.String(), errOut.String())
 		}
 		dbPath := strings.TrimPrefix(url, "sqlite://")

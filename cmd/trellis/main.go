@@ -32,6 +32,7 @@ Commands:
   runs      start, list, inspect, cancel and resume runs, send events (start, list, get, history, cancel, resume, send-event)
   approvals list and decide approval requests (list, approve, reject)
   workers   list the workers that serve a namespace (list)
+  schedules run workflows on a cron expression (create, list, get, update, pause, resume, trigger, backfill, delete)
   tokens    create, list and revoke the server's bearer tokens (create, list, revoke)
   migrate   create or upgrade a store's schema
   server    serve the HTTP API of a store (docs/http-api.md)
@@ -96,6 +97,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runApprovals(ctx, rest, stdout, stderr)
 	case "workers":
 		return runWorkers(ctx, rest, stdout, stderr)
+	case "schedules":
+		return runSchedules(ctx, rest, stdout, stderr)
 	case "tokens":
 		return runTokens(ctx, rest, stdout, stderr)
 	case "migrate":

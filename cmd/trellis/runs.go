@@ -22,10 +22,12 @@ Subcommands:
   list      list runs, newest first
   get       show every field of one run
   history   show a run's ops, results and failed attempts
+  watch     print a run's stream live until it ends ([--after N|now] [--json])
   cancel    cancel a run
   resume    make a blocked run pending again, to replay with the code now deployed
   send-event send an event to a run (--name NAME [--payload JSON])
   reset     start a finished run again from one of its steps (--to STEP)
+  delete    delete a finished run and everything that belongs to it, now
 
 <id> is a run ID, or a workflow ID (meaning its latest run).
 
@@ -58,6 +60,8 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runsGet(ctx, rest, stdout, stderr)
 	case "history":
 		return runsHistory(ctx, rest, stdout, stderr)
+	case "watch":
+		return runsWatch(ctx, rest, stdout, stderr)
 	case "cancel":
 		return runsCancel(ctx, rest, stdout, stderr)
 	case "resume":
@@ -66,6 +70,8 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runsSendEvent(ctx, rest, stdout, stderr)
 	case "reset":
 		return runsReset(ctx, rest, stdout, stderr)
+	case "delete":
+		return runsDelete(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		return &helpError{usage: printUsage}
 	default:
@@ -204,6 +210,24 @@ func runsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return nil
 		}
 		fmt.Fprintf(stdout, "run %s: cancellation requested; it is %s and ends cancelled at its next op\n", run.ID, run.Status)
+		return nil
+	})
+}
+
+func runsDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	about := "Delete a finished run now, with its history, attempts, stored values, events,\napprovals and idempotency keys. A run that has not finished is refused: cancel\nit first. (Finished runs are also deleted once their namespace's retention\nperiod has passed.) Through a server it needs the admin role."
+	return withRun(ctx, "delete", about, args, stderr, nil, func(c *trellis.Client, ref string) error {
+		run, err := c.Get(ctx, ref)
+		if err != nil {
+			return refError(ref, err)
+		}
+		if err := c.Delete(ctx, run.ID); err != nil {
+			if errors.Is(err, trellis.ErrRunActive) {
+				return fmt.Errorf("run %q is %s: %w; cancel it first", ref, run.Status, trellis.ErrRunActive)
+			}
+			return refError(ref, err)
+		}
+		fmt.Fprintf(stdout, "run %s deleted\n", run.ID)
 		return nil
 	})
 }

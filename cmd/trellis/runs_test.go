@@ -176,3 +176,31 @@ func TestRunsCancel(t *testing.T) {
 		t.Errorf("resume of cancelled run: exit %d %q", res.code, res.stderr)
 	}
 }
+
+func TestRunsDelete(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	res := trellisCmd(t, "runs", "delete", s.okRun, "--store", s.url).ok(t)
+	if res.stdout != "run "+s.okRun+" deleted\n" {
+		t.Errorf("delete printed %q", res.stdout)
+	}
+	res = trellisCmd(t, "runs", "get", s.okRun, "--store", s.url)
+	if res.code != 1 || !strings.Contains(res.stderr, "run not found") {
+		t.Errorf("get after delete: exit %d %q", res.code, res.stderr)
+	}
+	res = trellisCmd(t, "runs", "delete", s.okRun, "--store", s.url)
+	if res.code != 1 || res.stderr != "trellis: run \""+s.okRun+"\": run not found\n" {
+		t.Errorf("second delete: exit %d %q", res.code, res.stderr)
+	}
+	url := storeURL(t)
+	wf := trellis.NewWorkflow("never-runs", func(wc *trellis.Context, n int) (int, error) { return n, nil })
+	c := openClient(t, url, true, wf) // no worker: the run stays pending
+	if _, err := trellis.Start(ctxT(t), c, wf, 1, trellis.StartOptions{ID: "order-8"}); err != nil {
+		t.Fatal(err)
+	}
+	res = trellisCmd(t, "runs", "delete", "order-8", "--store", url)
+	if res.code != 1 || !strings.Contains(res.stderr, `run "order-8" is pending: run is still active; cancel it first`) {
+		t.Errorf("delete of a pending run: exit %d %q", res.code, res.stderr)
+	}
+	trellisCmd(t, "runs", "get", "order-8", "--store", url).ok(t)
+}

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"github.com/trellis-dev/trellis"
 	"io"
 	neturl "net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/trellis-dev/trellis/server"
@@ -27,6 +29,10 @@ server creates an admin token and prints it once; make others with "trellis
 tokens create". --insecure turns authentication off (every request acts as an
 admin) and is refused unless --listen is a loopback address.
 
+Schedules: the server runs a scheduler (docs/schedules.md). Among all servers
+and embedded workers on a store, one at a time holds the scheduler lease and
+fires the schedules; --scheduler-lease bounds how long a dead leader holds it.
+
 SIGTERM or Ctrl-C stops it gracefully: it stops accepting connections, answers
 long polls at once, lets requests in flight finish (up to 30s) and exits.`
 
@@ -37,10 +43,14 @@ const serverShutdownGrace = 30 * time.Second
 func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("server", "server [--store URL] [--listen ADDR] [--insecure]", serverAbout, stderr)
 	var url, listen string
-	var insecure bool
+	var insecure, noScheduler bool
+	var sched server.SchedulerConfig
 	fs.StringVar(&url, "store", "", "store `URL` (default $"+envStore+", else "+server.DefaultStore+")")
 	fs.StringVar(&listen, "listen", server.DefaultListen, "the `address` to listen on")
 	fs.BoolVar(&insecure, "insecure", false, "turn authentication off (loopback addresses only)")
+	fs.BoolVar(&noScheduler, "no-scheduler", false, "never fire schedules from this server (others on the store do)")
+	fs.DurationVar(&sched.LeaseDuration, "scheduler-lease", 0, "how long the scheduler lease lasts unrenewed, hence how soon another server takes over (default 10s)")
+	fs.DurationVar(&sched.Interval, "scheduler-interval", 0, "how often the scheduler renews its lease and fires due ticks (default 1s, at most half the lease)")
 	pos, err := parseArgs(fs, args)
 	switch {
 	case err != nil:
@@ -64,7 +74,12 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		defer cancel()
 		_ = stopTracing(sctx) // flushes the last spans
 	}()
-	srv, err := server.New(ctx, server.Config{Store: url, Listen: listen, Insecure: insecure, TracerProvider: tp})
+	sched.Disabled = noScheduler
+	uiKey, err := uiKeyFromEnv()
+	if err != nil {
+		return usagef(fs, "server: %v", err)
+	}
+	srv, err := server.New(ctx, server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched, UIKey: uiKey, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
@@ -85,6 +100,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		mode = "insecure: no authentication"
 	}
 	fmt.Fprintf(stdout, "trellis server listening on http://%s (store %s; %s)\n", srv.Addr(), redacted(url), mode)
+	fmt.Fprintf(stdout, "web UI at http://%s/\n", srv.Addr())
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "trellis server stopping")
 	sctx, cancel := context.WithTimeout(context.Background(), serverShutdownGrace)
@@ -102,4 +118,21 @@ func redacted(s string) string {
 		return "(malformed URL)"
 	}
 	return u.Redacted()
+}
+
+// envUIKey names the variable holding the web UI's key: 64 hex digits, the same
+// on every server behind one address (docs/ui.md).
+const envUIKey = "TRELLIS_UI_KEY"
+
+// uiKeyFromEnv reads the web UI's key; nil when unset (a key per process).
+func uiKeyFromEnv() ([]byte, error) {
+	v := strings.TrimSpace(os.Getenv(envUIKey))
+	if v == "" {
+		return nil, nil
+	}
+	k, err := hex.DecodeString(v)
+	if err != nil || len(k) != server.UIKeySize {
+		return nil, fmt.Errorf("%s must be %d hex digits (openssl rand -hex %d)", envUIKey, 2*server.UIKeySize, server.UIKeySize)
+	}
+	return k, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // Result is one workload's measurement; its JSON form is a contract of
@@ -39,6 +40,25 @@ type Result struct {
 	// counts every session of the database (each statement outside a transaction
 	// is one).
 	DBQueriesPerRun *float64 `json:"db_queries_per_run,omitempty"`
+	// Subscribers (s2, s3) is the number of SSE subscribers; EventsPerS (s2)
+	// the events they were delivered per second, all of them counted;
+	// RSSPerSubscriberKB (s3) the server's resident set growth per idle stream.
+	Subscribers        int      `json:"subscribers,omitempty"`
+	EventsPerS         *float64 `json:"events_per_s,omitempty"`
+	RSSPerSubscriberKB *float64 `json:"rss_per_subscriber_kb,omitempty"`
+	// InsertPerS (w5) is how many jobs per second StartMany inserted, in
+	// batches of 1,000, before any worker served them.
+	InsertPerS *float64 `json:"insert_per_s,omitempty"`
+	// r1: BaselinePerS is w1's median rate without the purger (WorkflowsPerS
+	// is with it), Ratio their quotient, Purged the expired runs deleted
+	// during the purging rounds, PurgePerS their rate, SeedS the time the
+	// bulk insert of the expired runs took, Rounds every measurement.
+	BaselinePerS *float64             `json:"baseline_workflows_per_s,omitempty"`
+	Ratio        *float64             `json:"ratio,omitempty"`
+	Purged       *int64               `json:"purged,omitempty"`
+	PurgePerS    *float64             `json:"purge_per_s,omitempty"`
+	SeedS        *float64             `json:"seed_s,omitempty"`
+	Rounds       map[string][]float64 `json:"rounds,omitempty"`
 }
 
 // Options configure a benchmark run.
@@ -49,6 +69,11 @@ type Options struct {
 	// provider sampling every span into a batch processor whose exporter drops
 	// them (the cost of the spans, not of a collector).
 	Observe bool
+	// Subscribers is the SSE subscribers of s2 and s3 (0: their default).
+	Subscribers int
+	// ClaimBatch is the worker's claim batch; 0: the workload's (its
+	// claimBatch, else the worker's default).
+	ClaimBatch int
 }
 
 // Workload runs one named workload with n runs (0: its default).
@@ -59,16 +84,27 @@ type Workload struct {
 	run         func(ctx context.Context, c *trellis.Client, n int) (*Result, error)
 	// runWith, when set instead of run, also gets the options (the store URL).
 	runWith func(ctx context.Context, c *trellis.Client, n int, o Options) (*Result, error)
+	// alone, when set instead, opens what it needs itself (the stream
+	// workloads start a server; r1 its own store and clients).
+	alone func(ctx context.Context, n int, o Options) (*Result, error)
+	// claimBatch is the workload's default claim batch (0: the worker's).
+	claimBatch int
 }
 
 // Workloads lists every workload, in order.
 var Workloads = []Workload{
-	{"w1", 2000, "start N workflows concurrently, each 3 sequential no-op steps; wall time first start to last result", runW1, nil},
-	{"w2", 20, "one 20-step sequential workflow, N times; per-step latency", runW2, nil},
-	{"w3", 200, "N sequential start→result of a 1-step workflow; latency", runW3, nil},
-	{"w4", 10000, "start N workflows that each sleep an hour; time until all wait, RSS before and after", runW4, nil},
-	{"w6", 1000, "N runs each waiting for an event; send the N events; send to next step latency", runW6, nil},
-	{"w7", 10000, "many waiters: N gated 3-step runs (more than the slots), N callers blocked in Result; open the gate; CPU and DB queries per finished run", nil, runW7},
+	{"w1", 2000, "start N workflows concurrently, each 3 sequential no-op steps; wall time first start to last result", runW1, nil, nil, 0},
+	{"w2", 20, "one 20-step sequential workflow, N times; per-step latency", runW2, nil, nil, 0},
+	{"w3", 200, "N sequential start→result of a 1-step workflow; latency", runW3, nil, nil, 0},
+	{"w4", 10000, "start N workflows that each sleep an hour; time until all wait, RSS before and after", runW4, nil, nil, 0},
+	{"w5", 20000, "insert N one-step jobs with StartMany in batches of 1,000, then work them all; jobs worked per second and insert_per_s (claim batch 1,000 unless --claim-batch)", runW5, nil, nil, w5Batch},
+	{"w6", 1000, "N runs each waiting for an event; send the N events; send to next step latency", runW6, nil, nil, 0},
+	{"w7", 10000, "many waiters: N gated 3-step runs (more than the slots), N callers blocked in Result; open the gate; CPU and DB queries per finished run", nil, runW7, nil, 0},
+	{"r1", 1000000, "seed N expired runs (3 ops each) with bulk SQL; w1 (10,000 runs) without purging, then while the purger deletes them, 3 rounds; purge rate and the w1 ratio", nil, nil, runR1, 0},
+	{"ui1", 1_000_000, "the web UI's runs page with N runs stored (SQLite, seeded with bulk SQL once); page load latency over HTTP", nil, runUI1, nil, 0},
+	{"s1", 500, "one run emits N events ~2ms apart; an SSE client of an in-process server reads them; Emit to arrival latency", nil, nil, runS1, 0},
+	{"s2", 200, "one run emits N events to --subscribers SSE subscribers (default 1000) of an in-process server; events delivered per second, each checked", nil, nil, runS2, 0},
+	{"s3", 0, "--subscribers idle SSE streams (default 10000) on a `trellis server` child process; its RSS growth per stream", nil, nil, runS3, 0},
 }
 
 // Find returns the workload named name.
@@ -81,13 +117,42 @@ func Find(name string) (Workload, bool) {
 	return Workload{}, false
 }
 
-// Run opens a client on o.Store, runs the workload and returns its result.
+// Run runs the workload (on a client of its own, opened on o.Store, unless it
+// opens what it needs itself) and returns its result.
 func Run(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
 	if n <= 0 {
 		n = w.DefaultN
 	}
-	cfg := trellis.Config{Store: o.Store, Namespace: "bench"}
-	cfg.Worker.Concurrency = o.Concurrency
+	if o.ClaimBatch == 0 {
+		o.ClaimBatch = w.claimBatch
+	}
+	var (
+		res *Result
+		err error
+	)
+	if w.alone != nil {
+		res, err = w.alone(ctx, n, o)
+	} else {
+		res, err = runOn(ctx, w, n, o)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workload %s: %w", w.Name, err)
+	}
+	res.Workload, res.N = w.Name, n
+	extra := res.Settings // what the workload measured besides the fixed fields
+	res.Settings = settings(o)
+	for k, v := range extra {
+		res.Settings[k] = v
+	}
+	if o.Observe {
+		res.Settings["observe"] = "metrics+tracing"
+	}
+	return res, nil
+}
+
+// runOn runs a workload on a client of its own, opened on o.Store.
+func runOn(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
+	cfg := benchConfig(o, nil)
 	if o.Observe {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 		defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
@@ -101,21 +166,25 @@ func Run(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
 	if err := c.Register(ctx, benchWorkflows...); err != nil {
 		return nil, err
 	}
-	var res *Result
 	if w.runWith != nil {
-		res, err = w.runWith(ctx, c, n, o)
-	} else {
-		res, err = w.run(ctx, c, n)
+		return w.runWith(ctx, c, n, o)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("workload %s: %w", w.Name, err)
+	return w.run(ctx, c, n)
+}
+
+// benchConfig is the configuration of a benchmark's client: namespace
+// "bench", the options' worker settings, no background purge of expired runs
+// (it would run at random points of the measurements). With backend set, the
+// client uses it instead of opening o.Store.
+func benchConfig(o Options, backend store.Store) trellis.Config {
+	cfg := trellis.Config{Store: o.Store, Namespace: "bench", Backend: backend}
+	if backend != nil {
+		cfg.Store = ""
 	}
-	res.Workload, res.N = w.Name, n
-	res.Settings = settings(o)
-	if o.Observe {
-		res.Settings["observe"] = "metrics+tracing"
-	}
-	return res, nil
+	cfg.Worker.Concurrency = o.Concurrency
+	cfg.Worker.ClaimBatch = o.ClaimBatch
+	cfg.Worker.RetentionInterval = -1
+	return cfg
 }
 
 // discardExporter drops the spans it is given.
@@ -131,7 +200,7 @@ func settings(o Options) map[string]any {
 	}
 	driver, _, _ := strings.Cut(o.Store, ":")
 	return map[string]any{
-		"store": driver, "durability": durability, "concurrency": o.Concurrency,
+		"store": driver, "durability": durability, "concurrency": o.Concurrency, "claim_batch": o.ClaimBatch,
 		"gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version(),
 	}
 }

@@ -30,7 +30,8 @@ import (
 type RemoteOptions struct {
 	// Server is the server's base URL, e.g. http://127.0.0.1:7070.
 	Server string
-	// Token is the bearer token: producer and reader on namespace RemoteNamespace.
+	// Token is the bearer token: producer and reader on namespace
+	// RemoteNamespace, and worker for the workloads that need a remote worker.
 	Token string
 	// Clients is the number of keep-alive HTTP clients (connections) calling
 	// at once; 0 means the workload's default.
@@ -46,16 +47,30 @@ const RemoteNamespace = "bench"
 // before its first start.
 type RemoteWorker func(ctx context.Context, serverURL, token string, wfs []trellis.Registrable) (stop func() error, err error)
 
-// StartRemoteWorker is the hook that starts remote workers. It is nil until the
-// SDK has remote workers (the gRPC worker protocol of issue 10): the worker
-// side then sets it, e.g. to open a client with Config{Server: serverURL,
-// Token: token}, register wfs and return its Close. While it is nil, the
-// workloads that need a worker fail with ErrNoRemoteWorker; api-start needs none.
-var StartRemoteWorker RemoteWorker
+// StartRemoteWorker is the hook that starts remote workers; by default a
+// remote worker of the SDK in the bench process (trellis.NewWorker with
+// Config.Server): workflow code runs here, and everything it stores goes
+// through the server's worker protocol. Set to nil, the workloads that need a
+// worker fail with ErrNoRemoteWorker; api-start needs none.
+var StartRemoteWorker RemoteWorker = startRemoteWorker
+
+// startRemoteWorker is the default StartRemoteWorker. The token needs the role
+// worker on RemoteNamespace as well.
+func startRemoteWorker(ctx context.Context, serverURL, token string, wfs []trellis.Registrable) (func() error, error) {
+	w, err := trellis.NewWorker(ctx, trellis.Config{Server: serverURL, Token: token, Namespace: RemoteNamespace})
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Register(ctx, wfs...); err != nil {
+		w.Client().Close()
+		return nil, err
+	}
+	return w.Client().Close, nil
+}
 
 // ErrNoRemoteWorker: a workload through a server needs a remote worker and
 // StartRemoteWorker is not set.
-var ErrNoRemoteWorker = errors.New("this workload needs a remote worker, and remote workers are not available yet (bench.StartRemoteWorker is nil)")
+var ErrNoRemoteWorker = errors.New("this workload needs a remote worker, and bench.StartRemoteWorker is nil")
 
 // Workflows are the workflows of the bench, for a remote worker to register.
 func Workflows() []trellis.Registrable { return benchWorkflows }

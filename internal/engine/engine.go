@@ -41,6 +41,8 @@ type Codec interface {
 type Definition struct {
 	Name string
 	Run  func(rs *RunState, input []byte) ([]byte, error)
+	// Job, when set instead of Run, makes the workflow a job (see Job).
+	Job *Job
 }
 
 // Config holds the engine's dependencies and limits.

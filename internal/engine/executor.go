@@ -36,6 +36,10 @@ func (e *Engine) ExecuteOutcome(ctx context.Context, cr *store.ClaimedRun, ctl *
 			Lease: store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}})
 		return oc
 	}
+	if def.Job != nil {
+		e.executeJob(ctx, cr, ctl, def.Job)
+		return
+	}
 	var final *store.Run
 	e.local.begin(cr.Run.ID)
 	defer func() {
@@ -109,6 +113,7 @@ func (rs *RunState) saveUnwind() store.Status {
 		info := rs.errorInfo(uerr)
 		info.Type = TypeNonDeterminism
 		p.Status, p.Error = store.StatusBlocked, info
+		p.Stream = append(p.Stream, lifecycle(StreamRunBlocked, map[string]any{"error": info}))
 		rs.log().Error("run blocked: its code no longer matches its history; deploy a fix, then resume it",
 			"err", uerr)
 		if rs.e.cfg.OnBlock != nil {
@@ -119,6 +124,7 @@ func (rs *RunState) saveUnwind() store.Status {
 			wakeAt = d
 		}
 		p.Status, p.WakeAt, p.WaitReason, p.WaitEvents = store.StatusWaiting, wakeAt, reason, slices.Compact(slices.Sorted(slices.Values(events)))
+		p.Stream = append(p.Stream, lifecycle(store.StreamRunWaiting, waitingEvent{Reason: reason, WakeAt: wakeAt, Events: p.WaitEvents}))
 		rs.log().Debug("run waiting", "reason", reason)
 	case unwindHandBack:
 		p.Status = store.StatusPending
@@ -185,6 +191,7 @@ func (rs *RunState) finish(out []byte, err error) *store.Run {
 	}
 	rs.mu.Unlock()
 	slices.Sort(p.ExpireApprovals)
+	p.Stream = append(p.Stream, finalEvent(p))
 	res, err := rs.checkpoint(p, true)
 	if errors.Is(err, store.ErrConflict) {
 		// A wait timed out while its event arrived: replay with the new inbox.

@@ -51,6 +51,7 @@ type RunState struct {
 	openApprovals map[string]bool // approval requests of this run not yet decided
 	kv            map[string][]byte
 	cancelSeen    bool
+	startPending  bool // run.started is still to be written (see addStarted)
 	deadlineHit   bool
 	panicked      bool
 	unwind        unwindKind
@@ -85,6 +86,7 @@ func newRunState(e *Engine, cr *store.ClaimedRun, ctx context.Context, ctl *work
 		rs.history[op.Position] = op
 		rs.lastPos = max(rs.lastPos, op.Position)
 	}
+	rs.startPending = len(cr.History) == 0
 	return rs
 }
 
@@ -147,11 +149,12 @@ func (rs *RunState) record(op *store.Op, kv *store.KVWrite) {
 }
 
 // recordAttempt queues a failed attempt and the step's in-progress op.
-func (rs *RunState) recordAttempt(op *store.Op, att store.Attempt) {
+func (rs *RunState) recordAttempt(op *store.Op, att store.Attempt, ev store.StreamWrite) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.pending.ops = append(rs.pending.ops, op)
 	rs.pending.atts = append(rs.pending.atts, att)
+	rs.pending.stream = append(rs.pending.stream, ev)
 }
 
 // flush checkpoints the queued ops with the run still running. It is called before
@@ -187,7 +190,7 @@ func (rs *RunState) onlyDerivable(pendingTimers bool) bool {
 	defer rs.mu.Unlock()
 	q := rs.pending
 	if len(q.atts) > 0 || len(q.kv) > 0 || len(q.noEvents) > 0 || len(q.children) > 0 ||
-		len(q.approvals) > 0 || len(q.expire) > 0 {
+		len(q.approvals) > 0 || len(q.expire) > 0 || len(q.stream) > 0 {
 		return false
 	}
 	for _, op := range q.ops {
@@ -211,6 +214,7 @@ func (rs *RunState) checkpoint(p *store.CheckpointParams, force bool) (*store.Ch
 	if !force && q.empty() {
 		return &store.CheckpointResult{}, nil
 	}
+	rs.addStarted(&q, p.Status)
 	q.apply(p)
 	// A checkpoint must not be abandoned half-way by a cancelled run context: the
 	// store call itself is bounded by the lease.
@@ -237,11 +241,13 @@ type queued struct {
 	children  []*store.ChildGroup
 	approvals []*store.ApprovalRequest
 	expire    []string
+	stream    []store.StreamWrite
 }
 
 func (q *queued) empty() bool {
 	return len(q.ops) == 0 && len(q.atts) == 0 && len(q.kv) == 0 && len(q.consume) == 0 &&
-		len(q.noEvents) == 0 && len(q.children) == 0 && len(q.approvals) == 0 && len(q.expire) == 0
+		len(q.noEvents) == 0 && len(q.children) == 0 && len(q.approvals) == 0 && len(q.expire) == 0 &&
+		len(q.stream) == 0
 }
 
 // apply adds the writes to a checkpoint's parameters.
@@ -254,6 +260,7 @@ func (q *queued) apply(p *store.CheckpointParams) {
 	p.Children = append(p.Children, q.children...)
 	p.Approvals = append(p.Approvals, q.approvals...)
 	p.ExpireApprovals = append(p.ExpireApprovals, q.expire...)
+	p.Stream = append(q.stream[:len(q.stream):len(q.stream)], p.Stream...)
 }
 
 // take removes and returns the queued writes.
@@ -279,6 +286,7 @@ func (rs *RunState) requeue(q queued) {
 	n.children = append(q.children[:len(q.children):len(q.children)], n.children...)
 	n.approvals = append(q.approvals[:len(q.approvals):len(q.approvals)], n.approvals...)
 	n.expire = append(q.expire[:len(q.expire):len(q.expire)], n.expire...)
+	n.stream = append(q.stream[:len(q.stream):len(q.stream)], n.stream...)
 }
 
 // flushFailure is how a run stops when a checkpoint fails: handed back to be

@@ -171,6 +171,11 @@ type stepCall struct {
 	// in one store transaction (txc).
 	txc  store.TxCheckpointer
 	txFn func(ctx context.Context, tx any) ([]byte, error)
+	// attemptStart is when the current attempt started (zero: none in this
+	// execution); failReported is set once a final failure was queued as
+	// step.failed.
+	attemptStart time.Time
+	failReported bool
 }
 
 func (rs *RunState) newStepCall(name string, pos int, rec *store.Op, fn func(context.Context) (any, error), o StepOptions, detached bool) *stepCall {
@@ -197,6 +202,7 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 		}
 		sc.attempt++
 		t0 := rs.now()
+		sc.attemptStart = t0
 		recorded, res, err, stopErr := sc.attemptOnce()
 		if stopErr != nil {
 			rs.requestUnwind(unwindAbandon, stopErr, nil, "")
@@ -250,8 +256,10 @@ func (sc *stepCall) mayStart() (op *store.Op, stop, ok bool) {
 func (sc *stepCall) failed(err error, t0 time.Time) (op *store.Op, stop, ok bool) {
 	rs := sc.rs
 	att := store.Attempt{Position: sc.pos, Attempt: sc.attempt, Error: *rs.errorInfo(err), StartedAt: t0, FinishedAt: rs.now()}
-	rs.recordAttempt(sc.op(), att)
-	if !sc.retryable(err) {
+	retry := sc.retryable(err)
+	rs.recordAttempt(sc.op(), att, sc.failedEvent(&att.Error, att.FinishedAt, !retry))
+	if !retry {
+		sc.failReported = true
 		return sc.finish(nil, err), true, true
 	}
 	delay := sc.opts.Backoff.Delay(sc.attempt)
@@ -366,7 +374,19 @@ func (sc *stepCall) finish(result []byte, err error) *store.Op {
 	if err != nil {
 		op.Error = rs.errorInfo(err)
 	}
-	rs.record(op, nil)
+	var ev store.StreamWrite
+	switch {
+	case err == nil:
+		ev = sc.completedEvent(at)
+	case !sc.failReported: // ended without a failed attempt (cancelled, out of time)
+		ev = sc.failedEvent(op.Error, at, true)
+	}
+	rs.mu.Lock()
+	rs.pending.ops = append(rs.pending.ops, op)
+	if ev.Name != "" {
+		rs.pending.stream = append(rs.pending.stream, ev)
+	}
+	rs.mu.Unlock()
 	return op
 }
 

@@ -47,7 +47,9 @@ func (sc *stepCall) attemptTx() (op *store.Op, err, storeErr error) {
 	defer rs.ckMu.Unlock()
 	p := &store.CheckpointParams{Status: store.StatusRunning, Lease: rs.lease}
 	q := rs.take() // queued by async steps since the flush
+	rs.addStarted(&q, p.Status)
 	q.apply(p)
+	m := len(p.Stream)
 	n := len(p.Ops)
 	res, txErr := sc.txc.CheckpointTx(ctx, p, func(ctx context.Context, tx any) error {
 		v, ferr := sc.call(ctx, func(ctx context.Context) (any, error) { return sc.txFn(ctx, tx) })
@@ -60,6 +62,7 @@ func (sc *stepCall) attemptTx() (op *store.Op, err, storeErr error) {
 		op = sc.op()
 		op.Done, op.Result, op.FinishedAt = true, b, &at
 		p.Ops = append(p.Ops[:n:n], op)
+		p.Stream = append(p.Stream[:m:m], sc.completedEvent(at))
 		return nil
 	})
 	if txErr == nil {

@@ -227,3 +227,26 @@ func IsProblem(err error) (*Problem, bool) {
 	ok := errors.As(err, &p)
 	return p, ok
 }
+
+// Open makes one GET request for a response read as it comes (a stream), with
+// the extra headers given, and no timeout but ctx's. An answer of 300 or more is
+// returned as a *Problem; the caller closes the body of a 2xx answer.
+func (c *Client) Open(ctx context.Context, call Call, header http.Header) (*http.Response, error) {
+	req, err := c.request(ctx, call, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	resp, err := c.cfg.Client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("calling %s %s: %w", call.Method, call.Path, err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return nil, problemOf(resp, b)
+	}
+	return resp, nil
+}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 
 	"github.com/trellis-dev/trellis/store"
@@ -216,5 +217,80 @@ func (w *Worker) extendLeases(ctx context.Context) {
 		if a := w.active[id]; a != nil {
 			a.ctl.RequestCancel()
 		}
+	}
+}
+
+// pushWait is how long one claim stream stays open without runs; a new one
+// then opens at once (with the worker's current workflows and free slots).
+const pushWait = 30 * time.Second
+
+// pushLoop is the claim loop of a store that pushes claims (Pusher): while the
+// worker has free slots, a claim stream with that credit is open and the
+// server pushes runs as they become due; no polling. A stream ends when its
+// credit is used up, after pushWait, when the server restarts or drains (the
+// loop reconnects with backoff), or when the worker stops.
+func (w *Worker) pushLoop(p Pusher) {
+	defer w.loops.Done()
+	ctx, cancel := context.WithCancel(w.hardCtx)
+	defer cancel()
+	go func() { // the stream in flight ends when the worker stops claiming
+		select {
+		case <-w.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	failures := 0
+	for !w.stopped() {
+		free := w.cfg.Concurrency - w.Active()
+		names := w.sortedWorkflows()
+		w.updateRecord(names)
+		if free <= 0 || len(names) == 0 {
+			w.mu.Lock()
+			w.wantMore = true // finish wakes the loop once slots are free
+			w.mu.Unlock()
+			timer := w.cfg.Clock.NewTimer(w.cfg.PollInterval)
+			select {
+			case <-w.wake:
+			case <-timer.C():
+			case <-w.stopping:
+			}
+			timer.Stop()
+			continue
+		}
+		n := min(free, w.cfg.ClaimBatch)
+		reconnect, err := p.ClaimPush(ctx, &store.RunsClaimParams{
+			Namespace: w.cfg.Namespace, Queues: w.cfg.Queues, Workflows: names,
+			Worker: w.cfg.Name, Max: n, LeaseDuration: w.cfg.LeaseDuration,
+		}, pushWait, w.launch)
+		switch {
+		case w.stopped():
+			return
+		case err != nil || reconnect:
+			if err != nil {
+				w.cfg.Logger.Warn("claim stream", "worker", w.cfg.Name, "err", err, "attempt", failures+1)
+			}
+			if !w.backoff(failures) {
+				return
+			}
+			failures++
+		default:
+			failures = 0
+		}
+	}
+}
+
+// backoff waits before reconnection attempt n: exponential from 50ms to 5s,
+// with jitter. It returns false when the worker stops first.
+func (w *Worker) backoff(n int) bool {
+	d := min(50*time.Millisecond<<min(n, 10), 5*time.Second)
+	d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	timer := w.cfg.Clock.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C():
+		return true
+	case <-w.stopping:
+		return false
 	}
 }

@@ -30,6 +30,8 @@ type Control struct {
 	Lease     store.Lease
 	cancelReq chan struct{}
 	once      sync.Once
+	mu        sync.Mutex
+	onCancel  func() // called once by RequestCancel (see OnCancel)
 }
 
 // NewControl returns the control of a run held with lease, for an executor
@@ -42,14 +44,62 @@ func NewControl(lease store.Lease) *Control {
 func (c *Control) CancelRequested() <-chan struct{} { return c.cancelReq }
 
 // RequestCancel records that the run was cancelled. Idempotent.
-func (c *Control) RequestCancel() { c.once.Do(func() { close(c.cancelReq) }) }
+func (c *Control) RequestCancel() {
+	c.once.Do(func() {
+		close(c.cancelReq)
+		c.mu.Lock()
+		f := c.onCancel
+		c.onCancel = nil
+		c.mu.Unlock()
+		if f != nil {
+			f()
+		}
+	})
+}
+
+// OnCancel makes RequestCancel call f (at once when the run is already
+// cancelled), instead of a goroutine waiting on CancelRequested; the returned
+// function unregisters it. One function at a time.
+func (c *Control) OnCancel(f func()) (stop func()) {
+	c.mu.Lock()
+	select {
+	case <-c.cancelReq:
+		c.mu.Unlock()
+		f()
+		return func() {}
+	default:
+	}
+	c.onCancel = f
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.onCancel = nil
+		c.mu.Unlock()
+	}
+}
+
+// Store is the part of the storage contract a worker calls: the worker role
+// and the registry of workers. A store that also implements Pusher has claims
+// pushed to the worker (see pushLoop).
+type Store interface {
+	store.WorkerStore
+	store.WorkerRegistry
+}
+
+// Pusher is a store that pushes claims to a worker (store/storeremote): a
+// claim stream with credit p.Max stays open up to wait and delivers each run
+// claimed for the worker as it becomes due. reconnect reports that the server
+// asked the worker to open the stream again.
+type Pusher interface {
+	ClaimPush(ctx context.Context, p *store.RunsClaimParams, wait time.Duration, deliver func(*store.ClaimedRun)) (reconnect bool, err error)
+}
 
 // Config configures a worker.
 type Config struct {
 	// OnClaim, when set, is told of every claim query: how long it took (wall
 	// time) and how many runs it claimed (metrics).
 	OnClaim   func(elapsed time.Duration, runs int)
-	Store     store.Store
+	Store     Store
 	Namespace string
 	Queues    []string
 	// Workflows returns the workflow names this worker can run.
@@ -195,7 +245,11 @@ func New(cfg Config, exec Executor) (*Worker, error) {
 // Start launches the claim and heartbeat loops.
 func (w *Worker) Start() {
 	w.loops.Add(2)
-	go w.claimLoop()
+	if p, ok := w.cfg.Store.(Pusher); ok {
+		go w.pushLoop(p)
+	} else {
+		go w.claimLoop()
+	}
 	go w.heartbeatLoop()
 }
 

@@ -48,6 +48,9 @@ func checkpointTopics(p *store.CheckpointParams) []string {
 	if p.Status == store.StatusPending || p.Status == store.StatusWaiting {
 		topics = append(topics, store.TopicReady)
 	}
+	if len(p.Stream) > 0 {
+		topics = append(topics, store.StreamTopic(p.Lease.Namespace, p.Lease.RunID))
+	}
 	return topics
 }
 
@@ -110,12 +113,18 @@ const (
 	SELECT f.sequence, x.* FROM f, unnest({a}::text[], {a}::bytea[]) AS x
 	ON CONFLICT (run_seq, key) DO UPDATE SET value = excluded.value`
 	ckKVDelete = `DELETE FROM kv USING f WHERE kv.run_seq = f.sequence AND kv.key = ANY({a}::text[])`
+	// ckStream appends the stream events ({a} names, {a} data) with the
+	// sequences the update took; $4 is now.
+	ckStream = `INSERT INTO stream_events (run_seq, seq, name, data, created_at)
+	SELECT f.sequence, f.stream_seq - x.n + x.ord, x.name, x.data, $4
+	FROM f, (SELECT u.*, count(*) OVER () AS n FROM unnest({a}::text[], {a}::bytea[]) WITH ORDINALITY AS u(name, data, ord)) AS x`
 )
 
 // ckShape identifies a checkpoint statement's text.
 type ckShape struct {
 	status store.Status
-	parts  string // the writes, in order: o (one op), O (ops), A, S, D
+	parts  string // the writes, in order: o (one op), O (ops), A, S, D, E (stream)
+	stream bool   // the update takes stream sequences (E)
 }
 
 var ckSQL sync.Map // ckShape -> string
@@ -139,6 +148,17 @@ func checkpointStmt(ck *ckReq) stmt {
 		}
 	}
 	shape := ckShape{status: p.Status}
+	var names []string
+	var datas [][]byte
+	if len(p.Stream) > 0 {
+		// The run's update takes the stream's next sequences (stream_seq); the
+		// events are numbered from its result.
+		shape.stream = true
+		for _, w := range p.Stream {
+			names, datas = append(names, w.Name), append(datas, w.Data)
+		}
+		args = append(args, len(p.Stream))
+	}
 	if o := &ck.ops; len(o.pos) == 1 {
 		shape.parts += "o"
 		args = append(args, o.pos[0], o.kinds[0], o.names[0], o.done[0], o.results[0], o.errs[0], o.atts[0], o.started[0], o.finished[0])
@@ -157,6 +177,10 @@ func checkpointStmt(ck *ckReq) stmt {
 	if kv := &ck.kv; len(kv.delKeys) > 0 {
 		shape.parts += "D"
 		args = append(args, kv.delKeys)
+	}
+	if shape.stream {
+		shape.parts += "E"
+		args = append(args, names, datas)
 	}
 	sql, ok := ckSQL.Load(shape)
 	if !ok {
@@ -190,10 +214,13 @@ func buildCheckpointSQL(shape ckShape) string {
 	for _, name := range cs.params {
 		set = strings.ReplaceAll(set, "{"+name+"}", next())
 	}
+	if shape.stream {
+		set += ", stream_seq = stream_seq + " + next() + "::int8"
+	}
 	var b strings.Builder
-	b.WriteString("WITH f AS (UPDATE runs SET " + set + " WHERE " + where + " RETURNING sequence, cancel_requested)")
+	b.WriteString("WITH f AS (UPDATE runs SET " + set + " WHERE " + where + " RETURNING sequence, cancel_requested, stream_seq)")
 	for i, part := range shape.parts {
-		sql := map[rune]string{'o': ckOp, 'O': ckOps, 'A': ckAttempts, 'S': ckKVSet, 'D': ckKVDelete}[part]
+		sql := map[rune]string{'o': ckOp, 'O': ckOps, 'A': ckAttempts, 'S': ckKVSet, 'D': ckKVDelete, 'E': ckStream}[part]
 		for strings.Contains(sql, "{a}") {
 			sql = strings.Replace(sql, "{a}", next(), 1)
 		}

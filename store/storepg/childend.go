@@ -199,7 +199,7 @@ func endBatch(tx *wtx, cks []*ckReq, deltas map[groupKey]*groupDelta) error {
 		ck.res = nil
 		c.add(ck)
 	}
-	rows, err := tx.query(sqlChildEnds, c.args()...)
+	rows, err := tx.query(sqlChildEnds, append(c.args(), c.streamArgs()...)...)
 	if err != nil {
 		return fmt.Errorf("ending child runs: %w", err)
 	}
@@ -217,6 +217,9 @@ func endBatch(tx *wtx, cks []*ckReq, deltas map[groupKey]*groupDelta) error {
 		ck := cks[i-1]
 		ck.res = &store.CheckpointResult{CancelRequested: cancel, At: ck.now.Truncate(time.Microsecond)}
 		tx.publish(store.RunTopic(ck.p.Lease.Namespace, ck.p.Lease.RunID))
+		if len(ck.p.Stream) > 0 {
+			tx.publish(store.StreamTopic(ck.p.Lease.Namespace, ck.p.Lease.RunID))
+		}
 		if parentSeq == nil {
 			continue
 		}

@@ -24,9 +24,10 @@ const sqlCheckpoints = `WITH c AS MATERIALIZED (
 	SELECT c.*, (SELECT k.sequence FROM runs k WHERE k.namespace = c.ns AND k.id = c.id) AS seq
 	FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::timestamptz[],
 		$6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::int4[], $11::int4[],
-		$12::int4[], $13::int4[], $14::int4[], $15::int4[], $16::int4[], $17::int4[])
+		$12::int4[], $13::int4[], $14::int4[], $15::int4[], $16::int4[], $17::int4[],
+		$35::int4[], $36::int4[])
 	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output,
-		op_from, op_to, att_from, att_to, set_from, set_to, del_from, del_to, i)
+		op_from, op_to, att_from, att_to, set_from, set_to, del_from, del_to, ev_from, ev_to, i)
 ), f AS (
 	UPDATE runs r SET status = CASE WHEN c.status = 'waiting' AND r.cancel_requested THEN 'pending' ELSE c.status END,
 		output = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.output ELSE r.output END,
@@ -39,12 +40,16 @@ const sqlCheckpoints = `WITH c AS MATERIALIZED (
 		lease_owner = CASE c.status WHEN 'running' THEN r.lease_owner ELSE '' END,
 		lease_expires_at = CASE c.status WHEN 'running' THEN r.lease_expires_at END,
 		finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.now ELSE r.finished_at END,
-		updated_at = c.now
+		updated_at = c.now, stream_seq = r.stream_seq + GREATEST(c.ev_to - c.ev_from + 1, 0)
 	FROM c
 	WHERE r.sequence = c.seq AND r.status = 'running' AND r.lease_token = c.token
 		AND (r.parent_seq IS NULL OR c.status NOT IN ('succeeded', 'failed', 'cancelled'))
 	RETURNING c.i, r.sequence, r.cancel_requested, c.op_from, c.op_to, c.att_from, c.att_to,
-		c.set_from, c.set_to, c.del_from, c.del_to
+		c.set_from, c.set_to, c.del_from, c.del_to, c.ev_from, c.ev_to, c.now, r.stream_seq
+), e AS (
+	INSERT INTO stream_events (run_seq, seq, name, data, created_at)
+	SELECT f.sequence, f.stream_seq - (f.ev_to - g), ($37::text[])[g], ($38::bytea[])[g], f.now
+	FROM f, generate_series(f.ev_from, f.ev_to) AS g
 ), o AS (
 	INSERT INTO ops (run_seq, position, kind, name, done, result, error, attempts, started_at, finished_at)
 	SELECT f.sequence, ($18::int4[])[g], ($19::text[])[g], ($20::text[])[g], ($21::bool[])[g],
@@ -90,6 +95,11 @@ func newCkReq(now time.Time, p *store.CheckpointParams) (*ckReq, error) {
 	default:
 		return nil, fmt.Errorf("%w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
 	}
+	for _, w := range p.Stream {
+		if w.Name == "" {
+			return nil, fmt.Errorf("%w: Stream: an event has no Name", store.ErrInvalidParams)
+		}
+	}
 	ck := &ckReq{p: p, now: now, reason: p.WaitReason}
 	var err error
 	if ck.errText, err = errJSON(p.Error); err != nil {
@@ -118,9 +128,14 @@ type ckColumns struct {
 	// ranges holds, per checkpoint, the 1-based first and last index of its rows in
 	// ops, atts, kv.setKeys and kv.delKeys (first > last when it has none).
 	ranges [8][]int32
-	ops    opCols
-	atts   attCols
-	kv     kvCols
+	// evFrom and evTo are each checkpoint's range in evNames and evData (its
+	// stream events), as ranges are.
+	evFrom, evTo []int32
+	evNames      []string
+	evData       [][]byte
+	ops          opCols
+	atts         attCols
+	kv           kvCols
 }
 
 // checkpointsStmt merges the checkpoints cks into one statement whose reader sets
@@ -133,7 +148,7 @@ func checkpointsStmt(cks []*ckReq, mergeSingle bool) stmt {
 	for _, ck := range cks {
 		c.add(ck)
 	}
-	return stmt{sql: sqlCheckpoints, args: c.args(), rows: func(rows pgx.Rows) error {
+	return stmt{sql: sqlCheckpoints, args: append(c.args(), c.streamArgs()...), rows: func(rows pgx.Rows) error {
 		for _, ck := range cks {
 			ck.res = nil
 		}
@@ -169,6 +184,15 @@ func (c *ckColumns) add(ck *ckReq) {
 	c.ops.concat(&ck.ops)
 	c.atts.concat(&ck.atts)
 	c.kv.concat(&ck.kv)
+	c.evFrom, c.evTo = append(c.evFrom, int32(len(c.evNames)+1)), append(c.evTo, int32(len(c.evNames)+len(p.Stream)))
+	for _, w := range p.Stream {
+		c.evNames, c.evData = append(c.evNames, w.Name), append(c.evData, w.Data)
+	}
+}
+
+// streamArgs are the parameters of sqlCheckpoints after those of args ($35 on).
+func (c *ckColumns) streamArgs() []any {
+	return []any{c.evFrom, c.evTo, orEmpty(c.evNames), orEmpty(c.evData)}
 }
 
 func (c *ckColumns) args() []any {

@@ -101,6 +101,9 @@ func (s *Store) checkpointWaiting(ctx context.Context, ck *ckReq) (*store.Checkp
 		if err := writeCheckpoint(tx, row, ck); err != nil {
 			return err
 		}
+		if err := shared.StreamAppend(stx{tx}, row.seq, l.Namespace, l.RunID, p.Stream); err != nil {
+			return err
+		}
 		if p.Status.Terminal() && row.parentSeq != nil {
 			if err := childEnded(tx, *row.parentSeq, int(*row.position), p.Status, false); err != nil {
 				return err

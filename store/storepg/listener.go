@@ -112,3 +112,7 @@ func (l *listener) stop() {
 	l.cancel()
 	<-l.done
 }
+
+// CrossProcessSignals reports that this store's wake-ups carry every process's
+// commits (NOTIFY): followers of a run's stream need not poll.
+func (s *Store) CrossProcessSignals() bool { return true }

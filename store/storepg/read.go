@@ -53,6 +53,11 @@ func (s *Store) KVGet(ctx context.Context, p *store.KVGetParams) ([]byte, error)
 	return shared.Reads(readSource{s}).KVGet(ctx, p)
 }
 
+// StreamRead implements store.Store.
+func (s *Store) StreamRead(ctx context.Context, p *store.StreamReadParams) (*store.StreamReadResult, error) {
+	return shared.Reads(readSource{s}).StreamRead(ctx, p)
+}
+
 // RunList implements store.Store.
 func (s *Store) RunList(ctx context.Context, p *store.RunListParams) (*store.RunListResult, error) {
 	res, err := shared.Reads(readSource{s}).RunList(ctx, p)
@@ -69,4 +74,9 @@ func (r readSource) Read(ctx context.Context, fn func(q sqlstore.Querier) error)
 		return store.ErrClosed
 	}
 	return r.s.readErr(r.s.read(ctx, func() error { return fn(r.s.reads(ctx)) }))
+}
+
+// RunCounts implements store.RunCounter.
+func (s *Store) RunCounts(ctx context.Context, p *store.RunCountsParams) (*store.RunCountsResult, error) {
+	return shared.Reads(readSource{s}).RunCounts(ctx, p)
 }

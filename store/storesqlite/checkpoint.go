@@ -101,6 +101,9 @@ func checkpoint(tx *wtx, p *store.CheckpointParams, errText any) (*store.Checkpo
 	if err := writeHistory(tx, ck.seq, p); err != nil {
 		return nil, err
 	}
+	if err := shared.StreamAppend(tx, ck.seq, l.Namespace, l.RunID, p.Stream); err != nil {
+		return nil, err
+	}
 	if err := writeWaiting(tx, ck, p); err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 var shared = sqlstore.New(sqlstore.Dialect{
 	Param: func(n int) string { return "?" + strconv.Itoa(n) },
 	Time:  func(t time.Time) any { return ns(t) },
+	Next:  "?",
 	InList: func(expr, param string) string {
 		return expr + " IN (SELECT value FROM json_each(" + param + "))"
 	},

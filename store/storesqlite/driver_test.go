@@ -85,6 +85,44 @@ func TestMigrateIdempotent(t *testing.T) {
 	}
 }
 
+// TestMigrationBelowNewestApplied: a migration numbered below the newest one a store
+// has (two lines of development that each added one) is applied when the store
+// opens, not skipped.
+func TestMigrationBelowNewestApplied(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := storesqlite.ParseURL("sqlite://" + filepath.Join(t.TempDir(), "m.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := storesqlite.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := sql.Open("sqlite", cfg.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// As if migration 3 had come later than the newest one.
+	if _, err := db.Exec(`DROP TABLE workers; DELETE FROM schema_migrations WHERE version = 3`); err != nil {
+		t.Fatal(err)
+	}
+	s, err = storesqlite.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	s.Close()
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM schema_migrations WHERE version = 3`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("migration 3 recorded %d times (%v), want once", n, err)
+	}
+	if _, err := db.Exec(`SELECT COUNT(*) FROM workers`); err != nil {
+		t.Fatalf("migration 3 was not applied: %v", err)
+	}
+}
+
 func TestGroupCommitBatches(t *testing.T) {
 	t.Parallel()
 	s, _, _ := setup(t)

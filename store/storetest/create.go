@@ -25,7 +25,7 @@ var createCases = []testCase{
 	{"ClaimIgnored", createClaimIgnored},
 	{"ClaimInvalid", createClaimInvalid},
 	{"TraceParent", createTraceParent},
-	{"RunCounts", createRunCounts},
+	{"QueueCounts", createQueueCounts},
 }
 
 func withClaim(worker string) runOpt {
@@ -298,10 +298,10 @@ func createTraceParent(t *testing.T, e *env) {
 	}
 }
 
-// createRunCounts counts unfinished runs by namespace, queue and status (stores
-// that implement store.RunCounter); finished runs are not counted.
-func createRunCounts(t *testing.T, e *env) {
-	rc, ok := e.st.(store.RunCounter)
+// createQueueCounts counts unfinished runs by namespace, queue and status
+// (stores that implement store.QueueCounter); finished runs are not counted.
+func createQueueCounts(t *testing.T, e *env) {
+	rc, ok := e.st.(store.QueueCounter)
 	if !ok {
 		t.Skip("the store does not count runs")
 	}
@@ -311,21 +311,21 @@ func createRunCounts(t *testing.T, e *env) {
 		e.create(withQueue("qa"))
 	}
 	e.create(withQueue("qb"))
-	got, err := rc.RunCounts(e.ctx)
+	got, err := rc.QueueCounts(e.ctx)
 	if err != nil {
-		t.Fatalf("RunCounts: %v", err)
+		t.Fatalf("QueueCounts: %v", err)
 	}
-	want := map[store.RunCount]bool{
+	want := map[store.QueueCount]bool{
 		{Namespace: ns, Queue: "qa", Status: store.StatusPending, Count: 2}: true,
 		{Namespace: ns, Queue: "qb", Status: store.StatusPending, Count: 1}: true,
 		{Namespace: ns, Queue: "qc", Status: store.StatusRunning, Count: 1}: true,
 	}
 	if len(got) != len(want) {
-		t.Fatalf("RunCounts = %+v, want %v", got, want)
+		t.Fatalf("QueueCounts = %+v, want %v", got, want)
 	}
 	for _, c := range got {
 		if !want[c] {
-			t.Fatalf("RunCounts = %+v, want %v", got, want)
+			t.Fatalf("QueueCounts = %+v, want %v", got, want)
 		}
 	}
 }

@@ -63,6 +63,10 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Tokens", tokenCases},
 		{"Idempotency", idempotencyCases},
 		{"Tx", txCases},
+		{"Stream", streamCases},
+		{"Schedules", scheduleCases},
+		{"Batch", batchCases},
+		{"Retention", retentionCases},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {

@@ -70,6 +70,12 @@ func (s *SQL) CancelRun(tx Tx, run *store.Run) (*store.Run, error) {
 		return nil, err
 	}
 	tx.Publish(store.RunTopic(updated.Namespace, updated.ID), store.TopicReady)
+	if endsNow {
+		if err := s.StreamAppend(tx, updated.Sequence, updated.Namespace, updated.ID,
+			[]store.StreamWrite{CancelledEvent()}); err != nil {
+			return nil, err
+		}
+	}
 	if run.Attempts > 0 { // it ran: its worker learns now (store.TopicCancel), its children end
 		tx.Publish(store.TopicCancel)
 		if err := s.cancelEach(tx, s.cq.cascade, updated.Sequence); err != nil {

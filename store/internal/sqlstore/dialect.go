@@ -10,6 +10,11 @@ import (
 type Dialect struct {
 	// Param returns the marker of the nth parameter (from 1): "$n" or "?n".
 	Param func(n int) string
+	// Next, when set, is the marker of a parameter that takes the argument
+	// after the previous one ("?"), for statements with thousands of
+	// parameters: SQLite looks a numbered parameter's name up in a list, once
+	// per parameter bound.
+	Next string
 	// Time encodes a time argument; the zero time must become NULL.
 	Time func(t time.Time) any
 	// InList returns a condition that holds when expr is one of the list passed as
@@ -75,10 +80,14 @@ func (d *Dialect) rebind(query string) string {
 type args struct {
 	d    *Dialect
 	list []any
+	next string // Dialect.Next, in a statement that takes its arguments in order
 }
 
 // add appends v and returns its marker.
 func (a *args) add(v any) string {
 	a.list = append(a.list, v)
+	if a.next != "" {
+		return a.next
+	}
 	return a.d.Param(len(a.list))
 }

@@ -29,10 +29,10 @@ func newIdemQueries(r func(string) string) idemQueries {
 		// when an unexpired entry has it.
 		insert: r(`INSERT INTO idempotency_keys AS k (namespace, key, fingerprint, status, created_at)
 	VALUES ($1, $2, $3, 0, $4) ON CONFLICT (namespace, key) DO UPDATE
-	SET fingerprint = excluded.fingerprint, status = 0, body = NULL, created_at = excluded.created_at
+	SET fingerprint = excluded.fingerprint, status = 0, body = NULL, run_seq = NULL, created_at = excluded.created_at
 	WHERE k.created_at <= $5`),
 		fingerprint: r(`SELECT fingerprint FROM idempotency_keys WHERE namespace = $1 AND key = $2`),
-		finish:      r(`UPDATE idempotency_keys SET status = $3, body = $4 WHERE namespace = $1 AND key = $2`),
+		finish:      r(`UPDATE idempotency_keys SET status = $3, body = $4, run_seq = $5 WHERE namespace = $1 AND key = $2`),
 		get: r(`SELECT namespace, key, fingerprint, status, body, created_at FROM idempotency_keys
 	WHERE namespace = $1 AND key = $2 AND created_at > $3`),
 		purge: r(`DELETE FROM idempotency_keys WHERE (namespace, key) IN (SELECT namespace, key
@@ -74,7 +74,7 @@ func (s *SQL) IdempotencyFinish(tx Tx, namespace string, r *store.IdempotencyRec
 	if err != nil {
 		return fmt.Errorf("rendering the response of idempotency key %q: %w", r.Key, err)
 	}
-	if _, err := tx.Exec(s.idem.finish, namespace, r.Key, status, Blob(body)); err != nil {
+	if _, err := tx.Exec(s.idem.finish, namespace, r.Key, status, Blob(body), RunSeqOf(result)); err != nil {
 		return fmt.Errorf("recording idempotent response: %w", err)
 	}
 	return nil

@@ -8,19 +8,28 @@ import (
 )
 
 // ApplyMigrations applies, in q's transaction, the migrations of ms (in version
-// order) newer than the last one schema_migrations records, and records each at
-// now. script runs SQL that may hold several statements: the dialect's
-// SchemaMigrations and the migrations' files.
+// order) that schema_migrations does not record, and records each at now. A
+// migration numbered below the newest one applied (two lines of development that
+// each added one) is applied too, not skipped. script runs SQL that may hold
+// several statements: the dialect's SchemaMigrations and the migrations' files.
 func (s *SQL) ApplyMigrations(q Querier, ms []migrations.Migration, now time.Time, script func(sql string) error) error {
 	if err := script(s.d.SchemaMigrations); err != nil {
 		return fmt.Errorf("creating schema_migrations: %w", err)
 	}
-	var current int
-	if err := q.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+	applied := map[int]bool{}
+	err := q.Query(`SELECT version FROM schema_migrations`, nil, func(row Scanner) error {
+		var v int
+		if err := row.Scan(&v); err != nil {
+			return err
+		}
+		applied[v] = true
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("reading schema version: %w", err)
 	}
 	for _, m := range ms {
-		if m.Version <= current {
+		if applied[m.Version] {
 			continue
 		}
 		if err := script(m.SQL); err != nil {

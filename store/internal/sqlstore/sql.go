@@ -8,6 +8,8 @@ type SQL struct {
 	tok  tokenQueries
 	idem idemQueries
 	cq   cancelQueries
+	sq   streamQueries
+	sch  scheduleQueries
 }
 
 // queries are the fixed statements of the shared logic, in the dialect's style.
@@ -68,8 +70,10 @@ func New(d Dialect) *SQL {
 		runStatusLock: r(`SELECT status FROM runs WHERE sequence = $1` + d.Lock()),
 	}
 	s.cq = newCancelQueries(d)
+	s.sq = newStreamQueries(d)
 	s.tok = newTokenQueries(r)
 	s.idem = newIdemQueries(r)
+	s.sch = newScheduleQueries(r)
 	return s
 }
 

@@ -1,0 +1,168 @@
+package trellis
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/trellis-dev/trellis/internal/httpc"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// MaxStartMany is the most runs one StartMany call starts.
+const MaxStartMany = store.MaxBatchRuns
+
+// StartRequest is one run of a StartMany batch: a workflow or job by name with
+// its encoded input, as StartRaw takes them.
+type StartRequest struct {
+	Workflow string
+	Input    []byte
+	Options  StartOptions
+}
+
+// StartResult is the outcome of one run of a StartMany batch.
+type StartResult struct {
+	// Run is the run created, or the existing run that ReuseReturnExisting
+	// returned; nil when the item was not started.
+	Run *Run `json:"run,omitempty"`
+	// Created is true when this item created Run.
+	Created bool `json:"created"`
+	// Error says why the item was not started: its reuse policy rejected it
+	// (code "run_exists", errors.Is ErrRunExists).
+	Error *StartError `json:"error,omitempty"`
+}
+
+// StartError is the error of one item of a batch.
+type StartError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *StartError) Error() string { return e.Message }
+
+// Unwrap maps the code to its sentinel: ErrRunExists for "run_exists".
+func (e *StartError) Unwrap() error {
+	if e.Code == "run_exists" {
+		return ErrRunExists
+	}
+	return nil
+}
+
+// StartMany starts up to MaxStartMany runs in one transaction, with one
+// multi-row insert: every run it creates is durable before it returns, or
+// none is (an error). Each item gets its own outcome, in order: created, the
+// existing run its ReuseReturnExisting policy returned, or not started because
+// its reuse policy rejected it (StartResult.Error), which fails no other item.
+// Inputs are checked as StartRaw checks them; any invalid item fails the whole
+// call and starts nothing. Runs are claimed by workers like any other (no
+// direct dispatch to this process's worker).
+func (c *Client) StartMany(ctx context.Context, reqs []StartRequest) ([]StartResult, error) {
+	if len(reqs) == 0 || len(reqs) > MaxStartMany {
+		return nil, fmt.Errorf("starting runs: %w: %d runs (1 to %d)", ErrInvalidParams, len(reqs), MaxStartMany)
+	}
+	if c.remote != nil {
+		return c.remote.startMany(ctx, reqs)
+	}
+	p := &store.RunsCreateParams{Namespace: c.cfg.Namespace, Runs: make([]*store.RunCreateParams, len(reqs))}
+	for i, r := range reqs {
+		def, err := c.checkStart(r.Workflow, r.Input)
+		if err != nil {
+			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
+		}
+		p.Runs[i] = c.createParams(def, r.Input, r.Options)
+	}
+	p.Idempotency = idempotency(ctx, startedMany)
+	res, err := c.store.RunsCreate(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("starting runs: %w", err)
+	}
+	return startResults(res), nil
+}
+
+// checkStart checks a start by name as StartRaw does and returns the
+// workflow's definition (a bare one when this client does not know it).
+func (c *Client) checkStart(workflow string, input []byte) (*definition, error) {
+	if workflow == "" {
+		return nil, fmt.Errorf("%w: empty workflow name", ErrInvalidParams)
+	}
+	if len(input) > c.cfg.MaxPayloadBytes {
+		return nil, fmt.Errorf("%w: input is %d bytes (limit %d)", ErrPayloadTooLarge, len(input), c.cfg.MaxPayloadBytes)
+	}
+	def, ok := c.reg.get(workflow)
+	if !ok {
+		return &definition{name: workflow}, nil
+	}
+	if err := def.checkIn(c.cfg.Codec, input); err != nil {
+		return nil, err
+	}
+	return def, nil
+}
+
+// startResults converts a batch's store result.
+func startResults(res *store.RunsCreateResult) []StartResult {
+	out := make([]StartResult, len(res.Items))
+	for i, it := range res.Items {
+		switch {
+		case it.Err != nil:
+			code := "internal"
+			if errors.Is(it.Err, store.ErrRunExists) {
+				code = "run_exists"
+			}
+			out[i].Error = &StartError{Code: code, Message: it.Err.Error()}
+		default:
+			out[i] = StartResult{Run: runFromStore(it.Run), Created: it.Created}
+		}
+	}
+	return out
+}
+
+// StartManyResponse is the body of the answer to POST
+// /v1/namespaces/{ns}/runs:batch: one result per run, in order.
+type StartManyResponse struct {
+	Results []StartResult `json:"results"`
+}
+
+func startedMany(result any) any {
+	return StartManyResponse{Results: startResults(result.(*store.RunsCreateResult))}
+}
+
+// startManyBody is the body of POST runs:batch (server.StartManyRequest).
+type startManyBody struct {
+	Runs []startBody `json:"runs"`
+}
+
+func (r *remote) startMany(ctx context.Context, reqs []StartRequest) ([]StartResult, error) {
+	body := startManyBody{Runs: make([]startBody, len(reqs))}
+	for i, req := range reqs {
+		if len(req.Input) > 0 && !json.Valid(req.Input) {
+			return nil, fmt.Errorf("starting runs: item %d: %w: a server takes JSON inputs (Config.Codec must encode JSON)", i, ErrInvalidInput)
+		}
+		o := req.Options
+		p := runParams("", &definition{name: req.Workflow}, uuid.Nil.String(), req.Input, o)
+		q := o.Queue // "" lets the server apply the workflow's default
+		body.Runs[i] = startBody{Workflow: req.Workflow, ID: o.ID, Input: req.Input, Queue: q, Priority: o.Priority,
+			AvailableAt: p.AvailableAt, Deadline: p.Deadline, Reuse: o.Reuse}
+	}
+	var out StartManyResponse
+	if _, err := r.do(ctx, httpc.Call{Method: http.MethodPost, Path: r.ns + "/runs:batch", Body: body, Out: &out}); err != nil {
+		return nil, fmt.Errorf("starting runs: %w", err)
+	}
+	return out.Results, nil
+}
+
+// Delete deletes a finished run now, with everything that belongs to it: its
+// history, attempts, stored values, events, approvals and the idempotency keys
+// that name it. A run that has not finished is not deleted (ErrRunActive:
+// cancel it first). Finished runs are also deleted in the background once
+// their namespace's retention period has passed (see docs/retention.md).
+func (c *Client) Delete(ctx context.Context, ref string) error {
+	if c.remote != nil {
+		_, err := c.remote.do(ctx, httpc.Call{Method: http.MethodDelete, Path: c.remote.runPath(ref)})
+		return err
+	}
+	_, err := c.store.RunDelete(ctx, &store.RunDeleteParams{Namespace: c.cfg.Namespace, Ref: ref})
+	return err
+}

@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/trellis-dev/trellis/internal/worker"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// Job is the one function of a job: a run with one step and no workflow code
+// around it. It needs no replay: a claim calls Fn once and one checkpoint
+// records its outcome. Fn decodes the input and encodes the output itself.
+type Job struct {
+	Fn func(ctx context.Context, codec Codec, input []byte) ([]byte, error)
+	// Options are the job's retry policy and attempt timeout, defaults applied
+	// (TotalTimeout is not used).
+	Options StepOptions
+}
+
+// jobPosition is where a job's one op is recorded, once it has failed an
+// attempt: a job that succeeds at its first attempt records no op at all.
+const jobPosition = 0
+
+// executeJob runs one attempt of a job and records its outcome in one
+// checkpoint: succeeded, failed, or waiting for the next attempt.
+func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control, job *Job) {
+	run := cr.Run
+	lease := store.Lease{Namespace: run.Namespace, RunID: run.ID, Token: cr.LeaseToken}
+	var final *store.Run
+	e.local.begin(run.ID)
+	defer func() {
+		e.local.end(run.ID, final)
+		if e.cfg.OnEnd != nil {
+			e.cfg.OnEnd(run.ID, final)
+		}
+	}()
+	// The attempt number comes from the recorded op: a claim lost to a crash or
+	// handed back at shutdown costs no attempt. History is only read on claims
+	// after the first, so a first attempt reads nothing.
+	attempt, prior := 1, (*store.Op)(nil)
+	for _, op := range cr.History {
+		if op.Position == jobPosition && op.Kind == store.OpStep {
+			prior, attempt = op, op.Attempts+1
+		}
+	}
+	now := e.cfg.Clock.Now()
+	if d := run.Deadline; d != nil && !now.Before(*d) {
+		final = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, nil, ErrDeadlineExceeded, false))
+		return
+	}
+	select {
+	case <-ctl.CancelRequested():
+		// Cancelled while it waited (e.g. for a retry's backoff): no new attempt.
+		final = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, nil, ErrCancelled, true))
+		return
+	default:
+	}
+	out, err, cancelled := e.jobAttempt(ctx, run, ctl, job, attempt)
+	if err != nil && ctx.Err() != nil && !cancelled {
+		// The worker stops (hand the run back) or the lease is lost (write nothing).
+		if errors.Is(context.Cause(ctx), worker.ErrShutdown) {
+			if err := e.cfg.Store.LeaseRelease(context.WithoutCancel(ctx), &store.LeaseReleaseParams{Lease: lease}); err != nil {
+				e.cfg.Logger.Warn("handing back job", "run", run.ID, "err", err)
+			}
+		}
+		return
+	}
+	if err == nil && len(out) > e.cfg.MaxPayloadBytes {
+		err = fmt.Errorf("%w: output is %d bytes (limit %d)", ErrPayloadTooLarge, len(out), e.cfg.MaxPayloadBytes)
+	}
+	final = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, out, err, cancelled))
+}
+
+// jobAttempt calls the job's function with the run's cancellation, the
+// attempt's timeout and its attempt info, recovering a panic.
+func (e *Engine) jobAttempt(ctx context.Context, run *store.Run, ctl *worker.Control, job *Job, attempt int) (out []byte, err error, cancelled bool) {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// A cancellation cancels the attempt's context; no goroutine waits for it.
+	defer ctl.OnCancel(func() { cancel(ErrCancelled) })()
+	if d := run.Deadline; d != nil {
+		var c2 context.CancelFunc
+		actx, c2 = context.WithDeadlineCause(actx, *d, ErrDeadlineExceeded)
+		defer c2()
+	}
+	if t := job.Options.Timeout; t > 0 {
+		var c3 context.CancelFunc
+		actx, c3 = context.WithTimeoutCause(actx, t, fmt.Errorf("%w after %s", ErrStepTimeout, t))
+		defer c3()
+	}
+	actx = context.WithValue(actx, stepInfoKey{}, &stepValue{StepAttempt: StepAttempt{
+		RunID: run.ID, Step: run.Workflow, Position: jobPosition, Attempt: attempt,
+		IdempotencyKey: run.ID + "/" + strconv.Itoa(jobPosition),
+	}})
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				out, err = nil, &panicError{value: r, stack: string(debug.Stack())}
+			}
+		}()
+		out, err = job.Fn(actx, e.cfg.Codec, run.Input)
+	}()
+	if err != nil {
+		if cause := context.Cause(actx); actx.Err() != nil && ctx.Err() == nil && cause != nil {
+			cancelled = errors.Is(cause, ErrCancelled)
+			if errors.Is(cause, ErrDeadlineExceeded) || errors.Is(cause, ErrStepTimeout) || cancelled {
+				err = fmt.Errorf("%w: %w", cause, err)
+			}
+		}
+	}
+	return out, err, cancelled
+}
+
+// jobOutcome is the checkpoint that records an attempt's outcome. A failure
+// with attempts left makes the run wait for its backoff, releasing the slot.
+func (e *Engine) jobOutcome(run *store.Run, job *Job, prior *store.Op, attempt int, t0 time.Time, out []byte, err error, cancelled bool) *store.CheckpointParams {
+	if err == nil {
+		p := &store.CheckpointParams{Status: store.StatusSucceeded, Output: out}
+		if prior != nil { // earlier attempts failed: close the op they opened
+			end := e.cfg.Clock.Now()
+			p.Ops = []*store.Op{{Position: jobPosition, Kind: store.OpStep, Name: run.Workflow, Done: true,
+				Result: out, Attempts: attempt, StartedAt: prior.StartedAt, FinishedAt: &end}}
+		}
+		return p
+	}
+	info := errorInfo(err, e.cfg.ErrorType)
+	end := e.cfg.Clock.Now()
+	started := t0
+	if prior != nil {
+		started = prior.StartedAt
+	}
+	op := &store.Op{Position: jobPosition, Kind: store.OpStep, Name: run.Workflow, Attempts: attempt, StartedAt: started}
+	p := &store.CheckpointParams{
+		Ops:      []*store.Op{op},
+		Attempts: []store.Attempt{{Position: jobPosition, Attempt: attempt, Error: *info, StartedAt: t0, FinishedAt: end}},
+	}
+	retry := !cancelled && attempt < job.Options.MaxAttempts && !info.NonRetryable &&
+		!errors.Is(err, ErrDeadlineExceeded) && !errors.Is(err, ErrPayloadTooLarge) && !errors.Is(err, ErrCancelled) &&
+		!slices.Contains(job.Options.NonRetryableTypes, info.Type)
+	if retry {
+		wake := end.Add(job.Options.Backoff.Delay(attempt))
+		if d := run.Deadline; d != nil && d.Before(wake) {
+			wake = *d
+		}
+		p.Status, p.WakeAt, p.WaitReason = store.StatusWaiting, &wake, "retry backoff"
+		return p
+	}
+	op.Done, op.Error, op.FinishedAt = true, info, &end
+	p.Status, p.Error = store.StatusFailed, info
+	if cancelled {
+		p.Status = store.StatusCancelled
+		p.Error.Type = TypeCancelled
+	}
+	return p
+}
+
+// jobSave writes a job's checkpoint and returns the run as saved when it
+// finished (nil otherwise).
+func (e *Engine) jobSave(ctx context.Context, run *store.Run, lease store.Lease, p *store.CheckpointParams) *store.Run {
+	p.Lease = lease
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CheckpointTimeout)
+	defer cancel()
+	res, err := e.cfg.Store.Checkpoint(cctx, p)
+	if err != nil {
+		e.cfg.Logger.Warn("saving job outcome", "run", run.ID, "status", p.Status, "err", err)
+		return nil
+	}
+	if !p.Status.Terminal() {
+		return nil
+	}
+	return finalRun(run, p, res)
+}

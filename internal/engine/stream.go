@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// The run's stream (store/stream.go): events the workflow emits and the run's
+// lifecycle, queued with the ops they go with and written by the same checkpoint.
+// An event is queued when its op is recorded, never on replay, so a replay
+// publishes nothing twice; an event whose checkpoint never committed was never
+// published, and the replay that re-runs its op queues it again.
+
+// Emit queues an event of the workflow's own for the run's stream, recorded as an
+// op (kind emit) so that a replay skips it. data is JSON.
+func (rs *RunState) Emit(name string, data []byte) {
+	rs.checkUnwind()
+	pos, rec := rs.next(store.OpEmit, name)
+	if rec != nil {
+		return
+	}
+	at := rs.now()
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.pending.ops = append(rs.pending.ops, &store.Op{Position: pos, Kind: store.OpEmit, Name: name,
+		Done: true, Attempts: 1, StartedAt: at, FinishedAt: &at})
+	rs.pending.stream = append(rs.pending.stream, store.StreamWrite{Name: name, Data: data})
+}
+
+// lifecycle encodes a lifecycle event.
+func lifecycle(name string, v any) store.StreamWrite {
+	b, _ := json.Marshal(v) // the values below always encode
+	return store.StreamWrite{Name: name, Data: b}
+}
+
+// addStarted puts run.started first in q when this execution is the run's
+// first (no history) and q is its first checkpoint. A hand-back that records
+// nothing leaves it to the next execution, which starts again from nothing.
+func (rs *RunState) addStarted(q *queued, status store.Status) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if !rs.startPending || status == store.StatusPending && len(q.ops) == 0 {
+		return
+	}
+	rs.startPending = false
+	ev := lifecycle(store.StreamRunStarted, map[string]any{"workflow": rs.run.Workflow, "attempt": rs.run.Attempts})
+	q.stream = append([]store.StreamWrite{ev}, q.stream...)
+}
+
+// stepEvent is the data of step.completed and step.failed.
+type stepEvent struct {
+	Name       string           `json:"name"`
+	Attempt    int              `json:"attempt"`
+	DurationMS float64          `json:"duration_ms"`
+	Error      *store.ErrorInfo `json:"error,omitempty"`
+	// Final is set on the failure that ends the step (no retry follows).
+	Final bool `json:"final,omitempty"`
+}
+
+func (sc *stepCall) duration(end time.Time) float64 {
+	if sc.attemptStart.IsZero() {
+		return 0
+	}
+	return float64(end.Sub(sc.attemptStart).Microseconds()) / 1000
+}
+
+func (sc *stepCall) completedEvent(end time.Time) store.StreamWrite {
+	return lifecycle(store.StreamStepCompleted, stepEvent{Name: sc.name, Attempt: sc.attempt, DurationMS: sc.duration(end)})
+}
+
+func (sc *stepCall) failedEvent(e *store.ErrorInfo, end time.Time, final bool) store.StreamWrite {
+	return lifecycle(store.StreamStepFailed, stepEvent{Name: sc.name, Attempt: sc.attempt, DurationMS: sc.duration(end), Error: e, Final: final})
+}
+
+// finalEvent is the last event of a run that ends with the checkpoint p.
+func finalEvent(p *store.CheckpointParams) store.StreamWrite {
+	switch p.Status {
+	case store.StatusSucceeded:
+		var result any = json.RawMessage(p.Output)
+		if !json.Valid(p.Output) {
+			result = p.Output // not JSON (another codec): base64 in a JSON string
+		}
+		return lifecycle(store.StreamRunSucceeded, map[string]any{"result": result})
+	case store.StatusCancelled:
+		return lifecycle(store.StreamRunCancelled, map[string]any{"error": p.Error})
+	default:
+		return lifecycle(store.StreamRunFailed, map[string]any{"error": p.Error})
+	}
+}
+
+// StreamRunBlocked is the event of a run that blocks (its code no longer
+// matches its history); run.waiting follows its resumption's next wait.
+const StreamRunBlocked = "run.blocked"
+
+// waitingEvent is the data of run.waiting.
+type waitingEvent struct {
+	Reason string     `json:"reason"`
+	WakeAt *time.Time `json:"wake_at,omitempty"`
+	Events []string   `json:"events,omitempty"`
+}
+
+// MaxPayloadBytes is the limit of an encoded value of the run.
+func (rs *RunState) MaxPayloadBytes() int { return rs.e.cfg.MaxPayloadBytes }

@@ -1,0 +1,200 @@
+// Package retention deletes finished runs once their namespace's retention
+// period has passed: a background purger, owned by `trellis server` and by
+// every embedded worker, that deletes expired runs in small batches (one short
+// transaction each) and rests between batches so that checkpoints and claims
+// keep the store (see docs/retention.md).
+package retention
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/trellis-dev/trellis/internal/clock"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// DefaultPeriod is a namespace's retention period unless it says otherwise.
+const DefaultPeriod = 30 * 24 * time.Hour
+
+// PeriodOf returns the retention period of a namespace. It is the one place
+// that decides it: until namespaces are records with a retention setting, every
+// namespace keeps its finished runs DefaultPeriod; once they are, this reads
+// the namespace's record.
+func PeriodOf(_ context.Context, _ store.Store, _ string) (time.Duration, error) {
+	return DefaultPeriod, nil
+}
+
+// Defaults of Config.
+const (
+	DefaultInterval = time.Minute
+	// DefaultBatch runs per purge transaction: a few milliseconds of work.
+	DefaultBatch = store.DefaultPurgeBatch
+	// DefaultDuty is the share of time the purger works while it has a
+	// backlog: after a batch that took d it rests d*(1-Duty)/Duty.
+	DefaultDuty = 0.1
+)
+
+// Config configures a purger.
+type Config struct {
+	Store store.Store
+	// Period returns a namespace's retention period; default PeriodOf.
+	Period func(ctx context.Context, namespace string) (time.Duration, error)
+	// Interval is how often the purger looks for expired runs when it has
+	// none left; default DefaultInterval.
+	Interval time.Duration
+	// Batch is how many runs one transaction deletes; default DefaultBatch.
+	Batch int
+	// Duty (0 < Duty <= 1) is the share of time spent deleting while a
+	// backlog remains; default DefaultDuty.
+	Duty   float64
+	Logger *slog.Logger
+	Clock  clock.Clock
+}
+
+// Purger deletes expired runs in the background. Start it once; Stop ends it.
+type Purger struct {
+	cfg     Config
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	started bool
+	deleted int64
+}
+
+// New returns a purger; it does nothing until Start.
+func New(cfg Config) *Purger {
+	if cfg.Period == nil {
+		st := cfg.Store
+		cfg.Period = func(ctx context.Context, ns string) (time.Duration, error) { return PeriodOf(ctx, st, ns) }
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.Duty <= 0 || cfg.Duty > 1 {
+		cfg.Duty = DefaultDuty
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.Clock = clock.Or(cfg.Clock)
+	return &Purger{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Start launches the purger's goroutine, which runs until Stop. Only the
+// first call does anything.
+func (p *Purger) Start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.started {
+		p.started = true
+		go p.loop()
+	}
+}
+
+// Stop ends the purger and waits for its goroutine (a batch in flight is
+// cancelled: it deletes all of its runs or none). Idempotent.
+func (p *Purger) Stop() {
+	p.once.Do(func() { close(p.stop) })
+	p.mu.Lock()
+	started := p.started
+	p.started = true // a Start after Stop does nothing
+	p.mu.Unlock()
+	if started {
+		<-p.done
+	}
+}
+
+// Deleted is how many runs the purger has deleted so far.
+func (p *Purger) Deleted() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deleted
+}
+
+func (p *Purger) loop() {
+	defer close(p.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // owned by loop: ends when loop returns (cancel) or Stop
+		select {
+		case <-p.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		if err := p.Pass(ctx); err != nil && ctx.Err() == nil {
+			p.cfg.Logger.Warn("purging expired runs", "err", err)
+		}
+		if !p.sleep(p.cfg.Interval) {
+			return
+		}
+	}
+}
+
+// sleep waits d, or until Stop; it reports false once stopped.
+func (p *Purger) sleep(d time.Duration) bool {
+	t := p.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-p.stop:
+		return false
+	}
+}
+
+// Pass deletes every run expired now, namespace by namespace, batch by batch,
+// resting between batches as Duty says. It returns at the first error.
+func (p *Purger) Pass(ctx context.Context) error {
+	namespaces, err := p.cfg.Store.RunNamespaces(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ns := range namespaces {
+		period, err := p.cfg.Period(ctx, ns)
+		if err != nil {
+			return err
+		}
+		if period <= 0 {
+			continue // kept for ever
+		}
+		for {
+			cutoff := p.cfg.Clock.Now().Add(-period)
+			t0 := time.Now()
+			n, err := p.cfg.Store.RunsPurge(ctx, &store.RunsPurgeParams{Namespace: ns, FinishedBefore: cutoff, Limit: p.cfg.Batch})
+			if err != nil {
+				if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			p.mu.Lock()
+			p.deleted += int64(n)
+			p.mu.Unlock()
+			if n > 0 {
+				p.cfg.Logger.Debug("purged expired runs", "namespace", ns, "runs", n)
+			}
+			if n < p.cfg.Batch {
+				break
+			}
+			took := time.Since(t0)
+			rest := time.Duration(float64(took) * (1 - p.cfg.Duty) / p.cfg.Duty)
+			if rest > 0 {
+				select { // the rest is wall time: the work it spaces out is
+				case <-time.After(rest):
+				case <-ctx.Done():
+					return nil
+				}
+			}
+		}
+	}
+	return nil
+}

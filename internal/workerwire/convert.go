@@ -1,0 +1,317 @@
+// Package workerwire converts between the storage contract's records (package
+// store) and the worker protocol's messages (trellis.worker.v1), and maps the
+// contract's sentinel errors to Connect codes with a stable reason and back.
+// The server (package server) and the remote client (store/storeremote) share
+// it, so both ends agree on every field.
+package workerwire
+
+import (
+	"time"
+
+	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
+	"github.com/trellis-dev/trellis/store"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Ts converts a time; the zero time becomes nil.
+func Ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// TsPtr converts an optional time.
+func TsPtr(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+// Time converts back; nil becomes the zero time, in UTC otherwise.
+func Time(t *timestamppb.Timestamp) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.AsTime()
+}
+
+// TimePtr converts back an optional time.
+func TimePtr(t *timestamppb.Timestamp) *time.Time {
+	if t == nil {
+		return nil
+	}
+	v := t.AsTime()
+	return &v
+}
+
+// Dur converts a duration.
+func Dur(d time.Duration) *durationpb.Duration {
+	if d == 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}
+
+// Duration converts back a duration (nil is 0).
+func Duration(d *durationpb.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return d.AsDuration()
+}
+
+func errInfo(e *store.ErrorInfo) *pb.ErrorInfo {
+	if e == nil {
+		return nil
+	}
+	return &pb.ErrorInfo{Message: e.Message, Type: e.Type, NonRetryable: e.NonRetryable}
+}
+
+func errInfoFrom(e *pb.ErrorInfo) *store.ErrorInfo {
+	if e == nil {
+		return nil
+	}
+	return &store.ErrorInfo{Message: e.Message, Type: e.Type, NonRetryable: e.NonRetryable}
+}
+
+// RunToPB converts a run.
+func RunToPB(r *store.Run) *pb.Run {
+	if r == nil {
+		return nil
+	}
+	return &pb.Run{
+		Namespace: r.Namespace, Id: r.ID, WorkflowId: r.WorkflowID, Workflow: r.Workflow, Queue: r.Queue,
+		Priority: int64(r.Priority), Status: string(r.Status), Version: int64(r.Version), Sequence: r.Sequence,
+		Input: r.Input, Output: r.Output, Error: errInfo(r.Error), WaitReason: r.WaitReason,
+		CancelRequested: r.CancelRequested, Deadline: TsPtr(r.Deadline), AvailableAt: Ts(r.AvailableAt),
+		Attempts: int64(r.Attempts), LeaseOwner: r.LeaseOwner, LeaseExpiresAt: TsPtr(r.LeaseExpiresAt),
+		CreatedAt: Ts(r.CreatedAt), StartedAt: TsPtr(r.StartedAt), UpdatedAt: Ts(r.UpdatedAt),
+		FinishedAt: TsPtr(r.FinishedAt), ParentId: r.ParentID,
+	}
+}
+
+// RunFromPB converts a run back.
+func RunFromPB(r *pb.Run) *store.Run {
+	if r == nil {
+		return nil
+	}
+	return &store.Run{
+		Namespace: r.Namespace, ID: r.Id, WorkflowID: r.WorkflowId, Workflow: r.Workflow, Queue: r.Queue,
+		Priority: int(r.Priority), Status: store.Status(r.Status), Version: int(r.Version), Sequence: r.Sequence,
+		Input: r.Input, Output: r.Output, Error: errInfoFrom(r.Error), WaitReason: r.WaitReason,
+		CancelRequested: r.CancelRequested, Deadline: TimePtr(r.Deadline), AvailableAt: Time(r.AvailableAt),
+		Attempts: int(r.Attempts), LeaseOwner: r.LeaseOwner, LeaseExpiresAt: TimePtr(r.LeaseExpiresAt),
+		CreatedAt: Time(r.CreatedAt), StartedAt: TimePtr(r.StartedAt), UpdatedAt: Time(r.UpdatedAt),
+		FinishedAt: TimePtr(r.FinishedAt), ParentID: r.ParentId,
+	}
+}
+
+// RunsToPB converts runs.
+func RunsToPB(rs []*store.Run) []*pb.Run {
+	out := make([]*pb.Run, len(rs))
+	for i, r := range rs {
+		out[i] = RunToPB(r)
+	}
+	return out
+}
+
+// RunsFromPB converts runs back.
+func RunsFromPB(rs []*pb.Run) []*store.Run {
+	out := make([]*store.Run, len(rs))
+	for i, r := range rs {
+		out[i] = RunFromPB(r)
+	}
+	return out
+}
+
+func attemptToPB(a store.Attempt) *pb.Attempt {
+	e := a.Error
+	return &pb.Attempt{Position: int64(a.Position), Attempt: int64(a.Attempt), Error: errInfo(&e),
+		StartedAt: Ts(a.StartedAt), FinishedAt: Ts(a.FinishedAt)}
+}
+
+func attemptFromPB(a *pb.Attempt) store.Attempt {
+	out := store.Attempt{Position: int(a.Position), Attempt: int(a.Attempt),
+		StartedAt: Time(a.StartedAt), FinishedAt: Time(a.FinishedAt)}
+	if e := errInfoFrom(a.Error); e != nil {
+		out.Error = *e
+	}
+	return out
+}
+
+// AttemptsToPB converts attempts.
+func AttemptsToPB(as []store.Attempt) []*pb.Attempt {
+	if len(as) == 0 {
+		return nil
+	}
+	out := make([]*pb.Attempt, len(as))
+	for i, a := range as {
+		out[i] = attemptToPB(a)
+	}
+	return out
+}
+
+// AttemptsFromPB converts attempts back.
+func AttemptsFromPB(as []*pb.Attempt) []store.Attempt {
+	if len(as) == 0 {
+		return nil
+	}
+	out := make([]store.Attempt, len(as))
+	for i, a := range as {
+		out[i] = attemptFromPB(a)
+	}
+	return out
+}
+
+// OpsToPB converts ops.
+func OpsToPB(ops []*store.Op) []*pb.Op {
+	out := make([]*pb.Op, len(ops))
+	for i, o := range ops {
+		out[i] = &pb.Op{Position: int64(o.Position), Kind: string(o.Kind), Name: o.Name, Done: o.Done,
+			Result: o.Result, Error: errInfo(o.Error), Attempts: int64(o.Attempts), AttemptLog: AttemptsToPB(o.AttemptLog),
+			StartedAt: Ts(o.StartedAt), FinishedAt: TsPtr(o.FinishedAt)}
+	}
+	return out
+}
+
+// OpsFromPB converts ops back.
+func OpsFromPB(ops []*pb.Op) []*store.Op {
+	out := make([]*store.Op, len(ops))
+	for i, o := range ops {
+		out[i] = &store.Op{Position: int(o.Position), Kind: store.OpKind(o.Kind), Name: o.Name, Done: o.Done,
+			Result: o.Result, Error: errInfoFrom(o.Error), Attempts: int(o.Attempts), AttemptLog: AttemptsFromPB(o.AttemptLog),
+			StartedAt: Time(o.StartedAt), FinishedAt: TimePtr(o.FinishedAt)}
+	}
+	return out
+}
+
+func eventsToPB(es []*store.Event) []*pb.Event {
+	out := make([]*pb.Event, len(es))
+	for i, e := range es {
+		out[i] = &pb.Event{Seq: e.Seq, Namespace: e.Namespace, RunId: e.RunID, Name: e.Name, Payload: e.Payload, SentAt: Ts(e.SentAt)}
+	}
+	return out
+}
+
+func eventsFromPB(es []*pb.Event) []*store.Event {
+	out := make([]*store.Event, len(es))
+	for i, e := range es {
+		out[i] = &store.Event{Seq: e.Seq, Namespace: e.Namespace, RunID: e.RunId, Name: e.Name, Payload: e.Payload, SentAt: Time(e.SentAt)}
+	}
+	return out
+}
+
+// ClaimedToPB converts claimed runs.
+func ClaimedToPB(crs []*store.ClaimedRun) []*pb.ClaimedRun {
+	out := make([]*pb.ClaimedRun, len(crs))
+	for i, c := range crs {
+		out[i] = &pb.ClaimedRun{Run: RunToPB(c.Run), LeaseToken: c.LeaseToken, LeaseExpiresAt: Ts(c.LeaseExpiresAt),
+			History: OpsToPB(c.History), Inbox: eventsToPB(c.Inbox)}
+	}
+	return out
+}
+
+// ClaimedFromPB converts claimed runs back.
+func ClaimedFromPB(crs []*pb.ClaimedRun) []*store.ClaimedRun {
+	out := make([]*store.ClaimedRun, len(crs))
+	for i, c := range crs {
+		out[i] = &store.ClaimedRun{Run: RunFromPB(c.Run), LeaseToken: c.LeaseToken, LeaseExpiresAt: Time(c.LeaseExpiresAt),
+			History: OpsFromPB(c.History), Inbox: eventsFromPB(c.Inbox)}
+	}
+	return out
+}
+
+// LeaseToPB converts a lease.
+func LeaseToPB(l store.Lease) *pb.Lease {
+	return &pb.Lease{Namespace: l.Namespace, RunId: l.RunID, Token: l.Token}
+}
+
+// LeaseFromPB converts a lease back (nil is the zero lease).
+func LeaseFromPB(l *pb.Lease) store.Lease {
+	if l == nil {
+		return store.Lease{}
+	}
+	return store.Lease{Namespace: l.Namespace, RunID: l.RunId, Token: l.Token}
+}
+
+// CheckpointToPB converts a checkpoint.
+func CheckpointToPB(p *store.CheckpointParams) *pb.CheckpointItem {
+	it := &pb.CheckpointItem{Lease: LeaseToPB(p.Lease), Ops: OpsToPB(p.Ops), Attempts: AttemptsToPB(p.Attempts),
+		Status: string(p.Status), Output: p.Output, Error: errInfo(p.Error), WaitReason: p.WaitReason,
+		WakeAt: TsPtr(p.WakeAt), WaitEvents: p.WaitEvents, NoEvents: p.NoEvents, Consume: p.Consume,
+		ExpireApprovals: p.ExpireApprovals}
+	for _, kv := range p.KV {
+		it.Kv = append(it.Kv, &pb.KVWrite{Key: kv.Key, Value: kv.Value, Delete: kv.Delete})
+	}
+	for _, g := range p.Children {
+		pg := &pb.ChildGroup{Position: int64(g.Position), MaxConcurrency: int64(g.MaxConcurrency), FailFast: g.FailFast, Detached: g.Detached}
+		for _, r := range g.Runs {
+			pg.Runs = append(pg.Runs, &pb.ChildRun{Id: r.ID, WorkflowId: r.WorkflowID, Workflow: r.Workflow, Queue: r.Queue,
+				Priority: int64(r.Priority), Version: int64(r.Version), Input: r.Input, Deadline: TsPtr(r.Deadline)})
+		}
+		it.Children = append(it.Children, pg)
+	}
+	for _, a := range p.Approvals {
+		it.Approvals = append(it.Approvals, &pb.ApprovalRequest{Id: a.ID, Position: int64(a.Position), Name: a.Name,
+			Approvers: a.Approvers, Subject: a.Subject, Details: a.Details, ExpiresAt: TsPtr(a.ExpiresAt)})
+	}
+	for _, e := range p.Stream {
+		it.Stream = append(it.Stream, &pb.StreamWrite{Name: e.Name, Data: e.Data})
+	}
+	return it
+}
+
+// CheckpointFromPB converts a checkpoint back. Children are created in the
+// namespace of the lease (the parent's).
+func CheckpointFromPB(it *pb.CheckpointItem) *store.CheckpointParams {
+	p := &store.CheckpointParams{Lease: LeaseFromPB(it.Lease), Ops: OpsFromPB(it.Ops), Attempts: AttemptsFromPB(it.Attempts),
+		Status: store.Status(it.Status), Output: it.Output, Error: errInfoFrom(it.Error), WaitReason: it.WaitReason,
+		WakeAt: TimePtr(it.WakeAt), WaitEvents: it.WaitEvents, NoEvents: it.NoEvents, Consume: it.Consume,
+		ExpireApprovals: it.ExpireApprovals}
+	if len(p.Ops) == 0 {
+		p.Ops = nil
+	}
+	for _, kv := range it.Kv {
+		p.KV = append(p.KV, store.KVWrite{Key: kv.Key, Value: kv.Value, Delete: kv.Delete})
+	}
+	for _, g := range it.Children {
+		sg := &store.ChildGroup{Position: int(g.Position), MaxConcurrency: int(g.MaxConcurrency), FailFast: g.FailFast, Detached: g.Detached}
+		for _, r := range g.Runs {
+			sg.Runs = append(sg.Runs, &store.RunCreateParams{Namespace: p.Lease.Namespace, ID: r.Id, WorkflowID: r.WorkflowId,
+				Workflow: r.Workflow, Queue: r.Queue, Priority: int(r.Priority), Version: int(r.Version), Input: r.Input,
+				Deadline: TimePtr(r.Deadline)})
+		}
+		p.Children = append(p.Children, sg)
+	}
+	for _, a := range it.Approvals {
+		p.Approvals = append(p.Approvals, &store.ApprovalRequest{ID: a.Id, Position: int(a.Position), Name: a.Name,
+			Approvers: a.Approvers, Subject: a.Subject, Details: a.Details, ExpiresAt: TimePtr(a.ExpiresAt)})
+	}
+	for _, e := range it.Stream {
+		p.Stream = append(p.Stream, store.StreamWrite{Name: e.Name, Data: e.Data})
+	}
+	return p
+}
+
+// WorkersToPB converts worker records.
+func WorkersToPB(ws []*store.Worker) []*pb.Worker {
+	out := make([]*pb.Worker, len(ws))
+	for i, w := range ws {
+		out[i] = &pb.Worker{Namespace: w.Namespace, Name: w.Name, Workflows: w.Workflows, Queues: w.Queues, Version: w.Version,
+			StartedAt: Ts(w.StartedAt), LastSeenAt: Ts(w.LastSeenAt), ExpiresAt: Ts(w.ExpiresAt), Live: w.Live}
+	}
+	return out
+}
+
+// WorkersFromPB converts worker records back.
+func WorkersFromPB(ws []*pb.Worker) []*store.Worker {
+	out := make([]*store.Worker, len(ws))
+	for i, w := range ws {
+		out[i] = &store.Worker{Namespace: w.Namespace, Name: w.Name, Workflows: w.Workflows, Queues: w.Queues, Version: w.Version,
+			StartedAt: Time(w.StartedAt), LastSeenAt: Time(w.LastSeenAt), ExpiresAt: Time(w.ExpiresAt), Live: w.Live}
+	}
+	return out
+}

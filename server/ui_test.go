@@ -1,0 +1,559 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/auth"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// uiPublic lists the UI routes that need no session, on purpose: any other
+// route must name a role and a scope.
+var uiPublic = map[string]bool{
+	"GET /{$}": true, "GET /ui-assets/{file}": true, "GET /ui/login": true,
+	"POST /ui/login": true, "POST /ui/logout": true,
+}
+
+// Every UI route has a rule: it is one of the deliberate public routes, or it
+// names a role and a scope.
+func TestEveryUIRouteHasARule(t *testing.T) {
+	for _, rt := range uiRouteTable {
+		key := rt.method + " " + rt.pattern
+		switch {
+		case rt.public && !uiPublic[key]:
+			t.Errorf("%s: public UI route not in the deliberate list", key)
+		case rt.public && rt.role != "":
+			t.Errorf("%s: public with a role", key)
+		case !rt.public && (!rt.role.Valid() || rt.scope == scopeNone || rt.orRole != "" && !rt.orRole.Valid()):
+			t.Errorf("%s: no authorization rule (role %q, scope %d)", key, rt.role, rt.scope)
+		case !rt.public && !strings.HasPrefix(rt.pattern, "/ui/{ns}/"):
+			t.Errorf("%s: a UI route with a rule must be under /ui/{ns}/", key)
+		}
+	}
+}
+
+// A UI route without a rule is denied to everyone, even an admin.
+func TestUIRouteWithoutRuleIsDenied(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	ui := e.uiSession("admin")
+	ruleless := uiRoute{method: "GET", pattern: "/ui/{ns}/ruleless",
+		handle: func(*Server, http.ResponseWriter, *http.Request, *uiCall) error { return nil }}
+	mux := http.NewServeMux()
+	mux.Handle("GET /ui/{ns}/ruleless", e.srv.wrapUI(ruleless))
+	r, _ := http.NewRequest("GET", e.base+"/ui/default/ruleless", nil)
+	for _, c := range ui.jar.Cookies(r.URL) {
+		r.AddCookie(c)
+	}
+	w := &recorder{header: http.Header{}}
+	mux.ServeHTTP(w, r)
+	if w.status != 403 {
+		t.Fatalf("ruleless UI route answered %d", w.status)
+	}
+}
+
+type recorder struct {
+	header http.Header
+	status int
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = 200
+	}
+	return len(b), nil
+}
+func (r *recorder) WriteHeader(s int) { r.status = s }
+
+// uiClient is a browser-like client: a cookie jar and no redirects followed.
+type uiClient struct {
+	e    *env
+	jar  *cookiejar.Jar
+	http *http.Client
+}
+
+// uiSession signs in with token through the login form.
+func (e *env) uiSession(token string) *uiClient {
+	e.t.Helper()
+	jar, _ := cookiejar.New(nil)
+	u := &uiClient{e: e, jar: jar, http: &http.Client{Jar: jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	if token != "" {
+		r := u.post("/ui/login", url.Values{"token": {token}}, e.base)
+		if r.status != 303 {
+			e.t.Fatalf("sign in as %s: %d %s", token, r.status, r.body)
+		}
+	}
+	return u
+}
+
+// csrf is the CSRF token of the client's session.
+func (u *uiClient) csrf() string {
+	base, _ := url.Parse(u.e.base)
+	for _, c := range u.jar.Cookies(base) {
+		if c.Name == sessionCookie {
+			s, err := u.e.srv.ui.open(c.Value, time.Now())
+			if err != nil {
+				u.e.t.Fatal(err)
+			}
+			return u.e.srv.ui.csrfToken(s)
+		}
+	}
+	return ""
+}
+
+func (u *uiClient) get(path string) *resp {
+	u.e.t.Helper()
+	res, err := u.http.Get(u.e.base + path)
+	if err != nil {
+		u.e.t.Fatal(err)
+	}
+	return readResp(u.e.t, res)
+}
+
+// open sends a GET and reads its status and headers only: a stream's body
+// does not end while its run is active.
+func (u *uiClient) open(path string) *resp {
+	u.e.t.Helper()
+	res, err := u.http.Get(u.e.base + path)
+	if err != nil {
+		u.e.t.Fatal(err)
+	}
+	res.Body.Close()
+	return &resp{status: res.StatusCode, header: res.Header, body: []byte("(stream)")}
+}
+
+// fetch GETs a UI route: a page, or the head of a stream.
+func (u *uiClient) fetch(rt uiRoute, path string) *resp {
+	u.e.t.Helper()
+	if rt.stream {
+		return u.open(path)
+	}
+	return u.get(path)
+}
+
+// post sends a form with the given Origin header ("" for none).
+func (u *uiClient) post(path string, form url.Values, origin string) *resp {
+	u.e.t.Helper()
+	req, _ := http.NewRequest("POST", u.e.base+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	res, err := u.http.Do(req)
+	if err != nil {
+		u.e.t.Fatal(err)
+	}
+	return readResp(u.e.t, res)
+}
+
+func readResp(t *testing.T, res *http.Response) *resp {
+	t.Helper()
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &resp{status: res.StatusCode, header: res.Header, body: b}
+}
+
+// The walk of the UI: every route with a rule, with a session of every role, is
+// allowed exactly when the route's role (or admin) is granted; without a
+// session a page sends to sign-in and a form is refused.
+func TestUIAuthorizationWalk(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	roles := []auth.Role{auth.RoleAdmin, auth.RoleProducer, auth.RoleWorker, auth.RoleReader, auth.RoleApprover}
+	sessions := map[auth.Role]*uiClient{}
+	for _, role := range roles {
+		token := string(role)
+		if role == auth.RoleAdmin {
+			token = "admin"
+		}
+		sessions[role] = e.uiSession(token)
+	}
+	other := e.uiSession("other-reader")
+	anon := e.uiSession("")
+	for _, rt := range uiRouteTable {
+		if rt.public {
+			continue
+		}
+		for _, role := range roles {
+			// A fresh run and approval per request: cancelling or deciding one
+			// must not turn the next request into a conflict.
+			run := e.start("needs-anyone", nil, nil)
+			approval := e.pendingApproval(run.ID)
+			path := strings.Replace(rt.pattern, "{ns}", "default", 1)
+			if strings.Contains(rt.pattern, "/approvals/{id}") {
+				path = strings.Replace(path, "{id}", approval, 1)
+			}
+			path = strings.Replace(path, "{id}", run.ID, 1)
+			u := sessions[role]
+			var r *resp
+			if rt.method == "GET" {
+				r = u.fetch(rt, path)
+			} else {
+				r = u.post(path, url.Values{"csrf": {u.csrf()}}, e.base)
+			}
+			allowed := role == auth.RoleAdmin || role == rt.role || role == rt.orRole
+			denied := r.status == 403 || r.status == 401
+			if allowed == denied {
+				t.Errorf("%s %s as %s: %d %.200s (allowed by the table: %v)", rt.method, rt.pattern, role, r.status, r.body, allowed)
+			}
+			if !allowed && !rt.stream && !strings.Contains(string(r.body), "permission") {
+				t.Errorf("%s %s as %s: refusal page does not say why: %.300s", rt.method, rt.pattern, role, r.body)
+			}
+			if role != auth.RoleAdmin {
+				continue
+			}
+			// Another namespace's reader and no session at all.
+			var ro, ra *resp
+			if rt.method == "GET" {
+				ro, ra = other.fetch(rt, path), anon.fetch(rt, path)
+			} else {
+				ro, ra = other.post(path, url.Values{"csrf": {other.csrf()}}, e.base), anon.post(path, nil, e.base)
+			}
+			if ro.status != 403 {
+				t.Errorf("%s %s as a reader of another namespace: %d", rt.method, rt.pattern, ro.status)
+			}
+			if rt.method == "GET" && (ra.status != 303 || !strings.HasPrefix(ra.header.Get("Location"), "/ui/login?next=")) {
+				t.Errorf("GET %s without a session: %d %s", rt.pattern, ra.status, ra.header.Get("Location"))
+			}
+			if rt.method == "POST" && ra.status != 401 {
+				t.Errorf("POST %s without a session: %d", rt.pattern, ra.status)
+			}
+		}
+	}
+}
+
+// The session cookie is HttpOnly, SameSite=Strict, and does not hold the token
+// in the clear; a forged or altered one is no session.
+func TestUISessionCookie(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	u := e.uiSession("")
+	r := u.post("/ui/login", url.Values{"token": {"admin"}}, e.base)
+	if r.status != 303 {
+		t.Fatalf("sign in: %d", r.status)
+	}
+	ck := r.header.Get("Set-Cookie")
+	for _, want := range []string{sessionCookie + "=", "HttpOnly", "SameSite=Strict", "Path=/"} {
+		if !strings.Contains(ck, want) {
+			t.Errorf("Set-Cookie %q lacks %q", ck, want)
+		}
+	}
+	if strings.Contains(strings.ToLower(ck), "admin") {
+		t.Errorf("cookie shows the token: %s", ck)
+	}
+	if got := u.get("/ui/default/runs"); got.status != 200 {
+		t.Fatalf("runs page with a session: %d", got.status)
+	}
+	// Alter the cookie: it no longer opens.
+	base, _ := url.Parse(e.base)
+	for _, c := range u.jar.Cookies(base) {
+		c.Value = c.Value[:len(c.Value)-2] + "AA"
+		u.jar.SetCookies(base, []*http.Cookie{c})
+	}
+	if got := u.get("/ui/default/runs"); got.status != 303 {
+		t.Fatalf("runs page with an altered cookie: %d", got.status)
+	}
+	// A wrong token signs nobody in, and says so.
+	bad := e.uiSession("")
+	r = bad.post("/ui/login", url.Values{"token": {"wrong"}}, e.base)
+	if r.status != 401 || r.header.Get("Set-Cookie") != "" || !strings.Contains(string(r.body), "Unknown or revoked token") {
+		t.Fatalf("wrong token: %d %q", r.status, r.header.Get("Set-Cookie"))
+	}
+	// Sign-in from another site is refused.
+	if r := bad.post("/ui/login", url.Values{"token": {"admin"}}, "http://evil.example"); r.status != 403 {
+		t.Fatalf("cross-site sign-in: %d", r.status)
+	}
+	// An open redirect through next is not followed.
+	r = bad.post("/ui/login", url.Values{"token": {"admin"}, "next": {"//evil.example/x"}}, e.base)
+	if loc := r.header.Get("Location"); loc != "/ui/default/runs" {
+		t.Fatalf("next=//evil.example: Location %q", loc)
+	}
+}
+
+// A form without the session's CSRF token, or from another origin, is refused
+// and changes nothing.
+func TestUICSRF(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	u := e.uiSession("admin")
+	run := e.start("await-go", nil, nil)
+	path := "/ui/default/runs/" + run.ID + "/cancel"
+	for name, tc := range map[string]struct {
+		form   url.Values
+		origin string
+	}{
+		"no token":        {url.Values{}, e.base},
+		"wrong token":     {url.Values{"csrf": {"x" + u.csrf()}}, e.base},
+		"other origin":    {url.Values{"csrf": {u.csrf()}}, "http://evil.example"},
+		"no origin":       {url.Values{"csrf": {u.csrf()}}, ""},
+		"other's session": {url.Values{"csrf": {e.uiSession("producer").csrf()}}, e.base},
+	} {
+		r := u.post(path, tc.form, tc.origin)
+		if r.status != 403 {
+			t.Errorf("%s: %d %.200s", name, r.status, r.body)
+		}
+	}
+	got, err := e.worker.Get(context.Background(), run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Terminal() || got.CancelRequested {
+		t.Fatalf("refused cancellations changed the run: %s", got.Status)
+	}
+	// With both, it works.
+	if r := u.post(path, url.Values{"csrf": {u.csrf()}}, e.base); r.status != 303 {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	e.until(run.ID, func() bool {
+		got, _ := e.worker.Get(context.Background(), run.ID)
+		return got.Status == trellis.StatusCancelled
+	})
+}
+
+// Bad filters get a clear error page; the pages render with data in them.
+func TestUIPages(t *testing.T) {
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) { testUIPages(t, url(t)) })
+	}
+}
+
+func testUIPages(t *testing.T, url string) {
+	e := newEnv(t, url)
+	u := e.uiSession("admin")
+	run := e.start("echo", map[string]any{"hello": "world"}, nil)
+	e.waitRun(run.ID)
+	waiting := e.start("needs-anyone", nil, nil)
+	e.pendingApproval(waiting.ID)
+	for _, bad := range []string{"status=nope", "after=yesterday", "page_token=zz"} {
+		r := u.get("/ui/default/runs?" + bad)
+		if r.status != 400 || !strings.Contains(string(r.body), "invalid") && !strings.Contains(string(r.body), "Invalid") {
+			t.Errorf("runs?%s: %d %.300s", bad, r.status, r.body)
+		}
+	}
+	for path, wants := range map[string][]string{
+		"/ui/default/runs":                          {run.ID, "succeeded", `data-status="succeeded"`},
+		"/ui/default/runs?status=waiting":           {waiting.ID},
+		"/ui/default/runs/" + run.ID:                {"hello", "world", "seen", "Timeline"},
+		"/ui/default/runs/" + run.ID + "?partial=1": {"Timeline"},
+		"/ui/default/approvals":                     {"Approve", waiting.ID[:14]},
+		"/ui/default/workers":                       {"echo", "live"},
+	} {
+		r := u.get(path)
+		if r.status != 200 {
+			t.Errorf("%s: %d %.300s", path, r.status, r.body)
+			continue
+		}
+		for _, w := range wants {
+			if !strings.Contains(string(r.body), w) {
+				t.Errorf("%s lacks %q", path, w)
+			}
+		}
+	}
+	if r := u.get("/ui/default/runs/" + run.ID + "?partial=1"); strings.Contains(string(r.body), "<html") {
+		t.Error("partial page has the layout")
+	}
+	if r := u.get("/ui/default/runs?status=waiting"); strings.Contains(string(r.body), run.ID) {
+		t.Error("status filter shows a succeeded run")
+	}
+	if r := u.get("/ui-assets/ui.css"); r.status != 200 || r.header.Get("Content-Type") != "text/css; charset=utf-8" {
+		t.Errorf("ui.css: %d %s", r.status, r.header.Get("Content-Type"))
+	}
+	if r := u.get("/ui-assets/nope.js"); r.status != 404 {
+		t.Errorf("missing asset: %d", r.status)
+	}
+}
+
+// manyOpsWF records uiManyOps ops.
+const uiManyOps = 10_000
+
+var manyOpsWF = trellis.NewWorkflow("many-ops", func(wc *trellis.Context, _ any) (int, error) {
+	for range uiManyOps {
+		wc.Now()
+	}
+	return uiManyOps, nil
+})
+
+// A run with 10,000 ops pages its timeline: a page shows uiOpsPageSize ops
+// and links to the others.
+func TestUIRunTimelinePages(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	if err := e.worker.Register(context.Background(), manyOpsWF); err != nil {
+		t.Fatal(err)
+	}
+	run := e.start("many-ops", nil, nil)
+	if r := e.waitRun(run.ID); r.Status != trellis.StatusSucceeded {
+		t.Fatalf("many-ops: %s", r.Status)
+	}
+	u := e.uiSession("reader")
+	rows := func(r *resp) int { return strings.Count(string(r.body), `<tr class="op op-`) }
+	first := u.get("/ui/default/runs/"+run.ID).want(t, 200)
+	if n := rows(first); n != uiOpsPageSize {
+		t.Fatalf("first page shows %d ops, want %d", n, uiOpsPageSize)
+	}
+	pages := (uiManyOps + uiOpsPageSize - 1) / uiOpsPageSize
+	for _, want := range []string{"10000 ops", "page 1 of 50", `id="ops-next"`, "?ops_page=2", "?ops_page=50"} {
+		if !strings.Contains(string(first.body), want) {
+			t.Errorf("first page lacks %q", want)
+		}
+	}
+	last := u.get("/ui/default/runs/"+run.ID+"?ops_page="+strconv.Itoa(pages)).want(t, 200)
+	if n := rows(last); n != uiManyOps-(pages-1)*uiOpsPageSize || !strings.Contains(string(last.body), `data-op="" data-kind="now"`) {
+		t.Fatalf("last page shows %d ops", n)
+	}
+	if !strings.Contains(string(last.body), ">9999<") {
+		t.Error("last page lacks op 9999")
+	}
+	// A page out of range shows the first.
+	if n := rows(u.get("/ui/default/runs/"+run.ID+"?ops_page=999").want(t, 200)); n != uiOpsPageSize {
+		t.Errorf("page 999 shows %d ops", n)
+	}
+}
+
+// BenchmarkUIRunPage10kOps serves a page of the timeline of a run with
+// 10,000 ops (reading its history and rendering 200 rows).
+func BenchmarkUIRunPage10kOps(b *testing.B) {
+	ctx := context.Background()
+	st, err := trellis.OpenStore(ctx, "sqlite://"+filepath.Join(b.TempDir(), "t.db"), time.Now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	w, err := trellis.Open(ctx, trellis.Config{Backend: st, Worker: trellis.WorkerOptions{PollInterval: 20 * time.Millisecond}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Register(ctx, manyOpsWF); err != nil {
+		b.Fatal(err)
+	}
+	run, err := trellis.Start(ctx, w, manyOpsWF, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err != nil {
+		b.Fatal(err)
+	}
+	srv, err := New(ctx, Config{Backend: st, Listen: "127.0.0.1:0", Insecure: true, IdempotencyPurgeInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Shutdown(ctx)
+	path := "/ui/default/runs/" + run.ID() + "?ops_page=25"
+	b.ResetTimer()
+	for range b.N {
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != 200 {
+			b.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	}
+}
+
+// RunCounts counts per status with the list's filters, and stops at the cap.
+func TestRunCounts(t *testing.T) {
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, url(t))
+			for range 3 {
+				e.waitRun(e.start("echo", nil, nil).ID)
+			}
+			e.waitRun(e.start("echo", nil, map[string]any{"queue": "q1"}).ID)
+			e.start("await-go", nil, nil)
+			counter := e.st.(store.RunCounter)
+			ctx := context.Background()
+			for _, tc := range []struct {
+				p    store.RunCountsParams
+				want map[store.Status]int64
+				cap  map[store.Status]bool
+			}{
+				{store.RunCountsParams{Namespace: "default"}, map[store.Status]int64{store.StatusSucceeded: 4}, nil},
+				{store.RunCountsParams{Namespace: "default", Queue: "q1"}, map[store.Status]int64{store.StatusSucceeded: 1}, nil},
+				{store.RunCountsParams{Namespace: "default", Workflow: "await-go"}, map[store.Status]int64{}, nil},
+				{store.RunCountsParams{Namespace: "default", CreatedAfter: time.Now().Add(time.Hour)}, map[store.Status]int64{}, nil},
+				{store.RunCountsParams{Namespace: "default", Cap: 2}, map[store.Status]int64{store.StatusSucceeded: 3}, map[store.Status]bool{store.StatusSucceeded: true}},
+				{store.RunCountsParams{Namespace: "other"}, map[store.Status]int64{}, nil},
+			} {
+				got, err := counter.RunCounts(ctx, &tc.p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The await-go run is pending, running or waiting by now: count it apart.
+				active := got.Counts[store.StatusPending] + got.Counts[store.StatusRunning] + got.Counts[store.StatusWaiting]
+				wantActive := int64(0)
+				if tc.p.Workflow == "await-go" || (tc.p.Workflow == "" && tc.p.Queue == "" && tc.p.CreatedAfter.IsZero() && tc.p.Namespace == "default") {
+					wantActive = 1
+				}
+				if active != wantActive {
+					t.Errorf("%+v: %d active, want %d", tc.p, active, wantActive)
+				}
+				for _, st := range store.AllStatuses {
+					if st == store.StatusPending || st == store.StatusRunning || st == store.StatusWaiting {
+						continue
+					}
+					if got.Counts[st] != tc.want[st] || got.Capped[st] != tc.cap[st] {
+						t.Errorf("%+v: %s %d (capped %v), want %d (%v)", tc.p, st, got.Counts[st], got.Capped[st], tc.want[st], tc.cap[st])
+					}
+				}
+			}
+		})
+	}
+}
+
+// Under Config.Insecure the UI needs no sign-in, and its forms still need the
+// CSRF token of the session it hands out.
+func TestUIInsecure(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.Insecure = true })
+	u := e.uiSession("")
+	if r := u.get("/"); r.status != 303 || r.header.Get("Location") != "/ui/default/runs" {
+		t.Fatalf("/ insecure: %d %s", r.status, r.header.Get("Location"))
+	}
+	r := u.get("/ui/default/runs").want(t, 200)
+	if !strings.Contains(string(r.body), "insecure") || strings.Contains(string(r.body), "Sign out") {
+		t.Errorf("insecure runs page: %.300s", r.body)
+	}
+	run := e.start("await-go", nil, nil)
+	path := "/ui/default/runs/" + run.ID + "/cancel"
+	u.post(path, url.Values{}, e.base).want(t, 403)
+	u.post(path, url.Values{"csrf": {u.csrf()}}, e.base).want(t, 303)
+	if r := e.waitRun(run.ID); r.Status != trellis.StatusCancelled {
+		t.Fatalf("run %s", r.Status)
+	}
+	// An unknown run is a 404 page.
+	if r := u.get("/ui/default/runs/nope"); r.status != 404 || !strings.Contains(string(r.body), "nope") {
+		t.Errorf("unknown run: %d %.300s", r.status, r.body)
+	}
+}
+
+// The run page's stream is the API's, authenticated by the session: where the
+// API streams, it answers text/event-stream; where it does not, 404 (the page
+// then polls). A session without the reader role is refused.
+func TestUIStream(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	run := e.start("echo", map[string]any{"a": 1}, nil)
+	e.waitRun(run.ID)
+	u := e.uiSession("reader")
+	r := u.get("/ui/default/runs/" + run.ID + "/stream")
+	if findRoute("GET", nsRuns+"/{id}/stream") == nil {
+		if r.status != 404 {
+			t.Fatalf("stream without the API's route: %d %s", r.status, r.body)
+		}
+	} else if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/event-stream") || !strings.Contains(string(r.body), "event: run.succeeded") {
+		t.Fatalf("stream: %d %s %.500s", r.status, r.header.Get("Content-Type"), r.body)
+	}
+	e.uiSession("approver").get("/ui/default/runs/"+run.ID+"/stream").want(t, 403)
+	if r := e.uiSession("").get("/ui/default/runs/" + run.ID + "/stream"); r.status != 303 {
+		t.Fatalf("stream without a session: %d", r.status)
+	}
+}

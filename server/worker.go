@@ -1,0 +1,443 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/trellis-dev/trellis/internal/auth"
+	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
+	"github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1/workerv1connect"
+	ww "github.com/trellis-dev/trellis/internal/workerwire"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// The worker protocol (docs/worker-protocol.md): the worker role of the storage
+// contract over gRPC, served by connect-go on the server's one port.
+
+// Limits of the worker protocol.
+const (
+	// DefaultMaxWorkerMessageBytes caps one worker protocol message (a batch of
+	// checkpoints): a few maximal payloads and their envelopes.
+	DefaultMaxWorkerMessageBytes = 4 * DefaultMaxBodyBytes
+	// maxClaimCredit caps the runs one Claim may push.
+	maxClaimCredit = 1000
+	// maxClaimWait caps how long a Claim stream stays open.
+	maxClaimWait = 5 * time.Minute
+	// maxBatch caps the leases of one ExtendLeases and the checkpoints of one
+	// Checkpoint.
+	maxBatch = 1000
+)
+
+// workerScope says what a worker call's role is checked on.
+type workerScope int
+
+const (
+	// workerNamespace: the namespace the request names, any queue of it.
+	workerNamespace workerScope = iota + 1
+	// workerClaimQueues: each queue the request claims from (the whole
+	// namespace when it names none).
+	workerClaimQueues
+	// workerLeases: the namespace of every lease the request carries; the
+	// lease tokens fence the writes to the runs the worker claimed.
+	workerLeases
+)
+
+// workerRules is the authorization rule of every worker procedure: role
+// `worker` on the scope named. A procedure without one is denied to everyone
+// (and fails TestWorkerAuthorizationWalk).
+var workerRules = map[string]workerScope{
+	workerv1connect.WorkerServiceClaimProcedure:         workerClaimQueues,
+	workerv1connect.WorkerServiceExtendLeasesProcedure:  workerLeases,
+	workerv1connect.WorkerServiceReleaseLeaseProcedure:  workerLeases,
+	workerv1connect.WorkerServiceCheckpointProcedure:    workerLeases,
+	workerv1connect.WorkerServiceResumeBlockedProcedure: workerNamespace,
+	workerv1connect.WorkerServiceListHistoryProcedure:   workerNamespace,
+	workerv1connect.WorkerServiceListChildrenProcedure:  workerNamespace,
+	workerv1connect.WorkerServiceSubscribeProcedure:     workerNamespace,
+	workerv1connect.WorkerServiceHeartbeatProcedure:     workerNamespace,
+	workerv1connect.WorkerServiceListWorkersProcedure:   workerNamespace,
+	workerv1connect.WorkerServiceRemoveWorkerProcedure:  workerNamespace,
+}
+
+// workerService implements the protocol on the server's store.
+type workerService struct {
+	s *Server
+}
+
+// workerHandler returns the path and handler of the worker protocol. Streams
+// get no read or write deadline (they last as long as a claim waits or a
+// subscription lives); every message is still bounded by ReadMaxBytes.
+func (s *Server) workerHandler() (string, http.Handler) {
+	path, h := workerv1connect.NewWorkerServiceHandler(&workerService{s: s},
+		connect.WithReadMaxBytes(int(s.cfg.MaxWorkerMessageBytes)),
+		connect.WithSendMaxBytes(int(s.cfg.MaxWorkerMessageBytes)))
+	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/Claim") || strings.HasSuffix(r.URL.Path, "/Subscribe") {
+			rc := http.NewResponseController(w)
+			_ = rc.SetReadDeadline(time.Time{})
+			_ = rc.SetWriteDeadline(time.Time{})
+		}
+		s.active.Add(1)
+		defer s.active.Add(-1)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// authorize authenticates the call and checks its rule: role worker on every
+// namespace in nss and, for workerClaimQueues, on each of queues.
+func (h *workerService) authorize(ctx context.Context, procedure string, hdr http.Header, nss []string, queues []string) error {
+	p, err := h.s.authenticate(ctx, hdr.Get("Authorization"))
+	if err != nil {
+		return err
+	}
+	sc, ok := workerRules[procedure]
+	if !ok {
+		return fmt.Errorf("%w: procedure %s has no authorization rule", ww.ErrPermissionDenied, procedure)
+	}
+	if len(nss) == 0 {
+		if sc != workerLeases {
+			return fmt.Errorf("%w: namespace is required", store.ErrInvalidParams)
+		}
+		// No lease: nothing to write, but only a worker may ask.
+		if !slices.ContainsFunc(p.Grants, func(g auth.Grant) bool { return g.Role == auth.RoleWorker || g.Role == auth.RoleAdmin }) {
+			return fmt.Errorf("%w: principal %q has no worker grant", ww.ErrPermissionDenied, p.Name)
+		}
+	}
+	for _, ns := range nss {
+		switch {
+		case ns == auth.SystemNamespace:
+			return fmt.Errorf("%w: namespace %s cannot be addressed", ww.ErrPermissionDenied, auth.SystemNamespace)
+		case !namespacePattern.MatchString(ns):
+			return fmt.Errorf("%w: malformed namespace %q", store.ErrInvalidParams, ns)
+		}
+		if sc == workerClaimQueues {
+			if len(queues) == 0 && !p.Allows(auth.RoleWorker, ns, "") {
+				return fmt.Errorf("%w: principal %q has no worker grant on all of namespace %q (name the queues to claim from)", ww.ErrPermissionDenied, p.Name, ns)
+			}
+			for _, q := range queues {
+				if !p.Allows(auth.RoleWorker, ns, q) {
+					return fmt.Errorf("%w: principal %q has no worker grant on namespace %q queue %q", ww.ErrPermissionDenied, p.Name, ns, q)
+				}
+			}
+			continue
+		}
+		if !hasRoleIn(p, auth.RoleWorker, ns) {
+			return fmt.Errorf("%w: principal %q has no worker grant on namespace %q", ww.ErrPermissionDenied, p.Name, ns)
+		}
+	}
+	return nil
+}
+
+// fail converts an error of a handler to a Connect error with its detail.
+func fail(err error) error {
+	if errors.Is(err, ErrPermissionDenied) {
+		err = fmt.Errorf("%w: %v", ww.ErrPermissionDenied, err)
+	}
+	if errors.Is(err, ErrUnavailable) {
+		err = fmt.Errorf("%w: %v", store.ErrClosed, err)
+	}
+	return ww.ToConnect(err)
+}
+
+func leaseNamespaces(ls ...*pb.Lease) []string {
+	var nss []string
+	for _, l := range ls {
+		ns := ""
+		if l != nil {
+			ns = l.Namespace
+		}
+		if !slices.Contains(nss, ns) {
+			nss = append(nss, ns)
+		}
+	}
+	return nss
+}
+
+// Claim claims runs for the worker and pushes them (see the proto).
+func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest], stream *connect.ServerStream[pb.ClaimResponse]) error {
+	m := req.Msg
+	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, m.Queues); err != nil {
+		return fail(err)
+	}
+	credit := int(m.Credit)
+	wait := ww.Duration(m.Wait)
+	switch {
+	case credit < 0 || credit > maxClaimCredit || credit == 0 && wait > 0:
+		return fail(fmt.Errorf("%w: credit must be 1 to %d, not %d", store.ErrInvalidParams, maxClaimCredit, m.Credit))
+	case wait < 0 || wait > maxClaimWait:
+		return fail(fmt.Errorf("%w: wait must be 0 to %s, not %s", store.ErrInvalidParams, maxClaimWait, wait))
+	}
+	p := &store.RunsClaimParams{Namespace: m.Namespace, Queues: m.Queues, Workflows: m.Workflows,
+		Worker: m.Worker, LeaseDuration: ww.Duration(m.LeaseDuration)}
+	if wait == 0 {
+		p.Max = credit
+		res, err := h.s.store.RunsClaim(ctx, p)
+		if err != nil {
+			return fail(err)
+		}
+		return h.push(ctx, stream, res)
+	}
+	// Subscribe before the first claim, so that a run made due between a claim
+	// that found nothing and the wait is not missed.
+	ready, unsubscribe, err := h.s.store.Subscribe(ctx, store.TopicReady)
+	if err != nil {
+		return fail(err)
+	}
+	defer unsubscribe()
+	clk := time.Now
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
+	var nextDue *time.Time
+	for credit > 0 {
+		if h.s.draining.Err() != nil {
+			return stream.Send(&pb.ClaimResponse{Reconnect: true})
+		}
+		p.Max = credit
+		res, err := h.s.store.RunsClaim(ctx, p)
+		if err != nil {
+			return fail(err)
+		}
+		nextDue = res.NextDue
+		if len(res.Runs) > 0 {
+			if err := h.push(ctx, stream, res); err != nil {
+				return err
+			}
+			credit -= len(res.Runs)
+			if len(res.Runs) == p.Max {
+				continue // more may be due at once
+			}
+		}
+		if credit == 0 {
+			break
+		}
+		due.Stop()
+		if nextDue != nil {
+			due.Reset(max(nextDue.Sub(clk()), 0))
+		}
+		select {
+		case <-ready:
+		case <-due.C:
+		case <-deadline.C:
+			return stream.Send(&pb.ClaimResponse{NextDue: ww.TsPtr(nextDue)})
+		case <-h.s.draining.Done():
+			return stream.Send(&pb.ClaimResponse{Reconnect: true})
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
+}
+
+// push sends claimed runs; runs it could not send are handed back at once
+// rather than waiting for their leases to expire.
+func (h *workerService) push(ctx context.Context, stream *connect.ServerStream[pb.ClaimResponse], res *store.RunsClaimResult) error {
+	err := stream.Send(&pb.ClaimResponse{Runs: ww.ClaimedToPB(res.Runs), NextDue: ww.TsPtr(res.NextDue)})
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		for _, cr := range res.Runs {
+			_ = h.s.store.LeaseRelease(rctx, &store.LeaseReleaseParams{Lease: store.Lease{
+				Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}})
+		}
+	}
+	return err
+}
+
+// ExtendLeases extends a batch of leases.
+func (h *workerService) ExtendLeases(ctx context.Context, req *connect.Request[pb.ExtendLeasesRequest]) (*connect.Response[pb.ExtendLeasesResponse], error) {
+	m := req.Msg
+	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), leaseNamespaces(m.Leases...), nil); err != nil {
+		return nil, fail(err)
+	}
+	if len(m.Leases) > maxBatch {
+		return nil, fail(fmt.Errorf("%w: at most %d leases per call", store.ErrInvalidParams, maxBatch))
+	}
+	p := &store.LeasesExtendParams{Duration: ww.Duration(m.Duration)}
+	for _, l := range m.Leases {
+		p.Leases = append(p.Leases, ww.LeaseFromPB(l))
+	}
+	res, err := h.s.store.LeasesExtend(ctx, p)
+	if err != nil {
+		return nil, fail(err)
+	}
+	return connect.NewResponse(&pb.ExtendLeasesResponse{Lost: res.Lost, CancelRequested: res.CancelRequested}), nil
+}
+
+// ReleaseLease hands a run back.
+func (h *workerService) ReleaseLease(ctx context.Context, req *connect.Request[pb.ReleaseLeaseRequest]) (*connect.Response[pb.ReleaseLeaseResponse], error) {
+	m := req.Msg
+	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), leaseNamespaces(m.Lease), nil); err != nil {
+		return nil, fail(err)
+	}
+	if err := h.s.store.LeaseRelease(ctx, &store.LeaseReleaseParams{Lease: ww.LeaseFromPB(m.Lease)}); err != nil {
+		return nil, fail(err)
+	}
+	return connect.NewResponse(&pb.ReleaseLeaseResponse{}), nil
+}
+
+// Checkpoint applies a batch of checkpoints. They reach the store
+// concurrently, each on its own goroutine, as concurrent requests of other
+// workers do: the store's group commit puts all that arrive together (this
+// batch's and other workers') in one transaction with one fsync. Each is
+// fenced by its own lease token and succeeds or fails on its own.
+func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.CheckpointRequest]) (*connect.Response[pb.CheckpointResponse], error) {
+	m := req.Msg
+	leases := make([]*pb.Lease, len(m.Checkpoints))
+	for i, it := range m.Checkpoints {
+		leases[i] = it.GetLease()
+	}
+	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), leaseNamespaces(leases...), nil); err != nil {
+		return nil, fail(err)
+	}
+	if len(m.Checkpoints) > maxBatch {
+		return nil, fail(fmt.Errorf("%w: at most %d checkpoints per call", store.ErrInvalidParams, maxBatch))
+	}
+	out := make([]*pb.CheckpointResult, len(m.Checkpoints))
+	one := func(i int) {
+		res, err := h.s.store.Checkpoint(ctx, ww.CheckpointFromPB(m.Checkpoints[i]))
+		if err != nil {
+			code, d := ww.Detail(err)
+			d.Code = code.String()
+			out[i] = &pb.CheckpointResult{Error: d}
+			return
+		}
+		out[i] = &pb.CheckpointResult{CancelRequested: res.CancelRequested, At: ww.Ts(res.At)}
+	}
+	if len(m.Checkpoints) == 1 {
+		one(0)
+	} else {
+		var wg sync.WaitGroup
+		for i := range m.Checkpoints {
+			wg.Go(func() { one(i) })
+		}
+		wg.Wait()
+	}
+	return connect.NewResponse(&pb.CheckpointResponse{Results: out}), nil
+}
+
+// ResumeBlocked resumes the blocked runs of workflows.
+func (h *workerService) ResumeBlocked(ctx context.Context, req *connect.Request[pb.ResumeBlockedRequest]) (*connect.Response[pb.ResumeBlockedResponse], error) {
+	m := req.Msg
+	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
+		return nil, fail(err)
+	}
+	n, err := h.s.store.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: m.Namespace, Workflows: m.Workflows})
+	if err != nil {
+		return nil, fail(err)
+	}
+	return connect.NewResponse(&pb.ResumeBlockedResponse{Resumed: int64(n)}), nil
+}
+
+// ListHistory reads a run's ops.
+func (h *workerService) ListHistory(ctx context.Context, req *connect.Request[pb.ListHistoryRequest]) (*connect.Response[pb.ListHistoryResponse], error) {
+	m := req.Msg
+	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
+		return nil, fail(err)
+	}
+	ops, err := h.s.store.HistoryList(ctx, &store.HistoryListParams{Namespace: m.Namespace, Ref: m.Ref})
+	if err != nil {
+		return nil, fail(err)
+	}
+	return connect.NewResponse(&pb.ListHistoryResponse{Ops: ww.OpsToPB(ops)}), nil
+}
+
+// ListChildren reads the children one op of a parent started.
+func (h *workerService) ListChildren(ctx context.Context, req *connect.Request[pb.ListChildrenRequest]) (*connect.Response[pb.ListChildrenResponse], error) {
+	m := req.Msg
+	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
+		return nil, fail(err)
+	}
+	runs, err := h.s.store.RunChildren(ctx, &store.RunChildrenParams{Namespace: m.Namespace, Parent: m.Parent, Position: int(m.Position)})
+	if err != nil {
+		return nil, fail(err)
+	}
+	return connect.NewResponse(&pb.ListChildrenResponse{Runs: ww.RunsToPB(runs)}), nil
+}
+
+// Subscribe streams the signals of a topic: an acknowledgement once
+// subscribed, then one message per (coalesced) signal, until the client goes
+// or the server drains (a last message with reconnect).
+func (h *workerService) Subscribe(ctx context.Context, req *connect.Request[pb.SubscribeRequest], stream *connect.ServerStream[pb.SubscribeResponse]) error {
+	m := req.Msg
+	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
+		return fail(err)
+	}
+	switch {
+	case m.Topic == store.TopicReady || m.Topic == store.TopicCancel:
+	case strings.HasPrefix(m.Topic, store.RunTopicPrefix(m.Namespace)) && len(m.Topic) > len(store.RunTopicPrefix(m.Namespace)):
+	case strings.HasPrefix(m.Topic, store.StreamTopic(m.Namespace, "")) && len(m.Topic) > len(store.StreamTopic(m.Namespace, "")):
+	default:
+		return fail(fmt.Errorf("%w: topic %q is not %q, %q or a run or stream topic of namespace %q", store.ErrInvalidParams, m.Topic, store.TopicReady, store.TopicCancel, m.Namespace))
+	}
+	ch, unsubscribe, err := h.s.store.Subscribe(ctx, m.Topic)
+	if err != nil {
+		return fail(err)
+	}
+	defer unsubscribe()
+	if err := stream.Send(&pb.SubscribeResponse{Subscribed: true}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return stream.Send(&pb.SubscribeResponse{Reconnect: true})
+			}
+			if err := stream.Send(&pb.SubscribeResponse{}); err != nil {
+				return err
+			}
+		case <-h.s.draining.Done():
+			return stream.Send(&pb.SubscribeResponse{Reconnect: true})
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// Heartbeat records the worker.
+func (h *workerService) Heartbeat(ctx context.Context, req *connect.Request[pb.HeartbeatRequest]) (*connect.Response[pb.HeartbeatResponse], error) {
+	m := req.Msg
+	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
+		return nil, fail(err)
+	}
+	err := h.s.store.WorkerHeartbeat(ctx, &store.WorkerHeartbeatParams{Namespace: m.Namespace, Name: m.Name,
+		Workflows: m.Workflows, Queues: m.Queues, Version: m.Version, TTL: ww.Duration(m.Ttl), Start: m.Start})
+	if err != nil {
+		return nil, fail(err)
+	}
+	return connect.NewResponse(&pb.HeartbeatResponse{}), nil
+}
+
+// ListWorkers lists worker records.
+func (h *workerService) ListWorkers(ctx context.Context, req *connect.Request[pb.ListWorkersRequest]) (*connect.Response[pb.ListWorkersResponse], error) {
+	m := req.Msg
+	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
+		return nil, fail(err)
+	}
+	ws, err := h.s.store.WorkerList(ctx, &store.WorkerListParams{Namespace: m.Namespace})
+	if err != nil {
+		return nil, fail(err)
+	}
+	return connect.NewResponse(&pb.ListWorkersResponse{Workers: ww.WorkersToPB(ws)}), nil
+}
+
+// RemoveWorker deletes a worker record.
+func (h *workerService) RemoveWorker(ctx context.Context, req *connect.Request[pb.RemoveWorkerRequest]) (*connect.Response[pb.RemoveWorkerResponse], error) {
+	m := req.Msg
+	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
+		return nil, fail(err)
+	}
+	if err := h.s.store.WorkerRemove(ctx, &store.WorkerRemoveParams{Namespace: m.Namespace, Name: m.Name}); err != nil {
+		return nil, fail(err)
+	}
+	return connect.NewResponse(&pb.RemoveWorkerResponse{}), nil
+}

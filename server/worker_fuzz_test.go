@@ -1,0 +1,142 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
+	"github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1/workerv1connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// fuzzProcedures are the worker procedures the fuzz target sends messages to,
+// with whether each is a server stream.
+var fuzzProcedures = []struct {
+	name   string
+	stream bool
+}{
+	{"Claim", true}, {"ExtendLeases", false}, {"ReleaseLease", false}, {"Checkpoint", false},
+	{"ResumeBlocked", false}, {"ListHistory", false}, {"ListChildren", false}, {"Subscribe", true},
+	{"Heartbeat", false}, {"ListWorkers", false}, {"RemoveWorker", false},
+}
+
+// The worker protocol's message handling on the server: whatever bytes a
+// worker sends to whichever procedure, in the binary or the JSON form, the
+// server answers (a result or an error with a code other than internal), never
+// panics and never hangs. (CI runs the seed corpus; `go test -fuzz
+// FuzzWorkerMessages ./server` explores.)
+func FuzzWorkerMessages(f *testing.F) {
+	st, err := trellis.OpenStore(context.Background(), "sqlite://"+filepath.Join(f.TempDir(), "fuzz.db"), time.Now)
+	if err != nil {
+		f.Fatal(err)
+	}
+	srv, err := New(context.Background(), Config{Backend: st, Listen: "127.0.0.1:0", Insecure: true, IdempotencyPurgeInterval: -1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() {
+		srv.Shutdown(context.Background())
+		st.Close()
+	})
+	lease := &pb.Lease{Namespace: "default", RunId: "r1", Token: 1}
+	now := timestamppb.Now()
+	seeds := map[string]proto.Message{
+		"Claim":        &pb.ClaimRequest{Namespace: "default", Workflows: []string{"w"}, Worker: "w", Credit: 2, LeaseDuration: durationpb.New(time.Second), Wait: durationpb.New(time.Millisecond)},
+		"ExtendLeases": &pb.ExtendLeasesRequest{Leases: []*pb.Lease{lease}, Duration: durationpb.New(time.Second)},
+		"ReleaseLease": &pb.ReleaseLeaseRequest{Lease: lease},
+		"Checkpoint": &pb.CheckpointRequest{Checkpoints: []*pb.CheckpointItem{{Lease: lease, Status: "waiting", WakeAt: now,
+			Ops:       []*pb.Op{{Position: 0, Kind: "step", Name: "s", Done: true, Result: []byte(`1`), StartedAt: now}},
+			Kv:        []*pb.KVWrite{{Key: "k", Value: []byte(`2`)}},
+			Children:  []*pb.ChildGroup{{Position: 1, Runs: []*pb.ChildRun{{Id: "c", WorkflowId: "c", Workflow: "w", Queue: "q"}}}},
+			Approvals: []*pb.ApprovalRequest{{Id: "a", Position: 2, Name: "ok"}}}}},
+		"ResumeBlocked": &pb.ResumeBlockedRequest{Namespace: "default", Workflows: []string{"w"}},
+		"ListHistory":   &pb.ListHistoryRequest{Namespace: "default", Ref: "r1"},
+		"ListChildren":  &pb.ListChildrenRequest{Namespace: "default", Parent: "r1", Position: 1},
+		"Subscribe":     &pb.SubscribeRequest{Namespace: "default", Topic: "run:default/r1"},
+		"Heartbeat":     &pb.HeartbeatRequest{Namespace: "default", Name: "w", Workflows: []string{"w"}, Ttl: durationpb.New(time.Second)},
+		"ListWorkers":   &pb.ListWorkersRequest{Namespace: "default"},
+		"RemoveWorker":  &pb.RemoveWorkerRequest{Namespace: "__system__", Name: "w"},
+	}
+	for i, p := range fuzzProcedures {
+		b, err := proto.Marshal(seeds[p.name])
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(uint8(i), false, b)
+		f.Add(uint8(i), false, b[:len(b)/2])
+		f.Add(uint8(i), true, []byte(`{"namespace":"default","leases":[{"namespace":"x","token":"9"}],"checkpoints":[{"status":"bogus"}]}`))
+	}
+	f.Add(uint8(3), true, []byte(`{"checkpoints":[{"lease":{"namespace":"default","runId":"r1","token":"1"},"wakeAt":"9999-12-31T23:59:59Z","ops":[{"position":"-1"}]}]}`))
+	f.Add(uint8(0), true, []byte(`{"namespace":"default","credit":"1001"}`))
+	f.Fuzz(func(t *testing.T, which uint8, asJSON bool, body []byte) {
+		p := fuzzProcedures[int(which)%len(fuzzProcedures)]
+		ctype := "application/proto"
+		if asJSON {
+			ctype = "application/json"
+		}
+		if p.stream {
+			ctype = "application/connect+" + ctype[len("application/"):]
+			env := make([]byte, 5, 5+len(body))
+			binary.BigEndian.PutUint32(env[1:], uint32(len(body)))
+			body = append(env, body...)
+		}
+		limit := 2 * time.Second
+		if p.stream { // a subscription lives until its client goes, a claim up to its wait
+			limit = 100 * time.Millisecond
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		r := httptest.NewRequestWithContext(ctx, "POST", "/"+workerv1connect.WorkerServiceName+"/"+p.name, bytes.NewReader(body))
+		r.Header.Set("Content-Type", ctype)
+		w := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(w, r)
+		if ctx.Err() != nil && !p.stream {
+			t.Fatalf("%s: no answer within 2s", p.name)
+		}
+		if code := connectCode(w.Body.Bytes(), p.stream, w.Code); code == "internal" || code == "unknown" {
+			t.Fatalf("%s %q: %d %s", p.name, body, w.Code, w.Body)
+		}
+	})
+}
+
+// connectCode is the error code of a Connect response: of a unary one's JSON
+// body, or of a stream's end message; "" on success.
+func connectCode(b []byte, stream bool, status int) string {
+	var e struct {
+		Code  string `json:"code"`
+		Error *struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if !stream {
+		if status == 200 {
+			return ""
+		}
+		_ = json.Unmarshal(b, &e)
+		return e.Code
+	}
+	for len(b) >= 5 {
+		flags, n := b[0], int(binary.BigEndian.Uint32(b[1:5]))
+		if len(b) < 5+n {
+			return "truncated"
+		}
+		if flags&2 != 0 {
+			_ = json.Unmarshal(b[5:5+n], &e)
+			if e.Error != nil {
+				return e.Error.Code
+			}
+			return ""
+		}
+		b = b[5+n:]
+	}
+	return ""
+}

@@ -1,0 +1,207 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/trellis-dev/trellis/internal/auth"
+	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
+	"github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1/workerv1connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// workerCalls makes one valid call of every worker procedure on namespace
+// "default" (run is a run of it). A procedure added to the service without an
+// entry here fails TestWorkerAuthorizationWalk.
+var workerCalls = map[string]func(ctx context.Context, c workerv1connect.WorkerServiceClient, run string) error{
+	"Claim": func(ctx context.Context, c workerv1connect.WorkerServiceClient, _ string) error {
+		s, err := c.Claim(ctx, connect.NewRequest(&pb.ClaimRequest{Namespace: "default", Workflows: []string{"nobody"}, Worker: "w", Credit: 1,
+			LeaseDuration: durationpb.New(time.Second)}))
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		for s.Receive() {
+		}
+		return s.Err()
+	},
+	"ExtendLeases": func(ctx context.Context, c workerv1connect.WorkerServiceClient, run string) error {
+		_, err := c.ExtendLeases(ctx, connect.NewRequest(&pb.ExtendLeasesRequest{Leases: []*pb.Lease{{Namespace: "default", RunId: run, Token: 99}},
+			Duration: durationpb.New(time.Second)}))
+		return err
+	},
+	"ReleaseLease": func(ctx context.Context, c workerv1connect.WorkerServiceClient, run string) error {
+		_, err := c.ReleaseLease(ctx, connect.NewRequest(&pb.ReleaseLeaseRequest{Lease: &pb.Lease{Namespace: "default", RunId: run, Token: 99}}))
+		if connect.CodeOf(err) == connect.CodeAborted { // LEASE_LOST: allowed, and fenced
+			return nil
+		}
+		return err
+	},
+	"Checkpoint": func(ctx context.Context, c workerv1connect.WorkerServiceClient, run string) error {
+		_, err := c.Checkpoint(ctx, connect.NewRequest(&pb.CheckpointRequest{Checkpoints: []*pb.CheckpointItem{
+			{Lease: &pb.Lease{Namespace: "default", RunId: run, Token: 99}, Status: "running"}}}))
+		return err
+	},
+	"ResumeBlocked": func(ctx context.Context, c workerv1connect.WorkerServiceClient, _ string) error {
+		_, err := c.ResumeBlocked(ctx, connect.NewRequest(&pb.ResumeBlockedRequest{Namespace: "default", Workflows: []string{"nobody"}}))
+		return err
+	},
+	"ListHistory": func(ctx context.Context, c workerv1connect.WorkerServiceClient, run string) error {
+		_, err := c.ListHistory(ctx, connect.NewRequest(&pb.ListHistoryRequest{Namespace: "default", Ref: run}))
+		return err
+	},
+	"ListChildren": func(ctx context.Context, c workerv1connect.WorkerServiceClient, run string) error {
+		_, err := c.ListChildren(ctx, connect.NewRequest(&pb.ListChildrenRequest{Namespace: "default", Parent: run}))
+		return err
+	},
+	"Subscribe": func(ctx context.Context, c workerv1connect.WorkerServiceClient, _ string) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		s, err := c.Subscribe(ctx, connect.NewRequest(&pb.SubscribeRequest{Namespace: "default", Topic: "ready"}))
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if s.Receive() && s.Msg().Subscribed {
+			return nil
+		}
+		if s.Err() == nil {
+			return errors.New("subscription not acknowledged")
+		}
+		return s.Err()
+	},
+	"Heartbeat": func(ctx context.Context, c workerv1connect.WorkerServiceClient, _ string) error {
+		_, err := c.Heartbeat(ctx, connect.NewRequest(&pb.HeartbeatRequest{Namespace: "default", Name: "w", Workflows: []string{"x"},
+			Ttl: durationpb.New(time.Second)}))
+		return err
+	},
+	"ListWorkers": func(ctx context.Context, c workerv1connect.WorkerServiceClient, _ string) error {
+		_, err := c.ListWorkers(ctx, connect.NewRequest(&pb.ListWorkersRequest{Namespace: "default"}))
+		return err
+	},
+	"RemoveWorker": func(ctx context.Context, c workerv1connect.WorkerServiceClient, _ string) error {
+		_, err := c.RemoveWorker(ctx, connect.NewRequest(&pb.RemoveWorkerRequest{Namespace: "default", Name: "w"}))
+		return err
+	},
+}
+
+// withToken sends Authorization: Bearer token ("" sends none).
+type withToken string
+
+func (tok withToken) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, r connect.AnyRequest) (connect.AnyResponse, error) {
+		if tok != "" {
+			r.Header().Set("Authorization", "Bearer "+string(tok))
+		}
+		return next(ctx, r)
+	}
+}
+
+func (tok withToken) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, s connect.Spec) connect.StreamingClientConn {
+		c := next(ctx, s)
+		if tok != "" {
+			c.RequestHeader().Set("Authorization", "Bearer "+string(tok))
+		}
+		return c
+	}
+}
+
+func (tok withToken) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+func (e *env) workerClient(token string, opts ...connect.ClientOption) workerv1connect.WorkerServiceClient {
+	return workerv1connect.NewWorkerServiceClient(http.DefaultClient, e.base, append(opts, connect.WithInterceptors(withToken(token)))...)
+}
+
+// The walk of the worker protocol: every procedure of the service has a rule,
+// and with every role it is allowed exactly when the role is worker or admin;
+// a grant on another namespace, no token or a wrong one are refused. A new
+// procedure without a rule or a call here fails.
+func TestWorkerAuthorizationWalk(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	run := e.start("needs-anyone", nil, nil)
+	methods := pb.File_trellis_worker_v1_worker_proto.Services().ByName("WorkerService").Methods()
+	if methods.Len() != len(workerCalls) || methods.Len() != len(workerRules) {
+		t.Errorf("service has %d procedures, the test calls %d, the rules cover %d", methods.Len(), len(workerCalls), len(workerRules))
+	}
+	roles := []auth.Role{auth.RoleAdmin, auth.RoleProducer, auth.RoleWorker, auth.RoleReader, auth.RoleApprover}
+	for i := range methods.Len() {
+		name := string(methods.Get(i).Name())
+		procedure := "/" + workerv1connect.WorkerServiceName + "/" + name
+		if _, ok := workerRules[procedure]; !ok {
+			t.Errorf("%s: no authorization rule in workerRules", procedure)
+		}
+		fn := workerCalls[name]
+		if fn == nil {
+			t.Errorf("%s: no call in workerCalls", procedure)
+			continue
+		}
+		for _, grpc := range []bool{false, true} {
+			var opts []connect.ClientOption
+			if grpc {
+				opts = append(opts, connect.WithGRPC())
+			}
+			for _, role := range roles {
+				token := string(role)
+				allowed := role == auth.RoleAdmin || role == auth.RoleWorker
+				err := fn(t.Context(), e.workerClient(token, opts...), run.ID)
+				code := connect.CodeOf(err)
+				denied := err != nil && (code == connect.CodePermissionDenied || code == connect.CodeUnauthenticated)
+				if allowed == denied || allowed && err != nil {
+					t.Errorf("%s as %s (grpc %v): %v (allowed by the rules: %v)", name, role, grpc, err, allowed)
+				}
+			}
+			for token, want := range map[string]connect.Code{"other-reader": connect.CodePermissionDenied,
+				"": connect.CodeUnauthenticated, "wrong": connect.CodeUnauthenticated} {
+				if err := fn(t.Context(), e.workerClient(token, opts...), run.ID); connect.CodeOf(err) != want {
+					t.Errorf("%s with token %q (grpc %v): %v, want %s", name, token, grpc, err, want)
+				}
+			}
+		}
+	}
+}
+
+// A procedure without a rule is denied to everyone, even an admin.
+func TestWorkerProcedureWithoutRuleIsDenied(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	h := &workerService{s: e.srv}
+	hdr := http.Header{"Authorization": {"Bearer admin"}}
+	err := h.authorize(t.Context(), "/"+workerv1connect.WorkerServiceName+"/Ruleless", hdr, []string{"default"}, nil)
+	if code, _ := fail(err).(*connect.Error); code == nil || code.Code() != connect.CodePermissionDenied {
+		t.Fatalf("ruleless procedure: %v", err)
+	}
+}
+
+// A worker whose grant names a queue claims from that queue only, and must
+// name it: a claim of every queue is refused.
+func TestWorkerQueueRestrictedClaim(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) {
+		c.Authenticator = tokens{"q1-worker": {Name: "q1w", Grants: []auth.Grant{{Role: auth.RoleWorker, Namespace: "default", Queue: "q1"}}}}
+	})
+	c := e.workerClient("q1-worker")
+	claim := func(queues ...string) error {
+		s, err := c.Claim(t.Context(), connect.NewRequest(&pb.ClaimRequest{Namespace: "default", Queues: queues, Workflows: []string{"x"},
+			Worker: "w", Credit: 1, LeaseDuration: durationpb.New(time.Second)}))
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		for s.Receive() {
+		}
+		return s.Err()
+	}
+	if err := claim("q1"); err != nil {
+		t.Errorf("claim of q1: %v", err)
+	}
+	for _, qs := range [][]string{nil, {"q2"}, {"q1", "q2"}} {
+		if err := claim(qs...); connect.CodeOf(err) != connect.CodePermissionDenied {
+			t.Errorf("claim of %v: %v, want permission_denied", qs, err)
+		}
+	}
+}

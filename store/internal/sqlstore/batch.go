@@ -1,0 +1,139 @@
+package sqlstore
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// batchCols are the columns a batch insert writes; the rest take their defaults
+// (no attempts, no lease, no output).
+const batchCols = `namespace, id, workflow_id, workflow, queue, priority, status, version,
+	input, deadline, available_at, created_at, updated_at`
+
+// RunsCreate creates the runs of p (validated) in tx: each item's reuse policy
+// is applied against the store and the batch's earlier items, then one
+// multi-row INSERT ... ON CONFLICT DO NOTHING writes every run left; a row the
+// insert skipped (a run that another transaction created meanwhile) is
+// reported as the conflict it met.
+func (s *SQL) RunsCreate(tx Tx, p *store.RunsCreateParams) (*store.RunsCreateResult, error) {
+	items := make([]store.RunsCreateItem, len(p.Runs))
+	latest, err := s.latestByWorkflowID(tx, p)
+	if err != nil {
+		return nil, err
+	}
+	now := tx.Now()
+	inBatch := make(map[string]*store.Run, len(p.Runs)) // workflow ID -> run created by an earlier item
+	var insert []int                                    // indexes of the items to insert
+	for i, r := range p.Runs {
+		prev := inBatch[r.WorkflowID]
+		if prev == nil {
+			prev = latest[r.WorkflowID]
+		}
+		switch {
+		case prev != nil && r.Reuse == store.ReuseReturnExisting:
+			items[i] = store.RunsCreateItem{Run: prev}
+			continue
+		case prev != nil && (r.Reuse == store.ReuseReject || !prev.Status.Terminal()):
+			items[i].Err = fmt.Errorf("%w: workflow ID %q (run %q)", store.ErrRunExists, r.WorkflowID, prev.ID)
+			continue
+		}
+		run := &store.Run{
+			Namespace: r.Namespace, ID: r.ID, WorkflowID: r.WorkflowID, Workflow: r.Workflow,
+			Queue: r.Queue, Priority: r.Priority, Status: store.StatusPending, Version: r.Version,
+			Input: slices.Clone(r.Input), Deadline: r.Deadline, AvailableAt: now, CreatedAt: now, UpdatedAt: now,
+		}
+		if r.AvailableAt != nil {
+			run.AvailableAt = *r.AvailableAt
+		}
+		items[i] = store.RunsCreateItem{Run: run, Created: true}
+		inBatch[r.WorkflowID] = run
+		insert = append(insert, i)
+	}
+	if len(insert) > 0 {
+		if err := s.insertBatch(tx, items, insert); err != nil {
+			return nil, err
+		}
+		tx.Publish(store.TopicReady)
+	}
+	return &store.RunsCreateResult{Items: items}, nil
+}
+
+// latestByWorkflowID reads, in one query, the latest run of each workflow ID of
+// the batch, for the items whose policy looks at finished runs too.
+func (s *SQL) latestByWorkflowID(tx Tx, p *store.RunsCreateParams) (map[string]*store.Run, error) {
+	var ids []string
+	for _, r := range p.Runs {
+		ids = append(ids, r.WorkflowID)
+	}
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	list, err := s.d.List(ids)
+	if err != nil {
+		return nil, err
+	}
+	// Active runs are found too: the default policy rejects a start while one is.
+	query := s.d.rebind(`SELECT ` + RunCols + ` FROM runs WHERE namespace = $1 AND ` + s.d.InList("workflow_id", "$2"))
+	runs, err := Runs(tx, query, p.Namespace, list)
+	if err != nil {
+		return nil, fmt.Errorf("reading workflow IDs: %w", err)
+	}
+	latest := make(map[string]*store.Run, len(runs))
+	for _, r := range runs {
+		if l := latest[r.WorkflowID]; l == nil || r.Sequence > l.Sequence {
+			latest[r.WorkflowID] = r
+		}
+	}
+	return latest, nil
+}
+
+// insertBatch inserts the runs of items at the indexes of insert with one
+// statement and fills in their sequences; an item whose row was skipped by a
+// conflict becomes ErrRunExists.
+func (s *SQL) insertBatch(tx Tx, items []store.RunsCreateItem, insert []int) error {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO runs (` + batchCols + `) VALUES `)
+	a := &args{d: &s.d, next: s.d.Next}
+	for k, i := range insert {
+		r := items[i].Run
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		var deadline any = nil
+		if r.Deadline != nil {
+			deadline = s.d.Time(*r.Deadline)
+		}
+		fmt.Fprintf(&b, "(%s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s, %s, %s, %s)",
+			a.add(r.Namespace), a.add(r.ID), a.add(r.WorkflowID), a.add(r.Workflow), a.add(r.Queue),
+			a.add(r.Priority), a.add(r.Version), a.add(Blob(r.Input)), a.add(deadline),
+			a.add(s.d.Time(r.AvailableAt)), a.add(s.d.Time(r.CreatedAt)), a.add(s.d.Time(r.UpdatedAt)))
+	}
+	b.WriteString(` ON CONFLICT DO NOTHING RETURNING id, sequence`)
+	seqs := make(map[string]int64, len(insert))
+	err := tx.Query(b.String(), a.list, func(row Scanner) error {
+		var (
+			id  string
+			seq int64
+		)
+		if err := row.Scan(&id, &seq); err != nil {
+			return err
+		}
+		seqs[id] = seq
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("inserting runs: %w", err)
+	}
+	for _, i := range insert {
+		r := items[i].Run
+		seq, ok := seqs[r.ID]
+		if !ok {
+			items[i] = store.RunsCreateItem{Err: fmt.Errorf("%w: run %q or an active run with workflow ID %q",
+				store.ErrRunExists, r.ID, r.WorkflowID)}
+			continue
+		}
+		r.Sequence = seq
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package sqlstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// Stream statements ($n style; rebound per dialect on use through streamQueries).
+const (
+	// streamTake reserves $2 sequences of the stream of run $1 (the row is
+	// locked by the update) and returns the last of them.
+	streamTake = `UPDATE runs SET stream_seq = stream_seq + $2 WHERE sequence = $1 RETURNING stream_seq`
+	// StreamInsert appends one event: run sequence, event sequence, name, data, time.
+	streamInsert = `INSERT INTO stream_events (run_seq, seq, name, data, created_at) VALUES ($1, $2, $3, $4, $5)`
+	streamRun    = `SELECT sequence, status, stream_seq FROM runs WHERE namespace = $1 AND id = $2`
+	streamEvents = `SELECT seq, name, data, created_at FROM stream_events
+	WHERE run_seq = $1 AND seq > $2 ORDER BY seq LIMIT $3`
+)
+
+// streamQueries are the stream statements in the dialect's style.
+type streamQueries struct{ take, insert, run, events string }
+
+func newStreamQueries(d Dialect) streamQueries {
+	return streamQueries{take: d.rebind(streamTake), insert: d.rebind(streamInsert),
+		run: d.rebind(streamRun), events: d.rebind(streamEvents)}
+}
+
+// StreamAppend appends ws to the stream of the run (sequence runSeq, namespace
+// and id for its topic) in tx, numbering them after its last event, and
+// publishes StreamTopic on commit. The run's row is updated first, so
+// concurrent writers of one run's stream take turns.
+func (s *SQL) StreamAppend(tx Tx, runSeq int64, namespace, id string, ws []store.StreamWrite) error {
+	if len(ws) == 0 {
+		return nil
+	}
+	var last int64
+	if err := tx.QueryRow(s.sq.take, runSeq, len(ws)).Scan(&last); err != nil {
+		return fmt.Errorf("numbering stream events: %w", err)
+	}
+	ins := s.sq.insert
+	at := s.d.Time(tx.Now())
+	first := last - int64(len(ws)) + 1
+	for i, w := range ws {
+		if _, err := tx.Exec(ins, runSeq, first+int64(i), w.Name, w.Data, at); err != nil {
+			return fmt.Errorf("writing stream event: %w", err)
+		}
+	}
+	tx.Publish(store.StreamTopic(namespace, id))
+	return nil
+}
+
+// CancelledEvent is the final stream event of a run the store cancels at once.
+func CancelledEvent() store.StreamWrite {
+	b, _ := json.Marshal(map[string]any{"error": CancelledError})
+	return store.StreamWrite{Name: store.StreamRunCancelled, Data: b}
+}
+
+// StreamRead implements store.Store: the run's status and last sequence are read
+// before its events, so a finished run's read holds every event up to its last.
+func (r Reads) StreamRead(ctx context.Context, p *store.StreamReadParams) (*store.StreamReadResult, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("reading stream: %w", err)
+	}
+	limit := p.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	var res *store.StreamReadResult
+	err := r.read(ctx, "reading stream", func(q Querier) error {
+		var (
+			seq, last int64
+			status    string
+		)
+		err := q.QueryRow(r.sql.sq.run, p.Namespace, p.RunID).Scan(&seq, &status, &last)
+		if errors.Is(err, ErrNoRows) {
+			return NotFound(p.Namespace, p.RunID)
+		}
+		if err != nil {
+			return err
+		}
+		res = &store.StreamReadResult{Events: []*store.StreamEvent{}, Last: max(last, p.After)}
+		if last > p.After {
+			err = q.Query(r.sql.sq.events, []any{seq, p.After, limit}, func(row Scanner) error {
+				var (
+					e  store.StreamEvent
+					at Time
+				)
+				if err := row.Scan(&e.Sequence, &e.Name, &e.Data, &at); err != nil {
+					return err
+				}
+				e.At = at.T
+				res.Events = append(res.Events, &e)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		reached := p.After
+		if n := len(res.Events); n > 0 {
+			reached = res.Events[n-1].Sequence
+		}
+		res.Finished = store.Status(status).Terminal() && reached >= last
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}

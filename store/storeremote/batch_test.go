@@ -1,0 +1,102 @@
+package storeremote_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/server"
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storeremote"
+	"github.com/trellis-dev/trellis/store/storesqlite"
+)
+
+// countingTransport counts the Checkpoint calls that reach the wire.
+type countingTransport struct {
+	calls atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/Checkpoint") {
+		c.calls.Add(1)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// Concurrent checkpoints share calls on the wire, and each is still fenced and
+// answered on its own: in the same batches as valid ones, a checkpoint with a
+// stale token gets ErrLeaseLost and writes nothing.
+func TestCheckpointsBatchedOnTheWire(t *testing.T) {
+	ctx := t.Context()
+	st, err := storesqlite.Open(ctx, storesqlite.Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv, err := server.New(ctx, server.Config{Backend: st, Listen: "127.0.0.1:0", Insecure: true, IdempotencyPurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	tr := &countingTransport{}
+	rs, err := storeremote.New(storeremote.Config{URL: "http://" + srv.Addr().String(), HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	const n = 200
+	for i := range n {
+		id := fmt.Sprint("r", i)
+		if _, err := st.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: id, WorkflowID: id, Workflow: "wf", Queue: "q"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := rs.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "default", Workflows: []string{"wf"}, Worker: "w", Max: n, LeaseDuration: time.Minute})
+	if err != nil || len(res.Runs) != n {
+		t.Fatalf("claim: %d runs, %v", len(res.Runs), err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, cr := range res.Runs {
+		token := cr.LeaseToken
+		if i%10 == 0 {
+			token++ // stale
+		}
+		wg.Go(func() {
+			_, errs[i] = rs.Checkpoint(ctx, &store.CheckpointParams{Lease: store.Lease{Namespace: "default", RunID: cr.Run.ID, Token: token},
+				Status: store.StatusSucceeded, Output: []byte(`1`),
+				Ops: []*store.Op{{Position: 0, Kind: store.OpStep, Name: "s", Done: true, Attempts: 1, Result: []byte(`1`)}}})
+		})
+	}
+	wg.Wait()
+	for i, cr := range res.Runs {
+		run, err := st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: cr.Run.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%10 == 0 {
+			if !errors.Is(errs[i], store.ErrLeaseLost) || run.Status != store.StatusRunning {
+				t.Errorf("stale checkpoint %d: %v, run %s", i, errs[i], run.Status)
+			}
+			continue
+		}
+		if errs[i] != nil || run.Status != store.StatusSucceeded {
+			t.Errorf("checkpoint %d: %v, run %s", i, errs[i], run.Status)
+		}
+	}
+	calls := tr.calls.Load()
+	t.Logf("%d checkpoints in %d calls", n, calls)
+	if calls >= n {
+		t.Errorf("%d checkpoints took %d calls: not batched", n, calls)
+	}
+}

@@ -1,0 +1,73 @@
+package storeremote_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/server"
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storepg"
+	"github.com/trellis-dev/trellis/store/storeremote"
+	"github.com/trellis-dev/trellis/store/storesqlite"
+	"github.com/trellis-dev/trellis/store/storetest"
+)
+
+// serve starts a real listening server on backend (insecure, loopback) and
+// returns a remote worker client of it; both stop at cleanup.
+func serve(t *testing.T, backend store.Store, namespace string) *storeremote.Store {
+	t.Helper()
+	srv, err := server.New(context.Background(), server.Config{Backend: backend, Listen: "127.0.0.1:0", Insecure: true,
+		IdempotencyPurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := storeremote.New(storeremote.Config{URL: "http://" + srv.Addr().String(), Namespace: namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		rs.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
+	})
+	return rs
+}
+
+// The conformance suite with every worker-role call made by the remote client
+// through a server on SQLite; setup and the other roles use the server's store.
+func TestConformanceSQLite(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
+		s, err := storesqlite.Open(context.Background(), storesqlite.Config{Path: filepath.Join(t.TempDir(), "t.db"), Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return storetest.WithWorker(s, serve(t, s, "ns"))
+	})
+}
+
+// The same through a server on Postgres.
+func TestConformancePostgres(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
+		cfg, err := storepg.ParseURL(pgtest.SchemaURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Now = now
+		s, err := storepg.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return storetest.WithWorker(s, serve(t, s, "ns"))
+	})
+}

@@ -1,0 +1,83 @@
+package storesqlite
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
+)
+
+// Batch creation and retention are written once, in sqlstore (batch.go,
+// retention.go); these run them in the driver's transactions.
+
+// RunsCreate implements store.BatchCreator: one transaction of the writer, one
+// multi-row insert.
+func (s *Store) RunsCreate(ctx context.Context, p *store.RunsCreateParams) (*store.RunsCreateResult, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("creating runs: %w", err)
+	}
+	var res *store.RunsCreateResult
+	err := s.write(ctx, func(tx *wtx) error {
+		if err := shared.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {
+			return err
+		}
+		var err error
+		if res, err = shared.RunsCreate(tx, p); err != nil {
+			return err
+		}
+		return shared.IdempotencyFinish(tx, p.Namespace, p.Idempotency, res)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating runs: %w", err)
+	}
+	return res, nil
+}
+
+// RunDelete implements store.RunDeleter.
+func (s *Store) RunDelete(ctx context.Context, p *store.RunDeleteParams) (*store.Run, error) {
+	if p.Namespace == "" || p.Ref == "" {
+		return nil, fmt.Errorf("deleting run: %w: Namespace and Ref are required", store.ErrInvalidParams)
+	}
+	var run *store.Run
+	err := s.write(ctx, func(tx *wtx) (err error) {
+		run, err = shared.RunDelete(tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deleting run: %w", err)
+	}
+	return run, nil
+}
+
+// RunsPurge implements store.RunDeleter. Losing a purge in a crash is harmless
+// (the next one deletes the same rows), so it commits without fsync; each call
+// is one short transaction of the writer, queued with checkpoints, never
+// holding them up for longer than its batch takes.
+func (s *Store) RunsPurge(ctx context.Context, p *store.RunsPurgeParams) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("purging runs: %w", err)
+	}
+	var n int
+	err := s.writeNoSync(ctx, func(tx *wtx) (err error) {
+		n, err = shared.RunsPurge(tx, p)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purging runs: %w", err)
+	}
+	return n, nil
+}
+
+// RunNamespaces implements store.RunDeleter.
+func (s *Store) RunNamespaces(ctx context.Context) ([]string, error) {
+	var out []string
+	err := readSource{s}.Read(ctx, func(q sqlstore.Querier) (err error) {
+		out, err = shared.RunNamespaces(q)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,163 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+var batchCases = []testCase{
+	{"CreatesAll", batchCreatesAll},
+	{"PerItemReuse", batchPerItemReuse},
+	{"InvalidWritesNothing", batchInvalidWritesNothing},
+	{"Idempotency", batchIdempotency},
+	{"Claimable", batchClaimable},
+}
+
+func (e *env) batch(runs ...*store.RunCreateParams) *store.RunsCreateResult {
+	e.t.Helper()
+	res, err := e.st.RunsCreate(e.ctx, &store.RunsCreateParams{Namespace: ns, Runs: runs})
+	if err != nil {
+		e.t.Fatalf("RunsCreate: %v", err)
+	}
+	if len(res.Items) != len(runs) {
+		e.t.Fatalf("RunsCreate returned %d items for %d runs", len(res.Items), len(runs))
+	}
+	return res
+}
+
+// batchCreatesAll creates a full batch: every run pending, in order, with its
+// sequence, readable.
+func batchCreatesAll(t *testing.T, e *env) {
+	now := e.clk.Advance(time.Second)
+	var runs []*store.RunCreateParams
+	for range store.MaxBatchRuns {
+		p := e.params()
+		p.Input = []byte(`{"n":1}`)
+		runs = append(runs, p)
+	}
+	res := e.batch(runs...)
+	var last int64
+	for i, it := range res.Items {
+		if !it.Created || it.Err != nil || it.Run == nil || it.Run.ID != runs[i].ID || it.Run.Status != store.StatusPending {
+			t.Fatalf("item %d = %+v", i, it)
+		}
+		if it.Run.Sequence <= last {
+			t.Fatalf("item %d sequence %d after %d", i, it.Run.Sequence, last)
+		}
+		last = it.Run.Sequence
+	}
+	got := e.get(runs[999].ID)
+	if got.Status != store.StatusPending || string(got.Input) != `{"n":1}` || got.Sequence != res.Items[999].Run.Sequence {
+		t.Fatalf("stored run %+v", got)
+	}
+	wantTime(t, "CreatedAt", got.CreatedAt, now)
+}
+
+// batchPerItemReuse gives each item its own reuse outcome, the batch's earlier
+// items included; the others are created.
+func batchPerItemReuse(t *testing.T, e *env) {
+	done := e.start(withWorkflowID("done"))
+	e.finish(done)
+	active := e.create(withWorkflowID("active"))
+	res := e.batch(
+		e.params(withWorkflowID("active")),                                       // 0 rejected: active run
+		e.params(withWorkflowID("active"), withReuse(store.ReuseReturnExisting)), // 1 the active run
+		e.params(withWorkflowID("done")),                                         // 2 created: finished
+		e.params(withWorkflowID("done"), withReuse(store.ReuseReject)),           // 3 rejected: run 2 exists
+		e.params(withWorkflowID("fresh")),                                        // 4 created
+		e.params(withWorkflowID("fresh")),                                        // 5 rejected: item 4
+		e.params(withWorkflowID("fresh"), withReuse(store.ReuseReturnExisting)),  // 6 item 4's run
+	)
+	it := res.Items
+	for _, i := range []int{0, 3, 5} {
+		if !errors.Is(it[i].Err, store.ErrRunExists) || it[i].Created {
+			t.Fatalf("item %d = %+v, want ErrRunExists", i, it[i])
+		}
+	}
+	if it[1].Created || it[1].Err != nil || it[1].Run.ID != active.ID {
+		t.Fatalf("item 1 = %+v, want the active run", it[1])
+	}
+	if !it[2].Created || !it[4].Created {
+		t.Fatalf("items 2 and 4 = %+v %+v, want created", it[2], it[4])
+	}
+	if it[6].Created || it[6].Run.ID != it[4].Run.ID {
+		t.Fatalf("item 6 = %+v, want item 4's run", it[6])
+	}
+	ids := e.listIDs(store.RunListParams{Namespace: ns, Limit: 100})
+	if len(ids) != 4 { // active, done, item 2, item 4
+		t.Fatalf("%d runs stored, want 4: %v", len(ids), ids)
+	}
+}
+
+// batchInvalidWritesNothing: bad input fails the whole batch and writes nothing.
+func batchInvalidWritesNothing(t *testing.T, e *env) {
+	good := e.params()
+	dup := e.params()
+	tooMany := make([]*store.RunCreateParams, store.MaxBatchRuns+1)
+	for i := range tooMany {
+		tooMany[i] = e.params()
+	}
+	noWorkflow := e.params()
+	noWorkflow.Workflow = ""
+	claimed := e.params(withClaim("w"))
+	for name, p := range map[string]*store.RunsCreateParams{
+		"empty":        {Namespace: ns},
+		"no namespace": {Runs: []*store.RunCreateParams{e.params()}},
+		"too many":     {Namespace: ns, Runs: tooMany},
+		"repeated ID":  {Namespace: ns, Runs: []*store.RunCreateParams{good, dup, e.params(withID(dup.ID))}},
+		"bad item":     {Namespace: ns, Runs: []*store.RunCreateParams{good, noWorkflow}},
+		"claim":        {Namespace: ns, Runs: []*store.RunCreateParams{good, claimed}},
+		"other ns":     {Namespace: ns, Runs: []*store.RunCreateParams{good, e.params(withNamespace("other"))}},
+	} {
+		if _, err := e.st.RunsCreate(e.ctx, p); !errors.Is(err, store.ErrInvalidParams) {
+			t.Fatalf("%s: RunsCreate = %v, want ErrInvalidParams", name, err)
+		}
+	}
+	if ids := e.listIDs(store.RunListParams{Namespace: ns}); len(ids) != 0 {
+		t.Fatalf("runs stored after invalid batches: %v", ids)
+	}
+}
+
+// batchIdempotency records one key with the batch: a second call with it
+// creates nothing.
+func batchIdempotency(t *testing.T, e *env) {
+	rec := &store.IdempotencyRecord{Key: "k", Fingerprint: []byte("fp"),
+		Response: func(result any) (int, []byte, error) {
+			r, ok := result.(*store.RunsCreateResult)
+			if !ok {
+				return 0, nil, fmt.Errorf("unexpected result %T", result)
+			}
+			return 200, fmt.Appendf(nil, "%d", len(r.Items)), nil
+		}}
+	p := &store.RunsCreateParams{Namespace: ns, Runs: []*store.RunCreateParams{e.params(), e.params()}, Idempotency: rec}
+	if _, err := e.st.RunsCreate(e.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	entry, err := e.idemGet(ns, "k")
+	if err != nil || entry.Status != 200 || string(entry.Body) != "2" {
+		t.Fatalf("entry %+v, %v", entry, err)
+	}
+	p2 := &store.RunsCreateParams{Namespace: ns, Runs: []*store.RunCreateParams{e.params()}, Idempotency: rec}
+	if _, err := e.st.RunsCreate(e.ctx, p2); !errors.Is(err, store.ErrIdempotencyKeyUsed) {
+		t.Fatalf("second RunsCreate = %v, want ErrIdempotencyKeyUsed", err)
+	}
+	if ids := e.listIDs(store.RunListParams{Namespace: ns}); len(ids) != 2 {
+		t.Fatalf("runs stored: %v, want 2", ids)
+	}
+}
+
+// batchClaimable: the runs of a batch are claimed in claim order like others.
+func batchClaimable(t *testing.T, e *env) {
+	sub := e.subscribe(store.TopicReady)
+	res := e.batch(e.params(), e.params(withPriority(5)), e.params())
+	wantSignal(t, "TopicReady after RunsCreate", sub)
+	got := e.claimIDs(claimMax(10))
+	want := []string{res.Items[1].Run.ID, res.Items[0].Run.ID, res.Items[2].Run.ID}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claimed %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,75 @@
+package storetest
+
+import (
+	"context"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// WorkerRole is the worker role of the contract and the registry through
+// which workers record themselves: what a remote worker client implements.
+type WorkerRole interface {
+	store.WorkerStore
+	store.WorkerRegistry
+}
+
+// WithWorker returns st with every call of the worker role (WorkerStore and
+// WorkerRegistry, Subscribe included) made through w instead, and every other
+// call (setup, clients, admin) made on st. A client that implements only the
+// worker role, such as the remote worker client of store/storeremote, runs the
+// whole suite unchanged this way: Run(t, func(...) store.Store { return
+// WithWorker(backend, remote) }), with backend the store the server serves.
+// The optional transactional capabilities (store.TxCheckpointer ...) are not
+// forwarded: their cases skip.
+func WithWorker(st store.Store, w WorkerRole) store.Store {
+	return &viaWorker{Store: st, w: w}
+}
+
+type viaWorker struct {
+	store.Store
+	w WorkerRole
+}
+
+func (v *viaWorker) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+	return v.w.RunsClaim(ctx, p)
+}
+
+func (v *viaWorker) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (*store.LeasesExtendResult, error) {
+	return v.w.LeasesExtend(ctx, p)
+}
+
+func (v *viaWorker) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) error {
+	return v.w.LeaseRelease(ctx, p)
+}
+
+func (v *viaWorker) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
+	return v.w.Checkpoint(ctx, p)
+}
+
+func (v *viaWorker) RunsResumeBlocked(ctx context.Context, p *store.RunsResumeBlockedParams) (int, error) {
+	return v.w.RunsResumeBlocked(ctx, p)
+}
+
+func (v *viaWorker) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]*store.Op, error) {
+	return v.w.HistoryList(ctx, p)
+}
+
+func (v *viaWorker) RunChildren(ctx context.Context, p *store.RunChildrenParams) ([]*store.Run, error) {
+	return v.w.RunChildren(ctx, p)
+}
+
+func (v *viaWorker) Subscribe(ctx context.Context, topic string) (<-chan struct{}, func(), error) {
+	return v.w.Subscribe(ctx, topic)
+}
+
+func (v *viaWorker) WorkerHeartbeat(ctx context.Context, p *store.WorkerHeartbeatParams) error {
+	return v.w.WorkerHeartbeat(ctx, p)
+}
+
+func (v *viaWorker) WorkerList(ctx context.Context, p *store.WorkerListParams) ([]*store.Worker, error) {
+	return v.w.WorkerList(ctx, p)
+}
+
+func (v *viaWorker) WorkerRemove(ctx context.Context, p *store.WorkerRemoveParams) error {
+	return v.w.WorkerRemove(ctx, p)
+}

@@ -1,0 +1,87 @@
+package store
+
+import (
+	"fmt"
+	"time"
+)
+
+// A run's stream is the ordered list of events its clients watch: what the
+// workflow publishes (trellis.Emit) and the run's lifecycle (see the Stream*
+// names). Events are written with the checkpoint that follows them, or with the
+// store's own change of the run (a cancellation that ends it at once), never on
+// their own; each takes the run's next sequence (1, 2, ...). StreamTopic is
+// signalled after each commit that added some.
+
+// Lifecycle events of a run's stream.
+const (
+	StreamRunStarted    = "run.started"
+	StreamStepCompleted = "step.completed"
+	StreamStepFailed    = "step.failed"
+	StreamRunWaiting    = "run.waiting"
+	StreamRunSucceeded  = "run.succeeded"
+	StreamRunFailed     = "run.failed"
+	StreamRunCancelled  = "run.cancelled"
+)
+
+// StreamFinal reports whether name is the name of a run's final event.
+func StreamFinal(name string) bool {
+	return name == StreamRunSucceeded || name == StreamRunFailed || name == StreamRunCancelled
+}
+
+// StreamWrite is a stream event to append (CheckpointParams.Stream).
+type StreamWrite struct {
+	Name string `json:"name"`
+	// Data is the event's JSON value.
+	Data []byte `json:"data,omitempty"`
+}
+
+// StreamEvent is one event of a run's stream.
+type StreamEvent struct {
+	// Sequence numbers the run's events from 1, without gaps.
+	Sequence int64  `json:"sequence"`
+	Name     string `json:"name"`
+	// Data is the event's JSON value.
+	Data []byte    `json:"data,omitempty"`
+	At   time.Time `json:"at"`
+}
+
+// StreamReadParams are the parameters of StreamRead.
+type StreamReadParams struct {
+	Namespace string `json:"namespace"`
+	// RunID is the run's ID (not a workflow ID).
+	RunID string `json:"run_id"`
+	// After is the sequence to read after (0: from the start).
+	After int64 `json:"after"`
+	// Limit caps the events returned; 0 means 100. At most 1000.
+	Limit int `json:"limit,omitempty"`
+}
+
+// StreamReadResult is what StreamRead returns.
+type StreamReadResult struct {
+	Events []*StreamEvent `json:"events"`
+	// Last is the sequence of the run's last event when read (After when none).
+	Last int64 `json:"last"`
+	// Finished reports that the run had finished when read and Events holds
+	// every event after After: nothing will follow.
+	Finished bool `json:"finished"`
+}
+
+// StreamMaxLimit caps StreamReadParams.Limit.
+const StreamMaxLimit = 1000
+
+// Validate checks a stream read, wrapping ErrInvalidParams.
+func (p *StreamReadParams) Validate() error {
+	switch {
+	case p.Namespace == "" || p.RunID == "":
+		return fmt.Errorf("%w: Namespace and RunID are required", ErrInvalidParams)
+	case p.After < 0:
+		return fmt.Errorf("%w: After must not be negative", ErrInvalidParams)
+	case p.Limit < 0 || p.Limit > StreamMaxLimit:
+		return fmt.Errorf("%w: Limit must be between 0 and %d", ErrInvalidParams, StreamMaxLimit)
+	}
+	return nil
+}
+
+// StreamTopic is signalled after each commit that added events to the stream of
+// a run (Subscriber).
+func StreamTopic(namespace, runID string) string { return "stream:" + namespace + "/" + runID }
