@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -55,4 +56,39 @@ func TestStartKeepsTraceparent(t *testing.T) {
 	if got, _ := e.st.RunGet(context.Background(), &store.RunGetParams{Namespace: "default", Ref: run.ID}); got.TraceParent != "" {
 		t.Fatalf("malformed traceparent stored as %q", got.TraceParent)
 	}
+}
+
+// trellis_stream_subscribers counts the open event streams (a closed one is
+// noticed at its next keep-alive).
+func TestMetricsStreamSubscribers(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.StreamHeartbeat = 20 * time.Millisecond })
+	if err := e.worker.Register(context.Background(), streamWF); err != nil {
+		t.Fatal(err)
+	}
+	run := e.start("streamer", nil, nil)
+	gauge := func() string {
+		text := string(e.do("GET", "/metrics", "global-reader", nil).want(t, 200).body)
+		for _, l := range strings.Split(text, "\n") {
+			if strings.HasPrefix(l, "trellis_stream_subscribers ") {
+				return l
+			}
+		}
+		return ""
+	}
+	if g := gauge(); g != "trellis_stream_subscribers 0" {
+		t.Fatalf("before any stream: %q", g)
+	}
+	waitGauge := func(want string) {
+		deadline := time.Now().Add(5 * time.Second)
+		for gauge() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("gauge %q, want %q", gauge(), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	s := e.openStream(run.ID, "?after=now", "reader")
+	waitGauge("trellis_stream_subscribers 1")
+	s.close()
+	waitGauge("trellis_stream_subscribers 0")
 }
