@@ -37,8 +37,8 @@ func tracingInterceptor(tp trace.TracerProvider) Interceptor {
 			span.End()
 		},
 		Step: func(ctx context.Context, s *StepCall, next func(context.Context) error) error {
+			// The run's attributes are on the parent span: a step span has its own only.
 			ctx, span := tr.Start(ctx, "step "+s.Step, trace.WithAttributes(
-				attribute.String("trellis.run_id", s.RunID), attribute.String("trellis.workflow", s.Workflow),
 				attribute.String("trellis.step", s.Step), attribute.Int("trellis.attempt", s.Attempt)))
 			err := next(ctx)
 			if err != nil {
