@@ -69,6 +69,9 @@ type Options struct {
 	// provider sampling every span into a batch processor whose exporter drops
 	// them (the cost of the spans, not of a collector).
 	Observe bool
+	// TraceRatio is the share of traces sampled with Observe (parent-based);
+	// 0 or 1: every trace.
+	TraceRatio float64
 	// Subscribers is the SSE subscribers of s2 and s3 (0: their default).
 	Subscribers int
 	// ClaimBatch is the worker's claim batch; 0: the workload's (its
@@ -146,6 +149,9 @@ func Run(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
 	}
 	if o.Observe {
 		res.Settings["observe"] = "metrics+tracing"
+		if o.TraceRatio > 0 && o.TraceRatio < 1 {
+			res.Settings["trace_ratio"] = o.TraceRatio
+		}
 	}
 	return res, nil
 }
@@ -154,7 +160,11 @@ func Run(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
 func runOn(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
 	cfg := benchConfig(o, nil)
 	if o.Observe {
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		sampler := sdktrace.AlwaysSample()
+		if o.TraceRatio > 0 && o.TraceRatio < 1 {
+			sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(o.TraceRatio))
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sampler))
 		defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
 		cfg.Metrics, cfg.TracerProvider = trellis.NewMetrics(), tp
 	}
