@@ -22,6 +22,7 @@ type Client struct {
 	ownsStore bool
 	reg       registry
 	remote    *remote // set when the client works through a server (Config.Server)
+	chain     *chain  // interceptors, the built-in ones first
 	// wstore is the store of the worker role: the store, or the server's
 	// worker protocol for a remote worker (NewWorker with Config.Server).
 	wstore    worker.Store
@@ -45,7 +46,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Server != "" {
 		return openRemote(cfg)
 	}
-	c := &Client{cfg: cfg, store: cfg.Backend}
+	c := &Client{cfg: cfg, store: cfg.Backend, chain: newChain(cfg.interceptors())}
 	if c.store == nil {
 		s, err := OpenStore(ctx, cfg.Store, cfg.Clock.Now)
 		if err != nil {
@@ -62,8 +63,8 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		Store: c.store, Codec: cfg.Codec, Clock: cfg.Clock, Logger: cfg.Logger,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, MaxInlineBackoff: cfg.Worker.MaxInlineBackoff,
 		CheckpointTimeout: cfg.Worker.LeaseDuration, Lookup: c.reg.lookup, ErrorType: errorType,
-		StepOverride: cfg.StepOverride,
-		OnEnd:        c.results.Ended,
+		StepOverride: cfg.StepOverride, InterceptStep: c.chain.interceptStep(),
+		OnEnd: c.results.Ended,
 	})
 	if err != nil {
 		c.closeStore()
@@ -78,8 +79,8 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 			Concurrency: cfg.Worker.Concurrency, ClaimBatch: cfg.Worker.ClaimBatch,
 			LeaseDuration: cfg.Worker.LeaseDuration, HeartbeatInterval: cfg.Worker.HeartbeatInterval,
 			ShutdownGrace: cfg.Worker.ShutdownGrace, PollInterval: cfg.Worker.PollInterval,
-			Logger: cfg.Logger, Clock: cfg.Clock,
-		}, c.engine)
+			Logger: cfg.Logger, Clock: cfg.Clock, OnClaim: cfg.onClaim(),
+		}, &executor{eng: c.engine, chain: c.chain})
 		if err != nil {
 			c.results.Stop()
 			c.closeStore()
@@ -104,6 +105,9 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 			c.purger.Start()
 		}
 	}
+	if cfg.Metrics != nil {
+		cfg.Metrics.attach(c)
+	}
 	return c, nil
 }
 
@@ -114,7 +118,7 @@ func openRemote(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, remote: r}, nil
+	return &Client{cfg: cfg, remote: r, chain: newChain(cfg.interceptors())}, nil
 }
 
 // newResults creates the client's results watcher, before the engine that
@@ -175,6 +179,9 @@ func (c *Client) Close() error {
 		if c.remote != nil {
 			c.remote.close()
 		}
+		if m := c.cfg.Metrics; m != nil && c.store != nil {
+			m.detach(c)
+		}
 		if c.wclose != nil {
 			c.wclose()
 		}
@@ -195,8 +202,8 @@ func (c *Client) closeStore() error {
 	return nil
 }
 
-// Get returns a run by run ID or workflow ID (the latest run with that ID).
-func (c *Client) Get(ctx context.Context, ref string) (*Run, error) {
+// doGet is Get without the call interceptors.
+func (c *Client) doGet(ctx context.Context, ref string) (*Run, error) {
 	if c.remote != nil {
 		return c.remote.get(ctx, ref)
 	}
@@ -221,8 +228,8 @@ type ListOptions struct {
 	Cursor string
 }
 
-// List lists runs, newest first.
-func (c *Client) List(ctx context.Context, o ListOptions) (*RunPage, error) {
+// doList is List without the call interceptors.
+func (c *Client) doList(ctx context.Context, o ListOptions) (*RunPage, error) {
 	if c.remote != nil {
 		return c.remote.list(ctx, o)
 	}
@@ -254,8 +261,8 @@ func (c *Client) Children(ctx context.Context, ref string, position int) ([]*Run
 	return runsFromStore(kids), nil
 }
 
-// History returns a run's ops in position order, with every failed attempt.
-func (c *Client) History(ctx context.Context, ref string) ([]*Op, error) {
+// doHistory is History without the call interceptors.
+func (c *Client) doHistory(ctx context.Context, ref string) ([]*Op, error) {
 	if c.remote != nil {
 		return c.remote.history(ctx, ref)
 	}
@@ -266,10 +273,8 @@ func (c *Client) History(ctx context.Context, ref string) ([]*Op, error) {
 	return opsFromStore(ops), nil
 }
 
-// Cancel cancels a run. A run that has not started ends cancelled at once; a running
-// or waiting run stops at its next op (its current step's context is cancelled), may
-// run cleanup steps through Context.Detached, and ends cancelled.
-func (c *Client) Cancel(ctx context.Context, ref string) error {
+// doCancel is Cancel without the call interceptors.
+func (c *Client) doCancel(ctx context.Context, ref string) error {
 	if c.remote != nil {
 		_, err := c.remote.act(ctx, ref, "cancel")
 		return err
@@ -285,8 +290,8 @@ func (c *Client) Cancel(ctx context.Context, ref string) error {
 	return nil
 }
 
-// Resume makes a blocked run pending again, to replay with the code now deployed.
-func (c *Client) Resume(ctx context.Context, ref string) error {
+// doResume is Resume without the call interceptors.
+func (c *Client) doResume(ctx context.Context, ref string) error {
 	if c.remote != nil {
 		_, err := c.remote.act(ctx, ref, "resume")
 		return err
@@ -296,8 +301,8 @@ func (c *Client) Resume(ctx context.Context, ref string) error {
 	return err
 }
 
-// Value decodes the value a run stored under key (Context.Set) into v.
-func (c *Client) Value(ctx context.Context, ref, key string, v any) error {
+// doValue is Value without the call interceptors.
+func (c *Client) doValue(ctx context.Context, ref, key string, v any) error {
 	var b []byte
 	var err error
 	if c.remote != nil {
@@ -311,10 +316,8 @@ func (c *Client) Value(ctx context.Context, ref, key string, v any) error {
 	return c.cfg.Codec.Unmarshal(b, v)
 }
 
-// Wait blocks until the run reaches a final state and returns it. It is woken by a
-// push from the store; changes from other processes without push are seen within
-// Worker.PollInterval. Through a server, Wait long-polls the run's result.
-func (c *Client) Wait(ctx context.Context, ref string) (*Run, error) {
+// doWait is Wait without the call interceptors.
+func (c *Client) doWait(ctx context.Context, ref string) (*Run, error) {
 	if c.remote != nil {
 		return c.remote.wait(ctx, ref)
 	}

@@ -65,7 +65,19 @@ func (c *Client) Reject(ctx context.Context, id, principal, comment string) (*Ap
 	return c.decide(ctx, id, false, principal, comment)
 }
 
-func (c *Client) decide(ctx context.Context, id string, approve bool, principal, comment string) (*ApprovalRecord, error) {
+func (c *Client) decide(ctx context.Context, id string, approve bool, principal, comment string) (rec *ApprovalRecord, err error) {
+	method := "Reject"
+	if approve {
+		method = "Approve"
+	}
+	err = c.call(ctx, ClientCall{Method: method, Ref: id}, func(ctx context.Context) error {
+		rec, err = c.doDecide(ctx, id, approve, principal, comment)
+		return err
+	})
+	return rec, err
+}
+
+func (c *Client) doDecide(ctx context.Context, id string, approve bool, principal, comment string) (*ApprovalRecord, error) {
 	if c.remote != nil {
 		a, err := c.remote.decide(ctx, id, approve, comment)
 		if err != nil {

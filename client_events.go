@@ -7,12 +7,8 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// SendEvent sends an event to a run (by run ID, or workflow ID meaning its
-// latest run): payload is encoded with the client's codec and kept in the run's
-// inbox until the run takes it. It is durable when SendEvent returns, and wakes
-// the run at once if it waits for that name. ErrRunNotFound or ErrRunFinished
-// when there is no active run to receive it.
-func (c *Client) SendEvent(ctx context.Context, ref, name string, payload any) error {
+// doSendEvent is SendEvent without the call interceptors.
+func (c *Client) doSendEvent(ctx context.Context, ref, name string, payload any) error {
 	if name == "" {
 		return fmt.Errorf("sending event: %w: empty name", ErrInvalidParams)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/storepg"
 	"github.com/trellis-dev/trellis/store/storesqlite"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultMaxPayloadBytes is the default limit on inputs, outputs, step results and
@@ -72,6 +73,17 @@ type Config struct {
 	// type and true. Package trellistest sets it to mock steps in tests; programs
 	// leave it nil. Steps replayed from history never consult it.
 	StepOverride func(name string, fnType reflect.Type) (fn any, ok bool)
+	// Interceptors wrap workflow attempts, step attempts and client calls, the
+	// first outermost (see Interceptor).
+	Interceptors []Interceptor
+	// Metrics, when set, collects Prometheus metrics of this client, its worker
+	// and its store into it (see NewMetrics and docs/observability.md).
+	Metrics *Metrics
+	// TracerProvider, when set, traces each run attempt and step attempt as
+	// OpenTelemetry spans, children of the span that started the run (stored
+	// with it). Nil: no tracing, at no cost. TracerFromEnv builds one from the
+	// standard OTEL_* variables.
+	TracerProvider trace.TracerProvider
 }
 
 // Clock is a source of time and timers (see Config.Clock).

@@ -24,7 +24,16 @@ import (
 // and awaited after it), or when a Map recorded by an older version (whose
 // results stay with the old run's children) comes before it; ErrRunExists when
 // another run with the workflow ID is active.
-func (c *Client) Reset(ctx context.Context, ref, step string) (*Run, error) {
+func (c *Client) Reset(ctx context.Context, ref, step string) (run *Run, err error) {
+	err = c.call(ctx, ClientCall{Method: "Reset", Ref: ref}, func(ctx context.Context) error {
+		run, err = c.doReset(ctx, ref, step)
+		return err
+	})
+	return run, err
+}
+
+// doReset is Reset without the call interceptors.
+func (c *Client) doReset(ctx context.Context, ref, step string) (*Run, error) {
 	if c.remote != nil {
 		return c.remote.reset(ctx, ref, step)
 	}

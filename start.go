@@ -128,7 +128,15 @@ func (c *Client) StartRaw(ctx context.Context, workflow string, input []byte, o 
 	return c.start(ctx, def, input, o)
 }
 
-func (c *Client) start(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
+func (c *Client) start(ctx context.Context, def *definition, input []byte, o StartOptions) (run *Run, err error) {
+	err = c.call(ctx, ClientCall{Method: "Start", Workflow: def.name, Ref: o.ID}, func(ctx context.Context) error {
+		run, err = c.doStart(ctx, def, input, o)
+		return err
+	})
+	return run, err
+}
+
+func (c *Client) doStart(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
 	if c.remote != nil {
 		return c.remote.start(ctx, def, input, o)
 	}
@@ -136,6 +144,7 @@ func (c *Client) start(ctx context.Context, def *definition, input []byte, o Sta
 	if err := c.applyRecords(ctx, def, o, p); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", def.name, err)
 	}
+	p.TraceParent = traceParentOf(ctx)
 	p.Idempotency = idempotency(ctx, createdRun)
 	reserved := c.reserveSlot(p)
 	res, err := c.store.RunCreate(ctx, p)

@@ -90,7 +90,7 @@ func newRemoteWorker(cfg Config) (*Worker, error) {
 		Store: rs, Codec: cfg.Codec, Clock: cfg.Clock, Logger: cfg.Logger,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, MaxInlineBackoff: cfg.Worker.MaxInlineBackoff,
 		CheckpointTimeout: cfg.Worker.LeaseDuration, Lookup: c.reg.lookup, ErrorType: errorType,
-		StepOverride: cfg.StepOverride,
+		StepOverride: cfg.StepOverride, InterceptStep: c.chain.interceptStep(),
 	})
 	if err != nil {
 		c.Close()
@@ -103,8 +103,8 @@ func newRemoteWorker(cfg Config) (*Worker, error) {
 		Concurrency: cfg.Worker.Concurrency, ClaimBatch: cfg.Worker.ClaimBatch,
 		LeaseDuration: cfg.Worker.LeaseDuration, HeartbeatInterval: cfg.Worker.HeartbeatInterval,
 		ShutdownGrace: cfg.Worker.ShutdownGrace, PollInterval: cfg.Worker.PollInterval,
-		Logger: cfg.Logger, Clock: cfg.Clock,
-	}, c.engine)
+		Logger: cfg.Logger, Clock: cfg.Clock, OnClaim: cfg.onClaim(),
+	}, &executor{eng: c.engine, chain: c.chain})
 	if err != nil {
 		c.Close()
 		return nil, err

@@ -32,7 +32,7 @@ func (m tokens) Authenticate(_ context.Context, token string) (*auth.Principal, 
 
 // testTokens: "admin" (admin everywhere), one token per role on namespace
 // "default" named after the role, "alice" (approver), "q1-producer" (producer on
-// queue q1 only) and "other-reader" (reader of namespace "other").
+// queue q1 only) and "other-reader" (reader of namespace "other"), "global-reader" (reader of every namespace).
 func testTokens() tokens {
 	m := tokens{"admin": {Name: "root", Grants: []auth.Grant{{Role: auth.RoleAdmin, Namespace: "*"}}}}
 	for _, r := range []auth.Role{auth.RoleProducer, auth.RoleWorker, auth.RoleReader, auth.RoleApprover} {
@@ -42,6 +42,7 @@ func testTokens() tokens {
 	m["q1-producer"] = &auth.Principal{Name: "q1", Grants: []auth.Grant{{Role: auth.RoleProducer, Namespace: "default", Queue: "q1"}}}
 	m["q1-reader"] = &auth.Principal{Name: "q1r", Grants: []auth.Grant{{Role: auth.RoleReader, Namespace: "default", Queue: "q1"}}}
 	m["other-reader"] = &auth.Principal{Name: "other", Grants: []auth.Grant{{Role: auth.RoleReader, Namespace: "other"}}}
+	m["global-reader"] = &auth.Principal{Name: "global", Grants: []auth.Grant{{Role: auth.RoleReader, Namespace: "*"}}}
 	return m
 }
 

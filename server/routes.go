@@ -121,6 +121,8 @@ var routeTable = []route{
 		status: 200, response: Health{}, handle: (*Server).healthz},
 	{method: "GET", pattern: "/readyz", op: "readyz", summary: "The store answers and its schema is current", public: true,
 		status: 200, response: Health{}, handle: (*Server).readyz},
+	{method: "GET", pattern: "/metrics", op: "metrics", summary: "Prometheus metrics of the API, the server's clients and its store (text format)",
+		role: auth.RoleReader, scope: scopeGlobal, status: 200, handle: (*Server).metrics},
 	{method: "GET", pattern: "/v1/openapi.json", op: "openapi", summary: "This document", public: true,
 		status: 200, handle: (*Server).openapi},
 	{method: "POST", pattern: nsRuns, op: "startRun", summary: "Start a run by workflow name; durable before the response",
@@ -216,7 +218,7 @@ var routeTable = []route{
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range s.table {
-		mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
+		mux.Handle(rt.method+" "+rt.pattern, s.api.route(rt.op, s.cfg.TracerProvider).observe(s.wrap(rt)))
 	}
 	for _, rt := range uiRouteTable {
 		mux.Handle(rt.method+" "+rt.pattern, s.wrapUI(rt))

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"net/http"
@@ -100,6 +101,17 @@ type Config struct {
 	// Default: a random key made at New, so sessions end when the process does.
 	UIKey []byte
 
+	// Metrics collects the metrics of the API, of the server's clients and of
+	// its store, served at GET /metrics to principals with role reader on every
+	// namespace ("*"); default a new trellis.NewMetrics(). Pass the same one to
+	// workers embedded in the process to serve theirs there too.
+	Metrics *trellis.Metrics
+	// TracerProvider, when set, traces each API request as a server span, a
+	// child of the caller's traceparent, and the client calls it makes (see
+	// trellis.Config.TracerProvider). A run started by a request is joined to
+	// the caller's trace whether or not it is set.
+	TracerProvider trace.TracerProvider
+
 	// purged, when set, is told the outcome of each purge pass (for tests).
 	purged func(n int, err error)
 }
@@ -149,6 +161,9 @@ func (c Config) withDefaults() Config {
 	def(&c.IdleTimeout, 2*time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = trellis.NewMetrics()
 	}
 	return c
 }
@@ -202,7 +217,8 @@ type Server struct {
 	draining     context.Context // cancelled by Shutdown: long polls answer at once
 	stopDraining context.CancelFunc
 
-	ui *uiKeys // the web UI's session and CSRF keys
+	api *apiMetrics
+	ui  *uiKeys // the web UI's session and CSRF keys
 
 	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
 	scheduler *schedule.Scheduler
@@ -233,6 +249,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.inFlight = make(chan struct{}, cfg.MaxInFlight)
 	s.draining, s.stopDraining = context.WithCancel(context.Background())
 	s.table = routeTable
+	api, err := newAPIMetrics(cfg.Metrics.Registry())
+	if err != nil {
+		if s.ownsStore {
+			_ = s.store.Close()
+		}
+		return nil, fmt.Errorf("starting server: registering API metrics: %w", err)
+	}
+	s.api = api
 	s.handler = s.routes()
 	s.http = &http.Server{
 		Handler: s.handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
@@ -369,7 +393,8 @@ func (s *Server) client(ctx context.Context, ns string) (*trellis.Client, func()
 		return c, func() {}, nil
 	}
 	c, err := trellis.Open(ctx, trellis.Config{Backend: s.store, Namespace: ns,
-		Worker: trellis.WorkerOptions{Disabled: true}, Logger: s.cfg.Logger})
+		Worker: trellis.WorkerOptions{Disabled: true}, Logger: s.cfg.Logger,
+		Metrics: s.cfg.Metrics, TracerProvider: s.cfg.TracerProvider})
 	if err != nil {
 		return nil, nil, err
 	}

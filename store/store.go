@@ -254,6 +254,9 @@ type Run struct {
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	// ParentID is the run ID of the parent of a child run.
 	ParentID string `json:"parent_id,omitempty"`
+	// TraceParent is the W3C trace context of the call that started the run
+	// (RunCreateParams.TraceParent); empty when it carried none.
+	TraceParent string `json:"trace_parent,omitempty"`
 }
 
 // OpKind names the kind of an operation in history.
@@ -370,6 +373,10 @@ type RunCreateParams struct {
 	// Idempotency, when set, records an idempotency key with the run's creation,
 	// atomically (see IdempotencyStore). Not with RunCreateTx.
 	Idempotency *IdempotencyRecord `json:"-"`
+	// TraceParent, when set, is the W3C traceparent of the call that starts the
+	// run (at most 128 bytes), stored with it so that its executions join that
+	// trace (docs/observability.md).
+	TraceParent string `json:"trace_parent,omitempty"`
 }
 
 // CreateClaim asks RunCreate to lease the new run to Worker.
@@ -567,4 +574,29 @@ type KVGetParams struct {
 	Namespace string `json:"namespace"`
 	Ref       string `json:"ref"`
 	Key       string `json:"key"`
+}
+
+// CommitObserver is implemented by stores that group write requests (checkpoints,
+// creates, ...) into batched commits: the SQLite and Postgres stores. After
+// ObserveCommits, f is called after every batch with the number of requests it
+// carried and the wall time from the batch's start to its commit (metrics).
+type CommitObserver interface {
+	ObserveCommits(f func(requests int, elapsed time.Duration))
+}
+
+// QueueCounter is implemented by stores that count their unfinished runs by
+// queue cheaply (from the partial indexes of each unfinished status): the SQL
+// stores. Metrics read it at scrape time.
+type QueueCounter interface {
+	// QueueCounts counts the pending, running, waiting and blocked runs of
+	// every namespace by queue. Groups without runs are left out.
+	QueueCounts(ctx context.Context) ([]QueueCount, error)
+}
+
+// QueueCount is the number of runs of a namespace, queue and status.
+type QueueCount struct {
+	Namespace string
+	Queue     string
+	Status    Status
+	Count     int64
 }

@@ -28,6 +28,9 @@ func (p *RunCreateParams) Validate() error {
 	default:
 		return fmt.Errorf("%w: Reuse: unknown policy %q", ErrInvalidParams, p.Reuse)
 	}
+	if len(p.TraceParent) > 128 {
+		return fmt.Errorf("%w: TraceParent is %d bytes (at most 128)", ErrInvalidParams, len(p.TraceParent))
+	}
 	if err := p.Idempotency.Validate(); err != nil {
 		return err
 	}

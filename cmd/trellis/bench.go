@@ -25,6 +25,8 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
 	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")
+	fs.BoolVar(&ba.observe, "observe", false, "turn Prometheus metrics and OpenTelemetry tracing (spans sampled, then dropped) on, to measure their overhead")
+	fs.Float64Var(&ba.traceRatio, "trace-ratio", 1, "with --observe: the `share` of traces sampled, in (0, 1]")
 	fs.IntVar(&ba.subscribers, "subscribers", 0, "SSE subscribers of s2 and s3 (0: their default)")
 	fs.IntVar(&ba.claimBatch, "claim-batch", 0, "runs claimed per query (0: the workload's default, else the worker's)")
 	fs.StringVar(&ba.cpuProfile, "cpuprofile", "", "write a CPU profile of the workloads to this `file`")
@@ -108,11 +110,15 @@ func startCPUProfile(file string) (func(), error) {
 type benchArgs struct {
 	store, server, token, workloads, cpuProfile      string
 	n, concurrency, clients, subscribers, claimBatch int
-	asJSON                                           bool
+	asJSON, observe                                  bool
+	traceRatio                                       float64
 }
 
 // runBench runs the workloads named by ba.workloads on ba.store and prints a line each.
 func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Writer) error {
+	if !(ba.traceRatio > 0 && ba.traceRatio <= 1) {
+		return usagef(fs, "bench: --trace-ratio must be in (0, 1], not %v", ba.traceRatio)
+	}
 	var selected []bench.Workload
 	for name := range strings.SplitSeq(ba.workloads, ",") {
 		w, ok := bench.Find(strings.TrimSpace(name))
@@ -127,7 +133,7 @@ func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Wr
 	}
 	defer stop()
 	for _, w := range selected {
-		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency, Subscribers: ba.subscribers, ClaimBatch: ba.claimBatch})
+		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency, Subscribers: ba.subscribers, ClaimBatch: ba.claimBatch, Observe: ba.observe, TraceRatio: ba.traceRatio})
 		if err != nil {
 			return err
 		}

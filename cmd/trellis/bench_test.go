@@ -65,3 +65,23 @@ func TestBenchThroughServer(t *testing.T) {
 		t.Errorf("wrong token: exit %d, stderr %q", res.code, res.stderr)
 	}
 }
+
+// bench --observe runs a workload with metrics and tracing and says so in its
+// settings; a --trace-ratio outside (0, 1] is refused before anything runs.
+func TestBenchObserve(t *testing.T) {
+	url := storeURL(t)
+	res := trellisCmd(t, "bench", "--store", url, "--workload", "w1", "-n", "50", "--observe", "--trace-ratio", "0.5", "--json").ok(t)
+	var r bench.Result
+	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil {
+		t.Fatalf("bench printed %q: %v", res.stdout, err)
+	}
+	if r.N != 50 || r.Settings["observe"] != "metrics+tracing" || r.Settings["trace_ratio"] != 0.5 {
+		t.Fatalf("result %+v", r)
+	}
+	for _, bad := range []string{"0", "1.5", "-1"} {
+		res := trellisCmd(t, "bench", "--store", url, "--workload", "w1", "--observe", "--trace-ratio", bad)
+		if res.code != 2 || !strings.Contains(res.stderr, "--trace-ratio must be in (0, 1]") {
+			t.Errorf("--trace-ratio %s: exit %d, stderr %q", bad, res.code, res.stderr)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/trellis-dev/trellis"
 	"io"
 	neturl "net/url"
 	"os"
@@ -17,7 +18,10 @@ import (
 const serverAbout = `Serve the HTTP API of a store (docs/http-api.md) on one port: start, inspect
 and steer runs from any language. The server never runs workflow code; workers
 elsewhere run the runs it starts. GET /healthz and /readyz answer without a
-token; the OpenAPI document is at /v1/openapi.json.
+token; the OpenAPI document is at /v1/openapi.json. GET /metrics serves
+Prometheus metrics to a token with role reader on every namespace ("*").
+Traces are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT (or
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set (docs/observability.md).
 
 Authentication: every request needs a bearer token (Authorization: Bearer ...)
 whose grants allow it (docs/http-api.md). On its first start with no tokens the
@@ -60,12 +64,22 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if url == "" {
 		url = server.DefaultStore
 	}
+	// Tracing is on when the standard OTEL_* variables name an OTLP endpoint.
+	tp, stopTracing, err := trellis.TracerFromEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = stopTracing(sctx) // flushes the last spans
+	}()
 	sched.Disabled = noScheduler
 	uiKey, err := uiKeyFromEnv()
 	if err != nil {
 		return usagef(fs, "server: %v", err)
 	}
-	srv, err := server.New(ctx, server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched, UIKey: uiKey})
+	srv, err := server.New(ctx, server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched, UIKey: uiKey, TracerProvider: tp})
 	if err != nil {
 		return err
 	}

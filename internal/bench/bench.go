@@ -6,6 +6,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"runtime"
 	"slices"
 	"strings"
@@ -64,6 +65,13 @@ type Result struct {
 type Options struct {
 	Store       string
 	Concurrency int
+	// Observe turns metrics and tracing on: a trellis.Metrics, and a tracer
+	// provider sampling every span into a batch processor whose exporter drops
+	// them (the cost of the spans, not of a collector).
+	Observe bool
+	// TraceRatio is the share of traces sampled with Observe (parent-based);
+	// 0 or 1: every trace.
+	TraceRatio float64
 	// Subscribers is the SSE subscribers of s2 and s3 (0: their default).
 	Subscribers int
 	// ClaimBatch is the worker's claim batch; 0: the workload's (its
@@ -139,12 +147,28 @@ func Run(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
 	for k, v := range extra {
 		res.Settings[k] = v
 	}
+	if o.Observe {
+		res.Settings["observe"] = "metrics+tracing"
+		if o.TraceRatio > 0 && o.TraceRatio < 1 {
+			res.Settings["trace_ratio"] = o.TraceRatio
+		}
+	}
 	return res, nil
 }
 
 // runOn runs a workload on a client of its own, opened on o.Store.
 func runOn(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
-	c, err := trellis.Open(ctx, benchConfig(o, nil))
+	cfg := benchConfig(o, nil)
+	if o.Observe {
+		sampler := sdktrace.AlwaysSample()
+		if o.TraceRatio > 0 && o.TraceRatio < 1 {
+			sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(o.TraceRatio))
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sampler))
+		defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
+		cfg.Metrics, cfg.TracerProvider = trellis.NewMetrics(), tp
+	}
+	c, err := trellis.Open(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +196,12 @@ func benchConfig(o Options, backend store.Store) trellis.Config {
 	cfg.Worker.RetentionInterval = -1
 	return cfg
 }
+
+// discardExporter drops the spans it is given.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
 
 func settings(o Options) map[string]any {
 	durability := "fsync"

@@ -74,6 +74,11 @@ type Config struct {
 	// step's name and the type of its function, it returns a function of that
 	// type and true. Steps replayed from history never consult it.
 	StepOverride func(name string, fnType reflect.Type) (fn any, ok bool)
+	// InterceptStep, when set, wraps every step attempt (plain and
+	// transactional) on the attempt's goroutine: it must call next once, with
+	// ctx or a context derived from it, and return next's error or its own. The
+	// attempt is StepInfo(ctx); run is the run, as claimed.
+	InterceptStep func(ctx context.Context, run *store.Run, next func(context.Context) error) error
 	// OnBlock, when set, is told of the non-determinism error that blocks a run.
 	OnBlock func(run *store.Run, err error)
 }

@@ -15,11 +15,26 @@ import (
 // Execute replays a claimed run from the start of its history and carries it on
 // until it finishes, waits, blocks or is handed back.
 func (e *Engine) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control) {
+	e.ExecuteOutcome(ctx, cr, ctl)
+}
+
+// Outcome is what an execution of a run saved.
+type Outcome struct {
+	// Status is the status the execution left the run in: a final one, waiting,
+	// blocked, or pending (handed back); "" when it saved nothing (the lease was
+	// lost, the store failed, or the workflow is not registered here).
+	Status store.Status
+	// Error is the run's error when it ended failed or cancelled.
+	Error *store.ErrorInfo
+}
+
+// ExecuteOutcome is Execute, reporting what the execution saved.
+func (e *Engine) ExecuteOutcome(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control) (oc Outcome) {
 	def, ok := e.cfg.Lookup(cr.Run.Workflow)
 	if !ok { // claims are filtered by registered names; be safe anyway
 		_ = e.cfg.Store.LeaseRelease(context.WithoutCancel(ctx), &store.LeaseReleaseParams{
 			Lease: store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}})
-		return
+		return oc
 	}
 	if def.Job != nil {
 		e.executeJob(ctx, cr, ctl, def.Job)
@@ -31,6 +46,9 @@ func (e *Engine) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker.
 		e.local.end(cr.Run.ID, final)
 		if e.cfg.OnEnd != nil {
 			e.cfg.OnEnd(cr.Run.ID, final)
+		}
+		if final != nil {
+			oc = Outcome{Status: final.Status, Error: final.Error}
 		}
 	}()
 	cancelCtx, cancel := context.WithCancelCause(ctx)
@@ -50,15 +68,16 @@ func (e *Engine) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker.
 	if d := cr.Run.Deadline; d != nil && !rs.now().Before(*d) {
 		rs.deadlineHit = true
 		final = rs.finish(nil, ErrDeadlineExceeded)
-		return
+		return oc
 	}
 	out, err, returned := rs.runWorkflow(def)
 	rs.inflight.Wait()
 	if !returned {
-		rs.saveUnwind()
-		return
+		oc.Status = rs.saveUnwind()
+		return oc
 	}
 	final = rs.finish(out, err)
+	return oc
 }
 
 // runWorkflow calls the workflow function on its own goroutine and waits for it. It
@@ -82,8 +101,9 @@ func (rs *RunState) runWorkflow(def *Definition) (out []byte, err error, returne
 	return out, err, returned
 }
 
-// saveUnwind saves the state of a run whose workflow goroutine was unwound.
-func (rs *RunState) saveUnwind() {
+// saveUnwind saves the state of a run whose workflow goroutine was unwound and
+// returns the status it saved ("" when none).
+func (rs *RunState) saveUnwind() store.Status {
 	rs.mu.Lock()
 	kind, uerr, wakeAt, reason, events := rs.unwind, rs.unwindErr, rs.wakeAt, rs.waitReason, rs.waitEvents
 	rs.mu.Unlock()
@@ -95,7 +115,7 @@ func (rs *RunState) saveUnwind() {
 		p.Status, p.Error = store.StatusBlocked, info
 		p.Stream = append(p.Stream, lifecycle(StreamRunBlocked, map[string]any{"error": info}))
 		rs.log().Error("run blocked: its code no longer matches its history; deploy a fix, then resume it",
-			"run", rs.run.ID, "workflow", rs.run.Workflow, "err", uerr)
+			"err", uerr)
 		if rs.e.cfg.OnBlock != nil {
 			rs.e.cfg.OnBlock(rs.run, uerr)
 		}
@@ -105,33 +125,40 @@ func (rs *RunState) saveUnwind() {
 		}
 		p.Status, p.WakeAt, p.WaitReason, p.WaitEvents = store.StatusWaiting, wakeAt, reason, slices.Compact(slices.Sorted(slices.Values(events)))
 		p.Stream = append(p.Stream, lifecycle(store.StreamRunWaiting, waitingEvent{Reason: reason, WakeAt: wakeAt, Events: p.WaitEvents}))
-		rs.log().Debug("run waiting", "run", rs.run.ID, "reason", reason)
+		rs.log().Debug("run waiting", "reason", reason)
 	case unwindHandBack:
 		p.Status = store.StatusPending
-		rs.log().Info("handing back run", "run", rs.run.ID, "cause", context.Cause(rs.ctx))
+		rs.log().Info("handing back run", "cause", context.Cause(rs.ctx))
 	default: // abandoned: the lease is lost or the store fails; write nothing
 		if uerr == nil {
 			uerr = context.Cause(rs.ctx)
 		}
-		rs.log().Warn("abandoning run: lease lost or store failing; another worker will take it over", "run", rs.run.ID, "err", uerr)
-		return
+		rs.log().Warn("abandoning run: lease lost or store failing; another worker will take it over", "err", uerr)
+		return ""
 	}
 	_, err := rs.checkpoint(p, true)
 	if errors.Is(err, store.ErrConflict) {
-		rs.handBack()
-		return
+		if rs.handBack() {
+			return store.StatusPending
+		}
+		return ""
 	}
 	if err != nil {
-		rs.log().Warn("saving run state", "run", rs.run.ID, "status", p.Status, "err", err)
+		rs.log().Warn("saving run state", "status", p.Status, "err", err)
+		return ""
 	}
+	return p.Status
 }
 
 // handBack makes the run pending again with nothing more recorded, so that it is
 // replayed (after a checkpoint was refused with store.ErrConflict).
-func (rs *RunState) handBack() {
+// It reports whether that was saved.
+func (rs *RunState) handBack() bool {
 	if _, err := rs.checkpoint(&store.CheckpointParams{Status: store.StatusPending}, true); err != nil {
-		rs.log().Warn("handing back run", "run", rs.run.ID, "err", err)
+		rs.log().Warn("handing back run", "err", err)
+		return false
 	}
+	return true
 }
 
 // finish saves the outcome of a workflow function that returned, and returns the
@@ -168,11 +195,11 @@ func (rs *RunState) finish(out []byte, err error) *store.Run {
 	res, err := rs.checkpoint(p, true)
 	if errors.Is(err, store.ErrConflict) {
 		// A wait timed out while its event arrived: replay with the new inbox.
-		rs.handBack()
+		_ = rs.handBack()
 		return nil
 	}
 	if err != nil {
-		rs.log().Warn("saving run outcome", "run", rs.run.ID, "status", p.Status, "err", err)
+		rs.log().Warn("saving run outcome", "status", p.Status, "err", err)
 		return nil
 	}
 	return finalRun(rs.run, p, res)

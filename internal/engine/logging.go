@@ -6,14 +6,14 @@ import (
 )
 
 // Logger returns the run's logger for workflow code: its lines carry the run ID,
-// the workflow ID and the workflow, and are dropped while the run replays ops its
+// the workflow ID, the workflow and the run's claim number (run_attempt), and are dropped while the run replays ops its
 // history holds, so that a line is written once, not at every replay.
 func (rs *RunState) Logger() *slog.Logger {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.logger == nil {
 		h := &replayHandler{inner: rs.log().Handler(), rs: rs}
-		rs.logger = slog.New(h).With("run_id", rs.run.ID, "workflow_id", rs.run.WorkflowID, "workflow", rs.run.Workflow)
+		rs.logger = slog.New(h).With("workflow_id", rs.run.WorkflowID)
 	}
 	return rs.logger
 }
@@ -34,9 +34,7 @@ func StepLogger(ctx context.Context) *slog.Logger {
 	if v == nil {
 		return nil
 	}
-	r := v.rs.run
-	return v.rs.log().With("run_id", r.ID, "workflow_id", r.WorkflowID, "workflow", r.Workflow,
-		"step", v.Step, "attempt", v.Attempt)
+	return v.rs.log().With("workflow_id", v.rs.run.WorkflowID, "step", v.Step, "attempt", v.Attempt)
 }
 
 // replayHandler drops records while its run replays.

@@ -61,6 +61,7 @@ type RunState struct {
 	waitReason    string
 	unwinding     chan struct{} // closed when an unwind is requested
 	logger        *slog.Logger  // Logger's, made on first use
+	runLog        *slog.Logger  // log's, made with the run state
 
 	ckMu     sync.Mutex     // serialises checkpoints of this run, in order
 	inflight sync.WaitGroup // async steps still executing
@@ -77,6 +78,10 @@ func newRunState(e *Engine, cr *store.ClaimedRun, ctx context.Context, ctl *work
 		inbox:     cr.Inbox,
 		consumed:  make(map[int64]bool),
 	}
+	rs.runLog = e.cfg.Logger
+	if e.cfg.Logger.Handler() != slog.DiscardHandler { // no attributes for lines nobody reads
+		rs.runLog = e.cfg.Logger.With("run_id", cr.Run.ID, "workflow", cr.Run.Workflow, "run_attempt", cr.Run.Attempts)
+	}
 	for _, op := range cr.History {
 		rs.history[op.Position] = op
 		rs.lastPos = max(rs.lastPos, op.Position)
@@ -87,7 +92,9 @@ func newRunState(e *Engine, cr *store.ClaimedRun, ctx context.Context, ctl *work
 
 func (rs *RunState) now() time.Time { return rs.e.cfg.Clock.Now() }
 
-func (rs *RunState) log() *slog.Logger { return rs.e.cfg.Logger }
+// log is the engine's logger with the run's ID, workflow and claim number
+// (run_attempt) on every line.
+func (rs *RunState) log() *slog.Logger { return rs.runLog }
 
 func (rs *RunState) errorInfo(err error) *store.ErrorInfo { return errorInfo(err, rs.e.cfg.ErrorType) }
 

@@ -412,7 +412,7 @@ func (sc *stepCall) runAttempt() (any, error) {
 	}
 	ch := make(chan outcome, 1)
 	go func() {
-		v, err := callSafely(ctx, sc.fn)
+		v, err := sc.call(ctx, sc.fn)
 		ch <- outcome{v, err}
 	}()
 	var o outcome
@@ -447,6 +447,24 @@ func (sc *stepCall) contextError(ctx context.Context, err error) error {
 		return sc.totalTimeoutError()
 	}
 	return err
+}
+
+// call runs fn for an attempt, inside Config.InterceptStep when it is set, and
+// turns a panic of either into an error.
+func (sc *stepCall) call(ctx context.Context, fn func(context.Context) (any, error)) (any, error) {
+	h := sc.rs.e.cfg.InterceptStep
+	if h == nil {
+		return callSafely(ctx, fn)
+	}
+	return callSafely(ctx, func(ctx context.Context) (any, error) {
+		var v any
+		err := h(ctx, sc.rs.run, func(ctx context.Context) error {
+			var err error
+			v, err = fn(ctx)
+			return err
+		})
+		return v, err
+	})
 }
 
 func callSafely(ctx context.Context, fn func(context.Context) (any, error)) (v any, err error) {

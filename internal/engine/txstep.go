@@ -52,7 +52,7 @@ func (sc *stepCall) attemptTx() (op *store.Op, err, storeErr error) {
 	m := len(p.Stream)
 	n := len(p.Ops)
 	res, txErr := sc.txc.CheckpointTx(ctx, p, func(ctx context.Context, tx any) error {
-		v, ferr := callSafely(ctx, func(ctx context.Context) (any, error) { return sc.txFn(ctx, tx) })
+		v, ferr := sc.call(ctx, func(ctx context.Context) (any, error) { return sc.txFn(ctx, tx) })
 		if ferr != nil {
 			err = ferr
 			return ferr

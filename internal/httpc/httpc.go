@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/propagation"
 	"io"
 	"net"
 	"net/http"
@@ -200,6 +201,8 @@ func (c *Client) request(ctx context.Context, call Call, body []byte, key string
 	if c.cfg.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
 	}
+	// The trace of the caller goes on at the server (W3C traceparent).
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	return req, nil
 }
 

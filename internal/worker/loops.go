@@ -58,10 +58,17 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 	n := min(free, w.cfg.ClaimBatch)
 	ctx, cancel := context.WithTimeout(w.hardCtx, w.cfg.LeaseDuration)
 	defer cancel()
+	var t0 time.Time
+	if w.cfg.OnClaim != nil {
+		t0 = time.Now() // wall time: a latency
+	}
 	res, err := w.cfg.Store.RunsClaim(ctx, &store.RunsClaimParams{
 		Namespace: w.cfg.Namespace, Queues: w.cfg.Queues, Workflows: names,
 		Worker: w.cfg.Name, Max: n, LeaseDuration: w.cfg.LeaseDuration,
 	})
+	if w.cfg.OnClaim != nil && err == nil {
+		w.cfg.OnClaim(time.Since(t0), len(res.Runs))
+	}
 	if err != nil {
 		if !w.stopped() {
 			w.cfg.Logger.Error("claiming runs", "err", err)

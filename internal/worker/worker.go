@@ -96,6 +96,9 @@ type Pusher interface {
 
 // Config configures a worker.
 type Config struct {
+	// OnClaim, when set, is told of every claim query: how long it took (wall
+	// time) and how many runs it claimed (metrics).
+	OnClaim   func(elapsed time.Duration, runs int)
 	Store     Store
 	Namespace string
 	Queues    []string

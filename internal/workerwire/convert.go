@@ -89,7 +89,7 @@ func RunToPB(r *store.Run) *pb.Run {
 		CancelRequested: r.CancelRequested, Deadline: TsPtr(r.Deadline), AvailableAt: Ts(r.AvailableAt),
 		Attempts: int64(r.Attempts), LeaseOwner: r.LeaseOwner, LeaseExpiresAt: TsPtr(r.LeaseExpiresAt),
 		CreatedAt: Ts(r.CreatedAt), StartedAt: TsPtr(r.StartedAt), UpdatedAt: Ts(r.UpdatedAt),
-		FinishedAt: TsPtr(r.FinishedAt), ParentId: r.ParentID,
+		FinishedAt: TsPtr(r.FinishedAt), ParentId: r.ParentID, TraceParent: r.TraceParent,
 	}
 }
 
@@ -105,7 +105,7 @@ func RunFromPB(r *pb.Run) *store.Run {
 		CancelRequested: r.CancelRequested, Deadline: TimePtr(r.Deadline), AvailableAt: Time(r.AvailableAt),
 		Attempts: int(r.Attempts), LeaseOwner: r.LeaseOwner, LeaseExpiresAt: TimePtr(r.LeaseExpiresAt),
 		CreatedAt: Time(r.CreatedAt), StartedAt: TimePtr(r.StartedAt), UpdatedAt: Time(r.UpdatedAt),
-		FinishedAt: TimePtr(r.FinishedAt), ParentID: r.ParentId,
+		FinishedAt: TimePtr(r.FinishedAt), ParentID: r.ParentId, TraceParent: r.TraceParent,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 	"hash/fnv"
 	"log/slog"
 	"sync"
@@ -43,6 +44,7 @@ type Store struct {
 
 	transactions atomic.Int64
 	requests     atomic.Int64
+	commits      sqlstore.CommitObserver
 
 	mergeSingle bool     // tests: a lone checkpoint also uses sqlCheckpoints
 	qualified   sync.Map // statement -> statement with schema-qualified tables

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -126,6 +127,9 @@ func (s *Store) submit(ctx context.Context, r *request) (*request, error) {
 
 func (w *writer) run() { batch.Run(w.reqs, w.quit, w.s.cfg.MaxBatch, w.commit) }
 
+// ObserveCommits implements store.CommitObserver.
+func (s *Store) ObserveCommits(f func(requests int, elapsed time.Duration)) { s.commits.Set(f) }
+
 // maxDeadlockRetries bounds the retries of a batch aborted by a deadlock or a
 // serialization failure (another transaction's fault, not a request's).
 const maxDeadlockRetries = 5
@@ -134,6 +138,7 @@ const maxDeadlockRetries = 5
 // is answered with its error and the batch is retried without it; a batch failing as
 // a whole (lost connection) fails every request.
 func (w *writer) commit(batch []*request) {
+	defer w.s.commits.Done(len(batch), w.s.commits.Start())
 	live := make([]*request, 0, len(batch))
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -39,6 +40,7 @@ type Store struct {
 
 	transactions atomic.Int64
 	requests     atomic.Int64
+	commits      sqlstore.CommitObserver
 	replays      atomic.Int64
 }
 

@@ -176,10 +176,15 @@ func (w *writer) commitAlone(r *request) {
 // whole transaction back and replays the batch with one savepoint per request,
 // so that only the failed request's writes are undone.
 func (w *writer) commit(batch []*request) {
+	t0 := w.s.commits.Start()
 	if err := w.withRaw(func() error { w.commitBatch(batch); return nil }); err != nil {
 		w.fail(batch, fmt.Errorf("using write connection: %w", err))
 	}
+	w.s.commits.Done(len(batch), t0)
 }
+
+// ObserveCommits implements store.CommitObserver.
+func (s *Store) ObserveCommits(f func(requests int, elapsed time.Duration)) { s.commits.Set(f) }
 
 // withRaw runs fn with the driver connection of conn in w.raw.
 func (w *writer) withRaw(fn func() error) error {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
 
@@ -23,6 +24,8 @@ var createCases = []testCase{
 	{"ClaimedExpires", createClaimedExpires},
 	{"ClaimIgnored", createClaimIgnored},
 	{"ClaimInvalid", createClaimInvalid},
+	{"TraceParent", createTraceParent},
+	{"QueueCounts", createQueueCounts},
 }
 
 func withClaim(worker string) runOpt {
@@ -270,4 +273,59 @@ func createNamespacesIndependent(t *testing.T, e *env) {
 	wantErr(t, "RunGet of a run of another namespace", err, store.ErrRunNotFound)
 	wantIDs(t, "runs of ns", e.listIDs(store.RunListParams{}), []string{a.ID})
 	wantIDs(t, "runs of other", e.listIDs(store.RunListParams{Namespace: "other"}), []string{b.ID})
+}
+
+// createTraceParent stores the trace context a run was started with and returns
+// it with the run, when it is claimed and when it is read; one too long is refused.
+func createTraceParent(t *testing.T, e *env) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	p := e.params(func(p *store.RunCreateParams) { p.TraceParent = tp })
+	res, err := e.st.RunCreate(e.ctx, p)
+	if err != nil {
+		t.Fatalf("RunCreate with TraceParent: %v", err)
+	}
+	if res.Run.TraceParent != tp || e.get(p.ID).TraceParent != tp {
+		t.Fatalf("TraceParent = %q / %q, want %q", res.Run.TraceParent, e.get(p.ID).TraceParent, tp)
+	}
+	claimed, err := e.st.RunsClaim(e.ctx, &store.RunsClaimParams{Namespace: p.Namespace, Workflows: []string{p.Workflow},
+		Worker: "w", Max: 1, LeaseDuration: leaseDur})
+	if err != nil || len(claimed.Runs) != 1 || claimed.Runs[0].Run.TraceParent != tp {
+		t.Fatalf("RunsClaim = %+v, %v; want the run with its TraceParent", claimed, err)
+	}
+	bad := e.params(func(p *store.RunCreateParams) { p.TraceParent = string(bytes.Repeat([]byte("a"), 129)) })
+	if _, err := e.st.RunCreate(e.ctx, bad); !errors.Is(err, store.ErrInvalidParams) {
+		t.Fatalf("RunCreate with a 129-byte TraceParent: %v, want ErrInvalidParams", err)
+	}
+}
+
+// createQueueCounts counts unfinished runs by namespace, queue and status
+// (stores that implement store.QueueCounter); finished runs are not counted.
+func createQueueCounts(t *testing.T, e *env) {
+	rc, ok := e.st.(store.QueueCounter)
+	if !ok {
+		t.Skip("the store does not count runs")
+	}
+	e.claimOne(e.create(withQueue("qc")).ID)
+	e.finish(e.claimOne(e.create(withQueue("qd")).ID))
+	for range 2 {
+		e.create(withQueue("qa"))
+	}
+	e.create(withQueue("qb"))
+	got, err := rc.QueueCounts(e.ctx)
+	if err != nil {
+		t.Fatalf("QueueCounts: %v", err)
+	}
+	want := map[store.QueueCount]bool{
+		{Namespace: ns, Queue: "qa", Status: store.StatusPending, Count: 2}: true,
+		{Namespace: ns, Queue: "qb", Status: store.StatusPending, Count: 1}: true,
+		{Namespace: ns, Queue: "qc", Status: store.StatusRunning, Count: 1}: true,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("QueueCounts = %+v, want %v", got, want)
+	}
+	for _, c := range got {
+		if !want[c] {
+			t.Fatalf("QueueCounts = %+v, want %v", got, want)
+		}
+	}
 }

@@ -48,7 +48,7 @@ func (t *Time) Ptr() *time.Time {
 const RunCols = `namespace, id, workflow_id, workflow, queue, priority, status, version,
 	sequence, input, output, error, wait_reason, cancel_requested, deadline, available_at,
 	attempts, lease_owner, lease_token, lease_expires_at, created_at, started_at,
-	updated_at, finished_at, parent_id`
+	updated_at, finished_at, parent_id, trace_parent`
 
 // ScanRun reads RunCols into a Run and returns it with its lease token.
 func ScanRun(sc Scanner) (*store.Run, int64, error) {
@@ -62,7 +62,7 @@ func ScanRun(sc Scanner) (*store.Run, int64, error) {
 	err := sc.Scan(&r.Namespace, &r.ID, &r.WorkflowID, &r.Workflow, &r.Queue, &r.Priority,
 		&status, &r.Version, &r.Sequence, &r.Input, &r.Output, &errText, &r.WaitReason,
 		&r.CancelRequested, &deadline, &avail, &r.Attempts, &r.LeaseOwner, &token, &leaseExp,
-		&created, &started, &upd, &finish, &r.ParentID)
+		&created, &started, &upd, &finish, &r.ParentID, &r.TraceParent)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -179,8 +179,10 @@ type Run struct {
 	UpdatedAt       *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	FinishedAt      *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	ParentId        string                 `protobuf:"bytes,24,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The W3C traceparent of the call that started the run (store.Run.TraceParent).
+	TraceParent   string `protobuf:"bytes,25,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -377,6 +379,13 @@ func (x *Run) GetFinishedAt() *timestamppb.Timestamp {
 func (x *Run) GetParentId() string {
 	if x != nil {
 		return x.ParentId
+	}
+	return ""
+}
+
+func (x *Run) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
 	}
 	return ""
 }
@@ -2665,7 +2674,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\tErrorInfo\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12#\n" +
-	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\"\xc2\a\n" +
+	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\"\xe5\a\n" +
 	"\x03Run\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1f\n" +
@@ -2698,7 +2707,8 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"updated_at\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12;\n" +
 	"\vfinished_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x12\x1b\n" +
-	"\tparent_id\x18\x18 \x01(\tR\bparentIdB\b\n" +
+	"\tparent_id\x18\x18 \x01(\tR\bparentId\x12!\n" +
+	"\ftrace_parent\x18\x19 \x01(\tR\vtraceParentB\b\n" +
 	"\x06_inputB\t\n" +
 	"\a_output\"\xeb\x01\n" +
 	"\aAttempt\x12\x1a\n" +

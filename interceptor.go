@@ -1,0 +1,211 @@
+package trellis
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/trellis-dev/trellis/internal/engine"
+	"github.com/trellis-dev/trellis/internal/worker"
+	"github.com/trellis-dev/trellis/store"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Interceptor wraps execution: each attempt of a workflow run on this client's
+// worker, each step attempt, and each call of a Client method. Any of its
+// functions may be nil. Each must call next exactly once, with ctx or a context
+// derived from it (to carry a value, say a tenant, or a span), and return what
+// next returned unless it means to change it.
+//
+// Config.Interceptors run in order, the first outermost. The built-in ones
+// (tracing with Config.TracerProvider, metrics with Config.Metrics, logging of
+// Config.Logger) run outside them all, in that order. See docs/observability.md.
+type Interceptor struct {
+	// Workflow wraps one execution of a run: from its claim, through the replay
+	// of its history and the new ops, to the checkpoint that leaves it finished,
+	// waiting, blocked or handed back. a.Status and a.Error are set when next
+	// returns. The steps of the attempt run in contexts derived from the one
+	// given to next.
+	Workflow func(ctx context.Context, a *WorkflowAttempt, next func(context.Context))
+	// Step wraps one attempt of a step (Step, Async, TxStep, a Map item) on the
+	// attempt's goroutine: next runs the step function. StepInfo(ctx) is s.StepAttempt.
+	// Steps replayed from history do not run and are not intercepted.
+	Step func(ctx context.Context, s *StepCall, next func(context.Context) error) error
+	// Call wraps a Client method (Start, Get, List, Cancel, SendEvent, ...):
+	// next performs it, through the store or the server.
+	Call func(ctx context.Context, c *ClientCall, next func(context.Context) error) error
+}
+
+// WorkflowAttempt describes one execution of a run (see Interceptor.Workflow).
+type WorkflowAttempt struct {
+	RunID      string
+	WorkflowID string
+	Workflow   string
+	Queue      string
+	// Attempt counts the claims of the run, this one included: 1 for its first
+	// execution, more after waits, hand-backs and crashes.
+	Attempt int
+	// Replayed is the number of ops its history held when claimed.
+	Replayed int
+	// Status is what the execution left the run in, set when next returns:
+	// StatusSucceeded, StatusFailed or StatusCancelled when it ended,
+	// StatusWaiting, StatusBlocked, or StatusPending when it was handed back;
+	// "" when nothing was saved (the lease was lost or the store failed: another
+	// worker takes it over).
+	Status Status
+	// Error is the run's error when it ended failed or cancelled.
+	Error *RunError
+}
+
+// StepCall describes one step attempt (see Interceptor.Step).
+type StepCall struct {
+	StepAttempt
+	WorkflowID string
+	Workflow   string
+}
+
+// ClientCall describes a Client method call (see Interceptor.Call).
+type ClientCall struct {
+	// Method is the Client method's name, e.g. "Start", "Get", "SendEvent".
+	Method string
+	// Workflow is the workflow a Start starts; "" for other methods.
+	Workflow string
+	// Ref is the run ID or workflow ID the method is about, when there is one.
+	Ref string
+}
+
+// chain is the interceptors of a client, the built-in ones first.
+type chain struct {
+	workflow []func(context.Context, *WorkflowAttempt, func(context.Context))
+	step     []func(context.Context, *StepCall, func(context.Context) error) error
+	call     []func(context.Context, *ClientCall, func(context.Context) error) error
+}
+
+func newChain(ics []Interceptor) *chain {
+	ch := &chain{}
+	for _, ic := range ics {
+		if ic.Workflow != nil {
+			ch.workflow = append(ch.workflow, ic.Workflow)
+		}
+		if ic.Step != nil {
+			ch.step = append(ch.step, ic.Step)
+		}
+		if ic.Call != nil {
+			ch.call = append(ch.call, ic.Call)
+		}
+	}
+	return ch
+}
+
+// runWorkflow calls the workflow interceptors from i on, then last.
+func (ch *chain) runWorkflow(ctx context.Context, i int, a *WorkflowAttempt, last func(context.Context)) {
+	if i == len(ch.workflow) {
+		last(ctx)
+		return
+	}
+	ch.workflow[i](ctx, a, func(ctx context.Context) { ch.runWorkflow(ctx, i+1, a, last) })
+}
+
+func (ch *chain) runStep(ctx context.Context, i int, s *StepCall, last func(context.Context) error) error {
+	if i == len(ch.step) {
+		return last(ctx)
+	}
+	return ch.step[i](ctx, s, func(ctx context.Context) error { return ch.runStep(ctx, i+1, s, last) })
+}
+
+func (ch *chain) runCall(ctx context.Context, i int, c *ClientCall, last func(context.Context) error) error {
+	if i == len(ch.call) {
+		return last(ctx)
+	}
+	return ch.call[i](ctx, c, func(ctx context.Context) error { return ch.runCall(ctx, i+1, c, last) })
+}
+
+// interceptStep is the engine's Config.InterceptStep for the chain (nil when no
+// interceptor wraps steps, so that steps pay nothing).
+func (ch *chain) interceptStep() func(context.Context, *store.Run, func(context.Context) error) error {
+	if len(ch.step) == 0 {
+		return nil
+	}
+	return func(ctx context.Context, run *store.Run, next func(context.Context) error) error {
+		s := &StepCall{StepAttempt: StepInfo(ctx), WorkflowID: run.WorkflowID, Workflow: run.Workflow}
+		return ch.runStep(ctx, 0, s, next)
+	}
+}
+
+// call runs a Client method f inside the call interceptors.
+func (c *Client) call(ctx context.Context, cc ClientCall, f func(context.Context) error) error {
+	if c.chain == nil || len(c.chain.call) == 0 {
+		return f(ctx)
+	}
+	return c.chain.runCall(ctx, 0, &cc, f)
+}
+
+// executor is the worker's Executor: the engine inside the workflow
+// interceptors, in the trace context the run was started with.
+type executor struct {
+	eng   *engine.Engine
+	chain *chain
+}
+
+func (x *executor) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control) {
+	if len(x.chain.workflow) == 0 {
+		x.eng.Execute(ctx, cr, ctl)
+		return
+	}
+	r := cr.Run
+	if r.TraceParent != "" {
+		ctx = withTraceParent(ctx, r.TraceParent)
+	}
+	a := &WorkflowAttempt{RunID: r.ID, WorkflowID: r.WorkflowID, Workflow: r.Workflow, Queue: r.Queue,
+		Attempt: r.Attempts, Replayed: len(cr.History)}
+	x.chain.runWorkflow(ctx, 0, a, func(ctx context.Context) {
+		oc := x.eng.ExecuteOutcome(ctx, cr, ctl)
+		a.Status = Status(oc.Status)
+		if oc.Error != nil {
+			a.Error = &RunError{Message: oc.Error.Message, Type: oc.Error.Type}
+		}
+	})
+}
+
+// traceContext is the W3C trace context propagator (traceparent, tracestate).
+var traceContext propagation.TraceContext
+
+// traceParentOf returns the traceparent of the span in ctx; "" when there is none.
+func traceParentOf(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
+	carrier := propagation.MapCarrier{}
+	traceContext.Inject(ctx, carrier)
+	return carrier["traceparent"]
+}
+
+// withTraceParent returns ctx carrying the remote span context of traceparent.
+func withTraceParent(ctx context.Context, traceparent string) context.Context {
+	return traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent})
+}
+
+// interceptors are the client's interceptors: the built-in ones (tracing,
+// metrics, logging), then Config.Interceptors.
+func (c Config) interceptors() []Interceptor {
+	var out []Interceptor
+	if c.TracerProvider != nil {
+		out = append(out, tracingInterceptor(c.TracerProvider))
+	}
+	if c.Metrics != nil {
+		out = append(out, c.Metrics.interceptor())
+	}
+	if c.Logger.Handler() != slog.DiscardHandler {
+		out = append(out, loggingInterceptor(c.Logger))
+	}
+	return append(out, c.Interceptors...)
+}
+
+// onClaim is the worker's OnClaim: nil without metrics.
+func (c Config) onClaim() func(time.Duration, int) {
+	if c.Metrics == nil {
+		return nil
+	}
+	return c.Metrics.observeClaim
+}

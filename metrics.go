@@ -1,0 +1,246 @@
+package trellis
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// Metrics are the Prometheus metrics of a client, its worker and its store, in a
+// registry of their own (with the Go runtime's and the process's). Pass it to
+// Config.Metrics of one client and serve Handler; `trellis server` serves it at
+// /metrics. docs/observability.md lists the metrics.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	runsStarted  *prometheus.CounterVec   // workflow
+	runsEnded    *prometheus.CounterVec   // workflow, status
+	executions   *prometheus.CounterVec   // workflow, status
+	stepAttempts *prometheus.CounterVec   // workflow, outcome
+	stepSeconds  *prometheus.HistogramVec // workflow
+	commitSize   prometheus.Histogram
+	commitSecs   prometheus.Histogram
+	claimSecs    prometheus.Histogram
+	subscribers  prometheus.Gauge
+
+	// byWorkflow caches the children of one workflow's labels: a step attempt
+	// looks up nothing but this map.
+	byWorkflow sync.Map // workflow -> *workflowMetrics
+
+	handlerOnce sync.Once
+	handler     http.Handler
+
+	mu      sync.Mutex
+	clients []*Client // attached: read at scrape time
+}
+
+type workflowMetrics struct {
+	started    prometheus.Counter
+	stepOK     prometheus.Counter
+	stepFailed prometheus.Counter
+	stepSecs   prometheus.Observer
+	ended      sync.Map // Status -> prometheus.Counter
+	executions sync.Map // Status -> prometheus.Counter
+}
+
+var (
+	descRuns    = prometheus.NewDesc("trellis_runs", "Unfinished runs in the store by namespace, queue and status (read at scrape time).", []string{"namespace", "queue", "status"}, nil)
+	descLeases  = prometheus.NewDesc("trellis_active_leases", "Runs the workers of this process hold a lease on and execute.", nil, nil)
+	descWorkers = prometheus.NewDesc("trellis_workers_connected", "Live workers by namespace (read at scrape time).", []string{"namespace"}, nil)
+)
+
+// NewMetrics returns a set of metrics in a new registry.
+func NewMetrics() *Metrics {
+	secs := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		runsStarted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_runs_started_total",
+			Help: "Runs started through this client (Start, StartRaw, the server's start route)."}, []string{"workflow"}),
+		runsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_runs_ended_total",
+			Help: "Runs this client's worker ended, by final status."}, []string{"workflow", "status"}),
+		executions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_run_attempts_total",
+			Help: "Executions (claims) of runs by this worker, by the status each left the run in (\"lost\" when none was saved)."}, []string{"workflow", "status"}),
+		stepAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_step_attempts_total",
+			Help: "Step attempts executed, by outcome (ok, error)."}, []string{"workflow", "outcome"}),
+		stepSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "trellis_step_attempt_duration_seconds",
+			Help: "Duration of step attempts.", Buckets: secs}, []string{"workflow"}),
+		commitSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trellis_store_commit_batch_size",
+			Help: "Write requests (checkpoints, creates, ...) per group commit of the store.", Buckets: prometheus.ExponentialBuckets(1, 2, 11)}),
+		commitSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trellis_store_commit_seconds",
+			Help: "Latency of the store's group commits.", Buckets: secs}),
+		claimSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trellis_claim_seconds",
+			Help: "Latency of the worker's claim queries.", Buckets: secs}),
+		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "trellis_stream_subscribers",
+			Help: "Open event-stream subscriptions."}),
+	}
+	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.executions, m.stepAttempts, m.stepSeconds,
+		m.commitSize, m.commitSecs, m.claimSecs, m.subscribers, (*scrapeCollector)(m),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	m.handlerOnce.Do(func() { m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}) })
+	return m.handler
+}
+
+// Registry is the registry of the metrics, for adding one's own.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// AddStreamSubscribers adds delta (negative when they leave) to the gauge of
+// open event-stream subscriptions.
+func (m *Metrics) AddStreamSubscribers(delta int) { m.subscribers.Add(float64(delta)) }
+
+func (m *Metrics) workflow(name string) *workflowMetrics {
+	if w, ok := m.byWorkflow.Load(name); ok {
+		return w.(*workflowMetrics)
+	}
+	w := &workflowMetrics{
+		started:    m.runsStarted.WithLabelValues(name),
+		stepOK:     m.stepAttempts.WithLabelValues(name, "ok"),
+		stepFailed: m.stepAttempts.WithLabelValues(name, "error"),
+		stepSecs:   m.stepSeconds.WithLabelValues(name),
+	}
+	got, _ := m.byWorkflow.LoadOrStore(name, w)
+	return got.(*workflowMetrics)
+}
+
+func (m *Metrics) counter(cache *sync.Map, vec *prometheus.CounterVec, workflow string, st Status) prometheus.Counter {
+	if c, ok := cache.Load(st); ok {
+		return c.(prometheus.Counter)
+	}
+	label := string(st)
+	if label == "" {
+		label = "lost"
+	}
+	c, _ := cache.LoadOrStore(st, vec.WithLabelValues(workflow, label))
+	return c.(prometheus.Counter)
+}
+
+// interceptor is the built-in metrics interceptor.
+func (m *Metrics) interceptor() Interceptor {
+	return Interceptor{
+		Workflow: func(ctx context.Context, a *WorkflowAttempt, next func(context.Context)) {
+			next(ctx)
+			w := m.workflow(a.Workflow)
+			m.counter(&w.executions, m.executions, a.Workflow, a.Status).Inc()
+			if a.Status.Terminal() {
+				m.counter(&w.ended, m.runsEnded, a.Workflow, a.Status).Inc()
+			}
+		},
+		Step: func(ctx context.Context, s *StepCall, next func(context.Context) error) error {
+			t0 := time.Now()
+			err := next(ctx)
+			w := m.workflow(s.Workflow)
+			w.stepSecs.Observe(time.Since(t0).Seconds())
+			if err != nil {
+				w.stepFailed.Inc()
+			} else {
+				w.stepOK.Inc()
+			}
+			return err
+		},
+		Call: func(ctx context.Context, c *ClientCall, next func(context.Context) error) error {
+			err := next(ctx)
+			if c.Method == "Start" && err == nil {
+				m.workflow(c.Workflow).started.Inc()
+			}
+			return err
+		},
+	}
+}
+
+// attach makes the metrics observe a client: its store's commits, its
+// worker's claims and leases, and the store's counts at scrape time.
+func (m *Metrics) attach(c *Client) {
+	if co, ok := c.store.(store.CommitObserver); ok {
+		co.ObserveCommits(func(n int, d time.Duration) {
+			m.commitSize.Observe(float64(n))
+			m.commitSecs.Observe(d.Seconds())
+		})
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.clients = append(m.clients, c)
+}
+
+// detach stops reading a client that closes.
+func (m *Metrics) detach(c *Client) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.clients = slices.DeleteFunc(m.clients, func(x *Client) bool { return x == c })
+}
+
+// observeClaim is the worker's OnClaim.
+func (m *Metrics) observeClaim(d time.Duration, _ int) { m.claimSecs.Observe(d.Seconds()) }
+
+// scrapeCollector collects the gauges read at scrape time.
+type scrapeCollector Metrics
+
+func (s *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descRuns
+	ch <- descLeases
+	ch <- descWorkers
+}
+
+func (s *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
+	s.mu.Lock()
+	clients := slices.Clone(s.clients)
+	s.mu.Unlock()
+	if len(clients) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	leases := 0
+	counted := map[store.Store]bool{} // each store's runs once
+	namespaces := map[string]bool{}   // each namespace's workers once
+	for _, c := range clients {
+		if c.worker != nil {
+			leases += c.worker.Active()
+		}
+		if rc, ok := c.store.(store.QueueCounter); ok && !counted[c.store] {
+			counted[c.store] = true
+			counts, err := rc.QueueCounts(ctx)
+			if err != nil {
+				c.cfg.Logger.Warn("metrics: counting runs", "err", err)
+			}
+			for _, n := range counts {
+				ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(n.Count), n.Namespace, n.Queue, string(n.Status))
+			}
+		}
+		if ns := c.cfg.Namespace; !namespaces[ns] {
+			namespaces[ns] = true
+			if live, err := c.liveWorkers(ctx); err == nil {
+				ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(live), ns)
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(leases))
+}
+
+// scrapeTimeout bounds the store queries of one scrape.
+const scrapeTimeout = 5 * time.Second
+
+// liveWorkers counts the live workers of the client's namespace.
+func (c *Client) liveWorkers(ctx context.Context) (int, error) {
+	ws, err := c.store.WorkerList(ctx, &store.WorkerListParams{Namespace: c.cfg.Namespace})
+	if err != nil {
+		return 0, err
+	}
+	live := 0
+	for _, w := range ws {
+		if w.Live {
+			live++
+		}
+	}
+	return live, nil
+}

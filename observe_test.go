@@ -1,0 +1,406 @@
+package trellis_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+type tenantKey struct{}
+
+// recorder is a user interceptor that logs what it wraps, and carries a tenant
+// from each run attempt to the steps of the attempt.
+type recorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *recorder) add(s string) {
+	r.mu.Lock()
+	r.lines = append(r.lines, s)
+	r.mu.Unlock()
+}
+
+func (r *recorder) has(s string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.lines, s)
+}
+
+func (r *recorder) interceptor(name string) trellis.Interceptor {
+	return trellis.Interceptor{
+		Workflow: func(ctx context.Context, a *trellis.WorkflowAttempt, next func(context.Context)) {
+			r.add(fmt.Sprintf("%s workflow %s attempt %d before", name, a.Workflow, a.Attempt))
+			next(context.WithValue(ctx, tenantKey{}, "acme"))
+			r.add(fmt.Sprintf("%s workflow %s after %s", name, a.Workflow, a.Status))
+		},
+		Step: func(ctx context.Context, s *trellis.StepCall, next func(context.Context) error) error {
+			r.add(fmt.Sprintf("%s step %s/%s attempt %d before", name, s.Workflow, s.Step, s.Attempt))
+			err := next(ctx)
+			r.add(fmt.Sprintf("%s step %s after err=%v", name, s.Step, err))
+			return err
+		},
+		Call: func(ctx context.Context, c *trellis.ClientCall, next func(context.Context) error) error {
+			r.add(fmt.Sprintf("%s call %s %s before", name, c.Method, c.Workflow))
+			err := next(ctx)
+			r.add(fmt.Sprintf("%s call %s after", name, c.Method))
+			return err
+		},
+	}
+}
+
+// Interceptors wrap run attempts, step attempts and client calls, the first
+// outermost; a value an interceptor puts in a run attempt's context reaches the
+// attempt's steps.
+func TestInterceptorsOrderAndTenant(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	wf := trellis.NewWorkflow("icpt", func(wc *trellis.Context, in int) (string, error) {
+		return trellis.Step(wc, "tenant", func(ctx context.Context) (string, error) {
+			v, _ := ctx.Value(tenantKey{}).(string)
+			return v, nil
+		})
+	})
+	c := open(t, storeURL(t), func(cfg *trellis.Config) {
+		cfg.Interceptors = []trellis.Interceptor{rec.interceptor("a"), rec.interceptor("b")}
+	})
+	register(t, c, wf)
+	h := must[*trellis.Handle[string]](t)(trellis.Start(ctxT(t), c, wf, 1))
+	if got := mustResult(t, h); got != "acme" {
+		t.Fatalf("the step saw tenant %q, want %q from the workflow interceptor", got, "acme")
+	}
+	if _, err := c.Get(ctxT(t), h.RunID()); err != nil {
+		t.Fatal(err)
+	}
+	// The run's end is reported to Result before the interceptors return.
+	deadline := time.Now().Add(5 * time.Second)
+	for !rec.has("a workflow icpt after succeeded") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	want := []string{
+		"a call Start icpt before", "b call Start icpt before", "b call Start after", "a call Start after",
+		"a workflow icpt attempt 1 before", "b workflow icpt attempt 1 before",
+		"a step icpt/tenant attempt 1 before", "b step icpt/tenant attempt 1 before",
+		"b step tenant after err=<nil>", "a step tenant after err=<nil>",
+		"b workflow icpt after succeeded", "a workflow icpt after succeeded",
+		"a call Get  before", "b call Get  before", "b call Get after", "a call Get after",
+	}
+	// Calls and the run interleave; the order within each kind is what counts.
+	for _, kind := range []string{" call ", " workflow ", " step "} {
+		var got, exp []string
+		for _, l := range rec.lines {
+			if strings.Contains(l, kind) {
+				got = append(got, l)
+			}
+		}
+		for _, l := range want {
+			if strings.Contains(l, kind) {
+				exp = append(exp, l)
+			}
+		}
+		if !slices.Equal(got, exp) {
+			t.Errorf("%s lines:\n got %q\nwant %q", kind, got, exp)
+		}
+	}
+}
+
+// An interceptor may fail a step attempt; the step is retried as for any error.
+func TestInterceptorFailsStepAttempt(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	wf := trellis.NewWorkflow("icpt-fail", func(wc *trellis.Context, in int) (int, error) {
+		return trellis.Step(wc, "s", func(ctx context.Context) (int, error) { return in + 1, nil })
+	})
+	c := open(t, storeURL(t), func(cfg *trellis.Config) {
+		cfg.Interceptors = []trellis.Interceptor{{Step: func(ctx context.Context, s *trellis.StepCall, next func(context.Context) error) error {
+			if n.Add(1) == 1 {
+				return errors.New("refused by interceptor")
+			}
+			return next(ctx)
+		}}}
+	})
+	register(t, c, wf)
+	h := must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), c, wf, 1))
+	if got := mustResult(t, h); got != 2 || n.Load() != 2 {
+		t.Fatalf("result %d after %d attempts, want 2 after 2", got, n.Load())
+	}
+}
+
+// Metrics scraped after a few runs count them: runs started and ended, step
+// attempts by outcome, commits, claims, and the scrape-time gauges.
+func TestMetricsCountRuns(t *testing.T) {
+	t.Parallel()
+	m := trellis.NewMetrics()
+	var fails atomic.Int32
+	wf := trellis.NewWorkflow("metered", func(wc *trellis.Context, in int) (int, error) {
+		a, err := trellis.Step(wc, "one", func(ctx context.Context) (int, error) { return in, nil })
+		if err != nil {
+			return 0, err
+		}
+		return trellis.Step(wc, "two", func(ctx context.Context) (int, error) {
+			if in == 0 && fails.Add(1) == 1 {
+				return 0, errors.New("flaky")
+			}
+			return a + 1, nil
+		})
+	})
+	c := open(t, storeURL(t), func(cfg *trellis.Config) { cfg.Metrics = m })
+	register(t, c, wf)
+	for i := range 3 {
+		h := must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), c, wf, i))
+		mustResult(t, h)
+	}
+	waitFor(t, func() bool {
+		return strings.Contains(scrape(t, m), `trellis_runs_ended_total{status="succeeded",workflow="metered"} 3`)
+	})
+	text := scrape(t, m)
+	for _, want := range []string{
+		`trellis_runs_started_total{workflow="metered"} 3`,
+		`trellis_runs_ended_total{status="succeeded",workflow="metered"} 3`,
+		`trellis_run_attempts_total{status="succeeded",workflow="metered"} 3`,
+		`trellis_step_attempts_total{outcome="ok",workflow="metered"} 6`,
+		`trellis_step_attempts_total{outcome="error",workflow="metered"} 1`,
+		`trellis_step_attempt_duration_seconds_count{workflow="metered"} 7`,
+		`trellis_active_leases 0`,
+		`trellis_workers_connected{namespace="default"} 1`,
+		`trellis_stream_subscribers 0`,
+	} {
+		if !strings.Contains(text, want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	for _, name := range []string{"trellis_store_commit_batch_size_count", "trellis_store_commit_seconds_count"} {
+		if v := metricValue(text, name); v < 3 {
+			t.Errorf("%s = %v, want at least 3 (a commit per run at least)", name, v)
+		}
+	}
+	if strings.Contains(text, `trellis_runs{`) {
+		t.Errorf("no run is unfinished, yet trellis_runs reports some:\n%s", text)
+	}
+}
+
+// trellis_runs counts the unfinished runs by queue and status at scrape time.
+func TestMetricsRunsGauge(t *testing.T) {
+	t.Parallel()
+	m := trellis.NewMetrics()
+	wf := trellis.NewWorkflow("gauged", func(wc *trellis.Context, in int) (int, error) { return in, nil })
+	c := open(t, storeURL(t), func(cfg *trellis.Config) { cfg.Metrics = m; cfg.Worker.Disabled = true })
+	register(t, c, wf)
+	for i := range 2 {
+		must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), c, wf, i, trellis.StartOptions{Queue: "q1"}))
+	}
+	if text := scrape(t, m); !strings.Contains(text, `trellis_runs{namespace="default",queue="q1",status="pending"} 2`+"\n") {
+		t.Fatalf("trellis_runs lacks the 2 pending runs of q1:\n%s", grepLines(text, "trellis_runs"))
+	}
+}
+
+// Each run attempt and step attempt is a span; run attempts are children of the
+// span of the call that started the run, also when the run is handed back by a
+// client that closes mid-run and replayed by another client.
+func TestTracesJoinTheStartingTraceAcrossReplay(t *testing.T) {
+	t.Parallel()
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	var closing atomic.Bool
+	started := make(chan struct{}, 1)
+	wf := trellis.NewWorkflow("traced", func(wc *trellis.Context, in int) (int, error) {
+		a, err := trellis.Step(wc, "first", func(ctx context.Context) (int, error) { return in, nil })
+		if err != nil {
+			return 0, err
+		}
+		return trellis.Step(wc, "second", func(ctx context.Context) (int, error) {
+			if !closing.Load() {
+				started <- struct{}{}
+				<-ctx.Done() // until the first client closes
+				return 0, ctx.Err()
+			}
+			return a * 2, nil
+		})
+	})
+	url := storeURL(t)
+	cfg := func(c *trellis.Config) {
+		c.TracerProvider = tp
+		c.Worker.ShutdownGrace = 50 * time.Millisecond
+		c.Worker.LeaseDuration = 2 * time.Second
+	}
+	first, err := trellis.Open(context.Background(), func() trellis.Config {
+		c := trellis.Config{Store: url}
+		cfg(&c)
+		return c
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(t, first, wf)
+	ctx, root := tp.Tracer("test").Start(ctxT(t), "request")
+	h := must[*trellis.Handle[int]](t)(trellis.Start(ctx, first, wf, 21))
+	root.End()
+	<-started
+	closing.Store(true)
+	if err := first.Close(); err != nil { // hands the run back mid-step
+		t.Fatal(err)
+	}
+	second := open(t, url, cfg)
+	register(t, second, wf)
+	run := must[*trellis.Run](t)(second.Wait(ctxT(t), h.RunID()))
+	if run.Status != trellis.StatusSucceeded || string(run.Output) != "42" {
+		t.Fatalf("run %s with output %s, want succeeded with 42", run.Status, run.Output)
+	}
+	waitFor(t, func() bool { return len(spansNamed(sr, "run traced")) == 2 })
+
+	traceID := root.SpanContext().TraceID()
+	starts := spansNamed(sr, "trellis.Start")
+	if len(starts) != 1 || starts[0].Parent().SpanID() != root.SpanContext().SpanID() {
+		t.Fatalf("trellis.Start spans %v, want one, child of the request span", starts)
+	}
+	startID := starts[0].SpanContext().SpanID()
+	runs := spansNamed(sr, "run traced")
+	runIDs := map[trace.SpanID]bool{}
+	for i, s := range runs {
+		if s.SpanContext().TraceID() != traceID || s.Parent().SpanID() != startID {
+			t.Errorf("run span %d: trace %s parent %s, want trace %s parent %s (the start)", i,
+				s.SpanContext().TraceID(), s.Parent().SpanID(), traceID, startID)
+		}
+		runIDs[s.SpanContext().SpanID()] = true
+	}
+	steps := append(spansNamed(sr, "step first"), spansNamed(sr, "step second")...)
+	if len(steps) != 3 { // first once (replayed, not run, after the hand-back), second twice
+		t.Fatalf("%d step spans, want 3", len(steps))
+	}
+	for _, s := range steps {
+		if s.SpanContext().TraceID() != traceID || !runIDs[s.Parent().SpanID()] {
+			t.Errorf("step span %s is not a child of a run span of the trace", s.Name())
+		}
+	}
+}
+
+func spansNamed(sr *tracetest.SpanRecorder, name string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range sr.Ended() {
+		if s.Name() == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func scrape(t *testing.T, m *trellis.Metrics) string {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func grepLines(text, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func metricValue(text, name string) float64 {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, name+" ") {
+			var v float64
+			_, _ = fmt.Sscan(strings.TrimPrefix(l, name+" "), &v)
+			return v
+		}
+	}
+	return -1
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Every log line about a run names it, its workflow and the attempt; lines of a
+// step also name the step and its attempt.
+func TestLogLinesCarryRunStepAndAttempt(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	var n atomic.Int32
+	wf := trellis.NewWorkflow("logged", func(wc *trellis.Context, in int) (int, error) {
+		wc.Logger().Info("in the workflow")
+		return trellis.Step(wc, "work", func(ctx context.Context) (int, error) {
+			trellis.StepLogger(ctx).Info("in the step")
+			if n.Add(1) == 1 {
+				return 0, errors.New("first attempt fails")
+			}
+			return in, nil
+		})
+	})
+	c := open(t, storeURL(t), func(cfg *trellis.Config) {
+		cfg.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	register(t, c, wf)
+	h := must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), c, wf, 7))
+	mustResult(t, h)
+	waitFor(t, func() bool { return strings.Contains(buf.String(), `"status":"succeeded"`) })
+	seen := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		msg, _ := rec["msg"].(string)
+		keys := map[string][]string{
+			"in the workflow":     {"run_id", "workflow", "run_attempt"},
+			"in the step":         {"run_id", "workflow", "step", "attempt"},
+			"step attempt failed": {"run_id", "workflow", "step", "attempt"},
+			// More than one when the retry's backoff suspends the run.
+			"run attempt ended": {"run_id", "workflow", "attempt", "status"},
+		}[msg]
+		if keys == nil {
+			continue
+		}
+		seen[msg]++
+		if rec["run_id"] != h.RunID() || rec["workflow"] != "logged" {
+			t.Errorf("line %q: run_id/workflow = %v/%v", line, rec["run_id"], rec["workflow"])
+		}
+		for _, k := range keys {
+			if _, ok := rec[k]; !ok {
+				t.Errorf("line %q lacks %q", line, k)
+			}
+		}
+	}
+	if seen["in the workflow"] != 1 || seen["in the step"] != 2 || seen["step attempt failed"] != 1 || seen["run attempt ended"] < 1 {
+		t.Errorf("lines seen %v", seen)
+	}
+}

@@ -1,0 +1,115 @@
+package trellis
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// tracerName is the instrumentation scope of Trellis' spans.
+const tracerName = "github.com/trellis-dev/trellis"
+
+// tracingInterceptor is the built-in tracing interceptor: a span for each run
+// attempt, a child span for each step attempt, a span for each client call
+// made inside a trace.
+// A run attempt's span is a child of the span that started the run: the worker
+// puts the run's stored trace context in the attempt's context first.
+func tracingInterceptor(tp trace.TracerProvider) Interceptor {
+	tr := tp.Tracer(tracerName)
+	return Interceptor{
+		Workflow: func(ctx context.Context, a *WorkflowAttempt, next func(context.Context)) {
+			ctx, span := tr.Start(ctx, "run "+a.Workflow, trace.WithSpanKind(trace.SpanKindConsumer),
+				trace.WithAttributes(attribute.String("trellis.run_id", a.RunID), attribute.String("trellis.workflow_id", a.WorkflowID),
+					attribute.String("trellis.workflow", a.Workflow), attribute.String("trellis.queue", a.Queue),
+					attribute.Int("trellis.attempt", a.Attempt), attribute.Int("trellis.replayed_ops", a.Replayed)))
+			next(ctx)
+			span.SetAttributes(attribute.String("trellis.status", string(a.Status)))
+			if a.Error != nil {
+				span.SetStatus(codes.Error, a.Error.Message)
+			}
+			span.End()
+		},
+		Step: func(ctx context.Context, s *StepCall, next func(context.Context) error) error {
+			// The run's attributes are on the parent span: a step span has its own only.
+			ctx, span := tr.Start(ctx, "step "+s.Step, trace.WithAttributes(
+				attribute.String("trellis.step", s.Step), attribute.Int("trellis.attempt", s.Attempt)))
+			err := next(ctx)
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+			return err
+		},
+		Call: func(ctx context.Context, c *ClientCall, next func(context.Context) error) error {
+			if !trace.SpanContextFromContext(ctx).IsValid() {
+				// Only calls made inside a trace are traced: a run started
+				// outside one has root spans, not one more root per call.
+				return next(ctx)
+			}
+			ctx, span := tr.Start(ctx, "trellis."+c.Method, trace.WithSpanKind(trace.SpanKindProducer))
+			if c.Workflow != "" {
+				span.SetAttributes(attribute.String("trellis.workflow", c.Workflow))
+			}
+			err := next(ctx)
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+			return err
+		},
+	}
+}
+
+// TracerFromEnv returns a tracer provider that exports spans over OTLP/HTTP as
+// the standard OTEL_* environment variables say (OTEL_EXPORTER_OTLP_ENDPOINT,
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS,
+// OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, ...), for Config.TracerProvider; call
+// shutdown at exit to flush. It returns nil and a no-op shutdown when neither
+// endpoint variable is set or OTEL_SDK_DISABLED is "true": tracing is then off.
+func TracerFromEnv(ctx context.Context) (tp trace.TracerProvider, shutdown func(context.Context) error, err error) {
+	noop := func(context.Context) error { return nil }
+	if os.Getenv("OTEL_SDK_DISABLED") == "true" ||
+		os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return nil, noop, nil
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, noop, errors.Join(errors.New("creating the OTLP trace exporter"), err)
+	}
+	// The SDK reads OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and
+	// OTEL_TRACES_SAMPLER(_ARG) itself.
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+	return sdk, sdk.Shutdown, nil
+}
+
+// loggingInterceptor is the built-in logging interceptor: debug lines for the
+// ends of run attempts and step attempts, every line with the run ID, the
+// workflow, and the step and attempt. Nothing is formatted for a level the
+// logger drops.
+func loggingInterceptor(l *slog.Logger) Interceptor {
+	return Interceptor{
+		Workflow: func(ctx context.Context, a *WorkflowAttempt, next func(context.Context)) {
+			next(ctx)
+			if l.Enabled(ctx, slog.LevelDebug) {
+				l.LogAttrs(ctx, slog.LevelDebug, "run attempt ended", slog.String("run_id", a.RunID),
+					slog.String("workflow", a.Workflow), slog.Int("attempt", a.Attempt), slog.String("status", string(a.Status)))
+			}
+		},
+		Step: func(ctx context.Context, s *StepCall, next func(context.Context) error) error {
+			err := next(ctx)
+			if err != nil && l.Enabled(ctx, slog.LevelInfo) {
+				l.LogAttrs(ctx, slog.LevelInfo, "step attempt failed", slog.String("run_id", s.RunID),
+					slog.String("workflow", s.Workflow), slog.String("step", s.Step), slog.Int("attempt", s.Attempt),
+					slog.String("err", err.Error()))
+			}
+			return err
+		},
+	}
+}
