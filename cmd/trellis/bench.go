@@ -21,7 +21,7 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.StringVar(&ba.server, "server", "", "benchmark a Trellis server at `URL` instead of a store: the bench is its client (default $"+envServer+")")
 	fs.StringVar(&ba.token, "token", "", "the bearer `token` for --server: producer and reader on namespace "+bench.RemoteNamespace+" (default $"+envToken+")")
 	fs.IntVar(&ba.clients, "clients", 0, "with --server: concurrent keep-alive clients (0: the workload's default)")
-	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7, r1, ui1 or s1, s2, s3 (default w1,w2,w3);\nwith --server: api-start, w3 (default api-start)")
+	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7, r1, ui1 or s1, s2, s3 (default w1,w2,w3);\nwith --server: api-start, w1, w2, w3 (default api-start)")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
 	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")
@@ -62,7 +62,7 @@ func runRemoteBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout
 	for name := range strings.SplitSeq(ba.workloads, ",") {
 		w, ok := bench.FindRemote(strings.TrimSpace(name))
 		if !ok {
-			return usagef(fs, "bench: unknown workload %q with --server (api-start, w3)", name)
+			return usagef(fs, "bench: unknown workload %q with --server (api-start, w1, w2, w3)", name)
 		}
 		selected = append(selected, w)
 	}
@@ -174,7 +174,7 @@ func benchAbout() string {
 	for _, w := range bench.RemoteWorkloads {
 		fmt.Fprintf(&b, "  %s  (default n=%d) %s\n", w.Name, w.DefaultN, w.Description)
 		if w.NeedsWorker {
-			b.WriteString("      needs a remote worker: not available yet\n")
+			b.WriteString("      a remote worker in the bench process runs the workflows (the token needs worker too)\n")
 		}
 	}
 	return strings.TrimSuffix(b.String(), "\n")
