@@ -24,10 +24,11 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7, r1, ui1 or s1, s2, s3 (default w1,w2,w3);\nwith --server: api-start, w1, w2, w3 (default api-start)")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
-	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")
+	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency (with --server: the remote worker's)")
 	fs.IntVar(&ba.subscribers, "subscribers", 0, "SSE subscribers of s2 and s3 (0: their default)")
 	fs.IntVar(&ba.claimBatch, "claim-batch", 0, "runs claimed per query (0: the workload's default, else the worker's)")
 	fs.StringVar(&ba.cpuProfile, "cpuprofile", "", "write a CPU profile of the workloads to this `file`")
+	fs.StringVar(&ba.pprof, "pprof", "", "serve net/http/pprof on this loopback `address` while the workloads run (off by default)")
 	pos, err := parseArgs(fs, args)
 	switch {
 	case err != nil:
@@ -40,6 +41,11 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 		return err
 	}
 	ba.store, ba.server, ba.token = t.store, t.server, t.token
+	stopPprof, err := startPprof(ba.pprof)
+	if err != nil {
+		return usagef(fs, "bench: %v", err)
+	}
+	defer stopPprof()
 	if ba.server != "" {
 		return runRemoteBench(ctx, fs, &ba, stdout)
 	}
@@ -75,7 +81,7 @@ func runRemoteBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout
 	}
 	defer stop()
 	for _, w := range selected {
-		res, err := bench.RunRemote(ctx, w, ba.n, bench.RemoteOptions{Server: ba.server, Token: ba.token, Clients: ba.clients})
+		res, err := bench.RunRemote(ctx, w, ba.n, bench.RemoteOptions{Server: ba.server, Token: ba.token, Clients: ba.clients, Concurrency: ba.concurrency})
 		if err != nil {
 			return err
 		}
@@ -106,9 +112,9 @@ func startCPUProfile(file string) (func(), error) {
 
 // benchArgs are the parsed arguments of bench.
 type benchArgs struct {
-	store, server, token, workloads, cpuProfile      string
-	n, concurrency, clients, subscribers, claimBatch int
-	asJSON                                           bool
+	store, server, token, workloads, cpuProfile, pprof string
+	n, concurrency, clients, subscribers, claimBatch   int
+	asJSON                                             bool
 }
 
 // runBench runs the workloads named by ba.workloads on ba.store and prints a line each.

@@ -36,16 +36,20 @@ type RemoteOptions struct {
 	// Clients is the number of keep-alive HTTP clients (connections) calling
 	// at once; 0 means the workload's default.
 	Clients int
+	// Concurrency is the remote worker's slots (Config.Worker.Concurrency); 0
+	// means the SDK's default.
+	Concurrency int
 }
 
 // RemoteNamespace is the namespace the remote workloads start their runs in.
 const RemoteNamespace = "bench"
 
 // RemoteWorker starts a worker that serves the bench workflows (Workflows) for
-// the server at serverURL, authenticating with token, and returns a function that
+// the server at o.Server, authenticating with o.Token, with o.Concurrency
+// slots, and returns a function that
 // stops it. A workload that needs workflow code to run (w3 over HTTP) calls it
 // before its first start.
-type RemoteWorker func(ctx context.Context, serverURL, token string, wfs []trellis.Registrable) (stop func() error, err error)
+type RemoteWorker func(ctx context.Context, o RemoteOptions, wfs []trellis.Registrable) (stop func() error, err error)
 
 // StartRemoteWorker is the hook that starts remote workers; by default a
 // remote worker of the SDK in the bench process (trellis.NewWorker with
@@ -56,8 +60,10 @@ var StartRemoteWorker RemoteWorker = startRemoteWorker
 
 // startRemoteWorker is the default StartRemoteWorker. The token needs the role
 // worker on RemoteNamespace as well.
-func startRemoteWorker(ctx context.Context, serverURL, token string, wfs []trellis.Registrable) (func() error, error) {
-	w, err := trellis.NewWorker(ctx, trellis.Config{Server: serverURL, Token: token, Namespace: RemoteNamespace})
+func startRemoteWorker(ctx context.Context, o RemoteOptions, wfs []trellis.Registrable) (func() error, error) {
+	cfg := trellis.Config{Server: o.Server, Token: o.Token, Namespace: RemoteNamespace}
+	cfg.Worker.Concurrency = o.Concurrency
+	w, err := trellis.NewWorker(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +132,7 @@ func RunRemote(ctx context.Context, w RemoteWorkload, n int, o RemoteOptions) (*
 		if StartRemoteWorker == nil {
 			return nil, fmt.Errorf("workload %s: %w", w.Name, ErrNoRemoteWorker)
 		}
-		stop, err := StartRemoteWorker(ctx, o.Server, o.Token, Workflows())
+		stop, err := StartRemoteWorker(ctx, o, Workflows())
 		if err != nil {
 			return nil, fmt.Errorf("workload %s: starting the remote worker: %w", w.Name, err)
 		}
@@ -138,6 +144,7 @@ func RunRemote(ctx context.Context, w RemoteWorkload, n int, o RemoteOptions) (*
 	}
 	res.Workload, res.N = w.Name, n
 	res.Settings = map[string]any{"via": "server", "server": o.Server, "clients": o.Clients,
+		"concurrency": o.Concurrency,
 		"gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version()}
 	return res, nil
 }
