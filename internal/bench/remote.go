@@ -145,7 +145,7 @@ func RunRemote(ctx context.Context, w RemoteWorkload, n int, o RemoteOptions) (*
 	res.Workload, res.N = w.Name, n
 	res.Settings = map[string]any{"via": "server", "server": o.Server, "clients": o.Clients,
 		"concurrency": o.Concurrency,
-		"gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version()}
+		"gomaxprocs":  runtime.GOMAXPROCS(0), "go": runtime.Version()}
 	return res, nil
 }
 
