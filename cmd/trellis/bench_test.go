@@ -51,22 +51,22 @@ func TestBenchThroughServer(t *testing.T) {
 
 	// w1 and w2 through the server: the Go client over HTTP starts and waits,
 	// the remote worker runs every step; each run ended succeeded in the store.
-	res = trellisCmd(t, "bench", "--server", base, "--token", token, "--workload", "w1,w2", "-n", "40", "--clients", "4", "--concurrency", "8", "--json").ok(t)
+	res = trellisCmd(t, "bench", "--server", base, "--token", token, "--workload", "w1,w2", "-n", "8", "--clients", "4", "--concurrency", "8", "--json").ok(t)
 	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
 	if len(lines) != 2 {
 		t.Fatalf("w1,w2 printed %q", res.stdout)
 	}
 	for i, name := range []string{"w1", "w2"} {
 		var r bench.Result
-		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil || r.Workload != name || r.N != 40 || r.P50Ms <= 0 || r.WorkflowsPerS <= 0 ||
+		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil || r.Workload != name || r.N != 8 || r.P50Ms <= 0 || r.WorkflowsPerS <= 0 ||
 			r.Settings["via"] != "server" || r.Settings["concurrency"] != float64(8) {
 			t.Fatalf("%s printed %q (%v)", name, lines[i], err)
 		}
 	}
 	for _, wf := range []string{"bench-3-steps", "bench-20-steps"} {
 		page, err := st.RunList(ctxT(t), &store.RunListParams{Namespace: bench.RemoteNamespace, Workflow: wf, Limit: 1000})
-		if err != nil || len(page.Runs) != 40 {
-			t.Fatalf("%s: %d runs in the store, want 40 (%v)", wf, len(page.Runs), err)
+		if err != nil || len(page.Runs) != 8 {
+			t.Fatalf("%s: %d runs in the store, want 8 (%v)", wf, len(page.Runs), err)
 		}
 		for _, r := range page.Runs {
 			if r.Status != store.StatusSucceeded {
