@@ -21,15 +21,16 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.StringVar(&ba.server, "server", "", "benchmark a Trellis server at `URL` instead of a store: the bench is its client (default $"+envServer+")")
 	fs.StringVar(&ba.token, "token", "", "the bearer `token` for --server: producer and reader on namespace "+bench.RemoteNamespace+" (default $"+envToken+")")
 	fs.IntVar(&ba.clients, "clients", 0, "with --server: concurrent keep-alive clients (0: the workload's default)")
-	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7, r1, ui1 or s1, s2, s3 (default w1,w2,w3);\nwith --server: api-start, w3 (default api-start)")
+	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7, r1, ui1 or s1, s2, s3 (default w1,w2,w3);\nwith --server: api-start, w1, w2, w3 (default api-start)")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
-	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency")
+	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency (with --server: the remote worker's)")
 	fs.BoolVar(&ba.observe, "observe", false, "turn Prometheus metrics and OpenTelemetry tracing (spans sampled, then dropped) on, to measure their overhead")
 	fs.Float64Var(&ba.traceRatio, "trace-ratio", 1, "with --observe: the `share` of traces sampled, in (0, 1]")
 	fs.IntVar(&ba.subscribers, "subscribers", 0, "SSE subscribers of s2 and s3 (0: their default)")
 	fs.IntVar(&ba.claimBatch, "claim-batch", 0, "runs claimed per query (0: the workload's default, else the worker's)")
 	fs.StringVar(&ba.cpuProfile, "cpuprofile", "", "write a CPU profile of the workloads to this `file`")
+	fs.StringVar(&ba.pprof, "pprof", "", "serve net/http/pprof on this loopback `address` while the workloads run (off by default)")
 	pos, err := parseArgs(fs, args)
 	switch {
 	case err != nil:
@@ -42,6 +43,11 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 		return err
 	}
 	ba.store, ba.server, ba.token = t.store, t.server, t.token
+	stopPprof, err := startPprof(ba.pprof)
+	if err != nil {
+		return usagef(fs, "bench: %v", err)
+	}
+	defer stopPprof()
 	if ba.server != "" {
 		return runRemoteBench(ctx, fs, &ba, stdout)
 	}
@@ -64,7 +70,7 @@ func runRemoteBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout
 	for name := range strings.SplitSeq(ba.workloads, ",") {
 		w, ok := bench.FindRemote(strings.TrimSpace(name))
 		if !ok {
-			return usagef(fs, "bench: unknown workload %q with --server (api-start, w3)", name)
+			return usagef(fs, "bench: unknown workload %q with --server (api-start, w1, w2, w3)", name)
 		}
 		selected = append(selected, w)
 	}
@@ -77,7 +83,7 @@ func runRemoteBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout
 	}
 	defer stop()
 	for _, w := range selected {
-		res, err := bench.RunRemote(ctx, w, ba.n, bench.RemoteOptions{Server: ba.server, Token: ba.token, Clients: ba.clients})
+		res, err := bench.RunRemote(ctx, w, ba.n, bench.RemoteOptions{Server: ba.server, Token: ba.token, Clients: ba.clients, Concurrency: ba.concurrency})
 		if err != nil {
 			return err
 		}
@@ -108,10 +114,10 @@ func startCPUProfile(file string) (func(), error) {
 
 // benchArgs are the parsed arguments of bench.
 type benchArgs struct {
-	store, server, token, workloads, cpuProfile      string
-	n, concurrency, clients, subscribers, claimBatch int
-	asJSON, observe                                  bool
-	traceRatio                                       float64
+	store, server, token, workloads, cpuProfile, pprof string
+	n, concurrency, clients, subscribers, claimBatch   int
+	asJSON, observe                                    bool
+	traceRatio                                         float64
 }
 
 // runBench runs the workloads named by ba.workloads on ba.store and prints a line each.
@@ -180,7 +186,7 @@ func benchAbout() string {
 	for _, w := range bench.RemoteWorkloads {
 		fmt.Fprintf(&b, "  %s  (default n=%d) %s\n", w.Name, w.DefaultN, w.Description)
 		if w.NeedsWorker {
-			b.WriteString("      needs a remote worker: not available yet\n")
+			b.WriteString("      a remote worker in the bench process runs the workflows (the token needs worker too)\n")
 		}
 	}
 	return strings.TrimSuffix(b.String(), "\n")

@@ -49,6 +49,32 @@ func TestBenchThroughServer(t *testing.T) {
 		t.Fatalf("w3 printed %q (%v)", res.stdout, err)
 	}
 
+	// w1 and w2 through the server: the Go client over HTTP starts and waits,
+	// the remote worker runs every step; each run ended succeeded in the store.
+	res = trellisCmd(t, "bench", "--server", base, "--token", token, "--workload", "w1,w2", "-n", "8", "--clients", "4", "--concurrency", "8", "--json").ok(t)
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("w1,w2 printed %q", res.stdout)
+	}
+	for i, name := range []string{"w1", "w2"} {
+		var r bench.Result
+		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil || r.Workload != name || r.N != 8 || r.P50Ms <= 0 || r.WorkflowsPerS <= 0 ||
+			r.Settings["via"] != "server" || r.Settings["concurrency"] != float64(8) {
+			t.Fatalf("%s printed %q (%v)", name, lines[i], err)
+		}
+	}
+	for _, wf := range []string{"bench-3-steps", "bench-20-steps"} {
+		page, err := st.RunList(ctxT(t), &store.RunListParams{Namespace: bench.RemoteNamespace, Workflow: wf, Limit: 1000})
+		if err != nil || len(page.Runs) != 8 {
+			t.Fatalf("%s: %d runs in the store, want 8 (%v)", wf, len(page.Runs), err)
+		}
+		for _, r := range page.Runs {
+			if r.Status != store.StatusSucceeded {
+				t.Fatalf("%s run %s is %s", wf, r.ID, r.Status)
+			}
+		}
+	}
+
 	for _, c := range []struct {
 		args []string
 		want string
@@ -56,6 +82,9 @@ func TestBenchThroughServer(t *testing.T) {
 		{[]string{"bench", "--server", base, "--workload", "w7"}, `unknown workload "w7" with --server`},
 		{[]string{"bench", "--store", url, "--clients", "4"}, "--clients needs --server"},
 		{[]string{"bench", "--store", url, "--server", base}, "exclude each other"},
+		{[]string{"bench", "--server", base, "--pprof", "0.0.0.0:6060"}, "only a loopback address"},
+		{[]string{"bench", "--server", base, "--pprof", "6060"}, "--pprof"},
+		{[]string{"server", "--store", url, "--pprof", "10.1.2.3:6060"}, "only a loopback address"},
 	} {
 		if res := trellisCmd(t, c.args...); res.code != 2 || !strings.Contains(res.stderr, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, res.code, res.stderr, c.want)

@@ -42,7 +42,7 @@ const serverShutdownGrace = 30 * time.Second
 // runServer serves the HTTP API until ctx ends (SIGTERM, Ctrl-C).
 func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("server", "server [--store URL] [--listen ADDR] [--insecure]", serverAbout, stderr)
-	var url, listen string
+	var url, listen, cpuProfile, pprofAddr string
 	var insecure, noScheduler bool
 	var sched server.SchedulerConfig
 	fs.StringVar(&url, "store", "", "store `URL` (default $"+envStore+", else "+server.DefaultStore+")")
@@ -51,6 +51,8 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.BoolVar(&noScheduler, "no-scheduler", false, "never fire schedules from this server (others on the store do)")
 	fs.DurationVar(&sched.LeaseDuration, "scheduler-lease", 0, "how long the scheduler lease lasts unrenewed, hence how soon another server takes over (default 10s)")
 	fs.DurationVar(&sched.Interval, "scheduler-interval", 0, "how often the scheduler renews its lease and fires due ticks (default 1s, at most half the lease)")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the server, from its start to its stop, to this `file` (off by default; for benchmarks)")
+	fs.StringVar(&pprofAddr, "pprof", "", "serve net/http/pprof on this loopback `address` (off by default; for profiling)")
 	pos, err := parseArgs(fs, args)
 	switch {
 	case err != nil:
@@ -58,6 +60,16 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case len(pos) > 0:
 		return usagef(fs, "server: unexpected argument %q", pos[0])
 	}
+	stopPprof, err := startPprof(pprofAddr)
+	if err != nil {
+		return usagef(fs, "server: %v", err)
+	}
+	defer stopPprof()
+	stopProfile, err := startCPUProfile(cpuProfile)
+	if err != nil {
+		return fmt.Errorf("server: --cpuprofile: %w", err)
+	}
+	defer stopProfile()
 	if url == "" {
 		url = os.Getenv(envStore)
 	}

@@ -36,16 +36,20 @@ type RemoteOptions struct {
 	// Clients is the number of keep-alive HTTP clients (connections) calling
 	// at once; 0 means the workload's default.
 	Clients int
+	// Concurrency is the remote worker's slots (Config.Worker.Concurrency); 0
+	// means the SDK's default.
+	Concurrency int
 }
 
 // RemoteNamespace is the namespace the remote workloads start their runs in.
 const RemoteNamespace = "bench"
 
 // RemoteWorker starts a worker that serves the bench workflows (Workflows) for
-// the server at serverURL, authenticating with token, and returns a function that
+// the server at o.Server, authenticating with o.Token, with o.Concurrency
+// slots, and returns a function that
 // stops it. A workload that needs workflow code to run (w3 over HTTP) calls it
 // before its first start.
-type RemoteWorker func(ctx context.Context, serverURL, token string, wfs []trellis.Registrable) (stop func() error, err error)
+type RemoteWorker func(ctx context.Context, o RemoteOptions, wfs []trellis.Registrable) (stop func() error, err error)
 
 // StartRemoteWorker is the hook that starts remote workers; by default a
 // remote worker of the SDK in the bench process (trellis.NewWorker with
@@ -56,8 +60,10 @@ var StartRemoteWorker RemoteWorker = startRemoteWorker
 
 // startRemoteWorker is the default StartRemoteWorker. The token needs the role
 // worker on RemoteNamespace as well.
-func startRemoteWorker(ctx context.Context, serverURL, token string, wfs []trellis.Registrable) (func() error, error) {
-	w, err := trellis.NewWorker(ctx, trellis.Config{Server: serverURL, Token: token, Namespace: RemoteNamespace})
+func startRemoteWorker(ctx context.Context, o RemoteOptions, wfs []trellis.Registrable) (func() error, error) {
+	cfg := trellis.Config{Server: o.Server, Token: o.Token, Namespace: RemoteNamespace}
+	cfg.Worker.Concurrency = o.Concurrency
+	w, err := trellis.NewWorker(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -92,6 +98,10 @@ type RemoteWorkload struct {
 var RemoteWorkloads = []RemoteWorkload{
 	{"api-start", 20000, "POST /runs of N runs from concurrent keep-alive clients (default 64), each durable before its 201; starts/s and per-request latency",
 		64, false, runAPIStart},
+	{"w1", 2000, "N workflows of 3 no-op steps started through the Go client over HTTP from --clients goroutines (default 64), each waited for with Result (a long poll) from as many more; a remote worker runs them; wall time first start to last result",
+		64, true, runRemoteW1},
+	{"w2", 20, "one 20-step workflow N times in a row, started and waited for through the Go client over HTTP, run by a remote worker; per-step latency",
+		1, true, runRemoteW2},
 	{"w3", 200, "N sequential POST /runs then GET result?wait of a 1-step workflow run by a remote worker; latency",
 		1, true, runRemoteW3},
 }
@@ -122,7 +132,7 @@ func RunRemote(ctx context.Context, w RemoteWorkload, n int, o RemoteOptions) (*
 		if StartRemoteWorker == nil {
 			return nil, fmt.Errorf("workload %s: %w", w.Name, ErrNoRemoteWorker)
 		}
-		stop, err := StartRemoteWorker(ctx, o.Server, o.Token, Workflows())
+		stop, err := StartRemoteWorker(ctx, o, Workflows())
 		if err != nil {
 			return nil, fmt.Errorf("workload %s: starting the remote worker: %w", w.Name, err)
 		}
@@ -134,7 +144,8 @@ func RunRemote(ctx context.Context, w RemoteWorkload, n int, o RemoteOptions) (*
 	}
 	res.Workload, res.N = w.Name, n
 	res.Settings = map[string]any{"via": "server", "server": o.Server, "clients": o.Clients,
-		"gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version()}
+		"concurrency": o.Concurrency,
+		"gomaxprocs":  runtime.GOMAXPROCS(0), "go": runtime.Version()}
 	return res, nil
 }
 
@@ -373,4 +384,97 @@ func runRemoteW3(ctx context.Context, o RemoteOptions, n int) (*Result, error) {
 	wall := time.Since(begin)
 	return &Result{WallS: wall.Seconds(), WorkflowsPerS: float64(n) / wall.Seconds(), StepsPerS: float64(n) / wall.Seconds(),
 		P50Ms: percentile(lat, 50), P99Ms: percentile(lat, 99)}, nil
+}
+
+// openRemoteClient opens a Go client (trellis.Open with Config.Server) on the
+// server of o: every call it makes is a call of the HTTP API.
+func openRemoteClient(ctx context.Context, o RemoteOptions) (*trellis.Client, error) {
+	return trellis.Open(ctx, trellis.Config{Server: o.Server, Token: o.Token, Namespace: RemoteNamespace})
+}
+
+// runRemoteW1 is w1 through a server: n three-step runs started with the Go
+// client over HTTP by o.Clients starters, each run's handle passed to one of
+// o.Clients waiters that block in Result (a result long poll) until it ended.
+// The remote worker (its slots fewer than n at the default n of a sustained
+// run) executes them. A client whose callers each held a connection would need
+// n connections; the bench bounds its callers instead, as a real producer
+// would.
+func runRemoteW1(ctx context.Context, o RemoteOptions, n int) (*Result, error) {
+	c, err := openRemoteClient(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type started struct {
+		h  *trellis.Handle[string]
+		i  int
+		t0 time.Time
+	}
+	handles := make(chan started, n)
+	lat := make([]time.Duration, n)
+	errs := make(chan error, 2*o.Clients)
+	fail := func(err error) {
+		errs <- err
+		cancel()
+	}
+	var next atomic.Int64
+	var starters, waiters sync.WaitGroup
+	begin := time.Now()
+	for range o.Clients {
+		starters.Add(1)
+		go func() {
+			defer starters.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				h, err := trellis.Start(ctx, c, threeSteps, i)
+				if err != nil {
+					fail(err)
+					return
+				}
+				handles <- started{h, i, t0}
+			}
+		}()
+		waiters.Add(1)
+		go func() {
+			defer waiters.Done()
+			for s := range handles {
+				if _, err := s.h.Result(ctx); err != nil {
+					fail(err)
+					return
+				}
+				lat[s.i] = time.Since(s.t0)
+			}
+		}()
+	}
+	starters.Wait()
+	close(handles)
+	waiters.Wait()
+	wall := time.Since(begin)
+	close(errs)
+	if err := errors.Join(collect(errs)...); err != nil {
+		return nil, err
+	}
+	return &Result{
+		WallS: wall.Seconds(), WorkflowsPerS: float64(n) / wall.Seconds(), StepsPerS: float64(3*n) / wall.Seconds(),
+		P50Ms: percentile(lat, 50), P99Ms: percentile(lat, 99),
+	}, nil
+}
+
+// runRemoteW2 is w2 through a server: the Go client over HTTP starts each
+// 20-step run and waits for it; the remote worker, in this process, records
+// when each step started (stepTimes), so the per-step interval is measured
+// where the steps run.
+func runRemoteW2(ctx context.Context, o RemoteOptions, n int) (*Result, error) {
+	c, err := openRemoteClient(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return runW2(ctx, c, n)
 }
