@@ -28,10 +28,13 @@ const (
 // lease check. ?1 is now.
 const (
 	ckWhere = ` WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4`
-	ckFence = ckWhere + ` RETURNING sequence, cancel_requested`
+	ckFence = ckWhere + ` RETURNING sequence, cancel_requested, stream_seq`
 	// sqlCkRunning only checks the lease: a checkpoint that keeps the run running
-	// changes nothing in its row (UpdatedAt tracks changes of state).
-	sqlCkRunning = `SELECT sequence, cancel_requested FROM runs` + ckWhere
+	// changes nothing in its row (UpdatedAt tracks changes of state), unless it
+	// appends stream events (sqlCkRunningStream).
+	sqlCkRunning = `SELECT sequence, cancel_requested, stream_seq FROM runs` + ckWhere
+	// sqlCkRunningStream takes the sequences of ?5 stream events.
+	sqlCkRunningStream = `UPDATE runs SET stream_seq = stream_seq + ?5` + ckFence
 	// sqlCkWaiting hands a run whose cancellation was requested back instead
 	// (pending, due now): waiting, it would keep the cancellation until the wait
 	// ended on its own.
@@ -40,16 +43,16 @@ const (
 	available_at = CASE WHEN cancel_requested THEN ?1 ELSE ?5 END,
 	wait_reason = CASE WHEN cancel_requested THEN '' ELSE ?6 END,
 	wait_events = CASE WHEN cancel_requested THEN NULL ELSE ?7 END,
-	lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
+	lease_owner = '', lease_expires_at = NULL, updated_at = ?1, stream_seq = stream_seq + ?8` + ckFence
 	sqlCkBlocked = `UPDATE runs SET status = 'blocked', error = ?5, wait_reason = ?6,
-	lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
+	lease_owner = '', lease_expires_at = NULL, updated_at = ?1, stream_seq = stream_seq + ?7` + ckFence
 	sqlCkPending = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
-	lease_owner = '', lease_expires_at = NULL, updated_at = ?1` + ckFence
+	lease_owner = '', lease_expires_at = NULL, updated_at = ?1, stream_seq = stream_seq + ?5` + ckFence
 	// sqlCkFinished also returns the run's place in a parent's group (NULLs for a
 	// run that is no child), so that a child's end is counted without a query.
 	sqlCkFinished = `UPDATE runs SET status = ?5, output = ?6, error = ?7, wait_reason = '',
-	lease_owner = '', lease_expires_at = NULL, finished_at = ?1, updated_at = ?1` + ckWhere +
-		` RETURNING sequence, cancel_requested, parent_seq, parent_position`
+	lease_owner = '', lease_expires_at = NULL, finished_at = ?1, updated_at = ?1,
+	stream_seq = stream_seq + ?8` + ckWhere + ` RETURNING sequence, cancel_requested, stream_seq, parent_seq, parent_position`
 )
 
 // Checkpoint implements store.Store.
@@ -77,6 +80,7 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 type ckRow struct {
 	seq                 int64
 	cancel              bool
+	streamSeq           int64         // the run's last stream sequence, after this checkpoint's events
 	parentSeq, position sql.NullInt64 // of a child run that finished
 }
 
@@ -101,7 +105,7 @@ func checkpoint(tx *wtx, p *store.CheckpointParams, errText any) (*store.Checkpo
 	if err := writeHistory(tx, ck.seq, p); err != nil {
 		return nil, err
 	}
-	if err := shared.StreamAppend(tx, ck.seq, l.Namespace, l.RunID, p.Stream); err != nil {
+	if err := shared.StreamInsert(tx, ck.seq, ck.streamSeq, l.Namespace, l.RunID, p.Stream); err != nil {
 		return nil, err
 	}
 	if err := writeWaiting(tx, ck, p); err != nil {
@@ -199,11 +203,16 @@ func setCheckpointStatus(tx *wtx, p *store.CheckpointParams, errText any) (ckRow
 	l := p.Lease
 	fence := []any{tx.now.UnixNano(), l.Namespace, l.RunID, l.Token}
 	var ck ckRow
-	dest := []any{&ck.seq, &ck.cancel}
+	dest := []any{&ck.seq, &ck.cancel, &ck.streamSeq}
+	n := len(p.Stream) // each status update takes the sequences of the checkpoint's stream events
 	var row scanner
 	switch p.Status {
 	case store.StatusRunning:
-		row = tx.queryRow(sqlCkRunning, fence...)
+		if n > 0 {
+			row = tx.queryRow(sqlCkRunningStream, append(fence, n)...)
+		} else {
+			row = tx.queryRow(sqlCkRunning, fence...)
+		}
 	case store.StatusWaiting:
 		var events any
 		if len(p.WaitEvents) > 0 {
@@ -213,17 +222,17 @@ func setCheckpointStatus(tx *wtx, p *store.CheckpointParams, errText any) (ckRow
 			}
 			events = list
 		}
-		row = tx.queryRow(sqlCkWaiting, append(fence, nsPtr(p.WakeAt), p.WaitReason, events)...)
+		row = tx.queryRow(sqlCkWaiting, append(fence, nsPtr(p.WakeAt), p.WaitReason, events, n)...)
 	case store.StatusBlocked:
 		reason := p.WaitReason
 		if reason == "" && p.Error != nil {
 			reason = p.Error.Message
 		}
-		row = tx.queryRow(sqlCkBlocked, append(fence, errText, reason)...)
+		row = tx.queryRow(sqlCkBlocked, append(fence, errText, reason, n)...)
 	case store.StatusPending:
-		row = tx.queryRow(sqlCkPending, fence...)
+		row = tx.queryRow(sqlCkPending, append(fence, n)...)
 	default: // terminal
-		row = tx.queryRow(sqlCkFinished, append(fence, string(p.Status), blob(p.Output), errText)...)
+		row = tx.queryRow(sqlCkFinished, append(fence, string(p.Status), blob(p.Output), errText, n)...)
 		dest = append(dest, &ck.parentSeq, &ck.position)
 	}
 	return ck, row.Scan(dest...)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -21,12 +22,28 @@ const (
 	WHERE run_seq = $1 AND seq > $2 ORDER BY seq LIMIT $3`
 )
 
-// streamQueries are the stream statements in the dialect's style.
-type streamQueries struct{ take, insert, run, events string }
+// streamQueries are the stream statements in the dialect's style. insertN[n-1]
+// appends n events in one statement.
+type streamQueries struct {
+	take, run, events string
+	insertN           [streamInsertMax]string
+}
+
+// streamInsertMax is the most events one statement appends; a checkpoint with
+// more (rare: many Emits between two steps) takes several statements.
+const streamInsertMax = 8
 
 func newStreamQueries(d Dialect) streamQueries {
-	return streamQueries{take: d.rebind(streamTake), insert: d.rebind(streamInsert),
-		run: d.rebind(streamRun), events: d.rebind(streamEvents)}
+	q := streamQueries{take: d.rebind(streamTake), run: d.rebind(streamRun), events: d.rebind(streamEvents)}
+	for n := 1; n <= streamInsertMax; n++ {
+		var b strings.Builder
+		b.WriteString(streamInsert)
+		for i := 1; i < n; i++ {
+			fmt.Fprintf(&b, ", ($%d, $%d, $%d, $%d, $%d)", 5*i+1, 5*i+2, 5*i+3, 5*i+4, 5*i+5)
+		}
+		q.insertN[n-1] = d.rebind(b.String())
+	}
+	return q
 }
 
 // StreamAppend appends ws to the stream of the run (sequence runSeq, namespace
@@ -41,12 +58,29 @@ func (s *SQL) StreamAppend(tx Tx, runSeq int64, namespace, id string, ws []store
 	if err := tx.QueryRow(s.sq.take, runSeq, len(ws)).Scan(&last); err != nil {
 		return fmt.Errorf("numbering stream events: %w", err)
 	}
-	ins := s.sq.insert
+	return s.StreamInsert(tx, runSeq, last, namespace, id, ws)
+}
+
+// StreamInsert writes ws as the last events of the run's stream, numbered up to
+// last, and publishes StreamTopic on commit: for a caller whose own update of the
+// run's row already took their sequences (stream_seq = stream_seq + len(ws),
+// returning last), which saves StreamAppend's second update of the row.
+func (s *SQL) StreamInsert(tx Tx, runSeq, last int64, namespace, id string, ws []store.StreamWrite) error {
+	if len(ws) == 0 {
+		return nil
+	}
 	at := s.d.Time(tx.Now())
-	first := last - int64(len(ws)) + 1
-	for i, w := range ws {
-		if _, err := tx.Exec(ins, runSeq, first+int64(i), w.Name, w.Data, at); err != nil {
-			return fmt.Errorf("writing stream event: %w", err)
+	seq := last - int64(len(ws)) + 1
+	for rest := ws; len(rest) > 0; {
+		chunk := rest[:min(len(rest), streamInsertMax)]
+		rest = rest[len(chunk):]
+		args := make([]any, 0, 5*len(chunk))
+		for _, w := range chunk {
+			args = append(args, runSeq, seq, w.Name, w.Data, at)
+			seq++
+		}
+		if _, err := tx.Exec(s.sq.insertN[len(chunk)-1], args...); err != nil {
+			return fmt.Errorf("writing stream events: %w", err)
 		}
 	}
 	tx.Publish(store.StreamTopic(namespace, id))
