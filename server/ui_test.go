@@ -470,9 +470,23 @@ func TestRunCounts(t *testing.T) {
 				e.waitRun(e.start("echo", nil, nil).ID)
 			}
 			e.waitRun(e.start("echo", nil, map[string]any{"queue": "q1"}).ID)
-			e.start("await-go", nil, nil)
-			counter := e.st.(store.RunCounter)
+			waiting := e.start("await-go", nil, nil)
 			ctx := context.Background()
+			// Count once it waits: counted while it moves from pending to
+			// running, it could be seen in both.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				r, err := e.st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: waiting.ID})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Status == store.StatusWaiting {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the await-go run is %s, not waiting", r.Status)
+				}
+			}
+			counter := e.st.(store.RunCounter)
 			for _, tc := range []struct {
 				p    store.RunCountsParams
 				want map[store.Status]int64

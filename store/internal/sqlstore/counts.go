@@ -10,7 +10,8 @@ import (
 
 // RunCounts implements store.RunCounter: one bounded count per status, each
 // an index range scan of runs_status (namespace, status, sequence) that stops
-// at the cap.
+// at the cap. The counts are not one snapshot: a run that changes status between
+// two of them may be counted twice or not at all (the runs page refreshes).
 func (r Reads) RunCounts(ctx context.Context, p *store.RunCountsParams) (*store.RunCountsResult, error) {
 	limit := p.Cap
 	if limit <= 0 {
