@@ -86,7 +86,8 @@ func (s *Server) workerHandler() (string, http.Handler) {
 	path, h := workerv1connect.NewWorkerServiceHandler(&workerService{s: s},
 		connect.WithReadMaxBytes(int(s.cfg.MaxWorkerMessageBytes)),
 		connect.WithSendMaxBytes(int(s.cfg.MaxWorkerMessageBytes)),
-		connect.WithCompressMinBytes(workerCompressMinBytes))
+		connect.WithCompressMinBytes(workerCompressMinBytes),
+		connect.WithInterceptors(inFlightLimit{s}))
 	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/Claim") || strings.HasSuffix(r.URL.Path, "/Subscribe") {
 			rc := http.NewResponseController(w)
@@ -97,6 +98,32 @@ func (s *Server) workerHandler() (string, http.Handler) {
 		defer s.active.Add(-1)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// inFlightLimit counts a worker's unary calls in MaxInFlight, as API requests are
+// counted: beyond it a call is refused at once with resource_exhausted (RATE_LIMITED)
+// and the client retries it. The long streams (Claim, Subscribe) are not counted:
+// a connected worker holds them open.
+type inFlightLimit struct{ s *Server }
+
+func (l inFlightLimit) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		select {
+		case l.s.inFlight <- struct{}{}:
+			defer func() { <-l.s.inFlight }()
+		default:
+			return nil, fail(fmt.Errorf("%w: %d requests in flight", ww.ErrRateLimited, cap(l.s.inFlight)))
+		}
+		return next(ctx, req)
+	}
+}
+
+func (inFlightLimit) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (inFlightLimit) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 // authorize authenticates the call and checks its rule: role worker on every

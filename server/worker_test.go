@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/trellis-dev/trellis/internal/auth"
 	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
 	"github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1/workerv1connect"
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storeremote"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -203,5 +206,57 @@ func TestWorkerQueueRestrictedClaim(t *testing.T) {
 		if err := claim(qs...); connect.CodeOf(err) != connect.CodePermissionDenied {
 			t.Errorf("claim of %v: %v, want permission_denied", qs, err)
 		}
+	}
+}
+
+// A worker's unary calls count in MaxInFlight: with every slot taken, one is
+// refused at once with resource_exhausted (RATE_LIMITED), and accepted again
+// once a slot frees; the long Claim stream is not counted.
+func TestWorkerCallsCountInFlight(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.MaxInFlight = 2 })
+	c := e.workerClient("admin")
+	call := func() error {
+		_, err := c.ResumeBlocked(t.Context(), connect.NewRequest(&pb.ResumeBlockedRequest{Namespace: "default", Workflows: []string{"x"}}))
+		return err
+	}
+	if err := call(); err != nil {
+		t.Fatalf("with free slots: %v", err)
+	}
+	for range cap(e.srv.inFlight) {
+		e.srv.inFlight <- struct{}{}
+	}
+	err := call()
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "in flight") {
+		t.Fatalf("with every slot taken: %v, want resource_exhausted", err)
+	}
+	s, err := c.Claim(t.Context(), connect.NewRequest(&pb.ClaimRequest{Namespace: "default", Workflows: []string{"x"},
+		Worker: "w", Credit: 1, LeaseDuration: durationpb.New(time.Second)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s.Receive() {
+	}
+	if err := s.Err(); err != nil {
+		t.Fatalf("a claim with every slot taken: %v", err)
+	}
+	s.Close()
+	// The remote store sends a refused call again: it succeeds once slots free.
+	rs, err := storeremote.New(storeremote.Config{URL: e.base, Namespace: "default", Token: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		for range cap(e.srv.inFlight) {
+			<-e.srv.inFlight
+		}
+	}()
+	if _, err := rs.RunsResumeBlocked(t.Context(), &store.RunsResumeBlockedParams{Namespace: "default", Workflows: []string{"x"}}); err != nil {
+		t.Fatalf("the remote store's call, sent again once slots free: %v", err)
+	}
+	if err := call(); err != nil {
+		t.Fatalf("once slots free: %v", err)
 	}
 }

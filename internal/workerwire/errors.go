@@ -24,6 +24,7 @@ const (
 	ReasonUnauthenticated  = "UNAUTHENTICATED"
 	ReasonPermissionDenied = "PERMISSION_DENIED"
 	ReasonUnavailable      = "UNAVAILABLE"
+	ReasonRateLimited      = "RATE_LIMITED"
 	ReasonInternal         = "INTERNAL"
 )
 
@@ -46,7 +47,12 @@ var sentinels = []sentinel{
 	{store.ErrClosed, connect.CodeUnavailable, ReasonClosed},
 	{auth.ErrUnauthenticated, connect.CodeUnauthenticated, ReasonUnauthenticated},
 	{ErrPermissionDenied, connect.CodePermissionDenied, ReasonPermissionDenied},
+	{ErrRateLimited, connect.CodeResourceExhausted, ReasonRateLimited},
 }
+
+// ErrRateLimited is the error of a call refused because the server has as many
+// requests in flight as it takes (server.Config.MaxInFlight); retry it.
+var ErrRateLimited = errors.New("rate limited")
 
 // ErrPermissionDenied is the error of a call the token's principal may not make.
 var ErrPermissionDenied = errors.New("permission denied")

@@ -155,20 +155,38 @@ func (b *bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 	return next
 }
 
-// call runs a unary call and converts its error.
+// call runs a unary call and converts its error. A call the server refused
+// because it had as many requests in flight as it takes (RATE_LIMITED: nothing
+// of it ran) is sent again after a short backoff, a few times.
 func call[Req, Res any](s *Store, ctx context.Context, fn func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), msg *Req) (*Res, error) {
-	if s.isClosed() {
-		return nil, store.ErrClosed
-	}
-	res, err := fn(ctx, connect.NewRequest(msg))
-	if err != nil {
+	wait := 10 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		if s.isClosed() {
+			return nil, store.ErrClosed
+		}
+		res, err := fn(ctx, connect.NewRequest(msg))
+		if err == nil {
+			return res.Msg, nil
+		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, ww.FromConnect(err)
+		err = ww.FromConnect(err)
+		if !errors.Is(err, ww.ErrRateLimited) || attempt == rateLimitedTries {
+			return nil, err
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		wait *= 2
 	}
-	return res.Msg, nil
 }
+
+// rateLimitedTries bounds the sends of a call the server refuses as rate limited
+// (10 ms, then 20, 40, 80 between them).
+const rateLimitedTries = 5
 
 // RunsClaim claims due runs: one Claim without wait.
 func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
