@@ -40,9 +40,25 @@ func chromium(t *testing.T) string {
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	exe := chromium(t)
+	// The profile is not a t.TempDir: chromium's helper processes may still
+	// write to it for a moment after the browser is stopped, and TempDir's
+	// cleanup fails the test on a directory that is not empty yet.
+	profile, err := os.MkdirTemp("", "trellis-ui-browser-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 50 {
+			if os.RemoveAll(profile) == nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("leaving chromium's profile %s", profile)
+	})
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1360, 900),
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()))
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(profile))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelB := chromedp.NewContext(actx)
 	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
@@ -183,7 +199,7 @@ func TestUIInBrowser(t *testing.T) {
 	}
 
 	// Watch a run advance live: it waits for an event; send it; the page shows it succeeded.
-	run(t, ctx, chromedp.Click(`tr[data-run="`+waiting.ID+`"] a`, chromedp.ByQuery),
+	run(t, ctx, chromedp.Evaluate(`document.querySelector('tr[data-run="`+waiting.ID+`"] a').click()`, nil),
 		chromedp.WaitVisible("#wait-reason", chromedp.ByID),
 		chromedp.Evaluate(`window.__notReloaded = true`, nil))
 	e.do("POST", "/v1/namespaces/default/runs/"+waiting.ID+"/events", "producer", map[string]any{"name": "go", "payload": "done"}).want(t, 204)
@@ -239,7 +255,9 @@ func TestUIInBrowser(t *testing.T) {
 	victim := e.start("await-go", nil, nil)
 	run(t, ctx, chromedp.Navigate(e.base+"/ui/default/runs/"+victim.ID),
 		chromedp.WaitVisible("#cancel", chromedp.ByID),
-		chromedp.Click("#cancel", chromedp.ByID),
+		// Clicked by script: the page refreshes itself, and a node found before
+		// the refresh may be gone by the time a mouse click reaches it.
+		chromedp.Evaluate(`document.getElementById("cancel").click()`, nil),
 		chromedp.WaitVisible(".runhead .st-cancelled", chromedp.ByQuery))
 	if r := e.waitRun(victim.ID); r.Status != trellis.StatusCancelled {
 		t.Fatalf("cancelled run is %s", r.Status)
