@@ -60,6 +60,11 @@ type Config struct {
 	// ReadMaxBytes), e.g. a batch of checkpoints; default
 	// DefaultMaxWorkerMessageBytes.
 	MaxWorkerMessageBytes int64
+	// WorkerStreamWriteTimeout bounds each write of the worker protocol's long
+	// streams (Claim, Subscribe): a worker that stops reading is cut off after
+	// it, and its stream's goroutine ends. An idle stream is not limited.
+	// Default 30s.
+	WorkerStreamWriteTimeout time.Duration
 	// MaxWait caps the wait of a long poll (result?wait=); default DefaultMaxWait.
 	MaxWait time.Duration
 	// MaxInFlight caps the API requests handled at once; one more is answered
@@ -151,6 +156,9 @@ func (c Config) withDefaults() Config {
 	def(&c.StreamHeartbeat, 15*time.Second)
 	if c.MaxWorkerMessageBytes <= 0 {
 		c.MaxWorkerMessageBytes = DefaultMaxWorkerMessageBytes
+	}
+	if c.WorkerStreamWriteTimeout <= 0 {
+		c.WorkerStreamWriteTimeout = 30 * time.Second
 	}
 	def(&c.MaxWait, DefaultMaxWait)
 	if c.IdempotencyPurgeInterval == 0 {

@@ -93,12 +93,38 @@ func (s *Server) workerHandler() (string, http.Handler) {
 			rc := http.NewResponseController(w)
 			_ = rc.SetReadDeadline(time.Time{})
 			_ = rc.SetWriteDeadline(time.Time{})
+			w = &streamWriter{ResponseWriter: w, rc: rc, timeout: s.cfg.WorkerStreamWriteTimeout}
 		}
 		s.active.Add(1)
 		defer s.active.Add(-1)
 		h.ServeHTTP(w, r)
 	})
 }
+
+// streamWriter gives each write and flush of a long stream a deadline of its own,
+// cleared after it: the server's write timeout would end a healthy stream that
+// lives for hours, and none at all would let a worker that stops reading hold
+// the stream's goroutine for ever. An idle stream has no deadline.
+type streamWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (w *streamWriter) Write(b []byte) (int, error) {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	defer w.rc.SetWriteDeadline(time.Time{})
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *streamWriter) Flush() {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	defer w.rc.SetWriteDeadline(time.Time{})
+	_ = w.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // inFlightLimit counts a worker's unary calls in MaxInFlight, as API requests are
 // counted: beyond it a call is refused at once with resource_exhausted (RATE_LIMITED)

@@ -260,3 +260,34 @@ func TestWorkerCallsCountInFlight(t *testing.T) {
 		t.Fatalf("once slots free: %v", err)
 	}
 }
+
+// A long stream has no deadline while it is idle: with a write timeout of 100ms,
+// a subscription idle for far longer still delivers the next signal, over
+// HTTP/1.1 (Connect) and over HTTP/2 (gRPC, cleartext).
+func TestWorkerStreamIdleOutlivesWriteTimeout(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.WorkerStreamWriteTimeout = 100 * time.Millisecond })
+	h2 := &http.Transport{Protocols: new(http.Protocols)}
+	h2.Protocols.SetUnencryptedHTTP2(true)
+	defer h2.CloseIdleConnections()
+	for name, c := range map[string]workerv1connect.WorkerServiceClient{
+		"connect over HTTP/1.1": e.workerClient("admin"),
+		"grpc over HTTP/2": workerv1connect.NewWorkerServiceClient(&http.Client{Transport: h2}, e.base,
+			connect.WithGRPC(), connect.WithInterceptors(withToken("admin"))),
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		s, err := c.Subscribe(ctx, connect.NewRequest(&pb.SubscribeRequest{Namespace: "default", Topic: "ready"}))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !s.Receive() || !s.Msg().Subscribed {
+			t.Fatalf("%s: not acknowledged: %v", name, s.Err())
+		}
+		time.Sleep(500 * time.Millisecond) // idle, five write timeouts long
+		e.start("await-go", nil, nil)      // a new run signals ready
+		if !s.Receive() {
+			t.Fatalf("%s: no signal after an idle spell: %v", name, s.Err())
+		}
+		s.Close()
+		cancel()
+	}
+}
