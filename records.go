@@ -85,6 +85,18 @@ type Run struct {
 	FinishedAt     *time.Time `json:"finished_at,omitempty"`
 	// ParentID is the run ID of the parent of a child run.
 	ParentID string `json:"parent_id,omitempty"`
+	// CurrentStep is the step a running run is executing, as its worker's lease
+	// heartbeat last reported it (Worker.HeartbeatInterval): it may trail the
+	// run by up to that interval. Nil when the run is not running or was between
+	// steps at the last heartbeat.
+	CurrentStep *CurrentStep `json:"current_step,omitempty"`
+}
+
+// CurrentStep is a step attempt in progress.
+type CurrentStep struct {
+	Name    string    `json:"name"`
+	Attempt int       `json:"attempt"`
+	Since   time.Time `json:"since"`
 }
 
 // RunPage is one page of Client.List.
@@ -195,7 +207,15 @@ func runFromStore(r *store.Run) *Run {
 		Deadline: r.Deadline, AvailableAt: r.AvailableAt, Attempts: r.Attempts, LeaseOwner: r.LeaseOwner,
 		LeaseExpiresAt: r.LeaseExpiresAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
 		UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt, ParentID: r.ParentID,
+		CurrentStep: currentStepFromStore(r.CurrentStep),
 	}
+}
+
+func currentStepFromStore(s *store.RunStep) *CurrentStep {
+	if s == nil {
+		return nil
+	}
+	return &CurrentStep{Name: s.Name, Attempt: s.Attempt, Since: s.Since}
 }
 
 func runsFromStore(rs []*store.Run) []*Run {

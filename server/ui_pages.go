@@ -448,6 +448,10 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 	switch {
 	case run.Status == trellis.StatusRunning:
 		d.Now = "running on " + run.LeaseOwner
+		if st := run.CurrentStep; st != nil { // as the lease heartbeat last reported it
+			d.Now = fmt.Sprintf("step %s, attempt %d, since %s (on %s)", st.Name, st.Attempt, humanDuration(time.Since(st.Since)), run.LeaseOwner)
+			break
+		}
 		for i := len(ops) - 1; i >= 0; i-- {
 			if op := ops[i]; op.Kind == trellis.OpStep && !op.Done {
 				d.Now = fmt.Sprintf("step %s, attempt %d, since %s (on %s)", op.Name, op.Attempts+1, humanDuration(time.Since(op.StartedAt)), run.LeaseOwner)

@@ -327,6 +327,9 @@ func (h *workerService) ExtendLeases(ctx context.Context, req *connect.Request[p
 	for _, l := range m.Leases {
 		p.Leases = append(p.Leases, ww.LeaseFromPB(l))
 	}
+	for _, st := range m.Steps {
+		p.Steps = append(p.Steps, ww.StepFromPB(st))
+	}
 	res, err := h.s.store.LeasesExtend(ctx, p)
 	if err != nil {
 		return nil, fail(err)

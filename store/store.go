@@ -257,6 +257,18 @@ type Run struct {
 	// TraceParent is the W3C trace context of the call that started the run
 	// (RunCreateParams.TraceParent); empty when it carried none.
 	TraceParent string `json:"trace_parent,omitempty"`
+	// CurrentStep is the step a running run is executing, as its worker last
+	// reported with the lease heartbeat (LeasesExtendParams.Steps): nil when the
+	// run is not running, or its worker reported no step running at its last
+	// heartbeat of this lease. It may trail the run by up to a heartbeat interval.
+	CurrentStep *RunStep `json:"current_step,omitempty"`
+}
+
+// RunStep is a step attempt in progress.
+type RunStep struct {
+	Name    string    `json:"name"`
+	Attempt int       `json:"attempt"`
+	Since   time.Time `json:"since"`
 }
 
 // OpKind names the kind of an operation in history.
@@ -491,6 +503,11 @@ type Lease struct {
 type LeasesExtendParams struct {
 	Leases   []Lease       `json:"leases"`
 	Duration time.Duration `json:"duration"`
+	// Steps, when not empty, has one entry per lease: the step attempt its run
+	// is executing now (a zero RunStep when none), stored with the lease so that
+	// readers see it as Run.CurrentStep. The heartbeat carries it: a step costs
+	// no write of its own. When empty, every lease's run reports no step.
+	Steps []RunStep `json:"steps,omitempty"`
 }
 
 // LeasesExtendResult is the result of LeasesExtend.

@@ -210,3 +210,19 @@ func (p *RunsClaimParams) Validate() error {
 	}
 	return nil
 }
+
+// Validate reports a malformed field of p, wrapping ErrInvalidParams.
+func (p *LeasesExtendParams) Validate() error {
+	if p.Duration <= 0 {
+		return fmt.Errorf("%w: Duration must be positive", ErrInvalidParams)
+	}
+	if len(p.Steps) != 0 && len(p.Steps) != len(p.Leases) {
+		return fmt.Errorf("%w: %d Steps for %d Leases (one per lease, or none)", ErrInvalidParams, len(p.Steps), len(p.Leases))
+	}
+	for _, s := range p.Steps {
+		if len(s.Name) > MaxNameLen || s.Attempt < 0 || (s.Name == "") != (s.Attempt == 0) {
+			return fmt.Errorf("%w: Steps: a step has a name of at most %d bytes and an attempt from 1, or neither", ErrInvalidParams, MaxNameLen)
+		}
+	}
+	return nil
+}

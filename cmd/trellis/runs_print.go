@@ -70,6 +70,15 @@ func runDetail(r *trellis.Run) string {
 	return ""
 }
 
+// currentStepText says which step a running run executes, as its lease
+// heartbeat last reported it.
+func currentStepText(s *trellis.CurrentStep) string {
+	if s == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s, attempt %d, since %s", s.Name, s.Attempt, timeText(&s.Since))
+}
+
 // printRun prints every field of a run, one per line.
 func printRun(w io.Writer, r *trellis.Run) error {
 	rows := [][2]string{
@@ -80,6 +89,7 @@ func printRun(w io.Writer, r *trellis.Run) error {
 		{"Cancel requested", strconv.FormatBool(r.CancelRequested)}, {"Claims", strconv.Itoa(r.Attempts) + " (times a worker took the run)"},
 		{"Deadline", timeText(r.Deadline)}, {"Available at", timeText(&r.AvailableAt)},
 		{"Lease owner", r.LeaseOwner}, {"Lease expires at", timeText(r.LeaseExpiresAt)},
+		{"Current step", currentStepText(r.CurrentStep)},
 		{"Created at", timeText(&r.CreatedAt)}, {"Started at", timeText(r.StartedAt)},
 		{"Updated at", timeText(&r.UpdatedAt)}, {"Finished at", timeText(r.FinishedAt)},
 		{"Input", payloadText(r.Input)}, {"Output", payloadText(r.Output)},

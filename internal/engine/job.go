@@ -98,6 +98,7 @@ func (e *Engine) jobAttempt(ctx context.Context, run *store.Run, ctl *worker.Con
 		RunID: run.ID, Step: run.Workflow, Position: jobPosition, Attempt: attempt,
 		IdempotencyKey: run.ID + "/" + strconv.Itoa(jobPosition),
 	}})
+	cur := ctl.StepStarted(run.Workflow, attempt, e.cfg.Clock.Now())
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -106,6 +107,7 @@ func (e *Engine) jobAttempt(ctx context.Context, run *store.Run, ctl *worker.Con
 		}()
 		out, err = job.Fn(actx, e.cfg.Codec, run.Input)
 	}()
+	ctl.StepEnded(cur)
 	if err != nil {
 		if cause := context.Cause(actx); actx.Err() != nil && ctx.Err() == nil && cause != nil {
 			cancelled = errors.Is(cause, ErrCancelled)

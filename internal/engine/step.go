@@ -203,7 +203,9 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 		sc.attempt++
 		t0 := rs.now()
 		sc.attemptStart = t0
+		cur := rs.ctl.StepStarted(sc.name, sc.attempt, t0)
 		recorded, res, err, stopErr := sc.attemptOnce()
+		rs.ctl.StepEnded(cur)
 		if stopErr != nil {
 			rs.requestUnwind(unwindAbandon, stopErr, nil, "")
 			return nil, false

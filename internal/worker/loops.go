@@ -193,14 +193,21 @@ func (w *Worker) heartbeat() {
 func (w *Worker) extendLeases(ctx context.Context) {
 	w.mu.Lock()
 	leases := make([]store.Lease, 0, len(w.active))
+	steps := make([]store.RunStep, 0, len(w.active))
+	running := false
 	for _, a := range w.active {
 		leases = append(leases, a.ctl.Lease)
+		steps = append(steps, a.ctl.Step())
+		running = running || steps[len(steps)-1].Name != ""
 	}
 	w.mu.Unlock()
 	if len(leases) == 0 {
 		return
 	}
-	res, err := w.cfg.Store.LeasesExtend(ctx, &store.LeasesExtendParams{Leases: leases, Duration: w.cfg.LeaseDuration})
+	if !running {
+		steps = nil // none to report: the call is smaller
+	}
+	res, err := w.cfg.Store.LeasesExtend(ctx, &store.LeasesExtendParams{Leases: leases, Duration: w.cfg.LeaseDuration, Steps: steps})
 	if err != nil {
 		w.cfg.Logger.Warn("extending leases", "err", err)
 		return

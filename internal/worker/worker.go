@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/clock"
@@ -32,6 +33,29 @@ type Control struct {
 	once      sync.Once
 	mu        sync.Mutex
 	onCancel  func() // called once by RequestCancel (see OnCancel)
+	step      atomic.Pointer[store.RunStep]
+}
+
+// StepStarted records that a step attempt of the run started; the worker's
+// next heartbeat reports it with the lease (store.Run.CurrentStep), so a step
+// costs no write of its own. Pass what it returns to StepEnded. When steps run
+// in parallel, the one started last is reported.
+func (c *Control) StepStarted(name string, attempt int, since time.Time) *store.RunStep {
+	s := &store.RunStep{Name: name, Attempt: attempt, Since: since}
+	c.step.Store(s)
+	return s
+}
+
+// StepEnded records that the attempt StepStarted returned s for ended (a no-op
+// when another step was reported since).
+func (c *Control) StepEnded(s *store.RunStep) { c.step.CompareAndSwap(s, nil) }
+
+// Step returns the step attempt in progress, the zero RunStep when none.
+func (c *Control) Step() store.RunStep {
+	if s := c.step.Load(); s != nil {
+		return *s
+	}
+	return store.RunStep{}
 }
 
 // NewControl returns the control of a run held with lease, for an executor

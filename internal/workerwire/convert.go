@@ -90,7 +90,36 @@ func RunToPB(r *store.Run) *pb.Run {
 		Attempts: int64(r.Attempts), LeaseOwner: r.LeaseOwner, LeaseExpiresAt: TsPtr(r.LeaseExpiresAt),
 		CreatedAt: Ts(r.CreatedAt), StartedAt: TsPtr(r.StartedAt), UpdatedAt: Ts(r.UpdatedAt),
 		FinishedAt: TsPtr(r.FinishedAt), ParentId: r.ParentID, TraceParent: r.TraceParent,
+		CurrentStep: stepPtrToPB(r.CurrentStep),
 	}
+}
+
+// StepToPB converts a step in progress (the zero RunStep: none).
+func StepToPB(s store.RunStep) *pb.RunStep {
+	st := &pb.RunStep{Name: s.Name, Attempt: int64(s.Attempt)}
+	if !s.Since.IsZero() {
+		st.Since = Ts(s.Since)
+	}
+	return st
+}
+
+// StepFromPB converts a step in progress back.
+func StepFromPB(s *pb.RunStep) store.RunStep {
+	if s == nil {
+		return store.RunStep{}
+	}
+	st := store.RunStep{Name: s.Name, Attempt: int(s.Attempt)}
+	if s.Since != nil {
+		st.Since = Time(s.Since)
+	}
+	return st
+}
+
+func stepPtrToPB(s *store.RunStep) *pb.RunStep {
+	if s == nil {
+		return nil
+	}
+	return StepToPB(*s)
 }
 
 // RunFromPB converts a run back.
@@ -106,7 +135,16 @@ func RunFromPB(r *pb.Run) *store.Run {
 		Attempts: int(r.Attempts), LeaseOwner: r.LeaseOwner, LeaseExpiresAt: TimePtr(r.LeaseExpiresAt),
 		CreatedAt: Time(r.CreatedAt), StartedAt: TimePtr(r.StartedAt), UpdatedAt: Time(r.UpdatedAt),
 		FinishedAt: TimePtr(r.FinishedAt), ParentID: r.ParentId, TraceParent: r.TraceParent,
+		CurrentStep: stepPtrFromPB(r.CurrentStep),
 	}
+}
+
+func stepPtrFromPB(s *pb.RunStep) *store.RunStep {
+	if s == nil || s.Name == "" {
+		return nil
+	}
+	st := StepFromPB(s)
+	return &st
 }
 
 // RunsToPB converts runs.

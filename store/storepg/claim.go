@@ -208,28 +208,32 @@ func scanClaimed(rows pgx.Rows, expires time.Time) ([]*store.ClaimedRun, error) 
 	return out, nil
 }
 
-const sqlExtend = `UPDATE runs r SET lease_expires_at = $1
-	FROM unnest($2::text[], $3::text[], $4::int8[]) AS l(namespace, id, token)
+const sqlExtend = `UPDATE runs r SET lease_expires_at = $1, current_step = l.step
+	FROM unnest($2::text[], $3::text[], $4::int8[], $5::text[]) AS l(namespace, id, token, step)
 	WHERE r.namespace = l.namespace AND r.id = l.id AND r.status = 'running' AND r.lease_token = l.token
 	RETURNING r.namespace, r.id, r.cancel_requested`
 
 // LeasesExtend implements store.Store.
 func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (*store.LeasesExtendResult, error) {
-	if p.Duration <= 0 {
-		return nil, fmt.Errorf("extending leases: %w: Duration must be positive", store.ErrInvalidParams)
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("extending leases: %w", err)
 	}
 	if len(p.Leases) == 0 {
 		return &store.LeasesExtendResult{}, nil
 	}
 	nss, ids, tokens := make([]string, len(p.Leases)), make([]string, len(p.Leases)), make([]int64, len(p.Leases))
+	steps, stepsOf := make([]*string, len(p.Leases)), sqlstore.StepsOf(p)
 	for i, l := range p.Leases {
 		nss[i], ids[i], tokens[i] = l.Namespace, l.RunID, l.Token
+		if t, ok := sqlstore.StepText(stepsOf[i], l.Token).(string); ok {
+			steps[i] = &t
+		}
 	}
 	held := map[store.Lease]bool{}
 	cancel := map[store.Lease]bool{}
 	st := stmt{
 		sql:  sqlExtend,
-		args: []any{s.now().Add(p.Duration), nss, ids, tokens},
+		args: []any{s.now().Add(p.Duration), nss, ids, tokens, steps},
 		rows: func(rows pgx.Rows) error {
 			clear(held)
 			clear(cancel)

@@ -251,6 +251,9 @@ func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (
 	for _, l := range p.Leases {
 		req.Leases = append(req.Leases, ww.LeaseToPB(l))
 	}
+	for _, st := range p.Steps {
+		req.Steps = append(req.Steps, ww.StepToPB(st))
+	}
 	res, err := call(s, ctx, s.rpc.ExtendLeases, req)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 // claimFilter restricts a claim query to the workflows (?3) and queues (?4, all
@@ -203,14 +204,14 @@ func claimRuns(tx *wtx, worker string, expires time.Time, seqs []int64) ([]*stor
 	return claimed, nil
 }
 
-const sqlExtend = `UPDATE runs SET lease_expires_at = ?1
+const sqlExtend = `UPDATE runs SET lease_expires_at = ?1, current_step = ?5
 	WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4
 	RETURNING cancel_requested`
 
 // LeasesExtend implements store.Store.
 func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (*store.LeasesExtendResult, error) {
-	if p.Duration <= 0 {
-		return nil, fmt.Errorf("extending leases: %w: Duration must be positive", store.ErrInvalidParams)
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("extending leases: %w", err)
 	}
 	if len(p.Leases) == 0 {
 		return &store.LeasesExtendResult{}, nil
@@ -230,9 +231,10 @@ func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (
 func leasesExtend(tx *wtx, p *store.LeasesExtendParams) (*store.LeasesExtendResult, error) {
 	res := &store.LeasesExtendResult{}
 	expires := tx.now.Add(p.Duration).UnixNano()
-	for _, l := range p.Leases {
+	steps := sqlstore.StepsOf(p)
+	for i, l := range p.Leases {
 		var cancel bool
-		err := tx.queryRow(sqlExtend, expires, l.Namespace, l.RunID, l.Token).Scan(&cancel)
+		err := tx.queryRow(sqlExtend, expires, l.Namespace, l.RunID, l.Token, sqlstore.StepText(steps[i], l.Token)).Scan(&cancel)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			res.Lost = append(res.Lost, l.RunID)

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -14,6 +15,8 @@ var leaseCases = []testCase{
 	{"ExtendReportsCancel", leaseExtendCancel},
 	{"Release", leaseRelease},
 	{"ReleaseStale", leaseReleaseStale},
+	{"ExtendReportsStep", leaseExtendStep},
+	{"ExtendStepsBadInput", leaseExtendStepsBad},
 }
 
 func (e *env) extend(d time.Duration, crs ...*store.ClaimedRun) *store.LeasesExtendResult {
@@ -115,4 +118,78 @@ func leaseReleaseStale(t *testing.T, e *env) {
 	}
 	e.wantNoClaim()
 	e.checkpoint(fresh, store.CheckpointParams{Status: store.StatusRunning})
+}
+
+// leaseExtendStep: the step a heartbeat reports is the run's CurrentStep while
+// that lease holds it; a heartbeat with none clears it, another lease of the
+// run does not show it, and a finished run has none.
+func leaseExtendStep(t *testing.T, e *env) {
+	cr, other := e.start(), e.start()
+	if r := e.get(cr.Run.ID); r.CurrentStep != nil {
+		t.Fatalf("CurrentStep of a new claim = %+v, want none", r.CurrentStep)
+	}
+	since := e.clk.Now().Add(-time.Second).UTC()
+	step := store.RunStep{Name: "charge", Attempt: 2, Since: since}
+	p := &store.LeasesExtendParams{Duration: time.Minute, Leases: []store.Lease{leaseOf(cr), leaseOf(other)},
+		Steps: []store.RunStep{step, {}}}
+	if _, err := e.st.LeasesExtend(e.ctx, p); err != nil {
+		t.Fatalf("LeasesExtend with steps: %v", err)
+	}
+	got := e.get(cr.Run.ID).CurrentStep
+	if got == nil || got.Name != "charge" || got.Attempt != 2 || !got.Since.Equal(since) {
+		t.Fatalf("CurrentStep = %+v, want %+v", got, step)
+	}
+	if s := e.get(other.Run.ID).CurrentStep; s != nil {
+		t.Fatalf("CurrentStep of a run reported idle = %+v, want none", s)
+	}
+	if runs := e.runsGet(store.RunsGetParams{Namespace: ns, IDs: []string{cr.Run.ID}}); runs[cr.Run.ID].CurrentStep == nil {
+		t.Fatalf("RunsGet: CurrentStep missing")
+	}
+	// A heartbeat without steps: none running.
+	e.extend(time.Minute, cr)
+	if s := e.get(cr.Run.ID).CurrentStep; s != nil {
+		t.Fatalf("CurrentStep after a heartbeat with no step = %+v, want none", s)
+	}
+	// Reported again, then the lease expires and another worker claims the run:
+	// its predecessor's step is not shown.
+	if _, err := e.st.LeasesExtend(e.ctx, &store.LeasesExtendParams{Duration: leaseDur,
+		Leases: []store.Lease{leaseOf(cr)}, Steps: []store.RunStep{step}}); err != nil {
+		t.Fatalf("LeasesExtend: %v", err)
+	}
+	e.clk.Advance(leaseDur + time.Second)
+	e.claimOne(cr.Run.ID, claimBy("worker-2"))
+	if s := e.get(cr.Run.ID).CurrentStep; s != nil {
+		t.Fatalf("CurrentStep under a new lease = %+v, want none", s)
+	}
+	// A finished run has none.
+	if _, err := e.st.LeasesExtend(e.ctx, &store.LeasesExtendParams{Duration: time.Minute,
+		Leases: []store.Lease{leaseOf(other)}, Steps: []store.RunStep{step}}); err != nil {
+		t.Fatalf("LeasesExtend: %v", err)
+	}
+	e.finish(other)
+	if s := e.get(other.Run.ID).CurrentStep; s != nil {
+		t.Fatalf("CurrentStep of a finished run = %+v, want none", s)
+	}
+}
+
+func leaseExtendStepsBad(t *testing.T, e *env) {
+	cr := e.start()
+	before := e.get(cr.Run.ID)
+	for name, steps := range map[string][]store.RunStep{
+		"more steps than leases":  {{Name: "a", Attempt: 1}, {Name: "b", Attempt: 1}},
+		"a name without attempt":  {{Name: "a"}},
+		"an attempt without name": {{Attempt: 1}},
+		"a negative attempt":      {{Name: "a", Attempt: -1}},
+		"a name too long":         {{Name: string(make([]byte, store.MaxNameLen+1)), Attempt: 1}},
+	} {
+		_, err := e.st.LeasesExtend(e.ctx, &store.LeasesExtendParams{Duration: time.Hour,
+			Leases: []store.Lease{leaseOf(cr)}, Steps: steps})
+		if !errors.Is(err, store.ErrInvalidParams) {
+			t.Errorf("LeasesExtend with %s: %v, want ErrInvalidParams", name, err)
+		}
+	}
+	after := e.get(cr.Run.ID)
+	if !after.LeaseExpiresAt.Equal(*before.LeaseExpiresAt) || after.CurrentStep != nil {
+		t.Fatalf("refused extends changed the run: lease %v -> %v, step %+v", before.LeaseExpiresAt, after.LeaseExpiresAt, after.CurrentStep)
+	}
 }

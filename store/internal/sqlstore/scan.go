@@ -48,7 +48,7 @@ func (t *Time) Ptr() *time.Time {
 const RunCols = `namespace, id, workflow_id, workflow, queue, priority, status, version,
 	sequence, input, output, error, wait_reason, cancel_requested, deadline, available_at,
 	attempts, lease_owner, lease_token, lease_expires_at, created_at, started_at,
-	updated_at, finished_at, parent_id, trace_parent`
+	updated_at, finished_at, parent_id, trace_parent, current_step`
 
 // ScanRun reads RunCols into a Run and returns it with its lease token.
 func ScanRun(sc Scanner) (*store.Run, int64, error) {
@@ -58,11 +58,12 @@ func ScanRun(sc Scanner) (*store.Run, int64, error) {
 		errText                                                  sql.NullString
 		deadline, avail, leaseExp, created, started, upd, finish Time
 		token                                                    int64
+		step                                                     sql.NullString
 	)
 	err := sc.Scan(&r.Namespace, &r.ID, &r.WorkflowID, &r.Workflow, &r.Queue, &r.Priority,
 		&status, &r.Version, &r.Sequence, &r.Input, &r.Output, &errText, &r.WaitReason,
 		&r.CancelRequested, &deadline, &avail, &r.Attempts, &r.LeaseOwner, &token, &leaseExp,
-		&created, &started, &upd, &finish, &r.ParentID, &r.TraceParent)
+		&created, &started, &upd, &finish, &r.ParentID, &r.TraceParent, &step)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -72,7 +73,48 @@ func ScanRun(sc Scanner) (*store.Run, int64, error) {
 	}
 	r.Deadline, r.AvailableAt, r.LeaseExpiresAt = deadline.Ptr(), avail.T, leaseExp.Ptr()
 	r.CreatedAt, r.StartedAt, r.UpdatedAt, r.FinishedAt = created.T, started.Ptr(), upd.T, finish.Ptr()
+	if step.Valid && r.Status == store.StatusRunning {
+		r.CurrentStep = StepFromText(step.String, token)
+	}
 	return &r, token, nil
+}
+
+// stepText is how the current_step column holds a RunStep, with the lease
+// token of the heartbeat that reported it: a later lease of the run (another
+// worker's claim) does not show its predecessor's step.
+type stepText struct {
+	Name    string    `json:"name"`
+	Attempt int       `json:"attempt"`
+	Since   time.Time `json:"since"`
+	Lease   int64     `json:"lease"`
+}
+
+// StepText encodes the step a heartbeat of lease token reports for the
+// current_step column: NULL when no step is running.
+func StepText(s store.RunStep, token int64) any {
+	if s.Name == "" {
+		return nil
+	}
+	b, _ := json.Marshal(stepText{Name: s.Name, Attempt: s.Attempt, Since: s.Since.UTC(), Lease: token})
+	return string(b)
+}
+
+// StepFromText decodes a current_step column for a run held with lease token:
+// nil when it was written under another lease or cannot be read.
+func StepFromText(text string, token int64) *store.RunStep {
+	var st stepText
+	if json.Unmarshal([]byte(text), &st) != nil || st.Lease != token || st.Name == "" {
+		return nil
+	}
+	return &store.RunStep{Name: st.Name, Attempt: st.Attempt, Since: st.Since}
+}
+
+// StepsOf returns the steps p reports, one per lease (zero when none).
+func StepsOf(p *store.LeasesExtendParams) []store.RunStep {
+	if len(p.Steps) == len(p.Leases) {
+		return p.Steps
+	}
+	return make([]store.RunStep, len(p.Leases))
 }
 
 // Suffixed scans extra columns that follow the ones a scan function reads.

@@ -180,7 +180,10 @@ type Run struct {
 	FinishedAt      *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	ParentId        string                 `protobuf:"bytes,24,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
 	// The W3C traceparent of the call that started the run (store.Run.TraceParent).
-	TraceParent   string `protobuf:"bytes,25,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	TraceParent string `protobuf:"bytes,25,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	// The step a running run is executing, as its lease heartbeat last reported
+	// it (store.Run.CurrentStep); unset when none.
+	CurrentStep   *RunStep `protobuf:"bytes,26,opt,name=current_step,json=currentStep,proto3" json:"current_step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -390,6 +393,74 @@ func (x *Run) GetTraceParent() string {
 	return ""
 }
 
+func (x *Run) GetCurrentStep() *RunStep {
+	if x != nil {
+		return x.CurrentStep
+	}
+	return nil
+}
+
+// A step attempt in progress.
+type RunStep struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Attempt       int64                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Since         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunStep) Reset() {
+	*x = RunStep{}
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunStep) ProtoMessage() {}
+
+func (x *RunStep) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunStep.ProtoReflect.Descriptor instead.
+func (*RunStep) Descriptor() ([]byte, []int) {
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RunStep) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RunStep) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RunStep) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
 type Attempt struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Position      int64                  `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
@@ -403,7 +474,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +486,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +499,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Attempt) GetPosition() int64 {
@@ -484,7 +555,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +567,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +580,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Op) GetPosition() int64 {
@@ -596,7 +667,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +679,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +692,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Event) GetSeq() int64 {
@@ -680,7 +751,7 @@ type ClaimedRun struct {
 
 func (x *ClaimedRun) Reset() {
 	*x = ClaimedRun{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +763,7 @@ func (x *ClaimedRun) String() string {
 func (*ClaimedRun) ProtoMessage() {}
 
 func (x *ClaimedRun) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +776,7 @@ func (x *ClaimedRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedRun.ProtoReflect.Descriptor instead.
 func (*ClaimedRun) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClaimedRun) GetRun() *Run {
@@ -754,7 +825,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +837,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +850,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Lease) GetNamespace() string {
@@ -814,7 +885,7 @@ type KVWrite struct {
 
 func (x *KVWrite) Reset() {
 	*x = KVWrite{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +897,7 @@ func (x *KVWrite) String() string {
 func (*KVWrite) ProtoMessage() {}
 
 func (x *KVWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +910,7 @@ func (x *KVWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWrite.ProtoReflect.Descriptor instead.
 func (*KVWrite) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KVWrite) GetKey() string {
@@ -880,7 +951,7 @@ type ChildRun struct {
 
 func (x *ChildRun) Reset() {
 	*x = ChildRun{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +963,7 @@ func (x *ChildRun) String() string {
 func (*ChildRun) ProtoMessage() {}
 
 func (x *ChildRun) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +976,7 @@ func (x *ChildRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildRun.ProtoReflect.Descriptor instead.
 func (*ChildRun) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ChildRun) GetId() string {
@@ -977,7 +1048,7 @@ type ChildGroup struct {
 
 func (x *ChildGroup) Reset() {
 	*x = ChildGroup{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1060,7 @@ func (x *ChildGroup) String() string {
 func (*ChildGroup) ProtoMessage() {}
 
 func (x *ChildGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1073,7 @@ func (x *ChildGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildGroup.ProtoReflect.Descriptor instead.
 func (*ChildGroup) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ChildGroup) GetPosition() int64 {
@@ -1055,7 +1126,7 @@ type ApprovalRequest struct {
 
 func (x *ApprovalRequest) Reset() {
 	*x = ApprovalRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1138,7 @@ func (x *ApprovalRequest) String() string {
 func (*ApprovalRequest) ProtoMessage() {}
 
 func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1151,7 @@ func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApprovalRequest) GetId() string {
@@ -1151,7 +1222,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1234,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1247,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClaimRequest) GetNamespace() string {
@@ -1241,7 +1312,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1324,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1337,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClaimResponse) GetRuns() []*ClaimedRun {
@@ -1291,16 +1362,20 @@ func (x *ClaimResponse) GetReconnect() bool {
 }
 
 type ExtendLeasesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Leases        []*Lease               `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
-	Duration      *durationpb.Duration   `protobuf:"bytes,2,opt,name=duration,proto3" json:"duration,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Leases   []*Lease               `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	Duration *durationpb.Duration   `protobuf:"bytes,2,opt,name=duration,proto3" json:"duration,omitempty"`
+	// One per lease, or none: the step attempt each lease's run is executing now
+	// (an empty RunStep when none). Stored with the lease; readers see it as the
+	// run's current step, so a step costs no write of its own.
+	Steps         []*RunStep `protobuf:"bytes,3,rep,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExtendLeasesRequest) Reset() {
 	*x = ExtendLeasesRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1387,7 @@ func (x *ExtendLeasesRequest) String() string {
 func (*ExtendLeasesRequest) ProtoMessage() {}
 
 func (x *ExtendLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1400,7 @@ func (x *ExtendLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExtendLeasesRequest) GetLeases() []*Lease {
@@ -1342,6 +1417,13 @@ func (x *ExtendLeasesRequest) GetDuration() *durationpb.Duration {
 	return nil
 }
 
+func (x *ExtendLeasesRequest) GetSteps() []*RunStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
 type ExtendLeasesResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Lost            []string               `protobuf:"bytes,1,rep,name=lost,proto3" json:"lost,omitempty"`
@@ -1352,7 +1434,7 @@ type ExtendLeasesResponse struct {
 
 func (x *ExtendLeasesResponse) Reset() {
 	*x = ExtendLeasesResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1446,7 @@ func (x *ExtendLeasesResponse) String() string {
 func (*ExtendLeasesResponse) ProtoMessage() {}
 
 func (x *ExtendLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1459,7 @@ func (x *ExtendLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExtendLeasesResponse) GetLost() []string {
@@ -1403,7 +1485,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1497,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1510,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{16}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseLeaseRequest) GetLease() *Lease {
@@ -1446,7 +1528,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1540,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1553,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{17}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 // CheckpointItem is one run's checkpoint (store.CheckpointParams).
@@ -1501,7 +1583,7 @@ type CheckpointItem struct {
 
 func (x *CheckpointItem) Reset() {
 	*x = CheckpointItem{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1595,7 @@ func (x *CheckpointItem) String() string {
 func (*CheckpointItem) ProtoMessage() {}
 
 func (x *CheckpointItem) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1608,7 @@ func (x *CheckpointItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointItem.ProtoReflect.Descriptor instead.
 func (*CheckpointItem) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{18}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CheckpointItem) GetLease() *Lease {
@@ -1653,7 +1735,7 @@ type StreamWrite struct {
 
 func (x *StreamWrite) Reset() {
 	*x = StreamWrite{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1747,7 @@ func (x *StreamWrite) String() string {
 func (*StreamWrite) ProtoMessage() {}
 
 func (x *StreamWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1760,7 @@ func (x *StreamWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamWrite.ProtoReflect.Descriptor instead.
 func (*StreamWrite) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{19}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StreamWrite) GetName() string {
@@ -1704,7 +1786,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1798,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1811,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{20}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CheckpointRequest) GetCheckpoints() []*CheckpointItem {
@@ -1751,7 +1833,7 @@ type CheckpointResult struct {
 
 func (x *CheckpointResult) Reset() {
 	*x = CheckpointResult{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1845,7 @@ func (x *CheckpointResult) String() string {
 func (*CheckpointResult) ProtoMessage() {}
 
 func (x *CheckpointResult) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +1858,7 @@ func (x *CheckpointResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResult.ProtoReflect.Descriptor instead.
 func (*CheckpointResult) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{21}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CheckpointResult) GetError() *ErrorDetail {
@@ -1810,7 +1892,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +1904,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +1917,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{22}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CheckpointResponse) GetResults() []*CheckpointResult {
@@ -1855,7 +1937,7 @@ type ResumeBlockedRequest struct {
 
 func (x *ResumeBlockedRequest) Reset() {
 	*x = ResumeBlockedRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1949,7 @@ func (x *ResumeBlockedRequest) String() string {
 func (*ResumeBlockedRequest) ProtoMessage() {}
 
 func (x *ResumeBlockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1962,7 @@ func (x *ResumeBlockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeBlockedRequest.ProtoReflect.Descriptor instead.
 func (*ResumeBlockedRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{23}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResumeBlockedRequest) GetNamespace() string {
@@ -1906,7 +1988,7 @@ type ResumeBlockedResponse struct {
 
 func (x *ResumeBlockedResponse) Reset() {
 	*x = ResumeBlockedResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2000,7 @@ func (x *ResumeBlockedResponse) String() string {
 func (*ResumeBlockedResponse) ProtoMessage() {}
 
 func (x *ResumeBlockedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2013,7 @@ func (x *ResumeBlockedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeBlockedResponse.ProtoReflect.Descriptor instead.
 func (*ResumeBlockedResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{24}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResumeBlockedResponse) GetResumed() int64 {
@@ -1951,7 +2033,7 @@ type ListHistoryRequest struct {
 
 func (x *ListHistoryRequest) Reset() {
 	*x = ListHistoryRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2045,7 @@ func (x *ListHistoryRequest) String() string {
 func (*ListHistoryRequest) ProtoMessage() {}
 
 func (x *ListHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2058,7 @@ func (x *ListHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHistoryRequest.ProtoReflect.Descriptor instead.
 func (*ListHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{25}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListHistoryRequest) GetNamespace() string {
@@ -2002,7 +2084,7 @@ type ListHistoryResponse struct {
 
 func (x *ListHistoryResponse) Reset() {
 	*x = ListHistoryResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2096,7 @@ func (x *ListHistoryResponse) String() string {
 func (*ListHistoryResponse) ProtoMessage() {}
 
 func (x *ListHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2109,7 @@ func (x *ListHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHistoryResponse.ProtoReflect.Descriptor instead.
 func (*ListHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{26}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListHistoryResponse) GetOps() []*Op {
@@ -2048,7 +2130,7 @@ type ListChildrenRequest struct {
 
 func (x *ListChildrenRequest) Reset() {
 	*x = ListChildrenRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2142,7 @@ func (x *ListChildrenRequest) String() string {
 func (*ListChildrenRequest) ProtoMessage() {}
 
 func (x *ListChildrenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2155,7 @@ func (x *ListChildrenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChildrenRequest.ProtoReflect.Descriptor instead.
 func (*ListChildrenRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{27}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListChildrenRequest) GetNamespace() string {
@@ -2106,7 +2188,7 @@ type ListChildrenResponse struct {
 
 func (x *ListChildrenResponse) Reset() {
 	*x = ListChildrenResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2200,7 @@ func (x *ListChildrenResponse) String() string {
 func (*ListChildrenResponse) ProtoMessage() {}
 
 func (x *ListChildrenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2213,7 @@ func (x *ListChildrenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChildrenResponse.ProtoReflect.Descriptor instead.
 func (*ListChildrenResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{28}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListChildrenResponse) GetRuns() []*Run {
@@ -2154,7 +2236,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2248,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2261,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{29}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SubscribeRequest) GetNamespace() string {
@@ -2208,7 +2290,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2302,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2315,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{30}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SubscribeResponse) GetSubscribed() bool {
@@ -2267,7 +2349,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2361,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2374,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{31}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Worker) GetNamespace() string {
@@ -2373,7 +2455,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2467,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2480,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{32}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HeartbeatRequest) GetNamespace() string {
@@ -2458,7 +2540,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2552,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2565,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{33}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{34}
 }
 
 type ListWorkersRequest struct {
@@ -2495,7 +2577,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2507,7 +2589,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2520,7 +2602,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{34}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListWorkersRequest) GetNamespace() string {
@@ -2539,7 +2621,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2551,7 +2633,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2564,7 +2646,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{35}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -2584,7 +2666,7 @@ type RemoveWorkerRequest struct {
 
 func (x *RemoveWorkerRequest) Reset() {
 	*x = RemoveWorkerRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2596,7 +2678,7 @@ func (x *RemoveWorkerRequest) String() string {
 func (*RemoveWorkerRequest) ProtoMessage() {}
 
 func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2609,7 +2691,7 @@ func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{36}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemoveWorkerRequest) GetNamespace() string {
@@ -2634,7 +2716,7 @@ type RemoveWorkerResponse struct {
 
 func (x *RemoveWorkerResponse) Reset() {
 	*x = RemoveWorkerResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2646,7 +2728,7 @@ func (x *RemoveWorkerResponse) String() string {
 func (*RemoveWorkerResponse) ProtoMessage() {}
 
 func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2659,7 +2741,7 @@ func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{37}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{38}
 }
 
 var File_trellis_worker_v1_worker_proto protoreflect.FileDescriptor
@@ -2674,7 +2756,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\tErrorInfo\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12#\n" +
-	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\"\xe5\a\n" +
+	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\"\xa4\b\n" +
 	"\x03Run\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1f\n" +
@@ -2708,9 +2790,14 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\vfinished_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x12\x1b\n" +
 	"\tparent_id\x18\x18 \x01(\tR\bparentId\x12!\n" +
-	"\ftrace_parent\x18\x19 \x01(\tR\vtraceParentB\b\n" +
+	"\ftrace_parent\x18\x19 \x01(\tR\vtraceParent\x12=\n" +
+	"\fcurrent_step\x18\x1a \x01(\v2\x1a.trellis.worker.v1.RunStepR\vcurrentStepB\b\n" +
 	"\x06_inputB\t\n" +
-	"\a_output\"\xeb\x01\n" +
+	"\a_output\"i\n" +
+	"\aRunStep\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x03R\aattempt\x120\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xeb\x01\n" +
 	"\aAttempt\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\x03R\bposition\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x122\n" +
@@ -2801,10 +2888,11 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\rClaimResponse\x121\n" +
 	"\x04runs\x18\x01 \x03(\v2\x1d.trellis.worker.v1.ClaimedRunR\x04runs\x125\n" +
 	"\bnext_due\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\anextDue\x12\x1c\n" +
-	"\treconnect\x18\x03 \x01(\bR\treconnect\"~\n" +
+	"\treconnect\x18\x03 \x01(\bR\treconnect\"\xb0\x01\n" +
 	"\x13ExtendLeasesRequest\x120\n" +
 	"\x06leases\x18\x01 \x03(\v2\x18.trellis.worker.v1.LeaseR\x06leases\x125\n" +
-	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\"U\n" +
+	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\x120\n" +
+	"\x05steps\x18\x03 \x03(\v2\x1a.trellis.worker.v1.RunStepR\x05steps\"U\n" +
 	"\x14ExtendLeasesResponse\x12\x12\n" +
 	"\x04lost\x18\x01 \x03(\tR\x04lost\x12)\n" +
 	"\x10cancel_requested\x18\x02 \x03(\tR\x0fcancelRequested\"E\n" +
@@ -2923,127 +3011,131 @@ func file_trellis_worker_v1_worker_proto_rawDescGZIP() []byte {
 	return file_trellis_worker_v1_worker_proto_rawDescData
 }
 
-var file_trellis_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_trellis_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_trellis_worker_v1_worker_proto_goTypes = []any{
 	(*ErrorDetail)(nil),           // 0: trellis.worker.v1.ErrorDetail
 	(*ErrorInfo)(nil),             // 1: trellis.worker.v1.ErrorInfo
 	(*Run)(nil),                   // 2: trellis.worker.v1.Run
-	(*Attempt)(nil),               // 3: trellis.worker.v1.Attempt
-	(*Op)(nil),                    // 4: trellis.worker.v1.Op
-	(*Event)(nil),                 // 5: trellis.worker.v1.Event
-	(*ClaimedRun)(nil),            // 6: trellis.worker.v1.ClaimedRun
-	(*Lease)(nil),                 // 7: trellis.worker.v1.Lease
-	(*KVWrite)(nil),               // 8: trellis.worker.v1.KVWrite
-	(*ChildRun)(nil),              // 9: trellis.worker.v1.ChildRun
-	(*ChildGroup)(nil),            // 10: trellis.worker.v1.ChildGroup
-	(*ApprovalRequest)(nil),       // 11: trellis.worker.v1.ApprovalRequest
-	(*ClaimRequest)(nil),          // 12: trellis.worker.v1.ClaimRequest
-	(*ClaimResponse)(nil),         // 13: trellis.worker.v1.ClaimResponse
-	(*ExtendLeasesRequest)(nil),   // 14: trellis.worker.v1.ExtendLeasesRequest
-	(*ExtendLeasesResponse)(nil),  // 15: trellis.worker.v1.ExtendLeasesResponse
-	(*ReleaseLeaseRequest)(nil),   // 16: trellis.worker.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),  // 17: trellis.worker.v1.ReleaseLeaseResponse
-	(*CheckpointItem)(nil),        // 18: trellis.worker.v1.CheckpointItem
-	(*StreamWrite)(nil),           // 19: trellis.worker.v1.StreamWrite
-	(*CheckpointRequest)(nil),     // 20: trellis.worker.v1.CheckpointRequest
-	(*CheckpointResult)(nil),      // 21: trellis.worker.v1.CheckpointResult
-	(*CheckpointResponse)(nil),    // 22: trellis.worker.v1.CheckpointResponse
-	(*ResumeBlockedRequest)(nil),  // 23: trellis.worker.v1.ResumeBlockedRequest
-	(*ResumeBlockedResponse)(nil), // 24: trellis.worker.v1.ResumeBlockedResponse
-	(*ListHistoryRequest)(nil),    // 25: trellis.worker.v1.ListHistoryRequest
-	(*ListHistoryResponse)(nil),   // 26: trellis.worker.v1.ListHistoryResponse
-	(*ListChildrenRequest)(nil),   // 27: trellis.worker.v1.ListChildrenRequest
-	(*ListChildrenResponse)(nil),  // 28: trellis.worker.v1.ListChildrenResponse
-	(*SubscribeRequest)(nil),      // 29: trellis.worker.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),     // 30: trellis.worker.v1.SubscribeResponse
-	(*Worker)(nil),                // 31: trellis.worker.v1.Worker
-	(*HeartbeatRequest)(nil),      // 32: trellis.worker.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 33: trellis.worker.v1.HeartbeatResponse
-	(*ListWorkersRequest)(nil),    // 34: trellis.worker.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),   // 35: trellis.worker.v1.ListWorkersResponse
-	(*RemoveWorkerRequest)(nil),   // 36: trellis.worker.v1.RemoveWorkerRequest
-	(*RemoveWorkerResponse)(nil),  // 37: trellis.worker.v1.RemoveWorkerResponse
-	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 39: google.protobuf.Duration
+	(*RunStep)(nil),               // 3: trellis.worker.v1.RunStep
+	(*Attempt)(nil),               // 4: trellis.worker.v1.Attempt
+	(*Op)(nil),                    // 5: trellis.worker.v1.Op
+	(*Event)(nil),                 // 6: trellis.worker.v1.Event
+	(*ClaimedRun)(nil),            // 7: trellis.worker.v1.ClaimedRun
+	(*Lease)(nil),                 // 8: trellis.worker.v1.Lease
+	(*KVWrite)(nil),               // 9: trellis.worker.v1.KVWrite
+	(*ChildRun)(nil),              // 10: trellis.worker.v1.ChildRun
+	(*ChildGroup)(nil),            // 11: trellis.worker.v1.ChildGroup
+	(*ApprovalRequest)(nil),       // 12: trellis.worker.v1.ApprovalRequest
+	(*ClaimRequest)(nil),          // 13: trellis.worker.v1.ClaimRequest
+	(*ClaimResponse)(nil),         // 14: trellis.worker.v1.ClaimResponse
+	(*ExtendLeasesRequest)(nil),   // 15: trellis.worker.v1.ExtendLeasesRequest
+	(*ExtendLeasesResponse)(nil),  // 16: trellis.worker.v1.ExtendLeasesResponse
+	(*ReleaseLeaseRequest)(nil),   // 17: trellis.worker.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),  // 18: trellis.worker.v1.ReleaseLeaseResponse
+	(*CheckpointItem)(nil),        // 19: trellis.worker.v1.CheckpointItem
+	(*StreamWrite)(nil),           // 20: trellis.worker.v1.StreamWrite
+	(*CheckpointRequest)(nil),     // 21: trellis.worker.v1.CheckpointRequest
+	(*CheckpointResult)(nil),      // 22: trellis.worker.v1.CheckpointResult
+	(*CheckpointResponse)(nil),    // 23: trellis.worker.v1.CheckpointResponse
+	(*ResumeBlockedRequest)(nil),  // 24: trellis.worker.v1.ResumeBlockedRequest
+	(*ResumeBlockedResponse)(nil), // 25: trellis.worker.v1.ResumeBlockedResponse
+	(*ListHistoryRequest)(nil),    // 26: trellis.worker.v1.ListHistoryRequest
+	(*ListHistoryResponse)(nil),   // 27: trellis.worker.v1.ListHistoryResponse
+	(*ListChildrenRequest)(nil),   // 28: trellis.worker.v1.ListChildrenRequest
+	(*ListChildrenResponse)(nil),  // 29: trellis.worker.v1.ListChildrenResponse
+	(*SubscribeRequest)(nil),      // 30: trellis.worker.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),     // 31: trellis.worker.v1.SubscribeResponse
+	(*Worker)(nil),                // 32: trellis.worker.v1.Worker
+	(*HeartbeatRequest)(nil),      // 33: trellis.worker.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 34: trellis.worker.v1.HeartbeatResponse
+	(*ListWorkersRequest)(nil),    // 35: trellis.worker.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),   // 36: trellis.worker.v1.ListWorkersResponse
+	(*RemoveWorkerRequest)(nil),   // 37: trellis.worker.v1.RemoveWorkerRequest
+	(*RemoveWorkerResponse)(nil),  // 38: trellis.worker.v1.RemoveWorkerResponse
+	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 40: google.protobuf.Duration
 }
 var file_trellis_worker_v1_worker_proto_depIdxs = []int32{
 	1,  // 0: trellis.worker.v1.Run.error:type_name -> trellis.worker.v1.ErrorInfo
-	38, // 1: trellis.worker.v1.Run.deadline:type_name -> google.protobuf.Timestamp
-	38, // 2: trellis.worker.v1.Run.available_at:type_name -> google.protobuf.Timestamp
-	38, // 3: trellis.worker.v1.Run.lease_expires_at:type_name -> google.protobuf.Timestamp
-	38, // 4: trellis.worker.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	38, // 5: trellis.worker.v1.Run.started_at:type_name -> google.protobuf.Timestamp
-	38, // 6: trellis.worker.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
-	38, // 7: trellis.worker.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
-	1,  // 8: trellis.worker.v1.Attempt.error:type_name -> trellis.worker.v1.ErrorInfo
-	38, // 9: trellis.worker.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	38, // 10: trellis.worker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	1,  // 11: trellis.worker.v1.Op.error:type_name -> trellis.worker.v1.ErrorInfo
-	3,  // 12: trellis.worker.v1.Op.attempt_log:type_name -> trellis.worker.v1.Attempt
-	38, // 13: trellis.worker.v1.Op.started_at:type_name -> google.protobuf.Timestamp
-	38, // 14: trellis.worker.v1.Op.finished_at:type_name -> google.protobuf.Timestamp
-	38, // 15: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
-	2,  // 16: trellis.worker.v1.ClaimedRun.run:type_name -> trellis.worker.v1.Run
-	38, // 17: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
-	4,  // 18: trellis.worker.v1.ClaimedRun.history:type_name -> trellis.worker.v1.Op
-	5,  // 19: trellis.worker.v1.ClaimedRun.inbox:type_name -> trellis.worker.v1.Event
-	38, // 20: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
-	9,  // 21: trellis.worker.v1.ChildGroup.runs:type_name -> trellis.worker.v1.ChildRun
-	38, // 22: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
-	39, // 23: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	39, // 24: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	6,  // 25: trellis.worker.v1.ClaimResponse.runs:type_name -> trellis.worker.v1.ClaimedRun
-	38, // 26: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
-	7,  // 27: trellis.worker.v1.ExtendLeasesRequest.leases:type_name -> trellis.worker.v1.Lease
-	39, // 28: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
-	7,  // 29: trellis.worker.v1.ReleaseLeaseRequest.lease:type_name -> trellis.worker.v1.Lease
-	7,  // 30: trellis.worker.v1.CheckpointItem.lease:type_name -> trellis.worker.v1.Lease
-	4,  // 31: trellis.worker.v1.CheckpointItem.ops:type_name -> trellis.worker.v1.Op
-	3,  // 32: trellis.worker.v1.CheckpointItem.attempts:type_name -> trellis.worker.v1.Attempt
-	8,  // 33: trellis.worker.v1.CheckpointItem.kv:type_name -> trellis.worker.v1.KVWrite
-	1,  // 34: trellis.worker.v1.CheckpointItem.error:type_name -> trellis.worker.v1.ErrorInfo
-	38, // 35: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
-	10, // 36: trellis.worker.v1.CheckpointItem.children:type_name -> trellis.worker.v1.ChildGroup
-	11, // 37: trellis.worker.v1.CheckpointItem.approvals:type_name -> trellis.worker.v1.ApprovalRequest
-	19, // 38: trellis.worker.v1.CheckpointItem.stream:type_name -> trellis.worker.v1.StreamWrite
-	18, // 39: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
-	0,  // 40: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
-	38, // 41: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
-	21, // 42: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
-	4,  // 43: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
-	2,  // 44: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
-	38, // 45: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
-	38, // 46: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
-	38, // 47: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
-	39, // 48: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
-	31, // 49: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
-	12, // 50: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
-	14, // 51: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
-	16, // 52: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
-	20, // 53: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
-	23, // 54: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
-	25, // 55: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
-	27, // 56: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
-	29, // 57: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
-	32, // 58: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
-	34, // 59: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
-	36, // 60: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
-	13, // 61: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
-	15, // 62: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
-	17, // 63: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
-	22, // 64: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
-	24, // 65: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
-	26, // 66: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
-	28, // 67: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
-	30, // 68: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
-	33, // 69: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
-	35, // 70: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
-	37, // 71: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
-	61, // [61:72] is the sub-list for method output_type
-	50, // [50:61] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	39, // 1: trellis.worker.v1.Run.deadline:type_name -> google.protobuf.Timestamp
+	39, // 2: trellis.worker.v1.Run.available_at:type_name -> google.protobuf.Timestamp
+	39, // 3: trellis.worker.v1.Run.lease_expires_at:type_name -> google.protobuf.Timestamp
+	39, // 4: trellis.worker.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	39, // 5: trellis.worker.v1.Run.started_at:type_name -> google.protobuf.Timestamp
+	39, // 6: trellis.worker.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
+	39, // 7: trellis.worker.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
+	3,  // 8: trellis.worker.v1.Run.current_step:type_name -> trellis.worker.v1.RunStep
+	39, // 9: trellis.worker.v1.RunStep.since:type_name -> google.protobuf.Timestamp
+	1,  // 10: trellis.worker.v1.Attempt.error:type_name -> trellis.worker.v1.ErrorInfo
+	39, // 11: trellis.worker.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	39, // 12: trellis.worker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	1,  // 13: trellis.worker.v1.Op.error:type_name -> trellis.worker.v1.ErrorInfo
+	4,  // 14: trellis.worker.v1.Op.attempt_log:type_name -> trellis.worker.v1.Attempt
+	39, // 15: trellis.worker.v1.Op.started_at:type_name -> google.protobuf.Timestamp
+	39, // 16: trellis.worker.v1.Op.finished_at:type_name -> google.protobuf.Timestamp
+	39, // 17: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
+	2,  // 18: trellis.worker.v1.ClaimedRun.run:type_name -> trellis.worker.v1.Run
+	39, // 19: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
+	5,  // 20: trellis.worker.v1.ClaimedRun.history:type_name -> trellis.worker.v1.Op
+	6,  // 21: trellis.worker.v1.ClaimedRun.inbox:type_name -> trellis.worker.v1.Event
+	39, // 22: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
+	10, // 23: trellis.worker.v1.ChildGroup.runs:type_name -> trellis.worker.v1.ChildRun
+	39, // 24: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 25: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	40, // 26: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	7,  // 27: trellis.worker.v1.ClaimResponse.runs:type_name -> trellis.worker.v1.ClaimedRun
+	39, // 28: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
+	8,  // 29: trellis.worker.v1.ExtendLeasesRequest.leases:type_name -> trellis.worker.v1.Lease
+	40, // 30: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
+	3,  // 31: trellis.worker.v1.ExtendLeasesRequest.steps:type_name -> trellis.worker.v1.RunStep
+	8,  // 32: trellis.worker.v1.ReleaseLeaseRequest.lease:type_name -> trellis.worker.v1.Lease
+	8,  // 33: trellis.worker.v1.CheckpointItem.lease:type_name -> trellis.worker.v1.Lease
+	5,  // 34: trellis.worker.v1.CheckpointItem.ops:type_name -> trellis.worker.v1.Op
+	4,  // 35: trellis.worker.v1.CheckpointItem.attempts:type_name -> trellis.worker.v1.Attempt
+	9,  // 36: trellis.worker.v1.CheckpointItem.kv:type_name -> trellis.worker.v1.KVWrite
+	1,  // 37: trellis.worker.v1.CheckpointItem.error:type_name -> trellis.worker.v1.ErrorInfo
+	39, // 38: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
+	11, // 39: trellis.worker.v1.CheckpointItem.children:type_name -> trellis.worker.v1.ChildGroup
+	12, // 40: trellis.worker.v1.CheckpointItem.approvals:type_name -> trellis.worker.v1.ApprovalRequest
+	20, // 41: trellis.worker.v1.CheckpointItem.stream:type_name -> trellis.worker.v1.StreamWrite
+	19, // 42: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
+	0,  // 43: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
+	39, // 44: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
+	22, // 45: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
+	5,  // 46: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
+	2,  // 47: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
+	39, // 48: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
+	39, // 49: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
+	39, // 50: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 51: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 52: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
+	13, // 53: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
+	15, // 54: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
+	17, // 55: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
+	21, // 56: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
+	24, // 57: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
+	26, // 58: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
+	28, // 59: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
+	30, // 60: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
+	33, // 61: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
+	35, // 62: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
+	37, // 63: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
+	14, // 64: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
+	16, // 65: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
+	18, // 66: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
+	23, // 67: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
+	25, // 68: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
+	27, // 69: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
+	29, // 70: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
+	31, // 71: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
+	34, // 72: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
+	36, // 73: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
+	38, // 74: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
+	64, // [64:75] is the sub-list for method output_type
+	53, // [53:64] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_trellis_worker_v1_worker_proto_init() }
@@ -3052,19 +3144,19 @@ func file_trellis_worker_v1_worker_proto_init() {
 		return
 	}
 	file_trellis_worker_v1_worker_proto_msgTypes[2].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[4].OneofWrappers = []any{}
 	file_trellis_worker_v1_worker_proto_msgTypes[5].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[8].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[6].OneofWrappers = []any{}
 	file_trellis_worker_v1_worker_proto_msgTypes[9].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[11].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[18].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[10].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[12].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_worker_v1_worker_proto_rawDesc), len(file_trellis_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
