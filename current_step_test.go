@@ -77,4 +77,3 @@ func TestCurrentStepFromHeartbeat(t *testing.T) {
 		}
 	}
 }
-
