@@ -53,6 +53,13 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 	names := w.sortedWorkflows()
 	w.updateRecord(names)
 	if free <= 0 || len(names) == 0 || (!force && free < w.refillAt() && w.hasBacklog()) {
+		if free < w.refillAt() {
+			// Woken with too few free slots (a run became due): finish wakes
+			// the loop again once refillAt slots are free.
+			w.mu.Lock()
+			w.wantMore = true
+			w.mu.Unlock()
+		}
 		return nil, false
 	}
 	n := min(free, w.cfg.ClaimBatch)

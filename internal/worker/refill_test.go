@@ -91,3 +91,52 @@ func waitN(t *testing.T, started <-chan string, n int) {
 		}
 	}
 }
+
+// Runs started while every slot is taken by direct dispatch go to the store
+// pending; the first slot that frees claims one at once, not at the next poll
+// (an hour here).
+func TestPendingWhileFullClaimedWhenSlotFrees(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	h := holder{started: make(chan string, 8), release: make(chan struct{})}
+	w, err := New(Config{Store: f.st, Namespace: "ns", Queues: []string{"q"}, Workflows: func() []string { return []string{"a"} },
+		Name: "w-1", Concurrency: 2, ClaimBatch: 8, LeaseDuration: time.Hour, PollInterval: time.Hour,
+		ShutdownGrace: time.Millisecond}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer stop(t, w)
+	create := func(id string) {
+		t.Helper()
+		p := &store.RunCreateParams{Namespace: "ns", ID: id, WorkflowID: id, Workflow: "a", Queue: "q"}
+		reserved := w.Reserve()
+		if reserved {
+			p.Claim = &store.CreateClaim{Worker: "w-1", LeaseDuration: time.Hour}
+		}
+		res, err := f.st.RunCreate(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reserved {
+			w.Launch(res.Claimed)
+		}
+	}
+	// The first claim (at start) finds nothing; then two direct dispatches fill
+	// both slots, and two more runs wait in the store.
+	for i := range 4 {
+		create(fmt.Sprintf("r-%d", i))
+	}
+	waitN(t, h.started, 2)
+	h.release <- struct{}{}
+	select {
+	case id := <-h.started:
+		if id != "r-2" {
+			t.Fatalf("claimed %s, want r-2 (the oldest pending run)", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a freed slot did not claim the pending run")
+	}
+	h.release <- struct{}{}
+	waitN(t, h.started, 1)
+}

@@ -309,6 +309,9 @@ func (w *Worker) Reserve() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.backlog || len(w.active)+w.reserved >= w.cfg.Concurrency {
+		// The run goes to the store pending: claim it as soon as slots free
+		// up, not at the next poll.
+		w.backlog, w.wantMore = true, true
 		return false
 	}
 	w.reserved++
