@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -281,6 +282,23 @@ func TestTracesJoinTheStartingTraceAcrossReplay(t *testing.T) {
 		}
 		runIDs[s.SpanContext().SpanID()] = true
 	}
+	// The run spans' attributes: the run, its claim, the ops replayed, what
+	// the attempt left the run in.
+	for i, s := range runs {
+		want := map[string]string{"trellis.run_id": h.RunID(), "trellis.workflow_id": h.ID(),
+			"trellis.attempt": fmt.Sprint(i + 1), "trellis.status": []string{"pending", "succeeded"}[i]}
+		if i == 1 {
+			want["trellis.replayed_ops"] = "1" // "first", recorded before the hand-back
+		}
+		for k, v := range want {
+			if got := spanAttr(s, k); got != v {
+				t.Errorf("run span %d: %s = %q, want %q", i, k, got, v)
+			}
+		}
+		if got := spanAttr(s, "trellis.queue"); got != "" {
+			t.Errorf("run span %d on the default queue has trellis.queue %q", i, got)
+		}
+	}
 	steps := append(spansNamed(sr, "step first"), spansNamed(sr, "step second")...)
 	if len(steps) != 3 { // first once (replayed, not run, after the hand-back), second twice
 		t.Fatalf("%d step spans, want 3", len(steps))
@@ -290,6 +308,16 @@ func TestTracesJoinTheStartingTraceAcrossReplay(t *testing.T) {
 			t.Errorf("step span %s is not a child of a run span of the trace", s.Name())
 		}
 	}
+}
+
+// spanAttr is the value of a span's attribute as text; "" when it has none.
+func spanAttr(s sdktrace.ReadOnlySpan, key string) string {
+	for _, kv := range s.Attributes() {
+		if string(kv.Key) == key {
+			return kv.Value.Emit()
+		}
+	}
+	return ""
 }
 
 func spansNamed(sr *tracetest.SpanRecorder, name string) []sdktrace.ReadOnlySpan {
@@ -402,5 +430,34 @@ func TestLogLinesCarryRunStepAndAttempt(t *testing.T) {
 	}
 	if seen["in the workflow"] != 1 || seen["in the step"] != 2 || seen["step attempt failed"] != 1 || seen["run attempt ended"] < 1 {
 		t.Errorf("lines seen %v", seen)
+	}
+}
+
+// A step's first attempt has a span without attributes (its name says the
+// step); a retry's span carries its attempt number; a failed attempt's span
+// has the error status.
+func TestStepSpansOfRetries(t *testing.T) {
+	t.Parallel()
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	wf := trellis.NewWorkflow("retried", func(wc *trellis.Context, _ int) (int, error) {
+		return trellis.Step(wc, "flaky", func(ctx context.Context) (int, error) {
+			if trellis.StepInfo(ctx).Attempt == 1 {
+				return 0, errBoom
+			}
+			return 1, nil
+		}, trellis.StepOptions{Retry: trellis.RetryPolicy{MaxAttempts: 2, Backoff: trellis.Fixed(time.Millisecond)}})
+	})
+	c := open(t, storeURL(t), func(c *trellis.Config) { c.TracerProvider = tp })
+	register(t, c, wf)
+	mustResult(t, must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), c, wf, 0)))
+	waitFor(t, func() bool { return len(spansNamed(sr, "step flaky")) == 2 })
+	steps := spansNamed(sr, "step flaky")
+	if len(steps[0].Attributes()) != 0 || steps[0].Status().Code != codes.Error {
+		t.Errorf("first attempt: attributes %v, status %v; want none and an error", steps[0].Attributes(), steps[0].Status())
+	}
+	if got := spanAttr(steps[1], "trellis.attempt"); got != "2" || steps[1].Status().Code == codes.Error {
+		t.Errorf("retry: trellis.attempt %q, status %v; want 2 and no error", got, steps[1].Status())
 	}
 }
