@@ -103,7 +103,7 @@ type WorkerOptions struct {
 	// Concurrency caps the runs executing at once; default 256
 	// (worker.DefaultConcurrency).
 	Concurrency int
-	// ClaimBatch caps the runs claimed by one query; default 64
+	// ClaimBatch caps the runs claimed by one query; default 256
 	// (worker.DefaultClaimBatch).
 	ClaimBatch int
 	// LeaseDuration is how long a claim lasts without a heartbeat, hence how soon

@@ -132,7 +132,7 @@ type Config struct {
 	Name string
 	// Concurrency caps the runs executing at once. Default DefaultConcurrency (256).
 	Concurrency int
-	// ClaimBatch caps the runs claimed by one query. Default DefaultClaimBatch (64).
+	// ClaimBatch caps the runs claimed by one query. Default DefaultClaimBatch (256).
 	ClaimBatch int
 	// LeaseDuration is how long a claim lasts without a heartbeat, and how long the
 	// worker's store record stays live. Default DefaultLeaseDuration (10s).
@@ -158,7 +158,7 @@ type Config struct {
 // WorkerOptions refer to them.
 const (
 	DefaultConcurrency = 256
-	DefaultClaimBatch  = 64
+	DefaultClaimBatch  = 256
 	// DefaultLeaseDuration bounds how long a crashed worker's runs wait before
 	// another worker takes them over. Heartbeats are batched (one lease statement
 	// per tick on Postgres, one transaction per tick on SQLite), so a short lease
