@@ -199,7 +199,7 @@ func endBatch(tx *wtx, cks []*ckReq, deltas map[groupKey]*groupDelta) error {
 		ck.res = nil
 		c.add(ck)
 	}
-	rows, err := tx.query(sqlChildEnds, append(c.args(), c.streamArgs()...)...)
+	rows, err := tx.query(sqlChildEnds, c.args()...)
 	if err != nil {
 		return fmt.Errorf("ending child runs: %w", err)
 	}

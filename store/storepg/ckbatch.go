@@ -17,17 +17,20 @@ import (
 // checkpoint is what makes group commit cheap on the server (w1 sends ~100
 // checkpoints per batch).
 //
+// Each row of ops, attempts, run-store writes and stream events carries the
+// ordinal i of its checkpoint and is joined to the updated runs by it. (They
+// used to be picked from the arrays by index, ($18::int4[])[g]: Postgres finds
+// the g-th element of an array of variable-length values by walking from the
+// first, so a batch of n rows cost n²/2 steps per array.)
+//
 // The run is found by its unique (namespace, id) and updated by sequence; see
 // seqOf for why not by "namespace AND id AND status = 'running'". A run whose
 // cancellation was requested is handed back (pending, due now) instead of waiting.
 const sqlCheckpoints = `WITH c AS MATERIALIZED (
 	SELECT c.*, (SELECT k.sequence FROM runs k WHERE k.namespace = c.ns AND k.id = c.id) AS seq
 	FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::timestamptz[],
-		$6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::int4[], $11::int4[],
-		$12::int4[], $13::int4[], $14::int4[], $15::int4[], $16::int4[], $17::int4[],
-		$35::int4[], $36::int4[])
-	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output,
-		op_from, op_to, att_from, att_to, set_from, set_to, del_from, del_to, ev_from, ev_to, i)
+		$6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::int4[])
+	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output, ev_n, i)
 ), f AS (
 	UPDATE runs r SET status = CASE WHEN c.status = 'waiting' AND r.cancel_requested THEN 'pending' ELSE c.status END,
 		output = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.output ELSE r.output END,
@@ -40,38 +43,41 @@ const sqlCheckpoints = `WITH c AS MATERIALIZED (
 		lease_owner = CASE c.status WHEN 'running' THEN r.lease_owner ELSE '' END,
 		lease_expires_at = CASE c.status WHEN 'running' THEN r.lease_expires_at END,
 		finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.now ELSE r.finished_at END,
-		updated_at = c.now, stream_seq = r.stream_seq + GREATEST(c.ev_to - c.ev_from + 1, 0)
+		updated_at = c.now, stream_seq = r.stream_seq + c.ev_n
 	FROM c
 	WHERE r.sequence = c.seq AND r.status = 'running' AND r.lease_token = c.token
 		AND (r.parent_seq IS NULL OR c.status NOT IN ('succeeded', 'failed', 'cancelled'))
-	RETURNING c.i, r.sequence, r.cancel_requested, c.op_from, c.op_to, c.att_from, c.att_to,
-		c.set_from, c.set_to, c.del_from, c.del_to, c.ev_from, c.ev_to, c.now, r.stream_seq
+	RETURNING c.i, r.sequence, r.cancel_requested, c.ev_n, c.now, r.stream_seq
 ), e AS (
 	INSERT INTO stream_events (run_seq, seq, name, data, created_at)
-	SELECT f.sequence, f.stream_seq - (f.ev_to - g), ($37::text[])[g], ($38::bytea[])[g], f.now
-	FROM f, generate_series(f.ev_from, f.ev_to) AS g
+	SELECT f.sequence, f.stream_seq - f.ev_n + x.k, x.name, x.data, f.now
+	FROM unnest($32::int4[], $33::int4[], $34::text[], $35::bytea[]) AS x(i, k, name, data)
+	JOIN f ON f.i = x.i
 ), o AS (
 	INSERT INTO ops (run_seq, position, kind, name, done, result, error, attempts, started_at, finished_at)
-	SELECT f.sequence, ($18::int4[])[g], ($19::text[])[g], ($20::text[])[g], ($21::bool[])[g],
-		($22::bytea[])[g], ($23::text[])[g], ($24::int4[])[g], ($25::timestamptz[])[g], ($26::timestamptz[])[g]
-	FROM f, generate_series(f.op_from, f.op_to) AS g
+	SELECT f.sequence, x.position, x.kind, x.name, x.done, x.result, x.error, x.attempts, x.started_at, x.finished_at
+	FROM unnest($11::int4[], $12::int4[], $13::text[], $14::text[], $15::bool[], $16::bytea[], $17::text[],
+		$18::int4[], $19::timestamptz[], $20::timestamptz[])
+		AS x(i, position, kind, name, done, result, error, attempts, started_at, finished_at)
+	JOIN f ON f.i = x.i
 	ON CONFLICT (run_seq, position) DO UPDATE SET kind = excluded.kind, name = excluded.name,
 		done = excluded.done, result = excluded.result, error = excluded.error,
 		attempts = excluded.attempts, started_at = excluded.started_at, finished_at = excluded.finished_at
 ), a AS (
 	INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at)
-	SELECT f.sequence, ($27::int4[])[g], ($28::int4[])[g], ($29::text[])[g], ($30::timestamptz[])[g],
-		($31::timestamptz[])[g]
-	FROM f, generate_series(f.att_from, f.att_to) AS g
+	SELECT f.sequence, x.position, x.attempt, x.error, x.started_at, x.finished_at
+	FROM unnest($21::int4[], $22::int4[], $23::int4[], $24::text[], $25::timestamptz[], $26::timestamptz[])
+		AS x(i, position, attempt, error, started_at, finished_at)
+	JOIN f ON f.i = x.i
 	ON CONFLICT DO NOTHING
 ), s AS (
 	INSERT INTO kv (run_seq, key, value)
-	SELECT f.sequence, ($32::text[])[g], ($33::bytea[])[g]
-	FROM f, generate_series(f.set_from, f.set_to) AS g
+	SELECT f.sequence, x.key, x.value
+	FROM unnest($27::int4[], $28::text[], $29::bytea[]) AS x(i, key, value) JOIN f ON f.i = x.i
 	ON CONFLICT (run_seq, key) DO UPDATE SET value = excluded.value
 ), d AS (
-	DELETE FROM kv USING f WHERE kv.run_seq = f.sequence AND f.del_from <= f.del_to
-		AND kv.key = ANY(($34::text[])[f.del_from:f.del_to])
+	DELETE FROM kv USING f, unnest($30::int4[], $31::text[]) AS x(i, key)
+	WHERE f.i = x.i AND kv.run_seq = f.sequence AND kv.key = x.key
 )
 SELECT i, cancel_requested FROM f`
 
@@ -125,17 +131,17 @@ type ckColumns struct {
 	now, wake              []pgtype.Timestamptz
 	errs                   []pgtype.Text
 	output                 [][]byte
-	// ranges holds, per checkpoint, the 1-based first and last index of its rows in
-	// ops, atts, kv.setKeys and kv.delKeys (first > last when it has none).
-	ranges [8][]int32
-	// evFrom and evTo are each checkpoint's range in evNames and evData (its
-	// stream events), as ranges are.
-	evFrom, evTo []int32
-	evNames      []string
-	evData       [][]byte
-	ops          opCols
-	atts         attCols
-	kv           kvCols
+	evN                    []int32
+	// opI, attI, setI, delI and evI hold, for each row of ops, atts,
+	// kv.setKeys, kv.delKeys and the events, the 1-based ordinal of its
+	// checkpoint in the batch; evK is each event's place among its
+	// checkpoint's events, from 1.
+	opI, attI, setI, delI, evI, evK []int32
+	evNames                         []string
+	evData                          [][]byte
+	ops                             opCols
+	atts                            attCols
+	kv                              kvCols
 }
 
 // checkpointsStmt merges the checkpoints cks into one statement whose reader sets
@@ -148,7 +154,7 @@ func checkpointsStmt(cks []*ckReq, mergeSingle bool) stmt {
 	for _, ck := range cks {
 		c.add(ck)
 	}
-	return stmt{sql: sqlCheckpoints, args: append(c.args(), c.streamArgs()...), rows: func(rows pgx.Rows) error {
+	return stmt{sql: sqlCheckpoints, args: c.args(), rows: func(rows pgx.Rows) error {
 		for _, ck := range cks {
 			ck.res = nil
 		}
@@ -167,6 +173,7 @@ func checkpointsStmt(cks []*ckReq, mergeSingle bool) stmt {
 	}}
 }
 
+// add appends the checkpoint ck as the next one of the batch.
 func (c *ckColumns) add(ck *ckReq) {
 	p, l := ck.p, ck.p.Lease
 	c.ns, c.id, c.token = append(c.ns, l.Namespace), append(c.id, l.RunID), append(c.token, l.Token)
@@ -174,35 +181,38 @@ func (c *ckColumns) add(ck *ckReq) {
 	c.now = append(c.now, pgtype.Timestamptz{Time: ck.now, Valid: true})
 	c.wake = append(c.wake, tsArg(timePtrArg(p.WakeAt)))
 	c.errs, c.output = append(c.errs, textArg(ck.errText)), append(c.output, p.Output)
-	for k, n := range [4][2]int{
-		{len(c.ops.pos), len(ck.ops.pos)}, {len(c.atts.pos), len(ck.atts.pos)},
-		{len(c.kv.setKeys), len(ck.kv.setKeys)}, {len(c.kv.delKeys), len(ck.kv.delKeys)},
-	} {
-		c.ranges[2*k] = append(c.ranges[2*k], int32(n[0]+1))
-		c.ranges[2*k+1] = append(c.ranges[2*k+1], int32(n[0]+n[1]))
-	}
+	c.evN = append(c.evN, int32(len(p.Stream)))
+	i := int32(len(c.ns))
+	c.opI = appendN(c.opI, i, len(ck.ops.pos))
+	c.attI = appendN(c.attI, i, len(ck.atts.pos))
+	c.setI = appendN(c.setI, i, len(ck.kv.setKeys))
+	c.delI = appendN(c.delI, i, len(ck.kv.delKeys))
 	c.ops.concat(&ck.ops)
 	c.atts.concat(&ck.atts)
 	c.kv.concat(&ck.kv)
-	c.evFrom, c.evTo = append(c.evFrom, int32(len(c.evNames)+1)), append(c.evTo, int32(len(c.evNames)+len(p.Stream)))
-	for _, w := range p.Stream {
+	for k, w := range p.Stream {
+		c.evI, c.evK = append(c.evI, i), append(c.evK, int32(k+1))
 		c.evNames, c.evData = append(c.evNames, w.Name), append(c.evData, w.Data)
 	}
 }
 
-// streamArgs are the parameters of sqlCheckpoints after those of args ($35 on).
-func (c *ckColumns) streamArgs() []any {
-	return []any{c.evFrom, c.evTo, orEmpty(c.evNames), orEmpty(c.evData)}
+// appendN appends n copies of v to s.
+func appendN(s []int32, v int32, n int) []int32 {
+	for range n {
+		s = append(s, v)
+	}
+	return s
 }
 
+// args are the parameters of sqlCheckpoints (and sqlChildEnds), in order.
 func (c *ckColumns) args() []any {
-	args := []any{c.ns, c.id, c.token, c.status, c.now, c.wake, c.reason, c.errs, c.output}
-	for _, r := range c.ranges {
-		args = append(args, r)
-	}
+	args := []any{c.ns, c.id, c.token, c.status, c.now, c.wake, c.reason, c.errs, c.output, c.evN,
+		orEmpty(c.opI)}
 	args = append(args, c.ops.args()...)
+	args = append(args, orEmpty(c.attI))
 	args = append(args, c.atts.args()...)
-	return append(args, c.kv.args()...)
+	args = append(args, orEmpty(c.setI), orEmpty(c.kv.setKeys), orEmpty(c.kv.vals), orEmpty(c.delI), orEmpty(c.kv.delKeys))
+	return append(args, orEmpty(c.evI), orEmpty(c.evK), orEmpty(c.evNames), orEmpty(c.evData))
 }
 
 // opCols are ops as column arrays.
