@@ -62,10 +62,11 @@ var (
 
 // RunCreate implements store.Store.
 func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
-	st, res, err := s.runCreateStmt(p)
+	st, cr, err := s.runCreateStmt(p)
 	if err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
 	}
+	res := cr.res
 	topics := []string{store.RunTopic(p.Namespace, p.ID)}
 	if p.Claim == nil || (p.AvailableAt != nil && p.AvailableAt.After(s.now())) {
 		// A run created claimed is no work for another worker.
@@ -87,7 +88,12 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 		return *res, nil
 	}
 	var out *store.RunCreateResult
-	if p.Idempotency == nil {
+	if mergeable(p) {
+		cr.single = st
+		if _, err = s.submit(ctx, &request{ctx: ctx, cr: cr, topics: topics, done: make(chan error, 1)}); err == nil {
+			out, err = result()
+		}
+	} else if p.Idempotency == nil {
 		if _, err = s.write(ctx, topics, stmts...); err == nil {
 			out, err = result()
 		}
@@ -104,8 +110,9 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 }
 
 // runCreateStmt validates p and returns its statement, whose reader stores the
-// result in *res (nil: the start was rejected).
-func (s *Store) runCreateStmt(p *store.RunCreateParams) (stmt, **store.RunCreateResult, error) {
+// result in *cr.res (nil: the start was rejected), and the create's values for
+// a merged statement (cr; its single is left to the caller).
+func (s *Store) runCreateStmt(p *store.RunCreateParams) (stmt, *crReq, error) {
 	if err := p.Validate(); err != nil {
 		return stmt{}, nil, err
 	}
@@ -135,7 +142,7 @@ func (s *Store) runCreateStmt(p *store.RunCreateParams) (stmt, **store.RunCreate
 			*res, err = scanCreated(rows, claim)
 			return err
 		},
-	}, res, nil
+	}, &crReq{p: p, now: now, avail: avail, claim: claim, res: res}, nil
 }
 
 // tableRef matches the references to Trellis' tables in its statements.

@@ -190,10 +190,11 @@ func (s *Store) fireRun(tx *wtx, p *store.RunCreateParams) (*store.Run, bool, er
 // runCreateInTx creates a run in a transaction of the waiting path (txn.go),
 // signalling the workers when it commits.
 func (s *Store) runCreateInTx(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error) {
-	st, res, err := s.runCreateStmt(p)
+	st, cr, err := s.runCreateStmt(p)
 	if err != nil {
 		return nil, err
 	}
+	res := cr.res
 	if err := runInTx(tx.ctx, tx.Tx, "", st); err != nil {
 		return nil, err
 	}

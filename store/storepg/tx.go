@@ -34,10 +34,11 @@ func (s *Store) RunCreateTx(ctx context.Context, tx any, p *store.RunCreateParam
 	if p.Idempotency != nil {
 		return nil, fmt.Errorf("creating run in a transaction: %w: Idempotency is not allowed", store.ErrInvalidParams)
 	}
-	st, res, err := s.runCreateStmt(p)
+	st, cr, err := s.runCreateStmt(p)
 	if err != nil {
 		return nil, fmt.Errorf("creating run in a transaction: %w", err)
 	}
+	res := cr.res
 	if err := runInTx(ctx, ptx, s.schemaSQL(st.sql), st); err != nil {
 		return nil, fmt.Errorf("creating run in a transaction: %w", err)
 	}

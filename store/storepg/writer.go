@@ -34,6 +34,9 @@ type request struct {
 	// ck, when set instead of stmts, is a checkpoint: the writer merges the
 	// checkpoints of a batch into one statement.
 	ck *ckReq
+	// cr, when set instead of stmts, is a plain run create: the writer merges
+	// the creates of a batch into one statement (see sqlRunCreates).
+	cr *crReq
 	// topics are published (NOTIFY to every store, and locally) when the batch
 	// commits. Topics known only from a statement's result are published by the
 	// statement itself (pg_notify in SQL) and by the caller locally.
@@ -262,10 +265,23 @@ func (w *writer) batchUnits(batch []*request) []unit {
 	var (
 		cks   []*ckReq
 		ckIdx []int
+		crs   []*crReq
+		crIdx []int
 		out   = make([]unit, 1, len(batch)+1)
 		seen  = make(map[store.Lease]bool)
+		seenC = make(map[store.Lease]bool)
 	)
 	for i, r := range batch {
+		if r.cr != nil {
+			run := store.Lease{Namespace: r.cr.p.Namespace, RunID: r.cr.p.ID}
+			if seenC[run] { // the same run ID twice: rows come back by ID
+				out = append(out, unit{st: r.cr.single, reqs: []int{i}})
+				continue
+			}
+			seenC[run] = true
+			crs, crIdx = append(crs, r.cr), append(crIdx, i)
+			continue
+		}
 		if r.ck == nil {
 			for _, st := range r.stmts {
 				out = append(out, unit{st: st, reqs: []int{i}})
@@ -279,6 +295,12 @@ func (w *writer) batchUnits(batch []*request) []unit {
 		}
 		seen[run] = true
 		cks, ckIdx = append(cks, r.ck), append(ckIdx, i)
+	}
+	switch {
+	case len(crs) == 1:
+		out = append(out, unit{st: crs[0].single, reqs: crIdx})
+	case len(crs) > 1:
+		out = append(out, unit{st: createsStmt(crs), reqs: crIdx})
 	}
 	if len(cks) == 0 {
 		return out[1:]
