@@ -52,7 +52,7 @@ func TestMergedCreates(t *testing.T) {
 	}
 	for i := range 5 {
 		starts = append(starts,
-			want{id: fmt.Sprintf("run-%02d", i), wid: fmt.Sprintf("other-%02d", i), queue: "q"},  // run ID taken
+			want{id: fmt.Sprintf("run-%02d", i), wid: fmt.Sprintf("other-%02d", i), queue: "q"}, // run ID taken
 			want{id: fmt.Sprintf("dup-%02d", i), wid: fmt.Sprintf("wf-%02d", 10+i), queue: "q"}, // workflow ID taken
 			want{id: fmt.Sprintf("paused-%02d", i), wid: fmt.Sprintf("p-%02d", i), queue: "paused", claim: true})
 	}
