@@ -112,8 +112,12 @@ func TestMergedCreates(t *testing.T) {
 			}
 		}
 		for i := range 40 {
-			if id := fmt.Sprintf("run-%02d", i); byID[id] != 1 {
-				t.Errorf("run ID %s created %d times", id, byID[id])
+			id, n := fmt.Sprintf("run-%02d", i), byID[fmt.Sprintf("run-%02d", i)]
+			if i >= 10 && i < 15 { // run-1x and dup-0x race for workflow ID wf-1x
+				n += byID[fmt.Sprintf("dup-%02d", i-10)]
+			}
+			if n != 1 {
+				t.Errorf("run ID %s (or its rival for the workflow ID) created %d times", id, n)
 			}
 		}
 		for i := range 5 {
