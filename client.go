@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/engine"
+	"github.com/trellis-dev/trellis/internal/queuedefaults"
 	"github.com/trellis-dev/trellis/internal/results"
 	"github.com/trellis-dev/trellis/internal/retention"
 	"github.com/trellis-dev/trellis/internal/schedule"
@@ -25,11 +26,14 @@ type Client struct {
 	chain     *chain  // interceptors, the built-in ones first
 	// wstore is the store of the worker role: the store, or the server's
 	// worker protocol for a remote worker (NewWorker with Config.Server).
-	wstore    worker.Store
-	wclose    func() error // closes wstore when it is not the store
-	worker    *worker.Worker
-	purger    *retention.Purger // deletes expired runs; with the worker
-	engine    *engine.Engine
+	wstore worker.Store
+	wclose func() error // closes wstore when it is not the store
+	worker *worker.Worker
+	purger *retention.Purger // deletes expired runs; with the worker
+	engine *engine.Engine
+	// queues caches the default retry policies of queues for the worker's runs
+	// (nil without a store of its own: a server fills them for a remote worker).
+	queues    *queuedefaults.Cache
 	results   *results.Watcher
 	scheduler *schedule.Scheduler
 	objects   objectCache // namespace and queue records, for the defaults of starts
@@ -80,7 +84,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 			LeaseDuration: cfg.Worker.LeaseDuration, HeartbeatInterval: cfg.Worker.HeartbeatInterval,
 			ShutdownGrace: cfg.Worker.ShutdownGrace, PollInterval: cfg.Worker.PollInterval,
 			Logger: cfg.Logger, Clock: cfg.Clock, OnClaim: cfg.onClaim(),
-		}, &executor{eng: c.engine, chain: c.chain})
+		}, &executor{eng: c.engine, chain: c.chain, queues: c.queueDefaults()})
 		if err != nil {
 			c.results.Stop()
 			c.closeStore()
@@ -360,4 +364,16 @@ func runError(run *Run) error {
 		e.Message, e.Type = run.Error.Message, run.Error.Type
 	}
 	return e
+}
+
+// queueDefaults returns the client's cache of queues' default retry policies,
+// made on first use; nil for a client without a store of its own.
+func (c *Client) queueDefaults() *queuedefaults.Cache {
+	if c.store == nil {
+		return nil
+	}
+	if c.queues == nil {
+		c.queues = queuedefaults.New(c.store, c.cfg.Logger)
+	}
+	return c.queues
 }

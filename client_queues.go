@@ -123,6 +123,7 @@ func (c *Client) CreateQueue(ctx context.Context, name string, s QueueSettings) 
 		err = c.remote.call(ctx, http.MethodPost, c.remote.ns+"/queues", body, q)
 	} else {
 		q, err = c.store.QueueCreate(ctx, &p)
+		c.forgetQueue(name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("creating queue %q: %w", name, err)
@@ -175,6 +176,7 @@ func (c *Client) UpdateQueue(ctx context.Context, name string, s QueueSettings) 
 		err = c.remote.call(ctx, http.MethodPatch, c.remote.queuePath(name), s, q)
 	} else {
 		q, err = c.store.QueueUpdate(ctx, &store.QueueUpdateParams{Namespace: c.cfg.Namespace, Name: name, QueueSettings: s})
+		c.forgetQueue(name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("updating queue %q: %w", name, err)
@@ -298,4 +300,12 @@ func (c *Client) applyRecords(ctx context.Context, def *definition, o StartOptio
 		p.Priority = qE.q.Priority
 	}
 	return nil
+}
+
+// forgetQueue makes this client's worker read queue name's record again for
+// its next run: a change made through the client applies at once.
+func (c *Client) forgetQueue(name string) {
+	if c.queues != nil {
+		c.queues.Forget(c.cfg.Namespace, name)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/engine"
+	"github.com/trellis-dev/trellis/internal/queuedefaults"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
 	"go.opentelemetry.io/otel/propagation"
@@ -146,9 +147,12 @@ func (c *Client) call(ctx context.Context, cc ClientCall, f func(context.Context
 type executor struct {
 	eng   *engine.Engine
 	chain *chain
+	// queues, when set, gives each run its queue's default retry policy.
+	queues *queuedefaults.Cache
 }
 
 func (x *executor) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control) {
+	x.queues.Fill(ctx, cr)
 	if len(x.chain.workflow) == 0 {
 		x.eng.Execute(ctx, cr, ctl)
 		return

@@ -57,7 +57,8 @@ func (j *Job[In, Out]) definition() *definition {
 		opts: WorkflowOptions{Version: j.opts.Version, Queue: j.opts.Queue},
 		eng: engine.Definition{Name: j.name, Job: &engine.Job{
 			Options: engine.StepOptions{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff,
-				NonRetryableTypes: p.NonRetryableTypes, Timeout: j.opts.Timeout},
+				NonRetryableTypes: p.NonRetryableTypes, Timeout: j.opts.Timeout,
+				AttemptsDefault: j.opts.Retry.MaxAttempts <= 0, BackoffDefault: j.opts.Retry.Backoff == nil},
 			Fn: func(ctx context.Context, codec engine.Codec, input []byte) ([]byte, error) {
 				var in In
 				if err := codec.Unmarshal(input, &in); err != nil {

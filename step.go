@@ -33,7 +33,8 @@ func engineOptions(opts []StepOptions) engine.StepOptions {
 	}
 	p := o.Retry.withDefaults()
 	return engine.StepOptions{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff, NonRetryableTypes: p.NonRetryableTypes,
-		Timeout: o.Timeout, TotalTimeout: o.TotalTimeout}
+		Timeout: o.Timeout, TotalTimeout: o.TotalTimeout,
+		AttemptsDefault: o.Retry.MaxAttempts <= 0, BackoffDefault: o.Retry.Backoff == nil}
 }
 
 // StepAttempt describes the step attempt a context belongs to; see StepInfo.

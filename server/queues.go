@@ -125,6 +125,7 @@ func (s *Server) createQueue(w http.ResponseWriter, r *http.Request, c *call) er
 	if err != nil {
 		return err
 	}
+	s.queues.Forget(c.ns, req.Name) // remote workers' runs take its policy at once
 	writeJSON(w, 201, q)
 	return nil
 }
@@ -170,6 +171,7 @@ func (s *Server) updateQueue(w http.ResponseWriter, r *http.Request, c *call) er
 	if err != nil {
 		return err
 	}
+	s.queues.Forget(c.ns, name)
 	writeJSON(w, 200, q)
 	return nil
 }

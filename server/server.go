@@ -23,6 +23,7 @@ import (
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/internal/auth/storeauth"
+	"github.com/trellis-dev/trellis/internal/queuedefaults"
 	"github.com/trellis-dev/trellis/internal/retention"
 	"github.com/trellis-dev/trellis/internal/schedule"
 	"github.com/trellis-dev/trellis/store"
@@ -202,6 +203,9 @@ func loopbackOnly(addr string) bool {
 type Server struct {
 	cfg       Config
 	store     store.Store
+	// queues fills the queue's default retry policy into the runs pushed to
+	// remote workers, which cannot read queue records.
+	queues *queuedefaults.Cache
 	ownsStore bool
 	handler   http.Handler
 	table     []route
@@ -244,6 +248,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, store: cfg.Backend, clients: map[string]*trellis.Client{}, ui: ui}
+	s.queues = queuedefaults.New(s.store, cfg.Logger)
 	if s.store == nil {
 		st, err := trellis.OpenStore(ctx, cfg.Store, nil)
 		if err != nil {

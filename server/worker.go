@@ -302,6 +302,9 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 // push sends claimed runs; runs it could not send are handed back at once
 // rather than waiting for their leases to expire.
 func (h *workerService) push(ctx context.Context, stream *connect.ServerStream[pb.ClaimResponse], res *store.RunsClaimResult) error {
+	for _, cr := range res.Runs {
+		h.s.queues.Fill(ctx, cr) // the worker cannot read queue records
+	}
 	err := stream.Send(&pb.ClaimResponse{Runs: ww.ClaimedToPB(res.Runs), NextDue: ww.TsPtr(res.NextDue)})
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

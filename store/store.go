@@ -481,6 +481,11 @@ type ClaimedRun struct {
 	History        []*Op     `json:"history"`
 	// Inbox holds the run's unconsumed events, in Seq order.
 	Inbox []*Event `json:"inbox"`
+	// QueueRetry is the default step retry policy of the run's queue, when its
+	// record has one. Stores leave it nil: the client that executes the run
+	// fills it from the queue's record (read through a cache of a few seconds),
+	// and a server fills it in the runs it pushes to remote workers.
+	QueueRetry *QueueRetry `json:"queue_retry,omitempty"`
 }
 
 // RunsClaimResult is the result of RunsClaim.

@@ -30,6 +30,11 @@ const jobPosition = 0
 // executeJob runs one attempt of a job and records its outcome in one
 // checkpoint: succeeded, failed, or waiting for the next attempt.
 func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control, job *Job) {
+	if cr.QueueRetry != nil {
+		j := *job
+		j.Options = j.Options.withQueue(cr.QueueRetry)
+		job = &j
+	}
 	run := cr.Run
 	lease := store.Lease{Namespace: run.Namespace, RunID: run.ID, Token: cr.LeaseToken}
 	var final *store.Run

@@ -37,8 +37,10 @@ type RunState struct {
 	// cancelCtx is ctx, also done (cause ErrCancelled) once the run is cancelled.
 	cancelCtx context.Context
 	ctl       *worker.Control
-	history   map[int]*store.Op
-	lastPos   int // highest recorded position, -1 when none
+	// queueRetry is the default retry policy of the run's queue (nil: none).
+	queueRetry *store.QueueRetry
+	history    map[int]*store.Op
+	lastPos    int // highest recorded position, -1 when none
 
 	// inbox holds the events the run had when claimed; consumed marks those an op
 	// of this execution took.
@@ -70,13 +72,14 @@ type RunState struct {
 func newRunState(e *Engine, cr *store.ClaimedRun, ctx context.Context, ctl *worker.Control) *RunState {
 	rs := &RunState{
 		e: e, codec: e.cfg.Codec, run: cr.Run, ctx: ctx, ctl: ctl,
-		lease:     store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken},
-		history:   make(map[int]*store.Op, len(cr.History)),
-		lastPos:   -1,
-		kv:        make(map[string][]byte),
-		unwinding: make(chan struct{}),
-		inbox:     cr.Inbox,
-		consumed:  make(map[int64]bool),
+		lease:      store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken},
+		history:    make(map[int]*store.Op, len(cr.History)),
+		lastPos:    -1,
+		kv:         make(map[string][]byte),
+		unwinding:  make(chan struct{}),
+		inbox:      cr.Inbox,
+		consumed:   make(map[int64]bool),
+		queueRetry: cr.QueueRetry,
 	}
 	rs.runLog = e.cfg.Logger
 	if e.cfg.Logger.Handler() != slog.DiscardHandler { // no attributes for lines nobody reads

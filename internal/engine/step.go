@@ -44,6 +44,41 @@ type StepOptions struct {
 	// recorded, across attempts and backoffs; 0 means no limit. When it passes,
 	// the step fails with ErrStepTotalTimeout and is not retried.
 	TotalTimeout time.Duration
+	// AttemptsDefault and BackoffDefault say that MaxAttempts and Backoff are
+	// the SDK's defaults, not the caller's: the default retry policy of the
+	// run's queue (store.ClaimedRun.QueueRetry), when it has one, replaces them.
+	AttemptsDefault, BackoffDefault bool
+}
+
+// withQueue returns o with the queue's default retry policy q in place of
+// the SDK's defaults.
+func (o StepOptions) withQueue(q *store.QueueRetry) StepOptions {
+	if q == nil {
+		return o
+	}
+	if o.AttemptsDefault && q.MaxAttempts > 0 {
+		o.MaxAttempts = q.MaxAttempts
+	}
+	if o.BackoffDefault && q.InitialBackoff > 0 {
+		o.Backoff = QueueBackoff{Initial: time.Duration(q.InitialBackoff), Max: time.Duration(q.MaxBackoff)}
+	}
+	return o
+}
+
+// QueueBackoff is a queue's retry backoff: Initial, doubling per retry, capped
+// at Max (no cap when 0).
+type QueueBackoff struct{ Initial, Max time.Duration }
+
+// Delay implements Backoff.
+func (b QueueBackoff) Delay(attempt int) time.Duration {
+	d := b.Initial
+	for i := 1; i < attempt && (b.Max <= 0 || d < b.Max); i++ {
+		d *= 2
+	}
+	if b.Max > 0 && d > b.Max {
+		d = b.Max
+	}
+	return d
 }
 
 // StepAttempt describes the step attempt a context belongs to.
@@ -179,7 +214,7 @@ type stepCall struct {
 }
 
 func (rs *RunState) newStepCall(name string, pos int, rec *store.Op, fn func(context.Context) (any, error), o StepOptions, detached bool) *stepCall {
-	sc := &stepCall{rs: rs, detached: detached, name: name, pos: pos, started: rs.now(), opts: o, fn: fn}
+	sc := &stepCall{rs: rs, detached: detached, name: name, pos: pos, started: rs.now(), opts: o.withQueue(rs.queueRetry), fn: fn}
 	if rec != nil {
 		sc.attempt, sc.started = rec.Attempts, rec.StartedAt
 	}

@@ -105,3 +105,29 @@ func TestInlineBackoffWaitsOnTheClock(t *testing.T) {
 		t.Fatalf("clock at %v, want two backoffs after the start", now)
 	}
 }
+
+// A queue's backoff doubles from Initial up to Max, and replaces only what the
+// step left to the defaults.
+func TestQueueRetryOptions(t *testing.T) {
+	b := QueueBackoff{Initial: time.Second, Max: 5 * time.Second}
+	for n, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 5 * time.Second, 40: 5 * time.Second} {
+		if got := b.Delay(n); got != want {
+			t.Errorf("Delay(%d) = %s, want %s", n, got, want)
+		}
+	}
+	if got := (QueueBackoff{Initial: time.Millisecond}).Delay(11); got != 1024*time.Millisecond {
+		t.Errorf("uncapped Delay(11) = %s", got)
+	}
+	q := &store.QueueRetry{MaxAttempts: 7, InitialBackoff: store.Duration(time.Second)}
+	def := StepOptions{MaxAttempts: 3, Backoff: fixed(time.Minute), AttemptsDefault: true, BackoffDefault: true}
+	if o := def.withQueue(q); o.MaxAttempts != 7 || o.Backoff.Delay(1) != time.Second {
+		t.Errorf("defaults with the queue's policy: %+v", o)
+	}
+	own := StepOptions{MaxAttempts: 2, Backoff: fixed(time.Minute)}
+	if o := own.withQueue(q); o.MaxAttempts != 2 || o.Backoff.Delay(1) != time.Minute {
+		t.Errorf("the step's own policy was replaced: %+v", o)
+	}
+	if o := def.withQueue(&store.QueueRetry{MaxAttempts: 5}); o.MaxAttempts != 5 || o.Backoff.Delay(1) != time.Minute {
+		t.Errorf("a queue without a backoff changed the backoff: %+v", o)
+	}
+}

@@ -247,7 +247,7 @@ func ClaimedToPB(crs []*store.ClaimedRun) []*pb.ClaimedRun {
 	out := make([]*pb.ClaimedRun, len(crs))
 	for i, c := range crs {
 		out[i] = &pb.ClaimedRun{Run: RunToPB(c.Run), LeaseToken: c.LeaseToken, LeaseExpiresAt: Ts(c.LeaseExpiresAt),
-			History: OpsToPB(c.History), Inbox: eventsToPB(c.Inbox)}
+			History: OpsToPB(c.History), Inbox: eventsToPB(c.Inbox), QueueRetry: queueRetryToPB(c.QueueRetry)}
 	}
 	return out
 }
@@ -257,7 +257,37 @@ func ClaimedFromPB(crs []*pb.ClaimedRun) []*store.ClaimedRun {
 	out := make([]*store.ClaimedRun, len(crs))
 	for i, c := range crs {
 		out[i] = &store.ClaimedRun{Run: RunFromPB(c.Run), LeaseToken: c.LeaseToken, LeaseExpiresAt: Time(c.LeaseExpiresAt),
-			History: OpsFromPB(c.History), Inbox: eventsFromPB(c.Inbox)}
+			History: OpsFromPB(c.History), Inbox: eventsFromPB(c.Inbox), QueueRetry: queueRetryFromPB(c.QueueRetry)}
+	}
+	return out
+}
+
+func queueRetryToPB(r *store.QueueRetry) *pb.QueueRetry {
+	if r == nil {
+		return nil
+	}
+	out := &pb.QueueRetry{MaxAttempts: int64(r.MaxAttempts)}
+	if r.InitialBackoff > 0 {
+		out.InitialBackoff = Dur(time.Duration(r.InitialBackoff))
+	}
+	if r.MaxBackoff > 0 {
+		out.MaxBackoff = Dur(time.Duration(r.MaxBackoff))
+	}
+	return out
+}
+
+// queueRetryFromPB converts a queue's policy back; one that is not valid (a
+// server of another version, a faulty one) is dropped: the SDK's defaults apply.
+func queueRetryFromPB(r *pb.QueueRetry) *store.QueueRetry {
+	if r == nil || r.MaxAttempts < 1 || r.MaxAttempts > 1_000_000 {
+		return nil
+	}
+	out := &store.QueueRetry{MaxAttempts: int(r.MaxAttempts)}
+	if d := Duration(r.InitialBackoff); d > 0 {
+		out.InitialBackoff = store.Duration(d)
+	}
+	if d := Duration(r.MaxBackoff); d > 0 {
+		out.MaxBackoff = store.Duration(d)
 	}
 	return out
 }

@@ -745,8 +745,11 @@ type ClaimedRun struct {
 	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
 	History        []*Op                  `protobuf:"bytes,4,rep,name=history,proto3" json:"history,omitempty"`
 	Inbox          []*Event               `protobuf:"bytes,5,rep,name=inbox,proto3" json:"inbox,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The default step retry policy of the run's queue, when its record has one
+	// (store.Queue.Retry): steps without a policy of their own take it.
+	QueueRetry    *QueueRetry `protobuf:"bytes,6,opt,name=queue_retry,json=queueRetry,proto3" json:"queue_retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClaimedRun) Reset() {
@@ -814,6 +817,76 @@ func (x *ClaimedRun) GetInbox() []*Event {
 	return nil
 }
 
+func (x *ClaimedRun) GetQueueRetry() *QueueRetry {
+	if x != nil {
+		return x.QueueRetry
+	}
+	return nil
+}
+
+// A queue's default step retry policy.
+type QueueRetry struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	MaxAttempts int64                  `protobuf:"varint,1,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// An exponential backoff from initial_backoff, doubling, capped at
+	// max_backoff (no cap when unset); unset: the SDK's backoff.
+	InitialBackoff *durationpb.Duration `protobuf:"bytes,2,opt,name=initial_backoff,json=initialBackoff,proto3" json:"initial_backoff,omitempty"`
+	MaxBackoff     *durationpb.Duration `protobuf:"bytes,3,opt,name=max_backoff,json=maxBackoff,proto3" json:"max_backoff,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *QueueRetry) Reset() {
+	*x = QueueRetry{}
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueRetry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueRetry) ProtoMessage() {}
+
+func (x *QueueRetry) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueRetry.ProtoReflect.Descriptor instead.
+func (*QueueRetry) Descriptor() ([]byte, []int) {
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *QueueRetry) GetMaxAttempts() int64 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *QueueRetry) GetInitialBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.InitialBackoff
+	}
+	return nil
+}
+
+func (x *QueueRetry) GetMaxBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.MaxBackoff
+	}
+	return nil
+}
+
 type Lease struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -825,7 +898,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +910,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +923,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Lease) GetNamespace() string {
@@ -885,7 +958,7 @@ type KVWrite struct {
 
 func (x *KVWrite) Reset() {
 	*x = KVWrite{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +970,7 @@ func (x *KVWrite) String() string {
 func (*KVWrite) ProtoMessage() {}
 
 func (x *KVWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +983,7 @@ func (x *KVWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWrite.ProtoReflect.Descriptor instead.
 func (*KVWrite) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KVWrite) GetKey() string {
@@ -951,7 +1024,7 @@ type ChildRun struct {
 
 func (x *ChildRun) Reset() {
 	*x = ChildRun{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1036,7 @@ func (x *ChildRun) String() string {
 func (*ChildRun) ProtoMessage() {}
 
 func (x *ChildRun) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1049,7 @@ func (x *ChildRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildRun.ProtoReflect.Descriptor instead.
 func (*ChildRun) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ChildRun) GetId() string {
@@ -1048,7 +1121,7 @@ type ChildGroup struct {
 
 func (x *ChildGroup) Reset() {
 	*x = ChildGroup{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1133,7 @@ func (x *ChildGroup) String() string {
 func (*ChildGroup) ProtoMessage() {}
 
 func (x *ChildGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1146,7 @@ func (x *ChildGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildGroup.ProtoReflect.Descriptor instead.
 func (*ChildGroup) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ChildGroup) GetPosition() int64 {
@@ -1126,7 +1199,7 @@ type ApprovalRequest struct {
 
 func (x *ApprovalRequest) Reset() {
 	*x = ApprovalRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1211,7 @@ func (x *ApprovalRequest) String() string {
 func (*ApprovalRequest) ProtoMessage() {}
 
 func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1224,7 @@ func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ApprovalRequest) GetId() string {
@@ -1222,7 +1295,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1307,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1320,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClaimRequest) GetNamespace() string {
@@ -1312,7 +1385,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1397,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1410,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ClaimResponse) GetRuns() []*ClaimedRun {
@@ -1375,7 +1448,7 @@ type ExtendLeasesRequest struct {
 
 func (x *ExtendLeasesRequest) Reset() {
 	*x = ExtendLeasesRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1460,7 @@ func (x *ExtendLeasesRequest) String() string {
 func (*ExtendLeasesRequest) ProtoMessage() {}
 
 func (x *ExtendLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1473,7 @@ func (x *ExtendLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExtendLeasesRequest) GetLeases() []*Lease {
@@ -1434,7 +1507,7 @@ type ExtendLeasesResponse struct {
 
 func (x *ExtendLeasesResponse) Reset() {
 	*x = ExtendLeasesResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1519,7 @@ func (x *ExtendLeasesResponse) String() string {
 func (*ExtendLeasesResponse) ProtoMessage() {}
 
 func (x *ExtendLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1532,7 @@ func (x *ExtendLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{16}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExtendLeasesResponse) GetLost() []string {
@@ -1485,7 +1558,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1570,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1583,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{17}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReleaseLeaseRequest) GetLease() *Lease {
@@ -1528,7 +1601,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1613,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1626,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{18}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 // CheckpointItem is one run's checkpoint (store.CheckpointParams).
@@ -1583,7 +1656,7 @@ type CheckpointItem struct {
 
 func (x *CheckpointItem) Reset() {
 	*x = CheckpointItem{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1668,7 @@ func (x *CheckpointItem) String() string {
 func (*CheckpointItem) ProtoMessage() {}
 
 func (x *CheckpointItem) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1681,7 @@ func (x *CheckpointItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointItem.ProtoReflect.Descriptor instead.
 func (*CheckpointItem) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{19}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CheckpointItem) GetLease() *Lease {
@@ -1735,7 +1808,7 @@ type StreamWrite struct {
 
 func (x *StreamWrite) Reset() {
 	*x = StreamWrite{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1820,7 @@ func (x *StreamWrite) String() string {
 func (*StreamWrite) ProtoMessage() {}
 
 func (x *StreamWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1833,7 @@ func (x *StreamWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamWrite.ProtoReflect.Descriptor instead.
 func (*StreamWrite) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{20}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StreamWrite) GetName() string {
@@ -1786,7 +1859,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +1871,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +1884,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{21}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CheckpointRequest) GetCheckpoints() []*CheckpointItem {
@@ -1833,7 +1906,7 @@ type CheckpointResult struct {
 
 func (x *CheckpointResult) Reset() {
 	*x = CheckpointResult{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1918,7 @@ func (x *CheckpointResult) String() string {
 func (*CheckpointResult) ProtoMessage() {}
 
 func (x *CheckpointResult) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +1931,7 @@ func (x *CheckpointResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResult.ProtoReflect.Descriptor instead.
 func (*CheckpointResult) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{22}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CheckpointResult) GetError() *ErrorDetail {
@@ -1892,7 +1965,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +1977,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +1990,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{23}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CheckpointResponse) GetResults() []*CheckpointResult {
@@ -1937,7 +2010,7 @@ type ResumeBlockedRequest struct {
 
 func (x *ResumeBlockedRequest) Reset() {
 	*x = ResumeBlockedRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2022,7 @@ func (x *ResumeBlockedRequest) String() string {
 func (*ResumeBlockedRequest) ProtoMessage() {}
 
 func (x *ResumeBlockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2035,7 @@ func (x *ResumeBlockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeBlockedRequest.ProtoReflect.Descriptor instead.
 func (*ResumeBlockedRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{24}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResumeBlockedRequest) GetNamespace() string {
@@ -1988,7 +2061,7 @@ type ResumeBlockedResponse struct {
 
 func (x *ResumeBlockedResponse) Reset() {
 	*x = ResumeBlockedResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2073,7 @@ func (x *ResumeBlockedResponse) String() string {
 func (*ResumeBlockedResponse) ProtoMessage() {}
 
 func (x *ResumeBlockedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2086,7 @@ func (x *ResumeBlockedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeBlockedResponse.ProtoReflect.Descriptor instead.
 func (*ResumeBlockedResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{25}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResumeBlockedResponse) GetResumed() int64 {
@@ -2033,7 +2106,7 @@ type ListHistoryRequest struct {
 
 func (x *ListHistoryRequest) Reset() {
 	*x = ListHistoryRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2118,7 @@ func (x *ListHistoryRequest) String() string {
 func (*ListHistoryRequest) ProtoMessage() {}
 
 func (x *ListHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2131,7 @@ func (x *ListHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHistoryRequest.ProtoReflect.Descriptor instead.
 func (*ListHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{26}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListHistoryRequest) GetNamespace() string {
@@ -2084,7 +2157,7 @@ type ListHistoryResponse struct {
 
 func (x *ListHistoryResponse) Reset() {
 	*x = ListHistoryResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2169,7 @@ func (x *ListHistoryResponse) String() string {
 func (*ListHistoryResponse) ProtoMessage() {}
 
 func (x *ListHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2182,7 @@ func (x *ListHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHistoryResponse.ProtoReflect.Descriptor instead.
 func (*ListHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{27}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListHistoryResponse) GetOps() []*Op {
@@ -2130,7 +2203,7 @@ type ListChildrenRequest struct {
 
 func (x *ListChildrenRequest) Reset() {
 	*x = ListChildrenRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2142,7 +2215,7 @@ func (x *ListChildrenRequest) String() string {
 func (*ListChildrenRequest) ProtoMessage() {}
 
 func (x *ListChildrenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2155,7 +2228,7 @@ func (x *ListChildrenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChildrenRequest.ProtoReflect.Descriptor instead.
 func (*ListChildrenRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{28}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListChildrenRequest) GetNamespace() string {
@@ -2188,7 +2261,7 @@ type ListChildrenResponse struct {
 
 func (x *ListChildrenResponse) Reset() {
 	*x = ListChildrenResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2273,7 @@ func (x *ListChildrenResponse) String() string {
 func (*ListChildrenResponse) ProtoMessage() {}
 
 func (x *ListChildrenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2286,7 @@ func (x *ListChildrenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChildrenResponse.ProtoReflect.Descriptor instead.
 func (*ListChildrenResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{29}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListChildrenResponse) GetRuns() []*Run {
@@ -2236,7 +2309,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2321,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2334,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{30}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SubscribeRequest) GetNamespace() string {
@@ -2290,7 +2363,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2375,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2388,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{31}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SubscribeResponse) GetSubscribed() bool {
@@ -2349,7 +2422,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2434,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2447,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{32}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Worker) GetNamespace() string {
@@ -2455,7 +2528,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2540,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2553,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{33}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HeartbeatRequest) GetNamespace() string {
@@ -2540,7 +2613,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2625,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2638,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{34}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{35}
 }
 
 type ListWorkersRequest struct {
@@ -2577,7 +2650,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2662,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2675,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{35}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListWorkersRequest) GetNamespace() string {
@@ -2621,7 +2694,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2706,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2719,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{36}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -2666,7 +2739,7 @@ type RemoveWorkerRequest struct {
 
 func (x *RemoveWorkerRequest) Reset() {
 	*x = RemoveWorkerRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2751,7 @@ func (x *RemoveWorkerRequest) String() string {
 func (*RemoveWorkerRequest) ProtoMessage() {}
 
 func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2764,7 @@ func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{37}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RemoveWorkerRequest) GetNamespace() string {
@@ -2716,7 +2789,7 @@ type RemoveWorkerResponse struct {
 
 func (x *RemoveWorkerResponse) Reset() {
 	*x = RemoveWorkerResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2801,7 @@ func (x *RemoveWorkerResponse) String() string {
 func (*RemoveWorkerResponse) ProtoMessage() {}
 
 func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2814,7 @@ func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{38}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{39}
 }
 
 var File_trellis_worker_v1_worker_proto protoreflect.FileDescriptor
@@ -2830,7 +2903,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\apayload\x18\x05 \x01(\fH\x00R\apayload\x88\x01\x01\x123\n" +
 	"\asent_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAtB\n" +
 	"\n" +
-	"\b_payload\"\xfe\x01\n" +
+	"\b_payload\"\xbe\x02\n" +
 	"\n" +
 	"ClaimedRun\x12(\n" +
 	"\x03run\x18\x01 \x01(\v2\x16.trellis.worker.v1.RunR\x03run\x12\x1f\n" +
@@ -2838,7 +2911,15 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"leaseToken\x12D\n" +
 	"\x10lease_expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x12/\n" +
 	"\ahistory\x18\x04 \x03(\v2\x15.trellis.worker.v1.OpR\ahistory\x12.\n" +
-	"\x05inbox\x18\x05 \x03(\v2\x18.trellis.worker.v1.EventR\x05inbox\"R\n" +
+	"\x05inbox\x18\x05 \x03(\v2\x18.trellis.worker.v1.EventR\x05inbox\x12>\n" +
+	"\vqueue_retry\x18\x06 \x01(\v2\x1d.trellis.worker.v1.QueueRetryR\n" +
+	"queueRetry\"\xaf\x01\n" +
+	"\n" +
+	"QueueRetry\x12!\n" +
+	"\fmax_attempts\x18\x01 \x01(\x03R\vmaxAttempts\x12B\n" +
+	"\x0finitial_backoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0einitialBackoff\x12:\n" +
+	"\vmax_backoff\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"maxBackoff\"R\n" +
 	"\x05Lease\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x14\n" +
@@ -3011,7 +3092,7 @@ func file_trellis_worker_v1_worker_proto_rawDescGZIP() []byte {
 	return file_trellis_worker_v1_worker_proto_rawDescData
 }
 
-var file_trellis_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_trellis_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_trellis_worker_v1_worker_proto_goTypes = []any{
 	(*ErrorDetail)(nil),           // 0: trellis.worker.v1.ErrorDetail
 	(*ErrorInfo)(nil),             // 1: trellis.worker.v1.ErrorInfo
@@ -3021,121 +3102,125 @@ var file_trellis_worker_v1_worker_proto_goTypes = []any{
 	(*Op)(nil),                    // 5: trellis.worker.v1.Op
 	(*Event)(nil),                 // 6: trellis.worker.v1.Event
 	(*ClaimedRun)(nil),            // 7: trellis.worker.v1.ClaimedRun
-	(*Lease)(nil),                 // 8: trellis.worker.v1.Lease
-	(*KVWrite)(nil),               // 9: trellis.worker.v1.KVWrite
-	(*ChildRun)(nil),              // 10: trellis.worker.v1.ChildRun
-	(*ChildGroup)(nil),            // 11: trellis.worker.v1.ChildGroup
-	(*ApprovalRequest)(nil),       // 12: trellis.worker.v1.ApprovalRequest
-	(*ClaimRequest)(nil),          // 13: trellis.worker.v1.ClaimRequest
-	(*ClaimResponse)(nil),         // 14: trellis.worker.v1.ClaimResponse
-	(*ExtendLeasesRequest)(nil),   // 15: trellis.worker.v1.ExtendLeasesRequest
-	(*ExtendLeasesResponse)(nil),  // 16: trellis.worker.v1.ExtendLeasesResponse
-	(*ReleaseLeaseRequest)(nil),   // 17: trellis.worker.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),  // 18: trellis.worker.v1.ReleaseLeaseResponse
-	(*CheckpointItem)(nil),        // 19: trellis.worker.v1.CheckpointItem
-	(*StreamWrite)(nil),           // 20: trellis.worker.v1.StreamWrite
-	(*CheckpointRequest)(nil),     // 21: trellis.worker.v1.CheckpointRequest
-	(*CheckpointResult)(nil),      // 22: trellis.worker.v1.CheckpointResult
-	(*CheckpointResponse)(nil),    // 23: trellis.worker.v1.CheckpointResponse
-	(*ResumeBlockedRequest)(nil),  // 24: trellis.worker.v1.ResumeBlockedRequest
-	(*ResumeBlockedResponse)(nil), // 25: trellis.worker.v1.ResumeBlockedResponse
-	(*ListHistoryRequest)(nil),    // 26: trellis.worker.v1.ListHistoryRequest
-	(*ListHistoryResponse)(nil),   // 27: trellis.worker.v1.ListHistoryResponse
-	(*ListChildrenRequest)(nil),   // 28: trellis.worker.v1.ListChildrenRequest
-	(*ListChildrenResponse)(nil),  // 29: trellis.worker.v1.ListChildrenResponse
-	(*SubscribeRequest)(nil),      // 30: trellis.worker.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),     // 31: trellis.worker.v1.SubscribeResponse
-	(*Worker)(nil),                // 32: trellis.worker.v1.Worker
-	(*HeartbeatRequest)(nil),      // 33: trellis.worker.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 34: trellis.worker.v1.HeartbeatResponse
-	(*ListWorkersRequest)(nil),    // 35: trellis.worker.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),   // 36: trellis.worker.v1.ListWorkersResponse
-	(*RemoveWorkerRequest)(nil),   // 37: trellis.worker.v1.RemoveWorkerRequest
-	(*RemoveWorkerResponse)(nil),  // 38: trellis.worker.v1.RemoveWorkerResponse
-	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 40: google.protobuf.Duration
+	(*QueueRetry)(nil),            // 8: trellis.worker.v1.QueueRetry
+	(*Lease)(nil),                 // 9: trellis.worker.v1.Lease
+	(*KVWrite)(nil),               // 10: trellis.worker.v1.KVWrite
+	(*ChildRun)(nil),              // 11: trellis.worker.v1.ChildRun
+	(*ChildGroup)(nil),            // 12: trellis.worker.v1.ChildGroup
+	(*ApprovalRequest)(nil),       // 13: trellis.worker.v1.ApprovalRequest
+	(*ClaimRequest)(nil),          // 14: trellis.worker.v1.ClaimRequest
+	(*ClaimResponse)(nil),         // 15: trellis.worker.v1.ClaimResponse
+	(*ExtendLeasesRequest)(nil),   // 16: trellis.worker.v1.ExtendLeasesRequest
+	(*ExtendLeasesResponse)(nil),  // 17: trellis.worker.v1.ExtendLeasesResponse
+	(*ReleaseLeaseRequest)(nil),   // 18: trellis.worker.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),  // 19: trellis.worker.v1.ReleaseLeaseResponse
+	(*CheckpointItem)(nil),        // 20: trellis.worker.v1.CheckpointItem
+	(*StreamWrite)(nil),           // 21: trellis.worker.v1.StreamWrite
+	(*CheckpointRequest)(nil),     // 22: trellis.worker.v1.CheckpointRequest
+	(*CheckpointResult)(nil),      // 23: trellis.worker.v1.CheckpointResult
+	(*CheckpointResponse)(nil),    // 24: trellis.worker.v1.CheckpointResponse
+	(*ResumeBlockedRequest)(nil),  // 25: trellis.worker.v1.ResumeBlockedRequest
+	(*ResumeBlockedResponse)(nil), // 26: trellis.worker.v1.ResumeBlockedResponse
+	(*ListHistoryRequest)(nil),    // 27: trellis.worker.v1.ListHistoryRequest
+	(*ListHistoryResponse)(nil),   // 28: trellis.worker.v1.ListHistoryResponse
+	(*ListChildrenRequest)(nil),   // 29: trellis.worker.v1.ListChildrenRequest
+	(*ListChildrenResponse)(nil),  // 30: trellis.worker.v1.ListChildrenResponse
+	(*SubscribeRequest)(nil),      // 31: trellis.worker.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),     // 32: trellis.worker.v1.SubscribeResponse
+	(*Worker)(nil),                // 33: trellis.worker.v1.Worker
+	(*HeartbeatRequest)(nil),      // 34: trellis.worker.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 35: trellis.worker.v1.HeartbeatResponse
+	(*ListWorkersRequest)(nil),    // 36: trellis.worker.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),   // 37: trellis.worker.v1.ListWorkersResponse
+	(*RemoveWorkerRequest)(nil),   // 38: trellis.worker.v1.RemoveWorkerRequest
+	(*RemoveWorkerResponse)(nil),  // 39: trellis.worker.v1.RemoveWorkerResponse
+	(*timestamppb.Timestamp)(nil), // 40: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 41: google.protobuf.Duration
 }
 var file_trellis_worker_v1_worker_proto_depIdxs = []int32{
 	1,  // 0: trellis.worker.v1.Run.error:type_name -> trellis.worker.v1.ErrorInfo
-	39, // 1: trellis.worker.v1.Run.deadline:type_name -> google.protobuf.Timestamp
-	39, // 2: trellis.worker.v1.Run.available_at:type_name -> google.protobuf.Timestamp
-	39, // 3: trellis.worker.v1.Run.lease_expires_at:type_name -> google.protobuf.Timestamp
-	39, // 4: trellis.worker.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	39, // 5: trellis.worker.v1.Run.started_at:type_name -> google.protobuf.Timestamp
-	39, // 6: trellis.worker.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
-	39, // 7: trellis.worker.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
+	40, // 1: trellis.worker.v1.Run.deadline:type_name -> google.protobuf.Timestamp
+	40, // 2: trellis.worker.v1.Run.available_at:type_name -> google.protobuf.Timestamp
+	40, // 3: trellis.worker.v1.Run.lease_expires_at:type_name -> google.protobuf.Timestamp
+	40, // 4: trellis.worker.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	40, // 5: trellis.worker.v1.Run.started_at:type_name -> google.protobuf.Timestamp
+	40, // 6: trellis.worker.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 7: trellis.worker.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
 	3,  // 8: trellis.worker.v1.Run.current_step:type_name -> trellis.worker.v1.RunStep
-	39, // 9: trellis.worker.v1.RunStep.since:type_name -> google.protobuf.Timestamp
+	40, // 9: trellis.worker.v1.RunStep.since:type_name -> google.protobuf.Timestamp
 	1,  // 10: trellis.worker.v1.Attempt.error:type_name -> trellis.worker.v1.ErrorInfo
-	39, // 11: trellis.worker.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	39, // 12: trellis.worker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	40, // 11: trellis.worker.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	40, // 12: trellis.worker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	1,  // 13: trellis.worker.v1.Op.error:type_name -> trellis.worker.v1.ErrorInfo
 	4,  // 14: trellis.worker.v1.Op.attempt_log:type_name -> trellis.worker.v1.Attempt
-	39, // 15: trellis.worker.v1.Op.started_at:type_name -> google.protobuf.Timestamp
-	39, // 16: trellis.worker.v1.Op.finished_at:type_name -> google.protobuf.Timestamp
-	39, // 17: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
+	40, // 15: trellis.worker.v1.Op.started_at:type_name -> google.protobuf.Timestamp
+	40, // 16: trellis.worker.v1.Op.finished_at:type_name -> google.protobuf.Timestamp
+	40, // 17: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
 	2,  // 18: trellis.worker.v1.ClaimedRun.run:type_name -> trellis.worker.v1.Run
-	39, // 19: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
+	40, // 19: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
 	5,  // 20: trellis.worker.v1.ClaimedRun.history:type_name -> trellis.worker.v1.Op
 	6,  // 21: trellis.worker.v1.ClaimedRun.inbox:type_name -> trellis.worker.v1.Event
-	39, // 22: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
-	10, // 23: trellis.worker.v1.ChildGroup.runs:type_name -> trellis.worker.v1.ChildRun
-	39, // 24: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 25: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	40, // 26: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	7,  // 27: trellis.worker.v1.ClaimResponse.runs:type_name -> trellis.worker.v1.ClaimedRun
-	39, // 28: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
-	8,  // 29: trellis.worker.v1.ExtendLeasesRequest.leases:type_name -> trellis.worker.v1.Lease
-	40, // 30: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
-	3,  // 31: trellis.worker.v1.ExtendLeasesRequest.steps:type_name -> trellis.worker.v1.RunStep
-	8,  // 32: trellis.worker.v1.ReleaseLeaseRequest.lease:type_name -> trellis.worker.v1.Lease
-	8,  // 33: trellis.worker.v1.CheckpointItem.lease:type_name -> trellis.worker.v1.Lease
-	5,  // 34: trellis.worker.v1.CheckpointItem.ops:type_name -> trellis.worker.v1.Op
-	4,  // 35: trellis.worker.v1.CheckpointItem.attempts:type_name -> trellis.worker.v1.Attempt
-	9,  // 36: trellis.worker.v1.CheckpointItem.kv:type_name -> trellis.worker.v1.KVWrite
-	1,  // 37: trellis.worker.v1.CheckpointItem.error:type_name -> trellis.worker.v1.ErrorInfo
-	39, // 38: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
-	11, // 39: trellis.worker.v1.CheckpointItem.children:type_name -> trellis.worker.v1.ChildGroup
-	12, // 40: trellis.worker.v1.CheckpointItem.approvals:type_name -> trellis.worker.v1.ApprovalRequest
-	20, // 41: trellis.worker.v1.CheckpointItem.stream:type_name -> trellis.worker.v1.StreamWrite
-	19, // 42: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
-	0,  // 43: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
-	39, // 44: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
-	22, // 45: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
-	5,  // 46: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
-	2,  // 47: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
-	39, // 48: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
-	39, // 49: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
-	39, // 50: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 51: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 52: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
-	13, // 53: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
-	15, // 54: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
-	17, // 55: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
-	21, // 56: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
-	24, // 57: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
-	26, // 58: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
-	28, // 59: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
-	30, // 60: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
-	33, // 61: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
-	35, // 62: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
-	37, // 63: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
-	14, // 64: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
-	16, // 65: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
-	18, // 66: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
-	23, // 67: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
-	25, // 68: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
-	27, // 69: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
-	29, // 70: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
-	31, // 71: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
-	34, // 72: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
-	36, // 73: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
-	38, // 74: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
-	64, // [64:75] is the sub-list for method output_type
-	53, // [53:64] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	8,  // 22: trellis.worker.v1.ClaimedRun.queue_retry:type_name -> trellis.worker.v1.QueueRetry
+	41, // 23: trellis.worker.v1.QueueRetry.initial_backoff:type_name -> google.protobuf.Duration
+	41, // 24: trellis.worker.v1.QueueRetry.max_backoff:type_name -> google.protobuf.Duration
+	40, // 25: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
+	11, // 26: trellis.worker.v1.ChildGroup.runs:type_name -> trellis.worker.v1.ChildRun
+	40, // 27: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 28: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	41, // 29: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	7,  // 30: trellis.worker.v1.ClaimResponse.runs:type_name -> trellis.worker.v1.ClaimedRun
+	40, // 31: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
+	9,  // 32: trellis.worker.v1.ExtendLeasesRequest.leases:type_name -> trellis.worker.v1.Lease
+	41, // 33: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
+	3,  // 34: trellis.worker.v1.ExtendLeasesRequest.steps:type_name -> trellis.worker.v1.RunStep
+	9,  // 35: trellis.worker.v1.ReleaseLeaseRequest.lease:type_name -> trellis.worker.v1.Lease
+	9,  // 36: trellis.worker.v1.CheckpointItem.lease:type_name -> trellis.worker.v1.Lease
+	5,  // 37: trellis.worker.v1.CheckpointItem.ops:type_name -> trellis.worker.v1.Op
+	4,  // 38: trellis.worker.v1.CheckpointItem.attempts:type_name -> trellis.worker.v1.Attempt
+	10, // 39: trellis.worker.v1.CheckpointItem.kv:type_name -> trellis.worker.v1.KVWrite
+	1,  // 40: trellis.worker.v1.CheckpointItem.error:type_name -> trellis.worker.v1.ErrorInfo
+	40, // 41: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
+	12, // 42: trellis.worker.v1.CheckpointItem.children:type_name -> trellis.worker.v1.ChildGroup
+	13, // 43: trellis.worker.v1.CheckpointItem.approvals:type_name -> trellis.worker.v1.ApprovalRequest
+	21, // 44: trellis.worker.v1.CheckpointItem.stream:type_name -> trellis.worker.v1.StreamWrite
+	20, // 45: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
+	0,  // 46: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
+	40, // 47: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
+	23, // 48: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
+	5,  // 49: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
+	2,  // 50: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
+	40, // 51: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
+	40, // 52: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
+	40, // 53: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 54: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 55: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
+	14, // 56: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
+	16, // 57: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
+	18, // 58: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
+	22, // 59: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
+	25, // 60: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
+	27, // 61: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
+	29, // 62: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
+	31, // 63: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
+	34, // 64: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
+	36, // 65: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
+	38, // 66: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
+	15, // 67: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
+	17, // 68: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
+	19, // 69: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
+	24, // 70: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
+	26, // 71: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
+	28, // 72: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
+	30, // 73: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
+	32, // 74: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
+	35, // 75: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
+	37, // 76: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
+	39, // 77: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
+	67, // [67:78] is the sub-list for method output_type
+	56, // [56:67] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_trellis_worker_v1_worker_proto_init() }
@@ -3146,17 +3231,17 @@ func file_trellis_worker_v1_worker_proto_init() {
 	file_trellis_worker_v1_worker_proto_msgTypes[2].OneofWrappers = []any{}
 	file_trellis_worker_v1_worker_proto_msgTypes[5].OneofWrappers = []any{}
 	file_trellis_worker_v1_worker_proto_msgTypes[6].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[9].OneofWrappers = []any{}
 	file_trellis_worker_v1_worker_proto_msgTypes[10].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[12].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[19].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[11].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[13].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_worker_v1_worker_proto_rawDesc), len(file_trellis_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
