@@ -201,11 +201,11 @@ func loopbackOnly(addr string) bool {
 // Server serves the HTTP API. Create it with New, then Start it, or mount Handler
 // on a listener of your own.
 type Server struct {
-	cfg       Config
-	store     store.Store
+	cfg   Config
+	store store.Store
 	// queues fills the queue's default retry policy into the runs pushed to
 	// remote workers, which cannot read queue records.
-	queues *queuedefaults.Cache
+	queues    *queuedefaults.Cache
 	ownsStore bool
 	handler   http.Handler
 	table     []route
