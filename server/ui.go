@@ -59,6 +59,9 @@ var uiRouteTable = []uiRoute{
 	{method: "POST", pattern: uiNS + "/approvals/{id}/approve", role: auth.RoleApprover, scope: scopeApproval, handle: (*Server).uiApprove},
 	{method: "POST", pattern: uiNS + "/approvals/{id}/reject", role: auth.RoleApprover, scope: scopeApproval, handle: (*Server).uiReject},
 	{method: "GET", pattern: uiNS + "/workers", role: auth.RoleReader, scope: scopeNamespace, handle: (*Server).uiWorkers},
+	{method: "GET", pattern: uiNS + "/queues", role: auth.RoleReader, scope: scopeNamespace, handle: (*Server).uiQueues},
+	{method: "POST", pattern: uiNS + "/queues/{queue}/pause", role: auth.RoleAdmin, scope: scopeNamespace, handle: (*Server).uiQueuePause},
+	{method: "POST", pattern: uiNS + "/queues/{queue}/resume", role: auth.RoleAdmin, scope: scopeNamespace, handle: (*Server).uiQueueResume},
 }
 
 // uiMaxForm caps a UI form body.
@@ -187,7 +190,7 @@ type pageData struct {
 var uiPages = func() map[string]*template.Template {
 	base := template.Must(template.New("").Funcs(uiFuncs).ParseFS(uiAssets, "uiassets/*.html"))
 	m := map[string]*template.Template{}
-	for _, name := range []string{"login", "error", "runs", "run", "approvals", "workers"} {
+	for _, name := range []string{"login", "error", "runs", "run", "approvals", "workers", "queues"} {
 		t := template.Must(base.Clone())
 		template.Must(t.New("content").Parse(`{{template "` + name + `" .}}`))
 		m[name] = t

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // chromium finds Debian's chromium. Without it the browser tests fail under
@@ -250,6 +251,17 @@ func TestUIInBrowser(t *testing.T) {
 
 	run(t, ctx, chromedp.Navigate(e.base+"/ui/default/workers"), chromedp.WaitVisible("#workers", chromedp.ByID))
 	screenshot(t, ctx, "ui-workers.png")
+
+	// Pause a queue from the queues page: it shows paused, and the store says so.
+	walkQueue(t, e)
+	run(t, ctx, chromedp.Navigate(e.base+"/ui/default/queues"),
+		chromedp.WaitVisible(`tr[data-queue="walk-q"] .pause-queue`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector('tr[data-queue="walk-q"] .pause-queue').click()`, nil),
+		chromedp.WaitVisible(`tr[data-queue="walk-q"] .resume-queue`, chromedp.ByQuery))
+	if q, err := e.st.QueueGet(context.Background(), &store.QueueGetParams{Namespace: "default", Name: "walk-q"}); err != nil || !q.Paused {
+		t.Fatalf("queue paused from the page: %+v %v", q, err)
+	}
+	screenshot(t, ctx, "ui-queues.png")
 
 	// Cancel a run from its page.
 	victim := e.start("await-go", nil, nil)

@@ -184,6 +184,7 @@ func TestUIAuthorizationWalk(t *testing.T) {
 	}
 	other := e.uiSession("other-reader")
 	anon := e.uiSession("")
+	walkQueue(t, e)
 	for _, rt := range uiRouteTable {
 		if rt.public {
 			continue
@@ -198,6 +199,7 @@ func TestUIAuthorizationWalk(t *testing.T) {
 				path = strings.Replace(path, "{id}", approval, 1)
 			}
 			path = strings.Replace(path, "{id}", run.ID, 1)
+			path = strings.Replace(path, "{queue}", "walk-q", 1)
 			u := sessions[role]
 			var r *resp
 			if rt.method == "GET" {

@@ -65,6 +65,9 @@ type Duration time.Duration
 // MarshalJSON implements json.Marshaler.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
+// String formats d as time.Duration does ("1.5s").
+func (d Duration) String() string { return time.Duration(d).String() }
+
 // UnmarshalJSON implements json.Unmarshaler.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
