@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -43,7 +44,7 @@ type queuesData struct {
 // one's depth by unfinished status.
 func (s *Server) uiQueues(w http.ResponseWriter, r *http.Request, c *uiCall) error {
 	list, err := c.client.ListQueues(r.Context())
-	if err != nil {
+	if err != nil && !errors.Is(err, store.ErrNamespaceNotFound) { // no record: no queue records either
 		return err
 	}
 	def := "default"

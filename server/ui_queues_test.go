@@ -36,6 +36,10 @@ func TestUIQueues(t *testing.T) {
 func testUIQueues(t *testing.T, dbURL string) {
 	e := newEnv(t, dbURL)
 	ctx := context.Background()
+	// A namespace without a record (what a new user has): its default queue.
+	if r := string(e.uiSession("admin").get("/ui/default/queues").want(t, 200).body); !strings.Contains(r, `data-queue="default"`) {
+		t.Fatalf("queues page of a namespace without a record: %.500s", r)
+	}
 	if _, err := e.st.NamespaceCreate(ctx, &store.NamespaceCreateParams{Name: "default"}); err != nil {
 		t.Fatal(err)
 	}
