@@ -248,7 +248,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, store: cfg.Backend, clients: map[string]*trellis.Client{}, ui: ui}
-	s.queues = queuedefaults.New(s.store, cfg.Logger)
 	if s.store == nil {
 		st, err := trellis.OpenStore(ctx, cfg.Store, nil)
 		if err != nil {
@@ -256,6 +255,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.store, s.ownsStore = st, true
 	}
+	s.queues = queuedefaults.New(s.store, cfg.Logger)
 	if !cfg.Insecure && cfg.Authenticator == nil {
 		s.cfg.Authenticator = storeauth.New(s.store, storeauth.Config{})
 	}

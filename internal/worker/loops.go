@@ -69,6 +69,7 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 	if w.cfg.OnClaim != nil {
 		t0 = time.Now() // wall time: a latency
 	}
+	gen0 := w.cancelGen.Load()
 	res, err := w.cfg.Store.RunsClaim(ctx, &store.RunsClaimParams{
 		Namespace: w.cfg.Namespace, Queues: w.cfg.Queues, Workflows: names,
 		Worker: w.cfg.Name, Max: n, LeaseDuration: w.cfg.LeaseDuration,
@@ -91,6 +92,9 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 	}
 	for _, cr := range res.Runs {
 		w.launch(cr)
+	}
+	if len(res.Runs) > 0 {
+		w.claimedSince(gen0)
 	}
 	full := len(res.Runs) == n
 	w.mu.Lock()
@@ -156,6 +160,20 @@ func (w *Worker) hasBacklog() bool {
 	return w.backlog
 }
 
+// claimedSince is called after runs claimed since cancellation signal count
+// gen0 were launched. A cancellation signalled while they were being claimed
+// found them not yet held (the lease extension it caused did not cover them):
+// extend the leases again now, which reports it, rather than at the next tick.
+func (w *Worker) claimedSince(gen0 uint64) {
+	if w.cancelGen.Load() == gen0 {
+		return
+	}
+	select {
+	case w.recheck <- struct{}{}:
+	default:
+	}
+}
+
 // heartbeatLoop extends every held lease in one call per interval, stops runs whose
 // lease was lost and passes on cancellations.
 func (w *Worker) heartbeatLoop() {
@@ -175,6 +193,11 @@ func (w *Worker) heartbeatLoop() {
 			w.heartbeat()
 			timer.Reset(w.cfg.HeartbeatInterval)
 		case <-cancels:
+			w.cancelGen.Add(1)
+			ctx, cancel := context.WithTimeout(w.hardCtx, w.cfg.HeartbeatInterval)
+			w.extendLeases(ctx)
+			cancel()
+		case <-w.recheck:
 			ctx, cancel := context.WithTimeout(w.hardCtx, w.cfg.HeartbeatInterval)
 			w.extendLeases(ctx)
 			cancel()
@@ -273,10 +296,15 @@ func (w *Worker) pushLoop(p Pusher) {
 			continue
 		}
 		n := min(free, w.cfg.ClaimBatch)
+		gen0 := w.cancelGen.Load()
 		reconnect, err := p.ClaimPush(ctx, &store.RunsClaimParams{
 			Namespace: w.cfg.Namespace, Queues: w.cfg.Queues, Workflows: names,
 			Worker: w.cfg.Name, Max: n, LeaseDuration: w.cfg.LeaseDuration,
-		}, pushWait, w.launch)
+		}, pushWait, func(cr *store.ClaimedRun) {
+			w.launch(cr)
+			w.claimedSince(gen0)
+			gen0 = w.cancelGen.Load()
+		})
 		switch {
 		case w.stopped():
 			return

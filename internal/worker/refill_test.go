@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -139,4 +141,82 @@ func TestPendingWhileFullClaimedWhenSlotFrees(t *testing.T) {
 	}
 	h.release <- struct{}{}
 	waitN(t, h.started, 1)
+}
+
+// cancelDuringClaim is a real store whose claims cancel the runs they claim
+// before returning them, and wait until the worker has handled the
+// cancellation's signal: the signal comes while the runs are not yet held.
+type cancelDuringClaim struct {
+	store.Store
+	w *Worker
+}
+
+func (s *cancelDuringClaim) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+	res, err := s.Store.RunsClaim(ctx, p)
+	if err != nil || len(res.Runs) == 0 {
+		return res, err
+	}
+	gen := s.w.cancelGen.Load()
+	for _, cr := range res.Runs {
+		if _, err := s.Store.RunCancel(ctx, &store.RunCancelParams{Namespace: cr.Run.Namespace, Ref: cr.Run.ID}); err != nil {
+			return nil, err
+		}
+	}
+	for s.w.cancelGen.Load() == gen { // the heartbeat loop took the signal
+		time.Sleep(time.Millisecond)
+	}
+	return res, nil
+}
+
+// canceller executes a run until its cancellation is known, and says so.
+type canceller struct{ cancelled chan string }
+
+func (c canceller) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *Control) {
+	select {
+	case <-ctl.CancelRequested():
+		c.cancelled <- cr.Run.ID
+	case <-ctx.Done():
+	}
+}
+
+// A cancellation signalled while the run was being claimed reaches it at once,
+// not at the next heartbeat (an hour here).
+func TestCancelDuringClaim(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	st := &cancelDuringClaim{Store: f.st}
+	ex := canceller{cancelled: make(chan string, 1)}
+	w, err := New(Config{Store: st, Namespace: "ns", Queues: []string{"q"}, Workflows: func() []string { return []string{"a"} },
+		Name: "w-1", Concurrency: 2, ClaimBatch: 8, LeaseDuration: 2 * time.Hour, HeartbeatInterval: time.Hour,
+		PollInterval: time.Hour, ShutdownGrace: time.Millisecond}, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.w = w
+	f.createRun("r-1", "a")
+	w.Start()
+	defer stop(t, w)
+	select {
+	case id := <-ex.cancelled:
+		if id != "r-1" {
+			t.Fatalf("cancelled %s", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cancellation signalled during the claim did not reach the run")
+	}
+}
+
+// A step whose name is longer than the lease call accepts is reported cut,
+// never refused: a refused heartbeat would lose every lease of the worker.
+func TestStepStartedKeepsHeartbeatValid(t *testing.T) {
+	c := NewControl(store.Lease{Namespace: "ns", RunID: "r", Token: 1})
+	long := strings.Repeat("é", store.MaxNameLen) // 2 bytes each
+	c.StepStarted(long, 0, time.Now())
+	p := &store.LeasesExtendParams{Duration: time.Minute, Leases: []store.Lease{c.Lease}, Steps: []store.RunStep{c.Step()}}
+	if err := p.Validate(); err != nil {
+		t.Fatalf("the step reported for a long name: %v", err)
+	}
+	if s := c.Step(); !utf8.ValidString(s.Name) || s.Attempt != 1 {
+		t.Fatalf("reported %q attempt %d", s.Name, s.Attempt)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,7 +42,10 @@ type Control struct {
 // costs no write of its own. Pass what it returns to StepEnded. When steps run
 // in parallel, the one started last is reported.
 func (c *Control) StepStarted(name string, attempt int, since time.Time) *store.RunStep {
-	s := &store.RunStep{Name: name, Attempt: attempt, Since: since}
+	if len(name) > store.MaxNameLen { // what the lease call accepts: cut, never refused
+		name = strings.ToValidUTF8(name[:store.MaxNameLen], "")
+	}
+	s := &store.RunStep{Name: name, Attempt: max(attempt, 1), Since: since}
 	c.step.Store(s)
 	return s
 }
@@ -224,13 +228,17 @@ type Worker struct {
 	cfg  Config
 	exec Executor
 
-	wake     chan struct{} // coalesced: registry changed or a slot freed
-	stopOnce sync.Once
-	stopping chan struct{} // closed by Stop: claim no more
-	hardCtx  context.Context
-	hardStop context.CancelCauseFunc
-	loops    sync.WaitGroup // claim and heartbeat loops
-	rec      record         // the worker's record in the store
+	wake chan struct{} // coalesced: registry changed or a slot freed
+	// cancelGen counts the cancellation signals the heartbeat loop handled;
+	// recheck asks it to extend the leases again (see claimedSince).
+	cancelGen atomic.Uint64
+	recheck   chan struct{}
+	stopOnce  sync.Once
+	stopping  chan struct{} // closed by Stop: claim no more
+	hardCtx   context.Context
+	hardStop  context.CancelCauseFunc
+	loops     sync.WaitGroup // claim and heartbeat loops
+	rec       record         // the worker's record in the store
 
 	mu sync.Mutex
 	// running counts run goroutines; idle, when Stop waits for them, is closed
@@ -260,6 +268,7 @@ func New(cfg Config, exec Executor) (*Worker, error) {
 	return &Worker{
 		cfg: cfg, exec: exec,
 		wake:     make(chan struct{}, 1),
+		recheck:  make(chan struct{}, 1),
 		stopping: make(chan struct{}),
 		hardCtx:  hardCtx, hardStop: hardStop,
 		active: make(map[string]*active),
