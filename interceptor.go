@@ -29,8 +29,11 @@ type Interceptor struct {
 	// returns. The steps of the attempt run in contexts derived from the one
 	// given to next.
 	Workflow func(ctx context.Context, a *WorkflowAttempt, next func(context.Context))
-	// Step wraps one attempt of a step (Step, Async, TxStep, a Map item) on the
-	// attempt's goroutine: next runs the step function. StepInfo(ctx) is s.StepAttempt.
+	// Step wraps one attempt of a step (Step, Async, TxStep, a Map item): next
+	// runs the step function (for all but TxStep on a goroutine of its own, so
+	// that an attempt that ignores its context is abandoned shortly after the
+	// context ends: next then returns the context's error). StepInfo(ctx) is
+	// s.StepAttempt.
 	// Steps replayed from history do not run and are not intercepted.
 	Step func(ctx context.Context, s *StepCall, next func(context.Context) error) error
 	// Call wraps a Client method (Start, Get, List, Cancel, SendEvent, ...):

@@ -75,7 +75,8 @@ type Config struct {
 	// type and true. Steps replayed from history never consult it.
 	StepOverride func(name string, fnType reflect.Type) (fn any, ok bool)
 	// InterceptStep, when set, wraps every step attempt (plain and
-	// transactional) on the attempt's goroutine: it must call next once, with
+	// transactional) on the goroutine that waits for it (next runs the step
+	// function on the attempt's own goroutine): it must call next once, with
 	// ctx or a context derived from it, and return next's error or its own. The
 	// attempt is StepInfo(ctx); run is the run, as claimed.
 	InterceptStep func(ctx context.Context, run *store.Run, next func(context.Context) error) error

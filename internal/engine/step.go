@@ -438,35 +438,57 @@ func (sc *stepCall) attemptContext() (context.Context, stepStopper) {
 	return ctx, stop
 }
 
-// runAttempt runs fn once on its own goroutine, so that a step ignoring its context is
-// abandoned shortly after the context ends. Context errors are mapped to their cause.
+// runAttempt runs fn once on its own goroutine, so that a step ignoring its
+// context is abandoned shortly after the context ends. Context errors are
+// mapped to their cause. The step interceptors (Config.InterceptStep) run
+// around it on the calling goroutine, whose stack has room for them: run on
+// the attempt's goroutine, they made each new goroutine grow and copy its stack.
 func (sc *stepCall) runAttempt() (any, error) {
 	ctx, stop := sc.attemptContext()
 	defer stop.release()
+	h := sc.rs.e.cfg.InterceptStep
+	if h == nil {
+		return sc.spawn(ctx, ctx)
+	}
+	var v any
+	_, err := callSafely(ctx, func(ictx context.Context) (any, error) {
+		return nil, h(ictx, sc.rs.run, func(ictx context.Context) error {
+			var err error
+			v, err = sc.spawn(ctx, ictx)
+			return err
+		})
+	})
+	return v, err
+}
+
+// spawn runs the step function with context fctx (the attempt's context
+// actx, or one an interceptor derived from it) on a goroutine of its own and
+// waits for it, or for actx to end and a short grace to pass.
+func (sc *stepCall) spawn(actx, fctx context.Context) (any, error) {
 	type outcome struct {
 		v   any
 		err error
 	}
 	ch := make(chan outcome, 1)
 	go func() {
-		v, err := sc.call(ctx, sc.fn)
+		v, err := callSafely(fctx, sc.fn)
 		ch <- outcome{v, err}
 	}()
 	var o outcome
 	select {
 	case o = <-ch:
-	case <-ctx.Done():
+	case <-actx.Done():
 		// Wall time: the grace is for a goroutine to return, not workflow time.
 		grace := clock.Real{}.NewTimer(stepAbandonGrace)
 		select {
 		case o = <-ch:
 		case <-grace.C():
-			o.err = ctx.Err()
+			o.err = actx.Err()
 		}
 		grace.Stop()
 	}
-	if o.err != nil && ctx.Err() != nil {
-		o.err = sc.contextError(ctx, o.err)
+	if o.err != nil && actx.Err() != nil {
+		o.err = sc.contextError(actx, o.err)
 	}
 	return o.v, o.err
 }
