@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -87,7 +88,8 @@ func (s *Server) workerHandler() (string, http.Handler) {
 		connect.WithReadMaxBytes(int(s.cfg.MaxWorkerMessageBytes)),
 		connect.WithSendMaxBytes(int(s.cfg.MaxWorkerMessageBytes)),
 		connect.WithCompressMinBytes(workerCompressMinBytes),
-		connect.WithInterceptors(inFlightLimit{s}))
+		connect.WithInterceptors(inFlightLimit{s}),
+		connect.WithRecover(s.workerPanic))
 	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/Claim") || strings.HasSuffix(r.URL.Path, "/Subscribe") {
 			rc := http.NewResponseController(w)
@@ -508,4 +510,13 @@ func (h *workerService) RemoveWorker(ctx context.Context, req *connect.Request[p
 		return nil, fail(err)
 	}
 	return connect.NewResponse(&pb.RemoveWorkerResponse{}), nil
+}
+
+// workerPanic answers a worker call whose handler panicked with an internal
+// error, and logs the panic with its stack: without it the call's stream
+// would just end, and nothing would say why.
+func (s *Server) workerPanic(_ context.Context, spec connect.Spec, _ http.Header, p any) error {
+	s.cfg.Logger.Error("worker protocol: handler panicked", "procedure", spec.Procedure, "panic", fmt.Sprint(p),
+		"stack", string(debug.Stack()))
+	return connect.NewError(connect.CodeInternal, fmt.Errorf("internal error in %s", spec.Procedure))
 }

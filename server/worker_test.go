@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -289,5 +292,61 @@ func TestWorkerStreamIdleOutlivesWriteTimeout(t *testing.T) {
 		}
 		s.Close()
 		cancel()
+	}
+}
+
+// panicClaims is a real store whose claims panic.
+type panicClaims struct{ store.Store }
+
+func (panicClaims) RunsClaim(context.Context, *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+	panic("claims are broken")
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A worker call whose handler panics is answered with an internal error, and
+// the server logs the panic with the procedure and its stack; the server goes
+// on serving.
+func TestWorkerHandlerPanicIsLogged(t *testing.T) {
+	var logs lockedBuffer
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) {
+		c.Backend = panicClaims{c.Backend}
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	c := e.workerClient("worker")
+	s, err := c.Claim(t.Context(), connect.NewRequest(&pb.ClaimRequest{Namespace: "default", Workflows: []string{"x"},
+		Worker: "w", Credit: 1, LeaseDuration: durationpb.New(time.Second)}))
+	if err == nil {
+		for s.Receive() {
+		}
+		err = s.Err()
+		s.Close()
+	}
+	if connect.CodeOf(err) != connect.CodeInternal {
+		t.Fatalf("claim whose handler panicked: %v, want internal", err)
+	}
+	if l := logs.String(); !strings.Contains(l, "handler panicked") || !strings.Contains(l, "claims are broken") ||
+		!strings.Contains(l, "WorkerService/Claim") {
+		t.Fatalf("log: %s", l)
+	}
+	if _, err := c.Heartbeat(t.Context(), connect.NewRequest(&pb.HeartbeatRequest{Namespace: "default", Name: "w", Start: true,
+		Ttl: durationpb.New(time.Second)})); err != nil {
+		t.Fatalf("a call after the panic: %v", err)
 	}
 }
