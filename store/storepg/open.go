@@ -120,7 +120,7 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 	// after five executions Postgres may keep a generic plan chosen while the
 	// tables were small or had no statistics (a fresh schema; no ANALYZE yet, or
 	// none at all where autovacuum is off): w1 at n = 20,000 then cost the server
-	// anywhere from 3.0 to 6.2 s of CPU from one run to the next, and 3.5 to 3.9 s
+	// anywhere from 3.0 to 6.7 s of CPU from one run to the next, and 3.5 to 4.4 s
 	// with custom plans. A URL that sets plan_cache_mode keeps its own.
 	if _, ok := poolCfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
 		poolCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
