@@ -47,10 +47,16 @@ func (q *Cache) Retry(ctx context.Context, ns, queue string) *store.QueueRetry {
 	now := q.now()
 	q.mu.Lock()
 	e, ok := q.entries[key]
-	q.mu.Unlock()
 	if ok && now.Before(e.until) {
+		q.mu.Unlock()
 		return e.retry
 	}
+	if ok {
+		// Expired: this caller reads the record again; the others go on with
+		// what is known until it has, rather than all reading at once.
+		q.entries[key] = entry{retry: e.retry, until: now.Add(TTL)}
+	}
+	q.mu.Unlock()
 	rec, err := q.st.QueueGet(ctx, &store.QueueGetParams{Namespace: ns, Name: queue})
 	switch {
 	case err == nil:
