@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1/workerv1connect"
 	ww "github.com/trellis-dev/trellis/internal/workerwire"
 	"github.com/trellis-dev/trellis/store"
+	"google.golang.org/protobuf/proto"
 )
 
 // The worker protocol (docs/worker-protocol.md): the worker role of the storage
@@ -157,10 +159,22 @@ func (inFlightLimit) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 // authorize authenticates the call and checks its rule: role worker on every
 // namespace in nss and, for workerClaimQueues, on each of queues.
 func (h *workerService) authorize(ctx context.Context, procedure string, hdr http.Header, nss []string, queues []string) error {
+	_, err := h.authorizeAs(ctx, procedure, hdr, nss, queues)
+	return err
+}
+
+// authorizeAs is authorize that also returns the principal's name.
+func (h *workerService) authorizeAs(ctx context.Context, procedure string, hdr http.Header, nss []string, queues []string) (string, error) {
 	p, err := h.s.authenticate(ctx, hdr.Get("Authorization"))
 	if err != nil {
-		return err
+		return "", err
 	}
+	return p.Name, h.allows(p, procedure, nss, queues)
+}
+
+// allows checks principal p's grants for a call of procedure on namespaces nss
+// (and queues).
+func (h *workerService) allows(p *auth.Principal, procedure string, nss []string, queues []string) error {
 	sc, ok := workerRules[procedure]
 	if !ok {
 		return fmt.Errorf("%w: procedure %s has no authorization rule", ww.ErrPermissionDenied, procedure)
@@ -345,10 +359,15 @@ func (h *workerService) ExtendLeases(ctx context.Context, req *connect.Request[p
 // ReleaseLease hands a run back.
 func (h *workerService) ReleaseLease(ctx context.Context, req *connect.Request[pb.ReleaseLeaseRequest]) (*connect.Response[pb.ReleaseLeaseResponse], error) {
 	m := req.Msg
-	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), leaseNamespaces(m.Lease), nil); err != nil {
+	principal, err := h.authorizeAs(ctx, req.Spec().Procedure, req.Header(), leaseNamespaces(m.Lease), nil)
+	if err != nil {
 		return nil, fail(err)
 	}
-	if err := h.s.store.LeaseRelease(ctx, &store.LeaseReleaseParams{Lease: ww.LeaseFromPB(m.Lease)}); err != nil {
+	p := &store.LeaseReleaseParams{Lease: ww.LeaseFromPB(m.Lease), Seq: m.Seq}
+	if m.Seq > 0 {
+		p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal, m)
+	}
+	if err := h.s.store.LeaseRelease(ctx, p); err != nil {
 		return nil, fail(err)
 	}
 	return connect.NewResponse(&pb.ReleaseLeaseResponse{}), nil
@@ -365,7 +384,8 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 	for i, it := range m.Checkpoints {
 		leases[i] = it.GetLease()
 	}
-	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), leaseNamespaces(leases...), nil); err != nil {
+	principal, err := h.authorizeAs(ctx, req.Spec().Procedure, req.Header(), leaseNamespaces(leases...), nil)
+	if err != nil {
 		return nil, fail(err)
 	}
 	if len(m.Checkpoints) > maxBatch {
@@ -373,14 +393,19 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 	}
 	out := make([]*pb.CheckpointResult, len(m.Checkpoints))
 	one := func(i int) {
-		res, err := h.s.store.Checkpoint(ctx, ww.CheckpointFromPB(m.Checkpoints[i]))
+		it := m.Checkpoints[i]
+		p := ww.CheckpointFromPB(it)
+		if it.Seq > 0 {
+			p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal, it)
+		}
+		res, err := h.s.store.Checkpoint(ctx, p)
 		if err != nil {
 			code, d := ww.Detail(err)
 			d.Code = code.String()
 			out[i] = &pb.CheckpointResult{Error: d}
 			return
 		}
-		out[i] = &pb.CheckpointResult{CancelRequested: res.CancelRequested, At: ww.Ts(res.At)}
+		out[i] = &pb.CheckpointResult{CancelRequested: res.CancelRequested, At: ww.Ts(res.At), Replayed: res.Replayed}
 	}
 	if len(m.Checkpoints) == 1 {
 		one(0)
@@ -392,6 +417,21 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 		wg.Wait()
 	}
 	return connect.NewResponse(&pb.CheckpointResponse{Results: out}), nil
+}
+
+// leaseWriteFingerprint is the fingerprint of a guarded lease write (store.
+// CheckpointParams.Seq): of its procedure, its principal and its message, so
+// that a retry matches it and another request under the same key does not.
+func leaseWriteFingerprint(procedure, principal string, m proto.Message) int64 {
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return 0 // not compared; the message was decoded from the wire, so it encodes
+	}
+	fp := int64(binary.BigEndian.Uint64(store.IdempotencyFingerprint(procedure, "", body, principal)))
+	if fp == 0 {
+		fp = 1 // 0 means none
+	}
+	return fp
 }
 
 // ResumeBlocked resumes the blocked runs of workflows.

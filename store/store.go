@@ -526,6 +526,11 @@ type LeasesExtendResult struct {
 // LeaseReleaseParams are the parameters of LeaseRelease.
 type LeaseReleaseParams struct {
 	Lease Lease `json:"lease"`
+	// Seq and Fingerprint guard the release as they guard a checkpoint (see
+	// CheckpointParams.Seq): a retry of a release that was applied succeeds
+	// without writing, as long as no other lease was taken on the run since.
+	Seq         int64 `json:"seq,omitempty"`
+	Fingerprint int64 `json:"fingerprint,omitempty"`
 }
 
 // CheckpointParams are the parameters of Checkpoint.
@@ -573,6 +578,22 @@ type CheckpointParams struct {
 	ExpireApprovals []string `json:"expire_approvals,omitempty"`
 	// Stream are events to append to the run's stream, in order (stream.go).
 	Stream []StreamWrite `json:"stream,omitempty"`
+	// Seq and Fingerprint guard the checkpoint against being applied twice when
+	// a worker retries it after its answer was lost. A write of a lease
+	// (checkpoint or release) with Seq above 0 is the lease's Seq-th write (1,
+	// 2, … in the order the worker makes them, one at a time per lease): the
+	// pair (lease token, Seq) is its idempotency key, and Fingerprint (when not
+	// 0) identifies its request. The store keeps the lease's last applied Seq
+	// and Fingerprint on the run's row, set by the fenced update that applies
+	// the write, so the key costs no write of its own. A write whose token is
+	// the run's last lease token and whose Seq is at or below the kept one is
+	// not applied again: it is answered as applied (CheckpointResult.Replayed),
+	// or refused with ErrIdempotencyKeyConflict when its Seq is the kept one and
+	// both fingerprints are set and differ. Seq 0 writes unguarded. The key
+	// lives as long as the run's lease: a retry after another lease was taken
+	// on the run fails with ErrLeaseLost.
+	Seq         int64 `json:"seq,omitempty"`
+	Fingerprint int64 `json:"fingerprint,omitempty"`
 }
 
 // CheckpointResult is the result of Checkpoint.
@@ -583,6 +604,10 @@ type CheckpointResult struct {
 	// UpdatedAt when the checkpoint changed its status, and its FinishedAt when
 	// the checkpoint finished it.
 	At time.Time `json:"at"`
+	// Replayed reports a retry of a checkpoint that was applied already (see
+	// CheckpointParams.Seq): nothing was written; CancelRequested is the run's
+	// now and At its UpdatedAt.
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // HistoryListParams are the parameters of HistoryList.

@@ -91,6 +91,9 @@ func (p *CheckpointParams) Validate() error {
 	if !p.Status.Valid() {
 		return fmt.Errorf("%w: Status: unknown status %q", ErrInvalidParams, p.Status)
 	}
+	if p.Seq < 0 {
+		return fmt.Errorf("%w: Seq: %d is below 0", ErrInvalidParams, p.Seq)
+	}
 	if len(p.Consume) > 1 {
 		seen := make(map[int64]bool, len(p.Consume))
 		for _, seq := range p.Consume {
@@ -223,6 +226,14 @@ func (p *LeasesExtendParams) Validate() error {
 		if len(s.Name) > MaxNameLen || s.Attempt < 0 || (s.Name == "") != (s.Attempt == 0) {
 			return fmt.Errorf("%w: Steps: a step has a name of at most %d bytes and an attempt from 1, or neither", ErrInvalidParams, MaxNameLen)
 		}
+	}
+	return nil
+}
+
+// Validate reports malformed parameters, wrapping ErrInvalidParams.
+func (p *LeaseReleaseParams) Validate() error {
+	if p.Seq < 0 {
+		return fmt.Errorf("%w: Seq: %d is below 0", ErrInvalidParams, p.Seq)
 	}
 	return nil
 }

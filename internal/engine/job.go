@@ -70,7 +70,7 @@ func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *work
 	if err != nil && ctx.Err() != nil && !cancelled {
 		// The worker stops (hand the run back) or the lease is lost (write nothing).
 		if errors.Is(context.Cause(ctx), worker.ErrShutdown) {
-			if err := e.cfg.Store.LeaseRelease(context.WithoutCancel(ctx), &store.LeaseReleaseParams{Lease: lease}); err != nil {
+			if err := e.cfg.Store.LeaseRelease(context.WithoutCancel(ctx), &store.LeaseReleaseParams{Lease: lease, Seq: 1}); err != nil {
 				e.cfg.Logger.Warn("handing back job", "run", run.ID, "err", err)
 			}
 		}
@@ -170,7 +170,7 @@ func (e *Engine) jobOutcome(run *store.Run, job *Job, prior *store.Op, attempt i
 // jobSave writes a job's checkpoint and returns the run as saved when it
 // finished (nil otherwise).
 func (e *Engine) jobSave(ctx context.Context, run *store.Run, lease store.Lease, p *store.CheckpointParams) *store.Run {
-	p.Lease = lease
+	p.Lease, p.Seq = lease, 1 // a job's lease writes once (store.CheckpointParams.Seq)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CheckpointTimeout)
 	defer cancel()
 	res, err := e.cfg.Store.Checkpoint(cctx, p)

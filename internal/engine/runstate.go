@@ -66,6 +66,7 @@ type RunState struct {
 	runLog        *slog.Logger  // log's, made with the run state
 
 	ckMu     sync.Mutex     // serialises checkpoints of this run, in order
+	ckSeq    int64          // the Seq of the lease's last checkpoint; guarded by ckMu
 	inflight sync.WaitGroup // async steps still executing
 }
 
@@ -217,6 +218,11 @@ func (rs *RunState) checkpoint(p *store.CheckpointParams, force bool) (*store.Ch
 	if !force && q.empty() {
 		return &store.CheckpointResult{}, nil
 	}
+	// Checkpoints of a lease are numbered in order (ckMu makes them one at a
+	// time), so that a store that retries one whose answer it lost applies it
+	// once (store.CheckpointParams.Seq).
+	rs.ckSeq++
+	p.Seq = rs.ckSeq
 	rs.addStarted(&q, p.Status)
 	q.apply(p)
 	// A checkpoint must not be abandoned half-way by a cancelled run context: the

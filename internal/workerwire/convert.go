@@ -310,7 +310,7 @@ func CheckpointToPB(p *store.CheckpointParams) *pb.CheckpointItem {
 	it := &pb.CheckpointItem{Lease: LeaseToPB(p.Lease), Ops: OpsToPB(p.Ops), Attempts: AttemptsToPB(p.Attempts),
 		Status: string(p.Status), Output: p.Output, Error: errInfo(p.Error), WaitReason: p.WaitReason,
 		WakeAt: TsPtr(p.WakeAt), WaitEvents: p.WaitEvents, NoEvents: p.NoEvents, Consume: p.Consume,
-		ExpireApprovals: p.ExpireApprovals}
+		ExpireApprovals: p.ExpireApprovals, Seq: p.Seq}
 	for _, kv := range p.KV {
 		it.Kv = append(it.Kv, &pb.KVWrite{Key: kv.Key, Value: kv.Value, Delete: kv.Delete})
 	}
@@ -338,7 +338,7 @@ func CheckpointFromPB(it *pb.CheckpointItem) *store.CheckpointParams {
 	p := &store.CheckpointParams{Lease: LeaseFromPB(it.Lease), Ops: OpsFromPB(it.Ops), Attempts: AttemptsFromPB(it.Attempts),
 		Status: store.Status(it.Status), Output: it.Output, Error: errInfoFrom(it.Error), WaitReason: it.WaitReason,
 		WakeAt: TimePtr(it.WakeAt), WaitEvents: it.WaitEvents, NoEvents: it.NoEvents, Consume: it.Consume,
-		ExpireApprovals: it.ExpireApprovals}
+		ExpireApprovals: it.ExpireApprovals, Seq: it.Seq}
 	if len(p.Ops) == 0 {
 		p.Ops = nil
 	}

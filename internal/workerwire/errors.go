@@ -20,6 +20,7 @@ const (
 	ReasonKeyNotFound      = "KEY_NOT_FOUND"
 	ReasonInvalidParams    = "INVALID_PARAMS"
 	ReasonConflict         = "CONFLICT"
+	ReasonKeyConflict      = "IDEMPOTENCY_KEY_CONFLICT"
 	ReasonClosed           = "CLOSED"
 	ReasonUnauthenticated  = "UNAUTHENTICATED"
 	ReasonPermissionDenied = "PERMISSION_DENIED"
@@ -44,6 +45,7 @@ var sentinels = []sentinel{
 	{store.ErrKeyNotFound, connect.CodeNotFound, ReasonKeyNotFound},
 	{store.ErrInvalidParams, connect.CodeInvalidArgument, ReasonInvalidParams},
 	{store.ErrConflict, connect.CodeAborted, ReasonConflict},
+	{store.ErrIdempotencyKeyConflict, connect.CodeFailedPrecondition, ReasonKeyConflict},
 	{store.ErrClosed, connect.CodeUnavailable, ReasonClosed},
 	{auth.ErrUnauthenticated, connect.CodeUnauthenticated, ReasonUnauthenticated},
 	{ErrPermissionDenied, connect.CodePermissionDenied, ReasonPermissionDenied},

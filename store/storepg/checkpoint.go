@@ -2,6 +2,7 @@ package storepg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,12 +12,32 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 // Checkpoint implements store.Store. The writer merges the checkpoints of a batch
 // into one statement (see sqlCheckpoints). A blocking checkpoint takes the waiting
 // path: when the run's cancellation was requested it ends the run cancelled.
 func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
+	res, err := s.checkpoint(ctx, p)
+	if err != nil && p.Seq > 0 && errors.Is(err, store.ErrLeaseLost) {
+		// Perhaps a retry of a checkpoint that was applied (see
+		// store.CheckpointParams.Seq).
+		r, rerr := s.leaseReplay(ctx, p.Lease, p.Seq, p.Fingerprint)
+		switch {
+		case rerr == nil:
+			return r, nil
+		case !errors.Is(rerr, store.ErrLeaseLost):
+			return nil, fmt.Errorf("checkpointing: %w", rerr)
+		}
+	}
+	return res, err
+}
+
+func (s *Store) checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
+	if p.Seq < 0 {
+		return nil, fmt.Errorf("checkpointing: %w: Seq: %d is below 0", store.ErrInvalidParams, p.Seq)
+	}
 	ck, err := newCkReq(s.now(), p)
 	if err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
@@ -132,7 +153,7 @@ var ckSQL sync.Map // ckShape -> string
 // checkpointStmt is the statement of a batch holding the single checkpoint ck.
 func checkpointStmt(ck *ckReq) stmt {
 	p, l := ck.p, ck.p.Lease
-	args := []any{l.Namespace, l.RunID, l.Token, ck.now}
+	args := []any{l.Namespace, l.RunID, l.Token, ck.now, p.Seq, p.Fingerprint}
 	for _, name := range ckSet[p.Status].params {
 		switch name {
 		case "wake":
@@ -211,6 +232,9 @@ func buildCheckpointSQL(shape ckShape) string {
 	}
 	cs := ckSet[shape.status]
 	set := strings.ReplaceAll(cs.set, "{now}", next())
+	guardSet, guardWhere := ckGuard(next(), next())
+	set += ", " + guardSet
+	where += guardWhere
 	for _, name := range cs.params {
 		set = strings.ReplaceAll(set, "{"+name+"}", next())
 	}
@@ -228,6 +252,49 @@ func buildCheckpointSQL(shape ckShape) string {
 	}
 	b.WriteString(" SELECT cancel_requested FROM f")
 	return b.String()
+}
+
+// ckGuard returns the SET and the fence of a guarded lease write
+// (store.CheckpointParams.Seq) whose Seq and fingerprint are the parameters seq
+// and fp: it applies only when its lease has not applied it yet (Seq 0: always),
+// and keeps its key in the row.
+func ckGuard(seq, fp string) (set, where string) {
+	set = `lease_seq = CASE WHEN ` + seq + `::int8 = 0 THEN lease_seq ELSE ` + seq + `::int8 END,
+	lease_fp = CASE WHEN ` + seq + `::int8 = 0 THEN lease_fp ELSE ` + fp + `::int8 END`
+	return set, ` AND (` + seq + `::int8 = 0 OR lease_seq < ` + seq + `::int8)`
+}
+
+// sqlLeaseReplay reads what tells a retry of a guarded lease write that was
+// applied from a stale lease.
+var sqlLeaseReplay = `SELECT lease_token, lease_seq, lease_fp, cancel_requested, updated_at FROM runs
+	WHERE namespace = $1 AND id = $2`
+
+// leaseReplay answers a guarded lease write of lease l (sequence seq,
+// fingerprint fp) that failed with store.ErrLeaseLost: a retry of a write the
+// lease applied already gets the answer of an applied one (or
+// store.ErrIdempotencyKeyConflict). The run's lease token and sequence only move
+// forward, so a read after the failed write tells.
+func (s *Store) leaseReplay(ctx context.Context, l store.Lease, seq, fp int64) (*store.CheckpointResult, error) {
+	var (
+		token, last, lastFP int64
+		cancel              bool
+		updated             time.Time
+	)
+	err := s.read(ctx, func() error {
+		return s.pool.QueryRow(ctx, sqlLeaseReplay, l.Namespace, l.RunID).Scan(&token, &last, &lastFP, &cancel, &updated)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sqlstore.LeaseReplay(l, 0, fp, 0, 0, 0)
+	}
+	if err != nil {
+		return nil, s.readErr(err)
+	}
+	res, err := sqlstore.LeaseReplay(l, seq, fp, token, last, lastFP)
+	if err != nil {
+		return nil, err
+	}
+	res.CancelRequested, res.At = cancel, updated.UTC()
+	return res, nil
 }
 
 func textArg(s *string) pgtype.Text {

@@ -24,13 +24,15 @@ import (
 // first, so a batch of n rows cost n²/2 steps per array.)
 //
 // The run is found by its unique (namespace, id) and updated by sequence; see
-// seqOf for why not by "namespace AND id AND status = 'running'". A run whose
+// seqOf for why not by "namespace AND id AND status = 'running'". A guarded
+// checkpoint (store.CheckpointParams.Seq) also matches only if its lease has not
+// applied it yet, and keeps its key in the row. A run whose
 // cancellation was requested is handed back (pending, due now) instead of waiting.
 const sqlCheckpoints = `WITH c AS MATERIALIZED (
 	SELECT c.*, (SELECT k.sequence FROM runs k WHERE k.namespace = c.ns AND k.id = c.id) AS seq
 	FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::timestamptz[],
-		$6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::int4[])
-	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output, ev_n, i)
+		$6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::int4[], $36::int8[], $37::int8[])
+	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output, ev_n, ck_seq, ck_fp, i)
 ), f AS (
 	UPDATE runs r SET status = CASE WHEN c.status = 'waiting' AND r.cancel_requested THEN 'pending' ELSE c.status END,
 		output = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.output ELSE r.output END,
@@ -43,9 +45,12 @@ const sqlCheckpoints = `WITH c AS MATERIALIZED (
 		lease_owner = CASE c.status WHEN 'running' THEN r.lease_owner ELSE '' END,
 		lease_expires_at = CASE c.status WHEN 'running' THEN r.lease_expires_at END,
 		finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.now ELSE r.finished_at END,
-		updated_at = c.now, stream_seq = r.stream_seq + c.ev_n
+		updated_at = c.now, stream_seq = r.stream_seq + c.ev_n,
+		lease_seq = CASE WHEN c.ck_seq = 0 THEN r.lease_seq ELSE c.ck_seq END,
+		lease_fp = CASE WHEN c.ck_seq = 0 THEN r.lease_fp ELSE c.ck_fp END
 	FROM c
 	WHERE r.sequence = c.seq AND r.status = 'running' AND r.lease_token = c.token
+		AND (c.ck_seq = 0 OR r.lease_seq < c.ck_seq)
 		AND (r.parent_seq IS NULL OR c.status NOT IN ('succeeded', 'failed', 'cancelled'))
 	RETURNING c.i, r.sequence, r.cancel_requested, c.ev_n, c.now, r.stream_seq
 ), e AS (
@@ -132,6 +137,7 @@ type ckColumns struct {
 	errs                   []pgtype.Text
 	output                 [][]byte
 	evN                    []int32
+	seq, fp                []int64 // the guard of each checkpoint
 	// opI, attI, setI, delI and evI hold, for each row of ops, atts,
 	// kv.setKeys, kv.delKeys and the events, the 1-based ordinal of its
 	// checkpoint in the batch; evK is each event's place among its
@@ -182,6 +188,7 @@ func (c *ckColumns) add(ck *ckReq) {
 	c.wake = append(c.wake, tsArg(timePtrArg(p.WakeAt)))
 	c.errs, c.output = append(c.errs, textArg(ck.errText)), append(c.output, p.Output)
 	c.evN = append(c.evN, int32(len(p.Stream)))
+	c.seq, c.fp = append(c.seq, p.Seq), append(c.fp, p.Fingerprint)
 	i := int32(len(c.ns))
 	c.opI = appendN(c.opI, i, len(ck.ops.pos))
 	c.attI = appendN(c.attI, i, len(ck.atts.pos))
@@ -212,7 +219,7 @@ func (c *ckColumns) args() []any {
 	args = append(args, orEmpty(c.attI))
 	args = append(args, c.atts.args()...)
 	args = append(args, orEmpty(c.setI), orEmpty(c.kv.setKeys), orEmpty(c.kv.vals), orEmpty(c.delI), orEmpty(c.kv.delKeys))
-	return append(args, orEmpty(c.evI), orEmpty(c.evK), orEmpty(c.evNames), orEmpty(c.evData))
+	return append(args, orEmpty(c.evI), orEmpty(c.evK), orEmpty(c.evNames), orEmpty(c.evData), c.seq, c.fp)
 }
 
 // opCols are ops as column arrays.

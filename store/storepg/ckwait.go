@@ -25,29 +25,37 @@ import (
 // other write of the checkpoint pipelined in one batch, then, for a child that ended,
 // its group's accounting.
 
-// ckWhereSeq fences a checkpoint's update ($1 namespace, $2 run ID, $3 token); $4 is now.
-var ckWhereSeq = ` WHERE sequence = ` + seqOf("$1", "$2") + ` AND status = 'running' AND lease_token = $3
+// ckWaitStatus is a fenced state change of the waiting path: set, then the
+// guard of the checkpoint's key (ckGuard) on parameters $n and $n+1, then the
+// fence ($1 namespace, $2 run ID, $3 token); $4 is now.
+func ckWaitStatus(set string, n int) string {
+	guardSet, guardWhere := ckGuard(fmt.Sprintf("$%d", n), fmt.Sprintf("$%d", n+1))
+	return `UPDATE runs SET ` + set + `, ` + guardSet + `
+	WHERE sequence = ` + seqOf("$1", "$2") + ` AND status = 'running' AND lease_token = $3` + guardWhere + `
 	RETURNING sequence, cancel_requested, parent_seq, parent_position`
+}
 
 // Fenced state changes of the waiting path, per target status.
 var (
+	// sqlWCkRunning only locks the row of an unguarded checkpoint; a guarded
+	// one keeps its key (sqlWCkRunningGuarded).
 	sqlWCkRunning = `SELECT sequence, cancel_requested, parent_seq, parent_position FROM runs
 	WHERE sequence = ` + seqOf("$1", "$2") + ` AND status = 'running' AND lease_token = $3
 	FOR NO KEY UPDATE`
+	sqlWCkRunningGuarded = ckWaitStatus(`updated_at = $4`, 5)
 	// sqlWCkWaiting hands a run whose cancellation was requested back instead
 	// (pending, due now), as the fast path does.
-	sqlWCkWaiting = `UPDATE runs SET
-	status = CASE WHEN cancel_requested THEN 'pending' ELSE 'waiting' END,
+	sqlWCkWaiting = ckWaitStatus(`status = CASE WHEN cancel_requested THEN 'pending' ELSE 'waiting' END,
 	available_at = CASE WHEN cancel_requested THEN $4::timestamptz ELSE $5::timestamptz END,
 	wait_reason = CASE WHEN cancel_requested THEN '' ELSE $6::text END,
 	wait_events = CASE WHEN cancel_requested THEN NULL ELSE $7::text[] END,
-	lease_owner = '', lease_expires_at = NULL, updated_at = $4` + ckWhereSeq
-	sqlWCkBlocked = `UPDATE runs SET status = 'blocked', error = $5, wait_reason = $6,
-	lease_owner = '', lease_expires_at = NULL, updated_at = $4` + ckWhereSeq
-	sqlWCkPending = `UPDATE runs SET status = 'pending', available_at = $4, wait_reason = '',
-	lease_owner = '', lease_expires_at = NULL, updated_at = $4` + ckWhereSeq
-	sqlWCkFinished = `UPDATE runs SET status = $5, output = $6, error = $7, wait_reason = '',
-	lease_owner = '', lease_expires_at = NULL, finished_at = $4, updated_at = $4` + ckWhereSeq
+	lease_owner = '', lease_expires_at = NULL, updated_at = $4`, 8)
+	sqlWCkBlocked = ckWaitStatus(`status = 'blocked', error = $5, wait_reason = $6,
+	lease_owner = '', lease_expires_at = NULL, updated_at = $4`, 7)
+	sqlWCkPending = ckWaitStatus(`status = 'pending', available_at = $4, wait_reason = '',
+	lease_owner = '', lease_expires_at = NULL, updated_at = $4`, 5)
+	sqlWCkFinished = ckWaitStatus(`status = $5, output = $6, error = $7, wait_reason = '',
+	lease_owner = '', lease_expires_at = NULL, finished_at = $4, updated_at = $4`, 8)
 )
 
 // History writes of the waiting path; $1 is the run's sequence.
@@ -138,6 +146,9 @@ func setWaitingStatus(tx *wtx, ck *ckReq) (ckRow, error) {
 	switch p.Status {
 	case store.StatusRunning: // the row does not change: only locked
 		query, args = sqlWCkRunning, args[:3]
+		if p.Seq > 0 {
+			query, args = sqlWCkRunningGuarded, append(args, tx.now)
+		}
 	case store.StatusWaiting:
 		var events []string
 		if len(p.WaitEvents) > 0 {
@@ -150,6 +161,9 @@ func setWaitingStatus(tx *wtx, ck *ckReq) (ckRow, error) {
 		query = sqlWCkPending
 	default: // terminal
 		query, args = sqlWCkFinished, append(args, string(p.Status), p.Output, ck.errText)
+	}
+	if query != sqlWCkRunning {
+		args = append(args, p.Seq, p.Fingerprint)
 	}
 	var r ckRow
 	err := tx.queryRow(query, args...).Scan(&r.seq, &r.cancel, &r.parentSeq, &r.position)

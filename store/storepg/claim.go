@@ -3,6 +3,7 @@ package storepg
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -47,7 +48,7 @@ var (
 		ORDER BY priority DESC, available_at ASC, sequence ASC
 		LIMIT $5 FOR UPDATE SKIP LOCKED
 	)
-	UPDATE runs r SET status = 'running', lease_owner = $6, lease_token = GREATEST(r.lease_token + 1, $8),
+	UPDATE runs r SET status = 'running', lease_owner = $6, lease_token = GREATEST(r.lease_token + 1, $8), lease_seq = 0, lease_fp = 0,
 		lease_expires_at = $7, attempts = r.attempts + 1, started_at = COALESCE(r.started_at, $2),
 		wait_reason = '', wait_events = NULL, updated_at = $2
 	FROM picked WHERE r.sequence = picked.sequence
@@ -59,7 +60,7 @@ var (
 	sqlClaimSeqs = `WITH picked AS (
 		SELECT sequence FROM runs WHERE sequence = ANY($1::int8[]) AND status = 'pending' FOR UPDATE
 	)
-	UPDATE runs r SET status = 'running', lease_owner = $3, lease_token = GREATEST(r.lease_token + 1, $5),
+	UPDATE runs r SET status = 'running', lease_owner = $3, lease_token = GREATEST(r.lease_token + 1, $5), lease_seq = 0, lease_fp = 0,
 		lease_expires_at = $4, attempts = r.attempts + 1, started_at = COALESCE(r.started_at, $2),
 		wait_reason = '', wait_events = NULL, updated_at = $2
 	FROM picked WHERE r.sequence = picked.sequence
@@ -267,15 +268,20 @@ func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (
 }
 
 var sqlRelease = `UPDATE runs SET status = 'pending', available_at = $1, lease_owner = '',
-	lease_expires_at = NULL, updated_at = $1
-	WHERE sequence = ` + seqOf("$2", "$3") + ` AND status = 'running' AND lease_token = $4`
+	lease_expires_at = NULL, updated_at = $1, ` + releaseGuardSet + `
+	WHERE sequence = ` + seqOf("$2", "$3") + ` AND status = 'running' AND lease_token = $4` + releaseGuardWhere
+
+var releaseGuardSet, releaseGuardWhere = ckGuard("$5", "$6")
 
 // LeaseRelease implements store.Store.
 func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("releasing lease: %w", err)
+	}
 	l := p.Lease
 	st := stmt{
 		sql:  sqlRelease,
-		args: []any{s.now(), l.Namespace, l.RunID, l.Token},
+		args: []any{s.now(), l.Namespace, l.RunID, l.Token, p.Seq, p.Fingerprint},
 		tag: func(tag pgconn.CommandTag) error {
 			if tag.RowsAffected() == 0 {
 				return fmt.Errorf("%w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
@@ -283,7 +289,11 @@ func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) e
 			return nil
 		},
 	}
-	if _, err := s.write(ctx, []string{store.RunTopic(l.Namespace, l.RunID), store.TopicReady}, st); err != nil {
+	_, err := s.write(ctx, []string{store.RunTopic(l.Namespace, l.RunID), store.TopicReady}, st)
+	if err != nil && p.Seq > 0 && errors.Is(err, store.ErrLeaseLost) {
+		_, err = s.leaseReplay(ctx, l, p.Seq, p.Fingerprint) // perhaps a retry of an applied release
+	}
+	if err != nil {
 		return fmt.Errorf("releasing lease: %w", err)
 	}
 	return nil

@@ -73,6 +73,8 @@ var (
 			available_at = $1, wait_reason = '', wait_events = NULL, updated_at = $1,
 			lease_owner = CASE WHEN ` + eventClaimIf + ` THEN $5 ELSE u.lease_owner END,
 			lease_token = CASE WHEN ` + eventClaimIf + ` THEN GREATEST(u.lease_token + 1, $7) ELSE u.lease_token END,
+			lease_seq = CASE WHEN ` + eventClaimIf + ` THEN 0 ELSE u.lease_seq END,
+			lease_fp = CASE WHEN ` + eventClaimIf + ` THEN 0 ELSE u.lease_fp END,
 			lease_expires_at = CASE WHEN ` + eventClaimIf + ` THEN $6 ELSE u.lease_expires_at END,
 			attempts = u.attempts + (` + eventClaimIf + `)::int,
 			started_at = CASE WHEN ` + eventClaimIf + ` THEN COALESCE(u.started_at, $1) ELSE u.started_at END

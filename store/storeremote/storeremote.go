@@ -262,9 +262,21 @@ func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (
 }
 
 // LeaseRelease hands a run back.
+// A guarded release (with a Seq) whose answer was lost is sent again with
+// backoff while ctx lasts.
 func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) error {
-	_, err := call(s, ctx, s.rpc.ReleaseLease, &pb.ReleaseLeaseRequest{Lease: ww.LeaseToPB(p.Lease)})
-	return err
+	req := &pb.ReleaseLeaseRequest{Lease: ww.LeaseToPB(p.Lease), Seq: p.Seq}
+	for wait := lostAnswerBackoff; ; wait = min(2*wait, maxLostAnswerBackoff) {
+		_, err := call(s, ctx, s.rpc.ReleaseLease, req)
+		if err == nil || p.Seq == 0 || !lostAnswer(err) || s.isClosed() {
+			return err
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return err
+		}
+	}
 }
 
 // ckCall is one checkpoint waiting for its batch.
@@ -327,14 +339,66 @@ func (s *Store) sendBatches() {
 // checkpointTimeout bounds one batch on the wire.
 const checkpointTimeout = time.Minute
 
+// sendBatch sends a batch of checkpoints and answers each. When the answer is
+// lost (the connection broke: the server restarted, say), the guarded ones
+// (with a Seq: the store applies each once) are sent again with backoff until
+// checkpointTimeout, and the others fail: they may or may not have been applied.
 func (s *Store) sendBatch(batch []*ckCall) {
-	req := &pb.CheckpointRequest{Checkpoints: make([]*pb.CheckpointItem, len(batch))}
-	for i, c := range batch {
-		req.Checkpoints[i] = c.item
-	}
 	ctx, cancel := context.WithTimeout(s.ctx, checkpointTimeout)
 	defer cancel()
-	res, err := call(s, ctx, s.rpc.Checkpoint, req)
+	wait := lostAnswerBackoff
+	for {
+		req := &pb.CheckpointRequest{Checkpoints: make([]*pb.CheckpointItem, len(batch))}
+		for i, c := range batch {
+			req.Checkpoints[i] = c.item
+		}
+		res, err := call(s, ctx, s.rpc.Checkpoint, req)
+		if err == nil || !lostAnswer(err) || s.isClosed() {
+			s.answerBatch(batch, res, err)
+			return
+		}
+		guarded := batch[:0:0]
+		for _, c := range batch {
+			if c.item.Seq > 0 {
+				guarded = append(guarded, c)
+				continue
+			}
+			c.err = err
+			close(c.done)
+		}
+		if batch = guarded; len(batch) == 0 {
+			return
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			s.answerBatch(batch, nil, err)
+			return
+		}
+		wait = min(2*wait, maxLostAnswerBackoff)
+	}
+}
+
+// The waits between the sends of a guarded write whose answer was lost.
+const (
+	lostAnswerBackoff    = 50 * time.Millisecond
+	maxLostAnswerBackoff = time.Second
+)
+
+// lostAnswer reports an error that says nothing of whether the server applied
+// the call: the connection failed (no error detail from the server), or the
+// server was stopping.
+func lostAnswer(err error) bool {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Code() == connect.CodeUnavailable || ce.Code() == connect.CodeUnknown
+	}
+	return errors.Is(err, store.ErrClosed)
+}
+
+// answerBatch answers each checkpoint of batch from the response res or the
+// call's error.
+func (s *Store) answerBatch(batch []*ckCall, res *pb.CheckpointResponse, err error) {
 	if err == nil && len(res.Results) != len(batch) {
 		err = fmt.Errorf("storeremote: server answered %d results to %d checkpoints", len(res.Results), len(batch))
 	}
@@ -345,7 +409,8 @@ func (s *Store) sendBatch(batch []*ckCall) {
 		case res.Results[i].Error != nil:
 			c.err = ww.FromDetail(res.Results[i].Error)
 		default:
-			c.res = &store.CheckpointResult{CancelRequested: res.Results[i].CancelRequested, At: ww.Time(res.Results[i].At)}
+			r := res.Results[i]
+			c.res = &store.CheckpointResult{CancelRequested: r.CancelRequested, At: ww.Time(r.At), Replayed: r.Replayed}
 		}
 		close(c.done)
 	}

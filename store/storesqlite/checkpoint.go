@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 const (
@@ -24,35 +25,46 @@ const (
 )
 
 // Run state changes of a checkpoint. Each is fenced: it changes the run only if
-// the lease (?2 namespace, ?3 run ID, ?4 token) is current, so it doubles as the
-// lease check. ?1 is now.
+// the lease (?2 namespace, ?3 run ID, ?4 token) is current and, for a guarded
+// checkpoint (?5 its Seq, above 0), the lease has not applied it yet; so it
+// doubles as the lease check. A guarded one keeps its Seq and fingerprint (?6) in
+// the row. ?1 is now; each statement's own parameters follow from ?7.
 const (
-	ckWhere = ` WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4`
+	ckWhere = ` WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4
+	AND (?5 = 0 OR lease_seq < ?5)`
 	ckFence = ckWhere + ` RETURNING sequence, cancel_requested, stream_seq`
-	// sqlCkRunning only checks the lease: a checkpoint that keeps the run running
-	// changes nothing in its row (UpdatedAt tracks changes of state), unless it
-	// appends stream events (sqlCkRunningStream).
+	// ckGuard keeps a guarded checkpoint's key in the row.
+	ckGuard = `lease_seq = CASE WHEN ?5 = 0 THEN lease_seq ELSE ?5 END,
+	lease_fp = CASE WHEN ?5 = 0 THEN lease_fp ELSE ?6 END`
+	// sqlCkRunning only checks the lease: an unguarded checkpoint that keeps the
+	// run running changes nothing in its row (UpdatedAt tracks changes of state),
+	// unless it appends stream events (sqlCkRunningStream, which also keeps a
+	// guarded checkpoint's key).
 	sqlCkRunning = `SELECT sequence, cancel_requested, stream_seq FROM runs` + ckWhere
-	// sqlCkRunningStream takes the sequences of ?5 stream events.
-	sqlCkRunningStream = `UPDATE runs SET stream_seq = stream_seq + ?5` + ckFence
+	// sqlCkRunningStream takes the sequences of ?7 stream events.
+	sqlCkRunningStream = `UPDATE runs SET stream_seq = stream_seq + ?7, ` + ckGuard + ckFence
 	// sqlCkWaiting hands a run whose cancellation was requested back instead
 	// (pending, due now): waiting, it would keep the cancellation until the wait
 	// ended on its own.
 	sqlCkWaiting = `UPDATE runs SET
 	status = CASE WHEN cancel_requested THEN 'pending' ELSE 'waiting' END,
-	available_at = CASE WHEN cancel_requested THEN ?1 ELSE ?5 END,
-	wait_reason = CASE WHEN cancel_requested THEN '' ELSE ?6 END,
-	wait_events = CASE WHEN cancel_requested THEN NULL ELSE ?7 END,
-	lease_owner = '', lease_expires_at = NULL, updated_at = ?1, stream_seq = stream_seq + ?8` + ckFence
-	sqlCkBlocked = `UPDATE runs SET status = 'blocked', error = ?5, wait_reason = ?6,
-	lease_owner = '', lease_expires_at = NULL, updated_at = ?1, stream_seq = stream_seq + ?7` + ckFence
+	available_at = CASE WHEN cancel_requested THEN ?1 ELSE ?7 END,
+	wait_reason = CASE WHEN cancel_requested THEN '' ELSE ?8 END,
+	wait_events = CASE WHEN cancel_requested THEN NULL ELSE ?9 END,
+	lease_owner = '', lease_expires_at = NULL, updated_at = ?1, stream_seq = stream_seq + ?10, ` + ckGuard + ckFence
+	sqlCkBlocked = `UPDATE runs SET status = 'blocked', error = ?7, wait_reason = ?8,
+	lease_owner = '', lease_expires_at = NULL, updated_at = ?1, stream_seq = stream_seq + ?9, ` + ckGuard + ckFence
 	sqlCkPending = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
-	lease_owner = '', lease_expires_at = NULL, updated_at = ?1, stream_seq = stream_seq + ?5` + ckFence
+	lease_owner = '', lease_expires_at = NULL, updated_at = ?1, stream_seq = stream_seq + ?7, ` + ckGuard + ckFence
 	// sqlCkFinished also returns the run's place in a parent's group (NULLs for a
 	// run that is no child), so that a child's end is counted without a query.
-	sqlCkFinished = `UPDATE runs SET status = ?5, output = ?6, error = ?7, wait_reason = '',
+	sqlCkFinished = `UPDATE runs SET status = ?7, output = ?8, error = ?9, wait_reason = '',
 	lease_owner = '', lease_expires_at = NULL, finished_at = ?1, updated_at = ?1,
-	stream_seq = stream_seq + ?8` + ckWhere + ` RETURNING sequence, cancel_requested, stream_seq, parent_seq, parent_position`
+	stream_seq = stream_seq + ?10, ` + ckGuard + ckWhere + ` RETURNING sequence, cancel_requested, stream_seq, parent_seq, parent_position`
+	// sqlCkReplay reads what tells a retry of a guarded write that was applied
+	// from a stale lease (see store.CheckpointParams.Seq).
+	sqlCkReplay = `SELECT lease_token, lease_seq, lease_fp, cancel_requested, updated_at FROM runs
+	WHERE namespace = ?1 AND id = ?2`
 )
 
 // Checkpoint implements store.Store.
@@ -92,12 +104,15 @@ func checkpoint(tx *wtx, p *store.CheckpointParams, errText any) (*store.Checkpo
 	l := p.Lease
 	if len(p.NoEvents) > 0 {
 		if err := checkNoEvents(tx, l.Namespace, l.RunID, p.NoEvents, p.Consume); err != nil {
+			if res, rerr := ckReplay(tx, l, p.Seq, p.Fingerprint); rerr == nil {
+				return res, nil // a retry: the events it guards against came after it
+			}
 			return nil, err
 		}
 	}
 	ck, err := setCheckpointStatus(tx, p, errText)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
+		return ckReplay(tx, l, p.Seq, p.Fingerprint)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("updating run: %w", err)
@@ -119,6 +134,35 @@ func checkpoint(tx *wtx, p *store.CheckpointParams, errText any) (*store.Checkpo
 	}
 	at := fromNS(sql.NullInt64{Int64: tx.now.UnixNano(), Valid: true})
 	return &store.CheckpointResult{CancelRequested: ck.cancel, At: at}, nil
+}
+
+// ckReplay answers a lease write (of seq and fingerprint fp) whose fenced update
+// matched no row: a retry of a write the lease applied already gets the answer
+// of an applied write (or ErrIdempotencyKeyConflict), anything else
+// ErrLeaseLost.
+func ckReplay(tx *wtx, l store.Lease, seq, fp int64) (*store.CheckpointResult, error) {
+	lost := fmt.Errorf("%w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
+	if seq == 0 {
+		return nil, lost
+	}
+	var (
+		token, last, lastFP int64
+		cancel              bool
+		updated             sql.NullInt64
+	)
+	err := tx.queryRow(sqlCkReplay, l.Namespace, l.RunID).Scan(&token, &last, &lastFP, &cancel, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, lost
+	}
+	if err != nil {
+		return nil, err
+	}
+	res, err := sqlstore.LeaseReplay(l, seq, fp, token, last, lastFP)
+	if err != nil || res == nil {
+		return nil, err
+	}
+	res.CancelRequested, res.At = cancel, fromNS(updated)
+	return res, nil
 }
 
 // writeWaiting applies a checkpoint's events, children and approvals, and counts
@@ -201,17 +245,17 @@ func writeHistory(tx *wtx, seq int64, p *store.CheckpointParams) error {
 // current. It returns sql.ErrNoRows when the lease is not current.
 func setCheckpointStatus(tx *wtx, p *store.CheckpointParams, errText any) (ckRow, error) {
 	l := p.Lease
-	fence := []any{tx.now.UnixNano(), l.Namespace, l.RunID, l.Token}
+	fence := []any{tx.now.UnixNano(), l.Namespace, l.RunID, l.Token, p.Seq, p.Fingerprint}
 	var ck ckRow
 	dest := []any{&ck.seq, &ck.cancel, &ck.streamSeq}
 	n := len(p.Stream) // each status update takes the sequences of the checkpoint's stream events
 	var row scanner
 	switch p.Status {
 	case store.StatusRunning:
-		if n > 0 {
+		if n > 0 || p.Seq > 0 {
 			row = tx.queryRow(sqlCkRunningStream, append(fence, n)...)
 		} else {
-			row = tx.queryRow(sqlCkRunning, fence...)
+			row = tx.queryRow(sqlCkRunning, fence[:5]...)
 		}
 	case store.StatusWaiting:
 		var events any

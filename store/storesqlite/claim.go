@@ -39,7 +39,7 @@ const (
 	// even one whose claim was lost: claims are committed without fsync (see
 	// writeNoSync), and the clock has moved on by the time the store reopens.
 	sqlClaim = `UPDATE runs SET status = 'running', lease_owner = ?1, lease_token = MAX(lease_token + 1, ?5),
-	lease_expires_at = ?2, attempts = attempts + 1, started_at = COALESCE(started_at, ?3),
+	lease_seq = 0, lease_fp = 0, lease_expires_at = ?2, attempts = attempts + 1, started_at = COALESCE(started_at, ?3),
 	wait_reason = '', updated_at = ?3 WHERE sequence IN (SELECT value FROM json_each(?4)) RETURNING ` + runCols
 	// sqlNextDue is the earliest future time at which a run of these workflows
 	// (and queues) becomes due. Each branch walks a partial index in time order
@@ -248,19 +248,24 @@ func leasesExtend(tx *wtx, p *store.LeasesExtendParams) (*store.LeasesExtendResu
 }
 
 const sqlRelease = `UPDATE runs SET status = 'pending', available_at = ?1, lease_owner = '',
-	lease_expires_at = NULL, updated_at = ?1
-	WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4`
+	lease_expires_at = NULL, updated_at = ?1,
+	lease_seq = CASE WHEN ?5 = 0 THEN lease_seq ELSE ?5 END, lease_fp = CASE WHEN ?5 = 0 THEN lease_fp ELSE ?6 END
+	WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4 AND (?5 = 0 OR lease_seq < ?5)`
 
 // LeaseRelease implements store.Store.
 func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("releasing lease: %w", err)
+	}
 	l := p.Lease
 	err := s.write(ctx, func(tx *wtx) error {
-		res, err := tx.exec(sqlRelease, tx.now.UnixNano(), l.Namespace, l.RunID, l.Token)
+		res, err := tx.exec(sqlRelease, tx.now.UnixNano(), l.Namespace, l.RunID, l.Token, p.Seq, p.Fingerprint)
 		if err != nil {
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return fmt.Errorf("%w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
+			_, err := ckReplay(tx, l, p.Seq, p.Fingerprint)
+			return err
 		}
 		tx.publish(store.RunTopic(l.Namespace, l.RunID), store.TopicReady)
 		return nil

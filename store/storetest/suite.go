@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"GetMany", getManyCases},
 		{"Claim", claimCases},
 		{"Lease", leaseCases},
+		{"LeaseGuard", leaseGuardCases},
 		{"Checkpoint", checkpointCases},
 		{"Cancel", cancelCases},
 		{"CancelWait", cancelWaitCases},

@@ -1550,8 +1550,11 @@ func (x *ExtendLeasesResponse) GetCancelRequested() []string {
 }
 
 type ReleaseLeaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lease         *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lease *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// seq is the release's place among its lease's writes, as a checkpoint's
+	// seq: a retry of an applied release succeeds without writing again.
+	Seq           int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1591,6 +1594,13 @@ func (x *ReleaseLeaseRequest) GetLease() *Lease {
 		return x.Lease
 	}
 	return nil
+}
+
+func (x *ReleaseLeaseRequest) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 type ReleaseLeaseResponse struct {
@@ -1649,7 +1659,15 @@ type CheckpointItem struct {
 	ExpireApprovals []string               `protobuf:"bytes,15,rep,name=expire_approvals,json=expireApprovals,proto3" json:"expire_approvals,omitempty"`
 	// stream are events appended to the run's stream, in order, each taking the
 	// run's next sequence (docs/streams.md).
-	Stream        []*StreamWrite `protobuf:"bytes,16,rep,name=stream,proto3" json:"stream,omitempty"`
+	Stream []*StreamWrite `protobuf:"bytes,16,rep,name=stream,proto3" json:"stream,omitempty"`
+	// seq, when above 0, is this checkpoint's place among its lease's writes
+	// (checkpoints and release): 1, 2, … in the order the worker makes them, one
+	// at a time per lease. With the lease token it is the write's idempotency key:
+	// a retry of a write the lease applied already (the same seq) is answered as
+	// applied (CheckpointResult.replayed) and writes nothing, and a different
+	// request under the same key is refused (IDEMPOTENCY_KEY_CONFLICT). 0 sends
+	// the checkpoint unguarded. See docs/worker-protocol.md.
+	Seq           int64 `protobuf:"varint,17,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1796,6 +1814,13 @@ func (x *CheckpointItem) GetStream() []*StreamWrite {
 	return nil
 }
 
+func (x *CheckpointItem) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // StreamWrite is one event of a run's stream, written with a checkpoint.
 type StreamWrite struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1900,8 +1925,11 @@ type CheckpointResult struct {
 	Error           *ErrorDetail           `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	CancelRequested bool                   `protobuf:"varint,2,opt,name=cancel_requested,json=cancelRequested,proto3" json:"cancel_requested,omitempty"`
 	At              *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// replayed reports a retry of a checkpoint that was applied already:
+	// nothing was written again.
+	Replayed      bool `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckpointResult) Reset() {
@@ -1953,6 +1981,13 @@ func (x *CheckpointResult) GetAt() *timestamppb.Timestamp {
 		return x.At
 	}
 	return nil
+}
+
+func (x *CheckpointResult) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
 }
 
 type CheckpointResponse struct {
@@ -2976,10 +3011,11 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\x05steps\x18\x03 \x03(\v2\x1a.trellis.worker.v1.RunStepR\x05steps\"U\n" +
 	"\x14ExtendLeasesResponse\x12\x12\n" +
 	"\x04lost\x18\x01 \x03(\tR\x04lost\x12)\n" +
-	"\x10cancel_requested\x18\x02 \x03(\tR\x0fcancelRequested\"E\n" +
+	"\x10cancel_requested\x18\x02 \x03(\tR\x0fcancelRequested\"W\n" +
 	"\x13ReleaseLeaseRequest\x12.\n" +
-	"\x05lease\x18\x01 \x01(\v2\x18.trellis.worker.v1.LeaseR\x05lease\"\x16\n" +
-	"\x14ReleaseLeaseResponse\"\xcf\x05\n" +
+	"\x05lease\x18\x01 \x01(\v2\x18.trellis.worker.v1.LeaseR\x05lease\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\"\x16\n" +
+	"\x14ReleaseLeaseResponse\"\xe1\x05\n" +
 	"\x0eCheckpointItem\x12.\n" +
 	"\x05lease\x18\x01 \x01(\v2\x18.trellis.worker.v1.LeaseR\x05lease\x12'\n" +
 	"\x03ops\x18\x02 \x03(\v2\x15.trellis.worker.v1.OpR\x03ops\x126\n" +
@@ -2999,17 +3035,19 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\bchildren\x18\r \x03(\v2\x1d.trellis.worker.v1.ChildGroupR\bchildren\x12@\n" +
 	"\tapprovals\x18\x0e \x03(\v2\".trellis.worker.v1.ApprovalRequestR\tapprovals\x12)\n" +
 	"\x10expire_approvals\x18\x0f \x03(\tR\x0fexpireApprovals\x126\n" +
-	"\x06stream\x18\x10 \x03(\v2\x1e.trellis.worker.v1.StreamWriteR\x06streamB\t\n" +
+	"\x06stream\x18\x10 \x03(\v2\x1e.trellis.worker.v1.StreamWriteR\x06stream\x12\x10\n" +
+	"\x03seq\x18\x11 \x01(\x03R\x03seqB\t\n" +
 	"\a_output\"5\n" +
 	"\vStreamWrite\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"X\n" +
 	"\x11CheckpointRequest\x12C\n" +
-	"\vcheckpoints\x18\x01 \x03(\v2!.trellis.worker.v1.CheckpointItemR\vcheckpoints\"\x9f\x01\n" +
+	"\vcheckpoints\x18\x01 \x03(\v2!.trellis.worker.v1.CheckpointItemR\vcheckpoints\"\xbb\x01\n" +
 	"\x10CheckpointResult\x124\n" +
 	"\x05error\x18\x01 \x01(\v2\x1e.trellis.worker.v1.ErrorDetailR\x05error\x12)\n" +
 	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\x12*\n" +
-	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"S\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1a\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\"S\n" +
 	"\x12CheckpointResponse\x12=\n" +
 	"\aresults\x18\x01 \x03(\v2#.trellis.worker.v1.CheckpointResultR\aresults\"R\n" +
 	"\x14ResumeBlockedRequest\x12\x1c\n" +

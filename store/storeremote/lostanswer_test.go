@@ -1,0 +1,117 @@
+package storeremote_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/server"
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storeremote"
+	"github.com/trellis-dev/trellis/store/storesqlite"
+)
+
+// droppingTransport delivers calls to the server but loses the answers of the
+// next drop calls whose path ends with suffix, as a connection that breaks after
+// the server applied the call but before its answer arrived.
+type droppingTransport struct {
+	suffix  atomic.Value // string
+	drop    atomic.Int64
+	dropped atomic.Int64
+}
+
+func (d *droppingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	res, err := http.DefaultTransport.RoundTrip(r)
+	suffix, _ := d.suffix.Load().(string)
+	if err != nil || suffix == "" || !strings.HasSuffix(r.URL.Path, suffix) || d.drop.Add(-1) < 0 {
+		return res, err
+	}
+	_, _ = io.Copy(io.Discard, res.Body) // the server finished the call
+	res.Body.Close()
+	d.dropped.Add(1)
+	return nil, errors.New("connection reset by peer (test)")
+}
+
+func (d *droppingTransport) arm(suffix string, n int64) {
+	d.suffix.Store(suffix)
+	d.drop.Store(n)
+}
+
+// A guarded checkpoint or release (with a Seq) whose answer was lost is sent
+// again and applied once: the retry is answered as replayed. An unguarded one
+// fails with the transport's error, since it may or may not have been applied.
+func TestLostAnswersAreRetried(t *testing.T) {
+	ctx := t.Context()
+	st, err := storesqlite.Open(ctx, storesqlite.Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv, err := server.New(ctx, server.Config{Backend: st, Listen: "127.0.0.1:0", Insecure: true, IdempotencyPurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	tr := &droppingTransport{}
+	rs, err := storeremote.New(storeremote.Config{URL: "http://" + srv.Addr().String(), HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	for _, id := range []string{"r1", "r2", "r3"} {
+		if _, err := st.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: id, WorkflowID: id, Workflow: "wf", Queue: "q"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := rs.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "default", Workflows: []string{"wf"}, Worker: "w", Max: 3, LeaseDuration: time.Minute})
+	if err != nil || len(res.Runs) != 3 {
+		t.Fatalf("claim: %d runs, %v", len(res.Runs), err)
+	}
+	lease := map[string]store.Lease{}
+	for _, cr := range res.Runs {
+		lease[cr.Run.ID] = store.Lease{Namespace: "default", RunID: cr.Run.ID, Token: cr.LeaseToken}
+	}
+
+	tr.arm("/Checkpoint", 1)
+	ck, err := rs.Checkpoint(ctx, &store.CheckpointParams{Lease: lease["r1"], Seq: 1, Status: store.StatusSucceeded,
+		Output: []byte(`"done"`), Stream: []store.StreamWrite{{Name: "run.succeeded", Data: []byte(`"done"`)}}})
+	if err != nil || !ck.Replayed {
+		t.Fatalf("guarded checkpoint whose answer was lost = %+v, %v; want replayed, no error", ck, err)
+	}
+	if tr.dropped.Load() != 1 {
+		t.Fatalf("dropped %d answers, want 1", tr.dropped.Load())
+	}
+	ev, err := st.StreamRead(ctx, &store.StreamReadParams{Namespace: "default", RunID: "r1", Limit: 10})
+	if err != nil || len(ev.Events) != 1 {
+		t.Fatalf("stream of r1 = %+v, %v; want one event", ev, err)
+	}
+	if r, err := st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: "r1"}); err != nil || r.Status != store.StatusSucceeded {
+		t.Fatalf("r1 = %+v, %v; want succeeded", r, err)
+	}
+
+	tr.arm("/ReleaseLease", 1)
+	if err := rs.LeaseRelease(ctx, &store.LeaseReleaseParams{Lease: lease["r2"], Seq: 1}); err != nil {
+		t.Fatalf("guarded release whose answer was lost: %v", err)
+	}
+	if r, err := st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: "r2"}); err != nil || r.Status != store.StatusPending {
+		t.Fatalf("r2 = %+v, %v; want pending", r, err)
+	}
+
+	tr.arm("/Checkpoint", 1)
+	_, err = rs.Checkpoint(ctx, &store.CheckpointParams{Lease: lease["r3"], Status: store.StatusSucceeded, Output: []byte(`1`)})
+	if err == nil {
+		t.Fatal("unguarded checkpoint whose answer was lost succeeded; want the transport's error")
+	}
+	if tr.dropped.Load() != 3 {
+		t.Fatalf("dropped %d answers, want 3", tr.dropped.Load())
+	}
+}
