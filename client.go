@@ -2,6 +2,7 @@ package trellis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -325,8 +326,15 @@ func (c *Client) doWait(ctx context.Context, ref string) (*Run, error) {
 	if c.remote != nil {
 		return c.remote.wait(ctx, ref)
 	}
-	run, err := c.Get(ctx, ref)
-	if err != nil || run.Status.Terminal() {
+	// ref is most often a run ID: wait for that run at once, which reads it
+	// together with the other runs waited for (one batched read) instead of
+	// reading it alone first. A ref that names no run ID (a workflow ID) is
+	// resolved then.
+	run, err := c.waitRun(ctx, ref)
+	if !errors.Is(err, ErrRunNotFound) {
+		return run, err
+	}
+	if run, err = c.Get(ctx, ref); err != nil || run.Status.Terminal() {
 		return run, err
 	}
 	return c.waitRun(ctx, run.ID)

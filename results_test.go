@@ -2,6 +2,7 @@ package trellis_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 
@@ -65,4 +66,29 @@ func TestResultsFromAnotherWorker(t *testing.T) {
 	}
 	register(t, open(t, url), wf) // the worker comes up while the callers wait
 	wg.Wait()
+}
+
+// Wait takes a run ID or a workflow ID, as Get does: by workflow ID it waits for
+// the latest run of that workflow ID; a ref that names nothing is ErrRunNotFound.
+func TestWaitByWorkflowID(t *testing.T) {
+	t.Parallel()
+	wf := trellis.NewWorkflow("by-workflow-id", func(wc *trellis.Context, in int) (int, error) {
+		return trellis.Step(wc, "inc", func(context.Context) (int, error) { return in + 1, nil })
+	})
+	c := open(t, storeURL(t))
+	register(t, c, wf)
+	h, err := trellis.Start(ctxT(t), c, wf, 41, trellis.StartOptions{ID: "order-41"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := c.Wait(ctxT(t), "order-41")
+	if err != nil || run.ID != h.RunID() || run.Status != trellis.StatusSucceeded {
+		t.Fatalf("Wait(workflow ID) = %+v, %v; want run %s succeeded", run, err, h.RunID())
+	}
+	if run, err = c.Wait(ctxT(t), h.RunID()); err != nil || run.ID != h.RunID() {
+		t.Fatalf("Wait(run ID) = %+v, %v", run, err)
+	}
+	if _, err := c.Wait(ctxT(t), "no-such-run"); !errors.Is(err, trellis.ErrRunNotFound) {
+		t.Fatalf("Wait(unknown) error = %v, want ErrRunNotFound", err)
+	}
 }

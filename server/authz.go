@@ -19,7 +19,7 @@ type call struct {
 	ns        string
 	client    *trellis.Client
 	done      func()
-	run       *trellis.Run            // scopeRun: the run {id} names
+	run       *trellis.Run            // scopeRun (and scopeRunLazy, unless nil): the run {id} names
 	approval  *trellis.ApprovalRecord // scopeApproval: approval {id}
 	keyed     *keyed                  // a POST with an Idempotency-Key (see handle)
 	// streamOwned: a stream's own goroutine took over the connection and its
@@ -126,10 +126,13 @@ func (s *Server) authorizeScope(r *http.Request, sc scope, c *call) error {
 		return c.allowQueue(r.URL.Query().Get("queue"))
 	case scopeBodyQueue:
 		return nil // the handler checks the queue its body names
-	case scopeRun:
+	case scopeRun, scopeRunLazy:
 		id := r.PathValue("id")
 		if err := checkRef("run ID", id); err != nil {
 			return err
+		}
+		if sc == scopeRunLazy && c.allowQueue("") == nil {
+			return nil // any run of the namespace is allowed: the handler reads it
 		}
 		run, err := c.client.Get(ctx, id)
 		if err != nil {

@@ -158,18 +158,31 @@ func (s *Server) getResult(w http.ResponseWriter, r *http.Request, c *call) erro
 	if q.err != nil {
 		return q.err
 	}
-	run := c.run
-	if !run.Status.Terminal() && wait > 0 {
+	// The middleware may have left the run to this handler (scopeRunLazy): with
+	// a wait, the client's results watcher reads it, together with the other
+	// runs waited for, rather than alone.
+	run, ref := c.run, r.PathValue("id")
+	if run != nil {
+		ref = run.ID
+	}
+	switch {
+	case run != nil && (run.Status.Terminal() || wait <= 0):
+	case wait <= 0:
+		var err error
+		if run, err = c.client.Get(r.Context(), ref); err != nil {
+			return err
+		}
+	default:
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		defer cancel()
 		stop := context.AfterFunc(s.draining, cancel)
 		defer stop()
-		ended, err := c.client.Wait(ctx, run.ID)
+		ended, err := c.client.Wait(ctx, ref)
 		switch {
 		case err == nil:
 			run = ended
 		case ctx.Err() != nil && r.Context().Err() == nil:
-			if run, err = c.client.Get(r.Context(), run.ID); err != nil {
+			if run, err = c.client.Get(r.Context(), ref); err != nil {
 				return err
 			}
 		default:

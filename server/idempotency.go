@@ -16,7 +16,8 @@ import (
 
 // Idempotency keys (docs/http-api.md#idempotency-keys): a POST with an
 // Idempotency-Key header is fingerprinted (method, path, body, principal) and
-// looked up in the namespace first. A recorded key with the same fingerprint
+// looked up in the namespace first (except on routes whose store call looks it
+// up first thing: route.keyInStore). A recorded key with the same fingerprint
 // gets its first response again (status and body, with IdempotentReplayedHeader);
 // with another fingerprint, 422. Otherwise the handler runs with the key in its
 // context (internal/idemkey): the SDK method hands it to the store call it
@@ -72,8 +73,10 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, rt route, c *cal
 	if err != nil {
 		return err
 	}
-	if replayed, err := s.replay(w, r.Context(), c.ns, rec); replayed || err != nil {
-		return err
+	if !rt.keyInStore {
+		if replayed, err := s.replay(w, r.Context(), c.ns, rec); replayed || err != nil {
+			return err
+		}
 	}
 	c.keyed = &keyed{rec: rec}
 	ctx := idemkey.With(r.Context(), &idemkey.Request{Key: rec.Key, Fingerprint: rec.Fingerprint,
@@ -86,6 +89,13 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, rt route, c *cal
 			rerr = fmt.Errorf("%w: idempotency key %q was used but its entry is gone", ErrUnavailable, rec.Key)
 		}
 		return rerr
+	}
+	if err != nil && rt.keyInStore {
+		// Refused before the store saw the key (a limit changed since the first
+		// request, say): a retry still gets the first response.
+		if replayed, rerr := s.replay(w, r.Context(), c.ns, rec); replayed || rerr != nil {
+			return rerr
+		}
 	}
 	return err
 }

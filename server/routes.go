@@ -18,8 +18,12 @@ const (
 	scopeListQueue              // the `queue` query parameter, else the namespace as a whole
 	scopeBodyQueue              // the queue the request body names (checked by the handler)
 	scopeRun                    // the queue of the run {id} names
-	scopeApproval               // the queue of the run of approval {id}
-	scopeGlobal                 // no namespace: the role must be granted on every namespace ("*")
+	// scopeRunLazy is scopeRun for a handler that reads the run itself: when the
+	// principal's grant covers the whole namespace, the middleware does not read
+	// the run (call.run stays nil); otherwise it reads it as scopeRun does.
+	scopeRunLazy
+	scopeApproval // the queue of the run of approval {id}
+	scopeGlobal   // no namespace: the role must be granted on every namespace ("*")
 )
 
 // param is a query parameter of a route.
@@ -40,7 +44,12 @@ type route struct {
 	status          int  // the status of success
 	response        any  // a zero value of the response type (nil: no body)
 	stream          bool // answers text/event-stream: not counted in MaxInFlight but in MaxStreams
-	handle          func(s *Server, w http.ResponseWriter, r *http.Request, c *call) error
+	// keyInStore: the handler checks only its request before its store call,
+	// which looks its idempotency key up first thing in its transaction, so a
+	// request with a key skips the lookup before the handler (a read per call);
+	// a duplicate is found by the store and answered the recorded response.
+	keyInStore bool
+	handle     func(s *Server, w http.ResponseWriter, r *http.Request, c *call) error
 }
 
 // Response bodies that are not SDK records.
@@ -126,7 +135,8 @@ var routeTable = []route{
 	{method: "GET", pattern: "/v1/openapi.json", op: "openapi", summary: "This document", public: true,
 		status: 200, handle: (*Server).openapi},
 	{method: "POST", pattern: nsRuns, op: "startRun", summary: "Start a run by workflow name; durable before the response",
-		role: auth.RoleProducer, scope: scopeBodyQueue, request: StartRequest{}, status: 201, response: trellis.Run{}, handle: (*Server).startRun},
+		role: auth.RoleProducer, scope: scopeBodyQueue, request: StartRequest{}, status: 201, response: trellis.Run{}, handle: (*Server).startRun,
+		keyInStore: true},
 	{method: "POST", pattern: nsRuns + ":batch", op: "startRuns", summary: "Start up to 1,000 runs in one transaction, each with its own outcome",
 		role: auth.RoleProducer, scope: scopeBodyQueue, request: StartManyRequest{}, status: 200, response: trellis.StartManyResponse{}, handle: (*Server).startMany},
 	{method: "GET", pattern: nsRuns, op: "listRuns", summary: "List runs, newest first",
@@ -138,7 +148,7 @@ var routeTable = []route{
 	{method: "GET", pattern: nsRuns + "/{id}/history", op: "getHistory", summary: "A run's ops, attempts and decisions",
 		role: auth.RoleReader, scope: scopeRun, status: 200, response: History{}, handle: (*Server).getHistory},
 	{method: "GET", pattern: nsRuns + "/{id}/result", op: "getResult", summary: "The run; with wait, once it ends (200) or when the wait is over (202)",
-		role: auth.RoleReader, scope: scopeRun, query: waitParams, status: 200, response: trellis.Run{}, handle: (*Server).getResult},
+		role: auth.RoleReader, scope: scopeRunLazy, query: waitParams, status: 200, response: trellis.Run{}, handle: (*Server).getResult},
 	{method: "GET", pattern: nsRuns + "/{id}/stream", op: "streamRun", summary: "The run's events as text/event-stream (SSE), from a cursor, live until its final event",
 		role: auth.RoleReader, scope: scopeRun, query: streamParams, status: 200, stream: true, handle: (*Server).streamRun},
 	{method: "POST", pattern: nsRuns + "/{id}/cancel", op: "cancelRun", summary: "Cancel a run",

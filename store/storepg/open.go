@@ -32,7 +32,8 @@ type Store struct {
 	pool    *pgxpool.Pool
 	hub     notify.Hub
 	w       *writer
-	e       *ender // child-final checkpoints
+	e       *ender    // child-final checkpoints
+	n       *notifier // notifications of transactions of their own
 	lis     *listener
 
 	subMu sync.Mutex
@@ -91,6 +92,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.pool.Close()
 		return nil, fmt.Errorf("opening postgres store: %w", err)
 	}
+	s.n = startNotifier(s)
 	s.w = startWriter(s)
 	s.e = startEnder(s)
 	return s, nil
@@ -198,6 +200,9 @@ func (s *Store) Close() error {
 		}
 		if s.e != nil {
 			s.e.stop()
+		}
+		if s.n != nil {
+			s.n.stop()
 		}
 		if s.lis != nil {
 			s.lis.stop()

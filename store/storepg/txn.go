@@ -3,7 +3,6 @@ package storepg
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,6 +68,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *wtx) error) error {
 		case err == nil:
 			if len(topics) > 0 {
 				s.hub.Publish(topics...)
+				s.n.add(topics)
 			}
 			return nil
 		case ctx.Err() != nil:
@@ -95,11 +95,7 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx *wtx) error) ([]string, er
 	if err := fn(tx); err != nil {
 		return nil, err
 	}
-	if payloads := s.payloads([]*request{{topics: tx.topics}}); len(payloads) > 0 {
-		if _, err := tx.exec(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, s.channel, payloads); err != nil {
-			return nil, fmt.Errorf("notifying: %w", err)
-		}
-	}
+	// Other processes are notified after the commit (see notifier.go).
 	if err := pt.Commit(ctx); err != nil {
 		return nil, err
 	}

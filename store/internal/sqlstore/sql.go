@@ -15,16 +15,17 @@ type SQL struct {
 
 // queries are the fixed statements of the shared logic, in the dialect's style.
 type queries struct {
-	runByRef, kvGet, runChildren string
-	approvalGet, approvalLock    string
-	eventInsert, wakeOnEvent     string
-	runStatusLock                string
-	approvalInsert, approvalSet  string
-	approvalsExpire              string
-	groupInsert, groupCount      string
-	releaseHeld, groupReleased   string
-	groupFail, groupEnd          string
-	migrationRecord              string
+	runByID, runByWorkflowID    string
+	kvGet, runChildren          string
+	approvalGet, approvalLock   string
+	eventInsert, wakeOnEvent    string
+	runStatusLock               string
+	approvalInsert, approvalSet string
+	approvalsExpire             string
+	groupInsert, groupCount     string
+	releaseHeld, groupReleased  string
+	groupFail, groupEnd         string
+	migrationRecord             string
 }
 
 // New binds the shared logic to d.
@@ -32,7 +33,9 @@ func New(d Dialect) *SQL {
 	s := &SQL{d: d}
 	r := d.rebind
 	s.q = queries{
-		runByRef: r(`SELECT ` + RunCols + ` FROM runs WHERE sequence = ` + RefSeq),
+		runByID: r(`SELECT ` + RunCols + ` FROM runs WHERE namespace = $1 AND id = $2`),
+		runByWorkflowID: r(`SELECT ` + RunCols + ` FROM runs WHERE sequence =
+	(SELECT MAX(sequence) FROM runs WHERE namespace = $1 AND workflow_id = $2)`),
 		// kvGet returns one row: the run's sequence (NULL: no run), the value, and
 		// whether the key exists.
 		kvGet: r(`SELECT r.sequence, kv.value, kv.key IS NOT NULL
