@@ -34,6 +34,7 @@ type Store struct {
 	w       *writer
 	e       *ender    // child-final checkpoints
 	n       *notifier // notifications of transactions of their own
+	k       *keyedCreator
 	lis     *listener
 
 	subMu sync.Mutex
@@ -95,6 +96,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.n = startNotifier(s)
 	s.w = startWriter(s)
 	s.e = startEnder(s)
+	s.k = startKeyedCreator(s)
 	return s, nil
 }
 
@@ -200,6 +202,9 @@ func (s *Store) Close() error {
 		}
 		if s.e != nil {
 			s.e.stop()
+		}
+		if s.k != nil {
+			s.k.stop()
 		}
 		if s.n != nil {
 			s.n.stop()

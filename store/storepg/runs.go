@@ -97,6 +97,8 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 		if _, err = s.write(ctx, topics, stmts...); err == nil {
 			out, err = result()
 		}
+	} else if len(stmts) == 1 {
+		out, err = s.createKeyed(ctx, &keyedReq{p: p, create: st, cr: cr, res: res, topics: topics}) // see keyedcreate.go
 	} else {
 		err = s.writeGuarded(ctx, p.Namespace, p.Idempotency, topics, stmts, func() (any, error) {
 			out, err = result()

@@ -1,0 +1,248 @@
+package storepg
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-dev/trellis/internal/batch"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// Group commit for creates with an idempotency key. Such a create records its key
+// in its own transaction (the writer's batches cannot branch on what a statement
+// found), and a transaction per start cost about five round trips and a commit:
+// through a server, where the Go client sends a key with every start, that was
+// most of Postgres' work for a workflow. The keyed creator commits the keyed
+// creates waiting at the same time in one transaction of three pipelined round
+// trips:
+//
+//  1. every create's key: inserted, or taken over when it expired (as
+//     IdempotencyBegin does); a key inserted by a concurrent transaction makes
+//     its insert wait for that commit, then find the key;
+//  2. the runs of the creates whose key is new: one merged statement for those of
+//     the default reuse policy (sqlRunCreates, as the writer's plain creates),
+//     a statement each for the others;
+//  3. per create: its rendered response stored with its key, or, when its start
+//     was rejected (a taken run or workflow ID), its key deleted (a call that
+//     fails records nothing); and for the creates whose key was there already,
+//     the recorded fingerprint, to tell a retry (store.ErrIdempotencyKeyUsed) from
+//     a reuse by another request (store.ErrIdempotencyKeyConflict).
+//
+// One goroutine commits the batches one after the other, so two batches never
+// wait for each other's keys.
+type keyedCreator struct {
+	s        *Store
+	reqs     chan *keyedReq
+	quit     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// keyedReq is a keyed create waiting for the keyed creator.
+type keyedReq struct {
+	ctx    context.Context
+	p      *store.RunCreateParams
+	create stmt   // the create statement; its reader sets *res
+	cr     *crReq // the create, for a merged statement (sqlRunCreates)
+	res    *(*store.RunCreateResult)
+	topics []string
+	out    *store.RunCreateResult
+	err    error
+	done   chan struct{}
+}
+
+func startKeyedCreator(s *Store) *keyedCreator {
+	k := &keyedCreator{s: s, reqs: make(chan *keyedReq), quit: make(chan struct{})}
+	k.wg.Go(func() { batch.Run(k.reqs, k.quit, s.cfg.MaxBatch, k.commit) })
+	return k
+}
+
+// stop ends the keyed creator after its current batch.
+func (k *keyedCreator) stop() {
+	k.stopOnce.Do(func() { close(k.quit) })
+	k.wg.Wait()
+}
+
+// createKeyed creates a run with an idempotency key through the keyed creator.
+func (s *Store) createKeyed(ctx context.Context, r *keyedReq) (*store.RunCreateResult, error) {
+	r.ctx, r.done = ctx, make(chan struct{})
+	select {
+	case s.k.reqs <- r:
+	case <-s.k.quit:
+		return nil, store.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case <-r.done:
+		return r.out, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err() // it may still commit, as any write whose caller left
+	}
+}
+
+// keyedState is what a batch found for one create; reset on each try.
+type keyedState struct {
+	keyNew bool
+	fp     []byte // the recorded fingerprint, when the key was there
+}
+
+func (k *keyedCreator) commit(reqs []*keyedReq) {
+	live := reqs[:0:0]
+	for _, r := range reqs {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err
+			close(r.done)
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	states := make([]keyedState, len(live))
+	err := k.s.inTx(context.Background(), func(tx *wtx) error { return keyedCreates(tx, live, states) })
+	var topics []string
+	for i, r := range live {
+		switch {
+		case err != nil:
+			r.err = err
+		case !states[i].keyNew && bytes.Equal(states[i].fp, r.p.Idempotency.Fingerprint):
+			r.err = fmt.Errorf("%w: %q", store.ErrIdempotencyKeyUsed, r.p.Idempotency.Key)
+		case !states[i].keyNew:
+			r.err = fmt.Errorf("%w: %q", store.ErrIdempotencyKeyConflict, r.p.Idempotency.Key)
+		case *r.res == nil:
+			r.err = fmt.Errorf("%w: run %q or a run with workflow ID %q (policy %q)",
+				store.ErrRunExists, r.p.ID, r.p.WorkflowID, r.p.Reuse)
+		default:
+			r.out = *r.res
+			topics = append(topics, r.topics...)
+		}
+	}
+	if len(topics) > 0 {
+		// inTx published nothing (the statements name no topic): publish the
+		// created runs' now, here and to other processes.
+		k.s.hub.Publish(topics...)
+		k.s.n.add(topics)
+	}
+	for _, r := range live {
+		close(r.done)
+	}
+}
+
+// keyedCreates writes a batch of keyed creates in transaction tx (see
+// keyedCreator). It may run again when the transaction is retried, so it
+// overwrites states.
+func keyedCreates(tx *wtx, reqs []*keyedReq, states []keyedState) error {
+	ctx := tx.ctx
+	cutoff := tx.now.Add(-store.IdempotencyTTL)
+	for i := range states {
+		states[i] = keyedState{}
+		*reqs[i].res = nil
+	}
+	// 1. The keys.
+	b := &pgx.Batch{}
+	for _, r := range reqs {
+		rec := r.p.Idempotency
+		b.Queue(sqlKeyInsert, r.p.Namespace, rec.Key, rec.Fingerprint, tx.now, cutoff)
+	}
+	br := tx.SendBatch(ctx, b)
+	for i := range reqs {
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return fmt.Errorf("recording idempotency keys: %w", err)
+		}
+		states[i].keyNew = tag.RowsAffected() == 1
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+	// 2. The runs of the new keys, and the fingerprints of the others. Each
+	// queued statement has its reader.
+	b = &pgx.Batch{}
+	var (
+		readers []func(pgx.Rows) error
+		merged  []*crReq
+		ids     = make(map[string]bool)
+	)
+	for i, r := range reqs {
+		id := r.p.Namespace + "\x00" + r.p.ID
+		switch {
+		case !states[i].keyNew:
+			b.Queue(sqlKeyFingerprint, r.p.Namespace, r.p.Idempotency.Key)
+			st := &states[i]
+			readers = append(readers, func(rows pgx.Rows) error {
+				if rows.Next() {
+					return rows.Scan(&st.fp)
+				}
+				return nil
+			})
+		case r.p.Reuse == store.ReuseRejectActive && !ids[id]:
+			ids[id] = true
+			merged = append(merged, r.cr)
+		default:
+			b.Queue(r.create.sql, r.create.args...)
+			readers = append(readers, r.create.rows)
+		}
+	}
+	if len(merged) > 0 {
+		st := createsStmt(merged)
+		b.Queue(st.sql, st.args...)
+		readers = append(readers, st.rows)
+	}
+	br = tx.SendBatch(ctx, b)
+	for _, read := range readers {
+		rows, err := br.Query()
+		if err == nil {
+			err = read(rows)
+			rows.Close()
+			err = errors.Join(err, rows.Err())
+		}
+		if err != nil {
+			br.Close()
+			return fmt.Errorf("creating runs: %w", err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+	// 3. The responses, or the keys of rejected starts taken back.
+	b = &pgx.Batch{}
+	for i, r := range reqs {
+		if !states[i].keyNew {
+			continue
+		}
+		res, rec := *r.res, r.p.Idempotency
+		if res == nil {
+			b.Queue(sqlKeyDelete, r.p.Namespace, rec.Key)
+			continue
+		}
+		status, body, err := rec.Render(res)
+		if err != nil {
+			return fmt.Errorf("rendering the response of idempotency key %q: %w", rec.Key, err)
+		}
+		b.Queue(sqlKeyFinish, r.p.Namespace, rec.Key, status, body, res.Run.Sequence)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// Statements of the keyed creator on idempotency_keys (as sqlstore's, which
+// IdempotencyBegin and IdempotencyFinish use one key at a time).
+const (
+	sqlKeyInsert = `INSERT INTO idempotency_keys AS k (namespace, key, fingerprint, status, created_at)
+	VALUES ($1, $2, $3, 0, $4) ON CONFLICT (namespace, key) DO UPDATE
+	SET fingerprint = excluded.fingerprint, status = 0, body = NULL, run_seq = NULL, created_at = excluded.created_at
+	WHERE k.created_at <= $5`
+	sqlKeyFingerprint = `SELECT fingerprint FROM idempotency_keys WHERE namespace = $1 AND key = $2`
+	sqlKeyFinish      = `UPDATE idempotency_keys SET status = $3, body = $4, run_seq = $5 WHERE namespace = $1 AND key = $2`
+	sqlKeyDelete      = `DELETE FROM idempotency_keys WHERE namespace = $1 AND key = $2`
+)
