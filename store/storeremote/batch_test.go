@@ -35,25 +35,8 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // stale token gets ErrLeaseLost and writes nothing.
 func TestCheckpointsBatchedOnTheWire(t *testing.T) {
 	ctx := t.Context()
-	st, err := storesqlite.Open(ctx, storesqlite.Config{Path: filepath.Join(t.TempDir(), "t.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	srv, err := server.New(ctx, server.Config{Backend: st, Listen: "127.0.0.1:0", Insecure: true, IdempotencyPurgeInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(context.Background())
 	tr := &countingTransport{}
-	rs, err := storeremote.New(storeremote.Config{URL: "http://" + srv.Addr().String(), HTTPClient: &http.Client{Transport: tr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
+	st, rs := sqliteServer(t, tr)
 	const n = 200
 	for i := range n {
 		id := fmt.Sprint("r", i)
@@ -99,4 +82,30 @@ func TestCheckpointsBatchedOnTheWire(t *testing.T) {
 	if calls >= n {
 		t.Errorf("%d checkpoints took %d calls: not batched", n, calls)
 	}
+}
+
+// sqliteServer starts an insecure server on a fresh SQLite store and returns the
+// store and a remote store of the server whose calls go through transport;
+// cleanup stops both.
+func sqliteServer(t *testing.T, transport http.RoundTripper) (store.Store, *storeremote.Store) {
+	t.Helper()
+	st, err := storesqlite.Open(t.Context(), storesqlite.Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv, err := server.New(t.Context(), server.Config{Backend: st, Listen: "127.0.0.1:0", Insecure: true, IdempotencyPurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	rs, err := storeremote.New(storeremote.Config{URL: "http://" + srv.Addr().String(), HTTPClient: &http.Client{Transport: transport}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	return st, rs
 }

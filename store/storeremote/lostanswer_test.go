@@ -1,20 +1,15 @@
 package storeremote_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/trellis-dev/trellis/server"
 	"github.com/trellis-dev/trellis/store"
-	"github.com/trellis-dev/trellis/store/storeremote"
-	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
 // droppingTransport delivers calls to the server but loses the answers of the
@@ -48,25 +43,8 @@ func (d *droppingTransport) arm(suffix string, n int64) {
 // fails with the transport's error, since it may or may not have been applied.
 func TestLostAnswersAreRetried(t *testing.T) {
 	ctx := t.Context()
-	st, err := storesqlite.Open(ctx, storesqlite.Config{Path: filepath.Join(t.TempDir(), "t.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	srv, err := server.New(ctx, server.Config{Backend: st, Listen: "127.0.0.1:0", Insecure: true, IdempotencyPurgeInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(context.Background())
 	tr := &droppingTransport{}
-	rs, err := storeremote.New(storeremote.Config{URL: "http://" + srv.Addr().String(), HTTPClient: &http.Client{Transport: tr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
+	st, rs := sqliteServer(t, tr)
 	for _, id := range []string{"r1", "r2", "r3"} {
 		if _, err := st.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: id, WorkflowID: id, Workflow: "wf", Queue: "q"}); err != nil {
 			t.Fatal(err)
