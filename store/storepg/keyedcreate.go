@@ -21,17 +21,18 @@ import (
 // creates waiting at the same time in one transaction of three pipelined round
 // trips:
 //
-//  1. every create's key: inserted, or taken over when it expired (as
-//     IdempotencyBegin does); a key inserted by a concurrent transaction makes
-//     its insert wait for that commit, then find the key;
+//  1. every create's key, in one statement: inserted, or taken over when it
+//     expired (as IdempotencyBegin does); a key inserted by a concurrent
+//     transaction makes the insert wait for that commit, then find the key;
 //  2. the runs of the creates whose key is new: one merged statement for those of
 //     the default reuse policy (sqlRunCreates, as the writer's plain creates),
-//     a statement each for the others;
-//  3. per create: its rendered response stored with its key, or, when its start
-//     was rejected (a taken run or workflow ID), its key deleted (a call that
-//     fails records nothing); and for the creates whose key was there already,
-//     the recorded fingerprint, to tell a retry (store.ErrIdempotencyKeyUsed) from
-//     a reuse by another request (store.ErrIdempotencyKeyConflict).
+//     a statement each for the others; and, for the creates whose key was
+//     there already, the recorded
+//     fingerprint, to tell a retry (store.ErrIdempotencyKeyUsed) from a reuse by
+//     another request (store.ErrIdempotencyKeyConflict);
+//  3. the rendered responses stored with their keys, and the keys of rejected
+//     starts (a taken run or workflow ID) deleted: a call that fails records
+//     nothing.
 //
 // One goroutine commits the batches one after the other, so two batches never
 // wait for each other's keys.
@@ -145,27 +146,41 @@ func keyedCreates(tx *wtx, reqs []*keyedReq, states []keyedState) error {
 		states[i] = keyedState{}
 		*reqs[i].res = nil
 	}
-	// 1. The keys.
-	b := &pgx.Batch{}
-	for _, r := range reqs {
-		rec := r.p.Idempotency
-		b.Queue(sqlKeyInsert, r.p.Namespace, rec.Key, rec.Fingerprint, tx.now, cutoff)
+	// 1. The keys, in one statement. A key given twice in the batch is inserted
+	// once, for its first create (a statement may not update a row twice); the
+	// others find it.
+	var (
+		nss, keys []string
+		fps       [][]byte
+		first     = make(map[string]int, len(reqs)) // namespace and key -> its first create
+	)
+	for i, r := range reqs {
+		k := r.p.Namespace + "\x00" + r.p.Idempotency.Key
+		if _, dup := first[k]; dup {
+			continue
+		}
+		first[k] = i
+		nss, keys, fps = append(nss, r.p.Namespace), append(keys, r.p.Idempotency.Key), append(fps, r.p.Idempotency.Fingerprint)
 	}
-	br := tx.SendBatch(ctx, b)
-	for i := range reqs {
-		tag, err := br.Exec()
-		if err != nil {
-			br.Close()
+	rows, err := tx.Query(ctx, sqlKeysInsert, nss, keys, fps, tx.now, cutoff)
+	if err != nil {
+		return fmt.Errorf("recording idempotency keys: %w", err)
+	}
+	for rows.Next() {
+		var ns, key string
+		if err := rows.Scan(&ns, &key); err != nil {
+			rows.Close()
 			return fmt.Errorf("recording idempotency keys: %w", err)
 		}
-		states[i].keyNew = tag.RowsAffected() == 1
+		states[first[ns+"\x00"+key]].keyNew = true
 	}
-	if err := br.Close(); err != nil {
-		return err
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("recording idempotency keys: %w", err)
 	}
 	// 2. The runs of the new keys, and the fingerprints of the others. Each
 	// queued statement has its reader.
-	b = &pgx.Batch{}
+	b := &pgx.Batch{}
 	var (
 		readers []func(pgx.Rows) error
 		merged  []*crReq
@@ -196,7 +211,7 @@ func keyedCreates(tx *wtx, reqs []*keyedReq, states []keyedState) error {
 		b.Queue(st.sql, st.args...)
 		readers = append(readers, st.rows)
 	}
-	br = tx.SendBatch(ctx, b)
+	br := tx.SendBatch(ctx, b)
 	for _, read := range readers {
 		rows, err := br.Query()
 		if err == nil {
@@ -212,22 +227,37 @@ func keyedCreates(tx *wtx, reqs []*keyedReq, states []keyedState) error {
 	if err := br.Close(); err != nil {
 		return err
 	}
-	// 3. The responses, or the keys of rejected starts taken back.
-	b = &pgx.Batch{}
+	// 3. The responses, or the keys of rejected starts taken back: a statement
+	// each.
+	var (
+		fin      keyCols
+		statuses []int32
+		bodies   [][]byte
+		seqs     []int64
+		del      keyCols
+	)
 	for i, r := range reqs {
 		if !states[i].keyNew {
 			continue
 		}
 		res, rec := *r.res, r.p.Idempotency
 		if res == nil {
-			b.Queue(sqlKeyDelete, r.p.Namespace, rec.Key)
+			del.add(r.p.Namespace, rec.Key)
 			continue
 		}
 		status, body, err := rec.Render(res)
 		if err != nil {
 			return fmt.Errorf("rendering the response of idempotency key %q: %w", rec.Key, err)
 		}
-		b.Queue(sqlKeyFinish, r.p.Namespace, rec.Key, status, body, res.Run.Sequence)
+		fin.add(r.p.Namespace, rec.Key)
+		statuses, bodies, seqs = append(statuses, int32(status)), append(bodies, body), append(seqs, res.Run.Sequence)
+	}
+	b = &pgx.Batch{}
+	if len(fin.keys) > 0 {
+		b.Queue(sqlKeysFinish, fin.nss, fin.keys, statuses, bodies, seqs)
+	}
+	if len(del.keys) > 0 {
+		b.Queue(sqlKeysDelete, del.nss, del.keys)
 	}
 	if b.Len() == 0 {
 		return nil
@@ -235,14 +265,25 @@ func keyedCreates(tx *wtx, reqs []*keyedReq, states []keyedState) error {
 	return tx.SendBatch(ctx, b).Close()
 }
 
+// keyCols are idempotency keys as column arrays.
+type keyCols struct{ nss, keys []string }
+
+func (c *keyCols) add(ns, key string) { c.nss, c.keys = append(c.nss, ns), append(c.keys, key) }
+
 // Statements of the keyed creator on idempotency_keys (as sqlstore's, which
 // IdempotencyBegin and IdempotencyFinish use one key at a time).
 const (
-	sqlKeyInsert = `INSERT INTO idempotency_keys AS k (namespace, key, fingerprint, status, created_at)
-	VALUES ($1, $2, $3, 0, $4) ON CONFLICT (namespace, key) DO UPDATE
+	// sqlKeysInsert returns the keys it inserted or took over (expired).
+	sqlKeysInsert = `INSERT INTO idempotency_keys AS k (namespace, key, fingerprint, status, created_at)
+	SELECT x.ns, x.key, x.fp, 0, $4 FROM unnest($1::text[], $2::text[], $3::bytea[]) AS x(ns, key, fp)
+	ON CONFLICT (namespace, key) DO UPDATE
 	SET fingerprint = excluded.fingerprint, status = 0, body = NULL, run_seq = NULL, created_at = excluded.created_at
-	WHERE k.created_at <= $5`
+	WHERE k.created_at <= $5
+	RETURNING k.namespace, k.key`
 	sqlKeyFingerprint = `SELECT fingerprint FROM idempotency_keys WHERE namespace = $1 AND key = $2`
-	sqlKeyFinish      = `UPDATE idempotency_keys SET status = $3, body = $4, run_seq = $5 WHERE namespace = $1 AND key = $2`
-	sqlKeyDelete      = `DELETE FROM idempotency_keys WHERE namespace = $1 AND key = $2`
+	sqlKeysFinish     = `UPDATE idempotency_keys k SET status = x.status, body = x.body, run_seq = x.seq
+	FROM unnest($1::text[], $2::text[], $3::int4[], $4::bytea[], $5::int8[]) AS x(ns, key, status, body, seq)
+	WHERE k.namespace = x.ns AND k.key = x.key`
+	sqlKeysDelete = `DELETE FROM idempotency_keys k USING unnest($1::text[], $2::text[]) AS x(ns, key)
+	WHERE k.namespace = x.ns AND k.key = x.key`
 )
