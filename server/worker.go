@@ -274,6 +274,8 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 	defer deadline.Stop()
 	due := time.NewTimer(time.Hour)
 	defer due.Stop()
+	recheck := time.NewTimer(claimRecheck)
+	defer recheck.Stop()
 	var nextDue *time.Time
 	for credit > 0 {
 		if h.s.draining.Err() != nil {
@@ -301,9 +303,11 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 		if nextDue != nil {
 			due.Reset(max(nextDue.Sub(clk()), 0))
 		}
+		recheck.Reset(claimRecheck)
 		select {
 		case <-ready:
 		case <-due.C:
+		case <-recheck.C:
 		case <-deadline.C:
 			return stream.Send(&pb.ClaimResponse{NextDue: ww.TsPtr(nextDue)})
 		case <-h.s.draining.Done():
@@ -314,6 +318,12 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 	}
 	return nil
 }
+
+// claimRecheck is how long a claim stream waits for a wake-up before it claims
+// again anyway: the fallback, as an embedded worker's PollInterval is, for a
+// wake-up that never came (a notification lost with a crashed server, say), so
+// that such a run waits about a second rather than the stream's whole wait.
+const claimRecheck = time.Second
 
 // push sends claimed runs; runs it could not send are handed back at once
 // rather than waiting for their leases to expire.
