@@ -497,3 +497,36 @@ func TestRemoteWorkersTwoServersOnePostgres(t *testing.T) {
 	}
 	t.Logf("%d of %d runs claimed again after a lease expired", reclaimed, runs)
 }
+
+// A workflow registered while the worker's claim stream is open is claimed at
+// once: the stream, opened for the workflows known then, ends and the next
+// one claims for all of them (it used to wait for the stream's 30 s).
+func TestRemoteWorkerRegistersLater(t *testing.T) {
+	s := newWorkerServer(t, sqliteURL(t))
+	wtok := s.token(t, "w", auth.Grant{Role: auth.RoleWorker, Namespace: "default"})
+	ptok := s.token(t, "p", auth.Grant{Role: auth.RoleProducer, Namespace: "default"}, auth.Grant{Role: auth.RoleReader, Namespace: "default"})
+	first := trellis.NewWorkflow("registered-first", func(wc *trellis.Context, in int) (int, error) { return in, nil })
+	later := trellis.NewWorkflow("registered-later", func(wc *trellis.Context, in int) (int, error) { return in + 1, nil })
+	w := startRemoteWorker(t, s.base, wtok, first)
+	c, err := trellis.Open(context.Background(), trellis.Config{Server: s.base, Token: ptok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := must[*trellis.Handle[int]](t)(trellis.Start(ctx, c, first, 1))
+	if got, err := h.Result(ctx); err != nil || got != 1 {
+		t.Fatalf("first workflow: %d, %v", got, err)
+	}
+	// The stream is open now, for "registered-first" only.
+	if err := w.Register(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second) // under the stream's 30 s
+	defer cancel()
+	h = must[*trellis.Handle[int]](t)(trellis.Start(ctx, c, later, 1))
+	if got, err := h.Result(ctx); err != nil || got != 2 {
+		t.Fatalf("workflow registered later: %d, %v", got, err)
+	}
+}

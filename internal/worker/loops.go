@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/trellis-dev/trellis/store"
@@ -297,7 +298,14 @@ func (w *Worker) pushLoop(p Pusher) {
 		}
 		n := min(free, w.cfg.ClaimBatch)
 		gen0 := w.cancelGen.Load()
-		reconnect, err := p.ClaimPush(ctx, &store.RunsClaimParams{
+		sctx, end := context.WithCancel(ctx)
+		w.mu.Lock()
+		w.stream = &openStream{workflows: names, end: end}
+		w.mu.Unlock()
+		if !slices.Equal(names, w.sortedWorkflows()) {
+			end() // registered meanwhile: Wake may have missed this stream
+		}
+		reconnect, err := p.ClaimPush(sctx, &store.RunsClaimParams{
 			Namespace: w.cfg.Namespace, Queues: w.cfg.Queues, Workflows: names,
 			Worker: w.cfg.Name, Max: n, LeaseDuration: w.cfg.LeaseDuration,
 		}, pushWait, func(cr *store.ClaimedRun) {
@@ -305,9 +313,16 @@ func (w *Worker) pushLoop(p Pusher) {
 			w.claimedSince(gen0)
 			gen0 = w.cancelGen.Load()
 		})
+		w.mu.Lock()
+		w.stream = nil
+		w.mu.Unlock()
+		restarted := sctx.Err() != nil && ctx.Err() == nil
+		end()
 		switch {
 		case w.stopped():
 			return
+		case restarted:
+			failures = 0 // the workflows changed: open the next stream at once
 		case err != nil || reconnect:
 			if err != nil {
 				w.cfg.Logger.Warn("claim stream", "worker", w.cfg.Name, "err", err, "attempt", failures+1)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -251,6 +252,15 @@ type Worker struct {
 	reserved int  // slots promised to runs being created in this process
 	wantMore bool // the last claim was capped by free slots
 	backlog  bool // the last claim found as many runs as it asked for
+	// stream is the claim stream open now (pushLoop): the workflows it claims
+	// for, and the function that ends it; nil when none is open.
+	stream *openStream
+}
+
+// openStream is a claim stream in flight (see pushLoop).
+type openStream struct {
+	workflows []string // sorted
+	end       context.CancelFunc
 }
 
 type active struct {
@@ -286,11 +296,20 @@ func (w *Worker) Start() {
 	go w.heartbeatLoop()
 }
 
-// Wake makes the claim loop look for runs now (e.g. after a workflow is registered).
+// Wake makes the claim loop look for runs now (e.g. after a workflow is
+// registered). A claim stream open for other workflows than the worker's now
+// ends, so that the next one claims for all of them: it would otherwise claim
+// for the old ones only until it ended on its own (pushWait).
 func (w *Worker) Wake() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
+	}
+	w.mu.Lock()
+	st := w.stream
+	w.mu.Unlock()
+	if st != nil && !slices.Equal(st.workflows, w.sortedWorkflows()) {
+		st.end()
 	}
 }
 
