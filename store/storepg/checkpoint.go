@@ -35,9 +35,6 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 }
 
 func (s *Store) checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
-	if p.Seq < 0 {
-		return nil, fmt.Errorf("checkpointing: %w: Seq: %d is below 0", store.ErrInvalidParams, p.Seq)
-	}
 	ck, err := newCkReq(s.now(), p)
 	if err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
@@ -284,7 +281,7 @@ func (s *Store) leaseReplay(ctx context.Context, l store.Lease, seq, fp int64) (
 		return s.pool.QueryRow(ctx, sqlLeaseReplay, l.Namespace, l.RunID).Scan(&token, &last, &lastFP, &cancel, &updated)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return sqlstore.LeaseReplay(l, 0, fp, 0, 0, 0)
+		return nil, fmt.Errorf("%w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
 	}
 	if err != nil {
 		return nil, s.readErr(err)

@@ -111,6 +111,9 @@ func newCkReq(now time.Time, p *store.CheckpointParams) (*ckReq, error) {
 			return nil, fmt.Errorf("%w: Stream: an event has no Name", store.ErrInvalidParams)
 		}
 	}
+	if p.Seq < 0 {
+		return nil, fmt.Errorf("%w: Seq: %d is below 0", store.ErrInvalidParams, p.Seq)
+	}
 	ck := &ckReq{p: p, now: now, reason: p.WaitReason}
 	var err error
 	if ck.errText, err = errJSON(p.Error); err != nil {

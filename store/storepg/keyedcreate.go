@@ -107,8 +107,8 @@ func (k *keyedCreator) commit(reqs []*keyedReq) {
 		return
 	}
 	states := make([]keyedState, len(live))
+	// inTx publishes the topics of the created runs once the batch commits.
 	err := k.s.inTx(context.Background(), func(tx *wtx) error { return keyedCreates(tx, live, states) })
-	var topics []string
 	for i, r := range live {
 		switch {
 		case err != nil:
@@ -122,14 +122,7 @@ func (k *keyedCreator) commit(reqs []*keyedReq) {
 				store.ErrRunExists, r.p.ID, r.p.WorkflowID, r.p.Reuse)
 		default:
 			r.out = *r.res
-			topics = append(topics, r.topics...)
 		}
-	}
-	if len(topics) > 0 {
-		// inTx published nothing (the statements name no topic): publish the
-		// created runs' now, here and to other processes.
-		k.s.hub.Publish(topics...)
-		k.s.n.add(topics)
 	}
 	for _, r := range live {
 		close(r.done)
@@ -249,6 +242,7 @@ func keyedCreates(tx *wtx, reqs []*keyedReq, states []keyedState) error {
 		if err != nil {
 			return fmt.Errorf("rendering the response of idempotency key %q: %w", rec.Key, err)
 		}
+		tx.publish(r.topics...)
 		fin.add(r.p.Namespace, rec.Key)
 		statuses, bodies, seqs = append(statuses, int32(status)), append(bodies, body), append(seqs, res.Run.Sequence)
 	}

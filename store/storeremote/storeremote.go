@@ -266,17 +266,10 @@ func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (
 // backoff while ctx lasts.
 func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) error {
 	req := &pb.ReleaseLeaseRequest{Lease: ww.LeaseToPB(p.Lease), Seq: p.Seq}
-	for wait := lostAnswerBackoff; ; wait = min(2*wait, maxLostAnswerBackoff) {
+	return s.resendLost(ctx, func() error {
 		_, err := call(s, ctx, s.rpc.ReleaseLease, req)
-		if err == nil || p.Seq == 0 || !lostAnswer(err) || s.isClosed() {
-			return err
-		}
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return err
-		}
-	}
+		return err
+	}, func(error) bool { return p.Seq > 0 })
 }
 
 // ckCall is one checkpoint waiting for its batch.
@@ -346,36 +339,47 @@ const checkpointTimeout = time.Minute
 func (s *Store) sendBatch(batch []*ckCall) {
 	ctx, cancel := context.WithTimeout(s.ctx, checkpointTimeout)
 	defer cancel()
-	wait := lostAnswerBackoff
-	for {
+	var res *pb.CheckpointResponse
+	err := s.resendLost(ctx, func() (err error) {
 		req := &pb.CheckpointRequest{Checkpoints: make([]*pb.CheckpointItem, len(batch))}
 		for i, c := range batch {
 			req.Checkpoints[i] = c.item
 		}
-		res, err := call(s, ctx, s.rpc.Checkpoint, req)
-		if err == nil || !lostAnswer(err) || s.isClosed() {
-			s.answerBatch(batch, res, err)
-			return
-		}
+		res, err = call(s, ctx, s.rpc.Checkpoint, req)
+		return err
+	}, func(lost error) bool {
 		guarded := batch[:0:0]
 		for _, c := range batch {
 			if c.item.Seq > 0 {
 				guarded = append(guarded, c)
 				continue
 			}
-			c.err = err
+			c.err = lost
 			close(c.done)
 		}
-		if batch = guarded; len(batch) == 0 {
-			return
+		batch = guarded
+		return len(batch) > 0
+	})
+	if len(batch) > 0 {
+		s.answerBatch(batch, res, err)
+	}
+}
+
+// resendLost calls send until its answer is not lost (lostAnswer), the store
+// closes, ctx ends, or again (asked before each new send, with the lost
+// answer's error) says not to. It waits with backoff between sends and returns
+// send's last error.
+func (s *Store) resendLost(ctx context.Context, send func() error, again func(lost error) bool) error {
+	for wait := lostAnswerBackoff; ; wait = min(2*wait, maxLostAnswerBackoff) {
+		err := send()
+		if err == nil || !lostAnswer(err) || s.isClosed() || !again(err) {
+			return err
 		}
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
-			s.answerBatch(batch, nil, err)
-			return
+			return err
 		}
-		wait = min(2*wait, maxLostAnswerBackoff)
 	}
 }
 
