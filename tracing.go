@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -23,6 +24,7 @@ const tracerName = "github.com/trellis-dev/trellis"
 // puts the run's stored trace context in the attempt's context first.
 func tracingInterceptor(tp trace.TracerProvider) Interceptor {
 	tr := tp.Tracer(tracerName)
+	runNames, stepNames := newSpanNames("run "), newSpanNames("step ")
 	return Interceptor{
 		Workflow: func(ctx context.Context, a *WorkflowAttempt, next func(context.Context)) {
 			// Attributes cost the SDK about half a microsecond each (a w1 run
@@ -38,7 +40,7 @@ func tracingInterceptor(tp trace.TracerProvider) Interceptor {
 			if a.Replayed > 0 {
 				attrs = append(attrs, attribute.Int("trellis.replayed_ops", a.Replayed))
 			}
-			ctx, span := tr.Start(ctx, "run "+a.Workflow, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+			ctx, span := tr.Start(ctx, runNames.get(a.Workflow), trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 			next(ctx)
 			span.SetAttributes(attribute.String("trellis.status", string(a.Status)))
 			if a.Error != nil {
@@ -53,7 +55,7 @@ func tracingInterceptor(tp trace.TracerProvider) Interceptor {
 			if s.Attempt > 1 {
 				opts = append(opts, trace.WithAttributes(attribute.Int("trellis.attempt", s.Attempt)))
 			}
-			ctx, span := tr.Start(ctx, "step "+s.Step, opts...)
+			ctx, span := tr.Start(ctx, stepNames.get(s.Step), opts...)
 			err := next(ctx)
 			if err != nil {
 				span.SetStatus(codes.Error, err.Error())
@@ -79,6 +81,38 @@ func tracingInterceptor(tp trace.TracerProvider) Interceptor {
 			return err
 		},
 	}
+}
+
+// spanNames keeps the span names made of a prefix and a workflow's or a step's
+// name, so that a span does not build its name again: one allocation less per
+// span. It keeps at most maxSpanNames names (step names made at run time, such
+// as one per item, would grow it without end); past that, names are built.
+type spanNames struct {
+	prefix string
+	mu     sync.RWMutex
+	names  map[string]string // name → prefix+name
+}
+
+const maxSpanNames = 1024
+
+func newSpanNames(prefix string) *spanNames {
+	return &spanNames{prefix: prefix, names: map[string]string{}}
+}
+
+func (sn *spanNames) get(name string) string {
+	sn.mu.RLock()
+	full, ok := sn.names[name]
+	sn.mu.RUnlock()
+	if ok {
+		return full
+	}
+	full = sn.prefix + name
+	sn.mu.Lock()
+	if len(sn.names) < maxSpanNames {
+		sn.names[name] = full
+	}
+	sn.mu.Unlock()
+	return full
 }
 
 // TracerFromEnv returns a tracer provider that exports spans over OTLP/HTTP as
