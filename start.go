@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/trellis-dev/trellis/internal/handoff"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -147,6 +148,10 @@ func (c *Client) doStart(ctx context.Context, def *definition, input []byte, o S
 	p.TraceParent = traceParentOf(ctx)
 	p.Idempotency = idempotency(ctx, createdRun)
 	reserved := c.reserveSlot(p)
+	var slot handoff.Slot
+	if !reserved {
+		slot = c.handOff(ctx, p)
+	}
 	res, err := c.store.RunCreate(ctx, p)
 	switch {
 	case reserved && err == nil && res.Claimed != nil:
@@ -156,6 +161,10 @@ func (c *Client) doStart(ctx context.Context, def *definition, input []byte, o S
 		// If err is ctx's and the create still commits, the run waits for its
 		// lease to expire and is claimed then.
 		c.worker.Unreserve()
+	case slot != nil && err == nil:
+		slot.Done(res.Claimed)
+	case slot != nil:
+		slot.Done(nil) // as above: a create that commits after all waits for its lease to expire
 	}
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", def.name, err)
@@ -215,6 +224,21 @@ func (c *Client) reserveSlot(p *store.RunCreateParams) bool {
 	}
 	p.Claim = &store.CreateClaim{Worker: c.worker.Name(), LeaseDuration: c.worker.LeaseDuration()}
 	return true
+}
+
+// handOff asks, for a call of the server's (see package handoff), for the run
+// of p to be created already claimed by a remote worker whose claim stream
+// waits with a free slot. It returns the slot reserved, or nil.
+func (c *Client) handOff(ctx context.Context, p *store.RunCreateParams) handoff.Slot {
+	o := handoff.From(ctx)
+	if o == nil || p.AvailableAt != nil || len(p.History) > 0 {
+		return nil
+	}
+	slot := o.Reserve(p.Namespace, p.Workflow, p.Queue)
+	if slot != nil {
+		p.Claim = slot.Claim()
+	}
+	return slot
 }
 
 func (c *Client) encode(v any) ([]byte, error) {

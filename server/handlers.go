@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/handoff"
 )
 
 // Request bodies.
@@ -75,7 +76,10 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *call) error
 	if len(input) == 0 {
 		input = []byte("null")
 	}
-	run, err := c.client.StartRaw(r.Context(), req.Workflow, input, o)
+	// A remote worker of this server waiting with a free slot gets the run
+	// created claimed for it (see handoffs).
+	ctx := handoff.With(r.Context(), s.handoffs)
+	run, err := c.client.StartRaw(ctx, req.Workflow, input, o)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 type apiMetrics struct {
 	requests *prometheus.CounterVec   // route, code
 	seconds  *prometheus.HistogramVec // route
+	handoffs prometheus.Counter       // runs created claimed for a waiting remote worker
 }
 
 func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
@@ -27,8 +28,10 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "trellis_api_request_duration_seconds",
 			Help:    "Latency of API requests by route (operation ID); long polls and streams included.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"route"}),
+		handoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_server_handoffs_total",
+			Help: "Runs started through this server's API and created claimed for a remote worker whose claim stream waited with a free slot."}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.seconds} {
+	for _, c := range []prometheus.Collector{m.requests, m.seconds, m.handoffs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -206,6 +206,7 @@ type Server struct {
 	// queues fills the queue's default retry policy into the runs pushed to
 	// remote workers, which cannot read queue records.
 	queues    *queuedefaults.Cache
+	handoffs  *handoffs // runs started here, created claimed for waiting claim streams
 	ownsStore bool
 	handler   http.Handler
 	table     []route
@@ -256,6 +257,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.store, s.ownsStore = st, true
 	}
 	s.queues = queuedefaults.New(s.store, cfg.Logger)
+	s.handoffs = &handoffs{store: s.store}
 	if !cfg.Insecure && cfg.Authenticator == nil {
 		s.cfg.Authenticator = storeauth.New(s.store, storeauth.Config{})
 	}
@@ -270,6 +272,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("starting server: registering API metrics: %w", err)
 	}
 	s.api = api
+	s.handoffs.handed = api.handoffs.Inc
 	s.handler = s.routes()
 	s.http = &http.Server{
 		Handler: s.handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,

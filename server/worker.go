@@ -269,6 +269,22 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 		return fail(err)
 	}
 	defer unsubscribe()
+	// While the stream waits with free credit, runs started through this
+	// server's API may be created claimed for it (see handoffs).
+	cs := h.s.handoffs.open(p, credit)
+	defer func() {
+		if left := cs.close(); len(left) > 0 {
+			_ = h.push(ctx, stream, &store.RunsClaimResult{Runs: left}) // or handed back, the stream gone
+		}
+	}()
+	end := func(last *pb.ClaimResponse) error {
+		if left := cs.close(); len(left) > 0 {
+			if err := h.push(ctx, stream, &store.RunsClaimResult{Runs: left}); err != nil {
+				return err
+			}
+		}
+		return stream.Send(last)
+	}
 	clk := time.Now
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
@@ -277,46 +293,61 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 	recheck := time.NewTimer(claimRecheck)
 	defer recheck.Stop()
 	var nextDue *time.Time
-	for credit > 0 {
+	claim := true
+	for {
 		if h.s.draining.Err() != nil {
-			return stream.Send(&pb.ClaimResponse{Reconnect: true})
+			return end(&pb.ClaimResponse{Reconnect: true})
 		}
-		p.Max = credit
-		res, err := h.s.store.RunsClaim(ctx, p)
-		if err != nil {
-			return fail(err)
-		}
-		nextDue = res.NextDue
-		if len(res.Runs) > 0 {
-			if err := h.push(ctx, stream, res); err != nil {
-				return err
+		credit += cs.withdraw()
+		if claim && credit > 0 {
+			p.Max = credit
+			res, err := h.s.store.RunsClaim(ctx, p)
+			if err != nil {
+				return fail(err)
 			}
-			credit -= len(res.Runs)
-			if len(res.Runs) == p.Max {
-				continue // more may be due at once
+			nextDue = res.NextDue
+			if len(res.Runs) > 0 {
+				if err := h.push(ctx, stream, res); err != nil {
+					return err
+				}
+				credit -= len(res.Runs)
+				if len(res.Runs) == p.Max {
+					continue // more may be due at once
+				}
 			}
 		}
-		if credit == 0 {
-			break
+		claim = false
+		// The last claim found every due run: offer the rest for hand-off.
+		// With no credit left and no hand-off under way, the stream is done.
+		if !cs.offer(credit) {
+			return nil
 		}
+		credit = 0
 		due.Stop()
 		if nextDue != nil {
 			due.Reset(max(nextDue.Sub(clk()), 0))
 		}
 		recheck.Reset(claimRecheck)
 		select {
+		case cr := <-cs.runs:
+			if err := h.push(ctx, stream, &store.RunsClaimResult{Runs: cs.take(cr), NextDue: nextDue}); err != nil {
+				return err
+			}
+		case <-cs.wake: // a reserved slot came back: offered again, or the end
 		case <-ready:
+			claim = true
 		case <-due.C:
+			claim = true
 		case <-recheck.C:
+			claim = true
 		case <-deadline.C:
-			return stream.Send(&pb.ClaimResponse{NextDue: ww.TsPtr(nextDue)})
+			return end(&pb.ClaimResponse{NextDue: ww.TsPtr(nextDue)})
 		case <-h.s.draining.Done():
-			return stream.Send(&pb.ClaimResponse{Reconnect: true})
+			return end(&pb.ClaimResponse{Reconnect: true})
 		case <-ctx.Done():
 			return nil
 		}
 	}
-	return nil
 }
 
 // claimRecheck is how long a claim stream waits for a wake-up before it claims

@@ -1,0 +1,164 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
+	"github.com/trellis-dev/trellis/store"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// offered waits until a claim stream of the server offers n slots for hand-off.
+func offered(t *testing.T, s *Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.handoffs.mu.Lock()
+		got := 0
+		for _, cs := range s.handoffs.streams {
+			got += cs.offered
+		}
+		s.handoffs.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d slots offered, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Runs started through the API while a claim stream waits with free credit are
+// created claimed for its worker and pushed on the stream (no claim of their
+// own); once its credit is used the stream ends, and the next run is created
+// pending, for a claim.
+func TestHandoff(t *testing.T) {
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, url(t))
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			// The stream's answer headers come with its first message: open it
+			// and read it aside.
+			pushed := make(chan []*pb.ClaimedRun)
+			ended := make(chan error, 1)
+			go func() {
+				s, err := e.workerClient("worker").Claim(ctx, connect.NewRequest(&pb.ClaimRequest{Namespace: "default",
+					Workflows: []string{"handed"}, Worker: "hw", Credit: 2,
+					LeaseDuration: durationpb.New(time.Minute), Wait: durationpb.New(30 * time.Second)}))
+				if err != nil {
+					ended <- err
+					return
+				}
+				defer s.Close()
+				for s.Receive() {
+					pushed <- s.Msg().Runs
+				}
+				ended <- s.Err()
+			}()
+			offered(t, e.srv, 2)
+			for i := range 2 {
+				run := e.start("handed", i, nil)
+				var got []*pb.ClaimedRun
+				select {
+				case got = <-pushed:
+				case err := <-ended:
+					t.Fatalf("run %d: stream ended: %v", i, err)
+				}
+				if len(got) != 1 || got[0].Run.Id != run.ID || got[0].LeaseToken == 0 {
+					t.Fatalf("run %d: pushed %v, want run %s with its lease", i, got, run.ID)
+				}
+				r, err := e.st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: run.ID})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Status != store.StatusRunning || r.LeaseOwner != "hw" || r.Attempts != 1 {
+					t.Fatalf("run %d: %s, owner %q, attempts %d; want running, hw, 1", i, r.Status, r.LeaseOwner, r.Attempts)
+				}
+			}
+			select {
+			case got := <-pushed:
+				t.Fatalf("stream goes on after its credit: %v", got)
+			case err := <-ended:
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			run := e.start("handed", 3, nil)
+			r, err := e.st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: run.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status != store.StatusPending {
+				t.Fatalf("run started with no stream waiting: %s, want pending", r.Status)
+			}
+			metrics := e.do("GET", "/metrics", "global-reader", nil).want(t, 200)
+			if want := "trellis_server_handoffs_total 2\n"; !strings.Contains(string(metrics.body), want) {
+				t.Fatalf("/metrics lacks %q", want)
+			}
+		})
+	}
+}
+
+// A slot is offered only to a run the stream could claim: its namespace, one of
+// its workflows, one of its queues. A slot given back is offered again; a run
+// created claimed for a stream that has ended meanwhile is handed back to the
+// store at once.
+func TestHandoffSlots(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	ctx := t.Context()
+	h := e.srv.handoffs
+	cs := h.open(&store.RunsClaimParams{Namespace: "default", Queues: []string{"q1"}, Workflows: []string{"handed"},
+		Worker: "hw", LeaseDuration: time.Minute}, 2)
+	if !cs.offer(1) {
+		t.Fatal("offer of 1 refused")
+	}
+	for _, c := range [][3]string{{"other", "handed", "q1"}, {"default", "unknown", "q1"}, {"default", "handed", "default"}} {
+		if h.Reserve(c[0], c[1], c[2]) != nil {
+			t.Fatalf("slot reserved for %v", c)
+		}
+	}
+	slot := h.Reserve("default", "handed", "q1")
+	if slot == nil {
+		t.Fatal("no slot")
+	}
+	if h.Reserve("default", "handed", "q1") != nil {
+		t.Fatal("a second slot out of one")
+	}
+	slot.Done(nil)
+	select {
+	case <-cs.wake:
+	default:
+		t.Fatal("the stream was not woken when its slot came back")
+	}
+	if slot = h.Reserve("default", "handed", "q1"); slot == nil {
+		t.Fatal("a slot given back was not offered again")
+	}
+	res, err := e.st.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: "handed-1", WorkflowID: "handed-1",
+		Workflow: "handed", Queue: "q1", Input: []byte("null"), Claim: slot.Claim()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Claimed == nil {
+		t.Fatal("the store did not create the run claimed")
+	}
+	if left := cs.close(); len(left) != 0 {
+		t.Fatalf("closing: %d runs left", len(left))
+	}
+	slot.Done(res.Claimed)
+	r, err := e.st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: "handed-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != store.StatusPending || r.LeaseOwner != "" {
+		t.Fatalf("run of an ended stream: %s, owner %q; want pending, no owner", r.Status, r.LeaseOwner)
+	}
+	if len(h.streams) != 0 {
+		t.Fatalf("%d streams registered after close", len(h.streams))
+	}
+}
