@@ -96,6 +96,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// writerCacheKiB is the writer connection's page cache. SQLite's default (2 MiB)
+// holds a few thousand runs' pages: past that, every write that touches an index
+// page it evicted reads it back (a system call, and the WAL's frame lookup).
+const writerCacheKiB = 64 << 10
+
 func dsn(cfg Config, readOnly bool) string {
 	sync := "FULL"
 	if cfg.Durability == DurabilityRelaxed {
@@ -106,8 +111,8 @@ func dsn(cfg Config, readOnly bool) string {
 	if readOnly {
 		d += "&_pragma=query_only(1)"
 	} else {
-		d += fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)&_pragma=journal_size_limit(%d)",
-			walAutoCheckpointPages, cfg.WALLimit)
+		d += fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)&_pragma=journal_size_limit(%d)&_pragma=cache_size(%d)",
+			walAutoCheckpointPages, cfg.WALLimit, -writerCacheKiB)
 	}
 	return d
 }
