@@ -19,11 +19,11 @@ import (
 // ($4, every queue when empty).
 const claimFilter = `workflow = ANY($3::text[]) AND (cardinality($4::text[]) = 0 OR queue = ANY($4::text[]))`
 
-// A claim is four statements sent in one round trip and committed in the batch's
-// transaction: wake due timers, expire lapsed leases, lease the best due pending runs,
-// and compute the next due time. The first two lock with SKIP LOCKED, so claimers of
-// several processes never wait for each other (a row another transaction holds is
-// that transaction's to move).
+// A claim is five statements sent in one round trip and committed in the batch's
+// transaction: set its plan (sqlClaimPlan), wake due timers, expire lapsed leases,
+// lease the best due pending runs, and compute the next due time. Waking and
+// expiring lock with SKIP LOCKED, so claimers of several processes never wait for
+// each other (a row another transaction holds is that transaction's to move).
 var (
 	// sqlWakeDue makes pending the waiting runs of namespace $2 whose time ($1) has come.
 	sqlWakeDue = `UPDATE runs SET status = 'pending', wait_reason = '', updated_at = $1
@@ -67,7 +67,14 @@ var (
 	RETURNING ` + runColsR + `, ` + historyJSON("r.sequence") + `, ` + inboxJSONCol
 	// sqlNextDue is the earliest future time at which a run of these workflows and
 	// queues becomes due. Each branch walks a partial index in time order.
-	sqlNextDue = `SELECT LEAST(
+	// sqlClaimPlan keeps the claim's transaction from sorting where an index
+	// gives the order: the claim then walks runs_pending in claim order and stops
+	// at its limit. Without it, a planner that underestimates the pending runs
+	// (no statistics yet, as in a fresh schema, or ever where autovacuum is off)
+	// reads every due pending run of the namespace through another index and
+	// sorts them, on every claim: the whole backlog per claim.
+	sqlClaimPlan = `SELECT set_config('enable_sort', 'off', true)`
+	sqlNextDue   = `SELECT LEAST(
 	(SELECT available_at FROM runs WHERE namespace = $1 AND status = 'waiting'
 		AND available_at > $2 AND ` + claimFilter + ` ORDER BY available_at LIMIT 1),
 	(SELECT available_at FROM runs WHERE namespace = $1 AND status = 'pending'
@@ -90,6 +97,7 @@ func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store
 	res := &store.RunsClaimResult{}
 	var limited bool
 	_, err := s.claimWrite(ctx,
+		stmt{sql: sqlClaimPlan},
 		stmt{sql: sqlWakeDue, args: []any{now, p.Namespace}},
 		stmt{sql: sqlExpireLeases, args: []any{now, p.Namespace}},
 		stmt{sql: sqlLimited, args: []any{p.Namespace}, rows: func(rows pgx.Rows) error {

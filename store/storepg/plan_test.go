@@ -13,7 +13,8 @@ import (
 
 // TestClaimPlanWithBacklog checks that a claim reads an index, never the whole
 // table, beside a backlog of 100,000 pending runs: for the workflow of the backlog,
-// for one with a few pending runs, and for one with none.
+// for one with a few pending runs, and for one with none; before the table has
+// statistics and after.
 func TestClaimPlanWithBacklog(t *testing.T) {
 	url := pgtest.SchemaURL(t)
 	cfg, err := ParseURL(url)
@@ -43,7 +44,28 @@ func TestClaimPlanWithBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := conn.Exec(ctx, "ANALYZE runs"); err != nil {
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			if _, err := conn.Exec(ctx, "ANALYZE runs"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkClaimPlans(t, conn, analyzed)
+	}
+}
+
+// checkClaimPlans explains the claim's statements as RunsClaim runs them (in a
+// transaction that sqlClaimPlan set up): neither reads the whole table, and the
+// claim walks runs_pending in claim order instead of sorting what another index
+// found (which reads every due pending run on every claim).
+func checkClaimPlans(t *testing.T, conn *pgx.Conn, analyzed bool) {
+	ctx := t.Context()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, sqlClaimPlan); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
@@ -56,7 +78,7 @@ func TestClaimPlanWithBacklog(t *testing.T) {
 			if q.name == "next due" {
 				args = args[:4]
 			}
-			rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) "+q.sql, args...)
+			rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) "+q.sql, args...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,8 +93,12 @@ func TestClaimPlanWithBacklog(t *testing.T) {
 			if err := rows.Err(); err != nil {
 				t.Fatal(err)
 			}
-			if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan on runs") {
-				t.Errorf("%s for %v scans the table:\n%s", q.name, wfs, text)
+			text := strings.Join(plan, "\n")
+			if strings.Contains(text, "Seq Scan on runs") {
+				t.Errorf("analyzed %v: %s for %v scans the table:\n%s", analyzed, q.name, wfs, text)
+			}
+			if q.name == "claim" && (!strings.Contains(text, "runs_pending on runs") || strings.Contains(text, "Sort")) {
+				t.Errorf("analyzed %v: claim for %v does not walk runs_pending in order:\n%s", analyzed, wfs, text)
 			}
 		}
 	}
