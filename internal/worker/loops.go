@@ -283,7 +283,10 @@ func (w *Worker) pushLoop(p Pusher) {
 		free := w.cfg.Concurrency - w.Active()
 		names := w.sortedWorkflows()
 		w.updateRecord(names)
-		if free <= 0 || len(names) == 0 {
+		// After a stream that used its whole credit, runs may wait in the
+		// store: as the poll loop does, wait for refillAt free slots, so that
+		// one claim fills them instead of a claim (and a stream) per slot.
+		if free <= 0 || len(names) == 0 || free < w.refillAt() && w.hasBacklog() {
 			w.mu.Lock()
 			w.wantMore = true // finish wakes the loop once slots are free
 			w.mu.Unlock()
@@ -291,12 +294,16 @@ func (w *Worker) pushLoop(p Pusher) {
 			select {
 			case <-w.wake:
 			case <-timer.C():
+				w.mu.Lock()
+				w.backlog = false // the fallback: claim whatever is free
+				w.mu.Unlock()
 			case <-w.stopping:
 			}
 			timer.Stop()
 			continue
 		}
 		n := min(free, w.cfg.ClaimBatch)
+		launched := 0
 		gen0 := w.cancelGen.Load()
 		sctx, end := context.WithCancel(ctx)
 		w.mu.Lock()
@@ -309,6 +316,7 @@ func (w *Worker) pushLoop(p Pusher) {
 			Namespace: w.cfg.Namespace, Queues: w.cfg.Queues, Workflows: names,
 			Worker: w.cfg.Name, Max: n, LeaseDuration: w.cfg.LeaseDuration,
 		}, pushWait, func(cr *store.ClaimedRun) {
+			launched++
 			w.launch(cr)
 			w.claimedSince(gen0)
 			gen0 = w.cancelGen.Load()
@@ -318,6 +326,9 @@ func (w *Worker) pushLoop(p Pusher) {
 		w.mu.Unlock()
 		restarted := sctx.Err() != nil && ctx.Err() == nil
 		end()
+		w.mu.Lock()
+		w.backlog = launched == n // the credit was used up: more may be due
+		w.mu.Unlock()
 		switch {
 		case w.stopped():
 			return

@@ -220,3 +220,63 @@ func TestStepStartedKeepsHeartbeatValid(t *testing.T) {
 		t.Fatalf("reported %q attempt %d", s.Name, s.Attempt)
 	}
 }
+
+// pushClaims serves claim streams from a real store, as a server would: a
+// stream claims once and delivers what it got; a full one ends when hold lets it
+// (the runs of a slot freed meanwhile find the stream still open), one that got
+// less than its credit stays open until it is ended.
+type pushClaims struct {
+	*claims
+	hold chan struct{}
+}
+
+func (s pushClaims) ClaimPush(ctx context.Context, p *store.RunsClaimParams, _ time.Duration, deliver func(*store.ClaimedRun)) (bool, error) {
+	res, err := s.RunsClaim(ctx, p)
+	if err != nil {
+		return false, err
+	}
+	for _, cr := range res.Runs {
+		deliver(cr)
+	}
+	if len(res.Runs) == p.Max {
+		select {
+		case <-s.hold:
+		case <-ctx.Done():
+		}
+	} else {
+		<-ctx.Done()
+	}
+	return false, nil
+}
+
+// With a backlog, a push worker opens its next claim stream once refillAt slots
+// are free, not one stream per slot that was free when the last stream ended:
+// the same batches as the poll loop.
+func TestPushBacklogRefillsInBatches(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	st := pushClaims{&claims{Store: f.st}, make(chan struct{})}
+	for i := range 40 {
+		f.createRun(fmt.Sprintf("r-%02d", i), "a")
+	}
+	h := holder{started: make(chan string, 64), release: make(chan struct{})}
+	w, err := New(Config{Store: st, Namespace: "ns", Queues: []string{"q"}, Workflows: func() []string { return []string{"a"} },
+		Name: "w-1", Concurrency: 8, ClaimBatch: 8, LeaseDuration: time.Hour, PollInterval: time.Hour,
+		ShutdownGrace: time.Millisecond}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer stop(t, w)
+	waitN(t, h.started, 8)
+	for range 3 {
+		h.release <- struct{}{} // a slot frees while the full stream is still open
+		st.hold <- struct{}{}   // the stream ends: one free slot, no stream yet
+		h.release <- struct{}{}
+		waitN(t, h.started, 2)
+	}
+	want := [][2]int{{8, 8}, {2, 2}, {2, 2}, {2, 2}}
+	if got := st.calls(); !slices.Equal(got, want) {
+		t.Fatalf("claim streams {credit, got} = %v, want %v", got, want)
+	}
+}
