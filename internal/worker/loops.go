@@ -56,10 +56,11 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 	if free <= 0 || len(names) == 0 || (!force && free < w.refillAt() && w.hasBacklog()) {
 		if free < w.refillAt() {
 			// Woken with too few free slots (a run became due): finish wakes
-			// the loop again once refillAt slots are free.
-			w.mu.Lock()
-			w.wantMore = true
-			w.mu.Unlock()
+			// the loop again once refillAt slots are free. A run that finished
+			// since free was read did not see wantMore: count again.
+			if w.wantMoreFree() >= w.refillAt() && len(names) > 0 {
+				return nil, true
+			}
 		}
 		return nil, false
 	}
@@ -153,6 +154,16 @@ func (w *Worker) finish(runID string, cancel context.CancelCauseFunc) {
 // (at most refillAt-1 idle until the next finish or poll) and claims stay batched.
 func (w *Worker) refillAt() int {
 	return max(1, min(w.cfg.ClaimBatch, w.cfg.Concurrency)/4)
+}
+
+// wantMoreFree asks finish to wake the claim loop once refillAt slots are free,
+// and returns the free slots counted under the same lock, so that a run that
+// finished just before is counted and one that finishes after wakes the loop.
+func (w *Worker) wantMoreFree() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.wantMore = true
+	return w.cfg.Concurrency - len(w.active) - w.reserved
 }
 
 func (w *Worker) hasBacklog() bool {
@@ -287,9 +298,11 @@ func (w *Worker) pushLoop(p Pusher) {
 		// store: as the poll loop does, wait for refillAt free slots, so that
 		// one claim fills them instead of a claim (and a stream) per slot.
 		if free <= 0 || len(names) == 0 || free < w.refillAt() && w.hasBacklog() {
-			w.mu.Lock()
-			w.wantMore = true // finish wakes the loop once slots are free
-			w.mu.Unlock()
+			// finish wakes the loop once slots are free; a run that finished
+			// since free was read did not see wantMore: count again.
+			if free = w.wantMoreFree(); len(names) > 0 && free > 0 && (free >= w.refillAt() || !w.hasBacklog()) {
+				continue
+			}
 			timer := w.cfg.Clock.NewTimer(w.cfg.PollInterval)
 			select {
 			case <-w.wake:

@@ -56,16 +56,7 @@ func TestBacklogRefillsInBatches(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	st := &claims{Store: f.st}
-	for i := range 40 {
-		f.createRun(fmt.Sprintf("r-%02d", i), "a")
-	}
-	h := holder{started: make(chan string, 64), release: make(chan struct{})}
-	w, err := New(Config{Store: st, Namespace: "ns", Queues: []string{"q"}, Workflows: func() []string { return []string{"a"} },
-		Name: "w-1", Concurrency: 8, ClaimBatch: 8, LeaseDuration: time.Hour, PollInterval: time.Hour,
-		ShutdownGrace: time.Millisecond}, h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, h := backlogWorker(t, f, st)
 	if w.refillAt() != 2 {
 		t.Fatalf("refillAt = %d, want 2", w.refillAt())
 	}
@@ -81,6 +72,23 @@ func TestBacklogRefillsInBatches(t *testing.T) {
 	if got := st.calls(); !slices.Equal(got, want) {
 		t.Fatalf("claims {asked, got} = %v, want %v", got, want)
 	}
+}
+
+// backlogWorker makes 40 pending runs of workflow "a" and a worker of 8 slots and
+// a claim batch of 8 (refillAt 2) on st, executing with a holder; not started.
+func backlogWorker(t *testing.T, f *fixture, st Store) (*Worker, holder) {
+	t.Helper()
+	for i := range 40 {
+		f.createRun(fmt.Sprintf("r-%02d", i), "a")
+	}
+	h := holder{started: make(chan string, 64), release: make(chan struct{})}
+	w, err := New(Config{Store: st, Namespace: "ns", Queues: []string{"q"}, Workflows: func() []string { return []string{"a"} },
+		Name: "w-1", Concurrency: 8, ClaimBatch: 8, LeaseDuration: time.Hour, PollInterval: time.Hour,
+		ShutdownGrace: time.Millisecond}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, h
 }
 
 func waitN(t *testing.T, started <-chan string, n int) {
@@ -256,16 +264,7 @@ func TestPushBacklogRefillsInBatches(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	st := pushClaims{&claims{Store: f.st}, make(chan struct{})}
-	for i := range 40 {
-		f.createRun(fmt.Sprintf("r-%02d", i), "a")
-	}
-	h := holder{started: make(chan string, 64), release: make(chan struct{})}
-	w, err := New(Config{Store: st, Namespace: "ns", Queues: []string{"q"}, Workflows: func() []string { return []string{"a"} },
-		Name: "w-1", Concurrency: 8, ClaimBatch: 8, LeaseDuration: time.Hour, PollInterval: time.Hour,
-		ShutdownGrace: time.Millisecond}, h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, h := backlogWorker(t, f, st)
 	w.Start()
 	defer stop(t, w)
 	waitN(t, h.started, 8)
