@@ -147,24 +147,21 @@ func (c *Client) doStart(ctx context.Context, def *definition, input []byte, o S
 	}
 	p.TraceParent = traceParentOf(ctx)
 	p.Idempotency = idempotency(ctx, createdRun)
-	reserved := c.reserveSlot(p)
-	var slot handoff.Slot
-	if !reserved {
-		slot = c.handOff(ctx, p)
+	// A free slot of this process's worker, else (for a call of the server's)
+	// of a waiting remote worker: the run is created claimed for it.
+	slot := c.reserveSlot(ctx, p)
+	if slot != nil {
+		p.Claim = slot.Claim()
 	}
 	res, err := c.store.RunCreate(ctx, p)
-	switch {
-	case reserved && err == nil && res.Claimed != nil:
-		c.engine.Begin(res.Run.ID) // before Start returns, so Result need not read the store
-		c.worker.Launch(res.Claimed)
-	case reserved:
+	if slot != nil {
 		// If err is ctx's and the create still commits, the run waits for its
 		// lease to expire and is claimed then.
-		c.worker.Unreserve()
-	case slot != nil && err == nil:
-		slot.Done(res.Claimed)
-	case slot != nil:
-		slot.Done(nil) // as above: a create that commits after all waits for its lease to expire
+		var claimed *store.ClaimedRun
+		if err == nil {
+			claimed = res.Claimed
+		}
+		slot.Done(claimed)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", def.name, err)
@@ -206,39 +203,49 @@ func runParams(namespace string, def *definition, runID string, input []byte, o 
 	return p
 }
 
-// reserveSlot asks, when this client's worker runs the workflow and queue of p
-// and has a free slot, for the run to be created already claimed by it: the run
-// starts without waiting for a claim. It reports whether a slot was reserved.
-func (c *Client) reserveSlot(p *store.RunCreateParams) bool {
-	if c.worker == nil || p.AvailableAt != nil {
-		return false
+// reserveSlot returns a slot for the run of p to be created already claimed:
+// one of this client's worker when it runs the workflow and queue of p and has
+// a free slot (the run starts without waiting for a claim), else, for a call of
+// the server's (see package handoff), one of a remote worker whose claim stream
+// waits with a free slot. It returns nil when there is none, or when the run
+// starts later.
+func (c *Client) reserveSlot(ctx context.Context, p *store.RunCreateParams) handoff.Slot {
+	if p.AvailableAt != nil || len(p.History) > 0 {
+		return nil
 	}
+	if c.worker != nil && c.servesLocally(p) && c.worker.Reserve() {
+		return localSlot{c}
+	}
+	if o := handoff.From(ctx); o != nil {
+		return o.Reserve(p.Namespace, p.Workflow, p.Queue)
+	}
+	return nil
+}
+
+// servesLocally reports whether this client's worker runs the workflow and
+// queue of p.
+func (c *Client) servesLocally(p *store.RunCreateParams) bool {
 	if _, ok := c.reg.get(p.Workflow); !ok {
 		return false
 	}
-	if qs := c.cfg.Worker.Queues; len(qs) > 0 && !slices.Contains(qs, p.Queue) {
-		return false
-	}
-	if !c.worker.Reserve() {
-		return false
-	}
-	p.Claim = &store.CreateClaim{Worker: c.worker.Name(), LeaseDuration: c.worker.LeaseDuration()}
-	return true
+	qs := c.cfg.Worker.Queues
+	return len(qs) == 0 || slices.Contains(qs, p.Queue)
 }
 
-// handOff asks, for a call of the server's (see package handoff), for the run
-// of p to be created already claimed by a remote worker whose claim stream
-// waits with a free slot. It returns the slot reserved, or nil.
-func (c *Client) handOff(ctx context.Context, p *store.RunCreateParams) handoff.Slot {
-	o := handoff.From(ctx)
-	if o == nil || p.AvailableAt != nil || len(p.History) > 0 {
-		return nil
+// localSlot is a slot of this client's worker reserved by Worker.Reserve.
+type localSlot struct{ c *Client }
+
+func (s localSlot) Claim() *store.CreateClaim {
+	return &store.CreateClaim{Worker: s.c.worker.Name(), LeaseDuration: s.c.worker.LeaseDuration()}
+}
+
+func (s localSlot) Done(cr *store.ClaimedRun) {
+	if cr == nil {
+		s.c.worker.Unreserve()
+		return
 	}
-	slot := o.Reserve(p.Namespace, p.Workflow, p.Queue)
-	if slot != nil {
-		p.Claim = slot.Claim()
-	}
-	return slot
+	s.c.engine.Begin(cr.Run.ID) // before Start returns, so Result need not read the store
+	s.c.worker.Launch(cr)
 }
 
 func (c *Client) encode(v any) ([]byte, error) {
