@@ -1,10 +1,8 @@
 package server
 
 import (
-	"context"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/trellis-dev/trellis/internal/handoff"
 	"github.com/trellis-dev/trellis/store"
@@ -104,9 +102,8 @@ func (cs *claimStream) Done(cr *store.ClaimedRun) {
 	}
 	h.mu.Unlock()
 	if cr != nil {
-		// The stream ended while the run was being created: hand it back now
-		// rather than when its lease expires.
-		h.release(cr)
+		// The stream ended while the run was being created.
+		releaseClaimed(h.store, cr)
 	}
 }
 
@@ -170,12 +167,4 @@ func (cs *claimStream) take(first *store.ClaimedRun) []*store.ClaimedRun {
 			return runs
 		}
 	}
-}
-
-// release hands a run created claimed for an ended stream back to the store.
-func (h *handoffs) release(cr *store.ClaimedRun) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = h.store.LeaseRelease(ctx, &store.LeaseReleaseParams{Lease: store.Lease{
-		Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}})
 }

@@ -364,14 +364,20 @@ func (h *workerService) push(ctx context.Context, stream *connect.ServerStream[p
 	}
 	err := stream.Send(&pb.ClaimResponse{Runs: ww.ClaimedToPB(res.Runs), NextDue: ww.TsPtr(res.NextDue)})
 	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		for _, cr := range res.Runs {
-			_ = h.s.store.LeaseRelease(rctx, &store.LeaseReleaseParams{Lease: store.Lease{
-				Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}})
-		}
+		releaseClaimed(h.s.store, res.Runs...)
 	}
 	return err
+}
+
+// releaseClaimed hands runs claimed for a stream that cannot take them back to
+// the store at once, rather than when their leases expire.
+func releaseClaimed(st store.Store, runs ...*store.ClaimedRun) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, cr := range runs {
+		_ = st.LeaseRelease(ctx, &store.LeaseReleaseParams{Lease: store.Lease{
+			Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}})
+	}
 }
 
 // ExtendLeases extends a batch of leases.
