@@ -28,11 +28,13 @@ import (
 // checkpoint (store.CheckpointParams.Seq) also matches only if its lease has not
 // applied it yet, and keeps its key in the row. A run whose
 // cancellation was requested is handed back (pending, due now) instead of waiting.
+// The runs are locked in sequence order first (lockInOrder).
 const sqlCheckpoints = `WITH c AS MATERIALIZED (
 	SELECT c.*, (SELECT k.sequence FROM runs k WHERE k.namespace = c.ns AND k.id = c.id) AS seq
 	FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::timestamptz[],
 		$6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::int4[], $36::int8[], $37::int8[])
 	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output, ev_n, ck_seq, ck_fp, i)
+), lk AS MATERIALIZED (` + lockInOrder + `SELECT seq FROM c` + lockInOrderEnd + `
 ), f AS (
 	UPDATE runs r SET status = CASE WHEN c.status = 'waiting' AND r.cancel_requested THEN 'pending' ELSE c.status END,
 		output = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.output ELSE r.output END,
@@ -48,7 +50,7 @@ const sqlCheckpoints = `WITH c AS MATERIALIZED (
 		updated_at = c.now, stream_seq = r.stream_seq + c.ev_n,
 		lease_seq = CASE WHEN c.ck_seq = 0 THEN r.lease_seq ELSE c.ck_seq END,
 		lease_fp = CASE WHEN c.ck_seq = 0 THEN r.lease_fp ELSE c.ck_fp END
-	FROM c
+	FROM c JOIN lk ON lk.sequence = c.seq
 	WHERE r.sequence = c.seq AND r.status = 'running' AND r.lease_token = c.token
 		AND (c.ck_seq = 0 OR r.lease_seq < c.ck_seq)
 		AND (r.parent_seq IS NULL OR c.status NOT IN ('succeeded', 'failed', 'cancelled'))

@@ -217,9 +217,18 @@ func scanClaimed(rows pgx.Rows, expires time.Time) ([]*store.ClaimedRun, error) 
 	return out, nil
 }
 
-const sqlExtend = `UPDATE runs r SET lease_expires_at = $1, current_step = l.step
-	FROM unnest($2::text[], $3::text[], $4::int8[], $5::text[]) AS l(namespace, id, token, step)
-	WHERE r.namespace = l.namespace AND r.id = l.id AND r.status = 'running' AND r.lease_token = l.token
+// sqlExtend finds each lease's run by ID in a subquery of its own (OFFSET 0
+// keeps the other conditions out), as sqlRunsGet does: with the status and
+// token beside the ID, the planner could walk runs_running once per lease
+// instead, and did before the table had statistics. It locks the runs in
+// sequence order before it updates them (lockInOrder).
+const sqlExtend = `WITH k AS MATERIALIZED (
+		SELECT l.*, s.sequence FROM unnest($2::text[], $3::text[], $4::int8[], $5::text[]) AS l(namespace, id, token, step)
+		CROSS JOIN LATERAL (SELECT sequence FROM runs WHERE namespace = l.namespace AND id = l.id OFFSET 0) AS s
+	), lk AS MATERIALIZED (` + lockInOrder + `SELECT sequence FROM k` + lockInOrderEnd + `)
+	UPDATE runs r SET lease_expires_at = $1, current_step = k.step
+	FROM k JOIN lk ON lk.sequence = k.sequence
+	WHERE r.sequence = k.sequence AND r.status = 'running' AND r.lease_token = k.token
 	RETURNING r.namespace, r.id, r.cancel_requested`
 
 // LeasesExtend implements store.Store.

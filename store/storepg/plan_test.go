@@ -2,6 +2,7 @@ package storepg
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -102,4 +103,95 @@ func checkClaimPlans(t *testing.T, conn *pgx.Conn, analyzed bool) {
 			}
 		}
 	}
+}
+
+// TestLookupByIDPlans checks that the statements that find runs by ID (RunsGet,
+// LeasesExtend) go through runs_namespace_id beside 100,000 runs of several
+// statuses, before the table has statistics and after: not through an index of
+// the statuses they also test, which would read every run of those statuses.
+func TestLookupByIDPlans(t *testing.T) {
+	url := pgtest.SchemaURL(t)
+	cfg, err := ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "SET search_path = "+pgx.Identifier{cfg.Schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	seed := `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, status, lease_token, lease_expires_at, created_at, updated_at)
+		SELECT 'default', 'r' || g, 'r' || g, 'wf', 'default',
+			CASE WHEN g % 50 = 0 THEN 'running' WHEN g % 3 = 0 THEN 'pending' ELSE 'succeeded' END,
+			g, CASE WHEN g % 50 = 0 THEN now() + interval '1 minute' END, now(), now()
+		FROM generate_series(1, 100000) g`
+	if _, err := conn.Exec(ctx, seed); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 300)
+	tokens := make([]int64, len(ids))
+	steps := make([]*string, len(ids))
+	nss := make([]string, len(ids))
+	for i := range ids {
+		ids[i], tokens[i], nss[i] = fmt.Sprintf("r%d", (i+1)*50), int64((i+1)*50), "default"
+	}
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			if _, err := conn.Exec(ctx, "ANALYZE runs"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, q := range []struct {
+			name, sql string
+			args      []any
+			bad       []string
+		}{
+			{"RunsGet, final runs", sqlRunsGet, []any{"default", ids, []string{"succeeded", "failed", "cancelled"}}, []string{"runs_status", "runs_list"}},
+			{"RunsGet, any status", sqlRunsGet, []any{"default", ids, []string{}}, []string{"runs_status", "runs_list"}},
+			// LeasesExtend may also read runs_running once (as many entries
+			// as runs running), but never once per lease.
+			{"LeasesExtend", sqlExtend, []any{time.Now(), nss, ids, tokens, steps}, []string{"Index Cond: (namespace = l.namespace)\n"}},
+		} {
+			text := explain(t, conn, q.sql, q.args...)
+			for _, bad := range append(q.bad, "Seq Scan on runs") {
+				if strings.Contains(text, bad) {
+					t.Errorf("analyzed %v: %s reads %s:\n%s", analyzed, q.name, bad, text)
+				}
+			}
+			if !strings.Contains(text, "runs_namespace_id") {
+				t.Errorf("analyzed %v: %s does not look runs up by ID:\n%s", analyzed, q.name, text)
+			}
+		}
+	}
+}
+
+// explain returns the plan of query with args, without running it.
+func explain(t *testing.T, conn *pgx.Conn, query string, args ...any) string {
+	t.Helper()
+	rows, err := conn.Query(t.Context(), "EXPLAIN (COSTS OFF) "+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "\n")
 }
