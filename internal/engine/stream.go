@@ -45,7 +45,7 @@ func (rs *RunState) addStarted(q *queued, status store.Status) {
 		return
 	}
 	rs.startPending = false
-	ev := lifecycle(store.StreamRunStarted, map[string]any{"workflow": rs.run.Workflow, "attempt": rs.run.Attempts})
+	ev := lifecycle(store.StreamRunStarted, startedEvent{Attempt: rs.run.Attempts, Workflow: rs.run.Workflow})
 	q.stream = append([]store.StreamWrite{ev}, q.stream...)
 }
 
@@ -82,13 +82,29 @@ func finalEvent(p *store.CheckpointParams) store.StreamWrite {
 		if !json.Valid(p.Output) {
 			result = p.Output // not JSON (another codec): base64 in a JSON string
 		}
-		return lifecycle(store.StreamRunSucceeded, map[string]any{"result": result})
+		return lifecycle(store.StreamRunSucceeded, resultEvent{Result: result})
 	case store.StatusCancelled:
-		return lifecycle(store.StreamRunCancelled, map[string]any{"error": p.Error})
+		return lifecycle(store.StreamRunCancelled, errorEvent{Error: p.Error})
 	default:
-		return lifecycle(store.StreamRunFailed, map[string]any{"error": p.Error})
+		return lifecycle(store.StreamRunFailed, errorEvent{Error: p.Error})
 	}
 }
+
+// The data of the other lifecycle events. They are structs, not maps, because
+// encoding a map sorts its keys by reflection on every event; the fields are in
+// the order a map's keys would encode in, so the JSON is the same.
+type (
+	startedEvent struct {
+		Attempt  int    `json:"attempt"`
+		Workflow string `json:"workflow"`
+	}
+	resultEvent struct {
+		Result any `json:"result"`
+	}
+	errorEvent struct {
+		Error *store.ErrorInfo `json:"error"`
+	}
+)
 
 // StreamRunBlocked is the event of a run that blocks (its code no longer
 // matches its history); run.waiting follows its resumption's next wait.

@@ -20,6 +20,9 @@ import (
 type rawConn struct {
 	dc    driver.Conn
 	stmts map[string]driver.Stmt
+	// nv is the arguments of the statement being run, reused from one statement
+	// to the next: the driver copies them when it binds them.
+	nv []driver.NamedValue
 }
 
 func (c *rawConn) stmt(query string) (driver.Stmt, error) {
@@ -43,7 +46,7 @@ func (c *rawConn) exec(query string, args []any) (driver.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	nv, err := namedValues(args)
+	nv, err := c.namedValues(args)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +67,7 @@ func (c *rawConn) query(query string, args []any) (*rawRows, error) {
 	if err != nil {
 		return nil, err
 	}
-	nv, err := namedValues(args)
+	nv, err := c.namedValues(args)
 	if err != nil {
 		return nil, err
 	}
@@ -85,9 +88,13 @@ func (c *rawConn) close() error {
 }
 
 // namedValues converts arguments as database/sql does for drivers without their
-// own converter.
-func namedValues(args []any) ([]driver.NamedValue, error) {
-	nv := make([]driver.NamedValue, len(args))
+// own converter, into c.nv.
+func (c *rawConn) namedValues(args []any) ([]driver.NamedValue, error) {
+	clear(c.nv)
+	if cap(c.nv) < len(args) {
+		c.nv = make([]driver.NamedValue, len(args))
+	}
+	nv := c.nv[:len(args)]
 	for i, a := range args {
 		v, err := driver.DefaultParameterConverter.ConvertValue(a)
 		if err != nil {
