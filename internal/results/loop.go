@@ -38,9 +38,12 @@ func (w *Watcher) loop() {
 	}
 }
 
-// check reads the runs registered since the last check (whatever their state),
-// and the waited-for runs the feed reports changed (all of them when all, or when
-// the feed may have lost signals), keeping only those in a final state.
+// check reads the runs registered since the last check, and the waited-for runs
+// the feed reports changed (all of them when all, or when the feed may have lost
+// signals), in the same queries, and hands the final ones to their callers.
+// (Reading only the final ones among those reported changed would take a
+// second query per check; most of them are final anyway: a run's topic is not
+// signalled while it runs.)
 func (w *Watcher) check(ctx context.Context, all bool) {
 	var ids []string
 	if w.feed != nil {
@@ -49,8 +52,7 @@ func (w *Watcher) check(ctx context.Context, all bool) {
 		all = all || lost
 	}
 	fresh, changed := w.due(ids, all)
-	w.read(ctx, fresh, nil)
-	w.read(ctx, changed, store.TerminalStatuses)
+	w.read(ctx, append(fresh, changed...))
 }
 
 // due splits the runs to read: those registered since the last check, and the
@@ -84,14 +86,14 @@ func (w *Watcher) executing(runID string, all bool) bool {
 	return !all && w.cfg.Executing != nil && w.cfg.Executing(runID)
 }
 
-// read reads ids in batches (with statuses, when set) and hands every final run
-// to its callers; a fresh run (statuses nil) that does not exist fails its callers
-// with ErrRunNotFound, a failed read fails the callers of its batch.
-func (w *Watcher) read(ctx context.Context, ids []string, statuses []store.Status) {
+// read reads ids in batches and hands every final run to its callers; a run
+// that does not exist fails its callers with ErrRunNotFound, a failed read fails
+// the callers of its batch.
+func (w *Watcher) read(ctx context.Context, ids []string) {
 	for len(ids) > 0 {
 		batch := ids[:min(len(ids), BatchSize)]
 		ids = ids[len(batch):]
-		runs, err := w.cfg.Store.RunsGet(ctx, &store.RunsGetParams{Namespace: w.cfg.Namespace, IDs: batch, Statuses: statuses})
+		runs, err := w.cfg.Store.RunsGet(ctx, &store.RunsGetParams{Namespace: w.cfg.Namespace, IDs: batch})
 		if err != nil {
 			if ctx.Err() != nil {
 				return // stopping: Stop fails every caller
@@ -101,7 +103,7 @@ func (w *Watcher) read(ctx context.Context, ids []string, statuses []store.Statu
 			continue
 		}
 		w.deliver(runs)
-		if statuses == nil && len(runs) < len(batch) {
+		if len(runs) < len(batch) {
 			w.notFound(batch, runs)
 		}
 	}
