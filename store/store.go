@@ -493,7 +493,8 @@ type RunsClaimResult struct {
 	Runs []*ClaimedRun `json:"runs"`
 	// NextDue is the earliest future time at which another run of these workflows
 	// becomes due (timer, backoff or lease expiry), if any. Workers sleep until
-	// then unless woken earlier by TopicReady.
+	// then unless woken earlier by TopicReady. A claim that leased Max runs leaves
+	// it nil: its caller has no slot left to fill, and claims again when it has.
 	NextDue *time.Time `json:"next_due,omitempty"`
 }
 

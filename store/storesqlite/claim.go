@@ -111,6 +111,9 @@ func runsClaim(tx *wtx, p *store.RunsClaimParams, wfs, queues string) (*store.Ru
 			return nil, err
 		}
 	}
+	if len(res.Runs) == p.Max {
+		return res, nil // full: no next due time (store.RunsClaimResult.NextDue)
+	}
 	var next sql.NullInt64
 	if err := tx.queryRow(sqlNextDue, p.Namespace, now, wfs, queues).Scan(&next); err != nil {
 		return nil, fmt.Errorf("computing next due time: %w", err)
