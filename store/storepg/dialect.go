@@ -13,6 +13,14 @@ import (
 	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
+// sqlRunsOfWorkflowIDs is the runs of namespace $1 with the workflow IDs $2
+// (sqlstore.Dialect.RunsOfWorkflowIDs). Each workflow ID is looked up on its
+// own, through runs_workflow_id, as sqlRunsGet looks up IDs: with "workflow_id
+// = ANY($2)" the planner of a table without statistics walked the whole
+// namespace (2 ms per batch of starts at 20,000 runs, and growing).
+const sqlRunsOfWorkflowIDs = `SELECT r.* FROM (SELECT DISTINCT unnest($2::text[])) AS x(wid)
+	CROSS JOIN LATERAL (SELECT ` + sqlstore.RunCols + ` FROM runs WHERE namespace = $1 AND workflow_id = x.wid OFFSET 0) AS r`
+
 // shared is the logic both SQL drivers share (store/internal/sqlstore), in
 // Postgres' dialect.
 var shared = sqlstore.New(sqlstore.Dialect{
@@ -29,6 +37,7 @@ var shared = sqlstore.New(sqlstore.Dialect{
 		return "array_to_json(" + col + ")::text"
 	},
 	IsUniqueViolation: isUniqueViolation,
+	RunsOfWorkflowIDs: sqlRunsOfWorkflowIDs,
 	// WakeOnEvent also forgets the names the run waited for (see 0002_waiting.sql).
 	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = $1, wait_reason = '',
 	wait_events = NULL, updated_at = $1 WHERE sequence = $2 AND status = 'waiting' AND $3 = ANY(wait_events)

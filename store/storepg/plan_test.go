@@ -106,7 +106,8 @@ func checkClaimPlans(t *testing.T, conn *pgx.Conn, analyzed bool) {
 }
 
 // TestLookupByIDPlans checks that the statements that find runs by ID (RunsGet,
-// LeasesExtend) go through runs_namespace_id beside 100,000 runs of several
+// LeasesExtend; by workflow ID, RunsCreate) go through runs_namespace_id (or
+// runs_workflow_id) beside 100,000 runs of several
 // statuses, before the table has statistics and after: not through an index of
 // the statuses they also test, which would read every run of those statuses.
 func TestLookupByIDPlans(t *testing.T) {
@@ -158,6 +159,7 @@ func TestLookupByIDPlans(t *testing.T) {
 		}{
 			{"RunsGet, final runs", sqlRunsGet, []any{"default", ids, []string{"succeeded", "failed", "cancelled"}}, []string{"runs_status", "runs_list"}},
 			{"RunsGet, any status", sqlRunsGet, []any{"default", ids, []string{}}, []string{"runs_status", "runs_list"}},
+			{"RunsCreate's workflow IDs", sqlRunsOfWorkflowIDs, []any{"default", ids}, []string{"runs_status", "runs_list"}},
 			// LeasesExtend may also read runs_running once (as many entries
 			// as runs running), but never once per lease.
 			{"LeasesExtend", sqlExtend, []any{time.Now(), nss, ids, tokens, steps}, []string{"Index Cond: (namespace = l.namespace)\n"}},
@@ -168,7 +170,7 @@ func TestLookupByIDPlans(t *testing.T) {
 					t.Errorf("analyzed %v: %s reads %s:\n%s", analyzed, q.name, bad, text)
 				}
 			}
-			if !strings.Contains(text, "runs_namespace_id") {
+			if !strings.Contains(text, "runs_namespace_id") && !strings.Contains(text, "runs_workflow_id") {
 				t.Errorf("analyzed %v: %s does not look runs up by ID:\n%s", analyzed, q.name, text)
 			}
 		}

@@ -74,8 +74,7 @@ func (s *SQL) latestByWorkflowID(tx Tx, p *store.RunsCreateParams) (map[string]*
 		return nil, err
 	}
 	// Active runs are found too: the default policy rejects a start while one is.
-	query := s.d.rebind(`SELECT ` + RunCols + ` FROM runs WHERE namespace = $1 AND ` + s.d.InList("workflow_id", "$2"))
-	runs, err := Runs(tx, query, p.Namespace, list)
+	runs, err := Runs(tx, s.d.RunsOfWorkflowIDs, p.Namespace, list)
 	if err != nil {
 		return nil, fmt.Errorf("reading workflow IDs: %w", err)
 	}

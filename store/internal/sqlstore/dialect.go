@@ -38,6 +38,9 @@ type Dialect struct {
 	// sequence, $3 position), from item $4 on, in item order, and returns the item,
 	// namespace and ID of each.
 	ReleaseHeld string
+	// RunsOfWorkflowIDs selects RunCols of every run of namespace $1 whose
+	// workflow ID is in the list $2 (encoded by List).
+	RunsOfWorkflowIDs string
 	// Lock is appended to a SELECT to lock the rows it reads (and those of the
 	// tables named in of, when the dialect needs them named) until the
 	// transaction ends: "" where the transaction already excludes other writers.
