@@ -63,9 +63,31 @@ func (c *Client) StartMany(ctx context.Context, reqs []StartRequest) ([]StartRes
 	if len(reqs) == 0 || len(reqs) > MaxStartMany {
 		return nil, fmt.Errorf("starting runs: %w: %d runs (1 to %d)", ErrInvalidParams, len(reqs), MaxStartMany)
 	}
-	if c.remote != nil {
-		return c.remote.startMany(ctx, reqs)
+	var results []StartResult
+	err := c.call(ctx, ClientCall{Method: "StartMany"}, func(ctx context.Context) error {
+		var err error
+		if c.remote != nil {
+			results, err = c.remote.startMany(ctx, reqs)
+		} else {
+			results, err = c.startMany(ctx, reqs)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	if m := c.cfg.Metrics; m != nil {
+		for i, r := range results {
+			if r.Created {
+				m.workflow(reqs[i].Workflow).started.Inc()
+			}
+		}
+	}
+	return results, nil
+}
+
+// startMany is StartMany on the client's own store.
+func (c *Client) startMany(ctx context.Context, reqs []StartRequest) ([]StartResult, error) {
 	p := &store.RunsCreateParams{Namespace: c.cfg.Namespace, Runs: make([]*store.RunCreateParams, len(reqs))}
 	for i, r := range reqs {
 		def, err := c.checkStart(r.Workflow, r.Input)
@@ -147,7 +169,7 @@ func (r *remote) startMany(ctx context.Context, reqs []StartRequest) ([]StartRes
 		p := runParams("", &definition{name: req.Workflow}, uuid.Nil.String(), req.Input, o)
 		q := o.Queue // "" lets the server apply the workflow's default
 		body.Runs[i] = startBody{Workflow: req.Workflow, ID: o.ID, Input: req.Input, Queue: q, Priority: o.Priority,
-			AvailableAt: p.AvailableAt, Deadline: p.Deadline, Reuse: o.Reuse}
+			AvailableAt: p.AvailableAt, Deadline: p.Deadline, Reuse: o.Reuse, ConcurrencyKey: o.ConcurrencyKey}
 	}
 	var out StartManyResponse
 	if _, err := r.do(ctx, httpc.Call{Method: http.MethodPost, Path: r.ns + "/runs:batch", Body: body, Out: &out}); err != nil {

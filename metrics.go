@@ -62,7 +62,7 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		runsStarted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_runs_started_total",
-			Help: "Runs started through this client (Start, StartRaw, the server's start route)."}, []string{"workflow"}),
+			Help: "Runs started through this client (Start, StartRaw, StartMany, the server's start routes)."}, []string{"workflow"}),
 		runsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_runs_ended_total",
 			Help: "Runs this client's worker ended, by final status."}, []string{"workflow", "status"}),
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_run_attempts_total",

@@ -28,11 +28,14 @@ type remote struct {
 	// pollWait is the wait of a result long poll, in nanoseconds (see wait).
 	pollWait atomic.Int64
 	closed   atomic.Bool
+	starts   *starts // coalesces concurrent starts
 }
 
-// close makes later calls fail with ErrClosed and drops idle connections.
+// close makes later calls fail with ErrClosed, fails the starts waiting to be
+// sent and drops idle connections.
 func (r *remote) close() {
 	r.closed.Store(true)
+	r.starts.close()
 	r.hc.Close()
 }
 
@@ -42,6 +45,7 @@ func newRemote(cfg Config) (*remote, error) {
 		return nil, fmt.Errorf("opening trellis: %w", err)
 	}
 	r := &remote{hc: hc, ns: "/v1/namespaces/" + url.PathEscape(cfg.Namespace)}
+	r.starts = newStarts(r)
 	r.pollWait.Store(int64(remoteWait))
 	return r, nil
 }
@@ -155,9 +159,14 @@ func (r *remote) start(ctx context.Context, def *definition, input []byte, o Sta
 	p := runParams("", def, "", input, o)
 	body := startBody{Workflow: def.name, ID: o.ID, Input: input, Queue: p.Queue, Priority: o.Priority,
 		AvailableAt: p.AvailableAt, Deadline: p.Deadline, Reuse: o.Reuse, ConcurrencyKey: o.ConcurrencyKey}
+	return r.starts.start(ctx, def.name, body)
+}
+
+// startOne starts one run with POST /runs.
+func (r *remote) startOne(ctx context.Context, name string, body startBody) (*Run, error) {
 	var run Run
 	if _, err := r.do(ctx, httpc.Call{Method: http.MethodPost, Path: r.ns + "/runs", Body: body, Out: &run}); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", def.name, err)
+		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	return &run, nil
 }
