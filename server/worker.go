@@ -292,7 +292,14 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 	defer due.Stop()
 	recheck := time.NewTimer(claimRecheck)
 	defer recheck.Stop()
-	var nextDue *time.Time
+	soon := time.NewTimer(time.Hour) // armed by a ready signal within claimGap of a claim
+	soon.Stop()
+	defer soon.Stop()
+	var (
+		nextDue   *time.Time
+		lastClaim time.Time
+		soonArmed bool
+	)
 	claim := true
 	for {
 		if h.s.draining.Err() != nil {
@@ -301,6 +308,7 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 		credit += cs.withdraw()
 		if claim && credit > 0 {
 			p.Max = credit
+			lastClaim = clk()
 			res, err := h.s.store.RunsClaim(ctx, p)
 			if err != nil {
 				return fail(err)
@@ -335,6 +343,15 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 			}
 		case <-cs.wake: // a reserved slot came back: offered again, or the end
 		case <-ready:
+			switch gap := claimGap - clk().Sub(lastClaim); {
+			case gap <= 0:
+				claim = true
+			case !soonArmed:
+				soon.Reset(gap)
+				soonArmed = true
+			}
+		case <-soon.C:
+			soonArmed = false
 			claim = true
 		case <-due.C:
 			claim = true
@@ -355,6 +372,18 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 // wake-up that never came (a notification lost with a crashed server, say), so
 // that such a run waits about a second rather than the stream's whole wait.
 const claimRecheck = time.Second
+
+// claimGap is the least time between two claims of a stream that runs made
+// ready cause: a ready signal within claimGap of the last claim waits out the
+// rest of it, and the signals that come meanwhile share one claim. Under load
+// (runs created every few hundred microseconds, each batch of creates a
+// signal) a claim then takes the runs of several batches rather than one, at
+// the cost of at most claimGap of a run's latency; runs started through this
+// server while the stream waits are handed to it anyway, without a claim. On
+// Postgres a claim is six statements whose planning alone costs about 1.5 ms
+// of the database's CPU, so w1 through a server claimed about 24 runs at a
+// time and spent an eighth of Postgres' time claiming.
+const claimGap = 25 * time.Millisecond
 
 // push sends claimed runs; runs it could not send are handed back at once
 // rather than waiting for their leases to expire.
