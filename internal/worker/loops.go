@@ -115,14 +115,18 @@ func (w *Worker) launch(cr *store.ClaimedRun) {
 		ctl.RequestCancel()
 	}
 	ctx, cancel := context.WithCancelCause(w.hardCtx)
+	a := &active{ctl: ctl, cancel: cancel}
 	w.mu.Lock()
-	w.active[cr.Run.ID] = &active{ctl: ctl, cancel: cancel}
+	// A run handed back (a wait its cancellation ended, say) may be claimed
+	// again before its previous execution here has returned: the new
+	// execution takes the run's entry, and the old one leaves it alone.
+	w.active[cr.Run.ID] = a
 	w.running++
 	closed := w.closed
 	w.mu.Unlock()
 	run := func() {
 		defer w.runEnded()
-		defer w.finish(cr.Run.ID, cancel)
+		defer w.finish(cr.Run.ID, a)
 		w.exec.Execute(ctx, cr, ctl)
 	}
 	if closed {
@@ -138,10 +142,12 @@ func (w *Worker) launch(cr *store.ClaimedRun) {
 // woken once refillAt slots are free: a claim refills them in one batch, and
 // the slots freed while it runs wait for the next, so N finishing runs cause
 // about N/refillAt claims, not N.
-func (w *Worker) finish(runID string, cancel context.CancelCauseFunc) {
-	cancel(nil)
+func (w *Worker) finish(runID string, a *active) {
+	a.cancel(nil)
 	w.mu.Lock()
-	delete(w.active, runID)
+	if w.active[runID] == a { // else a later execution of the run holds it
+		delete(w.active, runID)
+	}
 	more := w.wantMore && w.cfg.Concurrency-len(w.active)-w.reserved >= w.refillAt()
 	w.mu.Unlock()
 	if more {
@@ -236,8 +242,10 @@ func (w *Worker) extendLeases(ctx context.Context) {
 	w.mu.Lock()
 	leases := make([]store.Lease, 0, len(w.active))
 	steps := make([]store.RunStep, 0, len(w.active))
+	sent := make(map[string]*active, len(w.active))
 	running := false
-	for _, a := range w.active {
+	for id, a := range w.active {
+		sent[id] = a
 		leases = append(leases, a.ctl.Lease)
 		steps = append(steps, a.ctl.Step())
 		running = running || steps[len(steps)-1].Name != ""
@@ -257,8 +265,10 @@ func (w *Worker) extendLeases(ctx context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, id := range res.Lost {
-		w.cfg.Logger.Warn("lease lost: another worker may have taken the run over", "worker", w.cfg.Name, "run", id)
-		if a := w.active[id]; a != nil {
+		// Only the execution whose lease was sent lost it: one that claimed
+		// the run again meanwhile holds a new lease.
+		if a := w.active[id]; a != nil && a == sent[id] {
+			w.cfg.Logger.Warn("lease lost: another worker may have taken the run over", "worker", w.cfg.Name, "run", id)
 			a.cancel(store.ErrLeaseLost)
 		}
 	}
