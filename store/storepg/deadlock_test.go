@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trellis-dev/trellis/internal/pgtest"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -20,15 +19,7 @@ import (
 // is not broken by Postgres within the test: it shows as calls that end with
 // their context's deadline instead of within milliseconds.
 func TestNoDeadlockExtendingWhileCheckpointing(t *testing.T) {
-	cfg, err := ParseURL(pgtest.SchemaURL(t) + "&deadlock_timeout=3600s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := openPlanSchema(t, "&deadlock_timeout=3600s")
 	ctx := t.Context()
 
 	const runs = 300

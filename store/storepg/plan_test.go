@@ -12,13 +12,12 @@ import (
 	"github.com/trellis-dev/trellis/internal/pgtest"
 )
 
-// TestClaimPlanWithBacklog checks that a claim reads an index, never the whole
-// table, beside a backlog of 100,000 pending runs: for the workflow of the backlog,
-// for one with a few pending runs, and for one with none; before the table has
-// statistics and after.
-func TestClaimPlanWithBacklog(t *testing.T) {
-	url := pgtest.SchemaURL(t)
-	cfg, err := ParseURL(url)
+// openPlanSchema opens a store on a fresh schema (its URL's parameters plus
+// params, "" or "&name=value...") and a connection of its own on that schema, both
+// closed at cleanup.
+func openPlanSchema(t *testing.T, params string) (*Store, *pgx.Conn) {
+	t.Helper()
+	cfg, err := ParseURL(pgtest.SchemaURL(t) + params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,17 +25,25 @@ func TestClaimPlanWithBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-
-	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	t.Cleanup(func() { s.Close() })
+	conn, err := pgx.Connect(t.Context(), pgtest.URL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "SET search_path = "+pgx.Identifier{cfg.Schema}.Sanitize()); err != nil {
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(t.Context(), "SET search_path = "+pgx.Identifier{cfg.Schema}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
+	return s, conn
+}
+
+// TestClaimPlanWithBacklog checks that a claim reads an index, never the whole
+// table, beside a backlog of 100,000 pending runs: for the workflow of the backlog,
+// for one with a few pending runs, and for one with none; before the table has
+// statistics and after.
+func TestClaimPlanWithBacklog(t *testing.T) {
+	_, conn := openPlanSchema(t, "")
+	ctx := t.Context()
 	seed := `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, status, available_at, created_at, updated_at)
 		SELECT 'default', $1 || g, $1 || g, $1, 'default', 'pending', now() - interval '1 second', now(), now()
 		FROM generate_series(1, $2) g`
@@ -111,26 +118,8 @@ func checkClaimPlans(t *testing.T, conn *pgx.Conn, analyzed bool) {
 // statuses, before the table has statistics and after: not through an index of
 // the statuses they also test, which would read every run of those statuses.
 func TestLookupByIDPlans(t *testing.T) {
-	url := pgtest.SchemaURL(t)
-	cfg, err := ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-
+	_, conn := openPlanSchema(t, "")
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "SET search_path = "+pgx.Identifier{cfg.Schema}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
 	seed := `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, status, lease_token, lease_expires_at, created_at, updated_at)
 		SELECT 'default', 'r' || g, 'r' || g, 'wf', 'default',
 			CASE WHEN g % 50 = 0 THEN 'running' WHEN g % 3 = 0 THEN 'pending' ELSE 'succeeded' END,
