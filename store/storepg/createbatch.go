@@ -18,6 +18,9 @@ import (
 // active workflow ID is taken, by an older run or an earlier one of the batch, as
 // one statement per run would have: those get ErrRunExists. A run ID that appears
 // twice in a batch goes to a statement of its own (the rows come back by ID).
+// OFFSET 0 keeps the planner from copying the queue's subquery into each of the
+// six CASEs that read it: it was planned and run six times per run, and planning
+// the statement took 0.4 ms.
 var sqlRunCreates = runInsertCols + `
 	SELECT x.ns, x.id, x.workflow_id, x.workflow, x.queue, x.priority,
 		CASE WHEN q.restricted THEN 'pending' ELSE x.status END,
@@ -33,7 +36,7 @@ var sqlRunCreates = runInsertCols + `
 		AS x(ns, id, workflow_id, workflow, queue, priority, version, input, deadline, avail, now,
 			status, attempts, owner, token, expires, started, ckey, trace_parent)
 	CROSS JOIN LATERAL (SELECT x.status = 'running' AND EXISTS (SELECT 1 FROM queues q
-		WHERE q.namespace = x.ns AND q.name = x.queue AND ` + sqlstore.Restricted + `) AS restricted) q
+		WHERE q.namespace = x.ns AND q.name = x.queue AND ` + sqlstore.Restricted + `) AS restricted OFFSET 0) q
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 
 // crReq is a plain run create the writer may merge with others (see sqlRunCreates).

@@ -186,3 +186,19 @@ func explain(t *testing.T, conn *pgx.Conn, query string, args ...any) string {
 	}
 	return strings.Join(plan, "\n")
 }
+
+// TestRunCreatesPlanReadsQueuesOnce checks that the merged create statement
+// reads a run's queue once, not once for each column the queue's limits decide.
+func TestRunCreatesPlanReadsQueuesOnce(t *testing.T) {
+	_, conn := openPlanSchema(t, "")
+	now := time.Now()
+	texts := []string{"a", "b"}
+	ints := []int32{0, 0}
+	times := []time.Time{now, now}
+	args := []any{texts, texts, texts, texts, texts, ints, ints, [][]byte{nil, nil}, times, times, times,
+		[]string{"running", "pending"}, ints, texts, []int64{1, 2}, times, times, texts, texts}
+	plan := explain(t, conn, sqlRunCreates, args...)
+	if n := strings.Count(plan, "on queues"); n != 1 {
+		t.Errorf("the plan reads queues %d times, want once:\n%s", n, plan)
+	}
+}
