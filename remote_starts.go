@@ -105,6 +105,9 @@ func (s *starts) answered() {
 		return
 	}
 	batch := s.take()
+	if len(batch) == 0 { // every queued caller has gone
+		return
+	}
 	s.inflight++
 	s.senders.Go(func() {
 		defer s.answered()

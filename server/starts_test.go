@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,5 +101,133 @@ func TestGoClientCoalescesStarts(t *testing.T) {
 				t.Errorf("%d runs stored, want %d", got, want)
 			}
 		})
+	}
+}
+
+// TestGoClientQueuedStarts holds the client's first four start requests at the
+// door of a real server, so that the next starts queue, and checks what happens
+// to them: a start whose caller gives up before its batch is sent is not sent
+// (no run); the others go once a request in flight answers; and closing the
+// client fails the starts still queued with ErrClosed.
+func TestGoClientQueuedStarts(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	var (
+		mu      sync.Mutex
+		held    int
+		release = make(chan struct{})
+	)
+	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/runs") {
+			mu.Lock()
+			held++
+			mu.Unlock()
+			<-release
+		}
+		e.srv.Handler().ServeHTTP(w, r)
+	}))
+	defer gate.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := trellis.Open(ctx, trellis.Config{Server: gate.URL, Token: "producer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHeld := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			h := held
+			mu.Unlock()
+			if h >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d start requests held, want %d", h, n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	start := func(ctx context.Context, id string) chan error {
+		ch := make(chan error, 1)
+		go func() {
+			_, err := c.StartRaw(ctx, "await-go", nil, trellis.StartOptions{ID: id})
+			ch <- err
+		}()
+		return ch
+	}
+	var first []chan error
+	for i := range 4 {
+		first = append(first, start(ctx, fmt.Sprintf("first-%d", i)))
+	}
+	waitHeld(4)
+	gone, giveUp := context.WithCancel(ctx)
+	goneErr := start(gone, "gone")
+	kept := start(ctx, "kept")
+	time.Sleep(50 * time.Millisecond) // both queued behind the four
+	giveUp()
+	if err := <-goneErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("start whose caller gave up: %v", err)
+	}
+	close(release)
+	for i, ch := range append(first, kept) {
+		if err := <-ch; err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+	}
+	if _, err := e.worker.Get(ctx, "kept"); err != nil {
+		t.Fatalf("the queued start's run: %v", err)
+	}
+	if _, err := e.worker.Get(ctx, "gone"); !errors.Is(err, trellis.ErrRunNotFound) {
+		t.Fatalf("the start whose caller gave up was sent: %v", err)
+	}
+
+	// Four requests in flight again, at a second door; a fifth start queues;
+	// closing the client fails it.
+	release2 := make(chan struct{})
+	mu.Lock()
+	held = 0
+	mu.Unlock()
+	door2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/runs") {
+			mu.Lock()
+			held++
+			mu.Unlock()
+			<-release2
+		}
+		e.srv.Handler().ServeHTTP(w, r)
+	}))
+	defer door2.Close()
+	c2, err := trellis.Open(ctx, trellis.Config{Server: door2.URL, Token: "producer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start2 := func(id string) chan error {
+		ch := make(chan error, 1)
+		go func() {
+			_, err := c2.StartRaw(ctx, "await-go", nil, trellis.StartOptions{ID: id})
+			ch <- err
+		}()
+		return ch
+	}
+	var second []chan error
+	for i := range 4 {
+		second = append(second, start2(fmt.Sprintf("second-%d", i)))
+	}
+	waitHeld(4)
+	queued := start2("queued")
+	time.Sleep(50 * time.Millisecond)
+	if err := c2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-queued; !errors.Is(err, trellis.ErrClosed) {
+		t.Fatalf("queued start after Close: %v, want ErrClosed", err)
+	}
+	close(release2)
+	for _, ch := range second {
+		<-ch // answered or failed: their requests were sent before Close
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
