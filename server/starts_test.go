@@ -116,15 +116,20 @@ func TestGoClientQueuedStarts(t *testing.T) {
 		held    int
 		release = make(chan struct{})
 	)
-	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/runs") {
-			mu.Lock()
-			held++
-			mu.Unlock()
-			<-release
-		}
-		e.srv.Handler().ServeHTTP(w, r)
-	}))
+	// door serves the server's API, holding each POST /runs until release
+	// is closed.
+	door := func(release chan struct{}) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/runs") {
+				mu.Lock()
+				held++
+				mu.Unlock()
+				<-release
+			}
+			e.srv.Handler().ServeHTTP(w, r)
+		}))
+	}
+	gate := door(release)
 	defer gate.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -148,7 +153,7 @@ func TestGoClientQueuedStarts(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	start := func(ctx context.Context, id string) chan error {
+	startOn := func(ctx context.Context, c *trellis.Client, id string) chan error {
 		ch := make(chan error, 1)
 		go func() {
 			_, err := c.StartRaw(ctx, "await-go", nil, trellis.StartOptions{ID: id})
@@ -156,6 +161,7 @@ func TestGoClientQueuedStarts(t *testing.T) {
 		}()
 		return ch
 	}
+	start := func(ctx context.Context, id string) chan error { return startOn(ctx, c, id) }
 	var first []chan error
 	for i := range 4 {
 		first = append(first, start(ctx, fmt.Sprintf("first-%d", i)))
@@ -188,28 +194,13 @@ func TestGoClientQueuedStarts(t *testing.T) {
 	mu.Lock()
 	held = 0
 	mu.Unlock()
-	door2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/runs") {
-			mu.Lock()
-			held++
-			mu.Unlock()
-			<-release2
-		}
-		e.srv.Handler().ServeHTTP(w, r)
-	}))
+	door2 := door(release2)
 	defer door2.Close()
 	c2, err := trellis.Open(ctx, trellis.Config{Server: door2.URL, Token: "producer"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	start2 := func(id string) chan error {
-		ch := make(chan error, 1)
-		go func() {
-			_, err := c2.StartRaw(ctx, "await-go", nil, trellis.StartOptions{ID: id})
-			ch <- err
-		}()
-		return ch
-	}
+	start2 := func(id string) chan error { return startOn(ctx, c2, id) }
 	var second []chan error
 	for i := range 4 {
 		second = append(second, start2(fmt.Sprintf("second-%d", i)))

@@ -86,22 +86,7 @@ func checkClaimPlans(t *testing.T, conn *pgx.Conn, analyzed bool) {
 			if q.name == "next due" {
 				args = args[:4]
 			}
-			rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) "+q.sql, args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var plan []string
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					t.Fatal(err)
-				}
-				plan = append(plan, line)
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
-			text := strings.Join(plan, "\n")
+			text := explain(t, tx, q.sql, args...)
 			if strings.Contains(text, "Seq Scan on runs") {
 				t.Errorf("analyzed %v: %s for %v scans the table:\n%s", analyzed, q.name, wfs, text)
 			}
@@ -166,10 +151,13 @@ func TestLookupByIDPlans(t *testing.T) {
 	}
 }
 
-// explain returns the plan of query with args, without running it.
-func explain(t *testing.T, conn *pgx.Conn, query string, args ...any) string {
+// explain returns the plan of query with args, without running it, on a
+// connection or in a transaction.
+func explain(t *testing.T, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, query string, args ...any) string {
 	t.Helper()
-	rows, err := conn.Query(t.Context(), "EXPLAIN (COSTS OFF) "+query, args...)
+	rows, err := q.Query(t.Context(), "EXPLAIN (COSTS OFF) "+query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
