@@ -380,7 +380,7 @@ const claimRecheck = time.Second
 // signal) a claim then takes the runs of several batches rather than one, at
 // the cost of at most claimGap of a run's latency; runs started through this
 // server while the stream waits are handed to it anyway, without a claim. On
-// Postgres a claim is six statements whose planning alone costs about 1.5 ms
+// Postgres a claim is five or six statements whose planning alone costs about 1.5 ms
 // of the database's CPU, so w1 through a server claimed about 24 runs at a
 // time and spent an eighth of Postgres' time claiming.
 const claimGap = 25 * time.Millisecond

@@ -43,7 +43,7 @@ long polls at once, lets requests in flight finish (up to 30s) and exits.`
 // load, and collection took about a tenth of the CPU of server and worker
 // together in the w1 benchmark. At 400 the heap may grow to five times the
 // live heap between collections instead of twice. GOGC (and GOMEMLIMIT) in the
-// environment still rule. See docs/server.md.
+// environment still rule. See docs/http-api.md, "Limits and timeouts".
 const serverGCPercent = 400
 
 // serverShutdownGrace bounds how long a stopping server waits for requests in flight.
