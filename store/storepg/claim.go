@@ -53,7 +53,7 @@ var (
 		lease_expires_at = $7, attempts = r.attempts + 1, started_at = COALESCE(r.started_at, $2),
 		wait_reason = '', wait_events = NULL, updated_at = $2
 	FROM picked WHERE r.sequence = picked.sequence
-	RETURNING ` + runColsR + `, ` + historyJSON("r.sequence") + `, ` + inboxJSONCol
+	RETURNING ` + runColsR + `, ` + claimedHistoryJSON + `, ` + inboxJSONCol
 	// sqlLimited finds whether a queue of namespace $1 limits claims.
 	sqlLimited = `SELECT EXISTS (SELECT 1 FROM queues WHERE namespace = $1 AND ` + sqlstore.Restricted + `)`
 	// sqlClaimSeqs leases the pending runs of sequences $1 (chosen by
@@ -65,7 +65,7 @@ var (
 		lease_expires_at = $4, attempts = r.attempts + 1, started_at = COALESCE(r.started_at, $2),
 		wait_reason = '', wait_events = NULL, updated_at = $2
 	FROM picked WHERE r.sequence = picked.sequence
-	RETURNING ` + runColsR + `, ` + historyJSON("r.sequence") + `, ` + inboxJSONCol
+	RETURNING ` + runColsR + `, ` + claimedHistoryJSON + `, ` + inboxJSONCol
 	// sqlNextDue is the earliest future time at which a run of these workflows and
 	// queues becomes due. Each branch walks a partial index in time order.
 	// sqlClaimPlan keeps the claim's transaction from sorting where an index
@@ -83,6 +83,13 @@ var (
 	(SELECT lease_expires_at FROM runs WHERE namespace = $1 AND status = 'running'
 		AND lease_expires_at > $2 AND ` + claimFilter + ` ORDER BY lease_expires_at LIMIT 1))`
 )
+
+// claimedHistoryJSON is the history of a run a claim returns: none for its first
+// claim (attempts is now 1), as SQLite's claim does. A run runs nothing before
+// its first claim, and a run seeded with history starts with Attempts 1
+// (store.RunCreateParams.History), so its first claim makes it 2. The query of
+// the ops is left out of the claims of fresh runs, most of a backlog's.
+var claimedHistoryJSON = `CASE WHEN r.attempts > 1 THEN ` + historyJSON("r.sequence") + ` ELSE '[]' END`
 
 // RunsClaim implements store.Store.
 func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
