@@ -23,6 +23,7 @@ var claimCases = []testCase{
 	{"WaitingRuns", claimWaiting},
 	{"History", claimHistory},
 	{"NextDue", claimNextDue},
+	{"NextDueOfAFullClaim", claimNextDueFull},
 }
 
 func claimInvalidParams(t *testing.T, e *env) {
@@ -276,4 +277,22 @@ func claimNextDue(t *testing.T, e *env) {
 	wantIDs(t, "claim at +6s", claimedIDs(res.Runs), []string{sleeper.Run.ID})
 	// Next: the run available at +10s (the new lease expires at +36s).
 	wantTimePtr(t, "NextDue at +6s", res.NextDue, t0.Add(10*time.Second))
+}
+
+// A claim that leases Max runs reports no next due time (its caller has no
+// slot left to fill); one that leases fewer reports it, as ever.
+func claimNextDueFull(t *testing.T, e *env) {
+	t0 := e.clk.Now()
+	e.create()
+	e.create()
+	e.create(withAvailableAt(t0.Add(10 * time.Second)))
+	res := e.claim(claimMax(1))
+	if len(res.Runs) != 1 || res.NextDue != nil {
+		t.Fatalf("full claim: %d runs, NextDue %v; want 1 run and no NextDue", len(res.Runs), res.NextDue)
+	}
+	res = e.claim(claimMax(5))
+	if len(res.Runs) != 1 {
+		t.Fatalf("second claim: %d runs, want 1", len(res.Runs))
+	}
+	wantTimePtr(t, "NextDue of a claim with slots left", res.NextDue, t0.Add(10*time.Second))
 }
