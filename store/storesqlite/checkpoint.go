@@ -29,6 +29,8 @@ const (
 // checkpoint (?5 its Seq, above 0), the lease has not applied it yet; so it
 // doubles as the lease check. A guarded one keeps its Seq and fingerprint (?6) in
 // the row. ?1 is now; each statement's own parameters follow from ?7.
+//
+// The updates are UPDATE OR FAIL (see orFail).
 const (
 	ckWhere = ` WHERE namespace = ?2 AND id = ?3 AND status = 'running' AND lease_token = ?4
 	AND (?5 = 0 OR lease_seq < ?5)`
@@ -42,23 +44,23 @@ const (
 	// guarded checkpoint's key).
 	sqlCkRunning = `SELECT sequence, cancel_requested, stream_seq FROM runs` + ckWhere
 	// sqlCkRunningStream takes the sequences of ?7 stream events.
-	sqlCkRunningStream = `UPDATE runs SET stream_seq = stream_seq + ?7, ` + ckGuard + ckFence
+	sqlCkRunningStream = `UPDATE OR FAIL runs SET stream_seq = stream_seq + ?7, ` + ckGuard + ckFence
 	// sqlCkWaiting hands a run whose cancellation was requested back instead
 	// (pending, due now): waiting, it would keep the cancellation until the wait
 	// ended on its own.
-	sqlCkWaiting = `UPDATE runs SET
+	sqlCkWaiting = `UPDATE OR FAIL runs SET
 	status = CASE WHEN cancel_requested THEN 'pending' ELSE 'waiting' END,
 	available_at = CASE WHEN cancel_requested THEN ?1 ELSE ?7 END,
 	wait_reason = CASE WHEN cancel_requested THEN '' ELSE ?8 END,
 	wait_events = CASE WHEN cancel_requested THEN NULL ELSE ?9 END,
 	lease_owner = '', lease_expires_at = NULL, updated_at = ?1, stream_seq = stream_seq + ?10, ` + ckGuard + ckFence
-	sqlCkBlocked = `UPDATE runs SET status = 'blocked', error = ?7, wait_reason = ?8,
+	sqlCkBlocked = `UPDATE OR FAIL runs SET status = 'blocked', error = ?7, wait_reason = ?8,
 	lease_owner = '', lease_expires_at = NULL, updated_at = ?1, stream_seq = stream_seq + ?9, ` + ckGuard + ckFence
-	sqlCkPending = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
+	sqlCkPending = `UPDATE OR FAIL runs SET status = 'pending', available_at = ?1, wait_reason = '',
 	lease_owner = '', lease_expires_at = NULL, updated_at = ?1, stream_seq = stream_seq + ?7, ` + ckGuard + ckFence
 	// sqlCkFinished also returns the run's place in a parent's group (NULLs for a
 	// run that is no child), so that a child's end is counted without a query.
-	sqlCkFinished = `UPDATE runs SET status = ?7, output = ?8, error = ?9, wait_reason = '',
+	sqlCkFinished = `UPDATE OR FAIL runs SET status = ?7, output = ?8, error = ?9, wait_reason = '',
 	lease_owner = '', lease_expires_at = NULL, finished_at = ?1, updated_at = ?1,
 	stream_seq = stream_seq + ?10, ` + ckGuard + ckWhere + ` RETURNING sequence, cancel_requested, stream_seq, parent_seq, parent_position`
 	// sqlCkReplay reads what tells a retry of a guarded write that was applied

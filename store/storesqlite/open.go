@@ -101,6 +101,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 // page it evicted reads it back (a system call, and the WAL's frame lookup).
 const writerCacheKiB = 64 << 10
 
+// dsn is the driver's connection string. The write connection keeps its
+// temporary files in memory (temp_store=MEMORY): the statement journals of a
+// batch's multi-row statements (see orFail) otherwise spill to a temporary
+// file after 64 KiB, and every page they save costs a system call.
 func dsn(cfg Config, readOnly bool) string {
 	sync := "FULL"
 	if cfg.Durability == DurabilityRelaxed {
@@ -111,7 +115,7 @@ func dsn(cfg Config, readOnly bool) string {
 	if readOnly {
 		d += "&_pragma=query_only(1)"
 	} else {
-		d += fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)&_pragma=journal_size_limit(%d)&_pragma=cache_size(%d)",
+		d += fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)&_pragma=journal_size_limit(%d)&_pragma=cache_size(%d)&_pragma=temp_store(2)",
 			walAutoCheckpointPages, cfg.WALLimit, -writerCacheKiB)
 	}
 	return d
