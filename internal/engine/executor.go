@@ -53,13 +53,8 @@ func (e *Engine) ExecuteOutcome(ctx context.Context, cr *store.ClaimedRun, ctl *
 	}()
 	cancelCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	go func() { // owned by this call: ends when cancelCtx does (at return at the latest)
-		select {
-		case <-ctl.CancelRequested():
-			cancel(ErrCancelled)
-		case <-cancelCtx.Done():
-		}
-	}()
+	// A cancellation cancels cancelCtx; no goroutine per run waits for it.
+	defer ctl.OnCancel(func() { cancel(ErrCancelled) })()
 	rs := newRunState(e, cr, ctx, ctl)
 	rs.cancelCtx = cancelCtx
 	if e.cfg.Logger.Enabled(ctx, slog.LevelDebug) { // no allocations for a line nobody reads
