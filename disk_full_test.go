@@ -158,6 +158,11 @@ func startUntilFull(t *testing.T, c *trellis.Client, wf *trellis.Workflow[int, i
 						once.Do(func() { close(full) })
 						return
 					}
+					// A transaction SQLite rolled back by itself is reported
+					// with the error that made it, not the failed ROLLBACK.
+					if strings.Contains(err.Error(), "no transaction is active") {
+						t.Errorf("start failed with %v, want the write's own error", err)
+					}
 					continue
 				}
 				mu.Lock()

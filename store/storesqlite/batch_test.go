@@ -3,6 +3,7 @@ package storesqlite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -148,5 +149,31 @@ func TestCloseStopsGoroutines(t *testing.T) {
 		default:
 			t.Errorf("%s still running after Close", name)
 		}
+	}
+}
+
+// TestRolledBackReportsTheWritesError pins what a batch's callers are told when
+// SQLite rolled the transaction back by itself (an I/O error or a full disk in
+// the middle of a statement), so that the writer's ROLLBACK found none open: the
+// error of the request that failed, not the failed ROLLBACK's.
+func TestRolledBackReportsTheWritesError(t *testing.T) {
+	w := &writer{}
+	full := errors.New("database or disk is full (13)")
+	batch := []*request{
+		{err: nil}, // applied before the failure: lost with the transaction
+		{err: context.Canceled},
+		{err: fmt.Errorf("checkpointing: %w", store.ErrLeaseLost)}, // clean: wrote nothing
+		{err: full},
+		{err: nil}, // not reached
+	}
+	noTx := errors.New("SQL logic error: cannot rollback - no transaction is active (1)")
+	if got := w.rolledBack(batch, noTx); !errors.Is(got, full) {
+		t.Errorf("rolledBack = %v, want %v", got, full)
+	}
+	if got := w.rolledBack(batch, errors.New("disk I/O error (10)")); got != nil {
+		t.Errorf("rolledBack of a ROLLBACK that failed otherwise = %v, want nil", got)
+	}
+	if got := w.rolledBack(batch[:3], noTx); got != nil {
+		t.Errorf("rolledBack without a failed write = %v, want nil", got)
 	}
 }

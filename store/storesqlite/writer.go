@@ -219,6 +219,12 @@ func (w *writer) commitBatch(batch []*request) {
 	}
 	if !w.applyFast(batch) {
 		if _, err := w.exec("ROLLBACK"); err != nil {
+			if cause := w.rolledBack(batch, err); cause != nil {
+				// SQLite undid the transaction itself: what failed the
+				// request failed the batch.
+				w.fail(batch, cause)
+				return
+			}
 			w.s.log.Error("storesqlite: rolling back", "err", err)
 			w.fail(batch, fmt.Errorf("rolling back: %w", err))
 			return
@@ -281,6 +287,24 @@ func (w *writer) applyFast(batch []*request) bool {
 		}
 	}
 	return true
+}
+
+// rolledBack returns the error of the request that failed batch when rbErr,
+// the error of the ROLLBACK after it, says no transaction was open: SQLite may
+// roll a whole transaction back by itself after an I/O error or a full disk in
+// the middle of a statement (always, for a statement without a statement
+// journal; see orFail). It returns nil otherwise.
+func (w *writer) rolledBack(batch []*request, rbErr error) error {
+	if !strings.Contains(rbErr.Error(), "no transaction is active") {
+		return nil
+	}
+	for _, r := range batch {
+		if r.err != nil && !cleanError(r.err) && !errors.Is(r.err, context.Canceled) &&
+			!errors.Is(r.err, context.DeadlineExceeded) {
+			return r.err
+		}
+	}
+	return nil
 }
 
 // cleanError reports whether err is one the store returns after checking a
