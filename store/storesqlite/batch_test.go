@@ -177,3 +177,149 @@ func TestRolledBackReportsTheWritesError(t *testing.T) {
 		t.Errorf("rolledBack without a failed write = %v, want nil", got)
 	}
 }
+
+// TestBatchEndsFinishedRunsTogether drives one batch of checkpoints that only
+// end their runs (as jobs' outcomes do), which the writer applies with one
+// statement: each gets its own outcome (a stale lease fails alone, a retry of
+// an applied write is answered as applied, a requested cancellation is
+// reported), ended children count in their group and wake their parent, a
+// second write to one of the runs is applied on its own, and a checkpoint that
+// writes more in the same batch is applied as before.
+func TestBatchEndsFinishedRunsTogether(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ids := []string{"ok", "stale", "failed", "cancelled", "retried", "more", "parent"}
+	for _, id := range ids {
+		if _, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: id, WorkflowID: id, Workflow: "w", Queue: "q"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leases := map[string]store.Lease{}
+	claim := func(wf string, n int) {
+		t.Helper()
+		res, err := s.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "ns", Workflows: []string{wf}, Max: n, LeaseDuration: time.Minute})
+		if err != nil || len(res.Runs) != n {
+			t.Fatalf("claim of %s: %v %v", wf, res, err)
+		}
+		for _, cr := range res.Runs {
+			leases[cr.Run.ID] = store.Lease{Namespace: "ns", RunID: cr.Run.ID, Token: cr.LeaseToken}
+		}
+	}
+	claim("w", len(ids))
+	// The parent starts a group of two children and waits for it.
+	g := &store.ChildGroup{Position: 1, Runs: []*store.RunCreateParams{
+		{ID: "kid-0", WorkflowID: "kid-0", Workflow: "kid", Queue: "q"},
+		{ID: "kid-1", WorkflowID: "kid-1", Workflow: "kid", Queue: "q"}}}
+	wake := time.Now().Add(time.Hour)
+	if _, err := s.Checkpoint(ctx, &store.CheckpointParams{Lease: leases["parent"], Status: store.StatusWaiting,
+		WakeAt: &wake, WaitEvents: []string{store.GroupEvent(1)}, Children: []*store.ChildGroup{g},
+		Ops: []*store.Op{{Position: 1, Kind: store.OpChild, Name: "map", StartedAt: time.Now()}}}); err != nil {
+		t.Fatal(err)
+	}
+	claim("kid", 2)
+	if _, err := s.RunCancel(ctx, &store.RunCancelParams{Namespace: "ns", Ref: "cancelled"}); err != nil {
+		t.Fatal(err)
+	}
+	retry := &store.CheckpointParams{Lease: leases["retried"], Status: store.StatusSucceeded, Output: []byte(`"once"`), Seq: 1, Fingerprint: 42}
+	if _, err := s.Checkpoint(ctx, retry); err != nil {
+		t.Fatal(err)
+	}
+	stale := leases["stale"]
+	stale.Token++
+	params := []*store.CheckpointParams{
+		{Lease: leases["ok"], Status: store.StatusSucceeded, Output: []byte(`"ok"`)},
+		{Lease: stale, Status: store.StatusSucceeded, Output: []byte(`"no"`)},
+		{Lease: leases["failed"], Status: store.StatusFailed, Error: &store.ErrorInfo{Message: "boom", Type: "E"}},
+		{Lease: leases["cancelled"], Status: store.StatusSucceeded, Output: []byte(`"late"`)},
+		{Lease: leases["retried"], Status: store.StatusSucceeded, Output: []byte(`"once"`), Seq: 1, Fingerprint: 42},
+		{Lease: leases["more"], Status: store.StatusSucceeded, Output: []byte(`"more"`),
+			Ops: []*store.Op{{Position: 0, Kind: store.OpStep, Name: "s", Done: true}}},
+		{Lease: leases["kid-0"], Status: store.StatusSucceeded, Output: []byte(`0`)},
+		{Lease: leases["kid-1"], Status: store.StatusSucceeded, Output: []byte(`1`)},
+		// A second write to a run of the batch: applied on its own, after the first.
+		{Lease: leases["ok"], Status: store.StatusSucceeded, Output: []byte(`"twice"`)},
+	}
+	batch := make([]*request, len(params))
+	fins := make([]*finish, len(params))
+	for i, p := range params {
+		errText, err := errJSON(p.Error)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch[i], fins[i] = checkpointRequest(ctx, p, errText)
+	}
+	if batch[5].fin != nil || batch[0].fin == nil {
+		t.Fatal("a checkpoint with ops was taken for one that only ends its run, or the reverse")
+	}
+
+	// Stop the writer goroutine and drive one batch by hand.
+	close(s.w.quit)
+	<-s.w.stopped
+	s.w.quit = make(chan struct{})
+	before := s.Stats()
+	s.w.commit(batch)
+	if st := s.Stats(); st.Transactions != before.Transactions+1 || st.Replays != before.Replays {
+		t.Fatalf("stats %+v -> %+v, want one transaction, not replayed", before, st)
+	}
+	for i, r := range batch {
+		err := <-r.done
+		if wantLost := i == 1 || i == 8; wantLost != errors.Is(err, store.ErrLeaseLost) || (!wantLost && err != nil) {
+			t.Errorf("checkpoint %d of %s: %v", i, params[i].Lease.RunID, err)
+		}
+	}
+	s.w.stopped = make(chan struct{})
+	go s.w.run()
+
+	if res := fins[3].res; res == nil || !res.CancelRequested {
+		t.Errorf("result of the cancelled run's checkpoint = %+v, want CancelRequested", res)
+	}
+	if res := fins[0].res; res == nil || res.CancelRequested || res.At.IsZero() {
+		t.Errorf("result of ok's checkpoint = %+v", res)
+	}
+	if res := fins[4].res; res == nil || !res.Replayed {
+		t.Errorf("result of the retried checkpoint = %+v, want Replayed", res)
+	}
+	want := map[string]struct {
+		status store.Status
+		output string
+	}{
+		"ok": {store.StatusSucceeded, `"ok"`}, "stale": {store.StatusRunning, ""}, "failed": {store.StatusFailed, ""},
+		"retried": {store.StatusSucceeded, `"once"`}, "more": {store.StatusSucceeded, `"more"`},
+		"kid-0": {store.StatusSucceeded, `0`}, "kid-1": {store.StatusSucceeded, `1`},
+	}
+	for id, w := range want {
+		run, err := s.RunGet(ctx, &store.RunGetParams{Namespace: "ns", Ref: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Status != w.status || string(run.Output) != w.output {
+			t.Errorf("run %s: %s %q, want %s %q", id, run.Status, run.Output, w.status, w.output)
+		}
+		if w.status.Terminal() && run.FinishedAt == nil {
+			t.Errorf("run %s ended without FinishedAt", id)
+		}
+	}
+	if run, err := s.RunGet(ctx, &store.RunGetParams{Namespace: "ns", Ref: "failed"}); err != nil || run.Error == nil || run.Error.Message != "boom" {
+		t.Errorf("failed run: %+v %v, want its error", run, err)
+	}
+	if ops, err := s.HistoryList(ctx, &store.HistoryListParams{Namespace: "ns", Ref: "more"}); err != nil || len(ops) != 1 {
+		t.Errorf("history of more: %v %v, want its op", ops, err)
+	}
+	// Both children ended in the batch: the group's event woke the parent.
+	res, err := s.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "ns", Workflows: []string{"w"}, Max: 10, LeaseDuration: time.Minute})
+	if err != nil || len(res.Runs) != 1 || res.Runs[0].Run.ID != "parent" {
+		t.Fatalf("claim after the children ended: %v %v, want the parent", res, err)
+	}
+	var names []string
+	for _, ev := range res.Runs[0].Inbox {
+		names = append(names, ev.Name)
+	}
+	if len(names) != 1 || names[0] != store.GroupEvent(1) {
+		t.Fatalf("parent's inbox = %v, want the group's event", names)
+	}
+}

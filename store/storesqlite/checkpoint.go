@@ -78,16 +78,26 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 	if err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
-	var res *store.CheckpointResult
-	err = s.write(ctx, func(tx *wtx) error {
-		var err error
-		res, err = checkpoint(tx, p, errText)
-		return err
-	})
-	if err != nil {
+	r, f := checkpointRequest(ctx, p, errText)
+	if err := s.submit(ctx, r); err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
-	return res, nil
+	return f.res, nil
+}
+
+// checkpointRequest is the writer's request for checkpoint p: f.res holds its
+// result once the request is answered without an error.
+func checkpointRequest(ctx context.Context, p *store.CheckpointParams, errText any) (r *request, f *finish) {
+	f = &finish{p: p, errText: errText}
+	r = &request{ctx: ctx, done: make(chan error, 1), apply: func(tx *wtx) error {
+		var err error
+		f.res, err = checkpoint(tx, p, errText)
+		return err
+	}}
+	if onlyFinishes(p) {
+		r.fin = f
+	}
+	return r, f
 }
 
 // ckRow is what a checkpoint's fenced status update returns.

@@ -28,6 +28,11 @@ type request struct {
 	// on the write connection, after the batch it was collected with (see
 	// CheckpointTx).
 	alone func(w *writer) error
+	// fin, when set, is a checkpoint that only ends its run: a batch applies
+	// its finishes together (finishMany), apply stays the way to apply it alone.
+	fin *finish
+	// applied: finishMany applied the request in this transaction.
+	applied bool
 }
 
 // writer owns the write connection and commits queued requests in batches.
@@ -234,7 +239,7 @@ func (w *writer) commitBatch(batch []*request) {
 			return
 		}
 		for _, r := range batch {
-			r.err, r.topics = nil, nil
+			r.err, r.topics, r.applied = nil, nil, false
 			if err := w.applyOne(r); err != nil {
 				w.abort(batch, err)
 				return
@@ -268,7 +273,13 @@ func (w *writer) begin(batch []*request) bool {
 // applyFast runs the batch without savepoints. It reports false when a request
 // failed in a way that may have left writes behind.
 func (w *writer) applyFast(batch []*request) bool {
+	if !w.finishMany(batch) {
+		return false
+	}
 	for _, r := range batch {
+		if r.applied {
+			continue
+		}
 		if err := r.ctx.Err(); err != nil {
 			r.err = err // the caller has gone; do not start its work
 			continue

@@ -1,0 +1,179 @@
+package storesqlite
+
+import (
+	"database/sql"
+	"strings"
+	"sync"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// finish is a checkpoint that does nothing but end its run: a job's outcome,
+// most often (one claim, one execution, one completion write). The writer ends
+// the runs of a batch's finishes with one statement (finishMany) instead of one
+// each; res receives the checkpoint's result however it was applied.
+type finish struct {
+	p       *store.CheckpointParams
+	errText any
+	res     *store.CheckpointResult
+}
+
+// onlyFinishes reports whether p ends its run and writes nothing else.
+func onlyFinishes(p *store.CheckpointParams) bool {
+	return p.Status.Terminal() && len(p.Ops) == 0 && len(p.Attempts) == 0 && len(p.KV) == 0 &&
+		len(p.Stream) == 0 && len(p.WaitEvents) == 0 && len(p.NoEvents) == 0 && len(p.Consume) == 0 &&
+		len(p.Children) == 0 && len(p.Approvals) == 0 && len(p.ExpireApprovals) == 0
+}
+
+// finishCols is the number of parameters of one finish in sqlFinishes.
+const finishCols = 8
+
+// sqlFinishes returns the statement that ends the runs of up to n finishes,
+// each fenced as sqlCkFinished is: its rows are the parameters of each finish,
+// in order, then now twice; rows past the finishes of a batch are NULLs, which
+// match no run. It returns the runs it ended, with their place in a parent's
+// group. The runs are found through runs_namespace_id, one probe per row.
+// Statements are made for n a power of two, so that a few prepared ones serve
+// every batch. The parameters are anonymous: the driver looks up the name of
+// each numbered one in a list as long as the statement's, which for a
+// thousand parameters cost more than the statement itself.
+func sqlFinishes(n int) string {
+	finishSQLMu.Lock()
+	defer finishSQLMu.Unlock()
+	if q, ok := finishSQL[n]; ok {
+		return q
+	}
+	var b strings.Builder
+	b.WriteString(`WITH v(ns, id, token, seq, fp, status, output, error) AS (VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	b.WriteString(`)
+	UPDATE OR FAIL runs SET status = v.status, output = v.output, error = v.error, wait_reason = '',
+	lease_owner = '', lease_expires_at = NULL, finished_at = ?, updated_at = ?,
+	lease_seq = CASE WHEN v.seq = 0 THEN runs.lease_seq ELSE v.seq END,
+	lease_fp = CASE WHEN v.seq = 0 THEN runs.lease_fp ELSE v.fp END
+	FROM v WHERE runs.namespace = v.ns AND runs.id = v.id AND runs.status = 'running'
+	AND runs.lease_token = v.token AND (v.seq = 0 OR runs.lease_seq < v.seq)
+	RETURNING namespace, id, sequence, cancel_requested, parent_seq, parent_position`)
+	q := b.String()
+	finishSQL[n] = q
+	return q
+}
+
+var (
+	finishSQLMu sync.Mutex
+	finishSQL   = map[int]string{}
+)
+
+// finishMany applies the finishes among batch's live requests, when there are
+// several, with one statement per maxFinishes of them, and marks the requests
+// it applied (r.applied). A finish whose fence matched no row (a stale lease,
+// a retry) is left to the request's own apply, which finds out why. It reports
+// false when something failed: the batch must be rolled back and replayed.
+func (w *writer) finishMany(batch []*request) bool {
+	var fins []*request
+	seen := map[string]bool{}
+	for _, r := range batch {
+		if r.fin == nil || r.ctx.Err() != nil {
+			continue
+		}
+		// A second write to the same run (a retry sent while the first was
+		// queued) is left to its own apply, which tells a retry from a conflict.
+		if k := finishKey(r.fin.p.Lease); !seen[k] {
+			seen[k] = true
+			fins = append(fins, r)
+		}
+	}
+	if len(fins) < 2 {
+		return true
+	}
+	for len(fins) > 0 {
+		n := min(len(fins), maxFinishes)
+		if !w.finishChunk(fins[:n]) {
+			return false
+		}
+		fins = fins[n:]
+	}
+	return true
+}
+
+// finishKey identifies the run a lease is on.
+func finishKey(l store.Lease) string { return l.Namespace + "\x00" + l.RunID }
+
+// maxFinishes is the most finishes one statement ends.
+const maxFinishes = 256
+
+func (w *writer) finishChunk(reqs []*request) bool {
+	n := 2
+	for n < len(reqs) {
+		n *= 2
+	}
+	tx := &wtx{w: w, now: w.s.now().UTC()}
+	args := make([]any, n*finishCols+2)
+	args[n*finishCols], args[n*finishCols+1] = tx.now.UnixNano(), tx.now.UnixNano()
+	byKey := make(map[string]*request, len(reqs))
+	for i, r := range reqs {
+		p := r.fin.p
+		a := args[i*finishCols:]
+		a[0], a[1], a[2], a[3], a[4] = p.Lease.Namespace, p.Lease.RunID, p.Lease.Token, p.Seq, p.Fingerprint
+		a[5], a[6], a[7] = string(p.Status), blob(p.Output), r.fin.errText
+		byKey[finishKey(p.Lease)] = r
+	}
+	rows, err := tx.query(sqlFinishes(n), args...)
+	if err != nil {
+		w.failFinishes(reqs, err)
+		return false
+	}
+	type ended struct {
+		r  *request
+		ck ckRow
+	}
+	var done []ended
+	for rows.Next() {
+		var (
+			nsName, id string
+			ck         ckRow
+		)
+		if err := rows.Scan(&nsName, &id, &ck.seq, &ck.cancel, &ck.parentSeq, &ck.position); err != nil {
+			_ = rows.Close()
+			w.failFinishes(reqs, err)
+			return false
+		}
+		if r := byKey[finishKey(store.Lease{Namespace: nsName, RunID: id})]; r != nil {
+			done = append(done, ended{r, ck})
+		}
+	}
+	if err := rows.Close(); err != nil {
+		w.failFinishes(reqs, err)
+		return false
+	}
+	at := fromNS(sql.NullInt64{Int64: tx.now.UnixNano(), Valid: true})
+	for _, e := range done {
+		p := e.r.fin.p
+		etx := &wtx{w: w, now: tx.now}
+		if e.ck.parentSeq.Valid {
+			// A child: its group counts its end, as checkpoint does.
+			if err := childEnded(etx, e.ck.parentSeq.Int64, int(e.ck.position.Int64), p.Status, false); err != nil {
+				e.r.err = err
+				return false
+			}
+		}
+		etx.publish(store.RunTopic(p.Lease.Namespace, p.Lease.RunID))
+		e.r.topics, e.r.applied = etx.topics, true
+		e.r.fin.res = &store.CheckpointResult{CancelRequested: e.ck.cancel, At: at}
+	}
+	return true
+}
+
+// failFinishes records a failed merged statement as the error of its first
+// request (the others get theirs when the batch is replayed one by one).
+func (w *writer) failFinishes(reqs []*request, err error) {
+	if diskError(err) {
+		w.writeFailed()
+	}
+	reqs[0].err = err
+}
