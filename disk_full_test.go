@@ -179,3 +179,32 @@ func startUntilFull(t *testing.T, c *trellis.Client, wf *trellis.Workflow[int, i
 	}
 	return acked
 }
+
+// TestWALPreallocateOnAFullDisk asks a store on a 6 MiB volume to write 64 MiB
+// of WAL ahead: Open still succeeds, the WAL is left as it was (not a volume
+// filled with zeros), and the store writes.
+func TestWALPreallocateOnAFullDisk(t *testing.T) {
+	t.Parallel()
+	dir := smallVolume(t, "6m")
+	path := filepath.Join(dir, "t.db")
+	st, err := storesqlite.Open(context.Background(), storesqlite.Config{Path: path, WALPreallocate: 64 << 20, WALLimit: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if fi, err := os.Stat(path + "-wal"); err != nil || fi.Size() >= 4<<20 {
+		t.Fatalf("WAL after a preallocation that did not fit: %v %v, want it as it was", fi, err)
+	}
+	wf := trellis.NewWorkflow("prealloc", func(wc *trellis.Context, n int) (int, error) { return n, nil })
+	c := open(t, "", func(cfg *trellis.Config) { cfg.Backend = st })
+	register(t, c, wf)
+	h, err := trellis.Start(context.Background(), c, wf, 7)
+	if err != nil {
+		t.Fatalf("start after the failed preallocation: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if got, err := h.Result(ctx); err != nil || got != 7 {
+		t.Fatalf("result = %v, %v; want 7", got, err)
+	}
+}

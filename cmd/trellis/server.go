@@ -5,15 +5,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/trellis-dev/trellis"
 	"io"
 	neturl "net/url"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/server"
+	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
 const serverAbout = `Serve the HTTP API of a store (docs/http-api.md) on one port: start, inspect
@@ -45,6 +47,25 @@ long polls at once, lets requests in flight finish (up to 30s) and exits.`
 // live heap between collections instead of twice. GOGC (and GOMEMLIMIT) in the
 // environment still rule. See docs/http-api.md, "Limits and timeouts".
 const serverGCPercent = 400
+
+// serverWALPreallocate is the SQLite store's wal_preallocate when the URL
+// sets none: the WAL's default limit, the size it reaches under load anyway,
+// written ahead at startup so that commits do not grow the file from the first
+// one on (storesqlite.Config.WALPreallocate; docs/storage.md).
+const serverWALPreallocate = storesqlite.DefaultWALLimit
+
+// withWALPreallocate adds wal_preallocate to a SQLite store URL that sets
+// none; other URLs are returned as they are.
+func withWALPreallocate(raw string) string {
+	if !strings.HasPrefix(raw, "sqlite:") || strings.Contains(raw, "wal_preallocate=") {
+		return raw
+	}
+	sep := "?"
+	if strings.Contains(raw, "?") {
+		sep = "&"
+	}
+	return raw + sep + "wal_preallocate=" + strconv.Itoa(serverWALPreallocate)
+}
 
 // serverShutdownGrace bounds how long a stopping server waits for requests in flight.
 const serverShutdownGrace = 30 * time.Second
@@ -89,6 +110,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if url == "" {
 		url = server.DefaultStore
 	}
+	url = withWALPreallocate(url)
 	// Tracing is on when the standard OTEL_* variables name an OTLP endpoint.
 	tp, stopTracing, err := trellis.TracerFromEnv(ctx)
 	if err != nil {

@@ -126,3 +126,23 @@ func startServer(t *testing.T, url string) (base, secret string, stop func()) {
 		}
 	}
 }
+
+// TestServerWALPreallocateDefault pins how trellis server fills in
+// wal_preallocate: added to a SQLite URL that sets none, kept when set, and
+// never added to a Postgres URL.
+func TestServerWALPreallocateDefault(t *testing.T) {
+	t.Parallel()
+	def := "wal_preallocate=67108864"
+	cases := map[string]string{
+		"sqlite:trellis.db":                               "sqlite:trellis.db?" + def,
+		"sqlite:///tmp/t.db?durability=relaxed":           "sqlite:///tmp/t.db?durability=relaxed&" + def,
+		"sqlite:///tmp/t.db?wal_preallocate=0":            "sqlite:///tmp/t.db?wal_preallocate=0",
+		"postgres://postgres@127.0.0.1/test?schema=a":     "postgres://postgres@127.0.0.1/test?schema=a",
+		"postgresql://postgres@127.0.0.1/test?sslmode=no": "postgresql://postgres@127.0.0.1/test?sslmode=no",
+	}
+	for in, want := range cases {
+		if got := withWALPreallocate(in); got != want {
+			t.Errorf("withWALPreallocate(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -47,6 +47,16 @@ type Config struct {
 	// truncated back to this size when it is (journal_size_limit). After a failed
 	// write (e.g. a full disk) the WAL is emptied. Default 64 MiB.
 	WALLimit int64
+	// WALPreallocate is how much of the write-ahead log Open writes ahead, as
+	// zeros, in bytes (at most WALLimit; 0, the default: none). A commit that
+	// appends to the WAL grows the file, and its fsync must then also commit
+	// the file's new size to the filesystem's journal; a commit into blocks
+	// already written need not (on the test machine 0.22 ms against 0.39 ms).
+	// SQLite reuses the WAL's blocks once it starts the WAL over (see WALLimit),
+	// so this matters from a store's opening until then. The zeros past the
+	// log's end are ignored by SQLite, also in recovery. Best effort: a
+	// failure (a full disk) is logged and leaves the WAL as it was.
+	WALPreallocate int64
 	// NoMigrate opens an existing store as it is, for tools that only look: Open
 	// neither creates the file nor applies migrations, and fails with
 	// store.ErrNoStore when the file is missing or is not a fully migrated store.
@@ -86,6 +96,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("Config.MaxBatch %d: must be positive", c.MaxBatch)
 	case c.WALLimit < 1:
 		return fmt.Errorf("Config.WALLimit %d: must be positive", c.WALLimit)
+	case c.WALPreallocate < 0:
+		return fmt.Errorf("Config.WALPreallocate %d: must not be negative", c.WALPreallocate)
 	}
 	return nil
 }
@@ -96,8 +108,9 @@ func (c Config) validate() error {
 //	sqlite:relative/path.db         path relative to the working directory
 //	sqlite://./relative/path.db     the same
 //
-// Query parameters: durability (fsync or relaxed), max_batch and wal_limit
-// (bytes). Any other parameter, or one that cannot be parsed, is an error.
+// Query parameters: durability (fsync or relaxed), max_batch, wal_limit and
+// wal_preallocate (bytes). Any other parameter, or one that cannot be parsed,
+// is an error.
 func ParseURL(u string) (Config, error) {
 	parsed, err := url.Parse(u)
 	if err != nil {
@@ -170,6 +183,12 @@ func applyURLQuery(cfg *Config, q url.Values) error {
 				return fmt.Errorf("parameter wal_limit %q: must be a positive number of bytes", vals[0])
 			}
 			cfg.WALLimit = n
+		case "wal_preallocate":
+			n, err := strconv.ParseInt(vals[0], 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("parameter wal_preallocate %q: must be a number of bytes, 0 or more", vals[0])
+			}
+			cfg.WALPreallocate = n
 		default:
 			unknown = append(unknown, key)
 		}

@@ -19,6 +19,8 @@ func TestParseURL(t *testing.T) {
 		{"sqlite://./rel.db", Config{Path: "./rel.db"}},
 		{"sqlite:///tmp/with%20space.db", Config{Path: "/tmp/with space.db"}},
 		{"sqlite:///tmp/t.db?wal_limit=1048576", Config{Path: "/tmp/t.db", WALLimit: 1 << 20}},
+		{"sqlite:///tmp/t.db?wal_preallocate=4194304", Config{Path: "/tmp/t.db", WALPreallocate: 4 << 20}},
+		{"sqlite:///tmp/t.db?wal_preallocate=0", Config{Path: "/tmp/t.db"}},
 	}
 	for _, tc := range good {
 		got, err := ParseURL(tc.url)
@@ -27,7 +29,7 @@ func TestParseURL(t *testing.T) {
 			continue
 		}
 		if got.Path != tc.want.Path || got.Durability != tc.want.Durability || got.MaxBatch != tc.want.MaxBatch ||
-			got.WALLimit != tc.want.WALLimit {
+			got.WALLimit != tc.want.WALLimit || got.WALPreallocate != tc.want.WALPreallocate {
 			t.Errorf("ParseURL(%q) = %+v, want %+v", tc.url, got, tc.want)
 		}
 	}
@@ -43,6 +45,8 @@ func TestParseURL(t *testing.T) {
 		{"sqlite:///tmp/t.db?durability=fsync&durability=relaxed", "durability"},
 		{"sqlite:///tmp/t.db?wal_limit=0", "wal_limit"},
 		{"sqlite:///tmp/t.db?wal_limit=1MiB", "wal_limit"},
+		{"sqlite:///tmp/t.db?wal_preallocate=-1", "wal_preallocate"},
+		{"sqlite:///tmp/t.db?wal_preallocate=64MiB", "wal_preallocate"},
 		{"sqlite:///tmp/t.db?durability=relaxed;max_batch=2", "semicolon"},
 		{"sqlite:///tmp/t.db?durability=%zz", "parameters"},
 		{"::", "parsing"},
@@ -67,6 +71,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Path: "/tmp/x.db", Durability: "never"}, "Config.Durability"},
 		{Config{Path: "/tmp/x.db", MaxBatch: -1}, "Config.MaxBatch"},
 		{Config{Path: "/tmp/x.db", WALLimit: -1}, "Config.WALLimit"},
+		{Config{Path: "/tmp/x.db", WALPreallocate: -1}, "Config.WALPreallocate"},
 	}
 	for _, tc := range cases {
 		err := tc.cfg.withDefaults().validate()

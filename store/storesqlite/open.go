@@ -93,6 +93,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("opening sqlite store: %w", err)
 	}
+	if n := min(cfg.WALPreallocate, cfg.WALLimit); n > 0 && !cfg.NoMigrate {
+		if err := s.preallocateWAL(ctx, n); err != nil {
+			s.log.Warn("storesqlite: preallocating the WAL", "bytes", n, "err", err)
+		}
+	}
 	return s, nil
 }
 
