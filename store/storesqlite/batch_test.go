@@ -16,17 +16,8 @@ import (
 func TestBatchIsolatesFailures(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "t.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openWithRuns(t, "a", "b", "c")
 	var leases []store.Lease
-	for _, id := range []string{"a", "b", "c"} {
-		if _, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: id, WorkflowID: id, Workflow: "w", Queue: "q"}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	res, err := s.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "ns", Workflows: []string{"w"}, Max: 3, LeaseDuration: time.Minute})
 	if err != nil || len(res.Runs) != 3 {
 		t.Fatalf("claim: %v %v", res, err)
@@ -36,10 +27,6 @@ func TestBatchIsolatesFailures(t *testing.T) {
 	}
 	leases[1].Token++ // stale (from the future, which is just as wrong)
 
-	// Stop the writer goroutine and drive one batch by hand.
-	close(s.w.quit)
-	<-s.w.stopped
-	s.w.quit = make(chan struct{})
 	batch := make([]*request, len(leases))
 	for i, l := range leases {
 		p := &store.CheckpointParams{
@@ -53,7 +40,7 @@ func TestBatchIsolatesFailures(t *testing.T) {
 		}}
 	}
 	before := s.Stats()
-	s.w.commit(batch)
+	commitByHand(s, batch)
 	if st := s.Stats(); st.Transactions != before.Transactions+1 || st.Requests != before.Requests+3 || st.Replays != before.Replays {
 		t.Fatalf("stats %+v -> %+v, want one transaction of 3 requests, not replayed", before, st)
 	}
@@ -63,8 +50,6 @@ func TestBatchIsolatesFailures(t *testing.T) {
 			t.Errorf("request %d: %v", i, err)
 		}
 	}
-	s.w.stopped = make(chan struct{})
-	go s.w.run()
 	for i, l := range leases {
 		ops, err := s.HistoryList(ctx, &store.HistoryListParams{Namespace: "ns", Ref: l.RunID})
 		if err != nil {
@@ -90,9 +75,6 @@ func TestBatchReplaysFailedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	close(s.w.quit) // drive one batch by hand
-	<-s.w.stopped
-	s.w.quit = make(chan struct{})
 	boom := errors.New("boom")
 	batch := make([]*request, 3)
 	for i, id := range []string{"a", "b", "c"} {
@@ -106,7 +88,7 @@ func TestBatchReplaysFailedWrites(t *testing.T) {
 		}}
 	}
 	before := s.Stats()
-	s.w.commit(batch)
+	commitByHand(s, batch)
 	if st := s.Stats(); st.Replays != before.Replays+1 || st.Transactions != before.Transactions+1 {
 		t.Fatalf("stats %+v -> %+v, want one replayed transaction", before, st)
 	}
@@ -115,8 +97,6 @@ func TestBatchReplaysFailedWrites(t *testing.T) {
 			t.Errorf("request %d: %v", i, err)
 		}
 	}
-	s.w.stopped = make(chan struct{})
-	go s.w.run()
 	for _, id := range []string{"a", "b", "c"} {
 		_, err := s.RunGet(ctx, &store.RunGetParams{Namespace: "ns", Ref: id})
 		if (id == "b") != errors.Is(err, store.ErrRunNotFound) {
@@ -188,17 +168,8 @@ func TestRolledBackReportsTheWritesError(t *testing.T) {
 func TestBatchEndsFinishedRunsTogether(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "t.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	ids := []string{"ok", "stale", "failed", "cancelled", "retried", "more", "parent"}
-	for _, id := range ids {
-		if _, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: id, WorkflowID: id, Workflow: "w", Queue: "q"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s := openWithRuns(t, ids...)
 	leases := map[string]store.Lease{}
 	claim := func(wf string, n int) {
 		t.Helper()
@@ -257,12 +228,8 @@ func TestBatchEndsFinishedRunsTogether(t *testing.T) {
 		t.Fatal("a checkpoint with ops was taken for one that only ends its run, or the reverse")
 	}
 
-	// Stop the writer goroutine and drive one batch by hand.
-	close(s.w.quit)
-	<-s.w.stopped
-	s.w.quit = make(chan struct{})
 	before := s.Stats()
-	s.w.commit(batch)
+	commitByHand(s, batch)
 	if st := s.Stats(); st.Transactions != before.Transactions+1 || st.Replays != before.Replays {
 		t.Fatalf("stats %+v -> %+v, want one transaction, not replayed", before, st)
 	}
@@ -272,8 +239,6 @@ func TestBatchEndsFinishedRunsTogether(t *testing.T) {
 			t.Errorf("checkpoint %d of %s: %v", i, params[i].Lease.RunID, err)
 		}
 	}
-	s.w.stopped = make(chan struct{})
-	go s.w.run()
 
 	if res := fins[3].res; res == nil || !res.CancelRequested {
 		t.Errorf("result of the cancelled run's checkpoint = %+v, want CancelRequested", res)
@@ -322,4 +287,33 @@ func TestBatchEndsFinishedRunsTogether(t *testing.T) {
 	if len(names) != 1 || names[0] != store.GroupEvent(1) {
 		t.Fatalf("parent's inbox = %v, want the group's event", names)
 	}
+}
+
+// commitByHand stops s's writer goroutine, commits batch as one of the writer's
+// batches, and starts the goroutine again.
+func commitByHand(s *Store, batch []*request) {
+	close(s.w.quit)
+	<-s.w.stopped
+	s.w.quit = make(chan struct{})
+	s.w.commit(batch)
+	s.w.stopped = make(chan struct{})
+	go s.w.run()
+}
+
+// openWithRuns opens a store in a temporary directory, closed at the test's end,
+// and creates pending runs of workflow "w" with the IDs given, in namespace ns.
+func openWithRuns(t *testing.T, ids ...string) *Store {
+	t.Helper()
+	ctx := context.Background()
+	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	for _, id := range ids {
+		if _, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: id, WorkflowID: id, Workflow: "w", Queue: "q"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
 }

@@ -107,6 +107,9 @@ func finishKey(l store.Lease) string { return l.Namespace + "\x00" + l.RunID }
 // maxFinishes is the most finishes one statement ends.
 const maxFinishes = 256
 
+// finishChunk applies up to maxFinishes finishes with one statement, padded to a
+// power of two rows (see sqlFinishes), then counts the children among the runs
+// it ended in their groups. It reports false as finishMany does.
 func (w *writer) finishChunk(reqs []*request) bool {
 	n := 2
 	for n < len(reqs) {
