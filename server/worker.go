@@ -343,11 +343,11 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 			}
 		case <-cs.wake: // a reserved slot came back: offered again, or the end
 		case <-ready:
-			switch gap := claimGap - clk().Sub(lastClaim); {
-			case gap <= 0:
+			switch now, wait := claimAfterReady(clk(), lastClaim); {
+			case now:
 				claim = true
 			case !soonArmed:
-				soon.Reset(gap)
+				soon.Reset(wait)
 				soonArmed = true
 			}
 		case <-soon.C:
@@ -384,6 +384,16 @@ const claimRecheck = time.Second
 // of the database's CPU, so w1 through a server claimed about 24 runs at a
 // time and spent an eighth of Postgres' time claiming.
 const claimGap = 25 * time.Millisecond
+
+// claimAfterReady decides what a ready signal at now does to a stream whose
+// last claim was at last: claim now when claimGap has passed, else claim
+// after wait (one timer, armed once, serves every signal until it fires).
+func claimAfterReady(now, last time.Time) (claimNow bool, wait time.Duration) {
+	if gap := claimGap - now.Sub(last); gap > 0 {
+		return false, gap
+	}
+	return true, 0
+}
 
 // push sends claimed runs; runs it could not send are handed back at once
 // rather than waiting for their leases to expire.

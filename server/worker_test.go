@@ -350,3 +350,27 @@ func TestWorkerHandlerPanicIsLogged(t *testing.T) {
 		t.Fatalf("a call after the panic: %v", err)
 	}
 }
+
+// TestClaimAfterReady pins the claim gap of a claim stream: a ready signal
+// claims at once when claimGap has passed since the last claim, and otherwise
+// waits out the rest of the gap, so that the signals of a burst share a claim.
+func TestClaimAfterReady(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	cases := []struct {
+		since    time.Duration
+		claimNow bool
+		wait     time.Duration
+	}{
+		{0, false, claimGap},
+		{time.Millisecond, false, claimGap - time.Millisecond},
+		{claimGap - time.Microsecond, false, time.Microsecond},
+		{claimGap, true, 0},
+		{time.Second, true, 0},
+	}
+	for _, c := range cases {
+		now, wait := claimAfterReady(t0.Add(c.since), t0)
+		if now != c.claimNow || wait != c.wait {
+			t.Errorf("signal %v after the last claim: claim now %v, wait %v; want %v, %v", c.since, now, wait, c.claimNow, c.wait)
+		}
+	}
+}
