@@ -135,9 +135,18 @@ func checkpoint(tx *wtx, p *store.CheckpointParams, errText any) (*store.Checkpo
 	if err := shared.StreamInsert(tx, ck.seq, ck.streamSeq, l.Namespace, l.RunID, p.Stream); err != nil {
 		return nil, err
 	}
+	return checkpointed(tx, ck, p)
+}
+
+// checkpointed finishes a checkpoint whose run tx updated (ck) and whose
+// history it wrote: it applies the checkpoint's events, children and
+// approvals, counts an ended child in its group, publishes the run's topics,
+// and returns the result.
+func checkpointed(tx *wtx, ck ckRow, p *store.CheckpointParams) (*store.CheckpointResult, error) {
 	if err := writeWaiting(tx, ck, p); err != nil {
 		return nil, err
 	}
+	l := p.Lease
 	if p.Status != store.StatusRunning {
 		tx.publish(store.RunTopic(l.Namespace, l.RunID))
 	}

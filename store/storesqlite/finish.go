@@ -1,9 +1,7 @@
 package storesqlite
 
 import (
-	"database/sql"
 	"strings"
-	"sync"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -28,46 +26,30 @@ func onlyFinishes(p *store.CheckpointParams) bool {
 // finishCols is the number of parameters of one finish in sqlFinishes.
 const finishCols = 8
 
-// sqlFinishes returns the statement that ends the runs of up to n finishes,
-// each fenced as sqlCkFinished is: its rows are the parameters of each finish,
-// in order, then now twice; rows past the finishes of a batch are NULLs, which
-// match no run. It returns the runs it ended, with their place in a parent's
-// group. The runs are found through runs_namespace_id, one probe per row.
-// Statements are made for n a power of two, so that a few prepared ones serve
-// every batch. The parameters are anonymous: the driver looks up the name of
-// each numbered one in a list as long as the statement's, which for a
-// thousand parameters cost more than the statement itself.
-func sqlFinishes(n int) string {
-	finishSQLMu.Lock()
-	defer finishSQLMu.Unlock()
-	if q, ok := finishSQL[n]; ok {
-		return q
-	}
-	var b strings.Builder
-	b.WriteString(`WITH v(ns, id, token, seq, fp, status, output, error) AS (VALUES `)
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
-	}
-	b.WriteString(`)
+// sqlFinishes is the statement that ends the runs of up to n finishes (n a
+// power of two from 2 to maxFinishes, so that a few prepared statements serve
+// every batch), each fenced as sqlCkFinished is: its rows are the parameters of
+// each finish, in order, then now twice; rows past the finishes of a batch are
+// NULLs, which match no run. It returns the runs it ended, with their place in
+// a parent's group. The runs are found through runs_namespace_id, one probe per
+// row. The parameters are anonymous: the driver looks up the name of each
+// numbered one in a list as long as the statement's, which for a thousand
+// parameters cost more than the statement itself.
+var sqlFinishes = func() map[int]string {
+	m := map[int]string{}
+	for n := 2; n <= maxFinishes; n *= 2 {
+		rows := strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?), ", n), ", ")
+		m[n] = `WITH v(ns, id, token, seq, fp, status, output, error) AS (VALUES ` + rows + `)
 	UPDATE OR FAIL runs SET status = v.status, output = v.output, error = v.error, wait_reason = '',
 	lease_owner = '', lease_expires_at = NULL, finished_at = ?, updated_at = ?,
 	lease_seq = CASE WHEN v.seq = 0 THEN runs.lease_seq ELSE v.seq END,
 	lease_fp = CASE WHEN v.seq = 0 THEN runs.lease_fp ELSE v.fp END
 	FROM v WHERE runs.namespace = v.ns AND runs.id = v.id AND runs.status = 'running'
 	AND runs.lease_token = v.token AND (v.seq = 0 OR runs.lease_seq < v.seq)
-	RETURNING namespace, id, sequence, cancel_requested, parent_seq, parent_position`)
-	q := b.String()
-	finishSQL[n] = q
-	return q
-}
-
-var (
-	finishSQLMu sync.Mutex
-	finishSQL   = map[int]string{}
-)
+	RETURNING namespace, id, sequence, cancel_requested, parent_seq, parent_position`
+	}
+	return m
+}()
 
 // finishMany applies the finishes among batch's live requests, when there are
 // several, with one statement per maxFinishes of them, and marks the requests
@@ -126,7 +108,7 @@ func (w *writer) finishChunk(reqs []*request) bool {
 		a[5], a[6], a[7] = string(p.Status), blob(p.Output), r.fin.errText
 		byKey[finishKey(p.Lease)] = r
 	}
-	rows, err := tx.query(sqlFinishes(n), args...)
+	rows, err := tx.query(sqlFinishes[n], args...)
 	if err != nil {
 		w.failFinishes(reqs, err)
 		return false
@@ -154,20 +136,14 @@ func (w *writer) finishChunk(reqs []*request) bool {
 		w.failFinishes(reqs, err)
 		return false
 	}
-	at := fromNS(sql.NullInt64{Int64: tx.now.UnixNano(), Valid: true})
 	for _, e := range done {
-		p := e.r.fin.p
 		etx := &wtx{w: w, now: tx.now}
-		if e.ck.parentSeq.Valid {
-			// A child: its group counts its end, as checkpoint does.
-			if err := childEnded(etx, e.ck.parentSeq.Int64, int(e.ck.position.Int64), p.Status, false); err != nil {
-				e.r.err = err
-				return false
-			}
+		res, err := checkpointed(etx, e.ck, e.r.fin.p) // an ended child is counted in its group
+		if err != nil {
+			e.r.err = err
+			return false
 		}
-		etx.publish(store.RunTopic(p.Lease.Namespace, p.Lease.RunID))
-		e.r.topics, e.r.applied = etx.topics, true
-		e.r.fin.res = &store.CheckpointResult{CancelRequested: e.ck.cancel, At: at}
+		e.r.topics, e.r.applied, e.r.fin.res = etx.topics, true, res
 	}
 	return true
 }
