@@ -160,22 +160,20 @@ type startManyBody struct {
 }
 
 func (r *remote) startMany(ctx context.Context, reqs []StartRequest) ([]StartResult, error) {
-	body := startManyBody{Runs: make([]startBody, len(reqs))}
+	runs := make([]startBody, len(reqs))
 	for i, req := range reqs {
 		if len(req.Input) > 0 && !json.Valid(req.Input) {
 			return nil, fmt.Errorf("starting runs: item %d: %w: a server takes JSON inputs (Config.Codec must encode JSON)", i, ErrInvalidInput)
 		}
 		o := req.Options
-		p := runParams("", &definition{name: req.Workflow}, uuid.Nil.String(), req.Input, o)
-		q := o.Queue // "" lets the server apply the workflow's default
-		body.Runs[i] = startBody{Workflow: req.Workflow, ID: o.ID, Input: req.Input, Queue: q, Priority: o.Priority,
-			AvailableAt: p.AvailableAt, Deadline: p.Deadline, Reuse: o.Reuse, ConcurrencyKey: o.ConcurrencyKey}
+		runs[i] = startBodyOf(runParams("", &definition{name: req.Workflow}, uuid.Nil.String(), req.Input, o), o)
+		runs[i].Queue = o.Queue // "" lets the server apply the workflow's default
 	}
-	var out StartManyResponse
-	if _, err := r.do(ctx, httpc.Call{Method: http.MethodPost, Path: r.ns + "/runs:batch", Body: body, Out: &out}); err != nil {
+	results, err := r.startBatch(ctx, runs)
+	if err != nil {
 		return nil, fmt.Errorf("starting runs: %w", err)
 	}
-	return out.Results, nil
+	return results, nil
 }
 
 // Delete deletes a finished run now, with everything that belongs to it: its

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/httpc"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // remoteWait is how long one long poll of Wait and Handle.Result asks the
@@ -156,10 +157,28 @@ func (r *remote) start(ctx context.Context, def *definition, input []byte, o Sta
 	if len(input) > 0 && !json.Valid(input) {
 		return nil, fmt.Errorf("starting %s: %w: a server takes JSON inputs (Config.Codec must encode JSON)", def.name, ErrInvalidInput)
 	}
-	p := runParams("", def, "", input, o)
-	body := startBody{Workflow: def.name, ID: o.ID, Input: input, Queue: p.Queue, Priority: o.Priority,
-		AvailableAt: p.AvailableAt, Deadline: p.Deadline, Reuse: o.Reuse, ConcurrencyKey: o.ConcurrencyKey}
-	return r.starts.start(ctx, def.name, body)
+	return r.starts.start(ctx, def.name, startBodyOf(runParams("", def, "", input, o), o))
+}
+
+// startBodyOf is the body of POST runs, or an item of POST runs:batch, that
+// starts the run p describes (runParams of the same options o).
+func startBodyOf(p *store.RunCreateParams, o StartOptions) startBody {
+	return startBody{Workflow: p.Workflow, ID: o.ID, Input: p.Input, Queue: p.Queue, Priority: p.Priority,
+		AvailableAt: p.AvailableAt, Deadline: p.Deadline, Reuse: o.Reuse, ConcurrencyKey: p.ConcurrencyKey}
+}
+
+// startBatch starts runs with POST runs:batch and returns one result per run,
+// in order.
+func (r *remote) startBatch(ctx context.Context, runs []startBody) ([]StartResult, error) {
+	var out StartManyResponse
+	call := httpc.Call{Method: http.MethodPost, Path: r.ns + "/runs:batch", Body: startManyBody{Runs: runs}, Out: &out}
+	if _, err := r.do(ctx, call); err != nil {
+		return nil, err
+	}
+	if len(out.Results) != len(runs) {
+		return nil, fmt.Errorf("%w: %d results for %d runs", ErrUnavailable, len(out.Results), len(runs))
+	}
+	return out.Results, nil
 }
 
 // startOne starts one run with POST /runs.

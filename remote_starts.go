@@ -8,8 +8,6 @@ import (
 	"sync"
 
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/trellis-dev/trellis/internal/httpc"
 )
 
 // Starts through a server are coalesced. A client sends each start as its own
@@ -93,15 +91,7 @@ func (s *starts) answered() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inflight--
-	if len(s.queue) == 0 || s.inflight >= startsInFlight {
-		return
-	}
-	if s.closed {
-		for _, q := range s.queue {
-			q.err = fmt.Errorf("starting %s: %w", q.name, ErrClosed)
-			close(q.done)
-		}
-		s.queue = nil
+	if len(s.queue) == 0 || s.inflight >= startsInFlight { // close empties the queue, and nothing queues after it
 		return
 	}
 	batch := s.take()
@@ -145,15 +135,11 @@ func (s *starts) send(batch []*queuedStart) {
 		close(q.done)
 		return
 	}
-	body := startManyBody{Runs: make([]startBody, len(batch))}
+	runs := make([]startBody, len(batch))
 	for i, q := range batch {
-		body.Runs[i] = q.body
+		runs[i] = q.body
 	}
-	var out StartManyResponse
-	_, err := s.r.do(s.ctx, httpc.Call{Method: http.MethodPost, Path: s.r.ns + "/runs:batch", Body: body, Out: &out})
-	if err == nil && len(out.Results) != len(batch) {
-		err = fmt.Errorf("%w: %d results for %d runs", ErrUnavailable, len(out.Results), len(batch))
-	}
+	res, err := s.r.startBatch(s.ctx, runs)
 	var re *RemoteError
 	if errors.As(err, &re) && refusedForAnItem(re.Status) {
 		for _, q := range batch {
@@ -165,7 +151,7 @@ func (s *starts) send(batch []*queuedStart) {
 		return
 	}
 	for i, q := range batch {
-		switch res := out.Results; {
+		switch {
 		case err != nil:
 			q.err = fmt.Errorf("starting %s: %w", q.name, err)
 		case res[i].Error != nil:
@@ -182,9 +168,9 @@ func (s *starts) send(batch []*queuedStart) {
 // itemError is the error of a batch item as the same start alone would have
 // met it: a RemoteError (409 run_exists, the one code an item fails with).
 func itemError(e *StartError) error {
-	re := &RemoteError{Status: http.StatusInternalServerError, Code: e.Code, Detail: e.Message}
-	if e.Code == "run_exists" {
-		re.Status, re.err = http.StatusConflict, ErrRunExists
+	re := &RemoteError{Status: http.StatusInternalServerError, Code: e.Code, Detail: e.Message, err: e.Unwrap()}
+	if errors.Is(re.err, ErrRunExists) {
+		re.Status = http.StatusConflict
 	}
 	return re
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // TestGoClientCoalescesStarts starts runs 300 at a time through one Go client
@@ -220,5 +221,55 @@ func TestGoClientQueuedStarts(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGoClientStartManyKeepsOptions starts a batch through the Go client's
+// StartMany on a server: every option of an item reaches the stored run, and
+// the concurrency key (which the remote StartMany once dropped) counts: with a
+// key limit of 1 on the queue, one of two runs with the same key is claimed.
+func TestGoClientStartManyKeepsOptions(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := trellis.Open(ctx, trellis.Config{Server: e.base, Token: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	one := 1
+	if _, err := c.CreateNamespace(ctx, trellis.NamespaceOptions{Name: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateQueue(ctx, "keyed", trellis.QueueSettings{KeyLimit: &one}); err != nil {
+		t.Fatal(err)
+	}
+	keyed := trellis.StartOptions{Queue: "keyed", Priority: 3, ConcurrencyKey: "customer-7"}
+	res, err := c.StartMany(ctx, []trellis.StartRequest{
+		{Workflow: "keyed-go", Input: []byte(`1`), Options: keyed},
+		{Workflow: "keyed-go", Input: []byte(`2`), Options: keyed},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || !res[0].Created || !res[1].Created {
+		t.Fatalf("StartMany = %+v, want two created runs", res)
+	}
+	for i, r := range res {
+		run, err := e.st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: r.Run.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Queue != "keyed" || run.Priority != 3 || string(run.Input) != strconv.Itoa(i+1) {
+			t.Fatalf("run %d: queue %q, priority %d, input %s; want keyed, 3, %d", i, run.Queue, run.Priority, run.Input, i+1)
+		}
+	}
+	claimed, err := e.st.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "default", Workflows: []string{"keyed-go"},
+		Worker: "w", Max: 10, LeaseDuration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claimed.Runs) != 1 {
+		t.Fatalf("claimed %d runs with one concurrency key and a key limit of 1, want 1", len(claimed.Runs))
 	}
 }
