@@ -45,12 +45,18 @@ const (
 	WHERE namespace = ?1 AND workflow = ?3 AND status = 'pending' AND available_at <= ?2
 	AND (?4 = '[]' OR queue IN (SELECT value FROM json_each(?4)))
 	ORDER BY priority DESC, available_at ASC, sequence ASC LIMIT ?5`
-	// sqlClaim leases one run. The new token is above every token issued before,
-	// even one whose claim was lost: claims are committed without fsync (see
-	// writeNoSync), and the clock has moved on by the time the store reopens.
-	sqlClaim = `UPDATE OR FAIL runs SET status = 'running', lease_owner = ?1, lease_token = MAX(lease_token + 1, ?5),
+	// sqlLease leases runs and returns each one's sequence and new lease token.
+	// The new token is above every token issued before, even one whose claim
+	// was lost: claims are committed without fsync (see writeNoSync), and the
+	// clock has moved on by the time the store reopens. It returns no more than
+	// that: the writer is the store's bottleneck, and building and scanning
+	// the whole rows of a thousand claimed runs took it about as long as the
+	// update itself. loadClaimed reads them, on the read pool after a claim.
+	sqlLease = `UPDATE OR FAIL runs SET status = 'running', lease_owner = ?1, lease_token = MAX(lease_token + 1, ?5),
 	lease_seq = 0, lease_fp = 0, lease_expires_at = ?2, attempts = attempts + 1, started_at = COALESCE(started_at, ?3),
-	wait_reason = '', updated_at = ?3 WHERE sequence IN (SELECT value FROM json_each(?4)) RETURNING ` + runCols
+	wait_reason = '', updated_at = ?3 WHERE sequence IN (SELECT value FROM json_each(?4)) RETURNING sequence, lease_token`
+	// sqlClaimedRuns reads the runs of a list of sequences.
+	sqlClaimedRuns = `SELECT ` + runCols + ` FROM runs WHERE sequence IN (SELECT value FROM json_each(?1))`
 	// sqlNextDue is the earliest future time at which a run of these workflows
 	// (and queues) becomes due. Each branch walks a partial index in time order
 	// and stops at the first match.
@@ -66,7 +72,10 @@ const (
 		AND ` + claimFilter + ` ORDER BY lease_expires_at LIMIT 1))`
 )
 
-// RunsClaim implements store.Store.
+// RunsClaim implements store.Store. The writer leases the runs; the runs, their
+// inboxes and histories are read on the read pool once the leases are
+// committed, so that the writer, which every claim and checkpoint waits for,
+// does not spend its time on them.
 func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("claiming runs: %w", err)
@@ -79,29 +88,41 @@ func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store
 	if err != nil {
 		return nil, fmt.Errorf("claiming runs: %w", err)
 	}
-	var res *store.RunsClaimResult
+	var (
+		res    *store.RunsClaimResult
+		leases *leases
+	)
 	err = s.writeNoSync(ctx, func(tx *wtx) error {
 		var err error
-		res, err = runsClaim(tx, p, wfs, queues)
+		res, leases, err = runsClaim(tx, p, wfs, queues)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claiming runs: %w", err)
 	}
+	if leases != nil {
+		// The leases are held: the caller going away must not leave them to
+		// expire unused because the runs were not read.
+		if res.Runs, err = loadClaimed(context.WithoutCancel(ctx), s.reads, leases); err != nil {
+			return nil, fmt.Errorf("claiming runs: %w", err)
+		}
+	}
 	return res, nil
 }
 
-func runsClaim(tx *wtx, p *store.RunsClaimParams, wfs, queues string) (*store.RunsClaimResult, error) {
+// runsClaim selects and leases the runs of a claim. The result has no runs yet:
+// they are the leases'.
+func runsClaim(tx *wtx, p *store.RunsClaimParams, wfs, queues string) (*store.RunsClaimResult, *leases, error) {
 	now := tx.now.UnixNano()
 	if _, err := tx.exec(sqlWakeDue, now, p.Namespace); err != nil {
-		return nil, fmt.Errorf("waking due runs: %w", err)
+		return nil, nil, fmt.Errorf("waking due runs: %w", err)
 	}
 	if _, err := tx.exec(sqlExpireLeases, now, p.Namespace); err != nil {
-		return nil, fmt.Errorf("expiring leases: %w", err)
+		return nil, nil, fmt.Errorf("expiring leases: %w", err)
 	}
 	lqs, err := shared.LimitedQueues(tx, p.Namespace)
 	if err != nil {
-		return nil, fmt.Errorf("reading queue limits: %w", err)
+		return nil, nil, fmt.Errorf("reading queue limits: %w", err)
 	}
 	var (
 		seqs    []int64
@@ -113,26 +134,27 @@ func runsClaim(tx *wtx, p *store.RunsClaimParams, wfs, queues string) (*store.Ru
 		seqs, limited, err = shared.ClaimLimited(tx, p, lqs, "INDEXED BY runs_pending")
 	}
 	if err != nil {
-		return nil, fmt.Errorf("selecting runs: %w", err)
+		return nil, nil, fmt.Errorf("selecting runs: %w", err)
 	}
 	res := &store.RunsClaimResult{}
+	var ls *leases
 	if len(seqs) > 0 {
-		if res.Runs, err = claimRuns(tx, p.Worker, tx.now.Add(p.LeaseDuration), seqs); err != nil {
-			return nil, err
+		if ls, err = leaseRuns(tx, p.Worker, tx.now.Add(p.LeaseDuration), seqs); err != nil {
+			return nil, nil, err
 		}
-	}
-	if len(res.Runs) == p.Max {
-		return res, nil // full: no next due time (store.RunsClaimResult.NextDue)
+		if len(seqs) == p.Max {
+			return res, ls, nil // full: no next due time (store.RunsClaimResult.NextDue)
+		}
 	}
 	var next sql.NullInt64
 	if err := tx.queryRow(sqlNextDue, p.Namespace, now, wfs, queues).Scan(&next); err != nil {
-		return nil, fmt.Errorf("computing next due time: %w", err)
+		return nil, nil, fmt.Errorf("computing next due time: %w", err)
 	}
 	res.NextDue = fromNSPtr(next)
 	if limited != nil && (res.NextDue == nil || limited.Before(*res.NextDue)) {
 		res.NextDue = limited
 	}
-	return res, nil
+	return res, ls, nil
 }
 
 // candidate is a claimable run, with its claim-order keys.
@@ -172,43 +194,91 @@ func claimable(tx *wtx, p *store.RunsClaimParams, now int64, queues string) ([]i
 	return seqs, nil
 }
 
-// claimRuns leases the runs of seqs in one statement and returns them in the
-// order of seqs, each with its history and inbox. A run's first claim skips the
-// history query: nothing has run yet.
-func claimRuns(tx *wtx, worker string, expires time.Time, seqs []int64) ([]*store.ClaimedRun, error) {
+// leases are the leases a claim took: the runs' sequences in claim order, and
+// each one's new lease token.
+type leases struct {
+	seqs    []int64
+	tokens  map[int64]int64 // sequence → token
+	expires time.Time
+}
+
+// leaseRuns leases the runs of seqs in one statement.
+func leaseRuns(tx *wtx, worker string, expires time.Time, seqs []int64) (*leases, error) {
 	list, err := json.Marshal(seqs)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.query(sqlClaim, worker, expires.UnixNano(), tx.now.UnixNano(), string(list), tx.now.UnixMicro())
+	rows, err := tx.query(sqlLease, worker, expires.UnixNano(), tx.now.UnixNano(), string(list), tx.now.UnixMicro())
 	if err != nil {
 		return nil, fmt.Errorf("leasing runs: %w", err)
 	}
-	bySeq := make(map[int64]*store.ClaimedRun, len(seqs))
+	ls := &leases{seqs: seqs, tokens: make(map[int64]int64, len(seqs)), expires: expires}
 	for rows.Next() {
-		run, token, err := scanRun(rows)
-		if err != nil {
+		var seq, token int64
+		if err := rows.Scan(&seq, &token); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("leasing runs: %w", err)
 		}
-		bySeq[run.Sequence] = &store.ClaimedRun{Run: run, LeaseToken: token, LeaseExpiresAt: expires,
-			History: []*store.Op{}, Inbox: []*store.Event{}}
+		ls.tokens[seq] = token
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, fmt.Errorf("leasing runs: %w", err)
 	}
-	// Events may reach a run before its first claim: one query loads every inbox.
-	if err := loadInboxes(tx, bySeq, seqs); err != nil {
+	if len(ls.tokens) != len(seqs) {
+		return nil, fmt.Errorf("leasing runs: %d of %d runs vanished", len(seqs)-len(ls.tokens), len(seqs))
+	}
+	return ls, nil
+}
+
+// claimRuns leases the runs of seqs and reads them in the same transaction.
+func claimRuns(tx *wtx, worker string, expires time.Time, seqs []int64) ([]*store.ClaimedRun, error) {
+	ls, err := leaseRuns(tx, worker, expires, seqs)
+	if err != nil {
 		return nil, err
 	}
-	claimed := make([]*store.ClaimedRun, 0, len(seqs))
-	for _, seq := range seqs {
+	return loadClaimed(context.Background(), tx, ls)
+}
+
+// loadClaimed reads the leased runs, in claim order, each with its inbox and
+// history; a run's first claim skips the history query: nothing has run yet.
+// Read after the claim committed (RunsClaim), a run may have changed since:
+// it may carry a cancellation request or more events (as if they had come just
+// before the claim), and a run deleted in between (`trellis runs delete`) is
+// left out. Its history cannot change: only the lease's holder writes it.
+func loadClaimed(ctx context.Context, q querier, ls *leases) ([]*store.ClaimedRun, error) {
+	list, err := json.Marshal(ls.seqs)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.QueryContext(ctx, sqlClaimedRuns, string(list))
+	if err != nil {
+		return nil, fmt.Errorf("reading claimed runs: %w", err)
+	}
+	bySeq := make(map[int64]*store.ClaimedRun, len(ls.seqs))
+	for rows.Next() {
+		run, _, err := scanRun(rows)
+		if err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("reading claimed runs: %w", err)
+		}
+		bySeq[run.Sequence] = &store.ClaimedRun{Run: run, LeaseToken: ls.tokens[run.Sequence],
+			LeaseExpiresAt: ls.expires, History: []*store.Op{}, Inbox: []*store.Event{}}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("reading claimed runs: %w", err)
+	}
+	// Events may reach a run before its first claim: one query loads every inbox.
+	if err := loadInboxes(ctx, q, bySeq, ls.seqs); err != nil {
+		return nil, err
+	}
+	claimed := make([]*store.ClaimedRun, 0, len(ls.seqs))
+	for _, seq := range ls.seqs {
 		cr := bySeq[seq]
 		if cr == nil {
-			return nil, fmt.Errorf("leasing runs: run %d vanished", seq)
+			continue
 		}
 		if cr.Run.Attempts > 1 {
-			if cr.History, err = history(context.Background(), tx, seq); err != nil {
+			if cr.History, err = history(ctx, q, seq); err != nil {
 				return nil, err
 			}
 		}

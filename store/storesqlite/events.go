@@ -114,12 +114,12 @@ func checkNoEvents(tx *wtx, namespace, runID string, names []string, consume []i
 }
 
 // loadInboxes fills the Inbox of claimed runs, keyed by sequence, in one query.
-func loadInboxes(tx *wtx, bySeq map[int64]*store.ClaimedRun, seqs []int64) error {
+func loadInboxes(ctx context.Context, q querier, bySeq map[int64]*store.ClaimedRun, seqs []int64) error {
 	list, err := json.Marshal(seqs)
 	if err != nil {
 		return err
 	}
-	rows, err := tx.query(sqlInboxes, string(list))
+	rows, err := q.QueryContext(ctx, sqlInboxes, string(list))
 	if err != nil {
 		return fmt.Errorf("loading inboxes: %w", err)
 	}
