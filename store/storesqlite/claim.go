@@ -102,7 +102,9 @@ func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store
 	}
 	if leases != nil {
 		// The leases are held: the caller going away must not leave them to
-		// expire unused because the runs were not read.
+		// expire unused because the runs were not read. If the read fails (the
+		// store is closing, say), the runs come back when the leases expire,
+		// as a crashed worker's do.
 		if res.Runs, err = loadClaimed(context.WithoutCancel(ctx), s.reads, leases); err != nil {
 			return nil, fmt.Errorf("claiming runs: %w", err)
 		}
