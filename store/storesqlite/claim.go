@@ -89,23 +89,23 @@ func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store
 		return nil, fmt.Errorf("claiming runs: %w", err)
 	}
 	var (
-		res    *store.RunsClaimResult
-		leases *leases
+		res *store.RunsClaimResult
+		ls  *leases
 	)
 	err = s.writeNoSync(ctx, func(tx *wtx) error {
 		var err error
-		res, leases, err = runsClaim(tx, p, wfs, queues)
+		res, ls, err = runsClaim(tx, p, wfs, queues)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claiming runs: %w", err)
 	}
-	if leases != nil {
+	if ls != nil {
 		// The leases are held: the caller going away must not leave them to
 		// expire unused because the runs were not read. If the read fails (the
 		// store is closing, say), the runs come back when the leases expire,
 		// as a crashed worker's do.
-		if res.Runs, err = loadClaimed(context.WithoutCancel(ctx), s.reads, leases); err != nil {
+		if res.Runs, err = loadClaimed(context.WithoutCancel(ctx), s.reads, ls); err != nil {
 			return nil, fmt.Errorf("claiming runs: %w", err)
 		}
 	}
