@@ -39,6 +39,24 @@ type Interceptor struct {
 	// Call wraps a Client method (Start, Get, List, Cancel, SendEvent, ...):
 	// next performs it, through the store or the server.
 	Call func(ctx context.Context, c *ClientCall, next func(context.Context) error) error
+
+	// The built-in interceptors use more forms, which leave the stack as it is
+	// when they have nothing to wrap. Every interceptor in a chain adds a few
+	// frames to the stack below it; a Start in a goroutine of its own then
+	// outgrew its first stack, and growing it (copying every frame) cost as
+	// much as the spans themselves in w1 with tracing on.
+	//
+	// callIf, when set, restricts Call to the calls it approves: the others skip
+	// this interceptor (tracing wraps only calls made inside a trace).
+	callIf func(ctx context.Context, c *ClientCall) bool
+	// The ...Done functions observe a call, a workflow attempt (a.Status set)
+	// or a step attempt (with its duration) once it returned, after the
+	// interceptors that wrap it, without wrapping it (metrics, logging). Their
+	// ctx is the one the call or attempt ran with, inside every wrapper (with
+	// the span of the tracing interceptor, for one).
+	callDone     func(ctx context.Context, c *ClientCall, err error)
+	workflowDone func(ctx context.Context, a *WorkflowAttempt)
+	stepDone     func(ctx context.Context, s *StepCall, err error, d time.Duration)
 }
 
 // WorkflowAttempt describes one execution of a run (see Interceptor.Workflow).
@@ -83,7 +101,18 @@ type ClientCall struct {
 type chain struct {
 	workflow []func(context.Context, *WorkflowAttempt, func(context.Context))
 	step     []func(context.Context, *StepCall, func(context.Context) error) error
-	call     []func(context.Context, *ClientCall, func(context.Context) error) error
+	call     []callLink
+
+	// observers (see Interceptor.callDone), in the interceptors' order
+	callDone     []func(context.Context, *ClientCall, error)
+	workflowDone []func(context.Context, *WorkflowAttempt)
+	stepDone     []func(context.Context, *StepCall, error, time.Duration)
+}
+
+// callLink is an Interceptor's Call and its callIf.
+type callLink struct {
+	wrap func(context.Context, *ClientCall, func(context.Context) error) error
+	when func(context.Context, *ClientCall) bool // nil: every call
 }
 
 func newChain(ics []Interceptor) *chain {
@@ -96,7 +125,16 @@ func newChain(ics []Interceptor) *chain {
 			ch.step = append(ch.step, ic.Step)
 		}
 		if ic.Call != nil {
-			ch.call = append(ch.call, ic.Call)
+			ch.call = append(ch.call, callLink{wrap: ic.Call, when: ic.callIf})
+		}
+		if ic.callDone != nil {
+			ch.callDone = append(ch.callDone, ic.callDone)
+		}
+		if ic.workflowDone != nil {
+			ch.workflowDone = append(ch.workflowDone, ic.workflowDone)
+		}
+		if ic.stepDone != nil {
+			ch.stepDone = append(ch.stepDone, ic.stepDone)
 		}
 	}
 	return ch
@@ -118,31 +156,58 @@ func (ch *chain) runStep(ctx context.Context, i int, s *StepCall, last func(cont
 	return ch.step[i](ctx, s, func(ctx context.Context) error { return ch.runStep(ctx, i+1, s, last) })
 }
 
+// runCall calls the call interceptors from i on that apply to c, then last.
 func (ch *chain) runCall(ctx context.Context, i int, c *ClientCall, last func(context.Context) error) error {
+	for i < len(ch.call) && ch.call[i].when != nil && !ch.call[i].when(ctx, c) {
+		i++
+	}
 	if i == len(ch.call) {
 		return last(ctx)
 	}
-	return ch.call[i](ctx, c, func(ctx context.Context) error { return ch.runCall(ctx, i+1, c, last) })
+	return ch.call[i].wrap(ctx, c, func(ctx context.Context) error { return ch.runCall(ctx, i+1, c, last) })
 }
 
 // interceptStep is the engine's Config.InterceptStep for the chain (nil when no
-// interceptor wraps steps, so that steps pay nothing).
+// interceptor wraps or observes steps, so that steps pay nothing).
 func (ch *chain) interceptStep() func(context.Context, *store.Run, func(context.Context) error) error {
-	if len(ch.step) == 0 {
+	if len(ch.step) == 0 && len(ch.stepDone) == 0 {
 		return nil
 	}
 	return func(ctx context.Context, run *store.Run, next func(context.Context) error) error {
 		s := &StepCall{StepAttempt: StepInfo(ctx), WorkflowID: run.WorkflowID, Workflow: run.Workflow}
-		return ch.runStep(ctx, 0, s, next)
+		if len(ch.stepDone) == 0 {
+			return ch.runStep(ctx, 0, s, next)
+		}
+		inner, t0 := ctx, time.Now()
+		err := ch.runStep(ctx, 0, s, func(ctx context.Context) error {
+			inner = ctx
+			return next(ctx)
+		})
+		d := time.Since(t0)
+		for _, done := range ch.stepDone {
+			done(inner, s, err, d)
+		}
+		return err
 	}
 }
 
 // call runs a Client method f inside the call interceptors.
 func (c *Client) call(ctx context.Context, cc ClientCall, f func(context.Context) error) error {
-	if c.chain == nil || len(c.chain.call) == 0 {
+	if c.chain == nil || len(c.chain.call) == 0 && len(c.chain.callDone) == 0 {
 		return f(ctx)
 	}
-	return c.chain.runCall(ctx, 0, &cc, f)
+	if len(c.chain.callDone) == 0 {
+		return c.chain.runCall(ctx, 0, &cc, f)
+	}
+	inner := ctx
+	err := c.chain.runCall(ctx, 0, &cc, func(ctx context.Context) error {
+		inner = ctx
+		return f(ctx)
+	})
+	for _, done := range c.chain.callDone {
+		done(inner, &cc, err)
+	}
+	return err
 }
 
 // executor is the worker's Executor: the engine inside the workflow
@@ -156,7 +221,7 @@ type executor struct {
 
 func (x *executor) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control) {
 	x.queues.Fill(ctx, cr)
-	if len(x.chain.workflow) == 0 {
+	if len(x.chain.workflow) == 0 && len(x.chain.workflowDone) == 0 {
 		x.eng.Execute(ctx, cr, ctl)
 		return
 	}
@@ -166,13 +231,18 @@ func (x *executor) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worke
 	}
 	a := &WorkflowAttempt{RunID: r.ID, WorkflowID: r.WorkflowID, Workflow: r.Workflow, Queue: r.Queue,
 		Attempt: r.Attempts, Replayed: len(cr.History)}
+	inner := ctx
 	x.chain.runWorkflow(ctx, 0, a, func(ctx context.Context) {
+		inner = ctx
 		oc := x.eng.ExecuteOutcome(ctx, cr, ctl)
 		a.Status = Status(oc.Status)
 		if oc.Error != nil {
 			a.Error = &RunError{Message: oc.Error.Message, Type: oc.Error.Type}
 		}
 	})
+	for _, done := range x.chain.workflowDone {
+		done(inner, a)
+	}
 }
 
 // traceContext is the W3C trace context propagator (traceparent, tracestate).

@@ -128,32 +128,26 @@ func (m *Metrics) counter(cache *sync.Map, vec *prometheus.CounterVec, workflow 
 // interceptor is the built-in metrics interceptor.
 func (m *Metrics) interceptor() Interceptor {
 	return Interceptor{
-		Workflow: func(ctx context.Context, a *WorkflowAttempt, next func(context.Context)) {
-			next(ctx)
+		workflowDone: func(_ context.Context, a *WorkflowAttempt) {
 			w := m.workflow(a.Workflow)
 			m.counter(&w.executions, m.executions, a.Workflow, a.Status).Inc()
 			if a.Status.Terminal() {
 				m.counter(&w.ended, m.runsEnded, a.Workflow, a.Status).Inc()
 			}
 		},
-		Step: func(ctx context.Context, s *StepCall, next func(context.Context) error) error {
-			t0 := time.Now()
-			err := next(ctx)
+		stepDone: func(_ context.Context, s *StepCall, err error, d time.Duration) {
 			w := m.workflow(s.Workflow)
-			w.stepSecs.Observe(time.Since(t0).Seconds())
+			w.stepSecs.Observe(d.Seconds())
 			if err != nil {
 				w.stepFailed.Inc()
 			} else {
 				w.stepOK.Inc()
 			}
-			return err
 		},
-		Call: func(ctx context.Context, c *ClientCall, next func(context.Context) error) error {
-			err := next(ctx)
+		callDone: func(_ context.Context, c *ClientCall, err error) {
 			if c.Method == "Start" && err == nil {
 				m.workflow(c.Workflow).started.Inc()
 			}
-			return err
 		},
 	}
 }

@@ -461,3 +461,81 @@ func TestStepSpansOfRetries(t *testing.T) {
 		t.Errorf("retry: trellis.attempt %q, status %v; want 2 and no error", got, steps[1].Status())
 	}
 }
+
+// spanLog is a slog.Handler that keeps, for each message, the span contexts of
+// the contexts it was logged with.
+type spanLog struct {
+	mu    sync.Mutex
+	spans map[string][]trace.SpanContext
+}
+
+func (h *spanLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *spanLog) Handle(ctx context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.spans[r.Message] = append(h.spans[r.Message], trace.SpanContextFromContext(ctx))
+	return nil
+}
+func (h *spanLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *spanLog) WithGroup(string) slog.Handler      { return h }
+
+func (h *spanLog) of(msg string) []trace.SpanContext {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.spans[msg])
+}
+
+// The built-in logging lines are written in the context the attempt ran with,
+// inside the tracing interceptor: a failed step attempt's line carries that
+// attempt's span, a run attempt's line its run span, so a handler can join
+// logs to traces. The metrics count the same attempts.
+func TestBuiltInLogLinesCarryTheirSpans(t *testing.T) {
+	t.Parallel()
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	logs := &spanLog{spans: map[string][]trace.SpanContext{}}
+	m := trellis.NewMetrics()
+	wf := trellis.NewWorkflow("logged", func(wc *trellis.Context, _ int) (int, error) {
+		return trellis.Step(wc, "flaky", func(ctx context.Context) (int, error) {
+			if trellis.StepInfo(ctx).Attempt == 1 {
+				return 0, errBoom
+			}
+			return 1, nil
+		}, trellis.StepOptions{Retry: trellis.RetryPolicy{MaxAttempts: 2, Backoff: trellis.Fixed(time.Millisecond)}})
+	})
+	c := open(t, storeURL(t), func(c *trellis.Config) {
+		c.TracerProvider, c.Logger, c.Metrics = tp, slog.New(logs), m
+	})
+	register(t, c, wf)
+	mustResult(t, must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), c, wf, 0)))
+	waitFor(t, func() bool { return len(spansNamed(sr, "run logged")) >= 1 && len(logs.of("run attempt ended")) >= 1 })
+
+	steps := spansNamed(sr, "step flaky")
+	failed := logs.of("step attempt failed")
+	if len(steps) != 2 || len(failed) != 1 || failed[0].SpanID() != steps[0].SpanContext().SpanID() {
+		t.Errorf("step attempt failed logged in span %v; the first attempt's span is %v", failed, steps[0].SpanContext())
+	}
+	runSpans := map[trace.SpanID]bool{}
+	for _, s := range spansNamed(sr, "run logged") {
+		runSpans[s.SpanContext().SpanID()] = true
+	}
+	for _, sc := range logs.of("run attempt ended") {
+		if !runSpans[sc.SpanID()] {
+			t.Errorf("run attempt ended logged in span %v, not a run span", sc)
+		}
+	}
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		`trellis_step_attempts_total{outcome="error",workflow="logged"} 1`,
+		`trellis_step_attempts_total{outcome="ok",workflow="logged"} 1`,
+		`trellis_step_attempt_duration_seconds_count{workflow="logged"} 2`,
+		`trellis_runs_started_total{workflow="logged"} 1`,
+		`trellis_runs_ended_total{status="succeeded",workflow="logged"} 1`,
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -63,12 +64,10 @@ func tracingInterceptor(tp trace.TracerProvider) Interceptor {
 			span.End()
 			return err
 		},
+		// Only calls made inside a trace are traced: a run started outside one
+		// has root spans, not one more root per call.
+		callIf: func(ctx context.Context, _ *ClientCall) bool { return trace.SpanContextFromContext(ctx).IsValid() },
 		Call: func(ctx context.Context, c *ClientCall, next func(context.Context) error) error {
-			if !trace.SpanContextFromContext(ctx).IsValid() {
-				// Only calls made inside a trace are traced: a run started
-				// outside one has root spans, not one more root per call.
-				return next(ctx)
-			}
 			ctx, span := tr.Start(ctx, "trellis."+c.Method, trace.WithSpanKind(trace.SpanKindProducer))
 			if c.Workflow != "" {
 				span.SetAttributes(attribute.String("trellis.workflow", c.Workflow))
@@ -143,21 +142,18 @@ func TracerFromEnv(ctx context.Context) (tp trace.TracerProvider, shutdown func(
 // logger drops.
 func loggingInterceptor(l *slog.Logger) Interceptor {
 	return Interceptor{
-		Workflow: func(ctx context.Context, a *WorkflowAttempt, next func(context.Context)) {
-			next(ctx)
+		workflowDone: func(ctx context.Context, a *WorkflowAttempt) {
 			if l.Enabled(ctx, slog.LevelDebug) {
 				l.LogAttrs(ctx, slog.LevelDebug, "run attempt ended", slog.String("run_id", a.RunID),
 					slog.String("workflow", a.Workflow), slog.Int("attempt", a.Attempt), slog.String("status", string(a.Status)))
 			}
 		},
-		Step: func(ctx context.Context, s *StepCall, next func(context.Context) error) error {
-			err := next(ctx)
+		stepDone: func(ctx context.Context, s *StepCall, err error, _ time.Duration) {
 			if err != nil && l.Enabled(ctx, slog.LevelInfo) {
 				l.LogAttrs(ctx, slog.LevelInfo, "step attempt failed", slog.String("run_id", s.RunID),
 					slog.String("workflow", s.Workflow), slog.String("step", s.Step), slog.Int("attempt", s.Attempt),
 					slog.String("err", err.Error()))
 			}
-			return err
 		},
 	}
 }
