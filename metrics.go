@@ -195,20 +195,29 @@ func (s *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	leases := 0
-	counted := map[store.Store]bool{} // each store's runs once
-	namespaces := map[string]bool{}   // each namespace's workers once
+	// Clients that share these metrics may share a database (a worker and a
+	// server in one process, each with its store): its runs are counted once,
+	// and runs of several databases are added up, since a gauge's series may
+	// be reported only once per scrape.
+	counted := map[any]bool{} // databases counted: their URL, else their store
+	type runKey struct {
+		namespace, queue string
+		status           store.Status
+	}
+	runs := map[runKey]int64{}
+	namespaces := map[string]bool{} // each namespace's workers once
 	for _, c := range clients {
 		if c.worker != nil {
 			leases += c.worker.Active()
 		}
-		if rc, ok := c.store.(store.QueueCounter); ok && !counted[c.store] {
-			counted[c.store] = true
+		if rc, ok := c.store.(store.QueueCounter); ok && !counted[c.database()] {
+			counted[c.database()] = true
 			counts, err := rc.QueueCounts(ctx)
 			if err != nil {
 				c.cfg.Logger.Warn("metrics: counting runs", "err", err)
 			}
 			for _, n := range counts {
-				ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(n.Count), n.Namespace, n.Queue, string(n.Status))
+				runs[runKey{n.Namespace, n.Queue, n.Status}] += n.Count
 			}
 		}
 		if ns := c.cfg.Namespace; !namespaces[ns] {
@@ -218,7 +227,19 @@ func (s *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	for k, n := range runs {
+		ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(n), k.namespace, k.queue, string(k.status))
+	}
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(leases))
+}
+
+// database identifies the database of the client's store for the metrics: its
+// URL, or the store itself when the client was given one (Config.Backend).
+func (c *Client) database() any {
+	if c.cfg.Backend == nil && c.cfg.Store != "" {
+		return c.cfg.Store
+	}
+	return c.store
 }
 
 // scrapeTimeout bounds the store queries of one scrape.

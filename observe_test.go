@@ -212,6 +212,26 @@ func TestMetricsRunsGauge(t *testing.T) {
 	}
 }
 
+// Clients that share their metrics and a database (a worker and a server in one
+// process, say) report its runs once; runs of two databases are added up. A
+// gauge reported twice would fail the whole scrape.
+func TestMetricsRunsGaugeOfSharedMetrics(t *testing.T) {
+	t.Parallel()
+	m := trellis.NewMetrics()
+	one, other := sqliteURL(t), sqliteURL(t)
+	a := open(t, one, func(cfg *trellis.Config) { cfg.Metrics = m; cfg.Worker.Disabled = true })
+	open(t, one, func(cfg *trellis.Config) { cfg.Metrics = m; cfg.Worker.Disabled = true })
+	b := open(t, other, func(cfg *trellis.Config) { cfg.Metrics = m; cfg.Worker.Disabled = true })
+	for _, c := range []*trellis.Client{a, b} {
+		if _, err := c.StartRaw(ctxT(t), "nobody-serves", nil, trellis.StartOptions{Queue: "q1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if text := scrape(t, m); !strings.Contains(text, `trellis_runs{namespace="default",queue="q1",status="pending"} 2`+"\n") {
+		t.Fatalf("trellis_runs lacks the 2 pending runs of q1, one per database:\n%s", grepLines(text, "trellis_runs"))
+	}
+}
+
 // Each run attempt and step attempt is a span; run attempts are children of the
 // span of the call that started the run, also when the run is handed back by a
 // client that closes mid-run and replayed by another client.

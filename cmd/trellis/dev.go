@@ -42,7 +42,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usagef(fs, "dev: %v", err)
 	}
-	c, err := trellis.Open(ctx, trellis.Config{Store: storeURL, Worker: trellis.WorkerOptions{
+	// One set of metrics for the demo's worker and the UI's server, so that the
+	// server's /metrics shows the demo runs' attempts and steps.
+	metrics := trellis.NewMetrics()
+	c, err := trellis.Open(ctx, trellis.Config{Store: storeURL, Metrics: metrics, Worker: trellis.WorkerOptions{
 		PollInterval: 200 * time.Millisecond, ShutdownGrace: time.Second,
 	}})
 	if err != nil {
@@ -50,7 +53,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	var srv *server.Server
 	if uiAddr != "off" {
-		if srv, err = devUI(ctx, storeURL, uiAddr, stdout); err != nil {
+		if srv, err = devUI(ctx, storeURL, uiAddr, metrics, stdout); err != nil {
 			return errors.Join(err, c.Close())
 		}
 	}
@@ -70,12 +73,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // devUIAddr is where trellis dev serves the web UI by default.
 const devUIAddr = "127.0.0.1:7070"
 
-// devUI serves the web UI (and the API) on the dev store without
+// devUI serves the web UI (and the API and metrics) on the dev store without
 // authentication, on a loopback address only; when the default port is taken,
 // on another one.
-func devUI(ctx context.Context, storeURL, addr string, stdout io.Writer) (*server.Server, error) {
+func devUI(ctx context.Context, storeURL, addr string, metrics *trellis.Metrics, stdout io.Writer) (*server.Server, error) {
 	start := func(addr string) (*server.Server, error) {
-		srv, err := server.New(ctx, server.Config{Store: storeURL, Listen: addr, Insecure: true})
+		srv, err := server.New(ctx, server.Config{Store: storeURL, Listen: addr, Insecure: true, Metrics: metrics})
 		if err != nil {
 			return nil, err
 		}

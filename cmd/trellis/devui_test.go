@@ -31,7 +31,7 @@ func (b *lockedBuffer) String() string {
 }
 
 // trellis dev serves the web UI, says where, and keeps it up after the demo
-// until interrupted.
+// until interrupted. Its /metrics counts the demo's runs and steps.
 func TestDevServesUI(t *testing.T) {
 	t.Parallel()
 	url := storeURL(t)
@@ -63,6 +63,21 @@ func TestDevServesUI(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 200 || !strings.Contains(string(body), "charge-order") || !strings.Contains(string(body), "sync-inventory") {
 		t.Fatalf("UI at %s: %d %.500s", m[1], res.StatusCode, body)
+	}
+	res, err = http.Get(m[1] + "metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{
+		`trellis_runs_ended_total{status="failed",workflow="sync-inventory"} 1`,
+		`trellis_runs_ended_total{status="succeeded",workflow="charge-order"} 1`,
+		`trellis_step_attempts_total{outcome="error",workflow="charge-order"} 1`,
+	} {
+		if res.StatusCode != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("metrics (%d) lack %s", res.StatusCode, want)
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {
