@@ -205,7 +205,12 @@ func (s *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		status           store.Status
 	}
 	runs := map[runKey]int64{}
-	namespaces := map[string]bool{} // each namespace's workers once
+	type nsKey struct {
+		database  any
+		namespace string
+	}
+	read := map[nsKey]bool{}    // each database's workers of a namespace once
+	workers := map[string]int{} // namespace → live workers, over the databases
 	for _, c := range clients {
 		if c.worker != nil {
 			leases += c.worker.Active()
@@ -220,12 +225,15 @@ func (s *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 				runs[runKey{n.Namespace, n.Queue, n.Status}] += n.Count
 			}
 		}
-		if ns := c.cfg.Namespace; !namespaces[ns] {
-			namespaces[ns] = true
+		if k := (nsKey{c.database(), c.cfg.Namespace}); !read[k] {
+			read[k] = true
 			if live, err := c.liveWorkers(ctx); err == nil {
-				ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(live), ns)
+				workers[k.namespace] += live
 			}
 		}
+	}
+	for ns, n := range workers {
+		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(n), ns)
 	}
 	for k, n := range runs {
 		ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(n), k.namespace, k.queue, string(k.status))

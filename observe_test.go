@@ -213,8 +213,8 @@ func TestMetricsRunsGauge(t *testing.T) {
 }
 
 // Clients that share their metrics and a database (a worker and a server in one
-// process, say) report its runs once; runs of two databases are added up. A
-// gauge reported twice would fail the whole scrape.
+// process, say) report its runs and workers once; those of two databases are
+// added up. A gauge reported twice would fail the whole scrape.
 func TestMetricsRunsGaugeOfSharedMetrics(t *testing.T) {
 	t.Parallel()
 	m := trellis.NewMetrics()
@@ -230,6 +230,14 @@ func TestMetricsRunsGaugeOfSharedMetrics(t *testing.T) {
 	if text := scrape(t, m); !strings.Contains(text, `trellis_runs{namespace="default",queue="q1",status="pending"} 2`+"\n") {
 		t.Fatalf("trellis_runs lacks the 2 pending runs of q1, one per database:\n%s", grepLines(text, "trellis_runs"))
 	}
+	// A worker on each database, the first beside two clients of its database.
+	wf := trellis.NewWorkflow("served", func(wc *trellis.Context, in int) (int, error) { return in, nil })
+	for _, url := range []string{one, other} {
+		register(t, open(t, url, func(cfg *trellis.Config) { cfg.Metrics = m }), wf)
+	}
+	waitFor(t, func() bool {
+		return strings.Contains(scrape(t, m), `trellis_workers_connected{namespace="default"} 2`+"\n")
+	})
 }
 
 // Each run attempt and step attempt is a span; run attempts are children of the
