@@ -215,8 +215,9 @@ func (s *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		if c.worker != nil {
 			leases += c.worker.Active()
 		}
-		if rc, ok := c.store.(store.QueueCounter); ok && !counted[c.database()] {
-			counted[c.database()] = true
+		db := c.database()
+		if rc, ok := c.store.(store.QueueCounter); ok && !counted[db] {
+			counted[db] = true
 			counts, err := rc.QueueCounts(ctx)
 			if err != nil {
 				c.cfg.Logger.Warn("metrics: counting runs", "err", err)
@@ -225,7 +226,7 @@ func (s *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 				runs[runKey{n.Namespace, n.Queue, n.Status}] += n.Count
 			}
 		}
-		if k := (nsKey{c.database(), c.cfg.Namespace}); !read[k] {
+		if k := (nsKey{db, c.cfg.Namespace}); !read[k] {
 			read[k] = true
 			if live, err := c.liveWorkers(ctx); err == nil {
 				workers[k.namespace] += live

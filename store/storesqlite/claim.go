@@ -196,10 +196,11 @@ func claimable(tx *wtx, p *store.RunsClaimParams, now int64, queues string) ([]i
 	return seqs, nil
 }
 
-// leases are the leases a claim took: the runs' sequences in claim order, and
-// each one's new lease token.
+// leases are the leases a claim took: the runs' sequences in claim order (and
+// as the JSON list the statements take), and each one's new lease token.
 type leases struct {
 	seqs    []int64
+	list    string
 	tokens  map[int64]int64 // sequence → token
 	expires time.Time
 }
@@ -210,11 +211,11 @@ func leaseRuns(tx *wtx, worker string, expires time.Time, seqs []int64) (*leases
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.query(sqlLease, worker, expires.UnixNano(), tx.now.UnixNano(), string(list), tx.now.UnixMicro())
+	ls := &leases{seqs: seqs, list: string(list), tokens: make(map[int64]int64, len(seqs)), expires: expires}
+	rows, err := tx.query(sqlLease, worker, expires.UnixNano(), tx.now.UnixNano(), ls.list, tx.now.UnixMicro())
 	if err != nil {
 		return nil, fmt.Errorf("leasing runs: %w", err)
 	}
-	ls := &leases{seqs: seqs, tokens: make(map[int64]int64, len(seqs)), expires: expires}
 	for rows.Next() {
 		var seq, token int64
 		if err := rows.Scan(&seq, &token); err != nil {
@@ -248,11 +249,7 @@ func claimRuns(tx *wtx, worker string, expires time.Time, seqs []int64) ([]*stor
 // before the claim), and a run deleted in between (`trellis runs delete`) is
 // left out. Its history cannot change: only the lease's holder writes it.
 func loadClaimed(ctx context.Context, q querier, ls *leases) ([]*store.ClaimedRun, error) {
-	list, err := json.Marshal(ls.seqs)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := q.QueryContext(ctx, sqlClaimedRuns, string(list))
+	rows, err := q.QueryContext(ctx, sqlClaimedRuns, ls.list)
 	if err != nil {
 		return nil, fmt.Errorf("reading claimed runs: %w", err)
 	}
@@ -270,7 +267,7 @@ func loadClaimed(ctx context.Context, q querier, ls *leases) ([]*store.ClaimedRu
 		return nil, fmt.Errorf("reading claimed runs: %w", err)
 	}
 	// Events may reach a run before its first claim: one query loads every inbox.
-	if err := loadInboxes(ctx, q, bySeq, ls.seqs); err != nil {
+	if err := loadInboxes(ctx, q, bySeq, ls.list); err != nil {
 		return nil, err
 	}
 	claimed := make([]*store.ClaimedRun, 0, len(ls.seqs))

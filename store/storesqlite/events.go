@@ -113,13 +113,10 @@ func checkNoEvents(tx *wtx, namespace, runID string, names []string, consume []i
 	return nil
 }
 
-// loadInboxes fills the Inbox of claimed runs, keyed by sequence, in one query.
-func loadInboxes(ctx context.Context, q querier, bySeq map[int64]*store.ClaimedRun, seqs []int64) error {
-	list, err := json.Marshal(seqs)
-	if err != nil {
-		return err
-	}
-	rows, err := q.QueryContext(ctx, sqlInboxes, string(list))
+// loadInboxes fills the Inbox of claimed runs, keyed by sequence, in one query
+// of the runs of seqs (a JSON list).
+func loadInboxes(ctx context.Context, q querier, bySeq map[int64]*store.ClaimedRun, seqs string) error {
+	rows, err := q.QueryContext(ctx, sqlInboxes, seqs)
 	if err != nil {
 		return fmt.Errorf("loading inboxes: %w", err)
 	}

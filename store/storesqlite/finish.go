@@ -58,15 +58,15 @@ var sqlFinishes = func() map[int]string {
 // false when something failed: the batch must be rolled back and replayed.
 func (w *writer) finishMany(batch []*request) bool {
 	var fins []*request
-	seen := map[string]bool{}
+	byRun := map[runRef]*request{}
 	for _, r := range batch {
 		if r.fin == nil || r.ctx.Err() != nil {
 			continue
 		}
 		// A second write to the same run (a retry sent while the first was
 		// queued) is left to its own apply, which tells a retry from a conflict.
-		if k := finishKey(r.fin.p.Lease); !seen[k] {
-			seen[k] = true
+		if k := refOf(r.fin.p.Lease); byRun[k] == nil {
+			byRun[k] = r
 			fins = append(fins, r)
 		}
 	}
@@ -75,7 +75,7 @@ func (w *writer) finishMany(batch []*request) bool {
 	}
 	for len(fins) > 0 {
 		n := min(len(fins), maxFinishes)
-		if !w.finishChunk(fins[:n]) {
+		if !w.finishChunk(fins[:n], byRun) {
 			return false
 		}
 		fins = fins[n:]
@@ -83,16 +83,19 @@ func (w *writer) finishMany(batch []*request) bool {
 	return true
 }
 
-// finishKey identifies the run a lease is on.
-func finishKey(l store.Lease) string { return l.Namespace + "\x00" + l.RunID }
+// runRef identifies the run a lease is on.
+type runRef struct{ namespace, id string }
+
+func refOf(l store.Lease) runRef { return runRef{l.Namespace, l.RunID} }
 
 // maxFinishes is the most finishes one statement ends.
 const maxFinishes = 256
 
 // finishChunk applies up to maxFinishes finishes with one statement, padded to a
 // power of two rows (see sqlFinishes), then counts the children among the runs
-// it ended in their groups. It reports false as finishMany does.
-func (w *writer) finishChunk(reqs []*request) bool {
+// it ended in their groups; byRun finds the request of a run the statement
+// ended. It reports false as finishMany does.
+func (w *writer) finishChunk(reqs []*request, byRun map[runRef]*request) bool {
 	n := 2
 	for n < len(reqs) {
 		n *= 2
@@ -100,13 +103,11 @@ func (w *writer) finishChunk(reqs []*request) bool {
 	tx := &wtx{w: w, now: w.s.now().UTC()}
 	args := make([]any, n*finishCols+2)
 	args[n*finishCols], args[n*finishCols+1] = tx.now.UnixNano(), tx.now.UnixNano()
-	byKey := make(map[string]*request, len(reqs))
 	for i, r := range reqs {
 		p := r.fin.p
 		a := args[i*finishCols:]
 		a[0], a[1], a[2], a[3], a[4] = p.Lease.Namespace, p.Lease.RunID, p.Lease.Token, p.Seq, p.Fingerprint
 		a[5], a[6], a[7] = string(p.Status), blob(p.Output), r.fin.errText
-		byKey[finishKey(p.Lease)] = r
 	}
 	rows, err := tx.query(sqlFinishes[n], args...)
 	if err != nil {
@@ -120,15 +121,15 @@ func (w *writer) finishChunk(reqs []*request) bool {
 	var done []ended
 	for rows.Next() {
 		var (
-			nsName, id string
-			ck         ckRow
+			ref runRef
+			ck  ckRow
 		)
-		if err := rows.Scan(&nsName, &id, &ck.seq, &ck.cancel, &ck.parentSeq, &ck.position); err != nil {
+		if err := rows.Scan(&ref.namespace, &ref.id, &ck.seq, &ck.cancel, &ck.parentSeq, &ck.position); err != nil {
 			_ = rows.Close()
 			w.failFinishes(reqs, err)
 			return false
 		}
-		if r := byKey[finishKey(store.Lease{Namespace: nsName, RunID: id})]; r != nil {
+		if r := byRun[ref]; r != nil {
 			done = append(done, ended{r, ck})
 		}
 	}
