@@ -59,13 +59,15 @@ const (
 	sqlClaimedRuns = `SELECT ` + runCols + ` FROM runs WHERE sequence IN (SELECT value FROM json_each(?1))`
 	// sqlNextDue is the earliest future time at which a run of these workflows
 	// (and queues) becomes due. Each branch walks a partial index in time order
-	// and stops at the first match.
+	// and stops at the first match; the pending branch names the condition of
+	// runs_pending_available (available_at > created_at), which every pending
+	// run due after ?2 meets, so that SQLite may read that index.
 	sqlNextDue = `SELECT MIN(t) FROM (
 	SELECT * FROM (SELECT available_at AS t FROM runs
 		WHERE namespace = ?1 AND status = 'waiting' AND available_at IS NOT NULL
 		AND available_at > ?2 AND ` + claimFilter + ` ORDER BY available_at LIMIT 1)
 	UNION ALL SELECT * FROM (SELECT available_at FROM runs
-		WHERE namespace = ?1 AND status = 'pending' AND available_at > ?2
+		WHERE namespace = ?1 AND status = 'pending' AND available_at > created_at AND available_at > ?2
 		AND ` + claimFilter + ` ORDER BY available_at LIMIT 1)
 	UNION ALL SELECT * FROM (SELECT lease_expires_at FROM runs
 		WHERE namespace = ?1 AND status = 'running' AND lease_expires_at > ?2

@@ -22,6 +22,7 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	List:              func(list []string) (any, error) { return jsonList(append([]string{}, list...)) },
 	TextList:          func(col string) string { return col },
 	IsUniqueViolation: isUniqueViolation,
+	RunningApart:      true,
 	RunsOfWorkflowIDs: `SELECT ` + sqlstore.RunCols + ` FROM runs
 	WHERE namespace = ?1 AND workflow_id IN (SELECT value FROM json_each(?2))`,
 	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',

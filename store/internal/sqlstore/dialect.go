@@ -41,6 +41,10 @@ type Dialect struct {
 	// RunsOfWorkflowIDs selects RunCols of every run of namespace $1 whose
 	// workflow ID is in the list $2 (encoded by List).
 	RunsOfWorkflowIDs string
+	// RunningApart: the index runs_status leaves running runs out (WHERE status
+	// <> 'running', SQLite's schema), so a query by status names that condition
+	// to read it, and counts running runs through runs_running instead.
+	RunningApart bool
 	// Lock is appended to a SELECT to lock the rows it reads (and those of the
 	// tables named in of, when the dialect needs them named) until the
 	// transaction ends: "" where the transaction already excludes other writers.

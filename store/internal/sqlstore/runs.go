@@ -72,7 +72,7 @@ func (s *SQL) KVGet(q Querier, p *store.KVGetParams) ([]byte, error) {
 
 // RunList reads one page of runs.
 func (s *SQL) RunList(q Querier, p *store.RunListParams) (*store.RunListResult, error) {
-	query, args, limit, err := s.runListQuery(p)
+	query, args, limit, err := s.RunListQuery(p)
 	if err != nil {
 		return nil, err
 	}
@@ -85,13 +85,15 @@ func (s *SQL) RunList(q Querier, p *store.RunListParams) (*store.RunListResult, 
 	return res, nil
 }
 
-// runListQuery builds the query of one page.
-func (s *SQL) runListQuery(p *store.RunListParams) (string, []any, int, error) {
+// RunListQuery builds the query of one page: the SQL, its arguments and the
+// page size.
+func (s *SQL) RunListQuery(p *store.RunListParams) (string, []any, int, error) {
 	l, err := s.newList(p.Limit)
 	if err != nil {
 		return "", nil, 0, err
 	}
 	l.eq("namespace", p.Namespace)
+	from := `SELECT ` + RunCols + ` FROM runs`
 	if len(p.Statuses) > 0 {
 		sts := make([]string, len(p.Statuses))
 		for i, st := range p.Statuses {
@@ -100,8 +102,23 @@ func (s *SQL) runListQuery(p *store.RunListParams) (string, []any, int, error) {
 			}
 			sts[i] = string(st)
 		}
-		if err := l.in("status", sts); err != nil {
-			return "", nil, 0, err
+		// With a workflow ID, its index finds the few runs to filter.
+		oneStatus := s.d.RunningApart && len(sts) == 1 && p.WorkflowID == ""
+		switch {
+		case oneStatus && sts[0] == string(store.StatusRunning):
+			// Running runs are as many as the workers' slots: read them all
+			// through runs_running and sort them, rather than walk runs_list
+			// (every run of the namespace) in order looking for them.
+			from += ` INDEXED BY runs_running`
+			l.cond("status = 'running'")
+		case oneStatus:
+			// One status: runs_status gives its runs newest first.
+			l.eq("status", sts[0])
+			l.cond("status <> 'running'")
+		default:
+			if err := l.in("status", sts); err != nil {
+				return "", nil, 0, err
+			}
 		}
 	}
 	if p.Workflow != "" {
@@ -122,7 +139,7 @@ func (s *SQL) runListQuery(p *store.RunListParams) (string, []any, int, error) {
 	if err := l.after("sequence", p.Cursor); err != nil {
 		return "", nil, 0, err
 	}
-	query, args := l.build(`SELECT `+RunCols+` FROM runs`, "sequence")
+	query, args := l.build(from, "sequence")
 	return query, args, l.limit, nil
 }
 

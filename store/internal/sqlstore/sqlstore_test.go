@@ -56,7 +56,7 @@ func TestRunListQuery(t *testing.T) {
 		Lock:     func(...string) string { return "" },
 		TextList: func(col string) string { return col },
 	})
-	q, args, limit, err := s.runListQuery(&store.RunListParams{Namespace: "ns", Limit: 10,
+	q, args, limit, err := s.RunListQuery(&store.RunListParams{Namespace: "ns", Limit: 10,
 		Statuses: []store.Status{store.StatusPending, store.StatusRunning}, Workflow: "wf", Cursor: "42"})
 	if err != nil {
 		t.Fatal(err)
@@ -75,8 +75,8 @@ func TestRunListQuery(t *testing.T) {
 		{Namespace: "ns", Cursor: "not a cursor"},
 		{Namespace: "ns", Limit: -1},
 	} {
-		if _, _, _, err := s.runListQuery(p); !errors.Is(err, store.ErrInvalidParams) {
-			t.Errorf("runListQuery(%+v) = %v, want ErrInvalidParams", p, err)
+		if _, _, _, err := s.RunListQuery(p); !errors.Is(err, store.ErrInvalidParams) {
+			t.Errorf("RunListQuery(%+v) = %v, want ErrInvalidParams", p, err)
 		}
 	}
 }
