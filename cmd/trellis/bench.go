@@ -30,6 +30,7 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.IntVar(&ba.subscribers, "subscribers", 0, "SSE subscribers of s2 and s3 (0: their default)")
 	fs.IntVar(&ba.claimBatch, "claim-batch", 0, "runs claimed per query (0: the workload's default, else the worker's)")
 	fs.StringVar(&ba.cpuProfile, "cpuprofile", "", "write a CPU profile of the workloads to this `file`")
+	fs.StringVar(&ba.memProfile, "memprofile", "", "write an allocation profile (what the process allocated, up to the workloads' end) to this `file`")
 	fs.StringVar(&ba.pprof, "pprof", "", "serve net/http/pprof on this loopback `address` while the workloads run (off by default)")
 	pos, err := parseArgs(fs, args)
 	switch {
@@ -77,7 +78,7 @@ func runRemoteBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout
 	if ba.clients < 0 {
 		return usagef(fs, "bench: --clients must be positive")
 	}
-	stop, err := startCPUProfile(ba.cpuProfile)
+	stop, err := startProfiles(ba.cpuProfile, ba.memProfile)
 	if err != nil {
 		return err
 	}
@@ -92,32 +93,54 @@ func runRemoteBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout
 	return nil
 }
 
-// startCPUProfile starts a CPU profile into file (none when file is "") and
-// returns the function that stops it.
-func startCPUProfile(file string) (func(), error) {
-	if file == "" {
-		return func() {}, nil
+// startProfiles starts a CPU profile into cpuFile (none when it is "") and
+// returns the function that stops it and writes the allocation profile into
+// memFile (none when it is ""). Either file is created at once, so that a bad
+// path fails before the workloads run.
+func startProfiles(cpuFile, memFile string) (func(), error) {
+	var cpu, mem *os.File
+	if memFile != "" {
+		f, err := os.Create(memFile)
+		if err != nil {
+			return nil, err
+		}
+		mem = f
 	}
-	f, err := os.Create(file)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
+	if cpuFile != "" {
+		f, err := os.Create(cpuFile)
+		if err == nil {
+			if err = pprof.StartCPUProfile(f); err != nil {
+				f.Close()
+			}
+		}
+		if err != nil {
+			if mem != nil {
+				mem.Close()
+			}
+			return nil, err
+		}
+		cpu = f
 	}
 	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
+		if cpu != nil {
+			pprof.StopCPUProfile()
+			cpu.Close()
+		}
+		if mem != nil {
+			if err := pprof.Lookup("allocs").WriteTo(mem, 0); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: writing the allocation profile:", err)
+			}
+			mem.Close()
+		}
 	}, nil
 }
 
 // benchArgs are the parsed arguments of bench.
 type benchArgs struct {
-	store, server, token, workloads, cpuProfile, pprof string
-	n, concurrency, clients, subscribers, claimBatch   int
-	asJSON, observe                                    bool
-	traceRatio                                         float64
+	store, server, token, workloads, cpuProfile, memProfile, pprof string
+	n, concurrency, clients, subscribers, claimBatch               int
+	asJSON, observe                                                bool
+	traceRatio                                                     float64
 }
 
 // runBench runs the workloads named by ba.workloads on ba.store and prints a line each.
@@ -133,7 +156,7 @@ func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Wr
 		}
 		selected = append(selected, w)
 	}
-	stop, err := startCPUProfile(ba.cpuProfile)
+	stop, err := startProfiles(ba.cpuProfile, ba.memProfile)
 	if err != nil {
 		return err
 	}

@@ -96,7 +96,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef(fs, "server: %v", err)
 	}
 	defer stopPprof()
-	stopProfile, err := startCPUProfile(cpuProfile)
+	stopProfile, err := startProfiles(cpuProfile, "")
 	if err != nil {
 		return fmt.Errorf("server: --cpuprofile: %w", err)
 	}
