@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/trellis-dev/trellis/store"
@@ -52,31 +53,55 @@ const RunCols = `namespace, id, workflow_id, workflow, queue, priority, status, 
 
 // ScanRun reads RunCols into a Run and returns it with its lease token.
 func ScanRun(sc Scanner) (*store.Run, int64, error) {
-	var (
-		r                                                        store.Run
-		status                                                   string
-		errText                                                  sql.NullString
-		deadline, avail, leaseExp, created, started, upd, finish Time
-		token                                                    int64
-		step                                                     sql.NullString
-	)
-	err := sc.Scan(&r.Namespace, &r.ID, &r.WorkflowID, &r.Workflow, &r.Queue, &r.Priority,
-		&status, &r.Version, &r.Sequence, &r.Input, &r.Output, &errText, &r.WaitReason,
-		&r.CancelRequested, &deadline, &avail, &r.Attempts, &r.LeaseOwner, &token, &leaseExp,
-		&created, &started, &upd, &finish, &r.ParentID, &r.TraceParent, &step)
-	if err != nil {
+	s := runScans.Get().(*runScan)
+	defer s.release()
+	if err := sc.Scan(s.dest...); err != nil {
 		return nil, 0, err
 	}
-	r.Status = store.Status(status)
-	if r.Error, err = ErrFromJSON(errText); err != nil {
+	r := s.r
+	r.Status = store.Status(s.status)
+	var err error
+	if r.Error, err = ErrFromJSON(s.errText); err != nil {
 		return nil, 0, err
 	}
-	r.Deadline, r.AvailableAt, r.LeaseExpiresAt = deadline.Ptr(), avail.T, leaseExp.Ptr()
-	r.CreatedAt, r.StartedAt, r.UpdatedAt, r.FinishedAt = created.T, started.Ptr(), upd.T, finish.Ptr()
-	if step.Valid && r.Status == store.StatusRunning {
-		r.CurrentStep = StepFromText(step.String, token)
+	r.Deadline, r.AvailableAt, r.LeaseExpiresAt = s.deadline.Ptr(), s.avail.T, s.leaseExp.Ptr()
+	r.CreatedAt, r.StartedAt, r.UpdatedAt, r.FinishedAt = s.created.T, s.started.Ptr(), s.upd.T, s.finish.Ptr()
+	if s.step.Valid && r.Status == store.StatusRunning {
+		r.CurrentStep = StepFromText(s.step.String, s.token)
 	}
-	return &r, token, nil
+	return &r, s.token, nil
+}
+
+// runScan holds the destinations of ScanRun, and the list of them that Scan
+// takes. They are reused: Scan is an interface call, so every destination
+// handed to it by address, and the list, went to the heap, two thirds of what
+// reading a run allocated.
+type runScan struct {
+	r                                                        store.Run
+	status                                                   string
+	errText, step                                            sql.NullString
+	deadline, avail, leaseExp, created, started, upd, finish Time
+	token                                                    int64
+	dest                                                     []any
+}
+
+var runScans = sync.Pool{New: func() any {
+	s := &runScan{}
+	r := &s.r
+	s.dest = []any{&r.Namespace, &r.ID, &r.WorkflowID, &r.Workflow, &r.Queue, &r.Priority,
+		&s.status, &r.Version, &r.Sequence, &r.Input, &r.Output, &s.errText, &r.WaitReason,
+		&r.CancelRequested, &s.deadline, &s.avail, &r.Attempts, &r.LeaseOwner, &s.token, &s.leaseExp,
+		&s.created, &s.started, &s.upd, &s.finish, &r.ParentID, &r.TraceParent, &s.step}
+	return s
+}}
+
+// release clears what the last scan left (it may hold a large input or
+// output) and returns s to the pool.
+func (s *runScan) release() {
+	dest := s.dest
+	*s = runScan{}
+	s.dest = dest
+	runScans.Put(s)
 }
 
 // stepText is how the current_step column holds a RunStep, with the lease
