@@ -125,7 +125,6 @@ func (w *Worker) launch(cr *store.ClaimedRun) {
 	closed := w.closed
 	w.mu.Unlock()
 	run := func() {
-		growStack()
 		defer w.runEnded()
 		defer w.finish(cr.Run.ID, a)
 		w.exec.Execute(ctx, cr, ctl)
@@ -138,24 +137,6 @@ func (w *Worker) launch(cr *store.ClaimedRun) {
 	}
 	go run()
 }
-
-// growStack grows the calling goroutine's stack from its first 2 KiB to 8 KiB
-// while the stack holds a frame or two. A run's goroutine needs that much once
-// it decodes its input (encoding/json is deep), and growing there copies every
-// frame below and fixes up their pointers: working one-step jobs (w5), 5 µs of
-// CPU per job, a twentieth of the process's. Grown here, the copy is of two
-// frames.
-//
-//go:noinline
-func growStack() {
-	var frame [3 << 10]byte // with the stack guard, more than 4 KiB: the stack doubles twice
-	keep(frame[:])
-}
-
-// keep makes its argument live, so that the compiler keeps growStack's frame.
-//
-//go:noinline
-func keep(b []byte) { b[0] = 0 }
 
 // finish frees a run's slot. While runs wait in the store, the claim loop is
 // woken once refillAt slots are free: a claim refills them in one batch, and
