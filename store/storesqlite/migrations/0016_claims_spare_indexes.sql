@@ -1,13 +1,14 @@
 -- A claim (pending to running) and a run's end (running to a final status) each
--- updated two index entries that nothing reads. SQLite deletes a row's entry of a
--- partial index, and inserts the new one, only where the row meets the index's
--- condition before, and after, the update; it still seeks the entry each time.
+-- wrote index entries that nothing reads. For each index an update touches, by
+-- its columns or its condition, SQLite deletes the row's old entry when the old
+-- row met the index's condition and inserts a new one when the new row does: a
+-- seek in the index each, even when the key does not change.
 --
 -- runs_status no longer holds running runs: a claim deletes the pending run's
 -- entry and inserts none, and the run's end inserts its final entry and deletes
--- none. Running runs are counted through runs_running (sqlstore.RunCounts names
--- each index's condition; a list by status reads runs_list either way). Running
--- runs are as many as workers have slots, not a backlog.
+-- none. Running runs are counted, and listed, through runs_running: they are as
+-- many as workers have slots, not a backlog (sqlstore.CountQuery and RunListQuery
+-- name each partial index's condition, without which SQLite does not read it).
 DROP INDEX runs_status;
 CREATE INDEX runs_status ON runs (namespace, status, sequence) WHERE status <> 'running';
 
