@@ -14,6 +14,7 @@ var listCases = []testCase{
 	{"Pagination", listPagination},
 	{"PaginationSameInstant", listPaginationSameInstant},
 	{"PaginationWithFilter", listPaginationFiltered},
+	{"PaginationByStatuses", listPaginationStatuses},
 	{"DefaultLimit", listDefaultLimit},
 	{"MalformedCursor", listMalformedCursor},
 	{"Empty", listEmpty},
@@ -68,6 +69,8 @@ func listFilters(t *testing.T, e *env) {
 		{"all", store.RunListParams{}, []string{r4.ID, r3.ID, r2.ID, r1.ID}},
 		{"statuses", store.RunListParams{Statuses: []store.Status{store.StatusPending, store.StatusSucceeded}}, []string{r4.ID, r3.ID, r1.ID}},
 		{"running", store.RunListParams{Statuses: []store.Status{store.StatusRunning}}, []string{r2.ID}},
+		{"running and pending", store.RunListParams{Statuses: []store.Status{store.StatusRunning, store.StatusPending}}, []string{r3.ID, r2.ID, r1.ID}},
+		{"a status twice", store.RunListParams{Statuses: []store.Status{store.StatusPending, store.StatusPending}}, []string{r3.ID, r1.ID}},
 		{"workflow", store.RunListParams{Workflow: "a"}, []string{r4.ID, r3.ID, r1.ID}},
 		{"workflow ID", store.RunListParams{WorkflowID: "key"}, []string{r3.ID}},
 		{"queue", store.RunListParams{Queue: "q2"}, []string{r4.ID}},
@@ -109,6 +112,26 @@ func listPagination(t *testing.T, e *env) {
 func listPaginationSameInstant(t *testing.T, e *env) {
 	want := e.createN(25, 0)
 	e.wantPages(store.RunListParams{Limit: 7}, []int{7, 7, 7, 4}, want)
+}
+
+// listPaginationStatuses pages through the runs of two statuses interleaved
+// with a third's (a driver may read each status apart and merge them).
+func listPaginationStatuses(t *testing.T, e *env) {
+	var want []string
+	for range 4 {
+		e.clk.Advance(time.Millisecond)
+		want = append(want, e.create(withWorkflow("p")).ID) // stays pending
+		e.clk.Advance(time.Millisecond)
+		r := e.create(withWorkflow("r"))
+		e.claimOne(r.ID, claimWorkflows("r"))
+		want = append(want, r.ID)
+		e.clk.Advance(time.Millisecond)
+		s := e.create(withWorkflow("s"))
+		e.finish(e.claimOne(s.ID, claimWorkflows("s")))
+	}
+	slices.Reverse(want)
+	e.wantPages(store.RunListParams{Limit: 3, Statuses: []store.Status{store.StatusRunning, store.StatusPending}},
+		[]int{3, 3, 2}, want)
 }
 
 func listPaginationFiltered(t *testing.T, e *env) {

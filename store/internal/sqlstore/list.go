@@ -16,7 +16,14 @@ type listQuery struct {
 	a     *args
 	where []string
 	limit int
+	// alts, when set, split the list in parts, each read apart (newest first,
+	// a page at most) and merged: a part's SELECT ... FROM and its own
+	// condition, joined to the list's.
+	alts []listAlt
 }
+
+// listAlt is one part of a list read in parts (listQuery.alts).
+type listAlt struct{ from, cond string }
 
 // newList starts a list with the page size of limit (store.ListLimit).
 func (s *SQL) newList(limit int) (*listQuery, error) {
@@ -60,12 +67,25 @@ func (l *listQuery) after(seq, cursor string) error {
 }
 
 // build returns the query: selectFrom (a SELECT ... FROM ... without WHERE), the
-// conditions, newest first by seq.
+// conditions, newest first by seq. A list in parts (alts) is the UNION ALL of
+// each part's first page, newest first.
 func (l *listQuery) build(selectFrom, seq string) (string, []any) {
-	q := selectFrom
-	if len(l.where) > 0 {
-		q += ` WHERE ` + strings.Join(l.where, " AND ")
+	where := strings.Join(l.where, " AND ")
+	limit := l.arg(l.limit + 1)
+	if len(l.alts) == 0 {
+		q := selectFrom
+		if where != "" {
+			q += ` WHERE ` + where
+		}
+		return q + ` ORDER BY ` + seq + ` DESC LIMIT ` + limit, l.a.list
 	}
-	q += ` ORDER BY ` + seq + ` DESC LIMIT ` + l.arg(l.limit+1)
-	return q, l.a.list
+	parts := make([]string, len(l.alts))
+	for i, alt := range l.alts {
+		cond := alt.cond
+		if where != "" {
+			cond = where + ` AND ` + cond
+		}
+		parts[i] = `SELECT * FROM (` + alt.from + ` WHERE ` + cond + ` ORDER BY ` + seq + ` DESC LIMIT ` + limit + `)`
+	}
+	return strings.Join(parts, ` UNION ALL `) + ` ORDER BY ` + seq + ` DESC LIMIT ` + limit, l.a.list
 }

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -102,23 +103,22 @@ func (s *SQL) RunListQuery(p *store.RunListParams) (string, []any, int, error) {
 			}
 			sts[i] = string(st)
 		}
-		// With a workflow ID, its index finds the few runs to filter.
-		oneStatus := s.d.RunningApart && len(sts) == 1 && p.WorkflowID == ""
-		switch {
-		case oneStatus && sts[0] == string(store.StatusRunning):
-			// Running runs are as many as the workers' slots: read them all
-			// through runs_running and sort them, rather than walk runs_list
-			// (every run of the namespace) in order looking for them.
-			from += ` INDEXED BY runs_running`
-			l.cond("status = 'running'")
-		case oneStatus:
-			// One status: runs_status gives its runs newest first.
-			l.eq("status", sts[0])
-			l.cond("status <> 'running'")
-		default:
-			if err := l.in("status", sts); err != nil {
-				return "", nil, 0, err
+		// With RunningApart (SQLite), each status is read through its index:
+		// a list IN several statuses would walk runs_list, every run of the
+		// namespace, looking for them. With a workflow ID, its index finds the
+		// few runs to filter.
+		if s.d.RunningApart && p.WorkflowID == "" {
+			slices.Sort(sts)
+			for _, st := range slices.Compact(sts) {
+				l.alts = append(l.alts, s.statusPart(l, from, st))
 			}
+			if len(l.alts) == 1 { // one status: one part, no union
+				from = l.alts[0].from
+				l.cond(l.alts[0].cond)
+				l.alts = nil
+			}
+		} else if err := l.in("status", sts); err != nil {
+			return "", nil, 0, err
 		}
 	}
 	if p.Workflow != "" {
@@ -141,6 +141,17 @@ func (s *SQL) RunListQuery(p *store.RunListParams) (string, []any, int, error) {
 	}
 	query, args := l.build(from, "sequence")
 	return query, args, l.limit, nil
+}
+
+// statusPart is the part of a list in parts (Dialect.RunningApart) that reads
+// the runs of status st through the index that holds them: runs_status newest
+// first, or for running runs, as many as the workers' slots, runs_running, read
+// whole and sorted.
+func (s *SQL) statusPart(l *listQuery, from, st string) listAlt {
+	if st == string(store.StatusRunning) {
+		return listAlt{from: from + ` INDEXED BY runs_running`, cond: "status = 'running'"}
+	}
+	return listAlt{from: from, cond: "status = " + l.arg(st) + " AND status <> 'running'"}
 }
 
 // RunChildren lists the children of a parent's group in item order.
