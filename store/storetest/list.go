@@ -15,6 +15,7 @@ var listCases = []testCase{
 	{"PaginationSameInstant", listPaginationSameInstant},
 	{"PaginationWithFilter", listPaginationFiltered},
 	{"PaginationByStatuses", listPaginationStatuses},
+	{"CountsPerStatus", listCountsPerStatus},
 	{"DefaultLimit", listDefaultLimit},
 	{"MalformedCursor", listMalformedCursor},
 	{"Empty", listEmpty},
@@ -132,6 +133,51 @@ func listPaginationStatuses(t *testing.T, e *env) {
 	slices.Reverse(want)
 	e.wantPages(store.RunListParams{Limit: 3, Statuses: []store.Status{store.StatusRunning, store.StatusPending}},
 		[]int{3, 3, 2}, want)
+}
+
+// listCountsPerStatus counts runs per status (store.RunCounter, where the
+// driver has it) with the list's filters and a cap, running runs among them
+// (a driver may count each status through an index of its own).
+func listCountsPerStatus(t *testing.T, e *env) {
+	counter, ok := e.st.(store.RunCounter)
+	if !ok {
+		t.Skip("the store does not count runs per status")
+	}
+	t0 := e.clk.Now()
+	for range 3 {
+		e.create(withWorkflow("a"))
+	}
+	e.clk.Advance(time.Second)
+	e.create(withWorkflow("b"), withQueue("q2"))
+	e.create(withWorkflow("b"), withQueue("q2"))
+	e.claim(claimWorkflows("a"), claimMax(2))                   // two of a run
+	e.finish(e.claim(claimWorkflows("b"), claimMax(1)).Runs[0]) // one of b succeeds
+	e.create(withNamespace("ns2"), withWorkflow("a"))
+	for _, c := range []struct {
+		name string
+		p    store.RunCountsParams
+		want map[store.Status]int64
+		capd map[store.Status]bool
+	}{
+		{"all", store.RunCountsParams{}, map[store.Status]int64{store.StatusPending: 2, store.StatusRunning: 2, store.StatusSucceeded: 1}, nil},
+		{"workflow", store.RunCountsParams{Workflow: "a"}, map[store.Status]int64{store.StatusPending: 1, store.StatusRunning: 2}, nil},
+		{"queue", store.RunCountsParams{Queue: "q2"}, map[store.Status]int64{store.StatusPending: 1, store.StatusSucceeded: 1}, nil},
+		{"created after", store.RunCountsParams{CreatedAfter: t0.Add(time.Second)}, map[store.Status]int64{store.StatusPending: 1, store.StatusSucceeded: 1}, nil},
+		{"cap", store.RunCountsParams{Cap: 1}, map[store.Status]int64{store.StatusPending: 2, store.StatusRunning: 2, store.StatusSucceeded: 1},
+			map[store.Status]bool{store.StatusPending: true, store.StatusRunning: true}},
+	} {
+		p := c.p
+		p.Namespace = ns
+		got, err := counter.RunCounts(e.ctx, &p)
+		if err != nil {
+			t.Fatalf("RunCounts(%s): %v", c.name, err)
+		}
+		for _, st := range store.AllStatuses {
+			if got.Counts[st] != c.want[st] || got.Capped[st] != c.capd[st] {
+				t.Errorf("RunCounts(%s): %s %d (capped %v), want %d (%v)", c.name, st, got.Counts[st], got.Capped[st], c.want[st], c.capd[st])
+			}
+		}
+	}
 }
 
 func listPaginationFiltered(t *testing.T, e *env) {
