@@ -39,34 +39,13 @@ func (r Reads) RunCounts(ctx context.Context, p *store.RunCountsParams) (*store.
 }
 
 // CountQuery is the query of RunCounts for status st: the number of matching
-// runs, up to limit+1. With Dialect.RunningApart it names the condition of the
-// partial index it is meant to read: status = 'running' (runs_running), or
-// status <> 'running' (runs_status); SQLite reads a partial index only for a
-// query whose WHERE clause has its condition's terms as they are written.
+// runs, up to limit+1, read as a list reads them (statusPart, runFilters).
 func (s *SQL) CountQuery(p *store.RunCountsParams, st store.Status, limit int64) (string, []any) {
-	a := &args{d: &s.d}
-	where := []string{"namespace = " + a.add(p.Namespace)}
-	switch {
-	case !s.d.RunningApart:
-		where = append(where, "status = "+a.add(string(st)))
-	case st == store.StatusRunning:
-		where = append(where, "status = 'running'")
-	default:
-		where = append(where, "status = "+a.add(string(st)), "status <> 'running'")
-	}
-	if p.Workflow != "" {
-		where = append(where, "workflow = "+a.add(p.Workflow))
-	}
-	if p.Queue != "" {
-		where = append(where, "queue = "+a.add(p.Queue))
-	}
-	if !p.CreatedAfter.IsZero() {
-		where = append(where, "created_at >= "+a.add(s.d.Time(p.CreatedAfter)))
-	}
-	if !p.CreatedBefore.IsZero() {
-		where = append(where, "created_at < "+a.add(s.d.Time(p.CreatedBefore)))
-	}
-	query := `SELECT count(*) FROM (SELECT 1 FROM runs WHERE ` + strings.Join(where, " AND ") +
-		` LIMIT ` + a.add(limit+1) + `) AS c`
-	return query, a.list
+	l := &listQuery{s: s, a: &args{d: &s.d}}
+	l.eq("namespace", p.Namespace)
+	part := s.statusPart(l, `SELECT 1 FROM runs`, string(st))
+	l.cond(part.cond)
+	l.runFilters(p.Workflow, p.Queue, p.CreatedAfter, p.CreatedBefore)
+	return `SELECT count(*) FROM (` + part.from + ` WHERE ` + strings.Join(l.where, " AND ") +
+		` LIMIT ` + l.arg(limit+1) + `) AS c`, l.a.list
 }

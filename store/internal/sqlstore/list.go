@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -66,10 +67,33 @@ func (l *listQuery) after(seq, cursor string) error {
 	return nil
 }
 
+// runFilters adds the filters a list of runs and a count of them share: a
+// workflow, a queue, and a creation time from after (inclusive) to before
+// (exclusive); empty ones are left out.
+func (l *listQuery) runFilters(workflow, queue string, after, before time.Time) {
+	if workflow != "" {
+		l.eq("workflow", workflow)
+	}
+	if queue != "" {
+		l.eq("queue", queue)
+	}
+	if !after.IsZero() {
+		l.cond("created_at >= " + l.arg(l.s.d.Time(after)))
+	}
+	if !before.IsZero() {
+		l.cond("created_at < " + l.arg(l.s.d.Time(before)))
+	}
+}
+
 // build returns the query: selectFrom (a SELECT ... FROM ... without WHERE), the
 // conditions, newest first by seq. A list in parts (alts) is the UNION ALL of
-// each part's first page, newest first.
+// each part's first page, newest first; a list of one part is that part.
 func (l *listQuery) build(selectFrom, seq string) (string, []any) {
+	if len(l.alts) == 1 {
+		selectFrom = l.alts[0].from
+		l.cond(l.alts[0].cond)
+		l.alts = nil
+	}
 	where := strings.Join(l.where, " AND ")
 	limit := l.arg(l.limit + 1)
 	if len(l.alts) == 0 {

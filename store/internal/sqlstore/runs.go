@@ -112,30 +112,14 @@ func (s *SQL) RunListQuery(p *store.RunListParams) (string, []any, int, error) {
 			for _, st := range slices.Compact(sts) {
 				l.alts = append(l.alts, s.statusPart(l, from, st))
 			}
-			if len(l.alts) == 1 { // one status: one part, no union
-				from = l.alts[0].from
-				l.cond(l.alts[0].cond)
-				l.alts = nil
-			}
 		} else if err := l.in("status", sts); err != nil {
 			return "", nil, 0, err
 		}
 	}
-	if p.Workflow != "" {
-		l.eq("workflow", p.Workflow)
-	}
 	if p.WorkflowID != "" {
 		l.eq("workflow_id", p.WorkflowID)
 	}
-	if p.Queue != "" {
-		l.eq("queue", p.Queue)
-	}
-	if !p.CreatedAfter.IsZero() {
-		l.cond("created_at >= " + l.arg(s.d.Time(p.CreatedAfter)))
-	}
-	if !p.CreatedBefore.IsZero() {
-		l.cond("created_at < " + l.arg(s.d.Time(p.CreatedBefore)))
-	}
+	l.runFilters(p.Workflow, p.Queue, p.CreatedAfter, p.CreatedBefore)
 	if err := l.after("sequence", p.Cursor); err != nil {
 		return "", nil, 0, err
 	}
@@ -143,12 +127,16 @@ func (s *SQL) RunListQuery(p *store.RunListParams) (string, []any, int, error) {
 	return query, args, l.limit, nil
 }
 
-// statusPart is the part of a list in parts (Dialect.RunningApart) that reads
-// the runs of status st through the index that holds them: runs_status newest
-// first, or for running runs, as many as the workers' slots, runs_running, read
-// whole and sorted.
+// statusPart is how a list or a count (from, a SELECT ... FROM runs) reads
+// the runs of status st. With Dialect.RunningApart it reads them through the
+// index that holds them, naming that partial index's condition, as SQLite
+// needs to read it: runs_status, newest first, or for running runs, as many
+// as the workers' slots, runs_running. Else by status alone.
 func (s *SQL) statusPart(l *listQuery, from, st string) listAlt {
-	if st == string(store.StatusRunning) {
+	switch {
+	case !s.d.RunningApart:
+		return listAlt{from: from, cond: "status = " + l.arg(st)}
+	case st == string(store.StatusRunning):
 		return listAlt{from: from + ` INDEXED BY runs_running`, cond: "status = 'running'"}
 	}
 	return listAlt{from: from, cond: "status = " + l.arg(st) + " AND status <> 'running'"}
