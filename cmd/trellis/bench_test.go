@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -112,5 +114,27 @@ func TestBenchObserve(t *testing.T) {
 		if res.code != 2 || !strings.Contains(res.stderr, "--trace-ratio must be in (0, 1]") {
 			t.Errorf("--trace-ratio %s: exit %d, stderr %q", bad, res.code, res.stderr)
 		}
+	}
+}
+
+// bench --cpuprofile and --memprofile write pprof files (gzipped protobuf) of
+// the run; a path that cannot be created fails before any workload runs.
+func TestBenchProfiles(t *testing.T) {
+	url := storeURL(t)
+	dir := t.TempDir()
+	cpu, mem := filepath.Join(dir, "cpu.prof"), filepath.Join(dir, "mem.prof")
+	res := trellisCmd(t, "bench", "--store", url, "--workload", "w5", "-n", "200", "--cpuprofile", cpu, "--memprofile", mem, "--json").ok(t)
+	if !strings.Contains(res.stdout, `"workload":"w5"`) {
+		t.Fatalf("bench printed %q", res.stdout)
+	}
+	for _, f := range []string{cpu, mem} {
+		b, err := os.ReadFile(f)
+		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("%s: %d bytes, %v: not a pprof file", f, len(b), err)
+		}
+	}
+	res = trellisCmd(t, "bench", "--store", url, "--workload", "w5", "-n", "200", "--memprofile", filepath.Join(dir, "none", "mem.prof"))
+	if res.code == 0 || strings.Contains(res.stdout, "w5") {
+		t.Errorf("--memprofile into a missing directory: exit %d, stdout %q", res.code, res.stdout)
 	}
 }
