@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	_ "modernc.org/sqlite"
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/pgtest"
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
 // userDB is the application's own access to the store's database, as a test of
@@ -38,7 +38,7 @@ func sqliteUserDB(t *testing.T) *userDB {
 	get := func(t *testing.T) *sql.DB {
 		if db == nil {
 			var err error
-			if db, err = sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)"); err != nil {
+			if db, err = storesqlite.OpenDB(path); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { db.Close() })

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/sqlitedrv"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -209,10 +210,14 @@ func settings(o Options) map[string]any {
 		durability = "relaxed"
 	}
 	driver, _, _ := strings.Cut(o.Store, ":")
-	return map[string]any{
+	m := map[string]any{
 		"store": driver, "durability": durability, "concurrency": o.Concurrency, "claim_batch": o.ClaimBatch,
 		"gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version(),
 	}
+	if driver == "sqlite" {
+		m["sqlite_library"] = sqlitedrv.Library // the build's: modernc.org/sqlite, or mattn/go-sqlite3 with -tags trellis_cgo
+	}
+	return m
 }
 
 // payload is the ~100-byte string every benchmark step returns.

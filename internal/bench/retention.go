@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,7 +11,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/retention"
-
+	"github.com/trellis-dev/trellis/internal/sqlitedrv"
 	"github.com/trellis-dev/trellis/store/storepg"
 	"github.com/trellis-dev/trellis/store/storesqlite"
 )
@@ -95,7 +94,7 @@ func seedExpired(ctx context.Context, url string, n int, t time.Time) error {
 		if err != nil {
 			return err
 		}
-		db, err := sql.Open("sqlite", "file:"+cfg.Path+"?_pragma=busy_timeout(10000)")
+		db, err := sqlitedrv.Open(cfg.Path + "?_pragma=busy_timeout(10000)")
 		if err != nil {
 			return err
 		}

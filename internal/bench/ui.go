@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/sqlitedrv"
 	"github.com/trellis-dev/trellis/server"
 	"github.com/trellis-dev/trellis/store/storesqlite"
 )
@@ -123,7 +123,7 @@ func seedUI1(ctx context.Context, path string, n int) (bool, error) {
 		return false, err
 	}
 	st.Close()
-	db, err := sql.Open("sqlite", path)
+	db, err := sqlitedrv.Open(path)
 	if err != nil {
 		return false, err
 	}

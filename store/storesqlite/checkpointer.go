@@ -9,6 +9,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/trellis-dev/trellis/internal/sqlitedrv"
 )
 
 // walCheckpointInterval is the least time between two background WAL checkpoints.
@@ -43,7 +45,7 @@ type walCheckpointer struct {
 }
 
 func startWALCheckpointer(s *Store, cfg Config) (*walCheckpointer, error) {
-	db, err := sql.Open("sqlite", dsn(cfg, false))
+	db, err := sqlitedrv.Open(dsn(cfg, false))
 	if err != nil {
 		return nil, fmt.Errorf("opening checkpoint connection: %w", err)
 	}

@@ -1,5 +1,7 @@
 // Package storesqlite is the SQLite driver of the Trellis storage contract
-// (store.Store), built on modernc.org/sqlite (pure Go, no C compiler needed).
+// (store.Store), built on modernc.org/sqlite (pure Go, no C compiler needed) or,
+// in a build with the tag trellis_cgo, on github.com/mattn/go-sqlite3 (SQLite's C
+// library through cgo, about half the CPU per statement; see internal/sqlitedrv).
 //
 // # Group commit
 //

@@ -2,7 +2,6 @@ package storesqlite_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -65,7 +64,7 @@ func TestMigrateIdempotent(t *testing.T) {
 		t.Fatalf("reopen: %v", err)
 	}
 	s2.Close()
-	db, err := sql.Open("sqlite", cfg.Path)
+	db, err := storesqlite.OpenDB(cfg.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +99,7 @@ func TestMigrationBelowNewestApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	db, err := sql.Open("sqlite", cfg.Path)
+	db, err := storesqlite.OpenDB(cfg.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,5 +239,47 @@ func TestTimesAreUTCNanoseconds(t *testing.T) {
 	r := res.Run
 	if r.AvailableAt != at.UTC() || *r.Deadline != at.UTC() || r.CreatedAt != clk.Now().UTC() {
 		t.Fatalf("times = %v %v %v, want exact UTC values", r.AvailableAt, *r.Deadline, r.CreatedAt)
+	}
+}
+
+// TestOpenDBSharesTheStoresFile opens the file of an open store with OpenDB, as
+// an application does for its own tables: it reads the store's runs, waits for
+// locks as the store does, and its writes are there for the store's next
+// transactional start to see.
+func TestOpenDBSharesTheStoresFile(t *testing.T) {
+	ctx := t.Context()
+	s, _, cfg := setup(t)
+	createRun(t, s, "r1")
+	db, err := storesqlite.OpenDB(cfg.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n, timeout int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM runs WHERE id = 'r1'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("runs with id r1: %d, %v; want 1", n, err)
+	}
+	if err := db.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&timeout); err != nil || timeout != 10000 {
+		t.Fatalf("busy_timeout %d, %v; want 10000", timeout, err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RunCreateTx(ctx, tx, &store.RunCreateParams{Namespace: "default", ID: "r2", WorkflowID: "r2", Workflow: "wf", Queue: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: "r2"}); err != nil {
+		t.Fatalf("the run started in the application's transaction: %v", err)
+	}
+	if _, err := storesqlite.OpenDB(filepath.Join(t.TempDir(), "missing", "x.db")); err != nil {
+		t.Fatalf("OpenDB is lazy, as sql.Open: %v", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -14,10 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
-
 	"github.com/trellis-dev/trellis/internal/notify"
+	"github.com/trellis-dev/trellis/internal/sqlitedrv"
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 // busyTimeoutMS is how long a connection waits for a lock held by another process
@@ -126,8 +125,23 @@ func dsn(cfg Config, readOnly bool) string {
 	return d
 }
 
+// OpenDB opens the SQLite file at path for an application's own use (its own
+// tables; the *sql.Tx of a transactional start, see store.TxStarter) with the
+// SQLite library the store uses in this build: modernc.org/sqlite, or
+// github.com/mattn/go-sqlite3 in a build with the tag trellis_cgo. Connections
+// wait for locks up to 10 s, as the store's do. A process must link one SQLite
+// library: two copies that open the same file in one process can corrupt it (each
+// keeps its own record of the file's POSIX locks).
+func OpenDB(path string) (*sql.DB, error) {
+	db, err := sqlitedrv.Open(fmt.Sprintf("%s?_pragma=busy_timeout(%d)", path, busyTimeoutMS))
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	return db, nil
+}
+
 func openReadDB(cfg Config) (*sql.DB, error) {
-	db, err := sql.Open("sqlite", dsn(cfg, true))
+	db, err := sqlitedrv.Open(dsn(cfg, true))
 	if err != nil {
 		return nil, fmt.Errorf("opening read pool: %w", err)
 	}

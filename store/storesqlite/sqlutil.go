@@ -4,13 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
-
+	"github.com/trellis-dev/trellis/internal/sqlitedrv"
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
@@ -68,14 +65,7 @@ func errJSON(e *store.ErrorInfo) (any, error) { return sqlstore.ErrJSON(e) }
 
 // isUniqueViolation reports whether err is a UNIQUE or PRIMARY KEY constraint
 // failure.
-func isUniqueViolation(err error) bool {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	c := se.Code()
-	return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
-}
+func isUniqueViolation(err error) bool { return sqlitedrv.IsUniqueViolation(err) }
 
 // blob returns b as a BLOB argument, keeping nil as NULL.
 func blob(b []byte) any {
@@ -114,11 +104,4 @@ func nonNilBlob(b []byte) any {
 
 // diskError reports whether err is SQLite's "database or disk is full" or an I/O
 // error: the WAL is then truncated to give the space back (see walCheckpointer).
-func diskError(err error) bool {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	c := se.Code() & 0xff // the primary result code
-	return c == sqlite3.SQLITE_FULL || c == sqlite3.SQLITE_IOERR
-}
+func diskError(err error) bool { return sqlitedrv.IsDiskError(err) }

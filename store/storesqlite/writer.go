@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/batch"
+	"github.com/trellis-dev/trellis/internal/sqlitedrv"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -51,7 +52,7 @@ type writer struct {
 }
 
 func openWriter(ctx context.Context, s *Store, cfg Config) (*writer, error) {
-	db, err := sql.Open("sqlite", dsn(cfg, false))
+	db, err := sqlitedrv.Open(dsn(cfg, false))
 	if err != nil {
 		return nil, fmt.Errorf("opening write connection: %w", err)
 	}
