@@ -1,5 +1,5 @@
 # Trellis developer tasks. `make help` lists them.
-.PHONY: help test test-short lint bench ci dev proto
+.PHONY: help test test-short lint bench ci dev proto build build-cgo
 
 STORE ?= sqlite://$(CURDIR)/bench.db
 
@@ -21,6 +21,12 @@ bench: ## trellis bench on STORE (default: a SQLite file here); e.g. make bench 
 
 ci: ## what CI runs
 	./.ci/run
+
+build: ## build ./trellis (pure-Go SQLite, modernc.org/sqlite)
+	go build -o trellis ./cmd/trellis
+
+build-cgo: ## build ./trellis on SQLite's C library (-tags trellis_cgo; needs cgo and a C compiler)
+	CGO_ENABLED=1 go build -tags trellis_cgo -o trellis ./cmd/trellis
 
 dev: ## run the demo on ./trellis.db
 	go run ./cmd/trellis dev
