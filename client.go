@@ -139,7 +139,9 @@ func (c *Client) newResults() error {
 
 // Register makes workflows known to this client, so its worker runs them and
 // StartRaw applies their queue, version and input check. Blocked runs of these workflows are resumed: a new
-// deploy gets a chance to replay them.
+// deploy gets a chance to replay them. With a worker, Register returns once the
+// worker's record in the store lists them, so that other processes (a server, the
+// CLI) see them served from then on.
 func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
 	names := make([]string, 0, len(wfs))
 	for _, wf := range wfs {
@@ -153,6 +155,11 @@ func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
 	}
 	if _, err := c.wstore.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: c.cfg.Namespace, Workflows: names}); err != nil {
 		return fmt.Errorf("resuming blocked runs: %w", err)
+	}
+	// Once Register returns, every process on the store sees these workflows
+	// served (a start refuses a workflow no live worker serves).
+	if err := c.worker.Announce(ctx); err != nil {
+		return err
 	}
 	c.worker.Wake()
 	return nil

@@ -27,3 +27,24 @@ func TestClientWorkersListsLiveWorkers(t *testing.T) {
 		t.Fatalf("ServedWorkflows = %v", names)
 	}
 }
+
+// Once Register returns, the worker's record lists the workflow: another process
+// sees it served and may start it at once, before any claim of this worker.
+func TestRegisterRecordsTheWorkerBeforeReturning(t *testing.T) {
+	t.Parallel()
+	url := storeURL(t)
+	reader := open(t, url, func(c *trellis.Config) { c.Worker.Disabled = true })
+	for i := range 5 {
+		name := "announced-" + string(rune('a'+i))
+		wf := trellis.NewWorkflow(name, func(wc *trellis.Context, n int) (int, error) { return n, nil })
+		worker := open(t, url, func(c *trellis.Config) { c.Worker.Name = "w-" + name })
+		register(t, worker, wf)
+		names := must[[]string](t)(reader.ServedWorkflows(ctxT(t)))
+		if !slices.Contains(names, name) {
+			t.Fatalf("right after Register, ServedWorkflows = %v, want %s among them", names, name)
+		}
+		if _, err := reader.StartRaw(ctxT(t), name, []byte("1"), trellis.StartOptions{}); err != nil {
+			t.Fatalf("a start from another client right after Register: %v", err)
+		}
+	}
+}

@@ -62,6 +62,19 @@ func (w *Worker) writeRecord(ctx context.Context, workflows []string) error {
 	return nil
 }
 
+// Announce writes the worker's record now if it was never written or its
+// workflows changed, so that once it returns other processes see them served
+// (a start of a workflow that no live worker serves is refused). The claim loop
+// writes the record too, before each claim, but a run that another process starts
+// right after this worker registers must not race that loop.
+func (w *Worker) Announce(ctx context.Context) error {
+	names := w.sortedWorkflows()
+	if w.stopped() || !w.rec.stale(names) {
+		return nil
+	}
+	return w.writeRecord(ctx, names)
+}
+
 // updateRecord writes the record if it was never written or the workflows
 // changed; the claim loop calls it before each claim.
 func (w *Worker) updateRecord(workflows []string) {
