@@ -33,6 +33,17 @@ type Cache struct {
 type entry struct {
 	retry *store.QueueRetry // nil: no record, or no policy
 	until time.Time
+	first *flight // the first read of the queue, while it is in flight
+}
+
+// flight is a first read of a queue's record, which the callers that come
+// meanwhile wait for: a claim hands a worker hundreds of runs of one queue at
+// once, and each would otherwise read the record itself (a thousand reads for
+// w5's first claim), while none may go on without its queue's policy.
+type flight struct {
+	done  chan struct{} // closed when the read is over
+	retry *store.QueueRetry
+	ok    bool // the read answered (the record, or none); false: cut short
 }
 
 // New returns a cache over st.
@@ -47,14 +58,30 @@ func (q *Cache) Retry(ctx context.Context, ns, queue string) *store.QueueRetry {
 	now := q.now()
 	q.mu.Lock()
 	e, ok := q.entries[key]
-	if ok && now.Before(e.until) {
+	var first *flight
+	switch {
+	case ok && e.first != nil:
+		q.mu.Unlock()
+		select {
+		case <-e.first.done:
+		case <-ctx.Done():
+			return nil
+		}
+		if e.first.ok {
+			return e.first.retry
+		}
+		return q.Retry(ctx, ns, queue) // that read was cut short: read again
+	case ok && now.Before(e.until):
 		q.mu.Unlock()
 		return e.retry
-	}
-	if ok {
+	case ok:
 		// Expired: this caller reads the record again; the others go on with
 		// what is known until it has, rather than all reading at once.
 		q.entries[key] = entry{retry: e.retry, until: now.Add(TTL)}
+	default:
+		first = &flight{done: make(chan struct{})}
+		q.entries[key] = entry{first: first}
+		defer close(first.done)
 	}
 	q.mu.Unlock()
 	rec, err := q.st.QueueGet(ctx, &store.QueueGetParams{Namespace: ns, Name: queue})
@@ -62,6 +89,13 @@ func (q *Cache) Retry(ctx context.Context, ns, queue string) *store.QueueRetry {
 	case err == nil:
 		e.retry = rec.Retry
 	case ctx.Err() != nil:
+		if first != nil { // nothing known yet: the next caller reads
+			q.mu.Lock()
+			if cur := q.entries[key]; cur.first == first {
+				delete(q.entries, key)
+			}
+			q.mu.Unlock()
+		}
 		return e.retry // keep what was known
 	default: // no record (ErrQueueNotFound), or the store failed: the SDK's defaults
 		e.retry = nil
@@ -69,10 +103,13 @@ func (q *Cache) Retry(ctx context.Context, ns, queue string) *store.QueueRetry {
 			q.log.Warn("reading the queue's default retry policy", "namespace", ns, "queue", queue, "err", err)
 		}
 	}
-	e.until = now.Add(TTL)
+	e.until, e.first = now.Add(TTL), nil
 	q.mu.Lock()
 	q.entries[key] = e
 	q.mu.Unlock()
+	if first != nil {
+		first.retry, first.ok = e.retry, true
+	}
 	return e.retry
 }
 

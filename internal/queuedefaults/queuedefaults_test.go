@@ -19,10 +19,18 @@ type queues struct {
 	retry *store.QueueRetry
 	reads atomic.Int32
 	fail  error
+	gate  chan struct{} // when set, a read waits for it (or for its context)
 }
 
-func (s *queues) QueueGet(_ context.Context, p *store.QueueGetParams) (*store.Queue, error) {
+func (s *queues) QueueGet(ctx context.Context, p *store.QueueGetParams) (*store.Queue, error) {
 	s.reads.Add(1)
+	if s.gate != nil {
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
@@ -86,4 +94,45 @@ func TestCache(t *testing.T) {
 	}
 	var nilCache *Cache
 	nilCache.Fill(ctx, &store.ClaimedRun{Run: &store.Run{}})
+}
+
+// The runs of a claim that ask for a queue nothing is known of yet wait for one
+// read of its record and all get its policy; when that read is cut short, one
+// of them reads again.
+func TestCacheReadsAQueueOnceForConcurrentRuns(t *testing.T) {
+	st := &queues{retry: &store.QueueRetry{MaxAttempts: 3}, gate: make(chan struct{})}
+	c := New(st, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+
+	// The first read is cut short (its caller's context ends): the waiters go on.
+	cctx, cancel := context.WithCancel(ctx)
+	firstDone := make(chan *store.QueueRetry)
+	go func() { firstDone <- c.Retry(cctx, "ns", "q") }()
+	for st.reads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	const runs = 50
+	var wg sync.WaitGroup
+	got := make([]*store.QueueRetry, runs)
+	for i := range runs {
+		wg.Go(func() { got[i] = c.Retry(ctx, "ns", "q") })
+	}
+	time.Sleep(20 * time.Millisecond) // let them queue behind the first read
+	cancel()
+	if r := <-firstDone; r != nil {
+		t.Fatalf("the cut-short read returned %+v", r)
+	}
+	for st.reads.Load() < 2 { // a waiter reads again
+		time.Sleep(time.Millisecond)
+	}
+	close(st.gate)
+	wg.Wait()
+	for i, r := range got {
+		if r == nil || r.MaxAttempts != 3 {
+			t.Fatalf("run %d got %+v, want the queue's policy", i, r)
+		}
+	}
+	if n := st.reads.Load(); n != 2 {
+		t.Fatalf("%d reads for %d concurrent runs and one cut-short read, want 2", n, runs)
+	}
 }
