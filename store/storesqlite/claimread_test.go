@@ -53,9 +53,9 @@ func TestClaimedRunsReadAfterTheLeases(t *testing.T) {
 		t.Fatalf("claimed %v, want c then a", got)
 	}
 	for _, cr := range got {
-		if cr.LeaseToken != ls.tokens[cr.Run.Sequence] || cr.LeaseToken == 0 || cr.Run.Status != store.StatusRunning ||
+		if cr.LeaseToken != ls.tokenOf(cr.Run.Sequence) || cr.LeaseToken == 0 || cr.Run.Status != store.StatusRunning ||
 			!cr.LeaseExpiresAt.Equal(ls.expires) {
-			t.Errorf("run %s: token %d (leased %d), status %s, expires %v", cr.Run.ID, cr.LeaseToken, ls.tokens[cr.Run.Sequence], cr.Run.Status, cr.LeaseExpiresAt)
+			t.Errorf("run %s: token %d (leased %d), status %s, expires %v", cr.Run.ID, cr.LeaseToken, ls.tokenOf(cr.Run.Sequence), cr.Run.Status, cr.LeaseExpiresAt)
 		}
 	}
 	if len(got[0].Inbox) != 1 || got[0].Inbox[0].Name != "go" {

@@ -20,6 +20,7 @@ var claimCases = []testCase{
 	{"NotTwiceWhileLeased", claimNotTwice},
 	{"Concurrent", claimConcurrent},
 	{"ExpiredLeaseReclaimed", claimExpiredLease},
+	{"TokensAboveAfterClockSetBack", claimClockSetBack},
 	{"WaitingRuns", claimWaiting},
 	{"History", claimHistory},
 	{"NextDue", claimNextDue},
@@ -203,6 +204,38 @@ func claimExpiredLease(t *testing.T, e *env) {
 	e.checkpoint(second, store.CheckpointParams{Status: store.StatusRunning})
 	if r := e.wantStatus(first.Run.ID, store.StatusRunning); r.LeaseOwner != "worker-2" {
 		t.Fatalf("lease owner = %q, want worker-2", r.LeaseOwner)
+	}
+}
+
+// claimClockSetBack: a claim's new tokens are above every token its runs had,
+// even after the clock was set back. In one claim, a run whose token is at or
+// above the clock gets its token plus one and a fresh run the clock's; the lease
+// before is fenced off.
+func claimClockSetBack(t *testing.T, e *env) {
+	first := e.start()
+	e.clk.Set(e.clk.Now().Add(-time.Hour))
+	if err := e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: leaseOf(first)}); err != nil {
+		t.Fatalf("LeaseRelease: %v", err)
+	}
+	fresh := e.create()
+	res := e.claim()
+	tokens := map[string]int64{}
+	for _, cr := range res.Runs {
+		tokens[cr.Run.ID] = cr.LeaseToken
+	}
+	if len(res.Runs) != 2 {
+		t.Fatalf("claimed %v, want %s and %s", claimedIDs(res.Runs), first.Run.ID, fresh.ID)
+	}
+	if got := tokens[first.Run.ID]; got <= first.LeaseToken {
+		t.Fatalf("token of the run claimed again = %d, want above its token before, %d", got, first.LeaseToken)
+	}
+	if got := tokens[fresh.ID]; got <= 0 {
+		t.Fatalf("token of the fresh run = %d", got)
+	}
+	err := e.checkpointErr(first, store.CheckpointParams{Status: store.StatusRunning})
+	wantErr(t, "Checkpoint with the token before", err, store.ErrLeaseLost)
+	for _, cr := range res.Runs {
+		e.checkpoint(cr, store.CheckpointParams{Status: store.StatusSucceeded})
 	}
 }
 
