@@ -17,11 +17,9 @@ import (
 // Library names the SQLite library of this build.
 const Library = "github.com/mattn/go-sqlite3"
 
-// DriverName is the database/sql driver name of Library, for applications
-// that open the store's file themselves (a transactional start, say).
-const DriverName = "sqlite3"
-
-// Open opens the database of dsn (see the package documentation).
+// Open opens the database of dsn (see the package documentation) through a
+// connector of its own: nothing is registered with database/sql under a name
+// (the mattn package registers "sqlite3" itself).
 func Open(dsn string) (*sql.DB, error) {
 	path, query, _ := strings.Cut(dsn, "?")
 	vals, err := url.ParseQuery(query)

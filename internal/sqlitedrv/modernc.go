@@ -13,12 +13,9 @@ import (
 // Library names the SQLite library of this build.
 const Library = "modernc.org/sqlite"
 
-// DriverName is the database/sql driver name of Library, for applications
-// that open the store's file themselves (a transactional start, say).
-const DriverName = "sqlite"
-
-// Open opens the database of dsn (see the package documentation).
-func Open(dsn string) (*sql.DB, error) { return sql.Open(DriverName, dsn) }
+// Open opens the database of dsn (see the package documentation) with the
+// database/sql driver that modernc.org/sqlite registers as "sqlite".
+func Open(dsn string) (*sql.DB, error) { return sql.Open("sqlite", dsn) }
 
 // code is the extended result code of a SQLite error, or -1.
 func code(err error) int {
