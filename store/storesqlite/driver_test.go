@@ -244,8 +244,8 @@ func TestTimesAreUTCNanoseconds(t *testing.T) {
 
 // TestOpenDBSharesTheStoresFile opens the file of an open store with OpenDB, as
 // an application does for its own tables: it reads the store's runs, waits for
-// locks as the store does, and its writes are there for the store's next
-// transactional start to see.
+// locks as the store does, and a transaction of it holds both the application's
+// writes and a run the store starts in it (a transactional start).
 func TestOpenDBSharesTheStoresFile(t *testing.T) {
 	ctx := t.Context()
 	s, _, cfg := setup(t)
@@ -278,6 +278,9 @@ func TestOpenDBSharesTheStoresFile(t *testing.T) {
 	}
 	if _, err := s.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: "r2"}); err != nil {
 		t.Fatalf("the run started in the application's transaction: %v", err)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM orders`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the application's table after the commit: %d rows, %v", n, err)
 	}
 	if _, err := storesqlite.OpenDB(filepath.Join(t.TempDir(), "missing", "x.db")); err != nil {
 		t.Fatalf("OpenDB is lazy, as sql.Open: %v", err)
