@@ -98,28 +98,21 @@ func runRemoteBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout
 // memFile (none when it is ""). Either file is created at once, so that a bad
 // path fails before the workloads run.
 func startProfiles(cpuFile, memFile string) (func(), error) {
-	var cpu, mem *os.File
-	if memFile != "" {
-		f, err := os.Create(memFile)
-		if err != nil {
-			return nil, err
-		}
-		mem = f
+	mem, err := createIf(memFile)
+	if err != nil {
+		return nil, err
 	}
-	if cpuFile != "" {
-		f, err := os.Create(cpuFile)
-		if err == nil {
-			if err = pprof.StartCPUProfile(f); err != nil {
+	cpu, err := createIf(cpuFile)
+	if err == nil && cpu != nil {
+		err = pprof.StartCPUProfile(cpu)
+	}
+	if err != nil {
+		for _, f := range []*os.File{mem, cpu} {
+			if f != nil {
 				f.Close()
 			}
 		}
-		if err != nil {
-			if mem != nil {
-				mem.Close()
-			}
-			return nil, err
-		}
-		cpu = f
+		return nil, err
 	}
 	return func() {
 		if cpu != nil {
@@ -133,6 +126,14 @@ func startProfiles(cpuFile, memFile string) (func(), error) {
 			mem.Close()
 		}
 	}, nil
+}
+
+// createIf creates the file name, or returns nil when name is "".
+func createIf(name string) (*os.File, error) {
+	if name == "" {
+		return nil, nil
+	}
+	return os.Create(name)
 }
 
 // benchArgs are the parsed arguments of bench.

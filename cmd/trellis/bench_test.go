@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/trellis-dev/trellis/internal/bench"
+	"github.com/trellis-dev/trellis/internal/sqlitedrv"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -98,7 +99,7 @@ func TestBenchThroughServer(t *testing.T) {
 }
 
 // bench --observe runs a workload with metrics and tracing and says so in its
-// settings; a --trace-ratio outside (0, 1] is refused before anything runs.
+// settings, as it names the SQLite library of the build on SQLite; a --trace-ratio outside (0, 1] is refused before anything runs.
 func TestBenchObserve(t *testing.T) {
 	url := storeURL(t)
 	res := trellisCmd(t, "bench", "--store", url, "--workload", "w1", "-n", "50", "--observe", "--trace-ratio", "0.5", "--json").ok(t)
@@ -108,6 +109,9 @@ func TestBenchObserve(t *testing.T) {
 	}
 	if r.N != 50 || r.Settings["observe"] != "metrics+tracing" || r.Settings["trace_ratio"] != 0.5 {
 		t.Fatalf("result %+v", r)
+	}
+	if lib, ok := r.Settings["sqlite_library"]; strings.HasPrefix(url, "sqlite:") != ok || ok && lib != sqlitedrv.Library {
+		t.Fatalf("settings %v: want sqlite_library %q on SQLite alone", r.Settings, sqlitedrv.Library)
 	}
 	for _, bad := range []string{"0", "1.5", "-1"} {
 		res := trellisCmd(t, "bench", "--store", url, "--workload", "w1", "--observe", "--trace-ratio", bad)

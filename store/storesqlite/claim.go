@@ -54,15 +54,16 @@ const (
 	// back) are left to sqlLeaseAbove. loadClaimed reads the runs, on the read
 	// pool after a claim: building and scanning a thousand whole rows took the
 	// writer, the store's bottleneck, about as long as the update itself.
-	sqlLease = `UPDATE OR FAIL runs SET status = 'running', lease_owner = ?1, lease_token = ?5,
-	lease_seq = 0, lease_fp = 0, lease_expires_at = ?2, attempts = attempts + 1, started_at = COALESCE(started_at, ?3),
-	wait_reason = '', updated_at = ?3 WHERE sequence IN (SELECT value FROM json_each(?4)) AND lease_token < ?5`
+	sqlLease = `UPDATE OR FAIL runs SET ` + leaseSet + `, lease_token = ?5 ` + leaseWhere + ` AND lease_token < ?5`
 	// sqlLeaseAbove leases the runs of the claim that sqlLease left (not running
 	// yet), each with its token plus one, and returns those tokens.
-	sqlLeaseAbove = `UPDATE OR FAIL runs SET status = 'running', lease_owner = ?1, lease_token = lease_token + 1,
-	lease_seq = 0, lease_fp = 0, lease_expires_at = ?2, attempts = attempts + 1, started_at = COALESCE(started_at, ?3),
-	wait_reason = '', updated_at = ?3 WHERE sequence IN (SELECT value FROM json_each(?4)) AND status <> 'running'
-	RETURNING sequence, lease_token`
+	sqlLeaseAbove = `UPDATE OR FAIL runs SET ` + leaseSet + `, lease_token = lease_token + 1 ` + leaseWhere +
+		` AND status <> 'running' RETURNING sequence, lease_token`
+	// leaseSet and leaseWhere are what sqlLease and sqlLeaseAbove share: the
+	// lease of worker ?1 until ?2 taken at ?3, on the runs of the JSON list ?4.
+	leaseSet = `status = 'running', lease_owner = ?1, lease_seq = 0, lease_fp = 0, lease_expires_at = ?2,
+	attempts = attempts + 1, started_at = COALESCE(started_at, ?3), wait_reason = '', updated_at = ?3`
+	leaseWhere = `WHERE sequence IN (SELECT value FROM json_each(?4))`
 	// sqlClaimedRuns reads the runs of a list of sequences.
 	sqlClaimedRuns = `SELECT ` + runCols + ` FROM runs WHERE sequence IN (SELECT value FROM json_each(?1))`
 	// sqlNextDue is the earliest future time at which a run of these workflows
