@@ -157,7 +157,9 @@ func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
 		return fmt.Errorf("resuming blocked runs: %w", err)
 	}
 	// Once Register returns, every process on the store sees these workflows
-	// served (a start refuses a workflow no live worker serves).
+	// served: a schedule of them may be created at once (it is refused for a
+	// workflow no live worker serves), and their pending runs read no "no live
+	// worker" wait reason.
 	if err := c.worker.Announce(ctx); err != nil {
 		return err
 	}

@@ -29,7 +29,8 @@ func TestClientWorkersListsLiveWorkers(t *testing.T) {
 }
 
 // Once Register returns, the worker's record lists the workflow: another process
-// sees it served and may start it at once, before any claim of this worker.
+// sees it served at once, before any claim of this worker, and may create a
+// schedule of it (refused for a workflow no live worker serves).
 func TestRegisterRecordsTheWorkerBeforeReturning(t *testing.T) {
 	t.Parallel()
 	url := storeURL(t)
@@ -45,6 +46,9 @@ func TestRegisterRecordsTheWorkerBeforeReturning(t *testing.T) {
 		}
 		if _, err := reader.StartRaw(ctxT(t), name, []byte("1"), trellis.StartOptions{}); err != nil {
 			t.Fatalf("a start from another client right after Register: %v", err)
+		}
+		if _, err := reader.CreateSchedule(ctxT(t), "s-"+name, trellis.ScheduleSpec{Workflow: name, Cron: "@daily", Input: trellis.Payload("1")}); err != nil {
+			t.Fatalf("a schedule created by another client right after Register: %v", err)
 		}
 	}
 }

@@ -64,7 +64,7 @@ func (w *Worker) writeRecord(ctx context.Context, workflows []string) error {
 
 // Announce writes the worker's record now if it was never written or its
 // workflows changed, so that once it returns other processes see them served
-// (a start of a workflow that no live worker serves is refused). The claim loop
+// (creating a schedule of a workflow no live worker serves is refused). The claim loop
 // writes the record too, before each claim, but a run that another process starts
 // right after this worker registers must not race that loop.
 func (w *Worker) Announce(ctx context.Context) error {
