@@ -141,7 +141,8 @@ func (c *Client) newResults() error {
 // StartRaw applies their queue, version and input check. Blocked runs of these workflows are resumed: a new
 // deploy gets a chance to replay them. With a worker, Register returns once the
 // worker's record in the store lists them, so that other processes (a server, the
-// CLI) see them served from then on.
+// CLI) see them served from then on. A client opened on a Server runs no worker
+// (Config.Server): there Register only informs StartRaw; NewWorker runs them.
 func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
 	names := make([]string, 0, len(wfs))
 	for _, wf := range wfs {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,7 +51,7 @@ func (c *Client) CreateNamespace(ctx context.Context, o NamespaceOptions) (*Name
 		ns, err = c.store.NamespaceCreate(ctx, &o)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("creating namespace %q: %w", o.Name, err)
+		return nil, opErr(fmt.Sprintf("creating namespace %q", o.Name), err)
 	}
 	return ns, nil
 }
@@ -66,7 +67,7 @@ func (c *Client) GetNamespace(ctx context.Context, name string) (*Namespace, err
 		ns, err = c.store.NamespaceGet(ctx, &store.NamespaceGetParams{Name: name})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("getting namespace %q: %w", name, err)
+		return nil, opErr(fmt.Sprintf("getting namespace %q", name), err)
 	}
 	return ns, nil
 }
@@ -103,7 +104,7 @@ func (c *Client) UpdateNamespace(ctx context.Context, u NamespaceUpdate) (*Names
 		ns, err = c.store.NamespaceUpdate(ctx, &u)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("updating namespace %q: %w", u.Name, err)
+		return nil, opErr(fmt.Sprintf("updating namespace %q", u.Name), err)
 	}
 	return ns, nil
 }
@@ -126,7 +127,7 @@ func (c *Client) CreateQueue(ctx context.Context, name string, s QueueSettings) 
 		c.forgetQueue(name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("creating queue %q: %w", name, err)
+		return nil, opErr(fmt.Sprintf("creating queue %q", name), err)
 	}
 	return q, nil
 }
@@ -143,7 +144,7 @@ func (c *Client) GetQueue(ctx context.Context, name string) (*Queue, error) {
 		q, err = c.store.QueueGet(ctx, &store.QueueGetParams{Namespace: c.cfg.Namespace, Name: name})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("getting queue %q: %w", name, err)
+		return nil, opErr(fmt.Sprintf("getting queue %q", name), err)
 	}
 	return q, nil
 }
@@ -179,7 +180,7 @@ func (c *Client) UpdateQueue(ctx context.Context, name string, s QueueSettings) 
 		c.forgetQueue(name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("updating queue %q: %w", name, err)
+		return nil, opErr(fmt.Sprintf("updating queue %q", name), err)
 	}
 	return q, nil
 }
@@ -207,9 +208,20 @@ func (c *Client) setPaused(ctx context.Context, name string, paused bool) (*Queu
 		q, err = c.store.QueueSetPaused(ctx, &store.QueueSetPausedParams{Namespace: c.cfg.Namespace, Name: name, Paused: paused})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s queue %q: %w", map[bool]string{true: "pausing", false: "resuming"}[paused], name, err)
+		return nil, opErr(fmt.Sprintf("%s queue %q", map[bool]string{true: "pausing", false: "resuming"}[paused], name), err)
 	}
 	return q, nil
+}
+
+// opErr wraps err, an error of op ("getting queue \"q\""), with op, unless a
+// server's answer already begins with it: the server ran the same method, and
+// its detail would otherwise say it twice.
+func opErr(op string, err error) error {
+	var re *RemoteError
+	if errors.As(err, &re) && strings.HasPrefix(re.Detail, op+": ") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }
 
 func nsPath(name string) string { return "/v1/namespaces/" + url.PathEscape(name) }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,14 +136,19 @@ func TestAPIQueues(t *testing.T) {
 			if _, err := c.PauseQueue(ctx, "default"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.PauseQueue(ctx, "default"); !errors.Is(err, trellis.ErrQueueState) {
-				t.Fatalf("second pause over HTTP: %v, want ErrQueueState", err)
+			// The errors say once what failed: the server's detail names the
+			// operation already, and the client does not name it again.
+			if _, err := c.PauseQueue(ctx, "default"); !errors.Is(err, trellis.ErrQueueState) || onceIn(err, `pausing queue "default"`) != 1 {
+				t.Fatalf("second pause over HTTP: %v, want ErrQueueState, the operation named once", err)
 			}
-			if _, err := c.GetQueue(ctx, "nope"); !errors.Is(err, trellis.ErrQueueNotFound) {
-				t.Fatalf("unknown queue over HTTP: %v, want ErrQueueNotFound", err)
+			if _, err := c.GetQueue(ctx, "nope"); !errors.Is(err, trellis.ErrQueueNotFound) || onceIn(err, `getting queue "nope"`) != 1 {
+				t.Fatalf("unknown queue over HTTP: %v, want ErrQueueNotFound, the operation named once", err)
 			}
-			if _, err := c.GetNamespace(ctx, "nope"); !errors.Is(err, trellis.ErrNamespaceNotFound) {
-				t.Fatalf("unknown namespace over HTTP: %v, want ErrNamespaceNotFound", err)
+			if _, err := c.GetNamespace(ctx, "nope"); !errors.Is(err, trellis.ErrNamespaceNotFound) || onceIn(err, `getting namespace "nope"`) != 1 {
+				t.Fatalf("unknown namespace over HTTP: %v, want ErrNamespaceNotFound, the operation named once", err)
+			}
+			if _, err := c.UpdateNamespace(ctx, trellis.NamespaceUpdate{Name: "nope"}); !errors.Is(err, trellis.ErrNamespaceNotFound) || onceIn(err, `updating namespace "nope"`) != 1 {
+				t.Fatalf("updating an unknown namespace over HTTP: %v, want ErrNamespaceNotFound, the operation named once", err)
 			}
 			if _, err := c.CreateQueue(ctx, "default", trellis.QueueSettings{}); !errors.Is(err, trellis.ErrQueueExists) {
 				t.Fatalf("queue created twice over HTTP: %v", err)
@@ -177,4 +183,12 @@ func TestAPIQueues(t *testing.T) {
 			}
 		})
 	}
+}
+
+// onceIn counts the times s occurs in err's message.
+func onceIn(err error, s string) int {
+	if err == nil {
+		return 0
+	}
+	return strings.Count(err.Error(), s)
 }

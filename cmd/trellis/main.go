@@ -201,11 +201,12 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 	})
 }
 
-// flagDefault is f's default as shown in usage: "" for a zero default, quoted for
-// a string.
+// flagDefault is f's default as shown in usage: "" for a zero default (a zero
+// duration included, whose flag usually says what zero stands for), quoted for a
+// string.
 func flagDefault(f *flag.Flag) string {
 	switch f.DefValue {
-	case "", "0", "false":
+	case "", "0", "0s", "false":
 		return ""
 	}
 	if g, ok := f.Value.(flag.Getter); ok {

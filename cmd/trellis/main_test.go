@@ -60,6 +60,8 @@ func TestHelpEverywhere(t *testing.T) {
 		{"approvals", "list"}, {"approvals", "approve"}, {"approvals", "reject"},
 		{"workers"}, {"workers", "list"},
 		{"tokens"}, {"tokens", "create"}, {"tokens", "list"}, {"tokens", "revoke"},
+		{"namespaces", "create"}, {"namespaces", "update"}, {"queues", "create"}, {"queues", "update"},
+		{"schedules", "create"}, {"schedules", "update"}, {"schedules", "backfill"},
 	}
 	goStyle := regexp.MustCompile(`(?m)^\s+-[a-z]`)
 	for _, cmd := range commands {
@@ -77,6 +79,11 @@ func TestHelpEverywhere(t *testing.T) {
 			}
 			if len(cmd) > 0 && (cmd[0] == "runs" || cmd[0] == "approvals" || cmd[0] == "workers") && !strings.Contains(res.stdout, "--server") {
 				t.Errorf("%q: no --server flag in\n%s", args, res.stdout)
+			}
+			for _, line := range strings.Split(res.stdout, "\n") {
+				if strings.HasPrefix(line, "    \t") && strings.Count(line, "(default ") > 1 {
+					t.Errorf("%q: a flag with two defaults: %q", args, line)
+				}
 			}
 			if goStyle.MatchString(res.stdout) {
 				t.Errorf("%q: flags shown as -name:\n%s", args, res.stdout)

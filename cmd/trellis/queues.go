@@ -253,7 +253,7 @@ func queuesSet(ctx context.Context, sub string, args []string, stdout, stderr io
 	}
 	fs.IntVar(&conc, "concurrency-limit", 0, "runs of the queue running at once, across every worker")
 	fs.IntVar(&keyLimit, "key-limit", 0, "runs with one concurrency key running at once")
-	fs.Float64Var(&rate, "rate", 0, "runs started per `second`")
+	fs.Float64Var(&rate, "rate", 0, "runs started per second, at most (`N`, fractions allowed: 0.5 is one run every two seconds)")
 	fs.IntVar(&burst, "burst", 0, "the largest burst of runs started at once under --rate (default 1)")
 	fs.IntVar(&payload, "payload-limit", 0, "the largest run input, in `bytes`")
 	fs.IntVar(&pri, "priority", 0, "the default priority of the queue's runs")
