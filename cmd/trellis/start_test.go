@@ -19,7 +19,8 @@ func TestRunsStart(t *testing.T) {
 		"--priority", "3", "--start-at", at.Format(time.RFC3339), "--deadline", at.Add(time.Hour).Format(time.RFC3339),
 		"--store", url).ok(t)
 	contains(t, "start", res.stdout, "Workflow ID:", "greet-1", "Workflow:", "greet", "Queue:", "mail",
-		"Priority:", "3", "Status:", "pending", `Input:`, `"ada"`)
+		"Priority:", "3", "Status:", "pending", `Input:`, `"ada"`,
+		`no live worker serves workflow "greet"`) // as a read shows it
 	runs := listRuns(t, url)
 	if len(runs) != 1 || runs[0].Queue != "mail" || runs[0].Priority != 3 || !runs[0].AvailableAt.Equal(at) ||
 		runs[0].Deadline == nil || !runs[0].Deadline.Equal(at.Add(time.Hour)) {
