@@ -85,7 +85,7 @@ func WithSchema(t testing.TB, base, schema string) string {
 }
 
 // DropSchema drops schema and everything in it; failures are logged, not fatal.
-func DropSchema(t testing.TB, base, schema string) {
+func DropSchema(t logger, base, schema string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, base)

@@ -102,8 +102,12 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 	w.mu.Lock()
 	w.wantMore = full && n == free
 	w.backlog = full
+	// Runs that finished while this claim ran read the old wantMore (false
+	// after a claim that was not full, or at the first one) and woke nobody:
+	// count the slots they freed, as wantMoreFree does.
+	freeNow := w.cfg.Concurrency - len(w.active) - w.reserved
 	w.mu.Unlock()
-	return res.NextDue, full && n < free
+	return res.NextDue, full && (n < free || freeNow >= w.refillAt())
 }
 
 func (w *Worker) launch(cr *store.ClaimedRun) {

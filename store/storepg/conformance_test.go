@@ -2,6 +2,7 @@ package storepg_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -28,9 +29,32 @@ func openTest(t *testing.T, now func() time.Time) *storepg.Store {
 	return s
 }
 
+// openReused is openTest on a schema of pgtest.ReusedSchemaURL: a conformance
+// case's store is closed and emptied when it ends.
+func openReused(t *testing.T, now func() time.Time) *storepg.Store {
+	t.Helper()
+	cfg, err := storepg.ParseURL(pgtest.ReusedSchemaURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Now = now
+	s, err := storepg.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.DropReused()
+	os.Exit(code)
+}
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
-		return openTest(t, now)
+		return openReused(t, now)
 	})
 }
 
@@ -38,7 +62,7 @@ func TestConformance(t *testing.T) {
 // statement that batches of several checkpoints use.
 func TestConformanceMerged(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
-		s := openTest(t, now)
+		s := openReused(t, now)
 		storepg.MergeSingleCheckpoints(s)
 		return s
 	})

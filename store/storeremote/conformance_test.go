@@ -2,6 +2,7 @@ package storeremote_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -58,10 +59,16 @@ func TestConformanceSQLite(t *testing.T) {
 	})
 }
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.DropReused()
+	os.Exit(code)
+}
+
 // The same through a server on Postgres.
 func TestConformancePostgres(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
-		cfg, err := storepg.ParseURL(pgtest.SchemaURL(t))
+		cfg, err := storepg.ParseURL(pgtest.ReusedSchemaURL(t))
 		if err != nil {
 			t.Fatal(err)
 		}
