@@ -16,24 +16,20 @@ import (
 // dropped: cleanups run last-registered first).
 func openTest(t *testing.T, now func() time.Time) *storepg.Store {
 	t.Helper()
-	cfg, err := storepg.ParseURL(pgtest.SchemaURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Now = now
-	s, err := storepg.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return openOn(t, pgtest.SchemaURL(t), now)
 }
 
 // openReused is openTest on a schema of pgtest.ReusedSchemaURL: a conformance
-// case's store is closed and emptied when it ends.
+// case's store is closed, then emptied for the next case.
 func openReused(t *testing.T, now func() time.Time) *storepg.Store {
 	t.Helper()
-	cfg, err := storepg.ParseURL(pgtest.ReusedSchemaURL(t))
+	return openOn(t, pgtest.ReusedSchemaURL(t), now)
+}
+
+// openOn opens a store on url with clock now, closed at cleanup.
+func openOn(t *testing.T, url string, now func() time.Time) *storepg.Store {
+	t.Helper()
+	cfg, err := storepg.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
 	}
