@@ -117,7 +117,7 @@ func namespacesSet(ctx context.Context, sub string, args []string, stdout, stder
 		defaultQueue string
 		payloadLimit int
 	)
-	targetFlags(fs, &tg)
+	connFlags(fs, &tg)
 	fs.BoolVar(&asJSON, "json", false, "print the namespace as JSON")
 	fs.DurationVar(&retention, "retention", 0, "how long finished runs are kept, e.g. 720h (default 720h)")
 	fs.StringVar(&defaultQueue, "default-queue", "", "the `queue` of runs started without one (default \"default\")")
@@ -165,7 +165,7 @@ func namespacesList(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs := newFlagSet("namespaces list", "namespaces list [flags]", "List the namespaces with a record, by name.", stderr)
 	var tg target
 	var asJSON bool
-	targetFlags(fs, &tg)
+	connFlags(fs, &tg)
 	fs.BoolVar(&asJSON, "json", false, "print the namespaces as JSON")
 	pos, err := parseArgs(fs, args)
 	switch {
@@ -190,7 +190,7 @@ func namespacesGet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlagSet("namespaces get", "namespaces get NAME [flags]", "Show a namespace's record.", stderr)
 	var tg target
 	var asJSON bool
-	targetFlags(fs, &tg)
+	connFlags(fs, &tg)
 	fs.BoolVar(&asJSON, "json", false, "print the namespace as JSON")
 	name, err := oneName(fs, args, &tg)
 	if err != nil {

@@ -33,6 +33,12 @@ func TestNamespacesAndQueues(t *testing.T) {
 	contains(t, "namespaces list", res.stdout, "default", "48h0m0s", "2048")
 	res = trellisCmd(t, "namespaces", "get", "default", "--store", url).ok(t)
 	contains(t, "namespaces get", res.stdout, "default", "2048")
+	// A namespace command works on no one namespace: --namespace is no flag of it.
+	res = trellisCmd(t, "namespaces", "get", "default", "--namespace", "other", "--store", url)
+	if res.code != 2 {
+		t.Fatalf("namespaces get --namespace: exit %d", res.code)
+	}
+	contains(t, "namespaces get --namespace", res.stderr, "flag provided but not defined: --namespace")
 
 	res = trellisCmd(t, "queues", "create", "emails", "--concurrency-limit", "5", "--key-limit", "1",
 		"--rate", "10", "--burst", "20", "--store", url).ok(t)

@@ -286,10 +286,16 @@ type target struct{ store, server, token, namespace string }
 
 // targetFlags adds --store, --server, --token and --namespace.
 func targetFlags(fs *flag.FlagSet, t *target) {
+	connFlags(fs, t)
+	fs.StringVar(&t.namespace, "namespace", "", "the `namespace` of the runs (default $"+envNamespace+", else \"default\")")
+}
+
+// connFlags adds --store, --server and --token: the flags of a command that
+// works on no one namespace (trellis namespaces).
+func connFlags(fs *flag.FlagSet, t *target) {
 	storeFlag(fs, &t.store)
 	fs.StringVar(&t.server, "server", "", "a Trellis server's `URL`, e.g. http://127.0.0.1:7070, instead of --store (default $"+envServer+")")
 	fs.StringVar(&t.token, "token", "", "the bearer `token` for --server (default $"+envToken+")")
-	fs.StringVar(&t.namespace, "namespace", "", "the `namespace` of the runs (default $"+envNamespace+", else \"default\")")
 }
 
 // resolve fills what the flags left empty from the environment and checks that
