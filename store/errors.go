@@ -1,6 +1,9 @@
 package store
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors of the storage contract. Drivers return them (possibly wrapped) so
 // callers can test with errors.Is; the root package re-exports them.
@@ -57,3 +60,16 @@ var (
 	// nothing was written.
 	ErrIdempotencyKeyConflict = errors.New("idempotency key already used by a different request")
 )
+
+// RunExistsError is ErrRunExists for a start of run ID id with workflow ID
+// workflowID that a unique index refused: either the workflow ID is taken (by an
+// active run, or with ReuseReject by any run) or the run ID is. The workflow ID
+// comes first: a generated run ID never collides, a workflow ID chosen by the
+// caller often does.
+func RunExistsError(id, workflowID string, reuse ReusePolicy) error {
+	holder := "an active run"
+	if reuse == ReuseReject {
+		holder = "a run (reuse policy \"reject\")"
+	}
+	return fmt.Errorf("%w: %s has workflow ID %q, or run ID %q is taken", ErrRunExists, holder, workflowID, id)
+}

@@ -118,8 +118,7 @@ func (k *keyedCreator) commit(reqs []*keyedReq) {
 		case !states[i].keyNew:
 			r.err = fmt.Errorf("%w: %q", store.ErrIdempotencyKeyConflict, r.p.Idempotency.Key)
 		case *r.res == nil:
-			r.err = fmt.Errorf("%w: run %q or a run with workflow ID %q (policy %q)",
-				store.ErrRunExists, r.p.ID, r.p.WorkflowID, r.p.Reuse)
+			r.err = store.RunExistsError(r.p.ID, r.p.WorkflowID, r.p.Reuse)
 		default:
 			r.out = *r.res
 		}

@@ -82,8 +82,7 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 	}
 	result := func() (*store.RunCreateResult, error) {
 		if *res == nil {
-			return nil, fmt.Errorf("%w: run %q or a run with workflow ID %q (policy %q)",
-				store.ErrRunExists, p.ID, p.WorkflowID, p.Reuse)
+			return nil, store.RunExistsError(p.ID, p.WorkflowID, p.Reuse)
 		}
 		return *res, nil
 	}

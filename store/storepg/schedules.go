@@ -199,7 +199,7 @@ func (s *Store) runCreateInTx(tx *wtx, p *store.RunCreateParams) (*store.RunCrea
 		return nil, err
 	}
 	if *res == nil {
-		return nil, fmt.Errorf("%w: run %q or an active run with workflow ID %q", store.ErrRunExists, p.ID, p.WorkflowID)
+		return nil, store.RunExistsError(p.ID, p.WorkflowID, store.ReuseRejectActive)
 	}
 	tx.publish(store.RunTopic(p.Namespace, p.ID), store.TopicReady)
 	return *res, nil

@@ -43,8 +43,7 @@ func (s *Store) RunCreateTx(ctx context.Context, tx any, p *store.RunCreateParam
 		return nil, fmt.Errorf("creating run in a transaction: %w", err)
 	}
 	if *res == nil {
-		return nil, fmt.Errorf("creating run in a transaction: %w: run %q or a run with workflow ID %q (policy %q)",
-			store.ErrRunExists, p.ID, p.WorkflowID, p.Reuse)
+		return nil, fmt.Errorf("creating run in a transaction: %w", store.RunExistsError(p.ID, p.WorkflowID, p.Reuse))
 	}
 	if (*res).Created {
 		payload := txSender + "\n" + store.TopicReady + "\n" + store.RunTopic(p.Namespace, p.ID)

@@ -42,7 +42,7 @@ func insertChildren(tx *wtx, parent parentRef, g *store.ChildGroup, active int) 
 			r.Priority, r.Version, blob(r.Input), nsPtr(r.Deadline), avail, reason, now, now,
 			parent.Seq, parent.ID, g.Position, item)
 		if isUniqueViolation(err) {
-			return fmt.Errorf("%w: child run %q or an active run with workflow ID %q", store.ErrRunExists, r.ID, r.WorkflowID)
+			return fmt.Errorf("child run: %w", store.RunExistsError(r.ID, r.WorkflowID, store.ReuseRejectActive))
 		}
 		if err != nil {
 			return fmt.Errorf("creating child run %q: %w", r.ID, err)

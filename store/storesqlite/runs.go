@@ -98,7 +98,7 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 	if isUniqueViolation(err) {
 		// Either the run ID is taken or an active run has this workflow ID (the
 		// partial unique index enforces the default policy).
-		return nil, fmt.Errorf("%w: run %q or an active run with workflow ID %q", store.ErrRunExists, p.ID, p.WorkflowID)
+		return nil, store.RunExistsError(p.ID, p.WorkflowID, p.Reuse)
 	}
 	if err != nil {
 		return nil, err

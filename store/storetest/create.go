@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,6 +204,11 @@ func createRejectActive(t *testing.T, e *env) {
 	first := e.create(withWorkflowID("order-1"))
 	_, err := e.st.RunCreate(e.ctx, e.params(withWorkflowID("order-1")))
 	wantErr(t, "second start while pending", err, store.ErrRunExists)
+	// The error names the workflow ID that is taken (a caller chose it; the run
+	// ID was likely generated).
+	if !strings.Contains(err.Error(), `has workflow ID "order-1"`) {
+		t.Errorf("second start while pending: %v, want the workflow ID named", err)
+	}
 	cr := e.claimOne(first.ID)
 	_, err = e.st.RunCreate(e.ctx, e.params(withWorkflowID("order-1")))
 	wantErr(t, "second start while running", err, store.ErrRunExists)

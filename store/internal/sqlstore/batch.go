@@ -129,8 +129,7 @@ func (s *SQL) insertBatch(tx Tx, p *store.RunsCreateParams, items []store.RunsCr
 		r := items[i].Run
 		seq, ok := seqs[r.ID]
 		if !ok {
-			items[i] = store.RunsCreateItem{Err: fmt.Errorf("%w: run %q or an active run with workflow ID %q",
-				store.ErrRunExists, r.ID, r.WorkflowID)}
+			items[i] = store.RunsCreateItem{Err: store.RunExistsError(r.ID, r.WorkflowID, store.ReuseRejectActive)}
 			continue
 		}
 		r.Sequence = seq
