@@ -21,14 +21,14 @@ func (c *Client) Approvals(ctx context.Context, f ApprovalFilter) (*ApprovalList
 	if c.remote != nil {
 		page, err := c.remote.approvals(ctx, f)
 		if err != nil {
-			return nil, fmt.Errorf("listing approvals: %w", err)
+			return nil, opErr("listing approvals", err)
 		}
 		return page, nil
 	}
 	res, err := c.store.ApprovalList(ctx, &store.ApprovalListParams{Namespace: c.cfg.Namespace,
 		Statuses: approvalStatusesToStore(f.Statuses), Run: f.Run, Limit: f.Limit, Cursor: f.Cursor})
 	if err != nil {
-		return nil, fmt.Errorf("listing approvals: %w", err)
+		return nil, opErr("listing approvals", err)
 	}
 	page := &ApprovalList{Approvals: make([]*ApprovalRecord, len(res.Approvals)), NextCursor: res.NextCursor}
 	for i, a := range res.Approvals {
@@ -42,13 +42,13 @@ func (c *Client) GetApproval(ctx context.Context, id string) (*ApprovalRecord, e
 	if c.remote != nil {
 		a, err := c.remote.getApproval(ctx, id)
 		if err != nil {
-			return nil, fmt.Errorf("getting approval %s: %w", id, err)
+			return nil, opErr(fmt.Sprintf("getting approval %q", id), err)
 		}
 		return a, nil
 	}
 	a, err := c.store.ApprovalGet(ctx, &store.ApprovalGetParams{Namespace: c.cfg.Namespace, ID: id})
 	if err != nil {
-		return nil, fmt.Errorf("getting approval %s: %w", id, err)
+		return nil, opErr(fmt.Sprintf("getting approval %q", id), err)
 	}
 	return approvalFromStore(a), nil
 }
@@ -81,14 +81,14 @@ func (c *Client) doDecide(ctx context.Context, id string, approve bool, principa
 	if c.remote != nil {
 		a, err := c.remote.decide(ctx, id, approve, comment)
 		if err != nil {
-			return nil, fmt.Errorf("deciding approval %s: %w", id, err)
+			return nil, opErr(fmt.Sprintf("deciding approval %q", id), err)
 		}
 		return a, nil
 	}
 	a, err := c.store.ApprovalDecide(ctx, &store.ApprovalDecideParams{Namespace: c.cfg.Namespace, ID: id,
 		Approve: approve, Principal: principal, Comment: comment, Idempotency: idempotency(ctx, decided)})
 	if err != nil {
-		return nil, fmt.Errorf("deciding approval %s: %w", id, err)
+		return nil, opErr(fmt.Sprintf("deciding approval %q", id), err)
 	}
 	return approvalFromStore(a), nil
 }

@@ -86,7 +86,7 @@ func (c *Client) ListNamespaces(ctx context.Context) ([]*Namespace, error) {
 		out, err = c.store.NamespaceList(ctx)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("listing namespaces: %w", err)
+		return nil, opErr("listing namespaces", err)
 	}
 	return out, nil
 }
@@ -163,7 +163,7 @@ func (c *Client) ListQueues(ctx context.Context) ([]*Queue, error) {
 		out, err = c.store.QueueList(ctx, &store.QueueListParams{Namespace: c.cfg.Namespace})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("listing queues: %w", err)
+		return nil, opErr("listing queues", err)
 	}
 	return out, nil
 }
@@ -213,16 +213,32 @@ func (c *Client) setPaused(ctx context.Context, name string, paused bool) (*Queu
 	return q, nil
 }
 
-// opErr wraps err, an error of op ("getting queue \"q\""), with op, unless a
-// server's answer already begins with it: the server ran the same method, and
-// its detail would otherwise say it twice.
+// opErr wraps err, the failure of op (`getting queue "q"`), in op, once: an error
+// that begins with op already (a server's answer to the same call) is returned as
+// it is, and one that begins with op's words before its quoted name (the store's
+// `getting queue: queue not found: ...`) has those words replaced by op, so that
+// the message says what failed once, with the name. errors.Is sees through both.
 func opErr(op string, err error) error {
-	var re *RemoteError
-	if errors.As(err, &re) && strings.HasPrefix(re.Detail, op+": ") {
+	msg := err.Error()
+	if strings.HasPrefix(msg, op+": ") {
 		return err
+	}
+	if i := strings.IndexByte(op, '"'); i > 0 {
+		if verb := strings.TrimSpace(op[:i]); strings.HasPrefix(msg, verb+": ") {
+			return &opError{msg: op + msg[len(verb):], err: err}
+		}
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
+
+// opError is an error whose message opErr rewrote.
+type opError struct {
+	msg string
+	err error
+}
+
+func (e *opError) Error() string { return e.msg }
+func (e *opError) Unwrap() error { return e.err }
 
 func nsPath(name string) string { return "/v1/namespaces/" + url.PathEscape(name) }
 

@@ -2,7 +2,6 @@ package trellis
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -31,13 +30,13 @@ func (c *Client) Workers(ctx context.Context) ([]*WorkerRecord, error) {
 	if c.remote != nil {
 		ws, err := c.remote.workers(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("listing workers: %w", err)
+			return nil, opErr("listing workers", err)
 		}
 		return ws, nil
 	}
 	ws, err := c.store.WorkerList(ctx, &store.WorkerListParams{Namespace: c.cfg.Namespace})
 	if err != nil {
-		return nil, fmt.Errorf("listing workers: %w", err)
+		return nil, opErr("listing workers", err)
 	}
 	out := make([]*WorkerRecord, len(ws))
 	for i, w := range ws {
