@@ -28,19 +28,19 @@ Usage:
   trellis <command> [arguments]
 
 Commands:
-  dev       run example workflows on a local SQLite store and watch them
-  runs      start, list, inspect, cancel and resume runs, send events (start, list, get, history, cancel, resume, send-event)
-  approvals list and decide approval requests (list, approve, reject)
-  workers   list the workers that serve a namespace (list)
-  schedules run workflows on a cron expression (create, list, get, update, pause, resume, trigger, backfill, delete)
-  tokens    create, list and revoke the server's bearer tokens (create, list, revoke)
+  dev         run example workflows on a local SQLite store and watch them
+  runs        start, watch and manage runs (start, list, get, history, watch, cancel, resume, send-event, reset, delete)
+  approvals   list and decide approval requests (list, approve, reject)
+  workers     list the workers that serve a namespace (list)
+  schedules   run workflows on a cron expression (create, list, get, update, pause, resume, trigger, backfill, delete)
+  tokens      create, list and revoke the server's bearer tokens (create, list, revoke)
   namespaces  manage namespaces: retention, default queue, payload limit (create, list, get, update)
-  queues    manage queues: pause, concurrency, per-key and rate limits (create, list, get, update, pause, resume)
-  migrate   create or upgrade a store's schema
-  server    serve the HTTP API of a store (docs/http-api.md)
-  bench     benchmark a store, or a server as its client (--server)
-  version   print the version of trellis and Go
-  help      show this help; "trellis help <command>" shows a command's flags
+  queues      manage queues: pause, concurrency, per-key and rate limits (create, list, get, update, pause, resume)
+  migrate     create or upgrade a store's schema
+  server      serve the HTTP API of a store (docs/http-api.md)
+  bench       benchmark a store, or a server as its client (--server)
+  version     print the version of trellis and Go
+  help        show this help; "trellis help <command>" shows a command's flags
 
 Store URLs look like sqlite:///abs/path/trellis.db or postgres://user@host:5432/db?schema=trellis.
 

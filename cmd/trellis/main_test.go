@@ -90,6 +90,34 @@ func TestHelpEverywhere(t *testing.T) {
 			}
 		}
 	}
+	// Each list of subcommands has its descriptions in one column, at least two
+	// spaces after the longest name.
+	for _, group := range []string{"", "runs", "approvals", "workers", "tokens", "namespaces", "queues", "schedules"} {
+		args := []string{"--help"}
+		if group != "" {
+			args = []string{group, "--help"}
+		}
+		out := trellisCmd(t, args...).stdout
+		_, list, ok := strings.Cut(out, "Subcommands:\n")
+		if !ok {
+			_, list, ok = strings.Cut(out, "Commands:\n")
+		}
+		if !ok {
+			t.Errorf("%q: no list of subcommands in\n%s", args, out)
+			continue
+		}
+		list, _, _ = strings.Cut(list, "\n\n")
+		col := -1
+		for _, line := range strings.Split(list, "\n") {
+			name := strings.Fields(line)[0]
+			at := strings.Index(line, name) + len(name)
+			desc := at + len(line[at:]) - len(strings.TrimLeft(line[at:], " "))
+			if desc-at < 2 || col >= 0 && desc != col {
+				t.Errorf("%q: %q is out of line with the others", args, line)
+			}
+			col = desc
+		}
+	}
 	res := trellisCmd(t, "runs", "list", "--bogus", "--store", "x")
 	if res.code != 2 || !strings.Contains(res.stderr, "flag provided but not defined: --bogus") || res.stdout != "" {
 		t.Errorf("unknown flag: exit %d %q", res.code, res.stderr)

@@ -18,16 +18,16 @@ import (
 const runsUsage = `Usage: trellis runs <subcommand> [arguments] (--store URL | --server URL --token T)
 
 Subcommands:
-  start     start a run of a workflow by name (WORKFLOW --input JSON)
-  list      list runs, newest first
-  get       show every field of one run
-  history   show a run's ops, results and failed attempts
-  watch     print a run's stream live until it ends ([--after N|now] [--json])
-  cancel    cancel a run
-  resume    make a blocked run pending again, to replay with the code now deployed
-  send-event send an event to a run (--name NAME [--payload JSON])
-  reset     start a finished run again from one of its steps (--to STEP)
-  delete    delete a finished run and everything that belongs to it, now
+  start       start a run of a workflow by name (WORKFLOW --input JSON)
+  list        list runs, newest first
+  get         show every field of one run
+  history     show a run's ops, results and failed attempts
+  watch       print a run's stream live until it ends ([--after N|now] [--json])
+  cancel      cancel a run
+  resume      make a blocked run pending again, to replay with the code now deployed
+  send-event  send an event to a run (--name NAME [--payload JSON])
+  reset       start a finished run again from one of its steps (--to STEP)
+  delete      delete a finished run and everything that belongs to it, now
 
 <id> is a run ID, or a workflow ID (meaning its latest run).
 
