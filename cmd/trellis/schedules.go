@@ -217,6 +217,7 @@ func schedulesSimple(ctx context.Context, sub string, args []string, named bool,
 			if err != nil {
 				return err
 			}
+			run = readBack(ctx, c, run)
 			if asJSON {
 				return writeJSON(stdout, run)
 			}

@@ -57,6 +57,13 @@ func TestSchedulesCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(res.stdout), &run); err != nil || run.Workflow != "report" {
 		t.Fatalf("trigger: %+v, %v", run, err)
 	}
+	// With no live worker, the run a trigger starts says why it waits: the
+	// command reads it back, as runs start does.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	res = trellisCmd(t, "schedules", "trigger", "nightly", "--store", url).ok(t)
+	contains(t, "trigger without a worker", res.stdout, `no live worker serves workflow "report"`)
 	res = trellisCmd(t, "schedules", "backfill", "nightly", "--start", "2026-03-28T00:00:00Z", "--end", "2026-03-31T00:00:00Z", "--store", url).ok(t)
 	// 03:30 Berlin on the 28th (CET), 29th and 30th (CEST): the spring change is no gap at 03:30.
 	contains(t, "schedules backfill", res.stdout, "3 runs", "sched-nightly-20260328T023000Z", "sched-nightly-20260329T013000Z", "sched-nightly-20260330T013000Z")

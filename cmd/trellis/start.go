@@ -94,16 +94,21 @@ func runsStart(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		// Shown as a read shows it: with the wait reason a read computes for a
-		// pending run, so that a start of a workflow no live worker serves (a
-		// typo, say) says so. The run is started either way: a failed read
-		// shows the start's record.
-		if read, err := c.Get(ctx, run.ID); err == nil {
-			run = read
-		}
+		run = readBack(ctx, c, run)
 		if sa.asJSON {
 			return writeJSON(stdout, run)
 		}
 		return printRun(stdout, run)
 	})
+}
+
+// readBack returns a run just started as a read shows it: with the wait reason a
+// read computes for a pending run, so that a start of a workflow no live worker
+// serves (a typo, say) says so. The run is started either way: when the read
+// fails, the start's record is returned.
+func readBack(ctx context.Context, c *trellis.Client, run *trellis.Run) *trellis.Run {
+	if read, err := c.Get(ctx, run.ID); err == nil {
+		return read
+	}
+	return run
 }
