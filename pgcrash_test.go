@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,6 +88,7 @@ func restartCluster(t *testing.T) *testCluster {
 	if _, err := exec.LookPath("pg_ctlcluster"); err != nil {
 		skip("pg_ctlcluster not found")
 	}
+	lockCluster(t)
 	versions, err := os.ReadDir("/etc/postgresql")
 	if err != nil || len(versions) == 0 {
 		skip("no PostgreSQL installation under /etc/postgresql")
@@ -109,6 +111,23 @@ func restartCluster(t *testing.T) *testCluster {
 	}
 	c.waitReady(t)
 	return c
+}
+
+// lockCluster holds an exclusive lock on the restart cluster until t ends, so that
+// test processes that run at once (CI runs the root package on two libraries side
+// by side) take turns with it instead of restarting it under each other. The lock
+// is a file's flock: the kernel drops it when a process dies.
+func lockCluster(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "trellis-"+restartClusterName+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("opening the restart cluster's lock: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatalf("locking the restart cluster: %v", err)
+	}
+	t.Cleanup(func() { f.Close() }) // closing the file releases the lock
 }
 
 func (c *testCluster) ctl(action string) ([]byte, error) {
