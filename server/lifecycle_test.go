@@ -48,7 +48,10 @@ func TestShutdownEndsLongPolls(t *testing.T) {
 	if got.ID != run.ID || got.Status.Terminal() {
 		t.Fatalf("long poll answered %+v", got)
 	}
-	if _, err := http.Post(e.base+"/v1/namespaces/default/runs", "application/json",
+	// A client of its own: the default one may hold a kept-alive connection to
+	// the server from before, which the shutdown closed (EOF, not refused).
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	if _, err := fresh.Post(e.base+"/v1/namespaces/default/runs", "application/json",
 		bytes.NewReader([]byte(`{"workflow":"echo"}`))); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("after shutdown: %v", err)
 	}
