@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -281,7 +282,7 @@ func queuesSet(ctx context.Context, sub string, args []string, stdout, stderr io
 		s.Retry = &trellis.QueueRetry{MaxAttempts: maxAttempts, InitialBackoff: trellis.Duration(initial),
 			MaxBackoff: trellis.Duration(maxBackoff)}
 	}
-	return withClient(ctx, tg, func(c *trellis.Client) error {
+	return queueHint(tg, withClient(ctx, tg, func(c *trellis.Client) error {
 		var q *trellis.Queue
 		var err error
 		if sub == "create" {
@@ -296,7 +297,7 @@ func queuesSet(ctx context.Context, sub string, args []string, stdout, stderr io
 			return err
 		}
 		return printQueues(stdout, asJSON, false, q)
-	})
+	}))
 }
 
 func queuesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -315,13 +316,13 @@ func queuesList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := tg.resolve(fs); err != nil {
 		return err
 	}
-	return withClient(ctx, tg, func(c *trellis.Client) error {
+	return queueHint(tg, withClient(ctx, tg, func(c *trellis.Client) error {
 		list, err := c.ListQueues(ctx)
 		if err != nil {
 			return err
 		}
 		return printQueues(stdout, asJSON, true, list...)
-	})
+	}))
 }
 
 func queuesOne(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
@@ -338,7 +339,7 @@ func queuesOne(ctx context.Context, sub string, args []string, stdout, stderr io
 	if err != nil {
 		return err
 	}
-	return withClient(ctx, tg, func(c *trellis.Client) error {
+	return queueHint(tg, withClient(ctx, tg, func(c *trellis.Client) error {
 		var q *trellis.Queue
 		var err error
 		switch sub {
@@ -353,7 +354,7 @@ func queuesOne(ctx context.Context, sub string, args []string, stdout, stderr io
 			return err
 		}
 		return printQueues(stdout, asJSON, false, q)
-	})
+	}))
 }
 
 func printQueues(w io.Writer, asJSON, list bool, qs ...*trellis.Queue) error {
@@ -383,4 +384,17 @@ func printQueues(w io.Writer, asJSON, list bool, qs ...*trellis.Queue) error {
 			limitText(q.KeyLimit), rate, limitText(q.PayloadLimit), q.Priority)
 	}
 	return tw.Flush()
+}
+
+// queueHint adds to a queue command's ErrNamespaceNotFound how to give the
+// namespace a record: runs work in a namespace without one, queues need it.
+func queueHint(tg target, err error) error {
+	if !errors.Is(err, trellis.ErrNamespaceNotFound) {
+		return err
+	}
+	ns := tg.namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return fmt.Errorf("%w (a namespace's queues need its record: trellis namespaces create %s)", err, ns)
 }

@@ -20,7 +20,7 @@ func TestNamespacesAndQueues(t *testing.T) {
 	if res.code != 1 {
 		t.Fatalf("queue in a namespace without a record: exit %d", res.code)
 	}
-	contains(t, "queue without namespace", res.stderr, "namespace not found")
+	contains(t, "queue without namespace", res.stderr, "namespace not found", "trellis namespaces create default")
 
 	res = trellisCmd(t, "namespaces", "create", "default", "--retention", "48h", "--json", "--store", url).ok(t)
 	var ns trellis.Namespace
