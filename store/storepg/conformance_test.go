@@ -1,12 +1,12 @@
 package storepg_test
 
 import (
-	"context"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/internal/pgtest/pgstore"
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/storepg"
 	"github.com/trellis-dev/trellis/store/storetest"
@@ -16,30 +16,14 @@ import (
 // dropped: cleanups run last-registered first).
 func openTest(t *testing.T, now func() time.Time) *storepg.Store {
 	t.Helper()
-	return openOn(t, pgtest.SchemaURL(t), now)
+	return pgstore.Open(t, pgtest.SchemaURL(t), now)
 }
 
 // openReused is openTest on a schema of pgtest.ReusedSchemaURL: a conformance
 // case's store is closed, then emptied for the next case.
 func openReused(t *testing.T, now func() time.Time) *storepg.Store {
 	t.Helper()
-	return openOn(t, pgtest.ReusedSchemaURL(t), now)
-}
-
-// openOn opens a store on url with clock now, closed at cleanup.
-func openOn(t *testing.T, url string, now func() time.Time) *storepg.Store {
-	t.Helper()
-	cfg, err := storepg.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Now = now
-	s, err := storepg.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return pgstore.Open(t, pgtest.ReusedSchemaURL(t), now)
 }
 
 func TestMain(m *testing.M) {

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/internal/pgtest/pgstore"
 	"github.com/trellis-dev/trellis/server"
 	"github.com/trellis-dev/trellis/store"
-	"github.com/trellis-dev/trellis/store/storepg"
 	"github.com/trellis-dev/trellis/store/storeremote"
 	"github.com/trellis-dev/trellis/store/storesqlite"
 	"github.com/trellis-dev/trellis/store/storetest"
@@ -68,16 +68,7 @@ func TestMain(m *testing.M) {
 // The same through a server on Postgres.
 func TestConformancePostgres(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
-		cfg, err := storepg.ParseURL(pgtest.ReusedSchemaURL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Now = now
-		s, err := storepg.Open(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
+		s := pgstore.Open(t, pgtest.ReusedSchemaURL(t), now)
 		return storetest.WithWorker(s, serve(t, s, "ns"))
 	})
 }
