@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/internal/pgtest/pgstore"
 	"github.com/trellis-dev/trellis/store"
-	"github.com/trellis-dev/trellis/store/storepg"
 	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
@@ -26,17 +26,7 @@ func BenchmarkHeartbeatTick(b *testing.B) {
 			}
 			return s
 		},
-		"postgres": func(b *testing.B) store.Store {
-			cfg, err := storepg.ParseURL(pgtest.SchemaURL(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			s, err := storepg.Open(b.Context(), cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return s
-		},
+		"postgres": func(b *testing.B) store.Store { return pgstore.Open(b, pgtest.SchemaURL(b), nil) },
 	}
 	for _, name := range []string{"sqlite", "postgres"} {
 		for _, n := range []int{0, 16, 256} {
