@@ -104,8 +104,8 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 	w.backlog = full
 	// Runs that finished while this claim ran read the old wantMore (false
 	// after a claim that was not full, or at the first one) and woke nobody:
-	// count the slots they freed, as wantMoreFree does.
-	freeNow := w.cfg.Concurrency - len(w.active) - w.reserved
+	// count the slots they freed.
+	freeNow := w.cfg.Concurrency - w.activeLocked()
 	w.mu.Unlock()
 	return res.NextDue, full && (n < free || freeNow >= w.refillAt())
 }
@@ -173,7 +173,7 @@ func (w *Worker) wantMoreFree() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.wantMore = true
-	return w.cfg.Concurrency - len(w.active) - w.reserved
+	return w.cfg.Concurrency - w.activeLocked()
 }
 
 func (w *Worker) hasBacklog() bool {

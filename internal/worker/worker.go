@@ -372,8 +372,11 @@ func (w *Worker) LeaseDuration() time.Duration { return w.cfg.LeaseDuration }
 func (w *Worker) Active() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.active) + w.reserved
+	return w.activeLocked()
 }
+
+// activeLocked is Active for a caller that holds w.mu.
+func (w *Worker) activeLocked() int { return len(w.active) + w.reserved }
 
 // Stop stops claiming, lets active runs finish for up to ShutdownGrace, then cancels
 // the rest (their executors hand them back), waits for every goroutine, or until
