@@ -28,7 +28,7 @@ var reuse struct {
 // cleanups: the schema is a fresh one, or one that another test of this process
 // used and emptied (the rows of every table but schema_migrations deleted,
 // identities restarted), so the store it opens finds its tables migrated and
-// empty. A package that uses it calls DropReused from TestMain after its tests.
+// empty. A package that uses it runs its tests through Main.
 func ReusedSchemaURL(t testing.TB) string {
 	t.Helper()
 	base := URL(t)
@@ -88,8 +88,17 @@ func empty(base, schema string) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
 }
 
-// DropReused drops every schema ReusedSchemaURL handed out in this process. Call it
-// from TestMain after m.Run.
+// Main runs a package's tests, then drops the schemas ReusedSchemaURL handed out
+// (DropReused) and exits with the tests' code: the TestMain of a package that uses
+// ReusedSchemaURL.
+func Main(m *testing.M) {
+	code := m.Run()
+	DropReused()
+	os.Exit(code)
+}
+
+// DropReused drops every schema ReusedSchemaURL handed out in this process (Main
+// calls it after the tests).
 func DropReused() {
 	reuse.mu.Lock()
 	defer reuse.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/internal/pgtest/pgstore"
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/storepg"
 )
@@ -24,7 +25,7 @@ type childEndEnv struct {
 func newChildEndEnv(t *testing.T, g *store.ChildGroup) *childEndEnv {
 	t.Helper()
 	url := pgtest.SchemaURL(t)
-	e := &childEndEnv{t: t, stores: [2]*storepg.Store{openURL(t, url), openURL(t, url)}}
+	e := &childEndEnv{t: t, stores: [2]*storepg.Store{pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)}}
 	ctx := t.Context()
 	res, err := e.stores[0].RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: "parent",
 		WorkflowID: "parent", Workflow: "parent", Queue: "default"})

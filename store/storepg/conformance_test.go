@@ -1,7 +1,6 @@
 package storepg_test
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -12,29 +11,11 @@ import (
 	"github.com/trellis-dev/trellis/store/storetest"
 )
 
-// openTest opens a store on a fresh schema, closed at cleanup (before the schema is
-// dropped: cleanups run last-registered first).
-func openTest(t *testing.T, now func() time.Time) *storepg.Store {
-	t.Helper()
-	return pgstore.Open(t, pgtest.SchemaURL(t), now)
-}
-
-// openReused is openTest on a schema of pgtest.ReusedSchemaURL: a conformance
-// case's store is closed, then emptied for the next case.
-func openReused(t *testing.T, now func() time.Time) *storepg.Store {
-	t.Helper()
-	return pgstore.Open(t, pgtest.ReusedSchemaURL(t), now)
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	pgtest.DropReused()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
-		return openReused(t, now)
+		return pgstore.OpenReused(t, now)
 	})
 }
 
@@ -42,7 +23,7 @@ func TestConformance(t *testing.T) {
 // statement that batches of several checkpoints use.
 func TestConformanceMerged(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
-		s := openReused(t, now)
+		s := pgstore.OpenReused(t, now)
 		storepg.MergeSingleCheckpoints(s)
 		return s
 	})

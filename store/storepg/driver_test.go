@@ -11,23 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/internal/pgtest/pgstore"
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/storepg"
 )
-
-func openURL(t *testing.T, url string) *storepg.Store {
-	t.Helper()
-	cfg, err := storepg.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := storepg.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 func subscribe(t *testing.T, s store.Store, topic string) (<-chan struct{}, func()) {
 	t.Helper()
@@ -72,10 +59,10 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 	url := pgtest.SchemaURL(t)
 	var wg sync.WaitGroup
 	for range 6 {
-		wg.Go(func() { openURL(t, url) })
+		wg.Go(func() { pgstore.Open(t, url, nil) })
 	}
 	wg.Wait()
-	s := openURL(t, url)
+	s := pgstore.Open(t, url, nil)
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatalf("Migrate again: %v", err)
 	}
@@ -86,7 +73,7 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 func TestNotifyAcrossStores(t *testing.T) {
 	t.Parallel()
 	url := pgtest.SchemaURL(t)
-	a, b := openURL(t, url), openURL(t, url)
+	a, b := pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)
 	ready, stop := subscribe(t, b, store.TopicReady)
 	defer stop()
 	runTopic, stop2 := subscribe(t, b, store.RunTopic("ns", "r1"))
@@ -105,7 +92,7 @@ func TestNotifyAcrossStores(t *testing.T) {
 func TestListenerReconnects(t *testing.T) {
 	t.Parallel()
 	url := pgtest.SchemaURL(t)
-	a, b := openURL(t, url), openURL(t, url)
+	a, b := pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)
 	ready, stop := subscribe(t, b, store.TopicReady)
 	defer stop()
 	conn, err := pgx.Connect(t.Context(), pgtest.URL(t))
@@ -137,7 +124,7 @@ func TestListenerReconnects(t *testing.T) {
 // A checkpoint with a stale token in a group-committed batch fails alone.
 func TestBatchRejectsStaleAlone(t *testing.T) {
 	t.Parallel()
-	s := openURL(t, pgtest.SchemaURL(t))
+	s := pgstore.Open(t, pgtest.SchemaURL(t), nil)
 	ctx := t.Context()
 	for i := range 40 {
 		create(t, s, "b"+string(rune('A'+i)))

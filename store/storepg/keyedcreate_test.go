@@ -1,15 +1,14 @@
 package storepg_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/internal/pgtest/pgstore"
 	"github.com/trellis-dev/trellis/store"
-	"github.com/trellis-dev/trellis/store/storepg"
 )
 
 // Keyed creates that commit together (keyedcreate.go) each get what they would
@@ -18,15 +17,7 @@ import (
 // used (same request) or reused (another request); a rejected start records no
 // key.
 func TestKeyedCreatesTogether(t *testing.T) {
-	cfg, err := storepg.ParseURL(pgtest.SchemaURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := storepg.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := pgstore.Open(t, pgtest.SchemaURL(t), nil)
 	ctx := t.Context()
 	if _, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: "taken", WorkflowID: "taken", Workflow: "wf", Queue: "q"}); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/internal/pgtest/pgstore"
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/storepg"
 )
@@ -128,7 +129,7 @@ func TestOpenNoMigrate(t *testing.T) {
 	if schemaExists(t, cfg.Schema) {
 		t.Fatalf("Open(NoMigrate) created schema %s", cfg.Schema)
 	}
-	openURL(t, url) // migrates
+	pgstore.Open(t, url, nil) // migrates
 	s, err := storepg.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("Open(NoMigrate) of a migrated schema: %v", err)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/internal/pgtest/pgstore"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -35,7 +36,7 @@ func takeUntil(t *testing.T, feed store.RunFeed, what, runID string, wantAll boo
 func TestRunFeedAcrossStores(t *testing.T) {
 	t.Parallel()
 	url := pgtest.SchemaURL(t)
-	a, b := openURL(t, url), openURL(t, url)
+	a, b := pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)
 	feed, crossProcess := b.WatchRuns("ns")
 	defer feed.Stop()
 	if !crossProcess {

@@ -2,7 +2,6 @@ package storeremote_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -59,16 +58,12 @@ func TestConformanceSQLite(t *testing.T) {
 	})
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	pgtest.DropReused()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // The same through a server on Postgres.
 func TestConformancePostgres(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
-		s := pgstore.Open(t, pgtest.ReusedSchemaURL(t), now)
+		s := pgstore.OpenReused(t, now)
 		return storetest.WithWorker(s, serve(t, s, "ns"))
 	})
 }

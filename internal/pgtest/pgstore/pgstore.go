@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/pgtest"
 	"github.com/trellis-dev/trellis/store/storepg"
 )
 
@@ -26,4 +27,12 @@ func Open(t testing.TB, url string, now func() time.Time) *storepg.Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// OpenReused is Open on a schema of pgtest.ReusedSchemaURL: the store is closed,
+// then its tables emptied for the next test (the package's TestMain is
+// pgtest.Main).
+func OpenReused(t testing.TB, now func() time.Time) *storepg.Store {
+	t.Helper()
+	return Open(t, pgtest.ReusedSchemaURL(t), now)
 }
