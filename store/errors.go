@@ -63,13 +63,28 @@ var (
 
 // RunExistsError is ErrRunExists for a start of run ID id with workflow ID
 // workflowID that a unique index refused: either the workflow ID is taken (by an
-// active run, or with ReuseReject by any run) or the run ID is. The workflow ID
+// active run, or under ReuseReject by any run) or the run ID is. The workflow ID
 // comes first: a generated run ID never collides, a workflow ID chosen by the
 // caller often does.
 func RunExistsError(id, workflowID string, reuse ReusePolicy) error {
 	holder := "an active run"
 	if reuse == ReuseReject {
-		holder = "a run (reuse policy \"reject\")"
+		holder = "a run"
 	}
-	return fmt.Errorf("%w: %s has workflow ID %q, or run ID %q is taken", ErrRunExists, holder, workflowID, id)
+	return fmt.Errorf("%w: %s has workflow ID %q%s, or run ID %q is taken", ErrRunExists, holder, workflowID, policyNote(reuse), id)
+}
+
+// WorkflowIDTakenError is ErrRunExists for a start that the reuse policy refused
+// because run holder has workflow ID workflowID.
+func WorkflowIDTakenError(workflowID, holder string, reuse ReusePolicy) error {
+	return fmt.Errorf("%w: run %q has workflow ID %q%s", ErrRunExists, holder, workflowID, policyNote(reuse))
+}
+
+// policyNote names the reuse policy in an ErrRunExists that it decided, when it is
+// not the default.
+func policyNote(reuse ReusePolicy) string {
+	if reuse == ReuseReject {
+		return ` (reuse policy "reject")`
+	}
+	return ""
 }

@@ -56,7 +56,7 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 		case p.Reuse == store.ReuseReturnExisting:
 			return &store.RunCreateResult{Run: latest, Created: false}, nil
 		default:
-			return nil, fmt.Errorf("%w: workflow ID %q (run %q)", store.ErrRunExists, p.WorkflowID, latest.ID)
+			return nil, store.WorkflowIDTakenError(p.WorkflowID, latest.ID, p.Reuse)
 		}
 	}
 	now := fromNS(sql.NullInt64{Int64: tx.now.UnixNano(), Valid: true})

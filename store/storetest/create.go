@@ -237,6 +237,9 @@ func createReject(t *testing.T, e *env) {
 	cr := e.start(withWorkflowID("once"), withReuse(store.ReuseReject))
 	_, err := e.st.RunCreate(e.ctx, e.params(withWorkflowID("once"), withReuse(store.ReuseReject)))
 	wantErr(t, "ReuseReject while running", err, store.ErrRunExists)
+	if !strings.Contains(err.Error(), `has workflow ID "once" (reuse policy "reject")`) {
+		t.Errorf("ReuseReject while running: %v, want the policy and the workflow ID named", err)
+	}
 	e.finish(cr)
 	_, err = e.st.RunCreate(e.ctx, e.params(withWorkflowID("once"), withReuse(store.ReuseReject)))
 	wantErr(t, "ReuseReject after it finished", err, store.ErrRunExists)

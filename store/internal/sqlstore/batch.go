@@ -37,7 +37,7 @@ func (s *SQL) RunsCreate(tx Tx, p *store.RunsCreateParams) (*store.RunsCreateRes
 			items[i] = store.RunsCreateItem{Run: prev}
 			continue
 		case prev != nil && (r.Reuse == store.ReuseReject || !prev.Status.Terminal()):
-			items[i].Err = fmt.Errorf("%w: workflow ID %q (run %q)", store.ErrRunExists, r.WorkflowID, prev.ID)
+			items[i].Err = store.WorkflowIDTakenError(r.WorkflowID, prev.ID, r.Reuse)
 			continue
 		}
 		run := &store.Run{
