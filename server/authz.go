@@ -136,7 +136,7 @@ func (s *Server) authorizeScope(r *http.Request, sc scope, c *call) error {
 		}
 		run, err := c.client.Get(ctx, id)
 		if err != nil {
-			return err
+			return scopeErr(err)
 		}
 		c.run = run
 		return c.allowQueue(run.Queue)
@@ -147,17 +147,45 @@ func (s *Server) authorizeScope(r *http.Request, sc scope, c *call) error {
 		}
 		a, err := c.client.GetApproval(ctx, id)
 		if err != nil {
-			return err
+			return scopeErr(err)
 		}
 		run, err := c.client.Get(ctx, a.RunID)
 		if err != nil {
-			return err
+			return scopeErr(err)
 		}
 		c.approval = a
 		return c.allowQueue(run.Queue)
 	}
 	return fmt.Errorf("%w: route without an authorization rule", ErrPermissionDenied)
 }
+
+// scopeErr words the absence of the run or approval a route addresses as that,
+// not as the read the server made to authorize the call, which the caller did
+// not ask for: a cancellation of an unknown run answered `getting run: run not
+// found: …`, and the Go client's `deciding approval "x": getting approval "x":
+// approval not found: …` named two operations. The detail is now `run not found:
+// "x" in namespace "ns"`, to which a client adds its own operation. errors.Is
+// sees through.
+func scopeErr(err error) error {
+	for _, target := range []error{trellis.ErrRunNotFound, trellis.ErrApprovalNotFound} {
+		if !errors.Is(err, target) {
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, target.Error()) {
+			return &absentError{msg: msg[strings.Index(msg, target.Error()):], err: err}
+		}
+	}
+	return err
+}
+
+// absentError is an error whose message scopeErr cut to its cause.
+type absentError struct {
+	msg string
+	err error
+}
+
+func (e *absentError) Error() string { return e.msg }
+func (e *absentError) Unwrap() error { return e.err }
 
 // allowGlobal checks a route that addresses no namespace (the tokens): p needs
 // role (or admin) granted on every namespace, "*", for every queue.

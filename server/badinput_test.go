@@ -80,6 +80,17 @@ func testBadInput(t *testing.T, e *env) {
 			}
 		})
 	}
+	// A route addressing an unknown run or approval says it is absent, not
+	// which read of the server's found so (scopeErr).
+	for _, c := range []struct{ method, path, token, detail string }{
+		{"POST", runs + "/nope/cancel", "producer", `run not found: "nope" in namespace "default"`},
+		{"POST", "/v1/namespaces/default/approvals/nope/approve", "approver", `approval not found: "nope" in namespace "default"`},
+		{"GET", "/v1/namespaces/default/approvals/nope", "reader", `approval not found: "nope" in namespace "default"`},
+	} {
+		if p := e.do(c.method, c.path, c.token, nil).problem(t, 404, "not_found"); p.Detail != c.detail {
+			t.Errorf("%s: detail %q, want %q", c.path, p.Detail, c.detail)
+		}
+	}
 	if n := e.runCount(); n != before {
 		t.Fatalf("%d runs after refused requests, want %d", n, before)
 	}
