@@ -224,3 +224,51 @@ func TestStreamAcrossServers(t *testing.T) {
 	}
 	wantNames(t, got, streamWFNames)
 }
+
+// TestStreamJob: a job writes nothing to its stream (its outcome is its one
+// write), yet a follower that was waiting when it ended gets its final event,
+// made from its record, and the stream ends: the end of the run wakes the
+// follower (on Postgres, through another connection's NOTIFY).
+func TestStreamJob(t *testing.T) {
+	release := make(chan struct{})
+	job := trellis.NewJob("stream-job", func(ctx context.Context, n int) (int, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		if n < 0 {
+			return 0, trellis.NonRetryable(errors.New("negative"))
+		}
+		return 2 * n, nil
+	})
+	c := setup(t, job)
+	ctx := ctxT(t)
+	for _, c2 := range []struct {
+		in   int
+		want string
+	}{{21, `run.succeeded={"result":42}`}, {-1, `run.failed={"error":{"message":"negative","non_retryable":true}}`}} {
+		h, err := trellis.StartJob(ctx, c, job, c2.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan []string, 1)
+		go func() {
+			var evs []string
+			for ev, err := range c.Stream(ctx, h.RunID(), 0) {
+				if err != nil {
+					evs = append(evs, "error: "+err.Error())
+					break
+				}
+				evs = append(evs, fmt.Sprintf("%s=%s", ev.Name, ev.Data))
+			}
+			got <- evs
+		}()
+		waitStatus(t, c, h.RunID(), trellis.StatusRunning)
+		release <- struct{}{}
+		evs := <-got
+		if len(evs) != 1 || evs[0] != c2.want {
+			t.Fatalf("job(%d) stream = %v, want [%s]", c2.in, evs, c2.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -26,6 +27,37 @@ const (
 // StreamFinal reports whether name is the name of a run's final event.
 func StreamFinal(name string) bool {
 	return name == StreamRunSucceeded || name == StreamRunFailed || name == StreamRunCancelled
+}
+
+// FinalEvent is the final event of a run that ended with status (terminal):
+// run.succeeded with {"result"}, output as its JSON value (an output that is
+// not JSON, of another codec, as a base64 string), or run.failed or
+// run.cancelled with {"error"}.
+func FinalEvent(status Status, output []byte, e *ErrorInfo) StreamWrite {
+	var v any
+	switch status {
+	case StatusSucceeded:
+		var result any = json.RawMessage(output)
+		if !json.Valid(output) {
+			result = output
+		}
+		v = struct {
+			Result any `json:"result"`
+		}{result}
+	default:
+		v = struct {
+			Error *ErrorInfo `json:"error"`
+		}{e}
+	}
+	b, _ := json.Marshal(v) // a RawMessage checked valid, bytes and an ErrorInfo always encode
+	name := StreamRunFailed
+	switch status {
+	case StatusSucceeded:
+		name = StreamRunSucceeded
+	case StatusCancelled:
+		name = StreamRunCancelled
+	}
+	return StreamWrite{Name: name, Data: b}
 }
 
 // StreamWrite is a stream event to append (CheckpointParams.Stream).

@@ -76,18 +76,7 @@ func (sc *stepCall) failedEvent(e *store.ErrorInfo, end time.Time, final bool) s
 
 // finalEvent is the last event of a run that ends with the checkpoint p.
 func finalEvent(p *store.CheckpointParams) store.StreamWrite {
-	switch p.Status {
-	case store.StatusSucceeded:
-		var result any = json.RawMessage(p.Output)
-		if !json.Valid(p.Output) {
-			result = p.Output // not JSON (another codec): base64 in a JSON string
-		}
-		return lifecycle(store.StreamRunSucceeded, resultEvent{Result: result})
-	case store.StatusCancelled:
-		return lifecycle(store.StreamRunCancelled, errorEvent{Error: p.Error})
-	default:
-		return lifecycle(store.StreamRunFailed, errorEvent{Error: p.Error})
-	}
+	return store.FinalEvent(p.Status, p.Output, p.Error)
 }
 
 // The data of the other lifecycle events. They are structs, not maps, because
@@ -97,9 +86,6 @@ type (
 	startedEvent struct {
 		Attempt  int    `json:"attempt"`
 		Workflow string `json:"workflow"`
-	}
-	resultEvent struct {
-		Result any `json:"result"`
 	}
 	errorEvent struct {
 		Error *store.ErrorInfo `json:"error"`

@@ -75,7 +75,10 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 		}
 		after = res.Last
 	}
-	var timer *time.Timer
+	var (
+		timer *time.Timer
+		ended <-chan struct{} // the run's RunTopic, once its stream was read empty
+	)
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -104,6 +107,19 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 		if res.Finished {
 			return nil
 		}
+		if ended == nil && res.Last == 0 {
+			// Nothing written yet. A job ends without writing to its stream
+			// (its final event is made when read, see store.FinalEvent) and
+			// signals only its RunTopic: subscribe to that as well, then read
+			// again, so that an end between the two is not missed.
+			ch, unsubscribeEnded, err := src.Subscribe(ctx, store.RunTopic(namespace, runID))
+			if err != nil {
+				return err
+			}
+			defer unsubscribeEnded()
+			ended = ch
+			continue
+		}
 		if len(res.Events) == o.PageSize {
 			continue // more to read at once
 		}
@@ -126,6 +142,8 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 			}
 			select {
 			case <-wake:
+				woken = true
+			case <-ended:
 				woken = true
 			case <-tick:
 				if o.Heartbeat > 0 && !time.Now().Before(lastWrite.Add(o.Heartbeat)) {

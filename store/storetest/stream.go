@@ -16,6 +16,7 @@ var streamCases = []testCase{
 	{"AppendAndRead", streamAppendAndRead},
 	{"StaleLeaseWritesNothing", streamStaleLease},
 	{"CancelNeverStarted", streamCancelNeverStarted},
+	{"FinalOnRead", streamFinalOnRead},
 	{"BlockedCancelled", streamBlockedCancelled},
 	{"ChildEnd", streamChildEnd},
 	{"WaitingPath", streamWaitingPath},
@@ -88,6 +89,33 @@ func streamAppendAndRead(t *testing.T, e *env) {
 	wantStream(t, res, 3, "step.completed", "run.succeeded")
 	if !res.Finished {
 		t.Fatal("finished run's read to the end: Finished = false")
+	}
+}
+
+// streamFinalOnRead: a run that ended without writing to its stream (a job,
+// whose outcome is its one write) reads as its final event, made from its
+// record, at sequence 1; nothing follows it.
+func streamFinalOnRead(t *testing.T, e *env) {
+	info := &store.ErrorInfo{Message: "boom", Type: "app"}
+	for _, c := range []struct {
+		p    store.CheckpointParams
+		want string
+	}{
+		{store.CheckpointParams{Status: store.StatusSucceeded, Output: []byte(`{"n":2}`)}, `run.succeeded={"result":{"n":2}}`},
+		{store.CheckpointParams{Status: store.StatusSucceeded, Output: []byte{0xff}}, `run.succeeded={"result":"/w=="}`},
+		{store.CheckpointParams{Status: store.StatusFailed, Error: info}, `run.failed={"error":{"message":"boom","type":"app"}}`},
+		{store.CheckpointParams{Status: store.StatusCancelled, Error: info}, `run.cancelled={"error":{"message":"boom","type":"app"}}`},
+	} {
+		cr := e.start()
+		e.checkpoint(cr, c.p)
+		res := e.streamRead(cr.Run.ID, 0, 0)
+		wantStream(t, res, 1, c.want)
+		if !res.Finished || res.Last != 1 {
+			t.Fatalf("%s: Finished %v Last %d, want true 1", c.want, res.Finished, res.Last)
+		}
+		if res := e.streamRead(cr.Run.ID, 1, 0); len(res.Events) != 0 || !res.Finished || res.Last != 1 {
+			t.Fatalf("%s: read after the final event = %+v, want none, finished, Last 1", c.want, res)
+		}
 	}
 }
 

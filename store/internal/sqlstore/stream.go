@@ -2,7 +2,7 @@ package sqlstore
 
 import (
 	"context"
-	"encoding/json"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,13 +20,15 @@ const (
 	streamRun    = `SELECT sequence, status, stream_seq FROM runs WHERE namespace = $1 AND id = $2`
 	streamEvents = `SELECT seq, name, data, created_at FROM stream_events
 	WHERE run_seq = $1 AND seq > $2 ORDER BY seq LIMIT $3`
+	// streamOutcome reads what a finished run's final event says (finalOnRead).
+	streamOutcome = `SELECT output, error, finished_at FROM runs WHERE sequence = $1`
 )
 
 // streamQueries are the stream statements in the dialect's style. insertN[n-1]
 // appends n events in one statement.
 type streamQueries struct {
-	take, run, events string
-	insertN           [streamInsertMax]string
+	take, run, events, outcome string
+	insertN                    [streamInsertMax]string
 }
 
 // streamInsertMax is the most events one statement appends; a checkpoint with
@@ -34,7 +36,8 @@ type streamQueries struct {
 const streamInsertMax = 8
 
 func newStreamQueries(d Dialect) streamQueries {
-	q := streamQueries{take: d.rebind(streamTake), run: d.rebind(streamRun), events: d.rebind(streamEvents)}
+	q := streamQueries{take: d.rebind(streamTake), run: d.rebind(streamRun), events: d.rebind(streamEvents),
+		outcome: d.rebind(streamOutcome)}
 	for n := 1; n <= streamInsertMax; n++ {
 		var b strings.Builder
 		b.WriteString(streamInsert)
@@ -87,10 +90,37 @@ func (s *SQL) StreamInsert(tx Tx, runSeq, last int64, namespace, id string, ws [
 	return nil
 }
 
+// finalOnRead answers the read of the stream of a run that ended without
+// writing one (a job: its outcome is its one write, see docs/jobs.md) with the
+// final event its record says, at sequence 1: a stream, read, always ends with
+// its run's final event, and a follower sees how the run ended. (A run the store
+// cancels, a job's included, has its run.cancelled written.)
+func (r Reads) finalOnRead(q Querier, seq int64, status store.Status, after int64, res **store.StreamReadResult) error {
+	*res = &store.StreamReadResult{Events: []*store.StreamEvent{}, Last: max(1, after), Finished: true}
+	if after >= 1 {
+		return nil
+	}
+	var (
+		output  []byte
+		errText sql.NullString
+		at      Time
+	)
+	if err := q.QueryRow(r.sql.sq.outcome, seq).Scan(&output, &errText, &at); err != nil {
+		return err
+	}
+	info, err := ErrFromJSON(errText)
+	if err != nil {
+		return err
+	}
+	w := store.FinalEvent(status, output, info)
+	(*res).Events = append((*res).Events, &store.StreamEvent{Sequence: 1, Name: w.Name, Data: w.Data, At: at.T})
+	return nil
+}
+
 // CancelledEvent is the final stream event of a run the store cancels at once.
 func CancelledEvent() store.StreamWrite {
-	b, _ := json.Marshal(map[string]any{"error": CancelledError})
-	return store.StreamWrite{Name: store.StreamRunCancelled, Data: b}
+	e := CancelledError
+	return store.FinalEvent(store.StatusCancelled, nil, &e)
 }
 
 // StreamRead implements store.Store: the run's status and last sequence are read
@@ -115,6 +145,9 @@ func (r Reads) StreamRead(ctx context.Context, p *store.StreamReadParams) (*stor
 		}
 		if err != nil {
 			return err
+		}
+		if last == 0 && store.Status(status).Terminal() {
+			return r.finalOnRead(q, seq, store.Status(status), p.After, &res)
 		}
 		res = &store.StreamReadResult{Events: []*store.StreamEvent{}, Last: max(last, p.After)}
 		if last > p.After {
