@@ -392,14 +392,23 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 		case isWait(op.Kind):
 			class = "wait"
 		}
-		if op.Done || op.Error != nil || op.FinishedAt != nil {
+		// A step that failed for good logged its last attempt too: that
+		// attempt's bar is drawn already and its time is the row's (from its
+		// end on, the row showed an empty bar and 0ms).
+		var lastFailed *trellis.Attempt
+		if n := len(op.AttemptLog); op.Error != nil && n > 0 && op.FinishedAt != nil && !op.AttemptLog[n-1].FinishedAt.Before(*op.FinishedAt) {
+			lastFailed = &op.AttemptLog[n-1]
+		}
+		if lastFailed == nil && (op.Done || op.Error != nil || op.FinishedAt != nil) {
 			x, wd := scale(start, end)
 			row.Bars = append(row.Bars, bar{X: x, W: wd, Class: class, Title: op.Name})
-		} else if !run.Status.Terminal() {
+		} else if lastFailed == nil && !run.Status.Terminal() {
 			x, wd := scale(start, t1)
 			row.Bars = append(row.Bars, bar{X: x, W: wd, Class: class, Title: op.Name + " (under way)"})
 		}
-		if op.FinishedAt != nil {
+		if lastFailed != nil {
+			row.Duration = humanDuration(lastFailed.FinishedAt.Sub(lastFailed.StartedAt))
+		} else if op.FinishedAt != nil {
 			row.Duration = humanDuration(op.FinishedAt.Sub(start))
 		} else if !run.Status.Terminal() {
 			row.Duration = humanDuration(time.Since(op.StartedAt)) + " so far"

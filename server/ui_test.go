@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -338,6 +339,11 @@ func testUIPages(t *testing.T, url string) {
 	e.waitRun(run.ID)
 	waiting := e.start("needs-anyone", nil, nil)
 	e.pendingApproval(waiting.ID)
+	if err := e.worker.Register(context.Background(), uiJob); err != nil {
+		t.Fatal(err)
+	}
+	job := e.waitRun(e.start("ui-double", 21, nil).ID)
+	failedJob := e.waitRun(e.start("ui-double", -1, nil).ID)
 	for _, bad := range []string{"status=nope", "after=yesterday", "page_token=zz"} {
 		r := u.get("/ui/default/runs?" + bad)
 		if r.status != 400 || !strings.Contains(string(r.body), "invalid") && !strings.Contains(string(r.body), "Invalid") {
@@ -351,6 +357,7 @@ func testUIPages(t *testing.T, url string) {
 		"/ui/default/runs/" + run.ID + "?partial=1": {"Timeline"},
 		"/ui/default/approvals":                     {"Approve", waiting.ID[:14]},
 		"/ui/default/workers":                       {"echo", "live"},
+		"/ui/default/runs/" + job.ID:                {"42", "No ops recorded: a job whose first attempt succeeded records none."},
 	} {
 		r := u.get(path)
 		if r.status != 200 {
@@ -362,6 +369,12 @@ func testUIPages(t *testing.T, url string) {
 				t.Errorf("%s lacks %q", path, w)
 			}
 		}
+	}
+	// The step that failed for good is one bar, its last attempt's, and the
+	// row has that attempt's time (it had an empty bar and 0ms).
+	if r := u.get("/ui/default/runs/" + failedJob.ID); strings.Count(string(r.body), `class="fail"`) != 1 ||
+		strings.Contains(string(r.body), `<td class="nowrap">0ms</td>`) || !strings.Contains(string(r.body), "attempt 1 failed after") {
+		t.Errorf("failed job's timeline: %s", r.body)
 	}
 	if r := u.get("/ui/default/runs/" + run.ID + "?partial=1"); strings.Contains(string(r.body), "<html") {
 		t.Error("partial page has the layout")
@@ -376,6 +389,16 @@ func testUIPages(t *testing.T, url string) {
 		t.Errorf("missing asset: %d", r.status)
 	}
 }
+
+// uiJob is a job: its run records no op when it succeeds, and one step op
+// whose last attempt (20 ms) failed when n is negative.
+var uiJob = trellis.NewJob("ui-double", func(_ context.Context, n int) (int, error) {
+	if n < 0 {
+		time.Sleep(20 * time.Millisecond)
+		return 0, trellis.NonRetryable(errors.New("negative"))
+	}
+	return 2 * n, nil
+})
 
 // manyOpsWF records uiManyOps ops.
 const uiManyOps = 10_000

@@ -114,7 +114,13 @@ func printHistory(w io.Writer, r *trellis.Run, ops []*trellis.Op) error {
 	}
 	fmt.Fprintln(w)
 	if len(ops) == 0 {
-		fmt.Fprintln(w, "no ops recorded yet")
+		// A finished run without ops is most often a job whose first attempt
+		// succeeded: it records its outcome only (docs/jobs.md).
+		if r.Status.Terminal() {
+			fmt.Fprintln(w, "no ops recorded (a job whose first attempt succeeded records none)")
+		} else {
+			fmt.Fprintln(w, "no ops recorded yet")
+		}
 		return nil
 	}
 	tw := newTable(w)

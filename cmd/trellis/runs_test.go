@@ -204,3 +204,20 @@ func TestRunsDelete(t *testing.T) {
 	}
 	trellisCmd(t, "runs", "get", "order-8", "--store", url).ok(t)
 }
+
+// A run without ops says whether more may come: a finished one (a job whose
+// first attempt succeeded records none) has none to come.
+func TestPrintHistoryWithoutOps(t *testing.T) {
+	for status, want := range map[trellis.Status]string{
+		trellis.StatusSucceeded: "no ops recorded (a job whose first attempt succeeded records none)\n",
+		trellis.StatusPending:   "no ops recorded yet\n",
+	} {
+		var b strings.Builder
+		if err := printHistory(&b, &trellis.Run{ID: "r", WorkflowID: "r", Workflow: "double", Status: status}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(b.String(), "\n\n"+want) {
+			t.Errorf("%s run without ops: %q, want it to end with %q", status, b.String(), want)
+		}
+	}
+}
