@@ -107,6 +107,9 @@ type StepError struct {
 }
 
 func (e *StepError) Error() string {
+	if e.Attempts == 0 { // ended before its first attempt (a cancellation, a passed deadline)
+		return fmt.Sprintf("step %q did not run: %s", e.Step, e.Message)
+	}
 	return fmt.Sprintf("step %q failed after %d attempt(s): %s", e.Step, e.Attempts, e.Message)
 }
 

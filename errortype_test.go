@@ -42,3 +42,23 @@ func TestStepErrorType(t *testing.T) {
 		}
 	}
 }
+
+// A step that ended before its first attempt (its run cancelled between two
+// steps, say) did not run; it read "failed after 0 attempt(s)".
+func TestStepErrorMessage(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		e    trellis.StepError
+		want string
+	}{
+		{trellis.StepError{Step: "b", Attempts: 0, Message: "run cancelled", Type: "cancelled"}, `step "b" did not run: run cancelled`},
+		{trellis.StepError{Step: "b", Attempts: 2, Message: "boom"}, `step "b" failed after 2 attempt(s): boom`},
+	} {
+		if got := c.e.Error(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.e, got, c.want)
+		}
+	}
+	if !errors.Is(&trellis.StepError{Step: "b", Message: "run cancelled", Type: "cancelled"}, trellis.ErrCancelled) {
+		t.Error("a step cancelled before it ran is not ErrCancelled")
+	}
+}

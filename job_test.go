@@ -114,6 +114,11 @@ func TestJobCancelled(t *testing.T) {
 	if !errors.As(err, &re) || re.Status != trellis.StatusCancelled {
 		t.Fatalf("result error %v", err)
 	}
+	// The function returned its context's error, which adds nothing to the
+	// cause (it read "run cancelled: context canceled").
+	if re.Message != "run cancelled" {
+		t.Fatalf("cancelled job's error %q, want %q", re.Message, "run cancelled")
+	}
 }
 
 func TestJobBadInputFailsWithoutRetry(t *testing.T) {
