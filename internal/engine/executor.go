@@ -77,9 +77,19 @@ func (e *Engine) ExecuteOutcome(ctx context.Context, cr *store.ClaimedRun, ctl *
 
 // runWorkflow calls the workflow function on its own goroutine and waits for it. It
 // reports returned=false when the goroutine was unwound (Goexit) rather than returning.
+//
+// With step interceptors (tracing, metrics, the user's), the goroutine grows its
+// stack as it starts: a step span's start needs about 2 KiB of stack below the
+// step's frames, and growing there, deep in the workflow, copied every frame
+// (450 ms of w1's CPU per 60,000 runs with tracing, 70 ms grown ahead). Without
+// them, most workflow goroutines never need more than their first stack.
 func (rs *RunState) runWorkflow(def *Definition) (out []byte, err error, returned bool) {
 	done := make(chan struct{})
+	grow := rs.e.cfg.InterceptStep != nil
 	go func() {
+		if grow {
+			growStack()
+		}
 		defer close(done)
 		defer func() {
 			if r := recover(); r != nil {

@@ -194,7 +194,8 @@ func (e *Engine) jobSave(ctx context.Context, run *store.Run, lease store.Lease,
 // decodes its input (encoding/json is deep), and growing there copies every
 // frame below and fixes up their pointers: 5 µs of CPU per one-step job (w5),
 // a twentieth of the process's. (A workflow's run goroutine only waits for the
-// workflow's own goroutine, and grown ahead, it cost w1 more than it saved.)
+// workflow's own goroutine, and grown ahead, it cost w1 more than it saved; the
+// workflow's goroutine grows ahead when steps are intercepted, see runWorkflow.)
 //
 //go:noinline
 func growStack() {
