@@ -34,29 +34,23 @@ func StreamFinal(name string) bool {
 // not JSON, of another codec, as a base64 string), or run.failed or
 // run.cancelled with {"error"}.
 func FinalEvent(status Status, output []byte, e *ErrorInfo) StreamWrite {
-	var v any
+	// Structs, not maps: encoding a map sorts its keys by reflection.
+	name, v := StreamRunFailed, any(struct {
+		Error *ErrorInfo `json:"error"`
+	}{e})
 	switch status {
 	case StatusSucceeded:
 		var result any = json.RawMessage(output)
 		if !json.Valid(output) {
 			result = output
 		}
-		v = struct {
+		name, v = StreamRunSucceeded, struct {
 			Result any `json:"result"`
 		}{result}
-	default:
-		v = struct {
-			Error *ErrorInfo `json:"error"`
-		}{e}
-	}
-	b, _ := json.Marshal(v) // a RawMessage checked valid, bytes and an ErrorInfo always encode
-	name := StreamRunFailed
-	switch status {
-	case StatusSucceeded:
-		name = StreamRunSucceeded
 	case StatusCancelled:
 		name = StreamRunCancelled
 	}
+	b, _ := json.Marshal(v) // a RawMessage checked valid, bytes and an ErrorInfo always encode
 	return StreamWrite{Name: name, Data: b}
 }
 

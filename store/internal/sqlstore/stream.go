@@ -95,10 +95,10 @@ func (s *SQL) StreamInsert(tx Tx, runSeq, last int64, namespace, id string, ws [
 // final event its record says, at sequence 1: a stream, read, always ends with
 // its run's final event, and a follower sees how the run ended. (A run the store
 // cancels, a job's included, has its run.cancelled written.)
-func (r Reads) finalOnRead(q Querier, seq int64, status store.Status, after int64, res **store.StreamReadResult) error {
-	*res = &store.StreamReadResult{Events: []*store.StreamEvent{}, Last: max(1, after), Finished: true}
+func (r Reads) finalOnRead(q Querier, seq int64, status store.Status, after int64) (*store.StreamReadResult, error) {
+	res := &store.StreamReadResult{Events: []*store.StreamEvent{}, Last: max(1, after), Finished: true}
 	if after >= 1 {
-		return nil
+		return res, nil
 	}
 	var (
 		output  []byte
@@ -106,15 +106,15 @@ func (r Reads) finalOnRead(q Querier, seq int64, status store.Status, after int6
 		at      Time
 	)
 	if err := q.QueryRow(r.sql.sq.outcome, seq).Scan(&output, &errText, &at); err != nil {
-		return err
+		return nil, err
 	}
 	info, err := ErrFromJSON(errText)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	w := store.FinalEvent(status, output, info)
-	(*res).Events = append((*res).Events, &store.StreamEvent{Sequence: 1, Name: w.Name, Data: w.Data, At: at.T})
-	return nil
+	res.Events = append(res.Events, &store.StreamEvent{Sequence: 1, Name: w.Name, Data: w.Data, At: at.T})
+	return res, nil
 }
 
 // CancelledEvent is the final stream event of a run the store cancels at once.
@@ -147,7 +147,8 @@ func (r Reads) StreamRead(ctx context.Context, p *store.StreamReadParams) (*stor
 			return err
 		}
 		if last == 0 && store.Status(status).Terminal() {
-			return r.finalOnRead(q, seq, store.Status(status), p.After, &res)
+			res, err = r.finalOnRead(q, seq, store.Status(status), p.After)
+			return err
 		}
 		res = &store.StreamReadResult{Events: []*store.StreamEvent{}, Last: max(last, p.After)}
 		if last > p.After {
