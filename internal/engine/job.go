@@ -117,12 +117,12 @@ func (e *Engine) jobAttempt(ctx context.Context, run *store.Run, ctl *worker.Con
 	if err != nil {
 		if cause := context.Cause(actx); actx.Err() != nil && ctx.Err() == nil && cause != nil {
 			cancelled = errors.Is(cause, ErrCancelled)
-			switch {
-			case !errors.Is(cause, ErrDeadlineExceeded) && !errors.Is(cause, ErrStepTimeout) && !cancelled:
-			case err == actx.Err(): // the context's own error says nothing the cause does not
-				err = cause
-			default:
-				err = fmt.Errorf("%w: %w", cause, err)
+			if errors.Is(cause, ErrDeadlineExceeded) || errors.Is(cause, ErrStepTimeout) || cancelled {
+				if err == actx.Err() { // the context's own error says nothing the cause does not
+					err = cause
+				} else {
+					err = fmt.Errorf("%w: %w", cause, err)
+				}
 			}
 		}
 	}
