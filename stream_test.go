@@ -41,7 +41,7 @@ var streamWF = trellis.NewWorkflow("stream-wf", func(wc *trellis.Context, _ any)
 	return "done", nil
 })
 
-var streamWFNames = []string{"run.started", "a", "a", "a", "run.waiting", "b", "step.failed", "step.completed", "run.succeeded"}
+var streamWFNames = []string{"run.started", "a", "a", "a", "run.waiting", "run.resumed", "b", "step.failed", "step.completed", "run.succeeded"}
 
 // collect reads n events of the stream (all of them when n < 0) and checks
 // that they are numbered from first on without gaps.

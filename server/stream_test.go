@@ -19,7 +19,7 @@ import (
 
 // streamWF emits three events, waits for the event "go", emits two more around
 // a step that fails once, and returns: its stream is run.started, a, a, a,
-// run.waiting, b, step.failed, step.completed, b, run.succeeded — with replays
+// run.waiting, run.resumed, b, step.failed, step.completed, b, run.succeeded — with replays
 // in between (after the wait) that must publish nothing twice.
 var streamWF = trellis.NewWorkflow("streamer", func(wc *trellis.Context, _ any) (string, error) {
 	for i := range 3 {
@@ -48,7 +48,7 @@ var streamWF = trellis.NewWorkflow("streamer", func(wc *trellis.Context, _ any) 
 	return "done", nil
 })
 
-var streamNames = []string{"run.started", "a", "a", "a", "run.waiting", "b", "step.failed", "step.completed", "b", "run.succeeded"}
+var streamNames = []string{"run.started", "a", "a", "a", "run.waiting", "run.resumed", "b", "step.failed", "step.completed", "b", "run.succeeded"}
 
 // sseEvent is an event as read off the wire.
 type sseEvent struct {
@@ -188,9 +188,14 @@ func TestStreamResumeWithLastEventID(t *testing.T) {
 				Attempt int    `json:"attempt"`
 				Error   struct{ Message string }
 			}
-			if err := json.Unmarshal([]byte(got[6].data), &failed); err != nil || failed.Name != "flaky" ||
+			if err := json.Unmarshal([]byte(got[7].data), &failed); err != nil || failed.Name != "flaky" ||
 				failed.Attempt != 1 || failed.Error.Message != "first try fails" {
-				t.Fatalf("step.failed data %s (%v)", got[6].data, err)
+				t.Fatalf("step.failed data %s (%v)", got[7].data, err)
+			}
+			// The execution after the wait replayed the history (three emits
+			// and the wait) as the run's second claim.
+			if got[5].data != `{"attempt":2,"replayed":4}` {
+				t.Fatalf("run.resumed data %s", got[5].data)
 			}
 			// A finished run's stream replays and ends; after= skips.
 			wantEvents(t, e.openStream(run.ID, "", "reader").readAll(t), 1, streamNames)

@@ -16,6 +16,7 @@ import (
 // Lifecycle events of a run's stream.
 const (
 	StreamRunStarted    = "run.started"
+	StreamRunResumed    = "run.resumed"
 	StreamStepCompleted = "step.completed"
 	StreamStepFailed    = "step.failed"
 	StreamRunWaiting    = "run.waiting"

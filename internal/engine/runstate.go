@@ -53,7 +53,8 @@ type RunState struct {
 	openApprovals map[string]bool // approval requests of this run not yet decided
 	kv            map[string][]byte
 	cancelSeen    bool
-	startPending  bool // run.started is still to be written (see addStarted)
+	startPending  bool // run.started or run.resumed is still to be written (see addStarted)
+	replayed      int  // the ops of the history this execution replays
 	deadlineHit   bool
 	panicked      bool
 	unwind        unwindKind
@@ -90,7 +91,7 @@ func newRunState(e *Engine, cr *store.ClaimedRun, ctx context.Context, ctl *work
 		rs.history[op.Position] = op
 		rs.lastPos = max(rs.lastPos, op.Position)
 	}
-	rs.startPending = len(cr.History) == 0
+	rs.startPending, rs.replayed = true, len(cr.History)
 	return rs
 }
 

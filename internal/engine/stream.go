@@ -35,9 +35,11 @@ func lifecycle(name string, v any) store.StreamWrite {
 	return store.StreamWrite{Name: name, Data: b}
 }
 
-// addStarted puts run.started first in q when this execution is the run's
-// first (no history) and q is its first checkpoint. A hand-back that records
-// nothing leaves it to the next execution, which starts again from nothing.
+// addStarted puts the execution's first lifecycle event first in q when q is
+// its first checkpoint: run.started for the run's first execution (no history),
+// run.resumed for a later one (after a wait, a hand-back, a crash or a
+// resumption of a blocked run), which replays the history. A hand-back that
+// records nothing leaves it to the next execution, which writes it instead.
 func (rs *RunState) addStarted(q *queued, status store.Status) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -45,7 +47,12 @@ func (rs *RunState) addStarted(q *queued, status store.Status) {
 		return
 	}
 	rs.startPending = false
-	ev := lifecycle(store.StreamRunStarted, startedEvent{Attempt: rs.run.Attempts, Workflow: rs.run.Workflow})
+	var ev store.StreamWrite
+	if rs.replayed == 0 {
+		ev = lifecycle(store.StreamRunStarted, startedEvent{Attempt: rs.run.Attempts, Workflow: rs.run.Workflow})
+	} else {
+		ev = lifecycle(store.StreamRunResumed, resumedEvent{Attempt: rs.run.Attempts, Replayed: rs.replayed})
+	}
 	q.stream = append([]store.StreamWrite{ev}, q.stream...)
 }
 
@@ -86,6 +93,10 @@ type (
 	startedEvent struct {
 		Attempt  int    `json:"attempt"`
 		Workflow string `json:"workflow"`
+	}
+	resumedEvent struct {
+		Attempt  int `json:"attempt"`
+		Replayed int `json:"replayed"`
 	}
 	errorEvent struct {
 		Error *store.ErrorInfo `json:"error"`
