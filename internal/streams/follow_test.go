@@ -1,0 +1,82 @@
+package streams_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/internal/streams"
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storesqlite"
+)
+
+// subscriptions is a real store that reports each topic Follow subscribes to.
+type subscriptions struct {
+	*storesqlite.Store
+	topics chan string
+}
+
+func (s subscriptions) Subscribe(ctx context.Context, topic string) (<-chan struct{}, func(), error) {
+	ch, stop, err := s.Store.Subscribe(ctx, topic)
+	s.topics <- topic
+	return ch, stop, err
+}
+
+// A follower of a run whose stream is empty (a job's: it writes none) is woken
+// by the run's end, not by a poll, and ends with the final event the record
+// gives. The poll is set to an hour, so only the wake-up can end Follow.
+func TestFollowWakesAtTheEndOfARunWithoutEvents(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	st, err := storesqlite.Open(ctx, storesqlite.Config{Path: filepath.Join(t.TempDir(), "s.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: "job", WorkflowID: "job", Workflow: "double", Queue: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := st.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "ns", Workflows: []string{"double"}, Worker: "w", Max: 1, LeaseDuration: time.Minute})
+	if err != nil || len(claimed.Runs) != 1 {
+		t.Fatalf("claim: %+v, %v", claimed, err)
+	}
+	src := subscriptions{Store: st, topics: make(chan string, 4)}
+	var (
+		got []string
+		mu  sync.Mutex
+	)
+	done := make(chan error, 1)
+	go func() {
+		done <- streams.Follow(ctx, src, "ns", "job", 0, streams.Options{Poll: time.Hour}, func(ev *store.StreamEvent) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, ev.Name+"="+string(ev.Data))
+			return nil
+		})
+	}()
+	for _, want := range []string{store.StreamTopic("ns", "job"), store.RunTopic("ns", "job")} {
+		select {
+		case topic := <-src.topics:
+			if topic != want {
+				t.Fatalf("Follow subscribed to %q, want %q", topic, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("Follow never subscribed to %q", want)
+		}
+	}
+	cr := claimed.Runs[0]
+	if _, err := st.Checkpoint(ctx, &store.CheckpointParams{Lease: store.Lease{Namespace: "ns", RunID: "job", Token: cr.LeaseToken},
+		Status: store.StatusSucceeded, Output: []byte(`42`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Follow: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != `run.succeeded={"result":42}` {
+		t.Fatalf("events %v, want [run.succeeded={\"result\":42}]", got)
+	}
+}
