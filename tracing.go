@@ -69,23 +69,18 @@ var runSpanOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindCo
 // and the replayed ops are set only when they say something.
 func endRunSpan(span trace.Span, a *WorkflowAttempt) {
 	if span.IsRecording() {
-		n := 4
+		var optional [2]attribute.KeyValue // on the stack: the slice below is sized to fit
+		opt := optional[:0]
 		if a.Queue != "default" {
-			n++
+			opt = append(opt, attribute.String("trellis.queue", a.Queue))
 		}
 		if a.Replayed > 0 {
-			n++
+			opt = append(opt, attribute.Int("trellis.replayed_ops", a.Replayed))
 		}
-		set := append(make([]attribute.KeyValue, 0, n), attribute.String("trellis.run_id", a.RunID),
+		set := append(make([]attribute.KeyValue, 0, 4+len(opt)), attribute.String("trellis.run_id", a.RunID),
 			attribute.String("trellis.workflow_id", a.WorkflowID), attribute.Int("trellis.attempt", a.Attempt),
 			attribute.String("trellis.status", string(a.Status)))
-		if a.Queue != "default" {
-			set = append(set, attribute.String("trellis.queue", a.Queue))
-		}
-		if a.Replayed > 0 {
-			set = append(set, attribute.Int("trellis.replayed_ops", a.Replayed))
-		}
-		span.SetAttributes(set...)
+		span.SetAttributes(append(set, opt...)...)
 	}
 	if a.Error != nil {
 		span.SetStatus(codes.Error, a.Error.Message)

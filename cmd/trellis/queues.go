@@ -392,9 +392,5 @@ func queueHint(tg target, err error) error {
 	if !errors.Is(err, trellis.ErrNamespaceNotFound) {
 		return err
 	}
-	ns := tg.namespace
-	if ns == "" {
-		ns = "default"
-	}
-	return fmt.Errorf("%w (a namespace's queues need its record: trellis namespaces create %s)", err, ns)
+	return fmt.Errorf("%w (a namespace's queues need its record: trellis namespaces create %s)", err, tg.ns())
 }

@@ -298,6 +298,15 @@ func connFlags(fs *flag.FlagSet, t *target) {
 	fs.StringVar(&t.token, "token", "", "the bearer `token` for --server (default $"+envToken+")")
 }
 
+// ns is the namespace the target's client works in: --namespace, else
+// $TRELLIS_NAMESPACE (after resolve), else "default", as trellis.Config has it.
+func (t target) ns() string {
+	if t.namespace == "" {
+		return "default"
+	}
+	return t.namespace
+}
+
 // resolve fills what the flags left empty from the environment and checks that
 // one store or one server is named: a flag wins over the environment, and
 // --store with --server is a usage error.

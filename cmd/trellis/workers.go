@@ -53,10 +53,7 @@ func workersList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := tg.resolve(fs); err != nil {
 		return err
 	}
-	namespace := tg.namespace
-	if namespace == "" {
-		namespace = "default"
-	}
+	namespace := tg.ns()
 	return withClient(ctx, tg, func(c *trellis.Client) error {
 		ws, err := c.Workers(ctx)
 		if err != nil {
