@@ -17,10 +17,12 @@ func TestQueuesEmbedded(t *testing.T) {
 	echo := trellis.NewWorkflow("q-echo", func(wc *trellis.Context, s string) (string, error) { return s, nil })
 	c := setup(t, echo)
 	ctx := ctxT(t)
-	if _, err := c.CreateQueue(ctx, "default", trellis.QueueSettings{}); !errors.Is(err, trellis.ErrNamespaceNotFound) {
-		t.Fatalf("CreateQueue without a namespace record: %v, want ErrNamespaceNotFound", err)
+	// The namespace default has its record from the start.
+	if _, err := c.CreateNamespace(ctx, trellis.NamespaceOptions{Name: "default"}); !errors.Is(err, trellis.ErrNamespaceExists) {
+		t.Fatalf("CreateNamespace(default): %v, want ErrNamespaceExists", err)
 	}
-	if _, err := c.CreateNamespace(ctx, trellis.NamespaceOptions{Name: "default", DefaultQueue: "main", PayloadLimit: 64}); err != nil {
+	mainQ, limit := "main", 64
+	if _, err := c.UpdateNamespace(ctx, trellis.NamespaceUpdate{Name: "default", DefaultQueue: &mainQ, PayloadLimit: &limit}); err != nil {
 		t.Fatal(err)
 	}
 	five := 5

@@ -42,9 +42,6 @@ func TestQueueDefaultRetryPolicy(t *testing.T) {
 	wf, job := queueRetryFlows("qretry", &steps, &jobs)
 	c := setup(t, wf, job)
 	ctx := ctxT(t)
-	if _, err := c.CreateNamespace(ctx, trellis.NamespaceOptions{Name: "default"}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := c.CreateQueue(ctx, "retrying", trellis.QueueSettings{
 		Retry: &store.QueueRetry{MaxAttempts: 4, InitialBackoff: store.Duration(time.Millisecond)}}); err != nil {
 		t.Fatal(err)
@@ -95,9 +92,6 @@ func TestQueueDefaultRetryPolicyRemote(t *testing.T) {
 			}
 			defer c.Close()
 			ctx := ctxT(t)
-			if _, err := c.CreateNamespace(ctx, trellis.NamespaceOptions{Name: "default"}); err != nil {
-				t.Fatal(err)
-			}
 			if _, err := c.CreateQueue(ctx, "retrying", trellis.QueueSettings{
 				Retry: &store.QueueRetry{MaxAttempts: 3, InitialBackoff: store.Duration(time.Millisecond)}}); err != nil {
 				t.Fatal(err)

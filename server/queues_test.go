@@ -21,22 +21,25 @@ func TestAPIQueues(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, url(t))
 			const base = "/v1/namespaces/default"
-			// Queues need their namespace's record.
-			e.do("POST", base+"/queues", "admin", map[string]any{"name": "default"}).problem(t, 404, "not_found")
+			// Queues need their namespace's record; default has one from the start.
+			e.do("POST", "/v1/namespaces/tenant-a/queues", "admin", map[string]any{"name": "default"}).problem(t, 404, "not_found")
 			var ns store.Namespace
-			e.do("POST", "/v1/namespaces", "admin", map[string]any{"name": "default", "retention": "48h"}).want(t, 201).decode(t, &ns)
+			e.do("POST", "/v1/namespaces", "admin", map[string]any{"name": "tenant-a", "retention": "48h"}).want(t, 201).decode(t, &ns)
 			if ns.Retention != store.Duration(48*time.Hour) || ns.DefaultQueue != "default" {
 				t.Fatalf("created namespace %+v", ns)
 			}
 			e.do("POST", "/v1/namespaces", "admin", map[string]any{"name": "default"}).problem(t, 409, "namespace_exists")
 			e.do("GET", base, "reader", nil).want(t, 200).decode(t, &ns)
+			if ns.Retention != store.DefaultRetention || ns.DefaultQueue != "default" {
+				t.Fatalf("namespace default %+v, want the defaults", ns)
+			}
 			e.do("PATCH", base, "admin", map[string]any{"payload_limit": 4096}).want(t, 200).decode(t, &ns)
-			if ns.PayloadLimit != 4096 || ns.Retention != store.Duration(48*time.Hour) {
+			if ns.PayloadLimit != 4096 || ns.Retention != store.DefaultRetention {
 				t.Fatalf("updated namespace %+v", ns)
 			}
 			var nl NamespaceList
 			e.do("GET", "/v1/namespaces", "admin", nil).want(t, 200).decode(t, &nl)
-			if len(nl.Namespaces) != 1 || nl.Namespaces[0].Name != "default" {
+			if len(nl.Namespaces) != 2 || nl.Namespaces[0].Name != "default" || nl.Namespaces[1].Name != "tenant-a" {
 				t.Fatalf("namespaces %+v", nl.Namespaces)
 			}
 
@@ -119,7 +122,7 @@ func TestAPIQueues(t *testing.T) {
 				t.Fatalf("queues after bad input %+v", ql.Queues)
 			}
 			e.do("GET", "/v1/namespaces", "admin", nil).want(t, 200).decode(t, &nl)
-			if len(nl.Namespaces) != 1 || nl.Namespaces[0].PayloadLimit != 4096 {
+			if len(nl.Namespaces) != 2 || nl.Namespaces[0].PayloadLimit != 4096 || nl.Namespaces[1].PayloadLimit != 0 {
 				t.Fatalf("namespaces after bad input %+v", nl.Namespaces)
 			}
 			// Roles: a reader reads but changes nothing; a producer does neither.
@@ -178,7 +181,7 @@ func TestAPIQueues(t *testing.T) {
 				t.Fatal(err)
 			}
 			list, err := c.ListNamespaces(ctx)
-			if err != nil || len(list) != 2 {
+			if err != nil || len(list) != 3 || list[2].Name != "tenant-b" {
 				t.Fatalf("ListNamespaces over HTTP = %+v, %v", list, err)
 			}
 		})

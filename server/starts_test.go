@@ -238,9 +238,6 @@ func TestGoClientStartManyKeepsOptions(t *testing.T) {
 	}
 	defer c.Close()
 	one := 1
-	if _, err := c.CreateNamespace(ctx, trellis.NamespaceOptions{Name: "default"}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := c.CreateQueue(ctx, "keyed", trellis.QueueSettings{KeyLimit: &one}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,14 +10,11 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// walkQueue gives namespace default a record and a queue "walk-q" for the
-// walk of the UI's routes.
+// walkQueue gives namespace default a queue "walk-q" for the walk of the UI's
+// routes.
 func walkQueue(t *testing.T, e *env) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := e.st.NamespaceCreate(ctx, &store.NamespaceCreateParams{Name: "default"}); err != nil && !errors.Is(err, store.ErrNamespaceExists) {
-		t.Fatal(err)
-	}
 	if _, err := e.st.QueueCreate(ctx, &store.QueueCreateParams{Namespace: "default", Name: "walk-q"}); err != nil && !errors.Is(err, store.ErrQueueExists) {
 		t.Fatal(err)
 	}
@@ -36,12 +33,9 @@ func TestUIQueues(t *testing.T) {
 func testUIQueues(t *testing.T, dbURL string) {
 	e := newEnv(t, dbURL)
 	ctx := context.Background()
-	// A namespace without a record (what a new user has): its default queue.
-	if r := string(e.uiSession("admin").get("/ui/default/queues").want(t, 200).body); !strings.Contains(r, `data-queue="default"`) {
+	// A namespace without a record (runs can be started in any): its default queue.
+	if r := string(e.uiSession("admin").get("/ui/tenant-a/queues").want(t, 200).body); !strings.Contains(r, `data-queue="default"`) {
 		t.Fatalf("queues page of a namespace without a record: %.500s", r)
-	}
-	if _, err := e.st.NamespaceCreate(ctx, &store.NamespaceCreateParams{Name: "default"}); err != nil {
-		t.Fatal(err)
 	}
 	if _, err := e.st.QueueCreate(ctx, &store.QueueCreateParams{Namespace: "default", Name: "emails",
 		QueueSettings: store.QueueSettings{ConcurrencyLimit: ptr(20), KeyLimit: ptr(2),

@@ -24,7 +24,7 @@ import (
 // store).
 type QueueStore interface {
 	// NamespaceCreate creates a namespace record. ErrNamespaceExists when it has
-	// one already.
+	// one already, as DefaultNamespace has in every store.
 	NamespaceCreate(ctx context.Context, p *NamespaceCreateParams) (*Namespace, error)
 	// NamespaceGet returns a namespace. ErrNamespaceNotFound without a record.
 	NamespaceGet(ctx context.Context, p *NamespaceGetParams) (*Namespace, error)
@@ -92,6 +92,11 @@ const DefaultRetention = Duration(30 * 24 * time.Hour)
 
 // DefaultQueueName is a namespace's default queue when none is set.
 const DefaultQueueName = "default"
+
+// DefaultNamespace is the namespace of clients and workers that name none. Every
+// store has its record from the start (a migration writes it with the defaults
+// above), so that its queues can be created without creating it first.
+const DefaultNamespace = "default"
 
 // MaxNameLen caps the name of a namespace or queue.
 const MaxNameLen = 200

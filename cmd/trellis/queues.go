@@ -41,7 +41,8 @@ Limits (each must be positive; an absent flag leaves a limit as it is):
   --rate R --burst N     runs started per second, in bursts of up to N
   --payload-limit BYTES  --priority N  --max-attempts N  --initial-backoff D  --max-backoff D
 
-A queue's namespace needs a record ("trellis namespaces create"). Pausing a paused
+A queue's namespace needs a record ("trellis namespaces create"; default has one
+in every store). Pausing a paused
 queue, or resuming one that is not paused, is an error. See docs/queues.md.
 `
 

@@ -15,22 +15,27 @@ func TestNamespacesAndQueues(t *testing.T) {
 	c := openClient(t, url, true)
 	defer c.Close()
 
-	// A queue needs its namespace's record.
-	res := trellisCmd(t, "queues", "create", "default", "--store", url)
+	// A queue needs its namespace's record; default has one from the start.
+	res := trellisCmd(t, "queues", "create", "default", "--namespace", "tenant-a", "--store", url)
 	if res.code != 1 {
 		t.Fatalf("queue in a namespace without a record: exit %d", res.code)
 	}
-	contains(t, "queue without namespace", res.stderr, "namespace not found", "trellis namespaces create default")
+	contains(t, "queue without namespace", res.stderr, "namespace not found", "trellis namespaces create tenant-a")
+	res = trellisCmd(t, "namespaces", "create", "default", "--store", url)
+	if res.code != 1 {
+		t.Fatalf("namespaces create default: exit %d", res.code)
+	}
+	contains(t, "namespaces create default", res.stderr, "namespace already exists")
 
-	res = trellisCmd(t, "namespaces", "create", "default", "--retention", "48h", "--json", "--store", url).ok(t)
+	res = trellisCmd(t, "namespaces", "create", "tenant-a", "--retention", "48h", "--json", "--store", url).ok(t)
 	var ns trellis.Namespace
-	if err := json.Unmarshal([]byte(res.stdout), &ns); err != nil || ns.Name != "default" || ns.DefaultQueue != "default" {
+	if err := json.Unmarshal([]byte(res.stdout), &ns); err != nil || ns.Name != "tenant-a" || ns.DefaultQueue != "default" {
 		t.Fatalf("namespaces create: %v %+v\n%s", err, ns, res.stdout)
 	}
-	res = trellisCmd(t, "namespaces", "update", "default", "--payload-limit", "2048", "--store", url).ok(t)
+	res = trellisCmd(t, "namespaces", "update", "default", "--retention", "48h", "--payload-limit", "2048", "--store", url).ok(t)
 	contains(t, "namespaces update", res.stdout, "NAME", "RETENTION", "48h0m0s", "2048")
 	res = trellisCmd(t, "namespaces", "list", "--store", url).ok(t)
-	contains(t, "namespaces list", res.stdout, "default", "48h0m0s", "2048")
+	contains(t, "namespaces list", res.stdout, "default", "tenant-a", "48h0m0s", "2048")
 	res = trellisCmd(t, "namespaces", "get", "default", "--store", url).ok(t)
 	contains(t, "namespaces get", res.stdout, "default", "2048")
 	// A namespace command works on no one namespace: --namespace is no flag of it.
@@ -94,7 +99,7 @@ func TestNamespacesAndQueues(t *testing.T) {
 	}
 	res = trellisCmd(t, "namespaces", "list", "--json", "--store", url).ok(t)
 	var nl struct{ Namespaces []*trellis.Namespace }
-	if err := json.Unmarshal([]byte(res.stdout), &nl); err != nil || len(nl.Namespaces) != 1 || nl.Namespaces[0].PayloadLimit != 2048 {
+	if err := json.Unmarshal([]byte(res.stdout), &nl); err != nil || len(nl.Namespaces) != 2 || nl.Namespaces[0].PayloadLimit != 2048 {
 		t.Fatalf("namespaces after bad input: %v %+v", err, nl.Namespaces)
 	}
 	// Usage errors.

@@ -26,9 +26,8 @@ var reuse struct {
 
 // ReusedSchemaURL is SchemaURL for a test whose store holds nothing after its
 // cleanups: the schema is a fresh one, or one that another test of this process
-// used and emptied (the rows of every table but schema_migrations deleted,
-// identities restarted), so the store it opens finds its tables migrated and
-// empty. A package that uses it runs its tests through Main.
+// used and emptied (see empty), so the store it opens finds its tables migrated
+// and holding only what a fresh store holds. A package that uses it runs its tests through Main.
 func ReusedSchemaURL(t testing.TB) string {
 	t.Helper()
 	base := URL(t)
@@ -55,8 +54,9 @@ func ReusedSchemaURL(t testing.TB) string {
 	return WithSchema(t, base, schema)
 }
 
-// empty deletes the rows of every table of schema but schema_migrations and
-// restarts its identity columns, in one transaction. (DELETE, not TRUNCATE: a
+// empty deletes the rows of every table of schema but schema_migrations,
+// restarts its identity columns and writes again the rows that the migrations
+// write, in one transaction: the schema is as a fresh store's. (DELETE, not TRUNCATE: a
 // truncation gives every table and index a new file: 140 ms, near half the
 // schema's creation.) A schema whose store was never opened has no
 // tables: nothing to do.
@@ -85,6 +85,9 @@ func empty(base, schema string) error {
 	for _, st := range stmts {
 		batch.Queue(st)
 	}
+	// The rows the migrations write: the namespace default (0017).
+	batch.Queue(fmt.Sprintf(`INSERT INTO %s.namespaces (name, retention, default_queue, payload_limit, created_at, updated_at)
+		VALUES ('default', 2592000000000000, 'default', 0, now(), now())`, pgx.Identifier{schema}.Sanitize()))
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
 }
 

@@ -14,6 +14,7 @@ import (
 // enforces.
 var queueCases = []testCase{
 	{"NamespaceCRUD", queueNamespaceCRUD},
+	{"DefaultNamespace", queueDefaultNamespace},
 	{"QueueCRUD", queueQueueCRUD},
 	{"BadInput", queueBadInput},
 	{"PauseResume", queuePauseResume},
@@ -93,11 +94,35 @@ func queueNamespaceCRUD(t *testing.T, e *env) {
 	for _, n := range list {
 		names = append(names, n.Name)
 	}
-	wantIDs(t, "NamespaceList", names, []string{"alpha", "b", ns})
+	wantIDs(t, "NamespaceList", names, []string{"alpha", "b", store.DefaultNamespace, ns})
 	_, err = e.st.NamespaceGet(e.ctx, &store.NamespaceGetParams{Name: "nope"})
 	wantErr(t, "NamespaceGet(unknown)", err, store.ErrNamespaceNotFound)
 	_, err = e.st.NamespaceUpdate(e.ctx, &store.NamespaceUpdateParams{Name: "nope", Retention: &day})
 	wantErr(t, "NamespaceUpdate(unknown)", err, store.ErrNamespaceNotFound)
+}
+
+// The namespace default has a record in a fresh store, with the defaults that a
+// namespace without a record also has: its queues need no NamespaceCreate first.
+func queueDefaultNamespace(t *testing.T, e *env) {
+	d, err := e.st.NamespaceGet(e.ctx, &store.NamespaceGetParams{Name: store.DefaultNamespace})
+	if err != nil {
+		t.Fatalf("NamespaceGet(default) in a fresh store: %v", err)
+	}
+	if d.Retention != store.DefaultRetention || d.DefaultQueue != store.DefaultQueueName || d.PayloadLimit != 0 {
+		t.Fatalf("namespace default = %+v, want the defaults", d)
+	}
+	_, err = e.st.NamespaceCreate(e.ctx, &store.NamespaceCreateParams{Name: store.DefaultNamespace})
+	wantErr(t, "NamespaceCreate(default)", err, store.ErrNamespaceExists)
+	q, err := e.st.QueueCreate(e.ctx, &store.QueueCreateParams{Namespace: store.DefaultNamespace, Name: "emails",
+		QueueSettings: store.QueueSettings{ConcurrencyLimit: intp(2)}})
+	if err != nil || q.ConcurrencyLimit != 2 {
+		t.Fatalf("QueueCreate(default/emails) = %+v, %v", q, err)
+	}
+	week := store.Duration(7 * 24 * time.Hour)
+	up, err := e.st.NamespaceUpdate(e.ctx, &store.NamespaceUpdateParams{Name: store.DefaultNamespace, Retention: &week})
+	if err != nil || up.Retention != week {
+		t.Fatalf("NamespaceUpdate(default) = %+v, %v", up, err)
+	}
 }
 
 func queueQueueCRUD(t *testing.T, e *env) {
@@ -227,8 +252,13 @@ func queueBadInput(t *testing.T, e *env) {
 		wantErr(t, what, fn(), store.ErrInvalidParams)
 	}
 	list, err := e.st.NamespaceList(e.ctx)
-	if err != nil || len(list) != 1 || list[0].Retention != store.DefaultRetention || list[0].PayloadLimit != 0 {
-		t.Fatalf("namespaces after bad input = %+v, %v; want ns unchanged", list, err)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("namespaces after bad input = %d, %v; want default and ns", len(list), err)
+	}
+	for _, n := range list {
+		if n.Retention != store.DefaultRetention || n.PayloadLimit != 0 {
+			t.Fatalf("namespace after bad input = %+v; want it unchanged", n)
+		}
 	}
 	qs, err := e.st.QueueList(e.ctx, &store.QueueListParams{Namespace: ns})
 	if err != nil || len(qs) != 1 || qs[0].ConcurrencyLimit != 2 || qs[0].RateBurst != 0 || qs[0].Retry != nil {
