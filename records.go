@@ -141,6 +141,10 @@ type Op struct {
 	AttemptLog []Attempt  `json:"attempt_log,omitempty"`
 	StartedAt  time.Time  `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// AttemptStartedAt is when the attempt that completed a step began, for a
+	// step that failed attempts before it (StartedAt is its first attempt's
+	// start); nil otherwise, and in histories recorded before it existed.
+	AttemptStartedAt *time.Time `json:"attempt_started_at,omitempty"`
 }
 
 // Attempt is one failed attempt of a step.
@@ -230,7 +234,8 @@ func opsFromStore(ops []*store.Op) []*Op {
 	out := make([]*Op, len(ops))
 	for i, o := range ops {
 		op := &Op{Position: o.Position, Kind: OpKind(o.Kind), Name: o.Name, Done: o.Done, Result: o.Result,
-			Error: errorFromStore(o.Error), Attempts: o.Attempts, StartedAt: o.StartedAt, FinishedAt: o.FinishedAt}
+			Error: errorFromStore(o.Error), Attempts: o.Attempts, StartedAt: o.StartedAt, FinishedAt: o.FinishedAt,
+			AttemptStartedAt: o.AttemptStartedAt}
 		for _, a := range o.AttemptLog {
 			op.AttemptLog = append(op.AttemptLog, Attempt{Attempt: a.Attempt, Error: *errorFromStore(&a.Error),
 				StartedAt: a.StartedAt, FinishedAt: a.FinishedAt})

@@ -57,6 +57,10 @@ func TestStepsAreMemoizedAcrossReplay(t *testing.T) {
 	if hist[1].Attempts != 2 || len(hist[1].AttemptLog) != 1 || hist[1].AttemptLog[0].Error.Message != "boom" {
 		t.Fatalf("flaky step attempts %d log %+v", hist[1].Attempts, hist[1].AttemptLog)
 	}
+	// Its second attempt ran in a later execution of the run.
+	if a := hist[1].AttemptStartedAt; a == nil || a.Before(hist[1].AttemptLog[0].FinishedAt) || hist[0].AttemptStartedAt != nil {
+		t.Fatalf("AttemptStartedAt: flaky %v (failed attempt ended %v), first %v", a, hist[1].AttemptLog[0].FinishedAt, hist[0].AttemptStartedAt)
+	}
 	run := must[*trellis.Run](t)(c.Get(ctxT(t), h.RunID()))
 	if run.Attempts < 2 {
 		t.Fatalf("run claimed %d times, want a replay after the suspension", run.Attempts)
@@ -219,6 +223,14 @@ func TestRetriesRecordEveryAttempt(t *testing.T) {
 	hist := must[[]*trellis.Op](t)(c.History(ctxT(t), h.RunID()))
 	if hist[0].Attempts != 3 || len(hist[0].AttemptLog) != 2 || hist[0].AttemptLog[1].Error.Message != "attempt 2 failed" {
 		t.Fatalf("retried step: %+v", hist[0])
+	}
+	// The attempt that succeeded has its own start, after the failed ones' (a
+	// timeline draws it without the backoff before it).
+	if a := hist[0].AttemptStartedAt; a == nil || a.Before(hist[0].AttemptLog[1].FinishedAt) || a.After(*hist[0].FinishedAt) {
+		t.Fatalf("retried step's AttemptStartedAt = %v, want between %v and %v", a, hist[0].AttemptLog[1].FinishedAt, hist[0].FinishedAt)
+	}
+	if hist[1].AttemptStartedAt != nil || hist[2].AttemptStartedAt != nil {
+		t.Fatalf("failed steps have AttemptStartedAt: %v, %v", hist[1].AttemptStartedAt, hist[2].AttemptStartedAt)
 	}
 	if permanent.Load() != 1 || hist[1].Error == nil || !hist[1].Error.NonRetryable {
 		t.Fatalf("non-retryable step ran %d times: %+v", permanent.Load(), hist[1])

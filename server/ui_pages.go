@@ -382,6 +382,13 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 				start = a.FinishedAt
 			}
 		}
+		// The attempt that completed a step after failed ones: its own bar
+		// and time, not the backoff before it.
+		title := op.Name
+		if op.AttemptStartedAt != nil && op.AttemptStartedAt.After(start) {
+			start = *op.AttemptStartedAt
+			title = fmt.Sprintf("%s: attempt %d succeeded", op.Name, op.Attempts)
+		}
 		class := "ok"
 		switch {
 		case op.Error != nil:
@@ -401,7 +408,7 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 		}
 		if lastFailed == nil && (op.Done || op.Error != nil || op.FinishedAt != nil) {
 			x, wd := scale(start, end)
-			row.Bars = append(row.Bars, bar{X: x, W: wd, Class: class, Title: op.Name})
+			row.Bars = append(row.Bars, bar{X: x, W: wd, Class: class, Title: title})
 		} else if lastFailed == nil && !run.Status.Terminal() {
 			x, wd := scale(start, t1)
 			row.Bars = append(row.Bars, bar{X: x, W: wd, Class: class, Title: op.Name + " (under way)"})

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -344,6 +345,10 @@ func testUIPages(t *testing.T, url string) {
 	}
 	job := e.waitRun(e.start("ui-double", 21, nil).ID)
 	failedJob := e.waitRun(e.start("ui-double", -1, nil).ID)
+	if err := e.worker.Register(context.Background(), uiFlaky); err != nil {
+		t.Fatal(err)
+	}
+	flakyJob := e.waitRun(e.start("ui-flaky", nil, nil).ID)
 	for _, bad := range []string{"status=nope", "after=yesterday", "page_token=zz"} {
 		r := u.get("/ui/default/runs?" + bad)
 		if r.status != 400 || !strings.Contains(string(r.body), "invalid") && !strings.Contains(string(r.body), "Invalid") {
@@ -376,6 +381,17 @@ func testUIPages(t *testing.T, url string) {
 		strings.Contains(string(r.body), `<td class="nowrap">0ms</td>`) || !strings.Contains(string(r.body), "attempt 1 failed after") {
 		t.Errorf("failed job's timeline: %s", r.body)
 	}
+	// A job that succeeded at its second attempt, after a 300 ms backoff: the
+	// row's bar and time are that attempt's (20 ms), not the backoff's.
+	if r := u.get("/ui/default/runs/" + flakyJob.ID); !strings.Contains(string(r.body), "ui-flaky: attempt 2 succeeded") {
+		t.Errorf("flaky job's timeline lacks its succeeded attempt: %s", r.body)
+	} else {
+		for _, m := range regexp.MustCompile(`<td class="nowrap">([0-9.]+)(ms|s)</td>`).FindAllStringSubmatch(string(r.body), -1) {
+			if d, _ := time.ParseDuration(m[1] + m[2]); d >= 300*time.Millisecond {
+				t.Errorf("flaky job's row shows %s, the backoff included", m[1]+m[2])
+			}
+		}
+	}
 	if r := u.get("/ui/default/runs/" + run.ID + "?partial=1"); strings.Contains(string(r.body), "<html") {
 		t.Error("partial page has the layout")
 	}
@@ -399,6 +415,16 @@ var uiJob = trellis.NewJob("ui-double", func(_ context.Context, n int) (int, err
 	}
 	return 2 * n, nil
 })
+
+// uiFlaky is a job whose first attempt fails at once and whose second, 300 ms
+// later, succeeds in 20 ms.
+var uiFlaky = trellis.NewJob("ui-flaky", func(ctx context.Context, _ any) (int, error) {
+	if trellis.StepInfo(ctx).Attempt == 1 {
+		return 0, errors.New("first attempt fails")
+	}
+	time.Sleep(20 * time.Millisecond)
+	return 1, nil
+}, trellis.JobOptions{Retry: trellis.RetryPolicy{MaxAttempts: 2, Backoff: trellis.Fixed(300 * time.Millisecond)}})
 
 // manyOpsWF records uiManyOps ops.
 const uiManyOps = 10_000

@@ -315,9 +315,42 @@ type Op struct {
 	AttemptLog []Attempt  `json:"attempt_log,omitempty"`
 	StartedAt  time.Time  `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// AttemptStartedAt is when the attempt that completed a step began, for a
+	// step that failed attempts before it (nil otherwise: StartedAt is then that
+	// attempt's start). It is stored as the step's attempt row numbered Attempts
+	// with an empty error (SucceededAttempt), which readers take out of the
+	// AttemptLog (TakeSucceededAttempt).
+	AttemptStartedAt *time.Time `json:"attempt_started_at,omitempty"`
 }
 
-// Attempt is one failed attempt of a step.
+// SucceededAttempt is the attempt row that records op's AttemptStartedAt; ok is
+// false when op has none. A writer adds it to the checkpoint's Attempts.
+func (op *Op) SucceededAttempt() (a Attempt, ok bool) {
+	if op.AttemptStartedAt == nil || op.FinishedAt == nil || !op.Done || op.Error != nil {
+		return Attempt{}, false
+	}
+	return Attempt{Position: op.Position, Attempt: op.Attempts, StartedAt: *op.AttemptStartedAt, FinishedAt: *op.FinishedAt}, true
+}
+
+// TakeSucceededAttempt moves the row SucceededAttempt wrote out of op's
+// AttemptLog into AttemptStartedAt: the last row of a step that completed
+// without an error, numbered as its last attempt, is that attempt's (its failed
+// attempts precede it). A reader calls it once it has filled the AttemptLog.
+func (op *Op) TakeSucceededAttempt() {
+	n := len(op.AttemptLog)
+	if n == 0 || !op.Done || op.Error != nil || op.AttemptLog[n-1].Attempt != op.Attempts {
+		return
+	}
+	at := op.AttemptLog[n-1].StartedAt
+	op.AttemptStartedAt = &at
+	op.AttemptLog = op.AttemptLog[:n-1]
+	if n == 1 {
+		op.AttemptLog = nil
+	}
+}
+
+// Attempt is one failed attempt of a step, or (with an empty Error) the attempt
+// that completed a step after failed ones (Op.SucceededAttempt).
 type Attempt struct {
 	Position   int       `json:"position"`
 	Attempt    int       `json:"attempt"`

@@ -60,11 +60,15 @@ func (p *RunCreateParams) validateSeed() error {
 	return nil
 }
 
-// SeedAttempts returns the failed attempts of a seeded create's History.
+// SeedAttempts returns the attempt rows of a seeded create's History: each op's
+// failed attempts and the row of its AttemptStartedAt.
 func (p *RunCreateParams) SeedAttempts() []Attempt {
 	var out []Attempt
 	for _, op := range p.History {
 		out = append(out, op.AttemptLog...)
+		if a, ok := op.SucceededAttempt(); ok {
+			out = append(out, a)
+		}
 	}
 	return out
 }

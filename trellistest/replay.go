@@ -167,7 +167,8 @@ func latest(t time.Time, u time.Time, v *time.Time) time.Time {
 
 func storeOp(h trellis.HistoryOp) *store.Op {
 	op := &store.Op{Position: h.Position, Kind: store.OpKind(h.Kind), Name: h.Name, Done: h.Done, Result: h.Result,
-		Error: storeError(h.Error), Attempts: h.Attempts, StartedAt: h.StartedAt, FinishedAt: h.FinishedAt}
+		Error: storeError(h.Error), Attempts: h.Attempts, StartedAt: h.StartedAt, FinishedAt: h.FinishedAt,
+		AttemptStartedAt: h.AttemptStartedAt}
 	for _, a := range h.AttemptLog {
 		op.AttemptLog = append(op.AttemptLog, store.Attempt{Position: h.Position, Attempt: a.Attempt,
 			Error: *storeError(&a.Error), StartedAt: a.StartedAt, FinishedAt: a.FinishedAt})

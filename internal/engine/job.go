@@ -134,10 +134,14 @@ func (e *Engine) jobAttempt(ctx context.Context, run *store.Run, ctl *worker.Con
 func (e *Engine) jobOutcome(run *store.Run, job *Job, prior *store.Op, attempt int, t0 time.Time, out []byte, err error, cancelled bool) *store.CheckpointParams {
 	if err == nil {
 		p := &store.CheckpointParams{Status: store.StatusSucceeded, Output: out}
-		if prior != nil { // earlier attempts failed: close the op they opened
+		if prior != nil { // earlier attempts failed: close the op they opened, with this attempt's start
 			end := e.cfg.Clock.Now()
-			p.Ops = []*store.Op{{Position: jobPosition, Kind: store.OpStep, Name: run.Workflow, Done: true,
-				Result: out, Attempts: attempt, StartedAt: prior.StartedAt, FinishedAt: &end}}
+			op := &store.Op{Position: jobPosition, Kind: store.OpStep, Name: run.Workflow, Done: true,
+				Result: out, Attempts: attempt, StartedAt: prior.StartedAt, FinishedAt: &end, AttemptStartedAt: &t0}
+			p.Ops = []*store.Op{op}
+			if a, ok := op.SucceededAttempt(); ok {
+				p.Attempts = []store.Attempt{a}
+			}
 		}
 		return p
 	}

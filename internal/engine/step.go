@@ -411,6 +411,7 @@ func (sc *stepCall) finish(result []byte, err error) *store.Op {
 	if err != nil {
 		op.Error = rs.errorInfo(err)
 	}
+	succeeded, retried := sc.succeededAttempt(op)
 	var ev store.StreamWrite
 	switch {
 	case err == nil:
@@ -420,11 +421,27 @@ func (sc *stepCall) finish(result []byte, err error) *store.Op {
 	}
 	rs.mu.Lock()
 	rs.pending.ops = append(rs.pending.ops, op)
+	if retried {
+		rs.pending.atts = append(rs.pending.atts, succeeded)
+	}
 	if ev.Name != "" {
 		rs.pending.stream = append(rs.pending.stream, ev)
 	}
 	rs.mu.Unlock()
 	return op
+}
+
+// succeededAttempt gives a step completed by an attempt after failed ones (op,
+// done) the start of that attempt, and returns the row that records it
+// (store.Op.SucceededAttempt); ok is false for a step completed at its first
+// attempt or not by an attempt of this execution.
+func (sc *stepCall) succeededAttempt(op *store.Op) (a store.Attempt, ok bool) {
+	if sc.attempt < 2 || sc.attemptStart.IsZero() {
+		return store.Attempt{}, false
+	}
+	t0 := sc.attemptStart
+	op.AttemptStartedAt = &t0
+	return op.SucceededAttempt()
 }
 
 // attemptContext is the context of one attempt, carrying its StepAttempt.

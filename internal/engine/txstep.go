@@ -51,6 +51,7 @@ func (sc *stepCall) attemptTx() (op *store.Op, err, storeErr error) {
 	q.apply(p)
 	m := len(p.Stream)
 	n := len(p.Ops)
+	k := len(p.Attempts)
 	res, txErr := sc.txc.CheckpointTx(ctx, p, func(ctx context.Context, tx any) error {
 		v, ferr := sc.call(ctx, func(ctx context.Context) (any, error) { return sc.txFn(ctx, tx) })
 		if ferr != nil {
@@ -62,6 +63,10 @@ func (sc *stepCall) attemptTx() (op *store.Op, err, storeErr error) {
 		op = sc.op()
 		op.Done, op.Result, op.FinishedAt = true, b, &at
 		p.Ops = append(p.Ops[:n:n], op)
+		p.Attempts = p.Attempts[:k:k]
+		if a, ok := sc.succeededAttempt(op); ok {
+			p.Attempts = append(p.Attempts, a)
+		}
 		p.Stream = append(p.Stream[:m:m], sc.completedEvent(at))
 		return nil
 	})

@@ -210,7 +210,7 @@ func OpsToPB(ops []*store.Op) []*pb.Op {
 	for i, o := range ops {
 		out[i] = &pb.Op{Position: int64(o.Position), Kind: string(o.Kind), Name: o.Name, Done: o.Done,
 			Result: o.Result, Error: errInfo(o.Error), Attempts: int64(o.Attempts), AttemptLog: AttemptsToPB(o.AttemptLog),
-			StartedAt: Ts(o.StartedAt), FinishedAt: TsPtr(o.FinishedAt)}
+			StartedAt: Ts(o.StartedAt), FinishedAt: TsPtr(o.FinishedAt), AttemptStartedAt: TsPtr(o.AttemptStartedAt)}
 	}
 	return out
 }
@@ -221,7 +221,7 @@ func OpsFromPB(ops []*pb.Op) []*store.Op {
 	for i, o := range ops {
 		out[i] = &store.Op{Position: int(o.Position), Kind: store.OpKind(o.Kind), Name: o.Name, Done: o.Done,
 			Result: o.Result, Error: errInfoFrom(o.Error), Attempts: int(o.Attempts), AttemptLog: AttemptsFromPB(o.AttemptLog),
-			StartedAt: Time(o.StartedAt), FinishedAt: TimePtr(o.FinishedAt)}
+			StartedAt: Time(o.StartedAt), FinishedAt: TimePtr(o.FinishedAt), AttemptStartedAt: TimePtr(o.AttemptStartedAt)}
 	}
 	return out
 }

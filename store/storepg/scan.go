@@ -179,6 +179,7 @@ func decodeHistory(b []byte) ([]*store.Op, error) {
 				StartedAt: utc(a.StartedAt), FinishedAt: utc(a.FinishedAt),
 			})
 		}
+		op.TakeSucceededAttempt()
 		ops = append(ops, op)
 	}
 	return ops, nil

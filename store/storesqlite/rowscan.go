@@ -60,6 +60,9 @@ func history(ctx context.Context, q querier, runSeq int64) ([]*store.Op, error) 
 			op.AttemptLog = append(op.AttemptLog, a)
 		}
 	}
+	for _, op := range ops {
+		op.TakeSucceededAttempt()
+	}
 	return ops, nil
 }
 

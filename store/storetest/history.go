@@ -12,6 +12,40 @@ var historyCases = []testCase{
 	{"UnknownRun", historyUnknown},
 	{"EmptyForNewRun", historyEmpty},
 	{"RoundTripInPositionOrder", historyRoundTrip},
+	{"SucceededAttempt", historySucceededAttempt},
+}
+
+// A step that succeeded at its third attempt: its failed attempts are its log,
+// and the row of the one that succeeded (store.Op.SucceededAttempt) is read
+// back as AttemptStartedAt, not as a failure. A step that failed for good
+// keeps its last attempt in the log.
+func historySucceededAttempt(t *testing.T, e *env) {
+	cr := e.start()
+	t0 := e.clk.Now()
+	at := func(d time.Duration) time.Time { return t0.Add(d * time.Second) }
+	fin := at(5)
+	third := at(4)
+	fail := func(pos, n int) store.Attempt {
+		return store.Attempt{Position: pos, Attempt: n, Error: store.ErrorInfo{Message: "503"}, StartedAt: at(time.Duration(n - 1)), FinishedAt: at(time.Duration(n))}
+	}
+	ok := &store.Op{Position: 0, Kind: store.OpStep, Name: "charge", Done: true, Result: []byte(`1`), Attempts: 3,
+		StartedAt: t0, FinishedAt: &fin, AttemptStartedAt: &third}
+	row, has := ok.SucceededAttempt()
+	if !has || row.Attempt != 3 || row.Error.Message != "" || !row.StartedAt.Equal(third) {
+		t.Fatalf("SucceededAttempt = %+v, %v", row, has)
+	}
+	failed := &store.Op{Position: 1, Kind: store.OpStep, Name: "refund", Done: true, Attempts: 2,
+		Error: &store.ErrorInfo{Message: "503"}, StartedAt: t0, FinishedAt: &fin}
+	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning, Ops: []*store.Op{ok, failed},
+		Attempts: []store.Attempt{fail(0, 1), fail(0, 2), row, fail(1, 1), fail(1, 2)}})
+	got := e.history(cr.Run.ID)
+	if len(got) != 2 || len(got[0].AttemptLog) != 2 || got[0].AttemptLog[1].Attempt != 2 {
+		t.Fatalf("history = %+v, want the step's 2 failed attempts", got)
+	}
+	wantTimePtr(t, "AttemptStartedAt", got[0].AttemptStartedAt, third)
+	if len(got[1].AttemptLog) != 2 || got[1].AttemptStartedAt != nil {
+		t.Fatalf("failed step = %+v, want both attempts logged and no AttemptStartedAt", got[1])
+	}
 }
 
 func historyUnknown(t *testing.T, e *env) {

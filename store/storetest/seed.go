@@ -16,10 +16,11 @@ var seedCases = []testCase{
 
 func seedOps(at time.Time) []*store.Op {
 	fin := at.Add(time.Millisecond)
+	second := at.Add(time.Millisecond / 2) // the start of the attempt that succeeded
 	return []*store.Op{
 		{Position: 0, Kind: store.OpStep, Name: "a", Done: true, Result: []byte(`"A"`), Attempts: 2,
 			StartedAt: at, FinishedAt: &fin, AttemptLog: []store.Attempt{{Position: 0, Attempt: 1,
-				Error: store.ErrorInfo{Message: "boom"}, StartedAt: at, FinishedAt: fin}}},
+				Error: store.ErrorInfo{Message: "boom"}, StartedAt: at, FinishedAt: second}}, AttemptStartedAt: &second},
 		{Position: 1, Kind: store.OpSet, Name: "k", Done: true, Result: []byte(`1`), Attempts: 1,
 			StartedAt: fin, FinishedAt: &fin},
 	}
@@ -47,10 +48,12 @@ func createSeeded(t *testing.T, e *env) {
 	}
 	_, err = e.st.KVGet(e.ctx, &store.KVGetParams{Namespace: p.Namespace, Ref: p.ID, Key: "gone"})
 	wantErr(t, "KVGet of a deleted key", err, store.ErrKeyNotFound)
+	wantTimePtr(t, "seeded AttemptStartedAt", h[0].AttemptStartedAt, *p.History[0].AttemptStartedAt)
 	cr := e.claimOne(p.ID)
-	if len(cr.History) != 2 || cr.History[1].Name != "k" {
+	if len(cr.History) != 2 || cr.History[1].Name != "k" || len(cr.History[0].AttemptLog) != 1 {
 		t.Fatalf("claimed history = %+v, want the two seeded ops", cr.History)
 	}
+	wantTimePtr(t, "claimed AttemptStartedAt", cr.History[0].AttemptStartedAt, *p.History[0].AttemptStartedAt)
 }
 
 // createSeedInvalid: seeds with an unfinished op, a repeated position, a claim or

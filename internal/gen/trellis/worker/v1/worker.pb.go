@@ -538,19 +538,23 @@ func (x *Attempt) GetFinishedAt() *timestamppb.Timestamp {
 }
 
 type Op struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Position      int64                  `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	Done          bool                   `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
-	Result        []byte                 `protobuf:"bytes,5,opt,name=result,proto3,oneof" json:"result,omitempty"`
-	Error         *ErrorInfo             `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
-	Attempts      int64                  `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	AttemptLog    []*Attempt             `protobuf:"bytes,8,rep,name=attempt_log,json=attemptLog,proto3" json:"attempt_log,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Position   int64                  `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
+	Kind       string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name       string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Done       bool                   `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	Result     []byte                 `protobuf:"bytes,5,opt,name=result,proto3,oneof" json:"result,omitempty"`
+	Error      *ErrorInfo             `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	Attempts   int64                  `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	AttemptLog []*Attempt             `protobuf:"bytes,8,rep,name=attempt_log,json=attemptLog,proto3" json:"attempt_log,omitempty"`
+	StartedAt  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// When the attempt that completed the step began, for a step that failed
+	// attempts before it (read only: a writer sends that attempt in the
+	// checkpoint's attempts, numbered as the op's last attempt, with an empty error).
+	AttemptStartedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=attempt_started_at,json=attemptStartedAt,proto3" json:"attempt_started_at,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Op) Reset() {
@@ -649,6 +653,13 @@ func (x *Op) GetStartedAt() *timestamppb.Timestamp {
 func (x *Op) GetFinishedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *Op) GetAttemptStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AttemptStartedAt
 	}
 	return nil
 }
@@ -2913,7 +2924,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
 	"started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
 	"\vfinished_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\"\x89\x03\n" +
+	"finishedAt\"\xd3\x03\n" +
 	"\x02Op\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\x03R\bposition\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -2928,7 +2939,8 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"started_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
 	"\vfinished_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAtB\t\n" +
+	"finishedAt\x12H\n" +
+	"\x12attempt_started_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x10attemptStartedAtB\t\n" +
 	"\a_result\"\xc2\x01\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x1c\n" +
@@ -3193,72 +3205,73 @@ var file_trellis_worker_v1_worker_proto_depIdxs = []int32{
 	4,  // 14: trellis.worker.v1.Op.attempt_log:type_name -> trellis.worker.v1.Attempt
 	40, // 15: trellis.worker.v1.Op.started_at:type_name -> google.protobuf.Timestamp
 	40, // 16: trellis.worker.v1.Op.finished_at:type_name -> google.protobuf.Timestamp
-	40, // 17: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
-	2,  // 18: trellis.worker.v1.ClaimedRun.run:type_name -> trellis.worker.v1.Run
-	40, // 19: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
-	5,  // 20: trellis.worker.v1.ClaimedRun.history:type_name -> trellis.worker.v1.Op
-	6,  // 21: trellis.worker.v1.ClaimedRun.inbox:type_name -> trellis.worker.v1.Event
-	8,  // 22: trellis.worker.v1.ClaimedRun.queue_retry:type_name -> trellis.worker.v1.QueueRetry
-	41, // 23: trellis.worker.v1.QueueRetry.initial_backoff:type_name -> google.protobuf.Duration
-	41, // 24: trellis.worker.v1.QueueRetry.max_backoff:type_name -> google.protobuf.Duration
-	40, // 25: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
-	11, // 26: trellis.worker.v1.ChildGroup.runs:type_name -> trellis.worker.v1.ChildRun
-	40, // 27: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 28: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	41, // 29: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	7,  // 30: trellis.worker.v1.ClaimResponse.runs:type_name -> trellis.worker.v1.ClaimedRun
-	40, // 31: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
-	9,  // 32: trellis.worker.v1.ExtendLeasesRequest.leases:type_name -> trellis.worker.v1.Lease
-	41, // 33: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
-	3,  // 34: trellis.worker.v1.ExtendLeasesRequest.steps:type_name -> trellis.worker.v1.RunStep
-	9,  // 35: trellis.worker.v1.ReleaseLeaseRequest.lease:type_name -> trellis.worker.v1.Lease
-	9,  // 36: trellis.worker.v1.CheckpointItem.lease:type_name -> trellis.worker.v1.Lease
-	5,  // 37: trellis.worker.v1.CheckpointItem.ops:type_name -> trellis.worker.v1.Op
-	4,  // 38: trellis.worker.v1.CheckpointItem.attempts:type_name -> trellis.worker.v1.Attempt
-	10, // 39: trellis.worker.v1.CheckpointItem.kv:type_name -> trellis.worker.v1.KVWrite
-	1,  // 40: trellis.worker.v1.CheckpointItem.error:type_name -> trellis.worker.v1.ErrorInfo
-	40, // 41: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
-	12, // 42: trellis.worker.v1.CheckpointItem.children:type_name -> trellis.worker.v1.ChildGroup
-	13, // 43: trellis.worker.v1.CheckpointItem.approvals:type_name -> trellis.worker.v1.ApprovalRequest
-	21, // 44: trellis.worker.v1.CheckpointItem.stream:type_name -> trellis.worker.v1.StreamWrite
-	20, // 45: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
-	0,  // 46: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
-	40, // 47: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
-	23, // 48: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
-	5,  // 49: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
-	2,  // 50: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
-	40, // 51: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
-	40, // 52: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
-	40, // 53: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 54: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
-	33, // 55: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
-	14, // 56: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
-	16, // 57: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
-	18, // 58: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
-	22, // 59: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
-	25, // 60: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
-	27, // 61: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
-	29, // 62: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
-	31, // 63: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
-	34, // 64: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
-	36, // 65: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
-	38, // 66: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
-	15, // 67: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
-	17, // 68: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
-	19, // 69: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
-	24, // 70: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
-	26, // 71: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
-	28, // 72: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
-	30, // 73: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
-	32, // 74: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
-	35, // 75: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
-	37, // 76: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
-	39, // 77: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
-	67, // [67:78] is the sub-list for method output_type
-	56, // [56:67] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	40, // 17: trellis.worker.v1.Op.attempt_started_at:type_name -> google.protobuf.Timestamp
+	40, // 18: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
+	2,  // 19: trellis.worker.v1.ClaimedRun.run:type_name -> trellis.worker.v1.Run
+	40, // 20: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
+	5,  // 21: trellis.worker.v1.ClaimedRun.history:type_name -> trellis.worker.v1.Op
+	6,  // 22: trellis.worker.v1.ClaimedRun.inbox:type_name -> trellis.worker.v1.Event
+	8,  // 23: trellis.worker.v1.ClaimedRun.queue_retry:type_name -> trellis.worker.v1.QueueRetry
+	41, // 24: trellis.worker.v1.QueueRetry.initial_backoff:type_name -> google.protobuf.Duration
+	41, // 25: trellis.worker.v1.QueueRetry.max_backoff:type_name -> google.protobuf.Duration
+	40, // 26: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
+	11, // 27: trellis.worker.v1.ChildGroup.runs:type_name -> trellis.worker.v1.ChildRun
+	40, // 28: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 29: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	41, // 30: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	7,  // 31: trellis.worker.v1.ClaimResponse.runs:type_name -> trellis.worker.v1.ClaimedRun
+	40, // 32: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
+	9,  // 33: trellis.worker.v1.ExtendLeasesRequest.leases:type_name -> trellis.worker.v1.Lease
+	41, // 34: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
+	3,  // 35: trellis.worker.v1.ExtendLeasesRequest.steps:type_name -> trellis.worker.v1.RunStep
+	9,  // 36: trellis.worker.v1.ReleaseLeaseRequest.lease:type_name -> trellis.worker.v1.Lease
+	9,  // 37: trellis.worker.v1.CheckpointItem.lease:type_name -> trellis.worker.v1.Lease
+	5,  // 38: trellis.worker.v1.CheckpointItem.ops:type_name -> trellis.worker.v1.Op
+	4,  // 39: trellis.worker.v1.CheckpointItem.attempts:type_name -> trellis.worker.v1.Attempt
+	10, // 40: trellis.worker.v1.CheckpointItem.kv:type_name -> trellis.worker.v1.KVWrite
+	1,  // 41: trellis.worker.v1.CheckpointItem.error:type_name -> trellis.worker.v1.ErrorInfo
+	40, // 42: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
+	12, // 43: trellis.worker.v1.CheckpointItem.children:type_name -> trellis.worker.v1.ChildGroup
+	13, // 44: trellis.worker.v1.CheckpointItem.approvals:type_name -> trellis.worker.v1.ApprovalRequest
+	21, // 45: trellis.worker.v1.CheckpointItem.stream:type_name -> trellis.worker.v1.StreamWrite
+	20, // 46: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
+	0,  // 47: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
+	40, // 48: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
+	23, // 49: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
+	5,  // 50: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
+	2,  // 51: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
+	40, // 52: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
+	40, // 53: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
+	40, // 54: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 55: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 56: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
+	14, // 57: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
+	16, // 58: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
+	18, // 59: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
+	22, // 60: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
+	25, // 61: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
+	27, // 62: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
+	29, // 63: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
+	31, // 64: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
+	34, // 65: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
+	36, // 66: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
+	38, // 67: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
+	15, // 68: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
+	17, // 69: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
+	19, // 70: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
+	24, // 71: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
+	26, // 72: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
+	28, // 73: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
+	30, // 74: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
+	32, // 75: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
+	35, // 76: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
+	37, // 77: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
+	39, // 78: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
+	68, // [68:79] is the sub-list for method output_type
+	57, // [57:68] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_trellis_worker_v1_worker_proto_init() }
