@@ -53,7 +53,7 @@ func TestDev(t *testing.T) {
 		}
 		res := trellisCmd(t, "runs", "history", id, "--store", url).ok(t)
 		contains(t, "history", res.stdout, "reserve-stock", "fraud-check", "uuid", "receipt",
-			"  attempt 1 failed at ", "payment gateway timed out")
+			"  attempt 1 failed at ", "payment gateway timed out", "  attempt 2 started at ", ", succeeded in ")
 	})
 }
 

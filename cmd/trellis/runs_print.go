@@ -106,7 +106,8 @@ func printRun(w io.Writer, r *trellis.Run) error {
 	return tw.Flush()
 }
 
-// printHistory prints a run's ops, each failed attempt indented under its op.
+// printHistory prints a run's ops, each failed attempt (and the one that
+// succeeded after them) indented under its op.
 func printHistory(w io.Writer, r *trellis.Run, ops []*trellis.Op) error {
 	fmt.Fprintf(w, "run %s  workflow %s  workflow ID %s  %s\n", r.ID, r.Workflow, r.WorkflowID, r.Status)
 	if d := runDetail(r); d != "" {
@@ -130,6 +131,10 @@ func printHistory(w io.Writer, r *trellis.Run, ops []*trellis.Op) error {
 		for _, a := range op.AttemptLog {
 			fmt.Fprintf(tw, "\t\t\t\t  attempt %d failed at %s: %s\n",
 				a.Attempt, timeText(&a.FinishedAt), oneLine(a.Error.Message, resultWidth))
+		}
+		if a := op.AttemptStartedAt; a != nil && op.FinishedAt != nil {
+			fmt.Fprintf(tw, "\t\t\t\t  attempt %d started at %s, succeeded in %s\n",
+				op.Attempts, timeText(a), op.FinishedAt.Sub(*a).Round(time.Millisecond))
 		}
 	}
 	return tw.Flush()
