@@ -27,7 +27,8 @@ var reuse struct {
 // ReusedSchemaURL is SchemaURL for a test whose store holds nothing after its
 // cleanups: the schema is a fresh one, or one that another test of this process
 // used and emptied (see empty), so the store it opens finds its tables migrated
-// and holding only what a fresh store holds. A package that uses it runs its tests through Main.
+// and holding only what a fresh store holds. A package that uses it runs its
+// tests through Main.
 func ReusedSchemaURL(t testing.TB) string {
 	t.Helper()
 	base := URL(t)
@@ -56,9 +57,9 @@ func ReusedSchemaURL(t testing.TB) string {
 
 // empty deletes the rows of every table of schema but schema_migrations,
 // restarts its identity columns and writes again the rows that the migrations
-// write, in one transaction: the schema is as a fresh store's. (DELETE, not TRUNCATE: a
-// truncation gives every table and index a new file: 140 ms, near half the
-// schema's creation.) A schema whose store was never opened has no
+// write, in one transaction: the schema is as a fresh store's. (DELETE, not
+// TRUNCATE: a truncation gives every table and index a new file: 140 ms, near
+// half the schema's creation.) A schema whose store was never opened has no
 // tables: nothing to do.
 func empty(base, schema string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -25,8 +25,9 @@ func historySucceededAttempt(t *testing.T, e *env) {
 	at := func(d time.Duration) time.Time { return t0.Add(d * time.Second) }
 	fin := at(5)
 	third := at(4)
-	fail := func(pos, n int) store.Attempt {
-		return store.Attempt{Position: pos, Attempt: n, Error: store.ErrorInfo{Message: "503"}, StartedAt: at(time.Duration(n - 1)), FinishedAt: at(time.Duration(n))}
+	fail := func(pos, n int) store.Attempt { // attempt n ran from second n-1 to second n
+		return store.Attempt{Position: pos, Attempt: n, Error: store.ErrorInfo{Message: "503"},
+			StartedAt: at(time.Duration(n - 1)), FinishedAt: at(time.Duration(n))}
 	}
 	ok := &store.Op{Position: 0, Kind: store.OpStep, Name: "charge", Done: true, Result: []byte(`1`), Attempts: 3,
 		StartedAt: t0, FinishedAt: &fin, AttemptStartedAt: &third}
