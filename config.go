@@ -148,7 +148,7 @@ func (c Config) withDefaults() Config {
 		c.Store = "sqlite:trellis.db"
 	}
 	if c.Namespace == "" {
-		c.Namespace = "default"
+		c.Namespace = store.DefaultNamespace
 	}
 	if c.Codec == nil {
 		c.Codec = JSONCodec{}

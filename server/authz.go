@@ -10,6 +10,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // call is what the middleware found out about a request before its handler runs.
@@ -136,7 +137,7 @@ func (s *Server) authorizeScope(r *http.Request, sc scope, c *call) error {
 		}
 		run, err := c.client.Get(ctx, id)
 		if err != nil {
-			return scopeErr(err)
+			return absent(err, store.RunNotFound(c.ns, id))
 		}
 		c.run = run
 		return c.allowQueue(run.Queue)
@@ -147,11 +148,11 @@ func (s *Server) authorizeScope(r *http.Request, sc scope, c *call) error {
 		}
 		a, err := c.client.GetApproval(ctx, id)
 		if err != nil {
-			return scopeErr(err)
+			return absent(err, store.ApprovalNotFound(c.ns, id))
 		}
 		run, err := c.client.Get(ctx, a.RunID)
 		if err != nil {
-			return scopeErr(err)
+			return absent(err, store.RunNotFound(c.ns, a.RunID))
 		}
 		c.approval = a
 		return c.allowQueue(run.Queue)
@@ -159,33 +160,20 @@ func (s *Server) authorizeScope(r *http.Request, sc scope, c *call) error {
 	return fmt.Errorf("%w: route without an authorization rule", ErrPermissionDenied)
 }
 
-// scopeErr words the absence of the run or approval a route addresses as that,
-// not as the read the server made to authorize the call, which the caller did
-// not ask for: a cancellation of an unknown run answered `getting run: run not
-// found: …`, and the Go client's `deciding approval "x": getting approval "x":
-// approval not found: …` named two operations. The detail is now `run not found:
-// "x" in namespace "ns"`, to which a client adds its own operation. errors.Is
-// sees through.
-func scopeErr(err error) error {
-	for _, target := range []error{trellis.ErrRunNotFound, trellis.ErrApprovalNotFound} {
-		if !errors.Is(err, target) {
-			continue
-		}
-		if msg := err.Error(); strings.Contains(msg, target.Error()) {
-			return &absentError{msg: msg[strings.Index(msg, target.Error()):], err: err}
-		}
+// absent is err of the read the server made to authorize a call, or notFound
+// (the store's own wording of the absence, store.RunNotFound or
+// store.ApprovalNotFound) when err is that absence. The read is not what the
+// caller asked for: as it was, a cancellation of an unknown run answered
+// `getting run: run not found: …`, and the Go client's `deciding approval "x":
+// getting approval "x": approval not found: …` named two operations. The detail
+// is now `run not found: "x" in namespace "ns"`, to which a client adds its own
+// operation.
+func absent(err, notFound error) error {
+	if errors.Is(err, errors.Unwrap(notFound)) { // its sentinel: store.ErrRunNotFound, ...
+		return notFound
 	}
 	return err
 }
-
-// absentError is an error whose message scopeErr cut to its cause.
-type absentError struct {
-	msg string
-	err error
-}
-
-func (e *absentError) Error() string { return e.msg }
-func (e *absentError) Unwrap() error { return e.err }
 
 // allowGlobal checks a route that addresses no namespace (the tokens): p needs
 // role (or admin) granted on every namespace, "*", for every queue.

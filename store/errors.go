@@ -88,3 +88,13 @@ func policyNote(reuse ReusePolicy) string {
 	}
 	return ""
 }
+
+// RunNotFound is the error of a Ref that names no run in namespace.
+func RunNotFound(namespace, ref string) error {
+	return fmt.Errorf("%w: %q in namespace %q", ErrRunNotFound, ref, namespace)
+}
+
+// ApprovalNotFound is the error of an approval ID that names none in namespace.
+func ApprovalNotFound(namespace, id string) error {
+	return fmt.Errorf("%w: %q in namespace %q", ErrApprovalNotFound, id, namespace)
+}

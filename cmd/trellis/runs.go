@@ -299,10 +299,10 @@ func connFlags(fs *flag.FlagSet, t *target) {
 }
 
 // ns is the namespace the target's client works in: --namespace, else
-// $TRELLIS_NAMESPACE (after resolve), else "default", as trellis.Config has it.
+// $TRELLIS_NAMESPACE (after resolve), else the default, as trellis.Config has it.
 func (t target) ns() string {
 	if t.namespace == "" {
-		return "default"
+		return store.DefaultNamespace
 	}
 	return t.namespace
 }

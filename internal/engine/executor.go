@@ -196,7 +196,7 @@ func (rs *RunState) finish(out []byte, err error) *store.Run {
 	}
 	rs.mu.Unlock()
 	slices.Sort(p.ExpireApprovals)
-	p.Stream = append(p.Stream, finalEvent(p))
+	p.Stream = append(p.Stream, store.FinalEvent(p.Status, p.Output, p.Error))
 	res, err := rs.checkpoint(p, true)
 	if errors.Is(err, store.ErrConflict) {
 		// A wait timed out while its event arrived: replay with the new inbox.

@@ -431,12 +431,13 @@ func (sc *stepCall) finish(result []byte, err error) *store.Op {
 	return op
 }
 
-// succeededAttempt gives a step completed by an attempt after failed ones (op,
-// done) the start of that attempt, and returns the row that records it
-// (store.Op.SucceededAttempt); ok is false for a step completed at its first
-// attempt or not by an attempt of this execution.
+// succeededAttempt gives a step that an attempt completed after failed ones
+// (op, done without an error) the start of that attempt, and returns the row
+// that records it (store.Op.SucceededAttempt); ok is false, and op unchanged,
+// for a step that failed, succeeded at its first attempt or was not completed
+// by an attempt of this execution.
 func (sc *stepCall) succeededAttempt(op *store.Op) (a store.Attempt, ok bool) {
-	if sc.attempt < 2 || sc.attemptStart.IsZero() {
+	if op.Error != nil || sc.attempt < 2 || sc.attemptStart.IsZero() {
 		return store.Attempt{}, false
 	}
 	t0 := sc.attemptStart

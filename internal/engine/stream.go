@@ -81,11 +81,6 @@ func (sc *stepCall) failedEvent(e *store.ErrorInfo, end time.Time, final bool) s
 	return lifecycle(store.StreamStepFailed, stepEvent{Name: sc.name, Attempt: sc.attempt, DurationMS: sc.duration(end), Error: e, Final: final})
 }
 
-// finalEvent is the last event of a run that ends with the checkpoint p.
-func finalEvent(p *store.CheckpointParams) store.StreamWrite {
-	return store.FinalEvent(p.Status, p.Output, p.Error)
-}
-
 // The data of the other lifecycle events. They are structs, not maps, because
 // encoding a map sorts its keys by reflection on every event; the fields are in
 // the order a map's keys would encode in, so the JSON is the same.

@@ -148,7 +148,7 @@ func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store
 	result := func() (*store.EventSendResult, error) {
 		switch {
 		case id == nil:
-			return nil, notFound(p.Namespace, p.Ref)
+			return nil, store.RunNotFound(p.Namespace, p.Ref)
 		case store.Status(*status).Terminal():
 			return nil, fmt.Errorf("%w: run %q is %s", store.ErrRunFinished, *id, *status)
 		}

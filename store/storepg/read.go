@@ -39,7 +39,7 @@ func (s *Store) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]
 		return nil, fmt.Errorf("listing history: %w", s.readErr(err))
 	}
 	if seq == nil {
-		return nil, fmt.Errorf("listing history: %w", notFound(p.Namespace, p.Ref))
+		return nil, fmt.Errorf("listing history: %w", store.RunNotFound(p.Namespace, p.Ref))
 	}
 	ops, err := decodeHistory(hist)
 	if err != nil {

@@ -285,7 +285,7 @@ func (s *Store) RunResume(ctx context.Context, p *store.RunResumeParams) (*store
 		case run != nil:
 			return run, nil
 		case status == "":
-			return nil, notFound(p.Namespace, p.Ref)
+			return nil, store.RunNotFound(p.Namespace, p.Ref)
 		case status.Terminal():
 			return nil, fmt.Errorf("%w: run %q is %s", store.ErrRunFinished, p.Ref, status)
 		default:

@@ -49,8 +49,6 @@ const (
 	lockInOrderEnd = `)) ORDER BY sequence FOR UPDATE`
 )
 
-func notFound(namespace, ref string) error { return sqlstore.NotFound(namespace, ref) }
-
 // timeArg encodes a time for a TIMESTAMPTZ parameter; the zero time is NULL.
 func timeArg(t time.Time) *time.Time {
 	if t.IsZero() {

@@ -108,7 +108,7 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx *wtx) error) ([]string, er
 func lockRun(tx *wtx, namespace, ref string) (*runRow, error) {
 	r, err := scanRunRow(tx.queryRow(sqlLockRunByRef, namespace, ref))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound(namespace, ref)
+		return nil, store.RunNotFound(namespace, ref)
 	}
 	return r, err
 }

@@ -50,7 +50,7 @@ func (s *Store) historyList(ctx context.Context, p *store.HistoryListParams) ([]
 		return nil, err
 	}
 	if !seq.Valid {
-		return nil, fmt.Errorf("%w: %q in namespace %q", store.ErrRunNotFound, p.Ref, p.Namespace)
+		return nil, store.RunNotFound(p.Namespace, p.Ref)
 	}
 	return history(ctx, sqlTx{tx}, seq.Int64)
 }

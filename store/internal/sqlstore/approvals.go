@@ -50,11 +50,6 @@ func ScanApproval(sc Scanner) (*ApprovalRow, error) {
 	return &r, nil
 }
 
-// ApprovalNotFound is the error of an approval ID that names none.
-func ApprovalNotFound(namespace, id string) error {
-	return fmt.Errorf("%w: %q in namespace %q", store.ErrApprovalNotFound, id, namespace)
-}
-
 // ApprovalGet reads an approval.
 func (s *SQL) ApprovalGet(q Querier, p *store.ApprovalGetParams) (*store.Approval, error) {
 	r, err := s.approvalByID(q, s.q.approvalGet, p.Namespace, p.ID)
@@ -67,7 +62,7 @@ func (s *SQL) ApprovalGet(q Querier, p *store.ApprovalGetParams) (*store.Approva
 func (s *SQL) approvalByID(q Querier, query, namespace, id string) (*ApprovalRow, error) {
 	r, err := ScanApproval(q.QueryRow(query, namespace, id))
 	if errors.Is(err, ErrNoRows) {
-		return nil, ApprovalNotFound(namespace, id)
+		return nil, store.ApprovalNotFound(namespace, id)
 	}
 	return r, err
 }

@@ -31,7 +31,7 @@ func (s *SQL) RunDelete(tx Tx, p *store.RunDeleteParams) (*store.Run, error) {
 	query := s.d.rebind(`SELECT ` + RunCols + ` FROM runs WHERE sequence = ` + RefSeq + s.d.Lock())
 	run, _, err := ScanRun(tx.QueryRow(query, p.Namespace, p.Ref))
 	if errors.Is(err, ErrNoRows) {
-		return nil, NotFound(p.Namespace, p.Ref)
+		return nil, store.RunNotFound(p.Namespace, p.Ref)
 	}
 	if err != nil {
 		return nil, err

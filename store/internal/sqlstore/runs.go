@@ -15,11 +15,6 @@ const RefSeq = `COALESCE(
 	(SELECT sequence FROM runs WHERE namespace = $1 AND id = $2),
 	(SELECT MAX(sequence) FROM runs WHERE namespace = $1 AND workflow_id = $2))`
 
-// NotFound is the error of a Ref that names no run.
-func NotFound(namespace, ref string) error {
-	return fmt.Errorf("%w: %q in namespace %q", store.ErrRunNotFound, ref, namespace)
-}
-
 // RunByRef resolves a Ref ($1 namespace, $2 ref) to its run, or
 // store.ErrRunNotFound. A run ID is looked up first, then a workflow ID: two
 // statements rather than one with RefSeq, because Postgres plans each
@@ -31,7 +26,7 @@ func (s *SQL) RunByRef(q Querier, namespace, ref string) (*store.Run, error) {
 		r, _, err = ScanRun(q.QueryRow(s.q.runByWorkflowID, namespace, ref))
 	}
 	if errors.Is(err, ErrNoRows) {
-		return nil, NotFound(namespace, ref)
+		return nil, store.RunNotFound(namespace, ref)
 	}
 	return r, err
 }
@@ -61,7 +56,7 @@ func (s *SQL) KVGet(q Querier, p *store.KVGetParams) ([]byte, error) {
 	}
 	switch {
 	case !seq.Valid:
-		return nil, NotFound(p.Namespace, p.Ref)
+		return nil, store.RunNotFound(p.Namespace, p.Ref)
 	case !found.Bool:
 		return nil, fmt.Errorf("key %q: %w", p.Key, store.ErrKeyNotFound)
 	}

@@ -141,7 +141,7 @@ func (r Reads) StreamRead(ctx context.Context, p *store.StreamReadParams) (*stor
 		)
 		err := q.QueryRow(r.sql.sq.run, p.Namespace, p.RunID).Scan(&seq, &status, &last)
 		if errors.Is(err, ErrNoRows) {
-			return NotFound(p.Namespace, p.RunID)
+			return store.RunNotFound(p.Namespace, p.RunID)
 		}
 		if err != nil {
 			return err
