@@ -1,5 +1,7 @@
 package store
 
+import "context"
+
 // RunWatcher is an optional capability of a Store: one feed of every run topic
 // of a namespace, so that a process waiting for many runs learns which of them
 // changed without a subscription (and a goroutine) per run. The client's
@@ -10,6 +12,19 @@ type RunWatcher interface {
 	// commits of other processes (Postgres: LISTEN/NOTIFY); when false, changes
 	// made elsewhere are seen only by reading.
 	WatchRuns(namespace string) (feed RunFeed, crossProcess bool)
+}
+
+// ForeignCommits is an optional capability of a RunWatcher whose feed misses
+// other processes' commits (crossProcess false). A waiter polls such a store
+// for what the feed missed; ForeignCommitMark lets it poll only when something
+// could have been missed.
+type ForeignCommits interface {
+	// ForeignCommitMark returns a value that changes whenever a commit reaches
+	// the store that did not go through this Store value (another process, or
+	// another Store opened on the same file) and stays the same across this
+	// value's own commits. It may change without such a commit; it must not
+	// stay the same across one.
+	ForeignCommitMark(ctx context.Context) (int64, error)
 }
 
 // RunFeed is a feed of changed runs (RunWatcher).

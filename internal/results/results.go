@@ -9,7 +9,9 @@
 // every other changed run, in one RunsGet per batch of up to BatchSize runs. When
 // the feed does not carry other processes' commits (SQLite), or the store has no
 // feed, every waited-for run is also re-read once per PollInterval, batched: one
-// query per BatchSize waited-for runs per interval, whatever the number of callers.
+// query per BatchSize waited-for runs per interval, whatever the number of callers;
+// a store that tells whether anyone else committed since (store.ForeignCommits,
+// SQLite) is re-read only when someone did.
 package results
 
 import (
@@ -54,6 +56,10 @@ type Watcher struct {
 
 	feed         store.RunFeed // nil when the store has none
 	crossProcess bool
+	// mark is the store's store.ForeignCommits mark at the last full poll
+	// (marked: there was one); loop's goroutine only.
+	mark   int64
+	marked bool
 
 	mu      sync.Mutex
 	waiters map[string][]chan outcome // run ID -> callers waiting

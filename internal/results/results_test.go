@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,6 +202,50 @@ func TestEndedDeliversLocalOutcomes(t *testing.T) {
 	}
 	w.Ended("b", nil)
 	if err := <-errB; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countingStore counts the reads of waited-for runs.
+type countingStore struct {
+	*storesqlite.Store
+	reads atomic.Int64
+}
+
+func (c *countingStore) RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
+	c.reads.Add(1)
+	return c.Store.RunsGet(ctx, p)
+}
+
+// A SQLite watcher's poll re-reads the waited-for runs only when a commit that
+// its feed does not carry may have happened: its own store's writes do not make
+// it read again, another process's do.
+func TestSQLitePollReadsAfterForeignCommitsOnly(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "trellis.db")
+	st := &countingStore{Store: open(t, path)}
+	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop()
+	ctx := context.Background()
+	waited := start(t, st, "waited")
+	errc := waitAsync(ctx, w, "waited")
+	waitRegistered(t, w, 1)
+	for st.reads.Load() < 2 { // its read as it registered, then the first poll's
+		time.Sleep(time.Millisecond)
+	}
+	for i := range 20 { // this store's own commits, and polls between them
+		finish(t, st, start(t, st, fmt.Sprintf("local-%d", i)), store.StatusSucceeded)
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := st.reads.Load(); got != 2 {
+		t.Fatalf("%d reads of the waited-for run with no foreign commit, want 2", got)
+	}
+	finish(t, open(t, path), waited, store.StatusSucceeded) // another process, as far as st can tell
+	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
 }

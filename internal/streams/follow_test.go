@@ -2,8 +2,10 @@ package streams_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,5 +80,76 @@ func TestFollowWakesAtTheEndOfARunWithoutEvents(t *testing.T) {
 	defer mu.Unlock()
 	if len(got) != 1 || got[0] != `run.succeeded={"result":42}` {
 		t.Fatalf("events %v, want [run.succeeded={\"result\":42}]", got)
+	}
+}
+
+// reads is a real store that counts Follow's reads.
+type reads struct {
+	*storesqlite.Store
+	n atomic.Int64
+}
+
+func (r *reads) StreamRead(ctx context.Context, p *store.StreamReadParams) (*store.StreamReadResult, error) {
+	r.n.Add(1)
+	return r.Store.StreamRead(ctx, p)
+}
+
+// A follower of a SQLite store polls for other processes' events: its polls
+// read nothing while only its own store commits, and the events another store
+// on the same file writes reach it by the next poll after them.
+func TestFollowPollsForAnotherProcesssEvents(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "s.db")
+	open := func() *storesqlite.Store {
+		st, err := storesqlite.Open(ctx, storesqlite.Config{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	here, elsewhere := &reads{Store: open()}, open()
+	if _, err := here.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: "r", WorkflowID: "r", Workflow: "wf", Queue: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := elsewhere.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "ns", Workflows: []string{"wf"}, Worker: "w", Max: 1, LeaseDuration: time.Minute})
+	if err != nil || len(claimed.Runs) != 1 {
+		t.Fatalf("claim: %+v, %v", claimed, err)
+	}
+	lease := store.Lease{Namespace: "ns", RunID: "r", Token: claimed.Runs[0].LeaseToken}
+	got := make(chan string, 8)
+	done := make(chan error, 1)
+	go func() {
+		done <- streams.Follow(ctx, here, "ns", "r", 0, streams.Options{Poll: 5 * time.Millisecond}, func(ev *store.StreamEvent) error {
+			got <- ev.Name
+			return nil
+		})
+	}()
+	for here.n.Load() < 3 { // the first two reads (of an empty stream, see above), the first poll's
+		time.Sleep(time.Millisecond)
+	}
+	for i := range 10 { // the follower's own store commits, and polls between
+		if _, err := here.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: fmt.Sprint("other-", i), WorkflowID: fmt.Sprint("other-", i), Workflow: "wf", Queue: "default"}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := here.n.Load(); n > 3 {
+		t.Fatalf("%d reads with no other process's commit, want 3", n)
+	}
+	if _, err := elsewhere.Checkpoint(ctx, &store.CheckpointParams{Lease: lease, Status: store.StatusRunning,
+		Stream: []store.StreamWrite{{Name: "progress", Data: []byte(`1`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if name := <-got; name != "progress" {
+		t.Fatalf("first event %q, want progress", name)
+	}
+	if _, err := elsewhere.Checkpoint(ctx, &store.CheckpointParams{Lease: lease, Status: store.StatusSucceeded, Output: []byte(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	// The run's end, committed elsewhere, ends Follow by a poll as well.
+	if err := <-done; err != nil {
+		t.Fatalf("Follow: %v", err)
 	}
 }

@@ -41,7 +41,26 @@ type Store struct {
 	requests     atomic.Int64
 	commits      sqlstore.CommitObserver
 	replays      atomic.Int64
+
+	mark commitMark // ForeignCommitMark's last reading
 }
+
+// commitMark is the last reading of ForeignCommitMark, shared by its callers
+// (every idle stream of a server polls it): reading it again within
+// markReuse gives the same value. mu also makes concurrent callers share one
+// reading.
+type commitMark struct {
+	mu    sync.Mutex
+	value int64
+	at    time.Time     // monotonic; zero: never read
+	reuse time.Duration // zero: markReuse (tests set it)
+}
+
+// markReuse is how long a reading of the foreign commit mark is handed out
+// again. A caller compares marks to decide whether to read what the mark
+// guards; any mark read before that read is a sound reference, so an older
+// reading only makes a later change seen one poll later.
+const markReuse = 100 * time.Millisecond
 
 var _ store.Store = (*Store)(nil)
 
@@ -174,6 +193,37 @@ func (s *Store) Subscribe(ctx context.Context, topic string) (<-chan struct{}, f
 // commits only: other processes' are seen by reading.
 func (s *Store) WatchRuns(namespace string) (store.RunFeed, bool) {
 	return s.hub.Feed(store.RunTopicPrefix(namespace)), false
+}
+
+// ForeignCommitMark implements store.ForeignCommits: the write connection's
+// PRAGMA data_version, which SQLite changes when another connection commits to
+// the file and never for the connection's own commits. Every write of this Store
+// goes through that connection and its read pool never writes, so the mark
+// changes only for other processes' commits, another Store's on the same file,
+// a caller's transaction (RunCreateTx) or a checkpoint that restarts the WAL.
+//
+// A reading is handed out again for markReuse (see commitMark), so that many
+// pollers cost one write-connection request per markReuse between them.
+func (s *Store) ForeignCommitMark(ctx context.Context) (int64, error) {
+	s.mark.mu.Lock()
+	defer s.mark.mu.Unlock()
+	reuse := s.mark.reuse
+	if reuse == 0 {
+		reuse = markReuse
+	}
+	if !s.mark.at.IsZero() && time.Since(s.mark.at) < reuse {
+		return s.mark.value, nil
+	}
+	at := time.Now() // before the reading: its age is never understated
+	var mark int64
+	err := s.writeNoSync(ctx, func(tx *wtx) error {
+		return tx.row("PRAGMA data_version").Scan(&mark)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reading the commit mark: %w", err)
+	}
+	s.mark.value, s.mark.at = mark, at
+	return mark, nil
 }
 
 // Close stops the writer (pending requests fail with store.ErrClosed) and closes
