@@ -215,10 +215,13 @@ func (s *Store) ForeignCommitMark(ctx context.Context) (int64, error) {
 		return s.mark.value, nil
 	}
 	at := time.Now() // before the reading: its age is never understated
+	// Read on the write connection between batches, outside a transaction: no
+	// write lock is taken, so a busy writer in another process holds it up no
+	// longer than a read.
 	var mark int64
-	err := s.writeNoSync(ctx, func(tx *wtx) error {
-		return tx.row("PRAGMA data_version").Scan(&mark)
-	})
+	err := s.submit(ctx, &request{ctx: ctx, done: make(chan error, 1), alone: func(w *writer) error {
+		return w.conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&mark)
+	}})
 	if err != nil {
 		return 0, fmt.Errorf("reading the commit mark: %w", err)
 	}

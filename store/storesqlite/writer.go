@@ -25,9 +25,10 @@ type request struct {
 	// noSync: the request may be lost in a power failure without harm (claims,
 	// lease extensions); a batch of only such requests commits without fsync.
 	noSync bool
-	// alone, when set instead of apply, runs and commits a transaction of its own
-	// on the write connection, after the batch it was collected with (see
-	// CheckpointTx).
+	// alone, when set instead of apply, runs on the write connection outside the
+	// batch transaction, after the batch it was collected with: a transaction of
+	// its own (see CheckpointTx), or a read that must see what the connection
+	// sees (ForeignCommitMark).
 	alone func(w *writer) error
 	// fin, when set, is a checkpoint that only ends its run: a batch applies
 	// its finishes together (finishMany), apply stays the way to apply it alone.
@@ -147,7 +148,8 @@ func (w *writer) commitAll(batch []*request) {
 	}
 }
 
-// commitAlone runs a request that commits its own, durable transaction.
+// commitAlone runs a request that commits its own, durable transaction (or only
+// reads, see request.alone).
 func (w *writer) commitAlone(r *request) {
 	if err := r.ctx.Err(); err != nil {
 		r.done <- err
