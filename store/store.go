@@ -22,6 +22,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -324,7 +325,8 @@ type Op struct {
 }
 
 // SucceededAttempt is the attempt row that records op's AttemptStartedAt; ok is
-// false when op has none. A writer adds it to the checkpoint's Attempts.
+// false when op has none. Stores write it with the op
+// (CheckpointParams.AttemptRows, RunCreateParams.SeedAttempts).
 func (op *Op) SucceededAttempt() (a Attempt, ok bool) {
 	if op.AttemptStartedAt == nil || op.FinishedAt == nil || !op.Done || op.Error != nil {
 		return Attempt{}, false
@@ -628,6 +630,19 @@ type CheckpointParams struct {
 	// on the run fails with ErrLeaseLost.
 	Seq         int64 `json:"seq,omitempty"`
 	Fingerprint int64 `json:"fingerprint,omitempty"`
+}
+
+// AttemptRows is what a store writes to its attempt rows for p: p.Attempts, and
+// the row that records each op's AttemptStartedAt (Op.SucceededAttempt), as
+// readers take it back out (Op.TakeSucceededAttempt). p.Attempts is not changed.
+func (p *CheckpointParams) AttemptRows() []Attempt {
+	rows := p.Attempts
+	for _, op := range p.Ops {
+		if a, ok := op.SucceededAttempt(); ok {
+			rows = append(slices.Clip(rows), a)
+		}
+	}
+	return rows
 }
 
 // CheckpointResult is the result of Checkpoint.

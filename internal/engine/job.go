@@ -136,12 +136,8 @@ func (e *Engine) jobOutcome(run *store.Run, job *Job, prior *store.Op, attempt i
 		p := &store.CheckpointParams{Status: store.StatusSucceeded, Output: out}
 		if prior != nil { // earlier attempts failed: close the op they opened, with this attempt's start
 			end := e.cfg.Clock.Now()
-			op := &store.Op{Position: jobPosition, Kind: store.OpStep, Name: run.Workflow, Done: true,
-				Result: out, Attempts: attempt, StartedAt: prior.StartedAt, FinishedAt: &end, AttemptStartedAt: &t0}
-			p.Ops = []*store.Op{op}
-			if a, ok := op.SucceededAttempt(); ok {
-				p.Attempts = []store.Attempt{a}
-			}
+			p.Ops = []*store.Op{{Position: jobPosition, Kind: store.OpStep, Name: run.Workflow, Done: true,
+				Result: out, Attempts: attempt, StartedAt: prior.StartedAt, FinishedAt: &end, AttemptStartedAt: &t0}}
 		}
 		return p
 	}

@@ -411,7 +411,7 @@ func (sc *stepCall) finish(result []byte, err error) *store.Op {
 	if err != nil {
 		op.Error = rs.errorInfo(err)
 	}
-	succeeded, retried := sc.succeededAttempt(op)
+	sc.setAttemptStart(op)
 	var ev store.StreamWrite
 	switch {
 	case err == nil:
@@ -421,9 +421,6 @@ func (sc *stepCall) finish(result []byte, err error) *store.Op {
 	}
 	rs.mu.Lock()
 	rs.pending.ops = append(rs.pending.ops, op)
-	if retried {
-		rs.pending.atts = append(rs.pending.atts, succeeded)
-	}
 	if ev.Name != "" {
 		rs.pending.stream = append(rs.pending.stream, ev)
 	}
@@ -431,18 +428,17 @@ func (sc *stepCall) finish(result []byte, err error) *store.Op {
 	return op
 }
 
-// succeededAttempt gives a step that an attempt completed after failed ones
-// (op, done without an error) the start of that attempt, and returns the row
-// that records it (store.Op.SucceededAttempt); ok is false, and op unchanged,
-// for a step that failed, succeeded at its first attempt or was not completed
-// by an attempt of this execution.
-func (sc *stepCall) succeededAttempt(op *store.Op) (a store.Attempt, ok bool) {
+// setAttemptStart gives a step that an attempt completed after failed ones
+// (op, done without an error) the start of that attempt, which the store
+// records with the op (store.Op.AttemptStartedAt). It leaves op unchanged for a
+// step that failed, succeeded at its first attempt or was not completed by an
+// attempt of this execution.
+func (sc *stepCall) setAttemptStart(op *store.Op) {
 	if op.Error != nil || sc.attempt < 2 || sc.attemptStart.IsZero() {
-		return store.Attempt{}, false
+		return
 	}
 	t0 := sc.attemptStart
 	op.AttemptStartedAt = &t0
-	return op.SucceededAttempt()
 }
 
 // attemptContext is the context of one attempt, carrying its StepAttempt.

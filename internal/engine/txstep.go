@@ -51,7 +51,6 @@ func (sc *stepCall) attemptTx() (op *store.Op, err, storeErr error) {
 	q.apply(p)
 	m := len(p.Stream)
 	n := len(p.Ops)
-	k := len(p.Attempts)
 	res, txErr := sc.txc.CheckpointTx(ctx, p, func(ctx context.Context, tx any) error {
 		v, ferr := sc.call(ctx, func(ctx context.Context) (any, error) { return sc.txFn(ctx, tx) })
 		if ferr != nil {
@@ -62,11 +61,8 @@ func (sc *stepCall) attemptTx() (op *store.Op, err, storeErr error) {
 		at := rs.now()
 		op = sc.op()
 		op.Done, op.Result, op.FinishedAt = true, b, &at
+		sc.setAttemptStart(op)
 		p.Ops = append(p.Ops[:n:n], op)
-		p.Attempts = p.Attempts[:k:k]
-		if a, ok := sc.succeededAttempt(op); ok {
-			p.Attempts = append(p.Attempts, a)
-		}
 		p.Stream = append(p.Stream[:m:m], sc.completedEvent(at))
 		return nil
 	})

@@ -161,7 +161,7 @@ func newCkReq(now time.Time, p *store.CheckpointParams) (*ckReq, error) {
 	if err := ck.ops.add(p.Ops); err != nil {
 		return nil, err
 	}
-	if err := ck.atts.add(p.Attempts); err != nil {
+	if err := ck.atts.add(p.AttemptRows()); err != nil {
 		return nil, err
 	}
 	ck.kv.add(p.KV)

@@ -238,7 +238,7 @@ func writeHistory(tx *wtx, seq int64, p *store.CheckpointParams) error {
 			return fmt.Errorf("saving op %d: %w", op.Position, err)
 		}
 	}
-	for _, a := range p.Attempts {
+	for _, a := range p.AttemptRows() {
 		e, err := errJSON(&a.Error)
 		if err != nil {
 			return err

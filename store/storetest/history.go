@@ -16,8 +16,9 @@ var historyCases = []testCase{
 }
 
 // A step that succeeded at its third attempt: its failed attempts are its log,
-// and the row of the one that succeeded (store.Op.SucceededAttempt) is read
-// back as AttemptStartedAt, not as a failure. A step that failed for good
+// and the row of the one that succeeded (store.Op.SucceededAttempt, which the
+// store writes from the op's AttemptStartedAt) is read back as
+// AttemptStartedAt, not as a failure. A step that failed for good
 // keeps its last attempt in the log.
 func historySucceededAttempt(t *testing.T, e *env) {
 	cr := e.start()
@@ -38,7 +39,7 @@ func historySucceededAttempt(t *testing.T, e *env) {
 	failed := &store.Op{Position: 1, Kind: store.OpStep, Name: "refund", Done: true, Attempts: 2,
 		Error: &store.ErrorInfo{Message: "503"}, StartedAt: t0, FinishedAt: &fin}
 	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning, Ops: []*store.Op{ok, failed},
-		Attempts: []store.Attempt{fail(0, 1), fail(0, 2), row, fail(1, 1), fail(1, 2)}})
+		Attempts: []store.Attempt{fail(0, 1), fail(0, 2), fail(1, 1), fail(1, 2)}}) // the store writes row from ok
 	got := e.history(cr.Run.ID)
 	if len(got) != 2 || len(got[0].AttemptLog) != 2 || got[0].AttemptLog[1].Attempt != 2 {
 		t.Fatalf("history = %+v, want the step's 2 failed attempts", got)
