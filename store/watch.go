@@ -27,6 +27,42 @@ type ForeignCommits interface {
 	ForeignCommitMark(ctx context.Context) (int64, error)
 }
 
+// ForeignPoll tells a poller of a store whose wake-ups miss other processes'
+// commits whether a poll must read: always, unless the store is a
+// ForeignCommits and its mark is the same as before the last poll that read.
+// The zero value says every poll must read. Not safe for concurrent use.
+type ForeignPoll struct {
+	marks  ForeignCommits // nil: every poll reads
+	mark   int64
+	marked bool
+}
+
+// NewForeignPoll returns the ForeignPoll of a store (any value: a store that is
+// not a ForeignCommits is read at every poll).
+func NewForeignPoll(s any) ForeignPoll {
+	fc, _ := s.(ForeignCommits)
+	return ForeignPoll{marks: fc}
+}
+
+// Due reports whether this poll must read; call it before the read. The mark is
+// read first, so a commit after it changes the next one. A failed read of the
+// mark says to read (the read tells what is wrong).
+func (p *ForeignPoll) Due(ctx context.Context) bool {
+	if p.marks == nil {
+		return true
+	}
+	m, err := p.marks.ForeignCommitMark(ctx)
+	if err != nil {
+		p.marked = false
+		return true
+	}
+	if p.marked && m == p.mark {
+		return false
+	}
+	p.mark, p.marked = m, true
+	return true
+}
+
 // RunFeed is a feed of changed runs (RunWatcher).
 type RunFeed interface {
 	// Changed receives a (coalesced) signal when Take has something new.

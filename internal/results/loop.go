@@ -41,26 +41,10 @@ func (w *Watcher) loop() {
 }
 
 // othersCommitted reports whether a poll must re-read every waited-for run:
-// there are some, and a commit the feed does not carry may have happened since
-// the last poll that did. A store that cannot tell (no store.ForeignCommits, or
-// a failed read of its mark) is re-read every time.
+// there are some (a run registered later is read then), and a commit the feed
+// does not carry may have happened since the last poll that did.
 func (w *Watcher) othersCommitted() bool {
-	if w.Waiting() == 0 {
-		return false // a run registered later is read then: nothing to miss now
-	}
-	fc, ok := w.cfg.Store.(store.ForeignCommits)
-	if !ok {
-		return true
-	}
-	mark, err := fc.ForeignCommitMark(w.ctx)
-	if err != nil {
-		w.marked = false
-		return true
-	}
-	// The mark is read before the runs: a commit after it changes the next one.
-	changed := !w.marked || mark != w.mark
-	w.mark, w.marked = mark, true
-	return changed
+	return w.Waiting() > 0 && w.poll.Due(w.ctx)
 }
 
 // check reads the runs registered since the last check, and the waited-for runs

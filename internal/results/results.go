@@ -56,10 +56,7 @@ type Watcher struct {
 
 	feed         store.RunFeed // nil when the store has none
 	crossProcess bool
-	// mark is the store's store.ForeignCommits mark at the last full poll
-	// (marked: there was one); loop's goroutine only.
-	mark   int64
-	marked bool
+	poll         store.ForeignPoll // loop's goroutine only
 
 	mu      sync.Mutex
 	waiters map[string][]chan outcome // run ID -> callers waiting
@@ -87,6 +84,7 @@ func New(cfg Config) (*Watcher, error) {
 	return &Watcher{
 		cfg: cfg, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), stopping: make(chan struct{}), done: make(chan struct{}),
 		waiters: make(map[string][]chan outcome), fresh: make(map[string]struct{}),
+		poll: store.NewForeignPoll(cfg.Store),
 	}, nil
 }
 

@@ -68,8 +68,7 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 	if cp, ok := src.(CrossProcess); (!ok || !cp.CrossProcessSignals()) && o.Poll == 0 {
 		o.Poll = time.Second
 	}
-	marks, _ := src.(store.ForeignCommits)
-	poll := pollMark{marks: marks}
+	poll := store.NewForeignPoll(src)
 	src = offStack{src}
 	if after < 0 {
 		res, err := src.StreamRead(ctx, &store.StreamReadParams{Namespace: namespace, RunID: runID, Limit: 1})
@@ -157,7 +156,7 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 					continue
 				}
 				// A poll reads only when another process may have written.
-				woken = poll.due(ctx)
+				woken = poll.Due(ctx)
 			case <-o.Stop:
 				return ErrStopped
 			case <-ctx.Done():
@@ -165,31 +164,6 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 			}
 		}
 	}
-}
-
-// pollMark decides whether a poll reads the store: always, unless the store
-// tells whether someone else committed (store.ForeignCommits) and nobody did
-// since the mark taken before the last poll that read.
-type pollMark struct {
-	marks  store.ForeignCommits // nil: every poll reads
-	mark   int64
-	marked bool
-}
-
-func (p *pollMark) due(ctx context.Context) bool {
-	if p.marks == nil {
-		return true
-	}
-	m, err := p.marks.ForeignCommitMark(ctx)
-	if err != nil {
-		p.marked = false
-		return true // the read tells what is wrong
-	}
-	if p.marked && m == p.mark {
-		return false
-	}
-	p.mark, p.marked = m, true
-	return true
 }
 
 // offStack runs a source's reads on goroutines of their own, so that the
