@@ -2,19 +2,16 @@ package storepg
 
 import (
 	"context"
-	"embed"
 	"fmt"
 	"hash/fnv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/trellis-dev/trellis/internal/migrations"
+	pgmigrations "github.com/trellis-dev/trellis/store/storepg/migrations"
 )
 
-//go:embed migrations/*.sql
-var migrationFS embed.FS
-
 // embedded returns the embedded migrations in version order.
-func embedded() ([]migrations.Migration, error) { return migrations.Load(migrationFS, "migrations") }
+func embedded() ([]migrations.Migration, error) { return migrations.Load(pgmigrations.FS, ".") }
 
 // migrationLockKey is the advisory lock key that serialises migrations of a schema.
 func migrationLockKey(schema string) int64 {
