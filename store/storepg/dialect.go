@@ -38,6 +38,7 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	},
 	IsUniqueViolation: isUniqueViolation,
 	RunsOfWorkflowIDs: sqlRunsOfWorkflowIDs,
+	ListsByStatus:     true, // 0018_drop_runs_list.sql
 	// WakeOnEvent also forgets the names the run waited for (see 0002_waiting.sql).
 	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = $1, wait_reason = '',
 	wait_events = NULL, updated_at = $1 WHERE sequence = $2 AND status = 'waiting' AND $3 = ANY(wait_events)

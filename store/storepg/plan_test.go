@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // openPlanSchema opens a store on a fresh schema (its URL's parameters plus
@@ -189,4 +190,98 @@ func TestRunCreatesPlanReadsQueuesOnce(t *testing.T) {
 	if n := strings.Count(plan, "on queues"); n != 1 {
 		t.Errorf("the plan reads queues %d times, want once:\n%s", n, plan)
 	}
+}
+
+// TestListPlansReadAPage checks that a list of runs reads about a page of rows,
+// not the namespace, now that no index holds every run of a namespace in
+// sequence order (0018_drop_runs_list.sql): with no filter, by statuses, by
+// workflow, past a cursor, in a namespace of 2,500 runs among 97,500 of another
+// and in that other. Before the table has statistics, a list never walks the table
+// but may read every run of a status that a partial index holds (pending,
+// running) and sort them, as a list of that status did before 0018; Postgres'
+// autovacuum analyzes a new table once it holds 50 rows.
+func TestListPlansReadAPage(t *testing.T) {
+	_, conn := openPlanSchema(t, "")
+	ctx := t.Context()
+	seed := `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, status, lease_token, lease_expires_at, created_at, updated_at)
+		SELECT CASE WHEN g % 40 = 0 THEN 'small' ELSE 'big' END, 'r' || g, 'r' || g, 'wf' || (g % 7), 'default',
+			CASE WHEN g % 50 = 0 THEN 'running' WHEN g % 3 = 0 THEN 'pending' WHEN g % 11 = 0 THEN 'failed' ELSE 'succeeded' END,
+			g, CASE WHEN g % 50 = 0 THEN now() + interval '1 minute' END, now(), now()
+		FROM generate_series(1, 100000) g`
+	if _, err := conn.Exec(ctx, seed); err != nil {
+		t.Fatal(err)
+	}
+	const page = 50
+	lists := map[string]store.RunListParams{
+		"no filter":           {},
+		"past a cursor":       {Cursor: "50000"},
+		"one status":          {Statuses: []store.Status{store.StatusSucceeded}},
+		"two statuses":        {Statuses: []store.Status{store.StatusFailed, store.StatusRunning}},
+		"a workflow":          {Workflow: "wf3"},
+		"a workflow, pending": {Workflow: "wf3", Statuses: []store.Status{store.StatusPending}},
+	}
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			if _, err := conn.Exec(ctx, "ANALYZE runs"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, ns := range []string{"small", "big"} {
+			for name, p := range lists {
+				p.Namespace, p.Limit = ns, page
+				query, args, _, err := shared.RunListQuery(&p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A workflow is one run in 7: a page of it reads 7 pages.
+				read := rowsRead(t, conn, query, args...)
+				if analyzed && read > 7*len(store.AllStatuses)*(page+1) {
+					t.Errorf("namespace %s, list %s: read %d rows for a page of %d", ns, name, read, page)
+				}
+			}
+		}
+	}
+}
+
+// rowsRead runs query under EXPLAIN ANALYZE and returns the rows its scans of
+// runs returned or removed by a filter: how much of the table it read.
+func rowsRead(t *testing.T, conn *pgx.Conn, query string, args ...any) int {
+	t.Helper()
+	rows, err := conn.Query(t.Context(), "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	read, scan := 0, false
+	for _, line := range plan {
+		l := strings.TrimSpace(strings.TrimLeft(strings.TrimSpace(line), "->"))
+		if strings.Contains(l, "Scan") && strings.Contains(l, " on runs") {
+			scan = true
+			var n int
+			if i := strings.Index(l, "actual rows="); i >= 0 {
+				fmt.Sscanf(l[i:], "actual rows=%d", &n)
+			}
+			read += n
+			continue
+		}
+		if scan && strings.HasPrefix(l, "Rows Removed by Filter:") {
+			var n int
+			fmt.Sscanf(l, "Rows Removed by Filter: %d", &n)
+			read += n
+		}
+	}
+	if strings.Contains(strings.Join(plan, "\n"), "Seq Scan on runs") {
+		t.Errorf("a sequential scan of runs:\n%s", strings.Join(plan, "\n"))
+	}
+	return read
 }

@@ -15,6 +15,7 @@ var listCases = []testCase{
 	{"PaginationSameInstant", listPaginationSameInstant},
 	{"PaginationWithFilter", listPaginationFiltered},
 	{"PaginationByStatuses", listPaginationStatuses},
+	{"PaginationAcrossStatuses", listPaginationAcrossStatuses},
 	{"CountsPerStatus", listCountsPerStatus},
 	{"DefaultLimit", listDefaultLimit},
 	{"MalformedCursor", listMalformedCursor},
@@ -133,6 +134,32 @@ func listPaginationStatuses(t *testing.T, e *env) {
 	slices.Reverse(want)
 	e.wantPages(store.RunListParams{Limit: 3, Statuses: []store.Status{store.StatusRunning, store.StatusPending}},
 		[]int{3, 3, 2}, want)
+}
+
+// listPaginationAcrossStatuses pages through the runs of every status, with
+// no filter and with a workflow filter: a driver may read each status apart and
+// merge them (Postgres has no index of every run in sequence order).
+func listPaginationAcrossStatuses(t *testing.T, e *env) {
+	var all, ofQ1 []string
+	for i := range 5 {
+		e.clk.Advance(time.Millisecond)
+		p := e.create(withWorkflow("a"), withQueue("q1")) // stays pending
+		e.clk.Advance(time.Millisecond)
+		r := e.create(withWorkflow("b"))
+		e.claimOne(r.ID, claimWorkflows("b"))
+		e.clk.Advance(time.Millisecond)
+		s := e.create(withWorkflow("c"), withQueue("q1"))
+		e.finish(e.claimOne(s.ID, claimWorkflows("c")))
+		all = append(all, p.ID, r.ID, s.ID)
+		ofQ1 = append(ofQ1, p.ID, s.ID)
+		if i == 2 {
+			e.create(withNamespace("ns2"), withWorkflow("a"), withQueue("q1"))
+		}
+	}
+	slices.Reverse(all)
+	slices.Reverse(ofQ1)
+	e.wantPages(store.RunListParams{Limit: 4}, []int{4, 4, 4, 3}, all)
+	e.wantPages(store.RunListParams{Limit: 4, Queue: "q1"}, []int{4, 4, 2}, ofQ1)
 }
 
 // listCountsPerStatus counts runs per status (store.RunCounter, where the

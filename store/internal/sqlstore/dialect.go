@@ -45,6 +45,11 @@ type Dialect struct {
 	// <> 'running', SQLite's schema), so a query by status names that condition
 	// to read it, and counts running runs through runs_running instead.
 	RunningApart bool
+	// ListsByStatus: no index holds every run of a namespace in sequence order
+	// (Postgres' schema, which dropped runs_list: Postgres writes an entry in
+	// every index of a row at each of its changes of status), so a list of runs
+	// of any status reads each status apart through runs_status and merges.
+	ListsByStatus bool
 	// Lock is appended to a SELECT to lock the rows it reads (and those of the
 	// tables named in of, when the dialect needs them named) until the
 	// transaction ends: "" where the transaction already excludes other writers.

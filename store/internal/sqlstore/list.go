@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -109,7 +110,7 @@ func (l *listQuery) build(selectFrom, seq string) (string, []any) {
 		if where != "" {
 			cond = where + ` AND ` + cond
 		}
-		parts[i] = `SELECT * FROM (` + alt.from + ` WHERE ` + cond + ` ORDER BY ` + seq + ` DESC LIMIT ` + limit + `)`
+		parts[i] = `SELECT * FROM (` + alt.from + ` WHERE ` + cond + ` ORDER BY ` + seq + ` DESC LIMIT ` + limit + `) AS p` + strconv.Itoa(i)
 	}
 	return strings.Join(parts, ` UNION ALL `) + ` ORDER BY ` + seq + ` DESC LIMIT ` + limit, l.a.list
 }

@@ -90,24 +90,32 @@ func (s *SQL) RunListQuery(p *store.RunListParams) (string, []any, int, error) {
 	}
 	l.eq("namespace", p.Namespace)
 	from := `SELECT ` + RunCols + ` FROM runs`
-	if len(p.Statuses) > 0 {
-		sts := make([]string, len(p.Statuses))
-		for i, st := range p.Statuses {
-			if !st.Valid() {
-				return "", nil, 0, fmt.Errorf("%w: Statuses: unknown status %q", store.ErrInvalidParams, st)
-			}
-			sts[i] = string(st)
+	sts := make([]string, len(p.Statuses))
+	for i, st := range p.Statuses {
+		if !st.Valid() {
+			return "", nil, 0, fmt.Errorf("%w: Statuses: unknown status %q", store.ErrInvalidParams, st)
 		}
-		// With RunningApart (SQLite), each status is read through its index:
-		// a list IN several statuses would walk runs_list, every run of the
-		// namespace, looking for them. With a workflow ID, its index finds the
-		// few runs to filter.
-		if s.d.RunningApart && p.WorkflowID == "" {
-			slices.Sort(sts)
-			for _, st := range slices.Compact(sts) {
-				l.alts = append(l.alts, s.statusPart(l, from, st))
-			}
-		} else if err := l.in("status", sts); err != nil {
+		sts[i] = string(st)
+	}
+	// A list by workflow ID reads its index, which finds the few runs to
+	// filter. Else, with RunningApart (SQLite), each status asked for is read
+	// through its index: a list IN several statuses would walk runs_list, every
+	// run of the namespace, looking for them; with ListsByStatus (Postgres,
+	// which has no runs_list), each status asked for, or every status.
+	if len(sts) == 0 && s.d.ListsByStatus && p.WorkflowID == "" {
+		for _, st := range store.AllStatuses {
+			sts = append(sts, string(st))
+		}
+	}
+	switch {
+	case len(sts) == 0:
+	case (s.d.RunningApart || s.d.ListsByStatus) && p.WorkflowID == "":
+		slices.Sort(sts)
+		for _, st := range slices.Compact(sts) {
+			l.alts = append(l.alts, s.statusPart(l, from, st))
+		}
+	default:
+		if err := l.in("status", sts); err != nil {
 			return "", nil, 0, err
 		}
 	}
