@@ -39,7 +39,8 @@ type Options struct {
 	Heartbeat time.Duration
 	Idle      func() error
 	// Poll is how often the store is read without a wake-up, for stores that do
-	// not signal across processes (see CrossProcess); default 1s for them.
+	// not signal across processes (see CrossProcess); default 1s for them. The
+	// followers of one store with the same Poll share one poller (foreignWatch).
 	Poll time.Duration
 	// Stop ends Follow with ErrStopped when it closes (a server shutting down).
 	Stop <-chan struct{}
@@ -68,7 +69,11 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 	if cp, ok := src.(CrossProcess); (!ok || !cp.CrossProcessSignals()) && o.Poll == 0 {
 		o.Poll = time.Second
 	}
-	poll := store.NewForeignPoll(src)
+	var foreign *foreignWatch // polls for the commits wake-ups miss
+	if o.Poll > 0 {
+		foreign = acquireWatch(src, o.Poll)
+		defer foreign.release()
+	}
 	src = offStack{src}
 	if after < 0 {
 		res, err := src.StreamRead(ctx, &store.StreamReadParams{Namespace: namespace, RunID: runID, Limit: 1})
@@ -88,6 +93,10 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 	}()
 	lastWrite := time.Now()
 	for {
+		var polled <-chan struct{} // taken before the read: see foreignWatch
+		if foreign != nil {
+			polled = foreign.changed()
+		}
 		res, err := src.StreamRead(ctx, &store.StreamReadParams{Namespace: namespace, RunID: runID, After: after, Limit: o.PageSize})
 		if err != nil {
 			return err
@@ -126,15 +135,9 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 			continue // more to read at once
 		}
 		for woken := false; !woken; {
-			d := o.Poll
-			if o.Heartbeat > 0 {
-				hb := max(time.Until(lastWrite.Add(o.Heartbeat)), 0)
-				if d == 0 || hb < d {
-					d = hb
-				}
-			}
 			var tick <-chan time.Time
-			if d > 0 || o.Heartbeat > 0 {
+			if o.Heartbeat > 0 {
+				d := max(time.Until(lastWrite.Add(o.Heartbeat)), 0)
 				if timer == nil {
 					timer = time.NewTimer(d)
 				} else {
@@ -147,16 +150,15 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 				woken = true
 			case <-ended:
 				woken = true
+			case <-polled:
+				woken = true
 			case <-tick:
-				if o.Heartbeat > 0 && !time.Now().Before(lastWrite.Add(o.Heartbeat)) {
+				if o.Idle != nil {
 					if err := o.Idle(); err != nil {
 						return err
 					}
-					lastWrite = time.Now()
-					continue
 				}
-				// A poll reads only when another process may have written.
-				woken = poll.Due(ctx)
+				lastWrite = time.Now()
 			case <-o.Stop:
 				return ErrStopped
 			case <-ctx.Done():

@@ -1,0 +1,105 @@
+package streams
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storesqlite"
+)
+
+// The followers of one SQLite store share one poller for other processes'
+// commits: each follower is woken by the poll that sees another store's commit
+// on the file (here a second store value, as another process would be), and the
+// poller stops when the last follower ends.
+func TestFollowersShareOnePoller(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "s.db")
+	open := func() *storesqlite.Store {
+		st, err := storesqlite.Open(ctx, storesqlite.Config{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	here, elsewhere := open(), open()
+	const n = 20
+	leases := make([]store.Lease, n)
+	for i := range n {
+		id := fmt.Sprint("r", i)
+		if _, err := here.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: id, WorkflowID: id, Workflow: "wf", Queue: "default"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimed, err := elsewhere.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "ns", Workflows: []string{"wf"}, Worker: "w", Max: n, LeaseDuration: time.Minute})
+	if err != nil || len(claimed.Runs) != n {
+		t.Fatalf("claim: %d runs, %v", len(claimed.Runs), err)
+	}
+	for i, cr := range claimed.Runs {
+		leases[i] = store.Lease{Namespace: "ns", RunID: cr.Run.ID, Token: cr.LeaseToken}
+	}
+	if got := watchCount(); got != 0 {
+		t.Fatalf("%d pollers before any follower", got)
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		received = map[string][]string{}
+	)
+	followCtx, stopFollowing := context.WithCancel(ctx)
+	errs := make(chan error, n)
+	for _, l := range leases {
+		wg.Go(func() {
+			err := Follow(followCtx, here, "ns", l.RunID, 0, Options{Poll: 5 * time.Millisecond}, func(ev *store.StreamEvent) error {
+				mu.Lock()
+				defer mu.Unlock()
+				received[l.RunID] = append(received[l.RunID], ev.Name)
+				return nil
+			})
+			errs <- err
+		})
+	}
+	for _, l := range leases {
+		if _, err := elsewhere.Checkpoint(ctx, &store.CheckpointParams{Lease: l, Status: store.StatusRunning,
+			Stream: []store.StreamWrite{{Name: "progress", Data: []byte(`1`)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		mu.Lock()
+		all := 0
+		for _, evs := range received {
+			if len(evs) == 1 && evs[0] == "progress" {
+				all++
+			}
+		}
+		mu.Unlock()
+		if all == n {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d followers received the event written elsewhere", all, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := watchCount(); got != 1 {
+		t.Errorf("%d pollers for %d followers of one store, want 1", got, n)
+	}
+	stopFollowing()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != context.Canceled {
+			t.Errorf("Follow: %v, want context.Canceled", err)
+		}
+	}
+	if got := watchCount(); got != 0 {
+		t.Errorf("%d pollers after every follower ended, want 0", got)
+	}
+}
