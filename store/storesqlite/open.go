@@ -219,7 +219,7 @@ func (s *Store) ForeignCommitMark(ctx context.Context) (int64, error) {
 	// write lock is taken, so a busy writer in another process holds it up no
 	// longer than a read.
 	var mark int64
-	err := s.submit(ctx, &request{ctx: ctx, done: make(chan error, 1), alone: func(w *writer) error {
+	err := s.submit(ctx, &request{ctx: ctx, done: make(chan error, 1), readOnly: true, alone: func(w *writer) error {
 		return w.conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&mark)
 	}})
 	if err != nil {

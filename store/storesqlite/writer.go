@@ -30,6 +30,9 @@ type request struct {
 	// its own (see CheckpointTx), or a read that must see what the connection
 	// sees (ForeignCommitMark).
 	alone func(w *writer) error
+	// readOnly: alone only reads; it commits nothing (no synchronous setting,
+	// not counted in Stats, no checkpointer notice).
+	readOnly bool
 	// fin, when set, is a checkpoint that only ends its run: a batch applies
 	// its finishes together (finishMany), apply stays the way to apply it alone.
 	fin *finish
@@ -157,6 +160,10 @@ func (w *writer) commitAlone(r *request) {
 	}
 	if err := w.withRaw(w.recoverWAL); err != nil {
 		r.done <- err
+		return
+	}
+	if r.readOnly {
+		r.done <- r.alone(w)
 		return
 	}
 	if err := w.withRaw(func() error { return w.setSync([]*request{r}) }); err != nil {
