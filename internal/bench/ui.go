@@ -11,9 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/sqlitedrv"
 	"github.com/trellis-dev/trellis/server"
+	"github.com/trellis-dev/trellis/store/storepg"
 	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
@@ -24,22 +27,29 @@ const ui1Namespace = "ui1"
 const ui1Requests = 40
 
 // runUI1 measures the web UI's runs page with n runs stored: it seeds the
-// SQLite store with bulk SQL (once: a store that holds n runs in namespace ui1
-// already is reused), serves the UI in process on loopback, and times page
+// store (SQLite or Postgres) with bulk SQL (once: a store that holds n runs in
+// namespace ui1 already is reused), serves the UI in process on loopback, and times page
 // loads through HTTP, as a browser makes them: the first page, a status filter,
 // a workflow filter and the next page.
 func runUI1(ctx context.Context, c *trellis.Client, n int, o Options) (*Result, error) {
-	if !strings.HasPrefix(o.Store, "sqlite:") {
-		return nil, fmt.Errorf("ui1 seeds a SQLite store with bulk SQL: give --store sqlite:FILE")
-	}
-	cfg, err := storesqlite.ParseURL(o.Store)
-	if err != nil {
-		return nil, err
-	}
 	seedStart := time.Now()
-	seeded, err := seedUI1(ctx, cfg.Path, n)
-	if err != nil {
-		return nil, fmt.Errorf("seeding: %w", err)
+	var seeded bool
+	switch {
+	case strings.HasPrefix(o.Store, "sqlite:"):
+		cfg, err := storesqlite.ParseURL(o.Store)
+		if err != nil {
+			return nil, err
+		}
+		if seeded, err = seedUI1(ctx, cfg.Path, n); err != nil {
+			return nil, fmt.Errorf("seeding: %w", err)
+		}
+	case strings.HasPrefix(o.Store, "postgres"):
+		var err error
+		if seeded, err = seedUI1Postgres(ctx, o.Store, n); err != nil {
+			return nil, fmt.Errorf("seeding: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("ui1 seeds its store with bulk SQL: give --store sqlite:FILE or postgres://...")
 	}
 	seedS := time.Since(seedStart).Seconds()
 
@@ -160,6 +170,63 @@ FROM (SELECT i, ? - (? - i) * ? AS t,
       FROM c)`,
 		have+1, n, ui1Namespace, second, second/2, second/2, now, n, second)
 	if err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// seedUI1Postgres seeds a Postgres store as seedUI1 seeds a SQLite file (the
+// same runs), then vacuums and analyzes runs, as autovacuum does to a table
+// that a million runs went through: the counts per status read runs_status
+// alone only where the visibility map says its pages are all visible.
+func seedUI1Postgres(ctx context.Context, url string, n int) (bool, error) {
+	st, err := trellis.OpenStore(ctx, url, nil) // creates and migrates the schema
+	if err != nil {
+		return false, err
+	}
+	st.Close()
+	cfg, err := storepg.ParseURL(url)
+	if err != nil {
+		return false, err
+	}
+	conn, err := pgx.Connect(ctx, cfg.URL)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `SET search_path TO `+pgx.Identifier{cfg.Schema}.Sanitize()); err != nil {
+		return false, err
+	}
+	var have int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM runs WHERE namespace = $1`, ui1Namespace).Scan(&have); err != nil {
+		return false, err
+	}
+	if have >= n {
+		return false, nil
+	}
+	_, err = conn.Exec(ctx, `
+INSERT INTO runs (namespace, id, workflow_id, workflow, queue, status, input, output, error, wait_reason,
+                  available_at, attempts, created_at, started_at, updated_at, finished_at)
+SELECT $3, 'ui1-' || lpad(i::text, 9, '0'), 'order-' || lpad(i::text, 9, '0'),
+       CASE i % 4 WHEN 0 THEN 'checkout' WHEN 1 THEN 'refund' WHEN 2 THEN 'ship' ELSE 'notify' END,
+       CASE i % 3 WHEN 0 THEN 'default' WHEN 1 THEN 'payments' ELSE 'mail' END,
+       s, '{"order":1}'::bytea,
+       CASE WHEN s = 'succeeded' THEN '"ok"'::bytea END,
+       CASE WHEN s = 'failed' THEN '{"message":"card declined"}' END,
+       CASE WHEN s = 'waiting' THEN 'waiting for event "go"' ELSE '' END,
+       CASE WHEN s IN ('pending', 'waiting') THEN t + interval '1 hour' END,
+       1, t, t, t + interval '0.5 second',
+       CASE WHEN s IN ('succeeded', 'failed', 'cancelled') THEN t + interval '0.5 second' END
+FROM (SELECT i, now() - ($2::int - i) * interval '1 second' AS t,
+             CASE WHEN i % 100 = 0 THEN 'pending' WHEN i % 100 = 1 THEN 'running'
+                  WHEN i % 100 < 5 THEN 'waiting' WHEN i % 100 = 5 THEN 'blocked'
+                  WHEN i % 100 < 16 THEN 'failed' WHEN i % 100 < 20 THEN 'cancelled'
+                  ELSE 'succeeded' END AS s
+      FROM generate_series($1::int, $2::int) AS i) AS g`, have+1, n, ui1Namespace)
+	if err != nil {
+		return false, err
+	}
+	if _, err := conn.Exec(ctx, `VACUUM ANALYZE runs`); err != nil {
 		return false, err
 	}
 	return true, nil
