@@ -50,6 +50,12 @@ func TestNonDeterminismBlocksUntilResumed(t *testing.T) {
 	}
 }
 
+// The patch is deployed while the run waits to retry its failed step (a
+// backoff past MaxInlineBackoff releases the run), so the attempt that follows
+// replays the run's start with the patch in place: the history, recorded without
+// it, keeps the run on the old branch. (Deploying it inside the failed attempt,
+// rather than when a poll sees the run waiting, does not depend on catching the
+// 50 ms wait.)
 func TestPatchedKeepsOldRunsOnTheOldBranch(t *testing.T) {
 	t.Parallel()
 	var patched atomic.Bool
@@ -65,17 +71,24 @@ func TestPatchedKeepsOldRunsOnTheOldBranch(t *testing.T) {
 		if _, err := trellis.Step(wc, "a", func(context.Context) (int, error) { return 1, nil }); err != nil {
 			return "", err
 		}
-		if _, err := trellis.Step(wc, "flaky", suspendOnce(&flaky), suspendingRetry); err != nil {
+		if _, err := trellis.Step(wc, "flaky", func(context.Context) (int, error) {
+			if flaky.Add(1) == 1 {
+				patched.Store(true) // deploy the patch while the run is in flight
+				return 0, errBoom
+			}
+			return 1, nil
+		}, suspendingRetry); err != nil {
 			return "", err
 		}
 		return branch, nil
 	})
 	c := setup(t, wf)
 	old := must[*trellis.Handle[string]](t)(trellis.Start(ctxT(t), c, wf, 0))
-	waitStatus(t, c, old.RunID(), trellis.StatusWaiting)
-	patched.Store(true) // deploy the patch while the run is in flight
 	if got := mustResult(t, old); got != "old" {
 		t.Fatalf("in-flight run took branch %q", got)
+	}
+	if run := must[*trellis.Run](t)(c.Get(ctxT(t), old.RunID())); run.Attempts != 2 {
+		t.Fatalf("in-flight run claimed %d times, want 2 (released for its backoff, then replayed)", run.Attempts)
 	}
 	fresh := must[*trellis.Handle[string]](t)(trellis.Start(ctxT(t), c, wf, 0))
 	if got := mustResult(t, fresh); got != "new" {

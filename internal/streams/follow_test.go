@@ -100,16 +100,8 @@ func (r *reads) StreamRead(ctx context.Context, p *store.StreamReadParams) (*sto
 func TestFollowPollsForAnotherProcesssEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	path := filepath.Join(t.TempDir(), "s.db")
-	open := func() *storesqlite.Store {
-		st, err := storesqlite.Open(ctx, storesqlite.Config{Path: path})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
-	here, elsewhere := &reads{Store: open()}, open()
+	first, elsewhere := twoStoresOnOneFile(t)
+	here := &reads{Store: first}
 	if _, err := here.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: "r", WorkflowID: "r", Workflow: "wf", Queue: "default"}); err != nil {
 		t.Fatal(err)
 	}
@@ -160,4 +152,20 @@ func TestFollowPollsForAnotherProcesssEvents(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Follow: %v", err)
 	}
+}
+
+// twoStoresOnOneFile opens two stores on one new SQLite file, as two processes
+// would; both are closed at cleanup.
+func twoStoresOnOneFile(t *testing.T) (*storesqlite.Store, *storesqlite.Store) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "s.db")
+	open := func() *storesqlite.Store {
+		st, err := storesqlite.Open(t.Context(), storesqlite.Config{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	return open(), open()
 }

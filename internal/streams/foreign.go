@@ -111,10 +111,3 @@ func (w *foreignWatch) run(poll store.ForeignPoll) {
 		}
 	}
 }
-
-// watchCount returns the number of shared watches running (for tests).
-func watchCount() int {
-	watches.mu.Lock()
-	defer watches.mu.Unlock()
-	return len(watches.m)
-}

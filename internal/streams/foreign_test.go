@@ -1,15 +1,15 @@
-package streams
+package streams_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/streams"
 	"github.com/trellis-dev/trellis/store"
-	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
 // The followers of one SQLite store share one poller for other processes'
@@ -19,16 +19,7 @@ import (
 func TestFollowersShareOnePoller(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	path := filepath.Join(t.TempDir(), "s.db")
-	open := func() *storesqlite.Store {
-		st, err := storesqlite.Open(ctx, storesqlite.Config{Path: path})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
-	here, elsewhere := open(), open()
+	here, elsewhere := twoStoresOnOneFile(t)
 	const n = 20
 	leases := make([]store.Lease, n)
 	for i := range n {
@@ -44,7 +35,7 @@ func TestFollowersShareOnePoller(t *testing.T) {
 	for i, cr := range claimed.Runs {
 		leases[i] = store.Lease{Namespace: "ns", RunID: cr.Run.ID, Token: cr.LeaseToken}
 	}
-	if got := watchCount(); got != 0 {
+	if got := streams.WatchCount(); got != 0 {
 		t.Fatalf("%d pollers before any follower", got)
 	}
 	var (
@@ -56,7 +47,7 @@ func TestFollowersShareOnePoller(t *testing.T) {
 	errs := make(chan error, n)
 	for _, l := range leases {
 		wg.Go(func() {
-			err := Follow(followCtx, here, "ns", l.RunID, 0, Options{Poll: 5 * time.Millisecond}, func(ev *store.StreamEvent) error {
+			err := streams.Follow(followCtx, here, "ns", l.RunID, 0, streams.Options{Poll: 5 * time.Millisecond}, func(ev *store.StreamEvent) error {
 				mu.Lock()
 				defer mu.Unlock()
 				received[l.RunID] = append(received[l.RunID], ev.Name)
@@ -88,18 +79,18 @@ func TestFollowersShareOnePoller(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if got := watchCount(); got != 1 {
+	if got := streams.WatchCount(); got != 1 {
 		t.Errorf("%d pollers for %d followers of one store, want 1", got, n)
 	}
 	stopFollowing()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		if err != context.Canceled {
+		if !errors.Is(err, context.Canceled) { // perhaps cancelled mid-read, wrapped
 			t.Errorf("Follow: %v, want context.Canceled", err)
 		}
 	}
-	if got := watchCount(); got != 0 {
+	if got := streams.WatchCount(); got != 0 {
 		t.Errorf("%d pollers after every follower ended, want 0", got)
 	}
 }

@@ -158,7 +158,15 @@ func explain(t *testing.T, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, query string, args ...any) string {
 	t.Helper()
-	rows, err := q.Query(t.Context(), "EXPLAIN (COSTS OFF) "+query, args...)
+	return strings.Join(planLines(t, q, "EXPLAIN (COSTS OFF) "+query, args...), "\n")
+}
+
+// planLines runs an EXPLAIN statement and returns the lines of the plan.
+func planLines(t *testing.T, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, explainQuery string, args ...any) []string {
+	t.Helper()
+	rows, err := q.Query(t.Context(), explainQuery, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +181,7 @@ func explain(t *testing.T, q interface {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return strings.Join(plan, "\n")
+	return plan
 }
 
 // TestRunCreatesPlanReadsQueuesOnce checks that the merged create statement
@@ -247,21 +255,7 @@ func TestListPlansReadAPage(t *testing.T) {
 // runs returned or removed by a filter: how much of the table it read.
 func rowsRead(t *testing.T, conn *pgx.Conn, query string, args ...any) int {
 	t.Helper()
-	rows, err := conn.Query(t.Context(), "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+query, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	plan := planLines(t, conn, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+query, args...)
 	read, scan := 0, false
 	for _, line := range plan {
 		l := strings.TrimSpace(strings.TrimLeft(strings.TrimSpace(line), "->"))
