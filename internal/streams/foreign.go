@@ -21,12 +21,13 @@ import (
 // read changes the mark after the poll that last read it, so a later poll
 // closes that channel.
 type foreignWatch struct {
-	key   watchKey
-	every time.Duration
+	key    watchKey
+	shared bool // in watches (its store can be a map key)
+	every  time.Duration
+	users  int // guarded by watches.mu
 
-	mu    sync.Mutex
-	users int           // guarded by watches.mu
-	ch    chan struct{} // closed at the next poll that must read
+	mu sync.Mutex
+	ch chan struct{} // closed at the next poll that must read
 
 	ctx    context.Context // ends when the last follower releases the watch
 	cancel context.CancelFunc
@@ -60,7 +61,7 @@ func acquireWatch(src any, every time.Duration) *foreignWatch {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &foreignWatch{key: key, every: every, users: 1, ch: make(chan struct{}),
+	w := &foreignWatch{key: key, shared: shared, every: every, users: 1, ch: make(chan struct{}),
 		ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	if shared {
 		watches.m[key] = w
@@ -75,7 +76,7 @@ func (w *foreignWatch) release() {
 	watches.mu.Lock()
 	w.users--
 	last := w.users == 0
-	if last && watches.m[w.key] == w {
+	if last && w.shared { // (a lookup with an unhashable key would panic)
 		delete(watches.m, w.key)
 	}
 	watches.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/trellis-dev/trellis/internal/streams"
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
 // The followers of one SQLite store share one poller for other processes'
@@ -92,5 +93,42 @@ func TestFollowersShareOnePoller(t *testing.T) {
 	}
 	if got := streams.WatchCount(); got != 0 {
 		t.Errorf("%d pollers after every follower ended, want 0", got)
+	}
+}
+
+// unhashable is a store value that cannot be a map key (a slice field): its
+// follower polls on a watch of its own.
+type unhashable struct {
+	*storesqlite.Store
+	tags []string
+}
+
+// A follower of a store value that cannot be a map key gets a poller of its
+// own, which still carries other processes' commits and stops with it.
+func TestFollowerOfAnUnhashableStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	first, elsewhere := twoStoresOnOneFile(t)
+	here := unhashable{Store: first, tags: []string{"a"}}
+	if _, err := here.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: "r", WorkflowID: "r", Workflow: "wf", Queue: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := elsewhere.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "ns", Workflows: []string{"wf"}, Worker: "w", Max: 1, LeaseDuration: time.Minute})
+	if err != nil || len(claimed.Runs) != 1 {
+		t.Fatalf("claim: %+v, %v", claimed, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- streams.Follow(ctx, here, "ns", "r", 0, streams.Options{Poll: 5 * time.Millisecond}, func(*store.StreamEvent) error { return nil })
+	}()
+	lease := store.Lease{Namespace: "ns", RunID: "r", Token: claimed.Runs[0].LeaseToken}
+	if _, err := elsewhere.Checkpoint(ctx, &store.CheckpointParams{Lease: lease, Status: store.StatusSucceeded, Output: []byte(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Follow: %v", err)
+	}
+	if got := streams.WatchCount(); got != 0 {
+		t.Fatalf("%d shared pollers, want 0", got)
 	}
 }
