@@ -33,8 +33,11 @@ type Result struct {
 	// before the first start and once every run waits.
 	RSSIdleMB    *float64 `json:"rss_idle_mb,omitempty"`
 	RSSWaitingMB *float64 `json:"rss_waiting_mb,omitempty"`
-	// CPUMsPerRun (w7) is the process's CPU time (user+system, getrusage) per
-	// finished run, from the gate's opening to the last result.
+	// CPUMsPerRun (w1, w5, w7) is the process's CPU time (user+system,
+	// getrusage) per run over the measured span: w1's from the first start to
+	// the last result, w5's work phase (a Postgres server's CPU is not in it),
+	// w7's from the gate's opening to the last result. It varies less than the
+	// throughput on a machine whose speed does.
 	CPUMsPerRun *float64 `json:"cpu_ms_per_run,omitempty"`
 	// DBQueriesPerRun (w7, Postgres) is the database's transactions per finished
 	// run over the same span: pg_stat_database's xact_commit+xact_rollback, which

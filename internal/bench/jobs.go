@@ -42,7 +42,7 @@ func runW5(ctx context.Context, c *trellis.Client, n int) (*Result, error) {
 		}
 	}
 	insert := time.Since(insertBegin)
-	begin := time.Now()
+	begin, cpu0 := time.Now(), processCPU()
 	if err := c.Register(ctx, job); err != nil {
 		return nil, err
 	}
@@ -65,10 +65,10 @@ func runW5(ctx context.Context, c *trellis.Client, n int) (*Result, error) {
 		case <-time.After(time.Millisecond):
 		}
 	}
-	wall := time.Since(begin)
+	wall, cpu := time.Since(begin), processCPU()-cpu0
 	insertPerS := float64(n) / insert.Seconds()
 	return &Result{
 		WallS: wall.Seconds(), WorkflowsPerS: float64(n) / wall.Seconds(), StepsPerS: float64(n) / wall.Seconds(),
-		InsertPerS: &insertPerS,
+		InsertPerS: &insertPerS, CPUMsPerRun: perRunMs(cpu, n),
 	}, nil
 }

@@ -109,9 +109,8 @@ func measureWaiters(ctx context.Context, handles []*trellis.Handle[string], o Op
 	}
 	res := &Result{
 		WallS: wall.Seconds(), WorkflowsPerS: float64(n) / wall.Seconds(), StepsPerS: float64(3*n) / wall.Seconds(),
+		CPUMsPerRun: perRunMs(cpu, n),
 	}
-	perRun := float64(cpu) / float64(time.Millisecond) / float64(n)
-	res.CPUMsPerRun = &perRun
 	if qerr == nil && q0 >= 0 {
 		time.Sleep(1500 * time.Millisecond) // Postgres publishes its counters at most once a second
 		q1, err := dbTransactions(ctx, o.Store)

@@ -15,7 +15,7 @@ func runW1(ctx context.Context, c *trellis.Client, n int) (*Result, error) {
 	lat := make([]time.Duration, n)
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
-	begin := time.Now()
+	begin, cpu0 := time.Now(), processCPU()
 	for i := range n {
 		wg.Add(1)
 		go func() {
@@ -32,15 +32,21 @@ func runW1(ctx context.Context, c *trellis.Client, n int) (*Result, error) {
 		}()
 	}
 	wg.Wait()
-	wall := time.Since(begin)
+	wall, cpu := time.Since(begin), processCPU()-cpu0
 	close(errs)
 	if err := errors.Join(collect(errs)...); err != nil {
 		return nil, err
 	}
 	return &Result{
 		WallS: wall.Seconds(), WorkflowsPerS: float64(n) / wall.Seconds(), StepsPerS: float64(3*n) / wall.Seconds(),
-		P50Ms: percentile(lat, 50), P99Ms: percentile(lat, 99),
+		P50Ms: percentile(lat, 50), P99Ms: percentile(lat, 99), CPUMsPerRun: perRunMs(cpu, n),
 	}, nil
+}
+
+// perRunMs is cpu per run in milliseconds (Result.CPUMsPerRun).
+func perRunMs(cpu time.Duration, n int) *float64 {
+	ms := float64(cpu) / float64(time.Millisecond) / float64(n)
+	return &ms
 }
 
 // runW2 runs a 20-step workflow n times in a row and measures the interval between
