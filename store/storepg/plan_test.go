@@ -256,22 +256,23 @@ func TestListPlansReadAPage(t *testing.T) {
 func rowsRead(t *testing.T, conn *pgx.Conn, query string, args ...any) int {
 	t.Helper()
 	plan := planLines(t, conn, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+query, args...)
-	read, scan := 0, false
+	// EXPLAIN ANALYZE gives a node's rows (and rows removed) per loop.
+	read, loops := 0, 0
 	for _, line := range plan {
 		l := strings.TrimSpace(strings.TrimLeft(strings.TrimSpace(line), "->"))
 		if strings.Contains(l, "Scan") && strings.Contains(l, " on runs") {
-			scan = true
 			var n int
+			loops = 1
 			if i := strings.Index(l, "actual rows="); i >= 0 {
-				fmt.Sscanf(l[i:], "actual rows=%d", &n)
+				fmt.Sscanf(l[i:], "actual rows=%d loops=%d", &n, &loops)
 			}
-			read += n
+			read += n * loops
 			continue
 		}
-		if scan && strings.HasPrefix(l, "Rows Removed by Filter:") {
+		if loops > 0 && strings.HasPrefix(l, "Rows Removed by Filter:") {
 			var n int
 			fmt.Sscanf(l, "Rows Removed by Filter: %d", &n)
-			read += n
+			read += n * loops
 		}
 	}
 	if strings.Contains(strings.Join(plan, "\n"), "Seq Scan on runs") {
