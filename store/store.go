@@ -326,7 +326,7 @@ type Op struct {
 
 // SucceededAttempt is the attempt row that records op's AttemptStartedAt; ok is
 // false when op has none. Stores write it with the op
-// (CheckpointParams.AttemptRows, RunCreateParams.SeedAttempts).
+// (CheckpointParams.AttemptRows, also for RunCreateParams.SeedCheckpoint).
 func (op *Op) SucceededAttempt() (a Attempt, ok bool) {
 	if op.AttemptStartedAt == nil || op.FinishedAt == nil || !op.Done || op.Error != nil {
 		return Attempt{}, false
@@ -636,10 +636,10 @@ type CheckpointParams struct {
 // the row that records each op's AttemptStartedAt (Op.SucceededAttempt), as
 // readers take it back out (Op.TakeSucceededAttempt). p.Attempts is not changed.
 func (p *CheckpointParams) AttemptRows() []Attempt {
-	rows := p.Attempts
+	rows := slices.Clip(p.Attempts) // an append copies: p.Attempts stays as it is
 	for _, op := range p.Ops {
 		if a, ok := op.SucceededAttempt(); ok {
-			rows = append(slices.Clip(rows), a)
+			rows = append(rows, a)
 		}
 	}
 	return rows

@@ -60,17 +60,16 @@ func (p *RunCreateParams) validateSeed() error {
 	return nil
 }
 
-// SeedAttempts returns the attempt rows of a seeded create's History: each op's
-// failed attempts and the row of its AttemptStartedAt.
-func (p *RunCreateParams) SeedAttempts() []Attempt {
-	var out []Attempt
+// SeedCheckpoint returns a seeded create's History as the checkpoint that
+// writes it: its ops, the failed attempts they logged (Op.AttemptLog) and the
+// run-store writes. The rows of the ops' AttemptStartedAt come from its
+// AttemptRows, as for any checkpoint.
+func (p *RunCreateParams) SeedCheckpoint() *CheckpointParams {
+	var logs []Attempt
 	for _, op := range p.History {
-		out = append(out, op.AttemptLog...)
-		if a, ok := op.SucceededAttempt(); ok {
-			out = append(out, a)
-		}
+		logs = append(logs, op.AttemptLog...)
 	}
-	return out
+	return &CheckpointParams{Ops: p.History, Attempts: logs, KV: p.KV}
 }
 
 // Validate checks an event's name (required, not reserved) and claim, wrapping

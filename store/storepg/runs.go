@@ -369,7 +369,7 @@ func seedStmt(p *store.RunCreateParams) (stmt, error) {
 	if err := ops.add(p.History); err != nil {
 		return stmt{}, err
 	}
-	if err := atts.add(p.SeedAttempts()); err != nil {
+	if err := atts.add(p.SeedCheckpoint().AttemptRows()); err != nil {
 		return stmt{}, err
 	}
 	kv.add(p.KV) // a fresh run store: deleted keys are simply absent

@@ -107,8 +107,7 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 		return nil, err
 	}
 	if len(p.History) > 0 {
-		seed := &store.CheckpointParams{Ops: p.History, Attempts: p.SeedAttempts(), KV: p.KV}
-		if err := writeHistory(tx, run.Sequence, seed); err != nil {
+		if err := writeHistory(tx, run.Sequence, p.SeedCheckpoint()); err != nil {
 			return nil, fmt.Errorf("seeding history: %w", err)
 		}
 	}
