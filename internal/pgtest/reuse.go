@@ -88,8 +88,11 @@ func empty(base, schema string) error {
 	for _, st := range stmts {
 		batch.Queue(st)
 	}
-	// The rows the migrations write, by the migrations' own SQL.
-	batch.Queue(`SELECT set_config('search_path', $1, true)`, pgx.Identifier{schema}.Sanitize())
+	// The rows the migrations write, by the migrations' own SQL, which names its
+	// tables unqualified. The search path is set before the batch is sent: pgx
+	// prepares every statement of a batch before it runs the first, so a
+	// set_config inside the batch came too late for them (every emptying failed
+	// and every test of a suite created its schema again).
 	for _, name := range rowMigrations {
 		sql, err := pgmigrations.FS.ReadFile(name)
 		if err != nil {
@@ -97,7 +100,12 @@ func empty(base, schema string) error {
 		}
 		batch.Queue(string(sql))
 	}
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('search_path', $1, true)`, pgx.Identifier{schema}.Sanitize()); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, batch).Close()
+	})
 }
 
 // rowMigrations are the migrations that write rows (the others create tables
