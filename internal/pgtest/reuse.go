@@ -19,12 +19,13 @@ import (
 // an earlier test of the process emptied. A schema is emptied only after its
 // test's cleanups (the store's Close among them) have run; one that cannot be
 // emptied is dropped instead.
-var reuse struct {
-	mu   sync.Mutex
-	base string
-	free []string // migrated schemas with empty tables
-	all  []string // every schema handed out, for DropReused
-}
+var reuse = struct {
+	mu    sync.Mutex
+	base  string
+	free  []string            // migrated schemas with empty tables
+	all   []string            // every schema handed out, for DropReused
+	stmts map[string][]string // schema → the statements that empty it
+}{stmts: map[string][]string{}}
 
 // ReusedSchemaURL is SchemaURL for a test whose store holds nothing after its
 // cleanups: the schema is a fresh one, or one that another test of this process
@@ -71,16 +72,7 @@ func empty(base, schema string) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT format('DELETE FROM %I.%I', schemaname, tablename) FROM pg_tables
-		WHERE schemaname = $1 AND tablename <> 'schema_migrations'
-		UNION ALL
-		SELECT format('SELECT setval(pg_get_serial_sequence(%L, %L), 1, false)', format('%I.%I', n.nspname, c.relname), a.attname)
-		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND a.attidentity <> '' AND NOT a.attisdropped`, schema)
-	if err != nil {
-		return err
-	}
-	stmts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	stmts, err := emptyingStatements(ctx, conn, schema)
 	if err != nil || len(stmts) == 0 {
 		return err
 	}
@@ -108,6 +100,39 @@ func empty(base, schema string) error {
 	})
 }
 
+// emptyingStatements returns the statements that delete the rows of schema's
+// tables and restart its identity columns, read from the catalogs the first time
+// and kept for the schema's later reuses (tests do not change a store's tables):
+// with autovacuum off, as on the test machine, the catalogs of a database whose
+// tests create and drop schemas grow and every scan of them slows (this query
+// took 130 ms once pg_attribute held a million dead rows). None while the
+// schema has no tables (its store was never opened).
+func emptyingStatements(ctx context.Context, conn *pgx.Conn, schema string) ([]string, error) {
+	reuse.mu.Lock()
+	stmts, ok := reuse.stmts[schema]
+	reuse.mu.Unlock()
+	if ok {
+		return stmts, nil
+	}
+	rows, err := conn.Query(ctx, `SELECT format('DELETE FROM %I.%I', schemaname, tablename) FROM pg_tables
+		WHERE schemaname = $1 AND tablename <> 'schema_migrations'
+		UNION ALL
+		SELECT format('SELECT setval(pg_get_serial_sequence(%L, %L), 1, false)', format('%I.%I', n.nspname, c.relname), a.attname)
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND a.attidentity <> '' AND NOT a.attisdropped`, schema)
+	if err != nil {
+		return nil, err
+	}
+	stmts, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(stmts) == 0 {
+		return nil, err
+	}
+	reuse.mu.Lock()
+	reuse.stmts[schema] = stmts
+	reuse.mu.Unlock()
+	return stmts, nil
+}
+
 // rowMigrations are the migrations that write rows (the others create tables
 // and indexes): empty runs them again after deleting every row.
 var rowMigrations = []string{"0017_default_namespace.sql"}
@@ -130,6 +155,7 @@ func DropReused() {
 		DropSchema(stderrLogger{}, reuse.base, schema)
 	}
 	reuse.all, reuse.free = nil, nil
+	clear(reuse.stmts)
 }
 
 // logger is where DropSchema reports a failure: a test, or stderr.
