@@ -3,6 +3,7 @@ package trellis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,20 +17,33 @@ import (
 	"go.uber.org/goleak"
 )
 
+// TestMain runs the tests, drops the Postgres schemas storeURL handed out, and
+// fails the run if a goroutine outlives them.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	pgtest.DropReused()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // envTestStore set to "postgres" runs the tests that use storeURL (and the Map
-// benchmark) on Postgres, each on a schema of its own (see internal/pgtest).
+// benchmark) on Postgres, each on a schema of its own that no other test uses at
+// the same time: one that an earlier test of the process emptied, or a new one
+// (pgtest.ReusedSchemaURL).
 const envTestStore = "TRELLIS_TEST_STORE"
 
-// storeURL returns a fresh store URL: SQLite in a temporary directory, or a fresh
-// Postgres schema when envTestStore is "postgres".
+// storeURL returns the URL of an empty store: SQLite in a temporary directory,
+// or an empty Postgres schema when envTestStore is "postgres" (emptied again
+// after the test's cleanups, which must close every store opened on it).
 func storeURL(t testing.TB) string {
 	t.Helper()
 	if os.Getenv(envTestStore) == "postgres" {
-		return pgtest.SchemaURL(t)
+		return pgtest.ReusedSchemaURL(t)
 	}
 	return sqliteURL(t)
 }
