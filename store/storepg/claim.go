@@ -235,15 +235,36 @@ func scanClaimed(rows pgx.Rows, expires time.Time) ([]*store.ClaimedRun, error) 
 // keeps the other conditions out), as sqlRunsGet does: with the status and
 // token beside the ID, the planner could walk runs_running once per lease
 // instead, and did before the table had statistics. It locks the runs in
-// sequence order before it updates them (lockInOrder).
-const sqlExtend = `WITH k AS MATERIALIZED (
+// sequence order before it updates them (lockInOrder), and returns the leases
+// it holds, with their cancel requests.
+//
+// LeasesExtend runs it in two passes. The first (lockEnd sqlSkipLocked) skips
+// the runs another transaction holds and returns them as skipped: it joins the
+// writers' batches, after their checkpoints, whose transactions already hold
+// other runs, and a pass that waited there for a run held by another process's
+// batch, itself waiting for one of ours (a child's end that updates its parent,
+// say), was a deadlock that Postgres breaks only after deadlock_timeout (1 s):
+// a second's stall of both batches, a few times in every run of the engine's
+// tests on Postgres. A pass that never waits is in no such cycle. The second
+// pass (lockEnd lockInOrderEnd) waits for the skipped runs, in a transaction
+// that holds nothing else.
+func sqlExtend(lockEnd string) string {
+	return `WITH k AS MATERIALIZED (
 		SELECT l.*, s.sequence FROM unnest($2::text[], $3::text[], $4::int8[], $5::text[]) AS l(namespace, id, token, step)
 		CROSS JOIN LATERAL (SELECT sequence FROM runs WHERE namespace = l.namespace AND id = l.id OFFSET 0) AS s
-	), lk AS MATERIALIZED (` + lockInOrder + `SELECT sequence FROM k` + lockInOrderEnd + `)
-	UPDATE runs r SET lease_expires_at = $1, current_step = k.step
-	FROM k JOIN lk ON lk.sequence = k.sequence
-	WHERE r.sequence = k.sequence AND r.status = 'running' AND r.lease_token = k.token
-	RETURNING r.namespace, r.id, r.cancel_requested`
+	), lk AS MATERIALIZED (` + lockInOrder + `SELECT sequence FROM k` + lockEnd + `
+	), u AS (UPDATE runs r SET lease_expires_at = $1, current_step = k.step
+		FROM k JOIN lk ON lk.sequence = k.sequence
+		WHERE r.sequence = k.sequence AND r.status = 'running' AND r.lease_token = k.token
+		RETURNING r.namespace, r.id, r.cancel_requested)
+	SELECT namespace, id, cancel_requested, false FROM u
+	UNION ALL SELECT namespace, id, false, true FROM k WHERE sequence NOT IN (SELECT sequence FROM lk)`
+}
+
+// sqlSkipLocked ends lockInOrder for the first pass of sqlExtend.
+const sqlSkipLocked = lockInOrderEnd + ` SKIP LOCKED`
+
+var sqlExtendSkipping, sqlExtendWaiting = sqlExtend(sqlSkipLocked), sqlExtend(lockInOrderEnd)
 
 // LeasesExtend implements store.Store.
 func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (*store.LeasesExtendResult, error) {
@@ -253,36 +274,20 @@ func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (
 	if len(p.Leases) == 0 {
 		return &store.LeasesExtendResult{}, nil
 	}
-	nss, ids, tokens := make([]string, len(p.Leases)), make([]string, len(p.Leases)), make([]int64, len(p.Leases))
-	steps, stepsOf := make([]*string, len(p.Leases)), sqlstore.StepsOf(p)
-	for i, l := range p.Leases {
-		nss[i], ids[i], tokens[i] = l.Namespace, l.RunID, l.Token
-		if t, ok := sqlstore.StepText(stepsOf[i], l.Token).(string); ok {
-			steps[i] = &t
-		}
-	}
+	expires := s.now().Add(p.Duration)
 	held := map[store.Lease]bool{}
 	cancel := map[store.Lease]bool{}
-	st := stmt{
-		sql:  sqlExtend,
-		args: []any{s.now().Add(p.Duration), nss, ids, tokens, steps},
-		rows: func(rows pgx.Rows) error {
-			clear(held)
-			clear(cancel)
-			for rows.Next() {
-				var (
-					l store.Lease
-					c bool
-				)
-				if err := rows.Scan(&l.Namespace, &l.RunID, &c); err != nil {
-					return err
-				}
-				held[l], cancel[l] = true, c
-			}
-			return rows.Err()
-		},
+	leases, steps := p.Leases, sqlstore.StepsOf(p)
+	skipped, err := s.extend(ctx, expires, leases, steps, held, cancel, false)
+	if err == nil && len(skipped) > 0 {
+		// The runs another transaction held: wait for them on their own.
+		ls, ss := make([]store.Lease, len(skipped)), make([]store.RunStep, len(skipped))
+		for j, i := range skipped {
+			ls[j], ss[j] = leases[i], steps[i]
+		}
+		_, err = s.extend(ctx, expires, ls, ss, held, cancel, true)
 	}
-	if _, err := s.writeNoSync(ctx, st); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("extending leases: %w", err)
 	}
 	res := &store.LeasesExtendResult{}
@@ -296,6 +301,68 @@ func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (
 		}
 	}
 	return res, nil
+}
+
+// extend is one pass of LeasesExtend over leases, steps[i] the step of
+// leases[i] (see sqlExtend): it records the leases it holds in held, their
+// cancel requests in cancel, and returns the indexes of the leases whose runs
+// another transaction held (none when wait). The first pass joins the writers'
+// batches; the second commits on a connection of its own.
+func (s *Store) extend(ctx context.Context, expires time.Time, leases []store.Lease, steps []store.RunStep,
+	held, cancel map[store.Lease]bool, wait bool) ([]int, error) {
+	nss, ids, tokens := make([]string, len(leases)), make([]string, len(leases)), make([]int64, len(leases))
+	stepTexts := make([]*string, len(leases))
+	byKey := make(map[store.Lease]int, len(leases))
+	for i, l := range leases {
+		nss[i], ids[i], tokens[i] = l.Namespace, l.RunID, l.Token
+		if t, ok := sqlstore.StepText(steps[i], l.Token).(string); ok {
+			stepTexts[i] = &t
+		}
+		byKey[store.Lease{Namespace: l.Namespace, RunID: l.RunID}] = i
+	}
+	var skipped []int
+	passHeld, passCancel := map[store.Lease]bool{}, map[store.Lease]bool{}
+	st := stmt{
+		sql:  sqlExtendSkipping,
+		args: []any{expires, nss, ids, tokens, stepTexts},
+		rows: func(rows pgx.Rows) error {
+			// A retried batch reads its rows again: keep only the last reading.
+			skipped = skipped[:0]
+			clear(passHeld)
+			clear(passCancel)
+			for rows.Next() {
+				var (
+					l       store.Lease
+					c, skip bool
+				)
+				if err := rows.Scan(&l.Namespace, &l.RunID, &c, &skip); err != nil {
+					return err
+				}
+				if skip {
+					if i, ok := byKey[l]; ok {
+						skipped = append(skipped, i)
+					}
+					continue
+				}
+				passHeld[l], passCancel[l] = true, c
+			}
+			return rows.Err()
+		},
+	}
+	var err error
+	if wait {
+		st.sql = sqlExtendWaiting
+		_, err = s.claimWrite(ctx, st)
+	} else {
+		_, err = s.writeNoSync(ctx, st)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for l := range passHeld {
+		held[l], cancel[l] = true, passCancel[l]
+	}
+	return skipped, nil
 }
 
 var sqlRelease = `UPDATE runs SET status = 'pending', available_at = $1, lease_owner = '',

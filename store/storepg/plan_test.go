@@ -137,7 +137,8 @@ func TestLookupByIDPlans(t *testing.T) {
 			{"RunsCreate's workflow IDs", sqlRunsOfWorkflowIDs, []any{"default", ids}, []string{"runs_status", "runs_list"}},
 			// LeasesExtend may also read runs_running once (as many entries
 			// as runs running), but never once per lease.
-			{"LeasesExtend", sqlExtend, []any{time.Now(), nss, ids, tokens, steps}, []string{"Index Cond: (namespace = l.namespace)\n"}},
+			{"LeasesExtend, first pass", sqlExtendSkipping, []any{time.Now(), nss, ids, tokens, steps}, []string{"Index Cond: (namespace = l.namespace)\n"}},
+			{"LeasesExtend, second pass", sqlExtendWaiting, []any{time.Now(), nss, ids, tokens, steps}, []string{"Index Cond: (namespace = l.namespace)\n"}},
 		} {
 			text := explain(t, conn, q.sql, q.args...)
 			for _, bad := range append(q.bad, "Seq Scan on runs") {

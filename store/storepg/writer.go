@@ -93,8 +93,9 @@ func (s *Store) writeNoSync(ctx context.Context, stmts ...stmt) (*request, error
 // a claim that joined it would wait too while the worker's slots stand empty. It
 // commits on a pooled connection of its own instead, in its caller's goroutine, with
 // the writers' retries. (It locks only pending and lapsed rows, with SKIP LOCKED, so
-// it never waits for a checkpoint; lease extensions, which lock running rows as
-// checkpoints do, stay in the writers' queue.)
+// it never waits for a checkpoint. A lease extension's first pass, which skips the
+// running rows others hold, stays in the writers' queue; its second pass, which
+// waits for those rows, commits here, holding nothing else: see sqlExtend.)
 func (s *Store) claimWrite(ctx context.Context, stmts ...stmt) (*request, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
