@@ -12,7 +12,6 @@ import (
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/retention"
 	"github.com/trellis-dev/trellis/internal/sqlitedrv"
-	"github.com/trellis-dev/trellis/store/storepg"
 	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
@@ -124,19 +123,12 @@ func seedExpired(ctx context.Context, url string, n int, t time.Time) error {
 		}
 		return tx.Commit()
 	case strings.HasPrefix(url, "postgres"):
-		cfg, err := storepg.ParseURL(url)
-		if err != nil {
-			return err
-		}
-		conn, err := pgx.Connect(ctx, cfg.URL)
+		conn, err := pgConn(ctx, url)
 		if err != nil {
 			return err
 		}
 		defer conn.Close(context.Background())
 		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SET LOCAL search_path TO `+pgx.Identifier{cfg.Schema}.Sanitize()); err != nil {
-				return err
-			}
 			var before int64
 			if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM runs`).Scan(&before); err != nil {
 				return err

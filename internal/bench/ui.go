@@ -11,12 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/sqlitedrv"
 	"github.com/trellis-dev/trellis/server"
-	"github.com/trellis-dev/trellis/store/storepg"
 	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
@@ -185,18 +182,11 @@ func seedUI1Postgres(ctx context.Context, url string, n int) (bool, error) {
 		return false, err
 	}
 	st.Close()
-	cfg, err := storepg.ParseURL(url)
-	if err != nil {
-		return false, err
-	}
-	conn, err := pgx.Connect(ctx, cfg.URL)
+	conn, err := pgConn(ctx, url)
 	if err != nil {
 		return false, err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, `SET search_path TO `+pgx.Identifier{cfg.Schema}.Sanitize()); err != nil {
-		return false, err
-	}
 	var have int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM runs WHERE namespace = $1`, ui1Namespace).Scan(&have); err != nil {
 		return false, err

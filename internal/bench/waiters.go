@@ -132,6 +132,22 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// pgConn connects to the database of a Postgres store URL, the store's schema
+// first on the search path: for the workloads that seed or inspect a store
+// with SQL of their own.
+func pgConn(ctx context.Context, storeURL string) (*pgx.Conn, error) {
+	cfg, err := storepg.ParseURL(storeURL)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := pgx.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	cc.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize()
+	return pgx.ConnectConfig(ctx, cc)
+}
+
 // dbTransactions returns the transactions committed and rolled back in the
 // store's Postgres database (pg_stat_database, every session of the database,
 // each statement outside a transaction counting as one), or -1 for another store.
@@ -139,11 +155,7 @@ func dbTransactions(ctx context.Context, storeURL string) (int64, error) {
 	if !strings.HasPrefix(storeURL, "postgres") {
 		return -1, nil
 	}
-	cfg, err := storepg.ParseURL(storeURL)
-	if err != nil {
-		return 0, err
-	}
-	conn, err := pgx.Connect(ctx, cfg.URL)
+	conn, err := pgConn(ctx, storeURL)
 	if err != nil {
 		return 0, fmt.Errorf("counting transactions: %w", err)
 	}
