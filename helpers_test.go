@@ -3,7 +3,6 @@ package trellis_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,15 +19,7 @@ import (
 // TestMain runs the tests, drops the Postgres schemas storeURL handed out, and
 // fails the run if a goroutine outlives them.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	pgtest.DropReused()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	pgtest.Main(m, func() error { return goleak.Find() })
 }
 
 // envTestStore set to "postgres" runs the tests that use storeURL (and the Map

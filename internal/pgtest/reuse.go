@@ -139,10 +139,20 @@ var rowMigrations = []string{"0017_default_namespace.sql"}
 
 // Main runs a package's tests, then drops the schemas ReusedSchemaURL handed out
 // (DropReused) and exits with the tests' code: the TestMain of a package that uses
-// ReusedSchemaURL.
-func Main(m *testing.M) {
+// ReusedSchemaURL. After tests that passed, each of checks runs (a leak check,
+// say); an error it returns is printed and fails the run.
+func Main(m *testing.M, checks ...func() error) {
 	code := m.Run()
 	DropReused()
+	for _, check := range checks {
+		if code != 0 {
+			break
+		}
+		if err := check(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
