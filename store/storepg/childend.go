@@ -55,9 +55,8 @@ type endReq struct {
 
 // ender commits batches of endReqs, like writer does for other writes, but with one
 // goroutine per store: a second would only wait for the first on the same group
-// rows (Map10000 ran no faster with two), and batches ending children of one
-// FailFast group concurrently deadlock (the failing one cancels children the other
-// has locked) and are retried after deadlock_timeout.
+// rows (Map10000 ran no faster with two). Batches lock their groups before their
+// children (lockGroups).
 type ender struct {
 	s        *Store
 	reqs     chan *endReq
@@ -152,6 +151,9 @@ type groupDelta = sqlstore.GroupDelta
 // in their groups. It sets each ck.res (nil: stale lease); it may run again after
 // a deadlock, so it keeps nothing else across calls.
 func endChildren(tx *wtx, cks []*ckReq) error {
+	if err := lockGroups(tx, cks); err != nil {
+		return err
+	}
 	deltas := make(map[groupKey]*groupDelta)
 	for rest := cks; len(rest) > 0; {
 		var cur []*ckReq
@@ -171,6 +173,32 @@ func endChildren(tx *wtx, cks []*ckReq) error {
 		if err := countEnded(tx, k.parentSeq, k.position, *deltas[k]); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// sqlLockGroups locks the groups of the runs ($1 namespaces, $2 IDs) in
+// (parent_seq, position) order.
+const sqlLockGroups = `SELECT 1 FROM child_groups
+	WHERE (parent_seq, position) IN (SELECT r.parent_seq, r.parent_position FROM runs r
+		JOIN unnest($1::text[], $2::text[]) AS x(ns, id) ON r.namespace = x.ns AND r.id = x.id)
+	ORDER BY parent_seq, position FOR UPDATE`
+
+// lockGroups locks the child groups of the runs of cks before their runs, so that
+// a batch holds no child while it waits for a group. Without it, a batch locked
+// its children, then their groups in order; when it failed a FailFast group it
+// cancelled the group's unfinished children, and another process's batch could
+// hold one of them while it waited for that group's row: a deadlock, which
+// Postgres broke after deadlock_timeout (1 s) by failing one batch, which was
+// retried (TestChildEndsFailFastLockOrder). A run's group never changes, so the
+// groups read here are the ones the batch counts in.
+func lockGroups(tx *wtx, cks []*ckReq) error {
+	ns, ids := make([]string, len(cks)), make([]string, len(cks))
+	for i, ck := range cks {
+		ns[i], ids[i] = ck.p.Lease.Namespace, ck.p.Lease.RunID
+	}
+	if _, err := tx.exec(sqlLockGroups, ns, ids); err != nil {
+		return fmt.Errorf("locking child groups: %w", err)
 	}
 	return nil
 }

@@ -25,16 +25,23 @@ type childEndEnv struct {
 func newChildEndEnv(t *testing.T, g *store.ChildGroup) *childEndEnv {
 	t.Helper()
 	url := pgtest.SchemaURL(t)
-	e := &childEndEnv{t: t, stores: [2]*storepg.Store{pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)}}
+	return newChildEndEnvOn(t, [2]*storepg.Store{pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)}, "", g)
+}
+
+// newChildEndEnvOn is newChildEndEnv on two open stores, with IDs that start with
+// prefix. The stores' earlier parents and children must have ended.
+func newChildEndEnvOn(t *testing.T, stores [2]*storepg.Store, prefix string, g *store.ChildGroup) *childEndEnv {
+	t.Helper()
+	e := &childEndEnv{t: t, stores: stores}
 	ctx := t.Context()
-	res, err := e.stores[0].RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: "parent",
-		WorkflowID: "parent", Workflow: "parent", Queue: "default"})
+	res, err := e.stores[0].RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: prefix + "parent",
+		WorkflowID: prefix + "parent", Workflow: "parent", Queue: "default"})
 	if err != nil || !res.Created {
 		t.Fatalf("RunCreate: %+v, %v", res, err)
 	}
 	e.parent = e.claim("parent", 1)[0]
 	for i := range cap(g.Runs) {
-		id := fmt.Sprintf("c-%02d", i)
+		id := fmt.Sprintf("%sc-%02d", prefix, i)
 		g.Runs = append(g.Runs, &store.RunCreateParams{ID: id, WorkflowID: id, Workflow: "child", Queue: "default"})
 	}
 	_, err = e.stores[0].Checkpoint(ctx, &store.CheckpointParams{Lease: lease(e.parent), Status: store.StatusWaiting,
@@ -63,6 +70,16 @@ func (e *childEndEnv) claim(workflow string, max int) []*store.ClaimedRun {
 // end failed.
 func (e *childEndEnv) endAll(kids []*store.ClaimedRun, failed func(i int) bool) {
 	e.t.Helper()
+	e.endAllWith(kids, failed, func(int, *store.CheckpointParams) {})
+}
+
+// endAllWith is endAll with the final checkpoint of child i changed by edit.
+func (e *childEndEnv) endAllWith(kids []*store.ClaimedRun, failed func(i int) bool, edit func(int, *store.CheckpointParams)) {
+	e.t.Helper()
+	// A deadlock that Postgres does not break (see TestChildEndsFailFastLockOrder)
+	// shows as calls that end with this deadline.
+	ctx, cancel := context.WithTimeout(e.t.Context(), 30*time.Second)
+	defer cancel()
 	errs := make([]error, len(kids))
 	var wg sync.WaitGroup
 	for i, k := range kids {
@@ -70,7 +87,8 @@ func (e *childEndEnv) endAll(kids []*store.ClaimedRun, failed func(i int) bool) 
 		if failed(i) {
 			p.Status, p.Output, p.Error = store.StatusFailed, nil, &store.ErrorInfo{Message: "no"}
 		}
-		wg.Go(func() { _, errs[i] = e.stores[i%2].Checkpoint(context.Background(), p) })
+		edit(i, p)
+		wg.Go(func() { _, errs[i] = e.stores[i%2].Checkpoint(ctx, p) })
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -140,5 +158,37 @@ func TestChildEndsConcurrentlyFailFast(t *testing.T) {
 	if len(got) != 1 || got[0].Total != 20 || got[0].Failed == 0 ||
 		got[0].Succeeded+got[0].Failed+got[0].Cancelled > 20 {
 		t.Fatalf("group events = %+v, want one of 20 children with a failure", got)
+	}
+}
+
+// FailFast groups whose children end at once through the enders of two stores,
+// with deadlock_timeout set to an hour so that Postgres does not break a deadlock
+// within the test. A batch that fails a FailFast group cancels the unfinished
+// children, which the other store's batch (or a child's end on the waiting path)
+// may hold already; that one must not hold them while it waits for the group's
+// row, or both wait for ever. Each round is a fresh group of 20 children of which
+// a few fail.
+func TestChildEndsFailFastLockOrder(t *testing.T) {
+	t.Parallel()
+	url := pgtest.SchemaURL(t) + "&deadlock_timeout=3600s"
+	stores := [2]*storepg.Store{pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)}
+	for round := range 15 {
+		e := newChildEndEnvOn(t, stores, fmt.Sprintf("r%02d-", round), &store.ChildGroup{Position: 1,
+			FailFast: true, Runs: make([]*store.RunCreateParams, 0, 20)})
+		kids := e.claim("child", 100)
+		if len(kids) != 20 {
+			t.Fatalf("round %d claimed %d children, want 20", round, len(kids))
+		}
+		// Every other child's end takes the waiting path (a guard against an event
+		// that never comes), which ends a child in a transaction of its own.
+		e.endAllWith(kids, func(i int) bool { return i%7 == 3 }, func(i int, p *store.CheckpointParams) {
+			if i%2 == 0 {
+				p.NoEvents = []string{"never-sent"}
+			}
+		})
+		got := e.outcomes(1)
+		if len(got) != 1 || got[0].Total != 20 || got[0].Failed == 0 {
+			t.Fatalf("round %d: group events = %+v, want one of 20 children with a failure", round, got)
+		}
 	}
 }

@@ -99,6 +99,11 @@ func (s *Store) checkpointWaiting(ctx context.Context, ck *ckReq) (*store.Checkp
 	}
 	var res *store.CheckpointResult
 	err := s.inTx(ctx, func(tx *wtx) error {
+		if p.Status.Terminal() { // a child's group before the child (lockGroups)
+			if err := lockGroups(tx, []*ckReq{ck}); err != nil {
+				return err
+			}
+		}
 		row, err := setWaitingStatus(tx, ck)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
