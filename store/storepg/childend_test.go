@@ -19,6 +19,7 @@ import (
 type childEndEnv struct {
 	t      *testing.T
 	stores [2]*storepg.Store
+	prefix string // of the IDs and the workflows' names
 	parent *store.ClaimedRun
 }
 
@@ -29,20 +30,21 @@ func newChildEndEnv(t *testing.T, g *store.ChildGroup) *childEndEnv {
 }
 
 // newChildEndEnvOn is newChildEndEnv on two open stores, with IDs that start with
-// prefix. The stores' earlier parents and children must have ended.
+// prefix, of workflows whose names start with prefix too (so that a run of
+// another env, its lease expired, is not claimed here).
 func newChildEndEnvOn(t *testing.T, stores [2]*storepg.Store, prefix string, g *store.ChildGroup) *childEndEnv {
 	t.Helper()
-	e := &childEndEnv{t: t, stores: stores}
+	e := &childEndEnv{t: t, stores: stores, prefix: prefix}
 	ctx := t.Context()
 	res, err := e.stores[0].RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: prefix + "parent",
-		WorkflowID: prefix + "parent", Workflow: "parent", Queue: "default"})
+		WorkflowID: prefix + "parent", Workflow: prefix + "parent", Queue: "default"})
 	if err != nil || !res.Created {
 		t.Fatalf("RunCreate: %+v, %v", res, err)
 	}
-	e.parent = e.claim("parent", 1)[0]
+	e.parent = e.claim(prefix+"parent", 1)[0]
 	for i := range cap(g.Runs) {
 		id := fmt.Sprintf("%sc-%02d", prefix, i)
-		g.Runs = append(g.Runs, &store.RunCreateParams{ID: id, WorkflowID: id, Workflow: "child", Queue: "default"})
+		g.Runs = append(g.Runs, &store.RunCreateParams{ID: id, WorkflowID: id, Workflow: prefix + "child", Queue: "default"})
 	}
 	_, err = e.stores[0].Checkpoint(ctx, &store.CheckpointParams{Lease: lease(e.parent), Status: store.StatusWaiting,
 		WaitReason: "children", WaitEvents: []string{store.GroupEvent(g.Position)}, Children: []*store.ChildGroup{g}})
@@ -101,7 +103,7 @@ func (e *childEndEnv) endAllWith(kids []*store.ClaimedRun, failed func(i int) bo
 // outcomes returns the group events in the parent's inbox, once it is woken.
 func (e *childEndEnv) outcomes(position int) []store.GroupOutcome {
 	e.t.Helper()
-	cr := e.claim("parent", 1)
+	cr := e.claim(e.prefix+"parent", 1)
 	if len(cr) != 1 {
 		e.t.Fatal("parent not woken by its group's end")
 	}
@@ -123,7 +125,7 @@ func TestChildEndsConcurrently(t *testing.T) {
 	e := newChildEndEnv(t, &store.ChildGroup{Position: 1, MaxConcurrency: 8, Runs: make([]*store.RunCreateParams, 0, 40)})
 	next := 0
 	for wave := 0; next < 40; wave++ {
-		kids := e.claim("child", 100)
+		kids := e.claim(e.prefix+"child", 100)
 		if len(kids) != 8 {
 			t.Fatalf("wave %d claimed %d children, want 8", wave, len(kids))
 		}
@@ -149,7 +151,7 @@ func TestChildEndsConcurrently(t *testing.T) {
 func TestChildEndsConcurrentlyFailFast(t *testing.T) {
 	t.Parallel()
 	e := newChildEndEnv(t, &store.ChildGroup{Position: 2, FailFast: true, Runs: make([]*store.RunCreateParams, 0, 20)})
-	kids := e.claim("child", 100)
+	kids := e.claim(e.prefix+"child", 100)
 	if len(kids) != 20 {
 		t.Fatalf("claimed %d children, want 20", len(kids))
 	}
@@ -175,7 +177,7 @@ func TestChildEndsFailFastLockOrder(t *testing.T) {
 	for round := range 15 {
 		e := newChildEndEnvOn(t, stores, fmt.Sprintf("r%02d-", round), &store.ChildGroup{Position: 1,
 			FailFast: true, Runs: make([]*store.RunCreateParams, 0, 20)})
-		kids := e.claim("child", 100)
+		kids := e.claim(e.prefix+"child", 100)
 		if len(kids) != 20 {
 			t.Fatalf("round %d claimed %d children, want 20", round, len(kids))
 		}
