@@ -42,6 +42,7 @@ import (
 // children too, and returns each matched run's place in its parent's group.
 var sqlChildEnds = strings.NewReplacer(
 	`AND (r.parent_seq IS NULL OR c.status NOT IN ('succeeded', 'failed', 'cancelled'))`, ``,
+	sqlCkLockSkipsChildEnds, ``,
 	`RETURNING c.i, r.sequence, r.cancel_requested,`, `RETURNING c.i, r.sequence, r.cancel_requested, r.parent_seq, r.parent_position,`,
 	`SELECT i, cancel_requested FROM f`, `SELECT i, cancel_requested, parent_seq, parent_position FROM f`,
 ).Replace(sqlCheckpoints)
@@ -55,8 +56,8 @@ type endReq struct {
 
 // ender commits batches of endReqs, like writer does for other writes, but with one
 // goroutine per store: a second would only wait for the first on the same group
-// rows (Map10000 ran no faster with two). Batches lock their groups before their
-// children (lockGroups).
+// rows (Map10000 ran no faster with two). Batches lock their children's parents
+// and groups before the children (lockGroups).
 type ender struct {
 	s        *Store
 	reqs     chan *endReq
@@ -177,25 +178,41 @@ func endChildren(tx *wtx, cks []*ckReq) error {
 	return nil
 }
 
-// sqlLockGroups locks the groups of the runs ($1 namespaces, $2 IDs) in
-// (parent_seq, position) order.
-const sqlLockGroups = `SELECT 1 FROM child_groups
+// sqlLockParents locks the parents of the runs ($1 namespaces, $2 IDs) in sequence
+// order; sqlLockGroups then their groups in (parent_seq, position) order.
+const (
+	sqlLockParents = `SELECT 1 FROM runs WHERE sequence IN (SELECT r.parent_seq FROM runs r
+		JOIN unnest($1::text[], $2::text[]) AS x(ns, id) ON r.namespace = x.ns AND r.id = x.id)
+	ORDER BY sequence FOR UPDATE`
+	sqlLockGroups = `SELECT 1 FROM child_groups
 	WHERE (parent_seq, position) IN (SELECT r.parent_seq, r.parent_position FROM runs r
 		JOIN unnest($1::text[], $2::text[]) AS x(ns, id) ON r.namespace = x.ns AND r.id = x.id)
 	ORDER BY parent_seq, position FOR UPDATE`
+)
 
-// lockGroups locks the child groups of the runs of cks before their runs, so that
-// a batch holds no child while it waits for a group. Without it, a batch locked
-// its children, then their groups in order; when it failed a FailFast group it
-// cancelled the group's unfinished children, and another process's batch could
-// hold one of them while it waited for that group's row: a deadlock, which
-// Postgres broke after deadlock_timeout (1 s) by failing one batch, which was
-// retried (TestChildEndsFailFastLockOrder). A run's group never changes, so the
-// groups read here are the ones the batch counts in.
+// lockGroups locks the parents of the runs of cks, then their child groups, before
+// the runs themselves. A child's end needs them in that order: its group to count
+// it, its unfinished siblings when it fails a FailFast group, its parent to tell it
+// the group ended; and a cancellation of the parent takes the parent first, then
+// its children. Without it, a batch took its children first, and two deadlocks
+// came of it, each broken by Postgres after deadlock_timeout (1 s) by failing one
+// transaction, which was retried:
+//   - the batch that failed a FailFast group cancelled the group's unfinished
+//     children, one of which another process's batch held while it waited for the
+//     group (TestChildEndsFailFastLockOrder);
+//   - the batch that failed a group wanted the parent, to tell it, while a
+//     cancellation of that parent held it and waited for a child the batch held
+//     (TestCancelParentWhileGroupFails).
+//
+// A run's parent and group never change, so those read here are the ones the
+// batch counts in.
 func lockGroups(tx *wtx, cks []*ckReq) error {
 	ns, ids := make([]string, len(cks)), make([]string, len(cks))
 	for i, ck := range cks {
 		ns[i], ids[i] = ck.p.Lease.Namespace, ck.p.Lease.RunID
+	}
+	if _, err := tx.exec(sqlLockParents, ns, ids); err != nil {
+		return fmt.Errorf("locking parent runs: %w", err)
 	}
 	if _, err := tx.exec(sqlLockGroups, ns, ids); err != nil {
 		return fmt.Errorf("locking child groups: %w", err)

@@ -194,3 +194,68 @@ func TestChildEndsFailFastLockOrder(t *testing.T) {
 		}
 	}
 }
+
+// A parent cancelled while the children of its FailFast group checkpoint and end
+// through two stores, some failing, some on the waiting path; deadlock_timeout is
+// an hour, so that a deadlock hangs the calls until their deadline. The
+// cancellation locks the parent, then its children; a batch of checkpoints locks
+// its runs in sequence order; a transaction that ends children locks their parent,
+// then their group, then them. Before (27 Nov), the cancellation locked the
+// children last item first and a batch of the children's checkpoints locked them
+// in sequence order (including the children whose final checkpoint it leaves to
+// the ender), and the transaction that failed the group wanted the parent last:
+// each could hold a run the other waited for.
+func TestCancelParentWhileGroupFails(t *testing.T) {
+	t.Parallel()
+	url := pgtest.SchemaURL(t) + "&deadlock_timeout=3600s"
+	stores := [2]*storepg.Store{pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)}
+	for round := range 20 {
+		e := newChildEndEnvOn(t, stores, fmt.Sprintf("r%02d-", round), &store.ChildGroup{Position: 1,
+			FailFast: true, Runs: make([]*store.RunCreateParams, 0, 10)})
+		kids := e.claim(e.prefix+"child", 100)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		var wg sync.WaitGroup
+		// Errors other than the deadline's are expected (a cancelled child's
+		// lease may be gone by its end); only a call that hangs fails the test.
+		hung := func(what string, err error) {
+			if err != nil && ctx.Err() != nil {
+				t.Errorf("round %d: %s: %v", round, what, err)
+			}
+		}
+		wg.Go(func() {
+			_, err := stores[1].RunCancel(ctx, &store.RunCancelParams{Namespace: "default", Ref: e.prefix + "parent"})
+			hung("cancelling the parent", err)
+		})
+		for i, k := range kids {
+			wg.Go(func() {
+				s := stores[i%2]
+				_, err := s.Checkpoint(ctx, &store.CheckpointParams{Lease: lease(k), Status: store.StatusRunning})
+				hung("checkpointing "+k.Run.ID, err)
+				p := &store.CheckpointParams{Lease: lease(k), Status: store.StatusSucceeded, Output: []byte(`1`)}
+				if i%3 == 0 {
+					p.Status, p.Output, p.Error = store.StatusFailed, nil, &store.ErrorInfo{Message: "no"}
+				}
+				if i%4 == 1 {
+					p.NoEvents = []string{"never-sent"}
+				}
+				_, err = s.Checkpoint(ctx, p)
+				hung("ending "+k.Run.ID, err)
+			})
+		}
+		wg.Wait()
+		cancel()
+		if t.Failed() {
+			return
+		}
+		children, err := stores[0].RunChildren(t.Context(), &store.RunChildrenParams{Namespace: "default",
+			Parent: e.prefix + "parent", Position: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range children {
+			if !c.Status.Terminal() {
+				t.Fatalf("round %d: child %s is %s after every child ended", round, c.ID, c.Status)
+			}
+		}
+	}
+}

@@ -29,7 +29,8 @@ import (
 // checkpoint (store.CheckpointParams.Seq) also matches only if its lease has not
 // applied it yet, and keeps its key in the row. A run whose
 // cancellation was requested is handed back (pending, due now) instead of waiting.
-// The runs are locked in sequence order first (lockInOrder).
+// The runs are locked in sequence order first (lockInOrder), but for children whose
+// final checkpoint the statement leaves to the ender (sqlCkLockSkipsChildEnds).
 //
 // sqlCkHead is the statement's head: it finds, locks and updates the runs; the
 // writes of what the updated runs' checkpoints hold follow (ckCTEs).
@@ -38,7 +39,8 @@ const sqlCkHead = `WITH c AS MATERIALIZED (
 	FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::timestamptz[],
 		$6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::int4[], $36::int8[], $37::int8[])
 	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output, ev_n, ck_seq, ck_fp, i)
-), lk AS MATERIALIZED (` + lockInOrder + `SELECT seq FROM c` + lockInOrderEnd + `
+), lk AS MATERIALIZED (` + lockInOrder + `SELECT seq FROM c` + `))
+	` + sqlCkLockSkipsChildEnds + `ORDER BY sequence FOR UPDATE
 ), f AS (
 	UPDATE runs r SET status = CASE WHEN c.status = 'waiting' AND r.cancel_requested THEN 'pending' ELSE c.status END,
 		output = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.output ELSE r.output END,
@@ -60,6 +62,14 @@ const sqlCkHead = `WITH c AS MATERIALIZED (
 		AND (r.parent_seq IS NULL OR c.status NOT IN ('succeeded', 'failed', 'cancelled'))
 	RETURNING c.i, r.sequence, r.cancel_requested, c.ev_n, c.now, r.stream_seq
 `
+
+// sqlCkLockSkipsChildEnds keeps the lock of a batch of checkpoints (lk) off the
+// children whose final checkpoint it does not apply (the guard of f below; the
+// ender ends them, see childend.go, and its statement drops this condition). Locking
+// such a child for nothing, a batch could hold it while the transaction that ends
+// its group, holding a sibling the batch waited for, wanted it.
+const sqlCkLockSkipsChildEnds = `AND (parent_seq IS NULL OR sequence IN (SELECT seq FROM c
+		WHERE c.status NOT IN ('succeeded', 'failed', 'cancelled'))) `
 
 // ckCTEs are the writes of sqlCheckpoints after the runs' update, each with its
 // parameters; a batch that has none of a kind (most have no attempts and no

@@ -99,7 +99,7 @@ func (s *Store) checkpointWaiting(ctx context.Context, ck *ckReq) (*store.Checkp
 	}
 	var res *store.CheckpointResult
 	err := s.inTx(ctx, func(tx *wtx) error {
-		if p.Status.Terminal() { // a child's group before the child (lockGroups)
+		if p.Status.Terminal() { // a child's parent and group before the child (lockGroups)
 			if err := lockGroups(tx, []*ckReq{ck}); err != nil {
 				return err
 			}

@@ -34,13 +34,20 @@ func newCancelQueries(d Dialect) cancelQueries {
 	WHERE sequence = $2 AND ` + unfinished + ret),
 		// cascade lists (and locks, where the dialect must) a run's unfinished
 		// children in non-detached groups, each group's last item first, so that
-		// cancelling them releases no held child.
-		cascade: r(`SELECT ` + RunCols + ` FROM runs WHERE parent_seq = $1 AND ` + unfinished + `
+		// cancelling them releases no held child. It locks them in sequence order,
+		// the order in which a batch of checkpoints locks runs (lockInOrder in
+		// storepg): locking them last item first, a cancellation and a batch of
+		// the children's checkpoints each held a child the other waited for.
+		cascade: r(`WITH l AS MATERIALIZED (SELECT ` + RunCols + `, parent_position, item FROM runs
+	WHERE parent_seq = $1 AND ` + unfinished + `
 	AND parent_position NOT IN (SELECT position FROM child_groups WHERE parent_seq = $1 AND detached = true)
-	ORDER BY parent_position, item DESC` + d.Lock()),
-		// groupUnfinished lists (and locks) a group's unfinished children, last item first.
-		groupUnfinished: r(`SELECT ` + RunCols + ` FROM runs WHERE parent_seq = $1
-	AND parent_position = $2 AND ` + unfinished + ` ORDER BY item DESC` + d.Lock()),
+	ORDER BY sequence` + d.Lock() + `)
+	SELECT ` + RunCols + ` FROM l ORDER BY parent_position, item DESC`),
+		// groupUnfinished lists (and locks, in sequence order) a group's
+		// unfinished children, last item first.
+		groupUnfinished: r(`WITH l AS MATERIALIZED (SELECT ` + RunCols + `, item FROM runs
+	WHERE parent_seq = $1 AND parent_position = $2 AND ` + unfinished + ` ORDER BY sequence` + d.Lock() + `)
+	SELECT ` + RunCols + ` FROM l ORDER BY item DESC`),
 	}
 }
 
