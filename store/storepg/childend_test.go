@@ -259,3 +259,53 @@ func TestCancelParentWhileGroupFails(t *testing.T) {
 		}
 	}
 }
+
+// Children cancelled one by one (not through their parent) while other children of
+// their FailFast group fail, through two stores, with deadlock_timeout an hour. A
+// child that has not run ends at its cancellation and is counted in its group,
+// which may fail the group and cancel the rest: the cancellation must take the
+// parent and the group before the child, as a child's end does.
+func TestCancelChildrenWhileGroupFails(t *testing.T) {
+	t.Parallel()
+	url := pgtest.SchemaURL(t) + "&deadlock_timeout=3600s"
+	stores := [2]*storepg.Store{pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)}
+	for round := range 20 {
+		e := newChildEndEnvOn(t, stores, fmt.Sprintf("r%02d-", round), &store.ChildGroup{Position: 1,
+			FailFast: true, Runs: make([]*store.RunCreateParams, 0, 12)})
+		kids := e.claim(e.prefix+"child", 6) // the other 6 have not run
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		var wg sync.WaitGroup
+		hung := func(what string, err error) {
+			if err != nil && ctx.Err() != nil {
+				t.Errorf("round %d: %s: %v", round, what, err)
+			}
+		}
+		claimed := make(map[string]bool)
+		for i, k := range kids {
+			claimed[k.Run.ID] = true
+			wg.Go(func() {
+				p := &store.CheckpointParams{Lease: lease(k), Status: store.StatusFailed, Error: &store.ErrorInfo{Message: "no"}}
+				if i%2 == 1 {
+					p.Status, p.Error, p.Output = store.StatusSucceeded, nil, []byte(`1`)
+				}
+				_, err := stores[i%2].Checkpoint(ctx, p)
+				hung("ending "+k.Run.ID, err)
+			})
+		}
+		for i := range 12 {
+			id := fmt.Sprintf("%sc-%02d", e.prefix, i)
+			if claimed[id] {
+				continue
+			}
+			wg.Go(func() {
+				_, err := stores[(i+1)%2].RunCancel(ctx, &store.RunCancelParams{Namespace: "default", Ref: id})
+				hung("cancelling "+id, err)
+			})
+		}
+		wg.Wait()
+		cancel()
+		if t.Failed() {
+			return
+		}
+	}
+}

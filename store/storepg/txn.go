@@ -3,6 +3,7 @@ package storepg
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -104,8 +105,17 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx *wtx) error) ([]string, er
 
 // lockRun locks the row of the run Ref names (a run ID or the latest run of a
 // workflow ID) and returns it with its place in a parent's group. ErrRunNotFound
-// when none matches.
+// when none matches. A child's parent and group are locked first, in the order a
+// child's end takes them (lockGroups): a child that ends as it is cancelled is
+// counted in its group, which may fail the group and cancel its siblings, while
+// another transaction ending a sibling holds the parent and the group and waits
+// for this child (TestCancelChildrenWhileGroupFails).
 func lockRun(tx *wtx, namespace, ref string) (*runRow, error) {
+	for _, q := range []string{sqlLockParentByRef, sqlLockGroupByRef} {
+		if _, err := tx.exec(q, namespace, ref); err != nil {
+			return nil, fmt.Errorf("locking the run's parent and group: %w", err)
+		}
+	}
 	r, err := scanRunRow(tx.queryRow(sqlLockRunByRef, namespace, ref))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, store.RunNotFound(namespace, ref)
@@ -123,6 +133,15 @@ type runRow struct {
 const runRowCols = runCols + `, parent_seq, parent_position`
 
 var sqlLockRunByRef = `SELECT ` + runRowCols + ` FROM runs WHERE sequence = ` + refSeq + ` FOR NO KEY UPDATE`
+
+// sqlLockParentByRef and sqlLockGroupByRef lock the parent and the group of the
+// run a Ref names; they lock nothing for a run that is no child.
+var (
+	sqlLockParentByRef = `SELECT 1 FROM runs WHERE sequence = (SELECT parent_seq FROM runs
+	WHERE sequence = ` + refSeq + `) FOR UPDATE`
+	sqlLockGroupByRef = `SELECT 1 FROM child_groups WHERE (parent_seq, position) =
+	(SELECT parent_seq, parent_position FROM runs WHERE sequence = ` + refSeq + `) FOR UPDATE`
+)
 
 func scanRunRow(sc scanner) (*runRow, error) {
 	r := &runRow{}
