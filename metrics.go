@@ -213,7 +213,7 @@ func (s *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	workers := map[string]int{} // namespace → live workers, over the databases
 	for _, c := range clients {
 		if c.worker != nil {
-			leases += c.worker.Active()
+			leases += c.worker.Executing()
 		}
 		db := c.database()
 		if rc, ok := c.store.(store.QueueCounter); ok && !counted[db] {
