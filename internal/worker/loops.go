@@ -64,10 +64,7 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 		}
 		return nil, false
 	}
-	n := w.holdSlots(min(free, w.cfg.ClaimBatch))
-	if n == 0 {
-		return nil, false
-	}
+	n := min(free, w.cfg.ClaimBatch)
 	ctx, cancel := context.WithTimeout(w.hardCtx, w.cfg.LeaseDuration)
 	defer cancel()
 	var t0 time.Time
@@ -87,7 +84,6 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 			w.cfg.Logger.Error("claiming runs", "err", err)
 		}
 		w.mu.Lock()
-		w.claiming -= n
 		w.backlog = true // unknown: let the claim loop keep the order
 		w.mu.Unlock()
 		retry := w.cfg.Clock.Now().Add(time.Second)
@@ -96,11 +92,8 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 	if len(res.Runs) > 0 {
 		w.cfg.Logger.Debug("claimed runs", "worker", w.cfg.Name, "runs", len(res.Runs))
 	}
-	w.mu.Lock()
-	w.claiming -= n - len(res.Runs) // the slots the claim did not fill
-	w.mu.Unlock()
 	for _, cr := range res.Runs {
-		w.launch(cr, &w.claiming)
+		w.launch(cr)
 	}
 	if len(res.Runs) > 0 {
 		w.claimedSince(gen0)
@@ -117,24 +110,7 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 	return res.NextDue, full && (n < free || freeNow >= w.refillAt())
 }
 
-// holdSlots takes up to n free slots for a claim about to run (claiming) and
-// returns how many it took. The claim's runs then fit in the slots it counted: a
-// direct dispatch while the claim runs finds them taken (Reserve), and its run
-// goes to the store pending instead of over the limit. Each claimed run is
-// launched with its slot (launch); the claim gives back the slots it did not
-// fill. Finishing runs still wake the claim loop as if the held slots were free
-// (finish): the claim in flight fills them, the next one the rest.
-func (w *Worker) holdSlots(n int) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n = max(min(n, w.cfg.Concurrency-w.activeLocked()), 0)
-	w.claiming += n
-	return n
-}
-
-// launch starts executing a claimed run. held, when not nil, is the count of
-// slots held for it (reserved or claiming), which it takes one from.
-func (w *Worker) launch(cr *store.ClaimedRun, held *int) {
+func (w *Worker) launch(cr *store.ClaimedRun) {
 	ctl := &Control{
 		Lease:     store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken},
 		cancelReq: make(chan struct{}),
@@ -145,9 +121,6 @@ func (w *Worker) launch(cr *store.ClaimedRun, held *int) {
 	ctx, cancel := context.WithCancelCause(w.hardCtx)
 	a := &active{ctl: ctl, cancel: cancel}
 	w.mu.Lock()
-	if held != nil {
-		*held--
-	}
 	// A run handed back (a wait its cancellation ended, say) may be claimed
 	// again before its previous execution here has returned: the new
 	// execution takes the run's entry, and the old one leaves it alone.
@@ -356,10 +329,7 @@ func (w *Worker) pushLoop(p Pusher) {
 			timer.Stop()
 			continue
 		}
-		n := w.holdSlots(min(free, w.cfg.ClaimBatch))
-		if n == 0 {
-			continue
-		}
+		n := min(free, w.cfg.ClaimBatch)
 		launched := 0
 		gen0 := w.cancelGen.Load()
 		sctx, end := context.WithCancel(ctx)
@@ -374,11 +344,7 @@ func (w *Worker) pushLoop(p Pusher) {
 			Worker: w.cfg.Name, Max: n, LeaseDuration: w.cfg.LeaseDuration,
 		}, pushWait, func(cr *store.ClaimedRun) {
 			launched++
-			held := &w.claiming
-			if launched > n {
-				held = nil // past the credit: no slot was held for it
-			}
-			w.launch(cr, held)
+			w.launch(cr)
 			w.claimedSince(gen0)
 			gen0 = w.cancelGen.Load()
 		})
@@ -388,8 +354,7 @@ func (w *Worker) pushLoop(p Pusher) {
 		restarted := sctx.Err() != nil && ctx.Err() == nil
 		end()
 		w.mu.Lock()
-		w.claiming -= max(n-launched, 0) // the credit the stream did not use
-		w.backlog = launched >= n        // the credit was used up: more may be due
+		w.backlog = launched == n // the credit was used up: more may be due
 		w.mu.Unlock()
 		switch {
 		case w.stopped():

@@ -250,7 +250,6 @@ type Worker struct {
 	closed   bool // Stop is done: a late Launch runs its run in the caller
 	active   map[string]*active
 	reserved int  // slots promised to runs being created in this process
-	claiming int  // slots held by the claim in flight (holdSlots)
 	wantMore bool // the last claim was capped by free slots
 	backlog  bool // the last claim found as many runs as it asked for
 	// stream is the claim stream open now (pushLoop): the workflows it claims
@@ -337,7 +336,7 @@ func (w *Worker) Reserve() bool {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.backlog || w.activeLocked() >= w.cfg.Concurrency {
+	if w.backlog || len(w.active)+w.reserved >= w.cfg.Concurrency {
 		// The run goes to the store pending: claim it as soon as slots free
 		// up, not at the next poll.
 		w.backlog, w.wantMore = true, true
@@ -356,7 +355,12 @@ func (w *Worker) Unreserve() {
 
 // Launch executes a run created already claimed by this worker in a slot taken
 // by Reserve.
-func (w *Worker) Launch(cr *store.ClaimedRun) { w.launch(cr, &w.reserved) }
+func (w *Worker) Launch(cr *store.ClaimedRun) {
+	w.mu.Lock()
+	w.reserved--
+	w.mu.Unlock()
+	w.launch(cr)
+}
 
 // Name is the worker's lease-owner name.
 func (w *Worker) Name() string { return w.cfg.Name }
@@ -371,8 +375,7 @@ func (w *Worker) Executing() int {
 	return len(w.active)
 }
 
-// Active returns how many slots are busy: runs executing, slots reserved for
-// direct dispatches and slots held by the claim in flight.
+// Active returns how many slots are busy: runs executing and slots reserved.
 func (w *Worker) Active() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -380,7 +383,7 @@ func (w *Worker) Active() int {
 }
 
 // activeLocked is Active for a caller that holds w.mu.
-func (w *Worker) activeLocked() int { return len(w.active) + w.reserved + w.claiming }
+func (w *Worker) activeLocked() int { return len(w.active) + w.reserved }
 
 // Stop stops claiming, lets active runs finish for up to ShutdownGrace, then cancels
 // the rest (their executors hand them back), waits for every goroutine, or until
