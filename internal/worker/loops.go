@@ -197,18 +197,14 @@ func (w *Worker) claimedSince(gen0 uint64) {
 }
 
 // heartbeatLoop extends every held lease in one call per interval, stops runs whose
-// lease was lost and passes on cancellations.
-func (w *Worker) heartbeatLoop() {
+// lease was lost and passes on cancellations. cancels signals a cancellation of a
+// run elsewhere (nil: none, the ticks alone): the loop extends the leases then,
+// which reports it, rather than at the next tick. It calls unsubscribe as it ends.
+func (w *Worker) heartbeatLoop(cancels <-chan struct{}, unsubscribe func()) {
 	defer w.loops.Done()
+	defer unsubscribe()
 	timer := w.cfg.Clock.NewTimer(w.cfg.HeartbeatInterval)
 	defer timer.Stop()
-	// A cancellation of a run elsewhere: extend the leases now, which reports it,
-	// rather than at the next tick. Without a subscription, the ticks alone.
-	cancels, unsubscribe, err := w.cfg.Store.Subscribe(w.hardCtx, store.TopicCancel)
-	if err != nil {
-		cancels, unsubscribe = nil, func() {}
-	}
-	defer unsubscribe()
 	for {
 		select {
 		case <-timer.C():

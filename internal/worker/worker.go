@@ -287,13 +287,22 @@ func New(cfg Config, exec Executor) (*Worker, error) {
 
 // Start launches the claim and heartbeat loops.
 func (w *Worker) Start() {
+	// Subscribed to cancellations before the first claim starts: one signalled
+	// while that claim runs must reach its runs (claimedSince). Subscribed by the
+	// heartbeat loop as it started, such a signal was lost when the claim loop
+	// ran first, and the run learned of its cancellation only at the next
+	// heartbeat (TestCancelDuringClaim hung, now and then, under load).
+	cancels, unsubscribe, err := w.cfg.Store.Subscribe(w.hardCtx, store.TopicCancel)
+	if err != nil { // the heartbeat ticks alone
+		cancels, unsubscribe = nil, func() {}
+	}
 	w.loops.Add(2)
 	if p, ok := w.cfg.Store.(Pusher); ok {
 		go w.pushLoop(p)
 	} else {
 		go w.claimLoop()
 	}
-	go w.heartbeatLoop()
+	go w.heartbeatLoop(cancels, unsubscribe)
 }
 
 // Wake makes the claim loop look for runs now (e.g. after a workflow is
