@@ -163,6 +163,33 @@ func TestChildEndsConcurrentlyFailFast(t *testing.T) {
 	}
 }
 
+// noDeadlockBreaking opens two stores (two processes) on a fresh schema whose
+// sessions run with deadlock_timeout set to an hour: Postgres does not break a
+// deadlock within the test, so one shows as calls that end with their deadline.
+func noDeadlockBreaking(t *testing.T) [2]*storepg.Store {
+	t.Helper()
+	url := pgtest.SchemaURL(t) + "&deadlock_timeout=3600s"
+	return [2]*storepg.Store{pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)}
+}
+
+// hangCheck checks the errors of calls made under ctx: one that came with ctx's
+// deadline fails t (the call hung); others are expected (a cancelled child's
+// lease may be gone by its end, say).
+func hangCheck(t *testing.T, ctx context.Context, round int) func(what string, err error) {
+	return func(what string, err error) {
+		if err != nil && ctx.Err() != nil {
+			t.Errorf("round %d: %s: %v", round, what, err)
+		}
+	}
+}
+
+// failFastRound is round's parent, with a FailFast group of n children.
+func failFastRound(t *testing.T, stores [2]*storepg.Store, round, n int) *childEndEnv {
+	t.Helper()
+	return newChildEndEnvOn(t, stores, fmt.Sprintf("r%02d-", round), &store.ChildGroup{Position: 1,
+		FailFast: true, Runs: make([]*store.RunCreateParams, 0, n)})
+}
+
 // FailFast groups whose children end at once through the enders of two stores,
 // with deadlock_timeout set to an hour so that Postgres does not break a deadlock
 // within the test. A batch that fails a FailFast group cancels the unfinished
@@ -172,11 +199,9 @@ func TestChildEndsConcurrentlyFailFast(t *testing.T) {
 // a few fail.
 func TestChildEndsFailFastLockOrder(t *testing.T) {
 	t.Parallel()
-	url := pgtest.SchemaURL(t) + "&deadlock_timeout=3600s"
-	stores := [2]*storepg.Store{pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)}
+	stores := noDeadlockBreaking(t)
 	for round := range 15 {
-		e := newChildEndEnvOn(t, stores, fmt.Sprintf("r%02d-", round), &store.ChildGroup{Position: 1,
-			FailFast: true, Runs: make([]*store.RunCreateParams, 0, 20)})
+		e := failFastRound(t, stores, round, 20)
 		kids := e.claim(e.prefix+"child", 100)
 		if len(kids) != 20 {
 			t.Fatalf("round %d claimed %d children, want 20", round, len(kids))
@@ -207,21 +232,13 @@ func TestChildEndsFailFastLockOrder(t *testing.T) {
 // each could hold a run the other waited for.
 func TestCancelParentWhileGroupFails(t *testing.T) {
 	t.Parallel()
-	url := pgtest.SchemaURL(t) + "&deadlock_timeout=3600s"
-	stores := [2]*storepg.Store{pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)}
+	stores := noDeadlockBreaking(t)
 	for round := range 20 {
-		e := newChildEndEnvOn(t, stores, fmt.Sprintf("r%02d-", round), &store.ChildGroup{Position: 1,
-			FailFast: true, Runs: make([]*store.RunCreateParams, 0, 10)})
+		e := failFastRound(t, stores, round, 10)
 		kids := e.claim(e.prefix+"child", 100)
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		var wg sync.WaitGroup
-		// Errors other than the deadline's are expected (a cancelled child's
-		// lease may be gone by its end); only a call that hangs fails the test.
-		hung := func(what string, err error) {
-			if err != nil && ctx.Err() != nil {
-				t.Errorf("round %d: %s: %v", round, what, err)
-			}
-		}
+		hung := hangCheck(t, ctx, round)
 		wg.Go(func() {
 			_, err := stores[1].RunCancel(ctx, &store.RunCancelParams{Namespace: "default", Ref: e.prefix + "parent"})
 			hung("cancelling the parent", err)
@@ -267,19 +284,13 @@ func TestCancelParentWhileGroupFails(t *testing.T) {
 // parent and the group before the child, as a child's end does.
 func TestCancelChildrenWhileGroupFails(t *testing.T) {
 	t.Parallel()
-	url := pgtest.SchemaURL(t) + "&deadlock_timeout=3600s"
-	stores := [2]*storepg.Store{pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)}
+	stores := noDeadlockBreaking(t)
 	for round := range 20 {
-		e := newChildEndEnvOn(t, stores, fmt.Sprintf("r%02d-", round), &store.ChildGroup{Position: 1,
-			FailFast: true, Runs: make([]*store.RunCreateParams, 0, 12)})
+		e := failFastRound(t, stores, round, 12)
 		kids := e.claim(e.prefix+"child", 6) // the other 6 have not run
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		var wg sync.WaitGroup
-		hung := func(what string, err error) {
-			if err != nil && ctx.Err() != nil {
-				t.Errorf("round %d: %s: %v", round, what, err)
-			}
-		}
+		hung := hangCheck(t, ctx, round)
 		claimed := make(map[string]bool)
 		for i, k := range kids {
 			claimed[k.Run.ID] = true
