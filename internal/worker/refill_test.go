@@ -109,7 +109,7 @@ func TestPendingWhileFullClaimedWhenSlotFrees(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	h := holder{started: make(chan string, 8), release: make(chan struct{})}
-	st := &claimDone{Store: f.st, done: make(chan struct{}, 8)}
+	st := &claims{Store: f.st}
 	w, err := New(Config{Store: st, Namespace: "ns", Queues: []string{"q"}, Workflows: func() []string { return []string{"a"} },
 		Name: "w-1", Concurrency: 2, ClaimBatch: 8, LeaseDuration: time.Hour, PollInterval: time.Hour,
 		ShutdownGrace: time.Millisecond}, h)
@@ -138,7 +138,11 @@ func TestPendingWhileFullClaimedWhenSlotFrees(t *testing.T) {
 	// that claim has returned: a claim computes its free slots as it starts, so
 	// one still on its way could claim r-2 after r-0 and r-1 took both slots
 	// (three runs in two slots for a moment, a race this test is not about).
-	<-st.done
+	for deadline := time.Now().Add(10 * time.Second); len(st.calls()) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker made no first claim")
+		}
+	}
 	for i := range 4 {
 		create(fmt.Sprintf("r-%d", i))
 	}
@@ -154,22 +158,6 @@ func TestPendingWhileFullClaimedWhenSlotFrees(t *testing.T) {
 	}
 	h.release <- struct{}{}
 	waitN(t, h.started, 1)
-}
-
-// claimDone is a real store that signals each claim's return.
-type claimDone struct {
-	store.Store
-	done chan struct{}
-}
-
-func (s *claimDone) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
-	defer func() {
-		select {
-		case s.done <- struct{}{}:
-		default:
-		}
-	}()
-	return s.Store.RunsClaim(ctx, p)
 }
 
 // cancelDuringClaim is a real store whose claims cancel the runs they claim

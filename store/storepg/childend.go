@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-dev/trellis/internal/batch"
@@ -57,7 +58,7 @@ type endReq struct {
 // ender commits batches of endReqs, like writer does for other writes, but with one
 // goroutine per store: a second would only wait for the first on the same group
 // rows (Map10000 ran no faster with two). Batches lock their children's parents
-// and groups before the children (lockGroups).
+// and groups before the children (lockFamilies).
 type ender struct {
 	s        *Store
 	reqs     chan *endReq
@@ -152,7 +153,7 @@ type groupDelta = sqlstore.GroupDelta
 // in their groups. It sets each ck.res (nil: stale lease); it may run again after
 // a deadlock, so it keeps nothing else across calls.
 func endChildren(tx *wtx, cks []*ckReq) error {
-	if err := lockGroups(tx, cks); err != nil {
+	if err := lockFamiliesOf(tx, cks); err != nil {
 		return err
 	}
 	deltas := make(map[groupKey]*groupDelta)
@@ -178,46 +179,60 @@ func endChildren(tx *wtx, cks []*ckReq) error {
 	return nil
 }
 
-// sqlLockParents locks the parents of the runs ($1 namespaces, $2 IDs) in sequence
-// order; sqlLockGroups then their groups in (parent_seq, position) order.
-const (
-	sqlLockParents = `SELECT 1 FROM runs WHERE sequence IN (SELECT r.parent_seq FROM runs r
-		JOIN unnest($1::text[], $2::text[]) AS x(ns, id) ON r.namespace = x.ns AND r.id = x.id)
-	ORDER BY sequence FOR UPDATE`
-	sqlLockGroups = `SELECT 1 FROM child_groups
-	WHERE (parent_seq, position) IN (SELECT r.parent_seq, r.parent_position FROM runs r
-		JOIN unnest($1::text[], $2::text[]) AS x(ns, id) ON r.namespace = x.ns AND r.id = x.id)
-	ORDER BY parent_seq, position FOR UPDATE`
+// familyLocks returns the two statements of lockFamilies for the runs whose
+// sequences runs (a query) selects: the first locks their parents in sequence
+// order, the second their groups in (parent_seq, position) order. Nothing is
+// locked for a run that is no child.
+func familyLocks(runs string) [2]string {
+	return [2]string{
+		`SELECT 1 FROM runs WHERE sequence IN (SELECT parent_seq FROM runs WHERE sequence IN (` + runs + `))
+	ORDER BY sequence FOR UPDATE`,
+		`SELECT 1 FROM child_groups WHERE (parent_seq, position) IN (SELECT parent_seq, parent_position
+		FROM runs WHERE sequence IN (` + runs + `))
+	ORDER BY parent_seq, position FOR UPDATE`,
+	}
+}
+
+var (
+	// sqlLockFamiliesOfLeases: the runs of leases ($1 namespaces, $2 IDs).
+	sqlLockFamiliesOfLeases = familyLocks(`SELECT r.sequence FROM runs r
+		JOIN unnest($1::text[], $2::text[]) AS x(ns, id) ON r.namespace = x.ns AND r.id = x.id`)
+	// sqlLockFamilyOfRef: the run a Ref ($2) names in namespace $1.
+	sqlLockFamilyOfRef = familyLocks(`SELECT ` + refSeq)
 )
 
-// lockGroups locks the parents of the runs of cks, then their child groups, before
-// the runs themselves. A child's end needs them in that order: its group to count
-// it, its unfinished siblings when it fails a FailFast group, its parent to tell it
-// the group ended; and a cancellation of the parent takes the parent first, then
-// its children. Without it, a batch took its children first, and two deadlocks
-// came of it, each broken by Postgres after deadlock_timeout (1 s) by failing one
-// transaction, which was retried:
-//   - the batch that failed a FailFast group cancelled the group's unfinished
-//     children, one of which another process's batch held while it waited for the
-//     group (TestChildEndsFailFastLockOrder);
-//   - the batch that failed a group wanted the parent, to tell it, while a
-//     cancellation of that parent held it and waited for a child the batch held
-//     (TestCancelParentWhileGroupFails).
-//
-// A run's parent and group never change, so those read here are the ones the
-// batch counts in.
-func lockGroups(tx *wtx, cks []*ckReq) error {
+// lockFamilies locks the parents of some runs, then their child groups (the
+// statements of familyLocks, sent in one round trip), before the caller locks
+// the runs themselves. That is the order of the family's lock hierarchy, a parent
+// before its groups, a group before its children, which every transaction that
+// waits for more than one of those rows keeps: a child's end needs its group to
+// count it, its unfinished siblings when it fails a FailFast group, and its parent
+// to tell it the group ended; a cancellation takes the run (after its parent and
+// group, here), then its children in sequence order, as a batch of checkpoints
+// locks runs. Without it, transactions that took the rows in other orders
+// deadlocked, each broken by Postgres after deadlock_timeout (1 s) by failing one
+// transaction, which was retried (TestChildEndsFailFastLockOrder,
+// TestCancelParentWhileGroupFails, TestCancelChildrenWhileGroupFails). A run's
+// parent and group never change, so those read here are the ones the caller
+// counts it in.
+func lockFamilies(tx *wtx, stmts [2]string, args ...any) error {
+	b := &pgx.Batch{}
+	for _, q := range stmts {
+		b.Queue(q, args...)
+	}
+	if err := tx.SendBatch(tx.ctx, b).Close(); err != nil {
+		return fmt.Errorf("locking parent runs and child groups: %w", err)
+	}
+	return nil
+}
+
+// lockFamiliesOf is lockFamilies for the runs of checkpoints.
+func lockFamiliesOf(tx *wtx, cks []*ckReq) error {
 	ns, ids := make([]string, len(cks)), make([]string, len(cks))
 	for i, ck := range cks {
 		ns[i], ids[i] = ck.p.Lease.Namespace, ck.p.Lease.RunID
 	}
-	if _, err := tx.exec(sqlLockParents, ns, ids); err != nil {
-		return fmt.Errorf("locking parent runs: %w", err)
-	}
-	if _, err := tx.exec(sqlLockGroups, ns, ids); err != nil {
-		return fmt.Errorf("locking child groups: %w", err)
-	}
-	return nil
+	return lockFamilies(tx, sqlLockFamiliesOfLeases, ns, ids)
 }
 
 // distinctRuns splits cks into the first checkpoint of each run and the others

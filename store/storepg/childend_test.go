@@ -172,15 +172,40 @@ func noDeadlockBreaking(t *testing.T) [2]*storepg.Store {
 	return [2]*storepg.Store{pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)}
 }
 
-// hangCheck checks the errors of calls made under ctx: one that came with ctx's
-// deadline fails t (the call hung); others are expected (a cancelled child's
-// lease may be gone by its end, say).
-func hangCheck(t *testing.T, ctx context.Context, round int) func(what string, err error) {
-	return func(what string, err error) {
-		if err != nil && ctx.Err() != nil {
-			t.Errorf("round %d: %s: %v", round, what, err)
-		}
-	}
+// race runs calls at once, under one deadline. A call that ends with the deadline
+// hung, a deadlock that Postgres does not break here (noDeadlockBreaking), and
+// fails t; other errors are expected (a cancelled child's lease may be gone by
+// its end, say).
+type race struct {
+	t      *testing.T
+	round  int
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newRace(t *testing.T, round int) *race {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	return &race{t: t, round: round, ctx: ctx, cancel: cancel}
+}
+
+// call runs f on a goroutine of its own; f reports each of its calls' errors
+// through check.
+func (r *race) call(f func(ctx context.Context, check func(what string, err error))) {
+	r.wg.Go(func() {
+		f(r.ctx, func(what string, err error) {
+			if err != nil && r.ctx.Err() != nil {
+				r.t.Errorf("round %d: %s: %v", r.round, what, err)
+			}
+		})
+	})
+}
+
+// wait waits for every call and reports whether none hung.
+func (r *race) wait() bool {
+	r.wg.Wait()
+	r.cancel()
+	return !r.t.Failed()
 }
 
 // failFastRound is round's parent, with a FailFast group of n children.
@@ -236,18 +261,16 @@ func TestCancelParentWhileGroupFails(t *testing.T) {
 	for round := range 20 {
 		e := failFastRound(t, stores, round, 10)
 		kids := e.claim(e.prefix+"child", 100)
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		var wg sync.WaitGroup
-		hung := hangCheck(t, ctx, round)
-		wg.Go(func() {
+		r := newRace(t, round)
+		r.call(func(ctx context.Context, check func(string, error)) {
 			_, err := stores[1].RunCancel(ctx, &store.RunCancelParams{Namespace: "default", Ref: e.prefix + "parent"})
-			hung("cancelling the parent", err)
+			check("cancelling the parent", err)
 		})
 		for i, k := range kids {
-			wg.Go(func() {
+			r.call(func(ctx context.Context, check func(string, error)) {
 				s := stores[i%2]
 				_, err := s.Checkpoint(ctx, &store.CheckpointParams{Lease: lease(k), Status: store.StatusRunning})
-				hung("checkpointing "+k.Run.ID, err)
+				check("checkpointing "+k.Run.ID, err)
 				p := &store.CheckpointParams{Lease: lease(k), Status: store.StatusSucceeded, Output: []byte(`1`)}
 				if i%3 == 0 {
 					p.Status, p.Output, p.Error = store.StatusFailed, nil, &store.ErrorInfo{Message: "no"}
@@ -256,12 +279,10 @@ func TestCancelParentWhileGroupFails(t *testing.T) {
 					p.NoEvents = []string{"never-sent"}
 				}
 				_, err = s.Checkpoint(ctx, p)
-				hung("ending "+k.Run.ID, err)
+				check("ending "+k.Run.ID, err)
 			})
 		}
-		wg.Wait()
-		cancel()
-		if t.Failed() {
+		if !r.wait() {
 			return
 		}
 		children, err := stores[0].RunChildren(t.Context(), &store.RunChildrenParams{Namespace: "default",
@@ -288,19 +309,17 @@ func TestCancelChildrenWhileGroupFails(t *testing.T) {
 	for round := range 20 {
 		e := failFastRound(t, stores, round, 12)
 		kids := e.claim(e.prefix+"child", 6) // the other 6 have not run
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		var wg sync.WaitGroup
-		hung := hangCheck(t, ctx, round)
+		r := newRace(t, round)
 		claimed := make(map[string]bool)
 		for i, k := range kids {
 			claimed[k.Run.ID] = true
-			wg.Go(func() {
+			r.call(func(ctx context.Context, check func(string, error)) {
 				p := &store.CheckpointParams{Lease: lease(k), Status: store.StatusFailed, Error: &store.ErrorInfo{Message: "no"}}
 				if i%2 == 1 {
 					p.Status, p.Error, p.Output = store.StatusSucceeded, nil, []byte(`1`)
 				}
 				_, err := stores[i%2].Checkpoint(ctx, p)
-				hung("ending "+k.Run.ID, err)
+				check("ending "+k.Run.ID, err)
 			})
 		}
 		for i := range 12 {
@@ -308,14 +327,12 @@ func TestCancelChildrenWhileGroupFails(t *testing.T) {
 			if claimed[id] {
 				continue
 			}
-			wg.Go(func() {
+			r.call(func(ctx context.Context, check func(string, error)) {
 				_, err := stores[(i+1)%2].RunCancel(ctx, &store.RunCancelParams{Namespace: "default", Ref: id})
-				hung("cancelling "+id, err)
+				check("cancelling "+id, err)
 			})
 		}
-		wg.Wait()
-		cancel()
-		if t.Failed() {
+		if !r.wait() {
 			return
 		}
 	}

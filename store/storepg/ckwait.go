@@ -99,8 +99,8 @@ func (s *Store) checkpointWaiting(ctx context.Context, ck *ckReq) (*store.Checkp
 	}
 	var res *store.CheckpointResult
 	err := s.inTx(ctx, func(tx *wtx) error {
-		if p.Status.Terminal() { // a child's parent and group before the child (lockGroups)
-			if err := lockGroups(tx, []*ckReq{ck}); err != nil {
+		if p.Status.Terminal() { // a child's parent and group before the child
+			if err := lockFamiliesOf(tx, []*ckReq{ck}); err != nil {
 				return err
 			}
 		}

@@ -99,7 +99,7 @@ func checkClaimPlans(t *testing.T, conn *pgx.Conn, analyzed bool) {
 }
 
 // TestLookupByIDPlans checks that the statements that find runs by ID (RunsGet,
-// LeasesExtend; by workflow ID, RunsCreate) go through runs_namespace_id (or
+// LeasesExtend, lockFamilies; by workflow ID, RunsCreate) go through runs_namespace_id (or
 // runs_workflow_id) beside 100,000 runs of several
 // statuses, before the table has statistics and after: not through an index of
 // the statuses they also test, which would read every run of those statuses.
@@ -139,6 +139,12 @@ func TestLookupByIDPlans(t *testing.T) {
 			// as runs running), but never once per lease.
 			{"LeasesExtend, first pass", sqlExtendSkipping, []any{time.Now(), nss, ids, tokens, steps}, []string{"Index Cond: (namespace = l.namespace)\n"}},
 			{"LeasesExtend, second pass", sqlExtendWaiting, []any{time.Now(), nss, ids, tokens, steps}, []string{"Index Cond: (namespace = l.namespace)\n"}},
+			// A child-end batch and a cancellation lock the runs' parents and
+			// groups (lockFamilies) through the runs' IDs.
+			{"lockFamilies of leases, parents", sqlLockFamiliesOfLeases[0], []any{nss, ids}, []string{"runs_status", "runs_list"}},
+			{"lockFamilies of leases, groups", sqlLockFamiliesOfLeases[1], []any{nss, ids}, []string{"runs_status", "runs_list"}},
+			{"lockFamilies of a ref, parent", sqlLockFamilyOfRef[0], []any{"default", "r50"}, []string{"runs_status", "runs_list"}},
+			{"lockFamilies of a ref, group", sqlLockFamilyOfRef[1], []any{"default", "r50"}, []string{"runs_status", "runs_list"}},
 		} {
 			text := explain(t, conn, q.sql, q.args...)
 			for _, bad := range append(q.bad, "Seq Scan on runs") {

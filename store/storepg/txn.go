@@ -3,7 +3,6 @@ package storepg
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,9 +21,9 @@ import (
 // Concurrency (READ COMMITTED): every such transaction first locks the row of the run
 // it changes (FOR NO KEY UPDATE, the lock an UPDATE takes), so it is serialised with
 // the fast path's fenced updates and with other senders; a child group's counters
-// are serialised by the group's row. Two transactions may still lock rows in opposite
-// orders (a child ending while its parent is cancelled); Postgres aborts one with a
-// deadlock error and it is run again.
+// are serialised by the group's row. Rows of a family of runs are locked parent,
+// then group, then children (lockFamilies). Should two transactions still lock rows
+// in opposite orders, Postgres aborts one with a deadlock error and it is run again.
 
 // wtx is one transaction of the waiting path.
 type wtx struct {
@@ -105,16 +104,12 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx *wtx) error) ([]string, er
 
 // lockRun locks the row of the run Ref names (a run ID or the latest run of a
 // workflow ID) and returns it with its place in a parent's group. ErrRunNotFound
-// when none matches. A child's parent and group are locked first, in the order a
-// child's end takes them (lockGroups): a child that ends as it is cancelled is
-// counted in its group, which may fail the group and cancel its siblings, while
-// another transaction ending a sibling holds the parent and the group and waits
-// for this child (TestCancelChildrenWhileGroupFails).
+// when none matches. A child's parent and group are locked first (lockFamilies):
+// a child that ends as it is cancelled is counted in its group, which may fail the
+// group and cancel its siblings.
 func lockRun(tx *wtx, namespace, ref string) (*runRow, error) {
-	for _, q := range []string{sqlLockParentByRef, sqlLockGroupByRef} {
-		if _, err := tx.exec(q, namespace, ref); err != nil {
-			return nil, fmt.Errorf("locking the run's parent and group: %w", err)
-		}
+	if err := lockFamilies(tx, sqlLockFamilyOfRef, namespace, ref); err != nil {
+		return nil, err
 	}
 	r, err := scanRunRow(tx.queryRow(sqlLockRunByRef, namespace, ref))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -133,15 +128,6 @@ type runRow struct {
 const runRowCols = runCols + `, parent_seq, parent_position`
 
 var sqlLockRunByRef = `SELECT ` + runRowCols + ` FROM runs WHERE sequence = ` + refSeq + ` FOR NO KEY UPDATE`
-
-// sqlLockParentByRef and sqlLockGroupByRef lock the parent and the group of the
-// run a Ref names; they lock nothing for a run that is no child.
-var (
-	sqlLockParentByRef = `SELECT 1 FROM runs WHERE sequence = (SELECT parent_seq FROM runs
-	WHERE sequence = ` + refSeq + `) FOR UPDATE`
-	sqlLockGroupByRef = `SELECT 1 FROM child_groups WHERE (parent_seq, position) =
-	(SELECT parent_seq, parent_position FROM runs WHERE sequence = ` + refSeq + `) FOR UPDATE`
-)
 
 func scanRunRow(sc scanner) (*runRow, error) {
 	r := &runRow{}
