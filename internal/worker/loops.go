@@ -120,18 +120,32 @@ func (w *Worker) launch(cr *store.ClaimedRun) {
 	}
 	ctx, cancel := context.WithCancelCause(w.hardCtx)
 	a := &active{ctl: ctl, cancel: cancel}
+	run := func() {
+		defer w.runEnded()
+		defer w.finish(cr.Run.ID, a)
+		w.exec.Execute(ctx, cr, ctl)
+	}
 	w.mu.Lock()
 	// A run handed back (a wait its cancellation ended, say) may be claimed
 	// again before its previous execution here has returned: the new
 	// execution takes the run's entry, and the old one leaves it alone.
 	w.active[cr.Run.ID] = a
-	w.running++
 	closed := w.closed
+	// A claim asks for the slots free as it starts; direct dispatches
+	// (Reserve) may fill some of them before it returns. The runs it brings
+	// beyond Concurrency wait here, leased (heartbeats extend them, a
+	// cancellation reaches them), and start in claim order as slots free up
+	// (finish). Holding a claim's slots while it ran instead kept every run
+	// started meanwhile from being dispatched directly.
+	start := closed || w.running < w.cfg.Concurrency
+	if start {
+		w.running++
+	} else {
+		w.queued = append(w.queued, run)
+	}
 	w.mu.Unlock()
-	run := func() {
-		defer w.runEnded()
-		defer w.finish(cr.Run.ID, a)
-		w.exec.Execute(ctx, cr, ctl)
+	if !start {
+		return
 	}
 	if closed {
 		// The worker has stopped (a direct dispatch reserved its slot just
@@ -152,8 +166,21 @@ func (w *Worker) finish(runID string, a *active) {
 	if w.active[runID] == a { // else a later execution of the run holds it
 		delete(w.active, runID)
 	}
+	// A run waiting for a slot (see launch) takes this one: the goroutine
+	// count stays, as this goroutine ends (runEnded) once the next has started,
+	// so Stop cannot find the worker idle with runs still waiting.
+	var next func()
+	if len(w.queued) > 0 {
+		next = w.queued[0]
+		w.queued[0] = nil
+		w.queued = w.queued[1:]
+		w.running++
+	}
 	more := w.wantMore && w.cfg.Concurrency-len(w.active)-w.reserved >= w.refillAt()
 	w.mu.Unlock()
+	if next != nil {
+		go next()
+	}
 	if more {
 		w.Wake()
 	}

@@ -118,33 +118,18 @@ func TestPendingWhileFullClaimedWhenSlotFrees(t *testing.T) {
 	}
 	w.Start()
 	defer stop(t, w)
-	create := func(id string) {
-		t.Helper()
-		p := &store.RunCreateParams{Namespace: "ns", ID: id, WorkflowID: id, Workflow: "a", Queue: "q"}
-		reserved := w.Reserve()
-		if reserved {
-			p.Claim = &store.CreateClaim{Worker: "w-1", LeaseDuration: time.Hour}
-		}
-		res, err := f.st.RunCreate(t.Context(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if reserved {
-			w.Launch(res.Claimed)
-		}
-	}
 	// The first claim (at start) finds nothing; then two direct dispatches fill
 	// both slots, and two more runs wait in the store. The runs are created once
-	// that claim has returned: a claim computes its free slots as it starts, so
-	// one still on its way could claim r-2 after r-0 and r-1 took both slots
-	// (three runs in two slots for a moment, a race this test is not about).
+	// that claim has returned: one still on its way could lease r-2 after r-0
+	// and r-1 took both slots, and r-2 would then wait in the worker for a slot
+	// (TestClaimBeyondFreeSlotsWaitsForSlots), not in the store.
 	for deadline := time.Now().Add(10 * time.Second); len(st.calls()) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the worker made no first claim")
 		}
 	}
 	for i := range 4 {
-		create(fmt.Sprintf("r-%d", i))
+		dispatch(t, f, w, fmt.Sprintf("r-%d", i))
 	}
 	waitN(t, h.started, 2)
 	h.release <- struct{}{}
@@ -158,6 +143,181 @@ func TestPendingWhileFullClaimedWhenSlotFrees(t *testing.T) {
 	}
 	h.release <- struct{}{}
 	waitN(t, h.started, 1)
+}
+
+// dispatch starts run id of workflow "a" as a process that embeds worker w (named
+// w-1) does: created already claimed by w when it has a free slot (direct
+// dispatch), else pending. It reports whether the run was dispatched.
+func dispatch(t *testing.T, f *fixture, w *Worker, id string) bool {
+	t.Helper()
+	p := &store.RunCreateParams{Namespace: "ns", ID: id, WorkflowID: id, Workflow: "a", Queue: "q"}
+	reserved := w.Reserve()
+	if reserved {
+		p.Claim = &store.CreateClaim{Worker: "w-1", LeaseDuration: time.Hour}
+	}
+	res, err := f.st.RunCreate(t.Context(), p)
+	if err != nil {
+		if reserved {
+			w.Unreserve()
+		}
+		t.Fatal(err)
+	}
+	if reserved {
+		w.Launch(res.Claimed)
+	}
+	return reserved
+}
+
+// gatedClaims is a real store whose first claim, once asked for, waits for the
+// test to open gate; it reports each claim's Max as it starts and its runs as
+// it returns.
+type gatedClaims struct {
+	store.Store
+	asked, got chan int
+	gate       chan struct{}
+}
+
+func (s *gatedClaims) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+	select {
+	case s.asked <- p.Max:
+	default:
+	}
+	select {
+	case <-s.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	res, err := s.Store.RunsClaim(ctx, p)
+	if err == nil {
+		select {
+		case s.got <- len(res.Runs):
+		default:
+		}
+	}
+	return res, err
+}
+
+// counting is a holder that also counts the runs executing at once.
+type counting struct {
+	holder
+	mu       sync.Mutex
+	now, max int
+}
+
+func (c *counting) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *Control) {
+	c.mu.Lock()
+	c.now++
+	c.max = max(c.max, c.now)
+	c.mu.Unlock()
+	c.holder.Execute(ctx, cr, ctl)
+	c.mu.Lock()
+	c.now--
+	c.mu.Unlock()
+}
+
+func (c *counting) counts() (now, most int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now, c.max
+}
+
+// slotRace makes a worker of two slots on a store holding two pending runs
+// (p-0, p-1) whose first claim, asked for both slots, is held until direct
+// dispatches of d-0 and d-1 fill them; then it lets the claim return both
+// pending runs. Four runs leased, two slots.
+func slotRace(t *testing.T) (*fixture, *Worker, *counting) {
+	t.Helper()
+	f := setup(t)
+	f.createRun("p-0", "a")
+	f.createRun("p-1", "a")
+	st := &gatedClaims{Store: f.st, asked: make(chan int, 8), got: make(chan int, 8), gate: make(chan struct{})}
+	ex := &counting{holder: holder{started: make(chan string, 8), release: make(chan struct{})}}
+	w, err := New(Config{Store: st, Namespace: "ns", Queues: []string{"q"}, Workflows: func() []string { return []string{"a"} },
+		Name: "w-1", Concurrency: 2, ClaimBatch: 8, LeaseDuration: time.Hour, PollInterval: time.Hour,
+		ShutdownGrace: time.Millisecond}, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	if asked := recv(t, st.asked, "the first claim"); asked != 2 {
+		t.Fatalf("the first claim asked for %d runs, want 2", asked)
+	}
+	for _, id := range []string{"d-0", "d-1"} {
+		if !dispatch(t, f, w, id) {
+			t.Fatalf("%s was not dispatched: the slots are free", id)
+		}
+	}
+	waitN(t, ex.started, 2)
+	close(st.gate)
+	if got := recv(t, st.got, "the first claim's return"); got != 2 {
+		t.Fatalf("the first claim leased %d runs, want 2", got)
+	}
+	for deadline := time.Now().Add(10 * time.Second); w.Executing() != 4; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Executing() = %d, want 4 leases (2 executing, 2 waiting)", w.Executing())
+		}
+	}
+	return f, w, ex
+}
+
+func recv[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("waited 10s for %s", what)
+		panic("unreachable")
+	}
+}
+
+// A claim that returns more runs than the slots direct dispatches left it
+// executes no more than Concurrency at once: the others stay leased and start
+// in claim order as slots free up.
+func TestClaimBeyondFreeSlotsWaitsForSlots(t *testing.T) {
+	t.Parallel()
+	f, w, ex := slotRace(t)
+	defer stop(t, w)
+	if now, _ := ex.counts(); now != 2 {
+		t.Fatalf("%d runs executing, want 2 (Concurrency)", now)
+	}
+	for _, id := range []string{"p-0", "p-1"} {
+		r, err := f.st.RunGet(t.Context(), &store.RunGetParams{Namespace: "ns", Ref: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != store.StatusRunning || r.LeaseOwner != "w-1" {
+			t.Fatalf("%s is %s leased by %q, want running, leased by w-1", id, r.Status, r.LeaseOwner)
+		}
+	}
+	for _, want := range []string{"p-0", "p-1"} {
+		ex.release <- struct{}{}
+		if id := recv(t, ex.started, "a waiting run to start"); id != want {
+			t.Fatalf("started %s, want %s (claim order)", id, want)
+		}
+	}
+	ex.release <- struct{}{}
+	ex.release <- struct{}{}
+	for deadline := time.Now().Add(10 * time.Second); w.Executing() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Executing() = %d after every run returned", w.Executing())
+		}
+	}
+	if _, most := ex.counts(); most != 2 {
+		t.Fatalf("%d runs executed at once, want at most Concurrency (2)", most)
+	}
+}
+
+// Stop with runs waiting for a slot starts each of them on a done context (an
+// executor hands such a run back) and returns: none is left behind.
+func TestStopStartsRunsWaitingForSlots(t *testing.T) {
+	t.Parallel()
+	_, w, ex := slotRace(t)
+	stop(t, w)
+	waitN(t, ex.started, 2)
+	if now, most := ex.counts(); now != 0 || most != 2 {
+		t.Fatalf("after Stop: %d executing, at most %d at once; want 0 and 2", now, most)
+	}
 }
 
 // cancelDuringClaim is a real store whose claims cancel the runs they claim

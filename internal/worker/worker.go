@@ -245,8 +245,11 @@ type Worker struct {
 	// running counts run goroutines; idle, when Stop waits for them, is closed
 	// when the count drops to zero. (A WaitGroup cannot serve: a claim or a
 	// direct dispatch may start a run while Stop waits.)
-	running  int
-	idle     chan struct{}
+	running int
+	idle    chan struct{}
+	// queued are the runs of a claim that brought more than the free slots,
+	// oldest first: leased and in active, waiting for a slot (launch).
+	queued   []func()
 	closed   bool // Stop is done: a late Launch runs its run in the caller
 	active   map[string]*active
 	reserved int  // slots promised to runs being created in this process
@@ -377,7 +380,8 @@ func (w *Worker) Name() string { return w.cfg.Name }
 // LeaseDuration is how long the worker's claims last without a heartbeat.
 func (w *Worker) LeaseDuration() time.Duration { return w.cfg.LeaseDuration }
 
-// Executing returns how many runs this worker executes now (the leases it holds).
+// Executing returns how many runs this worker holds the leases of: those it
+// executes now and those of a claim that wait for a slot (launch).
 func (w *Worker) Executing() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
