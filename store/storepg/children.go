@@ -17,14 +17,16 @@ var (
 	// sqlChildrenInsert creates a group's children in one statement, from column
 	// arrays in item order; the children past the first $14 are held (no
 	// available_at). A taken run ID or an active workflow ID is a unique violation,
-	// which fails the checkpoint's transaction (store.ErrRunExists).
+	// which fails the checkpoint's transaction (store.ErrRunExists); so is a child
+	// that implicitFree leaves out (createChildren counts the rows).
 	sqlChildrenInsert = sqlstore.ChildInsert + `
 	SELECT $1, c.id, c.workflow_id, c.workflow, c.queue, c.priority, 'pending', c.version, c.input,
 		c.deadline, CASE WHEN c.n <= $14 THEN $2::timestamptz END,
 		CASE WHEN c.n <= $14 THEN '' ELSE '` + sqlstore.HeldReason + `' END, $2, $2, $3, $4, $5, (c.n - 1)::int4
 	FROM unnest($6::text[], $7::text[], $8::text[], $9::text[], $10::int4[], $11::int4[], $12::bytea[],
 		$13::timestamptz[]) WITH ORDINALITY AS c(id, workflow_id, workflow, queue, priority, version, input,
-		deadline, n)`
+		deadline, n)
+	WHERE ` + implicitFree("$1", "c.id", "c.workflow_id")
 )
 
 // parentRef identifies the parent run creating children.
@@ -54,9 +56,9 @@ func newChildCols(runs []*store.RunCreateParams) *childCols {
 func createChildren(tx *wtx, parent parentRef, groups []*store.ChildGroup) error {
 	return shared.CreateChildren(stx{tx}, parent, groups, func(g *store.ChildGroup, active int) error {
 		c := newChildCols(g.Runs)
-		_, err := tx.exec(sqlChildrenInsert, parent.Namespace, tx.now, parent.Seq, parent.ID, g.Position,
+		tag, err := tx.exec(sqlChildrenInsert, parent.Namespace, tx.now, parent.Seq, parent.ID, g.Position,
 			c.ids, c.wfIDs, c.wfs, c.queues, c.prio, c.version, c.inputs, c.deadlines, active)
-		if isUniqueViolation(err) {
+		if isUniqueViolation(err) || err == nil && tag.RowsAffected() != int64(len(g.Runs)) {
 			return fmt.Errorf("%w: a child run of group %d, or an active run with its workflow ID", store.ErrRunExists, g.Position)
 		}
 		if err != nil {

@@ -16,7 +16,8 @@ import (
 // run (w1 at n = 5,000 spent 66 µs of server time per run on its own INSERT, and
 // 10 µs more binding it). ON CONFLICT DO NOTHING leaves out the runs whose ID or
 // active workflow ID is taken, by an older run or an earlier one of the batch, as
-// one statement per run would have: those get ErrRunExists. A run ID that appears
+// one statement per run would have: those get ErrRunExists (implicitFree adds
+// the part of the rule that index leaves out). A run ID that appears
 // twice in a batch goes to a statement of its own (the rows come back by ID).
 // OFFSET 0 keeps the planner from copying the queue's subquery into each of the
 // six CASEs that read it: it was planned and run six times per run, and planning
@@ -37,6 +38,7 @@ var sqlRunCreates = runInsertCols + `
 			status, attempts, owner, token, expires, started, ckey, trace_parent)
 	CROSS JOIN LATERAL (SELECT x.status = 'running' AND EXISTS (SELECT 1 FROM queues q
 		WHERE q.namespace = x.ns AND q.name = x.queue AND ` + sqlstore.Restricted + `) AS restricted OFFSET 0) q
+	WHERE ` + implicitFree("x.ns", "x.id", "x.workflow_id") + `
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 
 // crReq is a plain run create the writer may merge with others (see sqlRunCreates).

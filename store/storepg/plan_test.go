@@ -107,7 +107,7 @@ func TestLookupByIDPlans(t *testing.T) {
 	_, conn := openPlanSchema(t, "")
 	ctx := t.Context()
 	seed := `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, status, lease_token, lease_expires_at, created_at, updated_at)
-		SELECT 'default', 'r' || g, 'r' || g, 'wf', 'default',
+		SELECT 'default', 'r' || g, CASE WHEN g % 7 = 0 THEN 'w' || (g / 7) ELSE 'r' || g END, 'wf', 'default',
 			CASE WHEN g % 50 = 0 THEN 'running' WHEN g % 3 = 0 THEN 'pending' ELSE 'succeeded' END,
 			g, CASE WHEN g % 50 = 0 THEN now() + interval '1 minute' END, now(), now()
 		FROM generate_series(1, 100000) g`
@@ -121,6 +121,9 @@ func TestLookupByIDPlans(t *testing.T) {
 	for i := range ids {
 		ids[i], tokens[i], nss[i] = fmt.Sprintf("r%d", (i+1)*50), int64((i+1)*50), "default"
 	}
+	// A lookup by workflow ID that read the namespace's runs by namespace alone
+	// (through runs_namespace_id) would pass for a lookup by ID.
+	byWorkflowID := []string{"runs_status", "runs_list", "Index Cond: (namespace = 'default'::text)\n"}
 	for _, analyzed := range []bool{false, true} {
 		if analyzed {
 			if _, err := conn.Exec(ctx, "ANALYZE runs"); err != nil {
@@ -145,6 +148,16 @@ func TestLookupByIDPlans(t *testing.T) {
 			{"lockFamilies of leases, groups", sqlLockFamiliesOfLeases[1], []any{nss, ids}, []string{"runs_status", "runs_list"}},
 			{"lockFamilies of a ref, parent", sqlLockFamilyOfRef[0], []any{"default", "r50"}, []string{"runs_status", "runs_list"}},
 			{"lockFamilies of a ref, group", sqlLockFamilyOfRef[1], []any{"default", "r50"}, []string{"runs_status", "runs_list"}},
+			// Lookups by workflow ID read runs_workflow_id for the runs started
+			// with one and runs_namespace_id for those started without
+			// (workflowIDIs, migration 0019).
+			{"a ref's sequence", `SELECT ` + refSeq, []any{"default", "w7"}, byWorkflowID},
+			{"a list by workflow ID", `SELECT sequence FROM runs WHERE namespace = $1 AND ` + workflowIDIs("$2") +
+				` ORDER BY sequence DESC LIMIT 101`, []any{"default", "r50"}, byWorkflowID},
+			{"a reject start's check", `SELECT EXISTS (SELECT 1 FROM runs WHERE namespace = $1 AND ` + workflowIDIs("$2") + `)`,
+				[]any{"default", "w7"}, byWorkflowID},
+			{"a start's check of runs started without a workflow ID", `SELECT ` + implicitFree("$1", "$2", "$3"),
+				[]any{"default", "new", "r50"}, byWorkflowID},
 		} {
 			text := explain(t, conn, q.sql, q.args...)
 			for _, bad := range append(q.bad, "Seq Scan on runs") {

@@ -37,21 +37,25 @@ var createdClaim = func() string {
 // RunCreate statements, one per reuse policy. Each returns (created, runCols...) for
 // the new run and, for ReuseReturnExisting, the latest existing one; no row means
 // the start was rejected. ON CONFLICT DO NOTHING covers the run ID and the partial
-// unique index on active workflow IDs, so a rejected start never aborts the batch.
-// $12..$17 are the status, attempts and lease of a run created already claimed (a
-// pending run without attempts or lease otherwise).
+// unique index on active workflow IDs, so a rejected start never aborts the batch;
+// the default policy's statement adds implicitFree, the rule's part that index
+// does not hold. The other two look at every run with the workflow ID
+// (workflowIDIs), which covers it. $12..$17 are the status, attempts and lease of
+// a run created already claimed (a pending run without attempts or lease
+// otherwise).
 var (
 	sqlRunCreate = runInsertSelect + `
+	WHERE ` + implicitFree("$1", "$2", "$3") + `
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 	runInsertSelect = runInsertCols + `
 	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::int4, c.*, $7::int4,
 	$8::bytea, $9::timestamptz, $10::timestamptz, $11::timestamptz, $11::timestamptz, $18::text, $19::text
 	FROM (SELECT ` + createdClaim + `) c`
 	sqlRunCreateReject = runInsertSelect + `
-	WHERE NOT EXISTS (SELECT 1 FROM runs WHERE namespace = $1 AND workflow_id = $3)
+	WHERE NOT EXISTS (SELECT 1 FROM runs WHERE namespace = $1 AND ` + workflowIDIs("$3") + `)
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 	sqlRunCreateReturnExisting = `WITH latest AS (
-		SELECT ` + runCols + ` FROM runs WHERE namespace = $1 AND workflow_id = $3
+		SELECT ` + runCols + ` FROM runs WHERE namespace = $1 AND ` + workflowIDIs("$3") + `
 		ORDER BY sequence DESC LIMIT 1
 	), ins AS (` + runInsertSelect + `
 		WHERE NOT EXISTS (SELECT 1 FROM latest)

@@ -25,6 +25,9 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	RunningApart:      true,
 	RunsOfWorkflowIDs: `SELECT ` + sqlstore.RunCols + ` FROM runs
 	WHERE namespace = ?1 AND workflow_id IN (SELECT value FROM json_each(?2))`,
+	// runs_workflow_id holds every run (SQLite updates only the index entries
+	// whose columns change, so Postgres' reason to leave runs out does not apply).
+	WorkflowIDIs: func(param string) string { return "workflow_id = " + param },
 	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
 	updated_at = ?1 WHERE sequence = ?2 AND status = 'waiting'
 	AND EXISTS (SELECT 1 FROM json_each(wait_events) WHERE value = ?3) RETURNING namespace, id`,

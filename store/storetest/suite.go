@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Schedules", scheduleCases},
 		{"Batch", batchCases},
 		{"Retention", retentionCases},
+		{"WorkflowID", workflowIDCases},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {

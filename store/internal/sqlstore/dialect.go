@@ -41,6 +41,12 @@ type Dialect struct {
 	// RunsOfWorkflowIDs selects RunCols of every run of namespace $1 whose
 	// workflow ID is in the list $2 (encoded by List).
 	RunsOfWorkflowIDs string
+	// WorkflowIDIs returns a condition that holds for the runs whose workflow ID
+	// is the parameter param, written for the dialect's indexes. A run started
+	// without a workflow ID has its run ID as workflow ID; Postgres indexes
+	// workflow IDs only where they differ (migration 0019), so it finds such a
+	// run by its ID.
+	WorkflowIDIs func(param string) string
 	// RunningApart: the index runs_status leaves running runs out (WHERE status
 	// <> 'running', SQLite's schema), so a query by status names that condition
 	// to read it, and counts running runs through runs_running instead.

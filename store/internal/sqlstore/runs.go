@@ -11,9 +11,12 @@ import (
 
 // RefSeq is the sequence of the run a Ref ($2) names in namespace $1: the run with
 // that ID, else the latest run with that workflow ID. NULL when none matches.
+// The second lookup needs only the runs started with a workflow ID (workflow_id
+// <> id, all that Postgres' runs_workflow_id holds): no run has the ID, so none
+// started without one has it as workflow ID.
 const RefSeq = `COALESCE(
 	(SELECT sequence FROM runs WHERE namespace = $1 AND id = $2),
-	(SELECT MAX(sequence) FROM runs WHERE namespace = $1 AND workflow_id = $2))`
+	(SELECT MAX(sequence) FROM runs WHERE namespace = $1 AND workflow_id = $2 AND workflow_id <> id))`
 
 // RunByRef resolves a Ref ($1 namespace, $2 ref) to its run, or
 // store.ErrRunNotFound. A run ID is looked up first, then a workflow ID: two
@@ -120,7 +123,7 @@ func (s *SQL) RunListQuery(p *store.RunListParams) (string, []any, int, error) {
 		}
 	}
 	if p.WorkflowID != "" {
-		l.eq("workflow_id", p.WorkflowID)
+		l.cond(s.d.WorkflowIDIs(l.arg(p.WorkflowID)))
 	}
 	l.runFilters(p.Workflow, p.Queue, p.CreatedAfter, p.CreatedBefore)
 	if err := l.after("sequence", p.Cursor); err != nil {

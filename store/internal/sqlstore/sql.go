@@ -34,8 +34,9 @@ func New(d Dialect) *SQL {
 	r := d.rebind
 	s.q = queries{
 		runByID: r(`SELECT ` + RunCols + ` FROM runs WHERE namespace = $1 AND id = $2`),
+		// After runByID found nothing: see RefSeq.
 		runByWorkflowID: r(`SELECT ` + RunCols + ` FROM runs WHERE sequence =
-	(SELECT MAX(sequence) FROM runs WHERE namespace = $1 AND workflow_id = $2)`),
+	(SELECT MAX(sequence) FROM runs WHERE namespace = $1 AND workflow_id = $2 AND workflow_id <> id)`),
 		// kvGet returns one row: the run's sequence (NULL: no run), the value, and
 		// whether the key exists.
 		kvGet: r(`SELECT r.sequence, kv.value, kv.key IS NOT NULL
