@@ -538,6 +538,12 @@ type Lease struct {
 	Namespace string `json:"namespace"`
 	RunID     string `json:"run_id"`
 	Token     int64  `json:"token"`
+	// RunSeq, when not zero, is the run's Sequence as the claim returned it: a
+	// hint with which a store may find the run without looking its ID up (the
+	// Postgres store's checkpoint batches do). The store still checks that the
+	// run there has Namespace and RunID; a wrong hint loses the lease, it never
+	// touches another run. It stays in this process (no JSON).
+	RunSeq int64 `json:"-"`
 }
 
 // LeasesExtendParams are the parameters of LeasesExtend.

@@ -25,7 +25,13 @@ import (
 // first, so a batch of n rows cost n²/2 steps per array.)
 //
 // The run is found by its unique (namespace, id) and updated by sequence; see
-// seqOf for why not by "namespace AND id AND status = 'running'". A guarded
+// seqOf for why not by "namespace AND id AND status = 'running'". A lease that
+// carries the run's sequence (store.Lease.RunSeq, from the claim) skips the
+// lookup: a fifth of the buffers an end of a job read, about a tenth of its time
+// (w5, 27 Nov). The update then checks the run's namespace and ID, in a row
+// comparison no index matches: with "r.namespace = c.ns AND r.id = c.id" the
+// planner walked runs_running (every running run of the namespace) for each
+// checkpoint, 180 µs per job instead of 27. A guarded
 // checkpoint (store.CheckpointParams.Seq) also matches only if its lease has not
 // applied it yet, and keeps its key in the row. A run whose
 // cancellation was requested is handed back (pending, due now) instead of waiting.
@@ -35,10 +41,11 @@ import (
 // sqlCkHead is the statement's head: it finds, locks and updates the runs; the
 // writes of what the updated runs' checkpoints hold follow (ckCTEs).
 const sqlCkHead = `WITH c AS MATERIALIZED (
-	SELECT c.*, (SELECT k.sequence FROM runs k WHERE k.namespace = c.ns AND k.id = c.id) AS seq
+	SELECT c.*, CASE WHEN c.rseq > 0 THEN c.rseq
+		ELSE (SELECT k.sequence FROM runs k WHERE k.namespace = c.ns AND k.id = c.id) END AS seq
 	FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::timestamptz[],
-		$6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::int4[], $36::int8[], $37::int8[])
-	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output, ev_n, ck_seq, ck_fp, i)
+		$6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::int4[], $36::int8[], $37::int8[], $38::int8[])
+	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output, ev_n, ck_seq, ck_fp, rseq, i)
 ), lk AS MATERIALIZED (` + lockInOrder + `SELECT seq FROM c` + `))
 	` + sqlCkLockSkipsChildEnds + `ORDER BY sequence FOR UPDATE
 ), f AS (
@@ -57,7 +64,7 @@ const sqlCkHead = `WITH c AS MATERIALIZED (
 		lease_seq = CASE WHEN c.ck_seq = 0 THEN r.lease_seq ELSE c.ck_seq END,
 		lease_fp = CASE WHEN c.ck_seq = 0 THEN r.lease_fp ELSE c.ck_fp END
 	FROM c JOIN lk ON lk.sequence = c.seq
-	WHERE r.sequence = c.seq AND r.status = 'running' AND r.lease_token = c.token
+	WHERE r.sequence = c.seq AND (r.namespace, r.id) IS NOT DISTINCT FROM (c.ns, c.id) AND r.status = 'running' AND r.lease_token = c.token
 		AND (c.ck_seq = 0 OR r.lease_seq < c.ck_seq)
 		AND (r.parent_seq IS NULL OR c.status NOT IN ('succeeded', 'failed', 'cancelled'))
 	RETURNING c.i, r.sequence, r.cancel_requested, c.ev_n, c.now, r.stream_seq
@@ -187,6 +194,7 @@ type ckColumns struct {
 	output                 [][]byte
 	evN                    []int32
 	seq, fp                []int64 // the guard of each checkpoint
+	rseq                   []int64 // the runs' sequences (store.Lease.RunSeq), or 0
 	// opI, attI, setI, delI and evI hold, for each row of ops, atts,
 	// kv.setKeys, kv.delKeys and the events, the 1-based ordinal of its
 	// checkpoint in the batch; evK is each event's place among its
@@ -237,7 +245,7 @@ func (c *ckColumns) add(ck *ckReq) {
 	c.wake = append(c.wake, tsArg(timePtrArg(p.WakeAt)))
 	c.errs, c.output = append(c.errs, textArg(ck.errText)), append(c.output, p.Output)
 	c.evN = append(c.evN, int32(len(p.Stream)))
-	c.seq, c.fp = append(c.seq, p.Seq), append(c.fp, p.Fingerprint)
+	c.seq, c.fp, c.rseq = append(c.seq, p.Seq), append(c.fp, p.Fingerprint), append(c.rseq, l.RunSeq)
 	i := int32(len(c.ns))
 	c.opI = appendN(c.opI, i, len(ck.ops.pos))
 	c.attI = appendN(c.attI, i, len(ck.atts.pos))
@@ -279,7 +287,7 @@ func (c *ckColumns) args() []any {
 	args = append(args, orEmpty(c.attI))
 	args = append(args, c.atts.args()...)
 	args = append(args, orEmpty(c.setI), orEmpty(c.kv.setKeys), orEmpty(c.kv.vals), orEmpty(c.delI), orEmpty(c.kv.delKeys))
-	return append(args, orEmpty(c.evI), orEmpty(c.evK), orEmpty(c.evNames), orEmpty(c.evData), c.seq, c.fp)
+	return append(args, orEmpty(c.evI), orEmpty(c.evK), orEmpty(c.evNames), orEmpty(c.evData), c.seq, c.fp, c.rseq)
 }
 
 // opCols are ops as column arrays.

@@ -14,6 +14,7 @@ import (
 var checkpointCases = []testCase{
 	{"StaleTokenWritesNothing", checkpointStale},
 	{"WrongTokenWritesNothing", checkpointWrongToken},
+	{"WrongRunSeqWritesNothing", checkpointWrongRunSeq},
 	{"OpsUpsertByPosition", checkpointUpsert},
 	{"AttemptsAppended", checkpointAttempts},
 	{"KVWritesInOrder", checkpointKV},
@@ -71,6 +72,36 @@ func checkpointWrongToken(t *testing.T, e *env) {
 	e.wantUntouched(cr.Run.ID)
 	e.wantStatus(cr.Run.ID, store.StatusRunning)
 	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning})
+}
+
+// checkpointWrongRunSeq: a lease whose sequence hint (Lease.RunSeq) names
+// another run never writes to that run, even where both runs' tokens are equal
+// (runs leased by one claim may share it). A store that follows the hint loses
+// the lease; one that ignores it checkpoints the run the lease names.
+func checkpointWrongRunSeq(t *testing.T, e *env) {
+	a, b := e.create(), e.create()
+	res := e.claim(claimMax(2))
+	if len(res.Runs) != 2 {
+		t.Fatalf("claimed %v, want [%s %s]", claimedIDs(res.Runs), a.ID, b.ID)
+	}
+	ca, cb := res.Runs[0], res.Runs[1]
+	p := e.everything()
+	p.Lease = leaseOf(ca)
+	p.Lease.RunSeq = cb.Run.Sequence
+	_, err := e.st.Checkpoint(e.ctx, &p)
+	switch {
+	case err == nil:
+		e.wantStatus(ca.Run.ID, store.StatusSucceeded)
+	case errors.Is(err, store.ErrLeaseLost):
+		e.wantUntouched(ca.Run.ID)
+		e.wantStatus(ca.Run.ID, store.StatusRunning)
+		e.finish(ca)
+	default:
+		t.Fatalf("Checkpoint with another run's sequence: %v, want success or ErrLeaseLost", err)
+	}
+	e.wantUntouched(cb.Run.ID)
+	e.wantStatus(cb.Run.ID, store.StatusRunning)
+	e.finish(cb)
 }
 
 func checkpointUpsert(t *testing.T, e *env) {

@@ -265,7 +265,7 @@ func (e *env) start(opts ...runOpt) *store.ClaimedRun {
 }
 
 func leaseOf(cr *store.ClaimedRun) store.Lease {
-	return store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}
+	return store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken, RunSeq: cr.Run.Sequence}
 }
 
 // checkpoint checkpoints p under cr's lease and fails on error.
