@@ -61,6 +61,7 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	IsUniqueViolation: isUniqueViolation,
 	RunsOfWorkflowIDs: sqlRunsOfWorkflowIDs,
 	WorkflowIDIs:      workflowIDIs,
+	InboxFlag:         true, // 0020_runs_has_events.sql
 	ListsByStatus:     true, // 0018_drop_runs_list.sql
 	// WakeOnEvent also forgets the names the run waited for (see 0002_waiting.sql).
 	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = $1, wait_reason = '',

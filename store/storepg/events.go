@@ -23,11 +23,18 @@ const (
 )
 
 // inboxJSONCol is a scalar subquery returning the inbox of the run aliased r as a
-// JSON array in Seq order, NULL when empty: one column of a claim, an index probe
-// for a run without events.
-const inboxJSONCol = `(SELECT json_agg(json_build_object('seq', e.seq, 'name', e.name,
+// JSON array in Seq order, NULL when empty: one column of a claim. A run that was
+// never sent an event (has_events, migration 0020) skips the query: an index
+// probe per run, a sixth of a claim of jobs.
+const inboxJSONCol = `CASE WHEN r.has_events THEN (SELECT json_agg(json_build_object('seq', e.seq, 'name', e.name,
 	'payload', encode(e.payload, 'base64'), 'sent_at', e.sent_at) ORDER BY e.seq)
-	FROM events e WHERE e.run_seq = r.sequence)`
+	FROM events e WHERE e.run_seq = r.sequence) END`
+
+// sqlEventFlag marks the run sqlEventLock locked as sent an event (see
+// inboxJSONCol), before sqlEventDeliver adds it: in the same transaction, and
+// before sqlEventClaimed reads the inbox.
+const sqlEventFlag = `UPDATE runs SET has_events = true WHERE sequence = ` + eventRunSeq + `
+	AND NOT has_events AND status NOT IN ('succeeded', 'failed', 'cancelled')`
 
 // decodeInbox decodes the JSON of inboxJSONCol into the events of run.
 func decodeInbox(b []byte, run *store.Run) ([]*store.Event, error) {
@@ -127,6 +134,7 @@ func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store
 			}
 			return rows.Err()
 		}},
+		{sql: sqlEventFlag},
 		{sql: sqlEventDeliver, args: []any{now, p.Name, p.Payload, claim, worker, expires, now.UnixMicro(),
 			wfs, queues, s.channel, s.runPrefix()}, rows: func(rows pgx.Rows) error {
 			seq, woken = 0, false

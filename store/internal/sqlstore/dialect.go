@@ -47,6 +47,10 @@ type Dialect struct {
 	// workflow IDs only where they differ (migration 0019), so it finds such a
 	// run by its ID.
 	WorkflowIDIs func(param string) string
+	// InboxFlag: runs have the column has_events, which Deliver sets (Postgres'
+	// schema, migration 0020: its claims read the inbox only of runs that have
+	// had events).
+	InboxFlag bool
 	// RunningApart: the index runs_status leaves running runs out (WHERE status
 	// <> 'running', SQLite's schema), so a query by status names that condition
 	// to read it, and counts running runs through runs_running instead.

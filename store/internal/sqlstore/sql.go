@@ -19,6 +19,7 @@ type queries struct {
 	kvGet, runChildren          string
 	approvalGet, approvalLock   string
 	eventInsert, wakeOnEvent    string
+	eventFlag                   string
 	runStatusLock               string
 	approvalInsert, approvalSet string
 	approvalsExpire             string
@@ -47,6 +48,7 @@ func New(d Dialect) *SQL {
 	ORDER BY item`),
 		approvalGet:  r(s.approvalSelect() + ` WHERE a.namespace = $1 AND a.id = $2`),
 		approvalLock: r(s.approvalSelect() + ` WHERE a.namespace = $1 AND a.id = $2` + d.Lock("r", "a")),
+		eventFlag:    r(`UPDATE runs SET has_events = true WHERE sequence = $1 AND NOT has_events`),
 		eventInsert: r(`INSERT INTO events (run_seq, name, payload, sent_at) VALUES ($1, $2, $3, $4)
 	RETURNING seq`),
 		wakeOnEvent: r(d.WakeOnEvent),
