@@ -2,6 +2,7 @@ package trellis_test
 
 import (
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -25,7 +26,19 @@ func TestFakeClockDrivesDurableTimers(t *testing.T) {
 		}
 		return wc.Now().Format(time.RFC3339), nil
 	})
-	c := open(t, storeURL(t), func(cfg *trellis.Config) { cfg.Clock = clk })
+	// The worker's log is printed if the test fails: with a fake clock, a claim
+	// that failed, or a poll armed after the clock moved, waits for a move that
+	// never comes (CI saw the run still asleep once, 27 Nov, on Postgres).
+	var logs syncBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("worker log:\n%s", logs.String())
+		}
+	})
+	c := open(t, storeURL(t), func(cfg *trellis.Config) {
+		cfg.Clock = clk
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
 	register(t, c, wf)
 	h := must[*trellis.Handle[string]](t)(trellis.Start(ctxT(t), c, wf, 0))
 	waitStatus(t, c, h.RunID(), trellis.StatusWaiting)

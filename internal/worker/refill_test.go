@@ -110,12 +110,7 @@ func TestPendingWhileFullClaimedWhenSlotFrees(t *testing.T) {
 	f := setup(t)
 	h := holder{started: make(chan string, 8), release: make(chan struct{})}
 	st := &claims{Store: f.st}
-	w, err := New(Config{Store: st, Namespace: "ns", Queues: []string{"q"}, Workflows: func() []string { return []string{"a"} },
-		Name: "w-1", Concurrency: 2, ClaimBatch: 8, LeaseDuration: time.Hour, PollInterval: time.Hour,
-		ShutdownGrace: time.Millisecond}, h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := twoSlots(t, st, h)
 	w.Start()
 	defer stop(t, w)
 	// The first claim (at start) finds nothing; then two direct dispatches fill
@@ -143,6 +138,19 @@ func TestPendingWhileFullClaimedWhenSlotFrees(t *testing.T) {
 	}
 	h.release <- struct{}{}
 	waitN(t, h.started, 1)
+}
+
+// twoSlots makes a worker w-1 of workflow "a" with two slots on st, executing
+// with exec; it claims up to 8 runs at once, and polls or heartbeats only hourly.
+func twoSlots(t *testing.T, st Store, exec Executor) *Worker {
+	t.Helper()
+	w, err := New(Config{Store: st, Namespace: "ns", Queues: []string{"q"}, Workflows: func() []string { return []string{"a"} },
+		Name: "w-1", Concurrency: 2, ClaimBatch: 8, LeaseDuration: time.Hour, PollInterval: time.Hour,
+		ShutdownGrace: time.Millisecond}, exec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
 
 // dispatch starts run id of workflow "a" as a process that embeds worker w (named
@@ -232,12 +240,7 @@ func slotRace(t *testing.T) (*fixture, *Worker, *counting) {
 	f.createRun("p-1", "a")
 	st := &gatedClaims{Store: f.st, asked: make(chan int, 8), got: make(chan int, 8), gate: make(chan struct{})}
 	ex := &counting{holder: holder{started: make(chan string, 8), release: make(chan struct{})}}
-	w, err := New(Config{Store: st, Namespace: "ns", Queues: []string{"q"}, Workflows: func() []string { return []string{"a"} },
-		Name: "w-1", Concurrency: 2, ClaimBatch: 8, LeaseDuration: time.Hour, PollInterval: time.Hour,
-		ShutdownGrace: time.Millisecond}, ex)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := twoSlots(t, st, ex)
 	w.Start()
 	if asked := recv(t, st.asked, "the first claim"); asked != 2 {
 		t.Fatalf("the first claim asked for %d runs, want 2", asked)
