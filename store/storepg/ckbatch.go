@@ -40,14 +40,13 @@ import (
 //
 // sqlCkHead is the statement's head: it finds, locks and updates the runs; the
 // writes of what the updated runs' checkpoints hold follow (ckCTEs).
-const sqlCkHead = `WITH c AS MATERIALIZED (
+var sqlCkHead = `WITH c AS MATERIALIZED (
 	SELECT c.*, CASE WHEN c.rseq > 0 THEN c.rseq
 		ELSE (SELECT k.sequence FROM runs k WHERE k.namespace = c.ns AND k.id = c.id) END AS seq
 	FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::timestamptz[],
 		$6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::int4[], $36::int8[], $37::int8[], $38::int8[])
 	WITH ORDINALITY AS c(ns, id, token, status, now, wake, reason, err, output, ev_n, ck_seq, ck_fp, rseq, i)
-), lk AS MATERIALIZED (` + lockInOrder + `SELECT seq FROM c` + `))
-	` + sqlCkLockSkipsChildEnds + `ORDER BY sequence FOR UPDATE
+), lk AS MATERIALIZED (` + lockInOrder(`SELECT seq FROM c`, sqlCkLockSkipsChildEnds, ``) + `
 ), f AS (
 	UPDATE runs r SET status = CASE WHEN c.status = 'waiting' AND r.cancel_requested THEN 'pending' ELSE c.status END,
 		output = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled') THEN c.output ELSE r.output END,

@@ -238,7 +238,7 @@ func scanClaimed(rows pgx.Rows, expires time.Time) ([]*store.ClaimedRun, error) 
 // sequence order before it updates them (lockInOrder), and returns the leases
 // it holds, with their cancel requests.
 //
-// LeasesExtend runs it in two passes. The first (lockEnd sqlSkipLocked) skips
+// LeasesExtend runs it in two passes. The first (tail "SKIP LOCKED") skips
 // the runs another transaction holds and returns them as skipped: it joins the
 // writers' batches, after their checkpoints, whose transactions already hold
 // other runs, and a pass that waited there for a run held by another process's
@@ -246,13 +246,13 @@ func scanClaimed(rows pgx.Rows, expires time.Time) ([]*store.ClaimedRun, error) 
 // say), was a deadlock that Postgres breaks only after deadlock_timeout (1 s):
 // a second's stall of both batches, a few times in every run of the engine's
 // tests on Postgres. A pass that never waits is in no such cycle. The second
-// pass (lockEnd lockInOrderEnd) waits for the skipped runs, in a transaction
-// that holds nothing else.
-func sqlExtend(lockEnd string) string {
+// pass (no tail) waits for the skipped runs, in a transaction that holds
+// nothing else.
+func sqlExtend(tail string) string {
 	return `WITH k AS MATERIALIZED (
 		SELECT l.*, s.sequence FROM unnest($2::text[], $3::text[], $4::int8[], $5::text[]) AS l(namespace, id, token, step)
 		CROSS JOIN LATERAL (SELECT sequence FROM runs WHERE namespace = l.namespace AND id = l.id OFFSET 0) AS s
-	), lk AS MATERIALIZED (` + lockInOrder + `SELECT sequence FROM k` + lockEnd + `
+	), lk AS MATERIALIZED (` + lockInOrder(`SELECT sequence FROM k`, ``, tail) + `
 	), u AS (UPDATE runs r SET lease_expires_at = $1, current_step = k.step
 		FROM k JOIN lk ON lk.sequence = k.sequence
 		WHERE r.sequence = k.sequence AND r.status = 'running' AND r.lease_token = k.token
@@ -261,10 +261,7 @@ func sqlExtend(lockEnd string) string {
 	UNION ALL SELECT namespace, id, false, true FROM k WHERE sequence NOT IN (SELECT sequence FROM lk)`
 }
 
-// sqlSkipLocked ends lockInOrder for the first pass of sqlExtend.
-const sqlSkipLocked = lockInOrderEnd + ` SKIP LOCKED`
-
-var sqlExtendSkipping, sqlExtendWaiting = sqlExtend(sqlSkipLocked), sqlExtend(lockInOrderEnd)
+var sqlExtendSkipping, sqlExtendWaiting = sqlExtend(`SKIP LOCKED`), sqlExtend(``)
 
 // LeasesExtend implements store.Store.
 func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (*store.LeasesExtendResult, error) {

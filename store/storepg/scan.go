@@ -36,18 +36,20 @@ func seqOf(ns, id string) string {
 	return `(SELECT sequence FROM runs WHERE namespace = ` + ns + ` AND id = ` + id + `)`
 }
 
-// lockInOrder + a query of sequences + lockInOrderEnd locks the runs of those
-// sequences in sequence order and returns their sequences. Statements that update many
-// running runs at once (a batch of checkpoints, a heartbeat's lease extensions)
-// lock them through it first: each locking in the order its rows happened to
-// come in, two of them could each hold a run the other waits for, a deadlock
-// that Postgres breaks only after deadlock_timeout (1 s) by failing one. It did,
-// about once per heartbeat under load. Statements that lock one run, or skip
-// locked rows (claims, expiries), need no order.
-const (
-	lockInOrder    = `SELECT sequence FROM runs WHERE sequence = ANY(ARRAY(`
-	lockInOrderEnd = `)) ORDER BY sequence FOR UPDATE`
-)
+// lockInOrder returns a query that locks the runs of the sequences query seqs
+// selects, in sequence order, and returns their sequences; filter (empty, or
+// "AND ...") leaves some of those runs out, and tail follows FOR UPDATE (empty,
+// or "SKIP LOCKED"). Statements that update many running runs at once (a batch
+// of checkpoints, a heartbeat's lease extensions) lock them through it first:
+// each locking in the order its rows happened to come in, two of them could each
+// hold a run the other waits for, a deadlock that Postgres breaks only after
+// deadlock_timeout (1 s) by failing one. It did, about once per heartbeat under
+// load. Statements that lock one run, or skip locked rows (claims, expiries),
+// need no order.
+func lockInOrder(seqs, filter, tail string) string {
+	return `SELECT sequence FROM runs WHERE sequence = ANY(ARRAY(` + seqs + `)) ` + filter +
+		`ORDER BY sequence FOR UPDATE ` + tail
+}
 
 // timeArg encodes a time for a TIMESTAMPTZ parameter; the zero time is NULL.
 func timeArg(t time.Time) *time.Time {
