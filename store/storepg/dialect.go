@@ -61,8 +61,11 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	IsUniqueViolation: isUniqueViolation,
 	RunsOfWorkflowIDs: sqlRunsOfWorkflowIDs,
 	WorkflowIDIs:      workflowIDIs,
-	InboxFlag:         true, // 0020_runs_has_events.sql
-	ListsByStatus:     true, // 0018_drop_runs_list.sql
+	// The run's flag is set in a CTE: data-modifying CTEs run whether or not
+	// the statement reads them.
+	EventInsert: `WITH flag AS (UPDATE runs SET has_events = true WHERE sequence = $1 AND NOT has_events)
+	INSERT INTO events (run_seq, name, payload, sent_at) VALUES ($1, $2, $3, $4) RETURNING seq`,
+	ListsByStatus: true, // 0018_drop_runs_list.sql
 	// WakeOnEvent also forgets the names the run waited for (see 0002_waiting.sql).
 	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = $1, wait_reason = '',
 	wait_events = NULL, updated_at = $1 WHERE sequence = $2 AND status = 'waiting' AND $3 = ANY(wait_events)

@@ -28,6 +28,7 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	// runs_workflow_id holds every run (SQLite updates only the index entries
 	// whose columns change, so Postgres' reason to leave runs out does not apply).
 	WorkflowIDIs: func(param string) string { return "workflow_id = " + param },
+	EventInsert:  `INSERT INTO events (run_seq, name, payload, sent_at) VALUES (?1, ?2, ?3, ?4) RETURNING seq`,
 	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
 	updated_at = ?1 WHERE sequence = ?2 AND status = 'waiting'
 	AND EXISTS (SELECT 1 FROM json_each(wait_events) WHERE value = ?3) RETURNING namespace, id`,

@@ -47,10 +47,11 @@ type Dialect struct {
 	// workflow IDs only where they differ (migration 0019), so it finds such a
 	// run by its ID.
 	WorkflowIDIs func(param string) string
-	// InboxFlag: runs have the column has_events, which Deliver sets (Postgres'
-	// schema, migration 0020: its claims read the inbox only of runs that have
-	// had events).
-	InboxFlag bool
+	// EventInsert adds an event ($2 name, $3 payload, $4 sent at) to the inbox of
+	// run $1 and returns its seq. (Postgres' also marks the run as sent an event,
+	// runs.has_events, in the same statement: its claims read the inbox only of
+	// such runs, migration 0020.)
+	EventInsert string
 	// RunningApart: the index runs_status leaves running runs out (WHERE status
 	// <> 'running', SQLite's schema), so a query by status names that condition
 	// to read it, and counts running runs through runs_running instead.

@@ -16,11 +16,6 @@ func (s *SQL) Deliver(tx Tx, runSeq int64, name string, payload []byte) (int64, 
 	if err := tx.QueryRow(s.q.eventInsert, runSeq, name, Blob(payload), now).Scan(&seq); err != nil {
 		return 0, false, fmt.Errorf("adding event: %w", err)
 	}
-	if s.d.InboxFlag {
-		if _, err := tx.Exec(s.q.eventFlag, runSeq); err != nil {
-			return 0, false, fmt.Errorf("marking the run sent an event: %w", err)
-		}
-	}
 	var namespace, id string
 	err := tx.QueryRow(s.q.wakeOnEvent, now, runSeq, name).Scan(&namespace, &id)
 	switch {

@@ -19,7 +19,6 @@ type queries struct {
 	kvGet, runChildren          string
 	approvalGet, approvalLock   string
 	eventInsert, wakeOnEvent    string
-	eventFlag                   string
 	runStatusLock               string
 	approvalInsert, approvalSet string
 	approvalsExpire             string
@@ -48,10 +47,8 @@ func New(d Dialect) *SQL {
 	ORDER BY item`),
 		approvalGet:  r(s.approvalSelect() + ` WHERE a.namespace = $1 AND a.id = $2`),
 		approvalLock: r(s.approvalSelect() + ` WHERE a.namespace = $1 AND a.id = $2` + d.Lock("r", "a")),
-		eventFlag:    r(`UPDATE runs SET has_events = true WHERE sequence = $1 AND NOT has_events`),
-		eventInsert: r(`INSERT INTO events (run_seq, name, payload, sent_at) VALUES ($1, $2, $3, $4)
-	RETURNING seq`),
-		wakeOnEvent: r(d.WakeOnEvent),
+		eventInsert:  r(d.EventInsert),
+		wakeOnEvent:  r(d.WakeOnEvent),
 		approvalInsert: r(`INSERT INTO approvals (namespace, id, run_seq, position, name, approvers,
 	subject, details, status, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10)`),
 		approvalsExpire: r(`UPDATE approvals SET status = 'expired', decided_at = $1
