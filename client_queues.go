@@ -106,6 +106,7 @@ func (c *Client) UpdateNamespace(ctx context.Context, u NamespaceUpdate) (*Names
 	if err != nil {
 		return nil, opErr(fmt.Sprintf("updating namespace %q", u.Name), err)
 	}
+	c.objects.forget([2]string{u.Name, ""}) // this client's next start applies the change
 	return ns, nil
 }
 
@@ -267,6 +268,13 @@ type objectEntry struct {
 	fetched time.Time
 }
 
+// forget drops key's record: the next lookup reads it again.
+func (oc *objectCache) forget(key [2]string) {
+	oc.mu.Lock()
+	delete(oc.entries, key)
+	oc.mu.Unlock()
+}
+
 // lookup returns the record of key, reading it with read when it is not fresh.
 func (oc *objectCache) lookup(key [2]string, read func() (objectEntry, error)) (objectEntry, error) {
 	now := time.Now()
@@ -295,13 +303,7 @@ func (oc *objectCache) lookup(key [2]string, read func() (objectEntry, error)) (
 // one), the queue's priority (when the start gives none), and both payload limits
 // (ErrPayloadTooLarge). Without records a start is as before.
 func (c *Client) applyRecords(ctx context.Context, def *definition, o StartOptions, p *store.RunCreateParams) error {
-	nsE, err := c.objects.lookup([2]string{p.Namespace, ""}, func() (objectEntry, error) {
-		ns, err := c.store.NamespaceGet(ctx, &store.NamespaceGetParams{Name: p.Namespace})
-		if errors.Is(err, store.ErrNamespaceNotFound) {
-			return objectEntry{}, nil
-		}
-		return objectEntry{ns: ns}, err
-	})
+	nsE, err := c.namespaceRecord(ctx, p.Namespace)
 	if err != nil || nsE.ns == nil {
 		return err // no namespace record: no queue record either
 	}
@@ -330,9 +332,59 @@ func (c *Client) applyRecords(ctx context.Context, def *definition, o StartOptio
 	return nil
 }
 
-// forgetQueue makes this client's worker read queue name's record again for
-// its next run: a change made through the client applies at once.
+// namespaceRecord returns namespace ns's record, from the cache when it is fresh
+// (nil ns: no record).
+func (c *Client) namespaceRecord(ctx context.Context, ns string) (objectEntry, error) {
+	return c.objects.lookup([2]string{ns, ""}, func() (objectEntry, error) {
+		rec, err := c.store.NamespaceGet(ctx, &store.NamespaceGetParams{Name: ns})
+		if errors.Is(err, store.ErrNamespaceNotFound) {
+			return objectEntry{}, nil
+		}
+		return objectEntry{ns: rec}, err
+	})
+}
+
+// StartQueue returns the queue a start of workflow with o would put its run in:
+// o.Queue, else the queue this client registered the workflow with, else the
+// default queue of the namespace's record, else "default". A server authorizes
+// a start on this queue and then starts the run in it, so that a grant limited
+// to one queue covers exactly the runs it lets the caller create.
+func (c *Client) StartQueue(ctx context.Context, workflow string, o StartOptions) (string, error) {
+	if o.Queue != "" {
+		return o.Queue, nil
+	}
+	if def, ok := c.reg.get(workflow); ok && def.opts.Queue != "" {
+		return def.opts.Queue, nil
+	}
+	var def string
+	if c.remote != nil {
+		ns, err := c.GetNamespace(ctx, c.cfg.Namespace)
+		if err != nil && !errors.Is(err, ErrNamespaceNotFound) {
+			return "", err
+		}
+		if ns != nil {
+			def = ns.DefaultQueue
+		}
+	} else {
+		nsE, err := c.namespaceRecord(ctx, c.cfg.Namespace)
+		if err != nil {
+			return "", opErr(fmt.Sprintf("getting namespace %q", c.cfg.Namespace), err)
+		}
+		if nsE.ns != nil {
+			def = nsE.ns.DefaultQueue
+		}
+	}
+	if def == "" {
+		def = store.DefaultQueueName
+	}
+	return def, nil
+}
+
+// forgetQueue makes this client read queue name's record again for its next
+// start and its worker's next run: a change made through the client applies at
+// once.
 func (c *Client) forgetQueue(name string) {
+	c.objects.forget([2]string{c.cfg.Namespace, name})
 	if c.queues != nil {
 		c.queues.Forget(c.cfg.Namespace, name)
 	}

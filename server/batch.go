@@ -31,15 +31,15 @@ func (s *Server) startMany(w http.ResponseWriter, r *http.Request, c *call) erro
 		if err != nil {
 			return fmt.Errorf("runs[%d]: %w", i, err)
 		}
-		queue := item.Queue
-		if queue == "" {
-			queue = "default" // what StartMany gives a workflow the server does not know
+		// As startRun: authorize the queue the run will be in, and start it there.
+		if o.Queue, err = c.client.StartQueue(r.Context(), item.Workflow, o); err != nil {
+			return err
 		}
-		if !allowed[queue] {
-			if err := c.allowQueue(queue); err != nil {
+		if !allowed[o.Queue] {
+			if err := c.allowQueue(o.Queue); err != nil {
 				return err
 			}
-			allowed[queue] = true
+			allowed[o.Queue] = true
 		}
 		input := []byte(item.Input)
 		if len(input) == 0 {

@@ -65,11 +65,12 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *call) error
 	if err != nil {
 		return err
 	}
-	queue := req.Queue
-	if queue == "" {
-		queue = "default" // what StartRaw gives a workflow the server does not know
+	// Authorize the queue the run will be in (the namespace's default queue
+	// when the request names none) and start it in that very queue.
+	if o.Queue, err = c.client.StartQueue(r.Context(), req.Workflow, o); err != nil {
+		return err
 	}
-	if err := c.allowQueue(queue); err != nil {
+	if err := c.allowQueue(o.Queue); err != nil {
 		return err
 	}
 	input := []byte(req.Input)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
 )
 
@@ -188,4 +189,36 @@ func TestQueueRestrictedGrant(t *testing.T) {
 	e.do("POST", "/v1/namespaces/default/runs", "q1-producer", map[string]any{"workflow": "w"}).problem(t, 403, "permission_denied")
 	e.do("POST", "/v1/namespaces/default/runs/"+inQ1.ID+"/cancel", "q1-producer", nil).want(t, 200)
 	e.do("POST", "/v1/namespaces/default/runs/"+inDefault.ID+"/cancel", "q1-producer", nil).problem(t, 403, "permission_denied")
+}
+
+// A start that names no queue is authorized on the queue the run will be in:
+// the namespace's default queue, which need not be "default".
+func TestStartAuthorizedOnTheDefaultQueue(t *testing.T) {
+	toks := testTokens()
+	toks["default-producer"] = &auth.Principal{Name: "dp", Grants: []auth.Grant{{Role: auth.RoleProducer, Namespace: "default", Queue: "default"}}}
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.Authenticator = toks })
+	runs := "/v1/namespaces/default/runs"
+	// Before the namespace names another default queue, "default" is it.
+	e.do("POST", runs, "default-producer", map[string]any{"workflow": "w"}).want(t, 201)
+	e.do("POST", runs, "q1-producer", map[string]any{"workflow": "w"}).problem(t, 403, "permission_denied")
+
+	e.do("PATCH", "/v1/namespaces/default", "admin", map[string]any{"default_queue": "q1"}).want(t, 200)
+	var run trellis.Run
+	e.do("POST", runs, "q1-producer", map[string]any{"workflow": "w"}).want(t, 201).decode(t, &run)
+	if run.Queue != "q1" {
+		t.Errorf("run started by the q1 producer is in queue %q, want q1", run.Queue)
+	}
+	n := e.runCount()
+	e.do("POST", runs, "default-producer", map[string]any{"workflow": "w"}).problem(t, 403, "permission_denied")
+	e.do("POST", runs+":batch", "default-producer", map[string]any{"runs": []any{map[string]any{"workflow": "w"}}}).
+		problem(t, 403, "permission_denied")
+	if got := e.runCount(); got != n {
+		t.Errorf("refused starts created %d runs", got-n)
+	}
+	var batch trellis.StartManyResponse
+	e.do("POST", runs+":batch", "q1-producer", map[string]any{"runs": []any{map[string]any{"workflow": "w"}}}).
+		want(t, 200).decode(t, &batch)
+	if len(batch.Results) != 1 || batch.Results[0].Run == nil || batch.Results[0].Run.Queue != "q1" {
+		t.Errorf("batch start by the q1 producer: %+v, want one run in q1", batch.Results)
+	}
 }
