@@ -255,13 +255,24 @@ func (r *remote) getApproval(ctx context.Context, id string) (*ApprovalRecord, e
 }
 
 func (r *remote) history(ctx context.Context, ref string) ([]*Op, error) {
-	var h struct {
-		Ops []*Op `json:"ops"`
+	h, err := r.exportHistory(ctx, ref)
+	if err != nil {
+		return nil, err
 	}
+	ops := make([]*Op, len(h.Ops))
+	for i := range h.Ops {
+		ops[i] = &h.Ops[i].Op
+	}
+	return ops, nil
+}
+
+// exportHistory reads a run and its history, in the export format.
+func (r *remote) exportHistory(ctx context.Context, ref string) (*RecordedHistory, error) {
+	var h RecordedHistory
 	if _, err := r.do(ctx, httpc.Call{Method: http.MethodGet, Path: r.runPath(ref, "history"), Out: &h}); err != nil {
 		return nil, err
 	}
-	return h.Ops, nil
+	return &h, nil
 }
 
 // act posts an action on a run (cancel, resume) that answers the run.

@@ -27,10 +27,14 @@ func TestAPIRunLifecycle(t *testing.T) {
 			if done.Status != trellis.StatusSucceeded || string(done.Output) != `{"n":1}` {
 				t.Fatalf("result %s %s", done.Status, done.Output)
 			}
-			var h History
-			e.do("GET", "/v1/namespaces/default/runs/"+run.ID+"/history", "reader", nil).want(t, 200).decode(t, &h)
-			if len(h.Ops) != 1 || h.Ops[0].Kind != trellis.OpSet {
-				t.Fatalf("history %+v", h.Ops)
+			// The history is the export document, which ParseHistory reads.
+			hr := e.do("GET", "/v1/namespaces/default/runs/order-1/history", "reader", nil).want(t, 200)
+			h, err := trellis.ParseHistory(hr.body)
+			if err != nil {
+				t.Fatalf("history route's answer is not a %s document: %v\n%s", trellis.HistoryFormat, err, hr.body)
+			}
+			if h.Run.ID != run.ID || h.Run.Status != trellis.StatusSucceeded || len(h.Ops) != 1 || h.Ops[0].Kind != trellis.OpSet {
+				t.Fatalf("history: run %s %s, ops %+v", h.Run.ID, h.Run.Status, h.Ops)
 			}
 			var v Value
 			e.do("GET", "/v1/namespaces/default/runs/order-1/values/seen", "reader", nil).want(t, 200).decode(t, &v)

@@ -147,11 +147,11 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, c *call) error {
 }
 
 func (s *Server) getHistory(w http.ResponseWriter, r *http.Request, c *call) error {
-	ops, err := c.client.History(r.Context(), c.run.ID)
+	h, err := c.client.ExportHistory(r.Context(), c.run.ID)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, 200, History{Ops: ops})
+	writeJSON(w, 200, h)
 	return nil
 }
 

@@ -15,8 +15,8 @@ func TestOpenAPISchemas(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, want := range []string{"Run", "RunPage", "Op", "Attempt", "ErrorInfo", "ApprovalRecord", "ApprovalList",
-		"WorkerRecord", "StartRequest", "EventRequest", "DecideRequest", "ResetRequest", "Problem", "History", "Value"} {
+	for _, want := range []string{"Run", "RunPage", "HistoryOp", "Attempt", "ErrorInfo", "ApprovalRecord", "ApprovalList",
+		"WorkerRecord", "StartRequest", "EventRequest", "DecideRequest", "ResetRequest", "Problem", "RecordedHistory", "Value"} {
 		if schemas[want] == nil {
 			t.Errorf("no schema %s (have %v)", want, names)
 		}

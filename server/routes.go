@@ -56,10 +56,9 @@ type route struct {
 type (
 	// RunList is a page of runs.
 	RunList = trellis.RunPage
-	// History is a run's ops.
-	History struct {
-		Ops []*trellis.Op `json:"ops"`
-	}
+	// History is a run and its ops in the history export format
+	// (docs/history-format.md), as `trellis runs history --json` writes it.
+	History = trellis.RecordedHistory
 	// WorkflowList names the workflows live workers serve.
 	WorkflowList struct {
 		Workflows []string `json:"workflows"`
