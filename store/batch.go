@@ -110,6 +110,20 @@ type RunDeleteParams struct {
 	Namespace string `json:"namespace"`
 	// Ref is a run ID or a workflow ID (its latest run).
 	Ref string `json:"ref"`
+	// Idempotency, when set, records an idempotency key with the deletion,
+	// atomically (see IdempotencyStore); its response renders nil. Unlike the
+	// keys whose response names a run, this one outlives the run it deleted,
+	// so that a retry is told the key is used rather than ErrRunNotFound.
+	Idempotency *IdempotencyRecord `json:"-"`
+}
+
+// Validate reports the first missing or malformed field of p, wrapping
+// ErrInvalidParams.
+func (p *RunDeleteParams) Validate() error {
+	if p.Namespace == "" || p.Ref == "" {
+		return fmt.Errorf("%w: Namespace and Ref are required", ErrInvalidParams)
+	}
+	return p.Idempotency.Validate()
 }
 
 // RunsPurgeParams are the parameters of RunsPurge.

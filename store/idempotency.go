@@ -17,9 +17,10 @@ import (
 //
 // A key is recorded by the mutating call it guards, in the same transaction as the
 // change: the calls whose parameters carry an Idempotency field (RunCreate,
-// EventSend, RunCancel, RunResume, ApprovalDecide) write their IdempotencyRecord
-// atomically with what they do, or nothing. A server serves a request with key K
-// as follows:
+// RunsCreate, EventSend, RunCancel, RunResume, RunDelete, ApprovalDecide, the
+// schedule calls, NamespaceCreate, NamespaceUpdate, QueueCreate, QueueUpdate,
+// QueueSetPaused) write their IdempotencyRecord atomically with what they do, or
+// nothing. A server serves a request with key K as follows:
 //
 //  1. IdempotencyGet(K) (or IdempotencyReplay): found with the same fingerprint →
 //     replay its response; with another fingerprint → refuse (conflict).
@@ -54,7 +55,8 @@ type IdempotencyRecord struct {
 	Fingerprint []byte
 	// Response renders the response to keep under the key from the call's result
 	// (*RunCreateResult, *EventSendResult, *Run of RunCancel and RunResume,
-	// *Approval). The store calls it inside the transaction, after the change,
+	// *Approval, *Namespace, *Queue; each call's field says which). The store
+	// calls it inside the transaction, after the change,
 	// possibly more than once when the transaction is retried: it must be quick and
 	// have no other effect. Nil keeps status 0 and the result as JSON.
 	Response func(result any) (status int, body []byte, err error)

@@ -158,6 +158,11 @@ type NamespaceCreateParams struct {
 	Retention    Duration `json:"retention,omitempty"`
 	DefaultQueue string   `json:"default_queue,omitempty"`
 	PayloadLimit int      `json:"payload_limit,omitempty"`
+	// Idempotency, when set, records an idempotency key with the creation,
+	// atomically (see IdempotencyStore), in the namespace it creates; its
+	// response renders the *Namespace. Over HTTP the key is the
+	// Idempotency-Key header, never a field.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // NamespaceGetParams are the parameters of NamespaceGet.
@@ -172,6 +177,9 @@ type NamespaceUpdateParams struct {
 	Retention    *Duration `json:"retention,omitempty"`
 	DefaultQueue *string   `json:"default_queue,omitempty"`
 	PayloadLimit *int      `json:"payload_limit,omitempty"`
+	// Idempotency, when set, records an idempotency key with the change,
+	// atomically (see IdempotencyStore); its response renders the *Namespace.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // QueueSettings are a queue's settable fields; nil fields are left as they are
@@ -192,6 +200,9 @@ type QueueCreateParams struct {
 	Name      string `json:"name"`
 	Paused    bool   `json:"paused,omitempty"`
 	QueueSettings
+	// Idempotency, when set, records an idempotency key with the creation,
+	// atomically (see IdempotencyStore); its response renders the *Queue.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // QueueGetParams are the parameters of QueueGet.
@@ -210,6 +221,8 @@ type QueueUpdateParams struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	QueueSettings
+	// Idempotency: as QueueCreateParams'.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // QueueSetPausedParams are the parameters of QueueSetPaused.
@@ -217,6 +230,9 @@ type QueueSetPausedParams struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Paused    bool   `json:"paused"`
+	// Idempotency: as QueueCreateParams'. A retry with the key is told the key
+	// is used, not ErrQueueState.
+	Idempotency *IdempotencyRecord `json:"-"`
 }
 
 // ValidateObjectName checks the name of a namespace or queue (what says which):
@@ -252,7 +268,10 @@ func (p *NamespaceCreateParams) Validate() error {
 		return err
 	}
 	r, q, l := p.Retention, p.DefaultQueue, p.PayloadLimit
-	return validateNamespaceFields(ptrIf(r != 0, &r), ptrIf(q != "", &q), ptrIf(l != 0, &l))
+	if err := validateNamespaceFields(ptrIf(r != 0, &r), ptrIf(q != "", &q), ptrIf(l != 0, &l)); err != nil {
+		return err
+	}
+	return p.Idempotency.Validate()
 }
 
 // Validate reports the first malformed field of p, wrapping ErrInvalidParams.
@@ -260,7 +279,10 @@ func (p *NamespaceUpdateParams) Validate() error {
 	if err := ValidateObjectName("namespace", p.Name); err != nil {
 		return err
 	}
-	return validateNamespaceFields(p.Retention, p.DefaultQueue, p.PayloadLimit)
+	if err := validateNamespaceFields(p.Retention, p.DefaultQueue, p.PayloadLimit); err != nil {
+		return err
+	}
+	return p.Idempotency.Validate()
 }
 
 func ptrIf[T any](ok bool, v *T) *T {
@@ -309,24 +331,34 @@ func (s *QueueSettings) Validate() error {
 
 // Validate reports the first malformed field of p, wrapping ErrInvalidParams.
 func (p *QueueCreateParams) Validate() error {
-	if err := ValidateObjectName("namespace", p.Namespace); err != nil {
-		return err
-	}
-	if err := ValidateObjectName("queue", p.Name); err != nil {
-		return err
-	}
-	return p.QueueSettings.Validate()
+	return validateQueueCall(p.Namespace, p.Name, &p.QueueSettings, p.Idempotency)
 }
 
 // Validate reports the first malformed field of p, wrapping ErrInvalidParams.
 func (p *QueueUpdateParams) Validate() error {
-	if err := ValidateObjectName("namespace", p.Namespace); err != nil {
+	return validateQueueCall(p.Namespace, p.Name, &p.QueueSettings, p.Idempotency)
+}
+
+// Validate reports the first malformed field of p, wrapping ErrInvalidParams.
+func (p *QueueSetPausedParams) Validate() error {
+	return validateQueueCall(p.Namespace, p.Name, nil, p.Idempotency)
+}
+
+// validateQueueCall checks the fields of a queue call: names, settings (nil:
+// none) and key.
+func validateQueueCall(namespace, name string, s *QueueSettings, rec *IdempotencyRecord) error {
+	if err := ValidateObjectName("namespace", namespace); err != nil {
 		return err
 	}
-	if err := ValidateObjectName("queue", p.Name); err != nil {
+	if err := ValidateObjectName("queue", name); err != nil {
 		return err
 	}
-	return p.QueueSettings.Validate()
+	if s != nil {
+		if err := s.Validate(); err != nil {
+			return err
+		}
+	}
+	return rec.Validate()
 }
 
 // Apply sets the fields of q that s sets.

@@ -35,13 +35,17 @@ func (s *Store) RunsCreate(ctx context.Context, p *store.RunsCreateParams) (*sto
 
 // RunDelete implements store.RunDeleter.
 func (s *Store) RunDelete(ctx context.Context, p *store.RunDeleteParams) (*store.Run, error) {
-	if p.Namespace == "" || p.Ref == "" {
-		return nil, fmt.Errorf("deleting run: %w: Namespace and Ref are required", store.ErrInvalidParams)
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("deleting run: %w", err)
 	}
 	var run *store.Run
-	err := s.inTx(ctx, func(tx *wtx) (err error) {
-		run, err = shared.RunDelete(stx{tx}, p)
-		return err
+	err := s.inTx(ctx, func(tx *wtx) error {
+		// The key's response renders nil, and no run sequence is kept with it:
+		// the key outlives the run (store.RunDeleteParams).
+		return shared.Guarded(stx{tx}, p.Namespace, p.Idempotency, func() (_ any, err error) {
+			run, err = shared.RunDelete(stx{tx}, p)
+			return nil, err
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("deleting run: %w", err)

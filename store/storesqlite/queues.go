@@ -16,9 +16,11 @@ func (s *Store) NamespaceCreate(ctx context.Context, p *store.NamespaceCreatePar
 		return nil, fmt.Errorf("creating namespace: %w", err)
 	}
 	var ns *store.Namespace
-	err := s.write(ctx, func(tx *wtx) (err error) {
-		ns, err = shared.NamespaceCreate(tx, p)
-		return err
+	err := s.write(ctx, func(tx *wtx) error {
+		return shared.Guarded(tx, p.Name, p.Idempotency, func() (_ any, err error) {
+			ns, err = shared.NamespaceCreate(tx, p)
+			return ns, err
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating namespace: %w", err)
@@ -42,9 +44,11 @@ func (s *Store) NamespaceUpdate(ctx context.Context, p *store.NamespaceUpdatePar
 		return nil, fmt.Errorf("updating namespace: %w", err)
 	}
 	var ns *store.Namespace
-	err := s.write(ctx, func(tx *wtx) (err error) {
-		ns, err = shared.NamespaceUpdate(tx, p)
-		return err
+	err := s.write(ctx, func(tx *wtx) error {
+		return shared.Guarded(tx, p.Name, p.Idempotency, func() (_ any, err error) {
+			ns, err = shared.NamespaceUpdate(tx, p)
+			return ns, err
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("updating namespace: %w", err)
@@ -58,9 +62,11 @@ func (s *Store) QueueCreate(ctx context.Context, p *store.QueueCreateParams) (*s
 		return nil, fmt.Errorf("creating queue: %w", err)
 	}
 	var q *store.Queue
-	err := s.write(ctx, func(tx *wtx) (err error) {
-		q, err = shared.QueueCreate(tx, p)
-		return err
+	err := s.write(ctx, func(tx *wtx) error {
+		return shared.Guarded(tx, p.Namespace, p.Idempotency, func() (_ any, err error) {
+			q, err = shared.QueueCreate(tx, p)
+			return q, err
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating queue: %w", err)
@@ -84,9 +90,11 @@ func (s *Store) QueueUpdate(ctx context.Context, p *store.QueueUpdateParams) (*s
 		return nil, fmt.Errorf("updating queue: %w", err)
 	}
 	var q *store.Queue
-	err := s.write(ctx, func(tx *wtx) (err error) {
-		q, err = shared.QueueUpdate(tx, p)
-		return err
+	err := s.write(ctx, func(tx *wtx) error {
+		return shared.Guarded(tx, p.Namespace, p.Idempotency, func() (_ any, err error) {
+			q, err = shared.QueueUpdate(tx, p)
+			return q, err
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("updating queue: %w", err)
@@ -96,16 +104,15 @@ func (s *Store) QueueUpdate(ctx context.Context, p *store.QueueUpdateParams) (*s
 
 // QueueSetPaused implements store.QueueStore.
 func (s *Store) QueueSetPaused(ctx context.Context, p *store.QueueSetPausedParams) (*store.Queue, error) {
-	if err := store.ValidateObjectName("namespace", p.Namespace); err != nil {
-		return nil, fmt.Errorf("pausing queue: %w", err)
-	}
-	if err := store.ValidateObjectName("queue", p.Name); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("pausing queue: %w", err)
 	}
 	var q *store.Queue
-	err := s.write(ctx, func(tx *wtx) (err error) {
-		q, err = shared.QueueSetPaused(tx, p)
-		return err
+	err := s.write(ctx, func(tx *wtx) error {
+		return shared.Guarded(tx, p.Namespace, p.Idempotency, func() (_ any, err error) {
+			q, err = shared.QueueSetPaused(tx, p)
+			return q, err
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pausing queue: %w", err)

@@ -23,6 +23,13 @@ var idempotencyCases = []testCase{
 	{"InvalidParams", idemInvalidParams},
 	{"CancelResumeDecide", idemCancelResumeDecide},
 	{"Replay", idemReplay},
+	// The control plane's keyed calls (idemobjects.go).
+	{"NamespaceCreate", idemNamespaceCreate},
+	{"NamespaceUpdate", idemNamespaceUpdate},
+	{"QueueCalls", idemQueueCalls},
+	{"RunDelete", idemRunDelete},
+	{"ObjectsConcurrentDuplicates", idemObjectsConcurrent},
+	{"ObjectsInvalidKey", idemObjectsInvalidKey},
 }
 
 // idemRecord is a record of key for the request named req; its response is 201

@@ -80,6 +80,21 @@ func (s *SQL) IdempotencyFinish(tx Tx, namespace string, r *store.IdempotencyRec
 	return nil
 }
 
+// Guarded runs change between IdempotencyBegin and IdempotencyFinish of r's key
+// in namespace, so that the key, the change and its response commit together;
+// change returns the result the response is rendered from. A nil r runs change
+// alone.
+func (s *SQL) Guarded(tx Tx, namespace string, r *store.IdempotencyRecord, change func() (any, error)) error {
+	if err := s.IdempotencyBegin(tx, namespace, r); err != nil {
+		return err
+	}
+	result, err := change()
+	if err != nil {
+		return err
+	}
+	return s.IdempotencyFinish(tx, namespace, r, result)
+}
+
 // IdempotencyGet reads an unexpired entry at now.
 func (s *SQL) IdempotencyGet(q Querier, p *store.IdempotencyGetParams, now time.Time) (*store.IdempotencyEntry, error) {
 	var (
