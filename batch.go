@@ -186,6 +186,7 @@ func (c *Client) Delete(ctx context.Context, ref string) error {
 		_, err := c.remote.do(ctx, httpc.Call{Method: http.MethodDelete, Path: c.remote.runPath(ref)})
 		return err
 	}
-	_, err := c.store.RunDelete(ctx, &store.RunDeleteParams{Namespace: c.cfg.Namespace, Ref: ref})
+	_, err := c.store.RunDelete(ctx, &store.RunDeleteParams{Namespace: c.cfg.Namespace, Ref: ref,
+		Idempotency: idempotency(ctx, noResult)})
 	return err
 }

@@ -177,7 +177,8 @@ func (c *Client) UpdateQueue(ctx context.Context, name string, s QueueSettings) 
 		q = new(Queue)
 		err = c.remote.call(ctx, http.MethodPatch, c.remote.queuePath(name), s, q)
 	} else {
-		q, err = c.store.QueueUpdate(ctx, &store.QueueUpdateParams{Namespace: c.cfg.Namespace, Name: name, QueueSettings: s})
+		q, err = c.store.QueueUpdate(ctx, &store.QueueUpdateParams{Namespace: c.cfg.Namespace, Name: name, QueueSettings: s,
+			Idempotency: idempotency(ctx, sameRecord)})
 		c.forgetQueue(name)
 	}
 	if err != nil {
@@ -206,7 +207,8 @@ func (c *Client) setPaused(ctx context.Context, name string, paused bool) (*Queu
 		q = new(Queue)
 		err = c.remote.call(ctx, http.MethodPost, c.remote.queuePath(name)+"/"+verb, nil, q)
 	} else {
-		q, err = c.store.QueueSetPaused(ctx, &store.QueueSetPausedParams{Namespace: c.cfg.Namespace, Name: name, Paused: paused})
+		q, err = c.store.QueueSetPaused(ctx, &store.QueueSetPausedParams{Namespace: c.cfg.Namespace, Name: name, Paused: paused,
+			Idempotency: idempotency(ctx, sameRecord)})
 	}
 	if err != nil {
 		return nil, opErr(fmt.Sprintf("%s queue %q", map[bool]string{true: "pausing", false: "resuming"}[paused], name), err)

@@ -25,3 +25,7 @@ func createdRun(result any) any { return runFromStore(result.(*store.RunCreateRe
 func changedRun(result any) any { return runFromStore(result.(*store.Run)) }
 func decided(result any) any    { return approvalFromStore(result.(*store.Approval)) }
 func noResult(any) any          { return nil }
+
+// sameRecord is the converter of a call whose store result is its SDK value
+// (*Queue and *Namespace are the store's records).
+func sameRecord(result any) any { return result }

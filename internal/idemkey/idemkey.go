@@ -13,8 +13,10 @@ type Request struct {
 	Fingerprint []byte
 	// Render renders the response to keep under the key from the SDK value of
 	// the guarded call's result: *trellis.Run (start, reset, cancel, resume),
-	// *trellis.ApprovalRecord (approve, reject) or nil (event). The store calls it
-	// inside its transaction, possibly more than once when it retries it.
+	// *trellis.ApprovalRecord (approve, reject), *trellis.Schedule,
+	// *trellis.Queue (update, pause, resume a queue) or nil (event, deletion).
+	// The store calls it inside its transaction, possibly more than once when it
+	// retries it.
 	Render func(v any) (status int, body []byte, err error)
 }
 
