@@ -22,7 +22,7 @@ type call struct {
 	done      func()
 	run       *trellis.Run            // scopeRun (and scopeRunLazy, unless nil): the run {id} names
 	approval  *trellis.ApprovalRecord // scopeApproval: approval {id}
-	keyed     *keyed                  // a POST with an Idempotency-Key (see handle)
+	keyed     *keyed                  // a request with an Idempotency-Key on a route that takes one (see handle)
 	// streamOwned: a stream's own goroutine took over the connection and its
 	// count in MaxStreams (streamRun).
 	streamOwned bool
@@ -72,14 +72,16 @@ func (s *Server) wrap(rt route) http.Handler {
 		}
 		s.active.Add(1) // after the slot: a request counted here holds one
 		defer s.active.Add(-1)
-		if err := s.prepare(r, rt, c); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		if c.done != nil {
+		err := s.prepare(r, rt, c)
+		if c.done != nil { // set by prepare, even when it then refuses
 			defer c.done()
 		}
-		if err := s.handle(w, r, rt, c); err != nil {
+		if err != nil {
+			err = s.replayGone(w, r, rt, c, err)
+		} else {
+			err = s.handle(w, r, rt, c)
+		}
+		if err != nil {
 			s.writeError(w, r, err)
 		}
 	})

@@ -14,17 +14,30 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// Idempotency keys (docs/http-api.md#idempotency-keys): a POST with an
-// Idempotency-Key header is fingerprinted (method, path, body, principal) and
-// looked up in the namespace first (except on routes whose store call looks it
-// up first thing: route.keyInStore). A recorded key with the same fingerprint
-// gets its first response again (status and body, with IdempotentReplayedHeader);
-// with another fingerprint, 422. Otherwise the handler runs with the key in its
-// context (internal/idemkey): the SDK method hands it to the store call it
-// makes, which records the key and the rendered response in the transaction of
-// its change. When a concurrent duplicate committed first, the call changes
-// nothing and fails with store.ErrIdempotencyKeyUsed, and the winner's response
-// is replayed.
+// Idempotency keys (docs/http-api.md#idempotency-keys): a request with an
+// Idempotency-Key header on a route that takes one (route.takesKey: every
+// mutating route but the token routes, route.unkeyed) is fingerprinted (method,
+// path, body, principal) and looked up in the namespace first (except on routes
+// whose store call looks it up first thing: route.keyInStore). A recorded key
+// with the same fingerprint gets its first response again (status and body,
+// with IdempotentReplayedHeader); with another fingerprint, 422. Otherwise the
+// handler runs with the key in its context (internal/idemkey): the SDK method
+// hands it to the store call it makes, which records the key and the rendered
+// response in the transaction of its change. A handler that calls the store
+// itself, or passes the SDK a store record type (namespaces, queues), puts
+// call.idempotency() in the store call's parameters instead. When a concurrent
+// duplicate committed first, the call changes nothing and fails with
+// store.ErrIdempotencyKeyUsed, and the winner's response is replayed.
+//
+// The key is kept in the namespace the path names, but for POST /v1/namespaces,
+// whose path names none: its key is kept in the namespace it creates (the
+// body's name, set by createNamespace in keyed.ns). Keys are per namespace, so
+// that is the namespace the request addresses: a retry (the same body) finds
+// the key there, and the same key creating another namespace is another
+// namespace's key, as a start in another namespace is.
+//
+// A retried DELETE of a run finds the run gone before its handler runs: see
+// replayGone.
 
 // Header names.
 const (
@@ -34,7 +47,11 @@ const (
 
 // keyed is the idempotency state of a request with a key.
 type keyed struct {
+	// rec is the key and fingerprint; its Response renders the route's answer
+	// (render).
 	rec *store.IdempotencyRecord
+	// ns is the namespace the key is kept in (see the comment at the top).
+	ns string
 	// status and body are the response the store recorded with the key, rendered
 	// by the last call of render (the store may render again when it retries its
 	// transaction; the last rendering is the committed one).
@@ -60,13 +77,10 @@ func (k *keyed) render(status int) func(v any) (int, []byte, error) {
 	}
 }
 
-// handle runs rt's handler, under the request's idempotency key when it is a
-// POST that has one.
+// handle runs rt's handler, under the request's idempotency key when the route
+// takes one and the request has one.
 func (s *Server) handle(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
-	// The token routes address no namespace to keep keys in; their store writes
-	// are safe to retry as they are (a second create fails token_exists, a second
-	// revoke changes nothing), so a key there is ignored.
-	if rt.method != http.MethodPost || rt.public || rt.scope == scopeGlobal || r.Header.Values(IdempotencyKeyHeader) == nil {
+	if !rt.takesKey() || r.Header.Values(IdempotencyKeyHeader) == nil {
 		return rt.handle(s, w, r, c)
 	}
 	rec, err := s.idempotencyRecord(w, r, c)
@@ -78,13 +92,13 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, rt route, c *cal
 			return err
 		}
 	}
-	c.keyed = &keyed{rec: rec}
-	ctx := idemkey.With(r.Context(), &idemkey.Request{Key: rec.Key, Fingerprint: rec.Fingerprint,
-		Render: c.keyed.render(rt.status)})
+	c.keyed = &keyed{rec: rec, ns: c.ns}
+	rec.Response = c.keyed.render(rt.status)
+	ctx := idemkey.With(r.Context(), &idemkey.Request{Key: rec.Key, Fingerprint: rec.Fingerprint, Render: rec.Response})
 	err = rt.handle(s, w, r.WithContext(ctx), c)
 	if errors.Is(err, store.ErrIdempotencyKeyUsed) {
 		// A concurrent duplicate executed and committed first: answer its response.
-		replayed, rerr := s.replay(w, r.Context(), c.ns, rec)
+		replayed, rerr := s.replay(w, r.Context(), c.keyed.ns, rec)
 		if rerr == nil && !replayed {
 			rerr = fmt.Errorf("%w: idempotency key %q was used but its entry is gone", ErrUnavailable, rec.Key)
 		}
@@ -93,11 +107,48 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, rt route, c *cal
 	if err != nil && rt.keyInStore {
 		// Refused before the store saw the key (a limit changed since the first
 		// request, say): a retry still gets the first response.
-		if replayed, rerr := s.replay(w, r.Context(), c.ns, rec); replayed || rerr != nil {
+		if replayed, rerr := s.replay(w, r.Context(), c.keyed.ns, rec); replayed || rerr != nil {
 			return rerr
 		}
 	}
 	return err
+}
+
+// idempotency is the record a handler that makes the store call itself puts in
+// its parameters: the request's key, whose response is the store's result
+// rendered as the route's answer (so the result must be the answer's value:
+// *store.Namespace, *store.Queue); nil without a key.
+func (c *call) idempotency() *store.IdempotencyRecord {
+	if c.keyed == nil {
+		return nil
+	}
+	return c.keyed.rec
+}
+
+// replayGone is what wrap answers a request prepare refused with refused. A
+// request with a key on a route that takes one, refused because its run is
+// gone, is served its key as handle would: the response recorded under it when
+// the same request recorded it (a retried DELETE of a run whose first try
+// deleted it, the one keyed change that removes the run its route reads,
+// answers that first 204), 422 when another request did. Without a recorded
+// key (or with a malformed one) the refusal stands. Nothing leaks: prepare
+// checked the route's role in the namespace before it read the run (c.client
+// is set after that check), as it does before any keyed handler, and the
+// fingerprint holds the principal, so only the principal whose request
+// recorded the key gets its answer.
+func (s *Server) replayGone(w http.ResponseWriter, r *http.Request, rt route, c *call, refused error) error {
+	if !errors.Is(refused, store.ErrRunNotFound) || c.client == nil || !rt.takesKey() ||
+		r.Header.Values(IdempotencyKeyHeader) == nil {
+		return refused
+	}
+	rec, err := s.idempotencyRecord(w, r, c)
+	if err != nil {
+		return refused
+	}
+	if replayed, err := s.replay(w, r.Context(), c.ns, rec); replayed || err != nil {
+		return err
+	}
+	return refused
 }
 
 // idempotencyRecord checks the request's key, reads its body (leaving it to be
@@ -144,8 +195,12 @@ func idempotencyKey(h http.Header) (string, error) {
 }
 
 // replay answers the response recorded under rec's key in namespace ns, and
-// reports whether there was one; a key recorded by another request is a conflict.
+// reports whether there was one; a key recorded by another request is a
+// conflict. No namespace (ns "") has no keys.
 func (s *Server) replay(w http.ResponseWriter, ctx context.Context, ns string, rec *store.IdempotencyRecord) (bool, error) {
+	if ns == "" {
+		return false, nil
+	}
 	e, err := store.IdempotencyReplay(ctx, s.store, ns, rec)
 	if err != nil || e == nil {
 		return false, err

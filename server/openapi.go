@@ -70,7 +70,7 @@ func operation(rt route, schemas obj) obj {
 	for _, q := range rt.query {
 		params = append(params, obj{"name": q.name, "in": "query", "description": q.doc, "schema": obj{"type": q.typ}})
 	}
-	if rt.method == http.MethodPost && !rt.public {
+	if rt.takesKey() {
 		params = append(params, obj{"name": IdempotencyKeyHeader, "in": "header",
 			"description": "makes retries safe: a retry with the same key and request gets the first response again (docs/http-api.md)",
 			"schema":      obj{"type": "string", "minLength": 1, "maxLength": 255}})

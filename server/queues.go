@@ -55,12 +55,16 @@ func (s *Server) createNamespace(w http.ResponseWriter, r *http.Request, c *call
 	if err := checkNamespaceName(req.Name); err != nil {
 		return err
 	}
+	if c.keyed != nil {
+		c.keyed.ns = req.Name // the path names no namespace: the key is kept in the new one
+	}
 	ns, err := s.store.NamespaceCreate(r.Context(), &store.NamespaceCreateParams{Name: req.Name,
-		Retention: req.Retention, DefaultQueue: req.DefaultQueue, PayloadLimit: req.PayloadLimit})
+		Retention: req.Retention, DefaultQueue: req.DefaultQueue, PayloadLimit: req.PayloadLimit,
+		Idempotency: c.idempotency()})
 	if err != nil {
 		return err
 	}
-	writeJSON(w, 201, ns)
+	reply(w, c, 201, ns)
 	return nil
 }
 
@@ -101,11 +105,12 @@ func (s *Server) updateNamespace(w http.ResponseWriter, r *http.Request, c *call
 		return err
 	}
 	ns, err := c.client.UpdateNamespace(r.Context(), store.NamespaceUpdateParams{Name: c.ns,
-		Retention: req.Retention, DefaultQueue: req.DefaultQueue, PayloadLimit: req.PayloadLimit})
+		Retention: req.Retention, DefaultQueue: req.DefaultQueue, PayloadLimit: req.PayloadLimit,
+		Idempotency: c.idempotency()})
 	if err != nil {
 		return err
 	}
-	writeJSON(w, 200, ns)
+	reply(w, c, 200, ns)
 	return nil
 }
 
@@ -117,7 +122,8 @@ func (s *Server) createQueue(w http.ResponseWriter, r *http.Request, c *call) er
 	if err := checkRef("queue", req.Name); err != nil {
 		return err
 	}
-	p := &store.QueueCreateParams{Namespace: c.ns, Name: req.Name, Paused: req.Paused, QueueSettings: req.QueueSettings}
+	p := &store.QueueCreateParams{Namespace: c.ns, Name: req.Name, Paused: req.Paused, QueueSettings: req.QueueSettings,
+		Idempotency: c.idempotency()}
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -126,7 +132,7 @@ func (s *Server) createQueue(w http.ResponseWriter, r *http.Request, c *call) er
 		return err
 	}
 	s.queues.Forget(c.ns, req.Name) // remote workers' runs take its policy at once
-	writeJSON(w, 201, q)
+	reply(w, c, 201, q)
 	return nil
 }
 
@@ -172,7 +178,7 @@ func (s *Server) updateQueue(w http.ResponseWriter, r *http.Request, c *call) er
 		return err
 	}
 	s.queues.Forget(c.ns, name)
-	writeJSON(w, 200, q)
+	reply(w, c, 200, q)
 	return nil
 }
 
@@ -202,6 +208,6 @@ func (s *Server) setQueuePaused(w http.ResponseWriter, r *http.Request, c *call,
 	if err != nil {
 		return err
 	}
-	writeJSON(w, 200, q)
+	reply(w, c, 200, q)
 	return nil
 }

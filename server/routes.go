@@ -49,8 +49,23 @@ type route struct {
 	// request with a key skips the lookup before the handler (a read per call);
 	// a duplicate is found by the store and answered the recorded response.
 	keyInStore bool
-	handle     func(s *Server, w http.ResponseWriter, r *http.Request, c *call) error
+	// unkeyed says why a mutating route ignores an Idempotency-Key header;
+	// every other non-GET route honours it (takesKey), and
+	// TestIdempotencyWalk proves it does.
+	unkeyed string
+	handle  func(s *Server, w http.ResponseWriter, r *http.Request, c *call) error
 }
+
+// takesKey reports whether the route honours an Idempotency-Key header (see
+// handle): every mutating route of the API but those that say why not.
+func (rt *route) takesKey() bool {
+	return rt.method != http.MethodGet && !rt.public && rt.unkeyed == ""
+}
+
+// tokensUnkeyed is why the token routes ignore an Idempotency-Key header.
+const tokensUnkeyed = "the token routes address no namespace to keep keys in, and a kept response would " +
+	"store a new token's secret, which the store keeps only hashed; a retried create fails token_exists, " +
+	"a retried revoke changes nothing"
 
 // Response bodies that are not SDK records.
 type (
@@ -175,7 +190,8 @@ var routeTable = []route{
 	{method: "GET", pattern: "/v1/namespaces/{ns}/workers", op: "listWorkers", summary: "The namespace's workers, live or not",
 		role: auth.RoleReader, scope: scopeNamespace, status: 200, response: WorkerList{}, handle: (*Server).listWorkers},
 	{method: "POST", pattern: "/v1/namespaces", op: "createNamespace", summary: "Create a namespace's record (retention, default queue, payload limit)",
-		role: auth.RoleAdmin, scope: scopeGlobal, request: NamespaceRequest{}, status: 201, response: store.Namespace{}, handle: (*Server).createNamespace},
+		role: auth.RoleAdmin, scope: scopeGlobal, request: NamespaceRequest{}, status: 201, response: store.Namespace{}, handle: (*Server).createNamespace,
+		keyInStore: true}, // its key is kept in the namespace the body names (createNamespace)
 	{method: "GET", pattern: "/v1/namespaces", op: "listNamespaces", summary: "The namespaces with a record, by name",
 		role: auth.RoleReader, scope: scopeGlobal, status: 200, response: NamespaceList{}, handle: (*Server).listNamespaces},
 	{method: "GET", pattern: "/v1/namespaces/{ns}", op: "getNamespace", summary: "A namespace's record",
@@ -216,11 +232,13 @@ var routeTable = []route{
 	{method: "POST", pattern: nsSchedules + "/{name}/backfill", op: "backfillSchedule", summary: "Start the runs of a schedule's ticks in [start, end)",
 		role: auth.RoleAdmin, scope: scopeNamespace, request: BackfillRequest{}, status: 200, response: trellis.BackfillResult{}, handle: (*Server).backfillSchedule},
 	{method: "POST", pattern: "/v1/tokens", op: "createToken", summary: "Create a token; the answer holds its secret, shown this once",
-		role: auth.RoleAdmin, scope: scopeGlobal, request: TokenRequest{}, status: 201, response: CreatedToken{}, handle: (*Server).createToken},
+		role: auth.RoleAdmin, scope: scopeGlobal, request: TokenRequest{}, status: 201, response: CreatedToken{}, handle: (*Server).createToken,
+		unkeyed: tokensUnkeyed},
 	{method: "GET", pattern: "/v1/tokens", op: "listTokens", summary: "List every token, live and revoked, by name (never a secret)",
 		role: auth.RoleAdmin, scope: scopeGlobal, status: 200, response: TokenList{}, handle: (*Server).listTokens},
 	{method: "POST", pattern: "/v1/tokens/{name}/revoke", op: "revokeToken", summary: "Revoke a token by name, at once and for ever",
-		role: auth.RoleAdmin, scope: scopeGlobal, status: 200, response: store.Token{}, handle: (*Server).revokeToken},
+		role: auth.RoleAdmin, scope: scopeGlobal, status: 200, response: store.Token{}, handle: (*Server).revokeToken,
+		unkeyed: tokensUnkeyed},
 }
 
 // routes builds the server's handler from the route table.
