@@ -40,8 +40,12 @@ var keyedFixtures = map[string]walkFixture{
 	"sendEvent": func(e *env, i int) (string, any) {
 		return runsPath + "/" + e.start("nobody-serves", nil, nil).ID + "/events", map[string]any{"name": "go"}
 	},
-	"approve": func(e *env, i int) (string, any) { return e.approvalPath() + "/approve", map[string]any{"comment": "walk"} },
-	"reject":  func(e *env, i int) (string, any) { return e.approvalPath() + "/reject", map[string]any{"comment": "walk"} },
+	"approve": func(e *env, i int) (string, any) {
+		return e.approvalPath() + "/approve", map[string]any{"comment": "walk"}
+	},
+	"reject": func(e *env, i int) (string, any) {
+		return e.approvalPath() + "/reject", map[string]any{"comment": "walk"}
+	},
 	"createNamespace": func(e *env, i int) (string, any) {
 		return "/v1/namespaces", map[string]any{"name": fmt.Sprintf("walk-%d", i)}
 	},
