@@ -3,6 +3,9 @@ package workerwire
 import (
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
+	"slices"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -34,4 +37,51 @@ func TestSentinelsRoundTrip(t *testing.T) {
 func mustDetail(err error) *pb.ErrorDetail {
 	_, d := Detail(err)
 	return d
+}
+
+// Every reason the server sends is listed where a worker in another language
+// reads it: the comment of ErrorDetail.reason in worker.proto, and the Errors
+// table of docs/worker-protocol.md with the reason's code.
+func TestReasonsDocumented(t *testing.T) {
+	codes := map[string]connect.Code{ReasonInternal: connect.CodeInternal, ReasonUnavailable: connect.CodeUnavailable}
+	for _, s := range sentinels {
+		codes[s.reason] = s.code
+	}
+	src, err := os.ReadFile("../../proto/trellis/worker/v1/worker.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)  // reason: (.*?)\n  string reason = 1;`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("worker.proto: no comment on ErrorDetail.reason")
+	}
+	listed := regexp.MustCompile(`[A-Z_]+`).FindAllString(string(m[1]), -1)
+	doc, err := os.ReadFile("../../docs/worker-protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]string{} // reason: code
+	for _, row := range regexp.MustCompile("(?m)^\\| (`[A-Z_]+`(?:, `[A-Z_]+`)*) \\| `([a-z_]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
+		for _, r := range regexp.MustCompile("[A-Z_]+").FindAllString(row[1], -1) {
+			documented[r] = row[2]
+		}
+	}
+	for reason, code := range codes {
+		if !slices.Contains(listed, reason) {
+			t.Errorf("worker.proto: ErrorDetail.reason's comment does not list %s", reason)
+		}
+		if documented[reason] != code.String() {
+			t.Errorf("docs/worker-protocol.md: the Errors table gives %s code %q, want %q", reason, documented[reason], code)
+		}
+	}
+	for _, r := range listed {
+		if _, ok := codes[r]; !ok {
+			t.Errorf("worker.proto lists reason %s, which the server never sends", r)
+		}
+	}
+	for r := range documented {
+		if _, ok := codes[r]; !ok {
+			t.Errorf("docs/worker-protocol.md lists reason %s, which the server never sends", r)
+		}
+	}
 }

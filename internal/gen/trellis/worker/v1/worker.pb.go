@@ -32,8 +32,9 @@ const (
 type ErrorDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// reason: LEASE_LOST, RUN_NOT_FOUND, RUN_EXISTS, RUN_FINISHED,
-	// RUN_NOT_BLOCKED, KEY_NOT_FOUND, INVALID_PARAMS, CONFLICT, CLOSED,
-	// UNAUTHENTICATED, PERMISSION_DENIED, UNAVAILABLE, INTERNAL.
+	// RUN_NOT_BLOCKED, KEY_NOT_FOUND, INVALID_PARAMS, CONFLICT,
+	// IDEMPOTENCY_KEY_CONFLICT, CLOSED, UNAUTHENTICATED, PERMISSION_DENIED,
+	// UNAVAILABLE, RATE_LIMITED, INTERNAL.
 	Reason  string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// code is the Connect code name (e.g. "aborted"), set on per-item errors.
