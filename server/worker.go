@@ -79,8 +79,9 @@ type workerService struct {
 }
 
 // workerHandler returns the path and handler of the worker protocol. Streams
-// get no read or write deadline (they last as long as a claim waits or a
-// subscription lives); every message is still bounded by ReadMaxBytes.
+// get no read deadline nor one for the whole stream (they last as long as a
+// claim waits or a subscription lives), but each write has its own
+// (streamWriter); every message is still bounded by ReadMaxBytes.
 // Answers are compressed (when the worker accepts gzip) only from
 // workerCompressMinBytes: gzip of the small checkpoint acknowledgements and
 // claims cost both processes CPU for nothing (profiles of bench w1 through a
