@@ -32,8 +32,8 @@ var fuzzProcedures = []struct {
 // The worker protocol's message handling on the server: whatever bytes a
 // worker sends to whichever procedure, in the binary or the JSON form, the
 // server answers (a result or an error with a code other than internal), never
-// panics and never hangs. (CI runs the seed corpus; `go test -fuzz
-// FuzzWorkerMessages ./server` explores.)
+// panics and never hangs. (CI fuzzes each target for a few seconds, see
+// .ci/run; `go test -fuzz FuzzWorkerMessages ./server` explores longer.)
 func FuzzWorkerMessages(f *testing.F) {
 	st, err := trellis.OpenStore(context.Background(), "sqlite://"+filepath.Join(f.TempDir(), "fuzz.db"), time.Now)
 	if err != nil {
