@@ -19,7 +19,8 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	var ba benchArgs
 	storeFlag(fs, &ba.store)
 	fs.StringVar(&ba.server, "server", "", "benchmark a Trellis server at `URL` instead of a store: the bench is its client (default $"+envServer+")")
-	fs.StringVar(&ba.token, "token", "", "the bearer `token` for --server: producer and reader on namespace "+bench.RemoteNamespace+" (default $"+envToken+")")
+	fs.StringVar(&ba.token, "token", "", "the bearer `token` for --server: producer, reader and worker on namespace "+bench.RemoteNamespace+
+		" (worker runs the bench's remote worker; api-start alone needs no worker) (default $"+envToken+")")
 	fs.IntVar(&ba.clients, "clients", 0, "with --server: concurrent keep-alive clients (0: the workload's default)")
 	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7, r1, ui1 or s1, s2, s3 (default w1,w2,w3);\nwith --server: api-start, w1, w2, w3 (default api-start)")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
