@@ -83,6 +83,9 @@ var problemCodes = []struct {
 	{"idempotency_key_conflict", "", ErrIdempotencyKeyConflict},
 	{"rate_limited", "", ErrRateLimited},
 	{"unavailable", "", ErrUnavailable},
+	// The request's body did not reach the server in time: a transport
+	// failure, as a broken connection is.
+	{"request_timeout", "", ErrUnavailable},
 }
 
 // RemoteError is an error answer of a Trellis server: its HTTP status, stable

@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -53,16 +54,27 @@ func decodeJSON(body io.Reader, optional bool, v any) error {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			return err
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return errBodyTimeout
+		}
 		return fmt.Errorf("%w: malformed JSON body: %v", ErrInvalidArgument, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			return err
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return errBodyTimeout
+		}
 		return fmt.Errorf("%w: malformed JSON body: data after the value", ErrInvalidArgument)
 	}
 	return nil
 }
+
+// errBodyTimeout is a body still unread when the connection's read deadline
+// (Config.ReadTimeout, from the request's first byte) passed: the client sends
+// too slowly, and what it sent so far says nothing of its JSON.
+var errBodyTimeout = fmt.Errorf("%w: the request body was not received within the server's read timeout", ErrRequestTimeout)
 
 // maxRefLen bounds IDs, keys and names taken from paths and bodies.
 const maxRefLen = 255

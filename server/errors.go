@@ -29,6 +29,9 @@ var (
 	ErrIdempotencyKeyConflict = errors.New("idempotency key reused with a different request")
 	// ErrRateLimited: too many requests; retry later.
 	ErrRateLimited = errors.New("rate limited")
+	// ErrRequestTimeout: the request was not received within Config.ReadTimeout
+	// (a client sending its body too slowly).
+	ErrRequestTimeout = errors.New("request timeout")
 	// ErrUnavailable: the store does not answer, or the server is stopping.
 	ErrUnavailable = errors.New("unavailable")
 )
@@ -61,6 +64,7 @@ var problemTable = []struct {
 	{trellis.ErrScheduleNotPaused, 409, "schedule_not_paused", "Schedule not paused"},
 	{ErrBodyTooLarge, 413, "payload_too_large", "Payload too large"},
 	{trellis.ErrPayloadTooLarge, 413, "payload_too_large", "Payload too large"},
+	{ErrRequestTimeout, 408, "request_timeout", "Request timeout"},
 	{ErrUnsupportedMediaType, 415, "unsupported_media_type", "Unsupported media type"},
 	{ErrIdempotencyKeyConflict, 422, "idempotency_key_conflict", "Idempotency key conflict"},
 	{store.ErrIdempotencyKeyConflict, 422, "idempotency_key_conflict", "Idempotency key conflict"},
