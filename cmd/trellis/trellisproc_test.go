@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// trellisProc is `trellis ARGS...` in a process of its own: this test binary
+// re-executed with mainArgsEnv (TestMain), so that it takes signals as the
+// binary does (SIGTERM stops a server gracefully). It is SIGKILLed at the end
+// of the test unless it has exited.
+type trellisProc struct {
+	cmd  *exec.Cmd
+	addr string        // a server's address, from its "listening on" line
+	done chan struct{} // closed once it has exited (cmd.ProcessState is set)
+
+	mu  sync.Mutex
+	out strings.Builder // what it printed on stdout
+}
+
+// startTrellisServer starts `trellis server ARGS...` and waits until it listens.
+func startTrellisServer(t *testing.T, args ...string) *trellisProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(append([]string{"server"}, args...), "\n"))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &trellisProc{cmd: cmd, done: make(chan struct{})}
+	t.Cleanup(func() { p.kill(t) })
+	listening := make(chan string, 1)
+	go func() {
+		defer close(p.done)
+		lines := bufio.NewScanner(stdout)
+		for lines.Scan() {
+			line := lines.Text()
+			p.mu.Lock()
+			p.out.WriteString(line + "\n")
+			p.mu.Unlock()
+			// trellis server listening on http://ADDR (store ...)
+			if _, rest, ok := strings.Cut(line, "listening on http://"); ok {
+				addr, _, _ := strings.Cut(rest, " ")
+				listening <- addr
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	select {
+	case p.addr = <-listening:
+	case <-p.done:
+		t.Fatalf("trellis server exited before listening: %s", p.cmd.ProcessState)
+	case <-time.After(30 * time.Second):
+		t.Fatal("trellis server did not start listening within 30s")
+	}
+	return p
+}
+
+// base is the server's URL.
+func (p *trellisProc) base() string { return "http://" + p.addr }
+
+// stdout returns what the process printed so far.
+func (p *trellisProc) stdout() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// exited reports whether the process has exited.
+func (p *trellisProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to the process.
+func (p *trellisProc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("sending %s: %v", sig, err)
+	}
+}
+
+// wait waits up to within for the process to exit and returns its exit code;
+// it fails the test if it does not.
+func (p *trellisProc) wait(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		t.Fatalf("the process did not exit within %s", within)
+		return -1
+	}
+}
+
+// kill SIGKILLs the process unless it has exited, and waits until it has.
+func (p *trellisProc) kill(t *testing.T) {
+	if !p.exited() {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	<-p.done
+}
