@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/idemkey"
@@ -164,6 +165,8 @@ func (s *Server) idempotencyRecord(w http.ResponseWriter, r *http.Request, c *ca
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 		return nil, fmt.Errorf("%w: body over %d bytes", ErrBodyTooLarge, s.cfg.MaxBodyBytes)
+	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, errBodyTimeout
 	} else if err != nil {
 		return nil, fmt.Errorf("%w: reading body: %v", ErrInvalidArgument, err)
 	}

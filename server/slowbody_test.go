@@ -16,11 +16,18 @@ import (
 // slowly (a byte now and then, so that it never goes quiet) is cut off when
 // ReadTimeout runs out, counted from the request's first byte: it is answered
 // 408 request_timeout as problem+json, the connection is closed, and no run
-// is created.
+// is created. With an Idempotency-Key (whose body the server reads before the
+// handler does) as without.
 func TestSlowBodyIsCutOff(t *testing.T) {
 	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.ReadTimeout = 300 * time.Millisecond })
+	for _, hdr := range []string{"", "Idempotency-Key: slow-1\r\n"} {
+		testSlowBody(t, e, hdr)
+	}
+}
+
+func testSlowBody(t *testing.T, e *env, hdr string) {
 	before := e.runCount()
-	res, body := slowStart(t, e)
+	res, body := slowStart(t, e, hdr)
 	if res.StatusCode != http.StatusRequestTimeout || res.Header.Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("a slow body got %d %s %s, want 408 problem+json", res.StatusCode, res.Header.Get("Content-Type"), body)
 	}
@@ -41,9 +48,9 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 	e.do("GET", "/readyz", "", nil).want(t, 200) // the server goes on serving others
 }
 
-// slowStart sends a start's headers and then its body a byte every 20 ms
+// slowStart sends a start's headers (and hdr) and then its body a byte every 20 ms
 // until the server answers, and returns the answer and its body.
-func slowStart(t *testing.T, e *env) (*http.Response, []byte) {
+func slowStart(t *testing.T, e *env, hdr string) (*http.Response, []byte) {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
 	if err != nil {
@@ -54,7 +61,7 @@ func slowStart(t *testing.T, e *env) (*http.Response, []byte) {
 	// timeout can end the request.
 	payload := `{"workflow":"echo","input":"` + strings.Repeat("x", 10000) + `"}`
 	head := "POST /v1/namespaces/default/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer producer\r\n" +
-		"Content-Type: application/json\r\n" + fmt.Sprintf("Content-Length: %d\r\n", len(payload))
+		"Content-Type: application/json\r\n" + fmt.Sprintf("Content-Length: %d\r\n", len(payload)) + hdr
 	if _, err := io.WriteString(conn, head+"\r\n"); err != nil {
 		t.Fatal(err)
 	}
