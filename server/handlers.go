@@ -50,7 +50,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ *call) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
-		return fmt.Errorf("%w: store not ready: %v", ErrUnavailable, err)
+		// The route needs no token: the answer names no file, schema or
+		// address; the log has the cause.
+		s.cfg.Logger.Warn("not ready", "err", err)
+		return fmt.Errorf("%w: store not ready (the server's log says why)", ErrUnavailable)
 	}
 	writeJSON(w, 200, Health{Status: "ready"})
 	return nil
