@@ -415,8 +415,7 @@ func releaseClaimed(st store.Store, runs ...*store.ClaimedRun) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, cr := range runs {
-		_ = st.LeaseRelease(ctx, &store.LeaseReleaseParams{Lease: store.Lease{
-			Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}})
+		_ = st.LeaseRelease(ctx, &store.LeaseReleaseParams{Lease: cr.Lease()})
 	}
 }
 

@@ -523,6 +523,12 @@ type ClaimedRun struct {
 	QueueRetry *QueueRetry `json:"queue_retry,omitempty"`
 }
 
+// Lease is the lease the claim of c holds, with the run's sequence as its
+// RunSeq hint.
+func (c *ClaimedRun) Lease() Lease {
+	return Lease{Namespace: c.Run.Namespace, RunID: c.Run.ID, Token: c.LeaseToken, RunSeq: c.Run.Sequence}
+}
+
 // RunsClaimResult is the result of RunsClaim.
 type RunsClaimResult struct {
 	Runs []*ClaimedRun `json:"runs"`

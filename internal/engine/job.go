@@ -37,7 +37,7 @@ func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *work
 		job = &j
 	}
 	run := cr.Run
-	lease := store.Lease{Namespace: run.Namespace, RunID: run.ID, Token: cr.LeaseToken, RunSeq: cr.Run.Sequence}
+	lease := cr.Lease()
 	var final *store.Run
 	e.local.begin(run.ID)
 	defer func() {

@@ -74,7 +74,7 @@ type RunState struct {
 func newRunState(e *Engine, cr *store.ClaimedRun, ctx context.Context, ctl *worker.Control) *RunState {
 	rs := &RunState{
 		e: e, codec: e.cfg.Codec, run: cr.Run, ctx: ctx, ctl: ctl,
-		lease:      store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken, RunSeq: cr.Run.Sequence},
+		lease:      cr.Lease(),
 		history:    make(map[int]*store.Op, len(cr.History)),
 		lastPos:    -1,
 		kv:         make(map[string][]byte),

@@ -112,7 +112,7 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 
 func (w *Worker) launch(cr *store.ClaimedRun) {
 	ctl := &Control{
-		Lease:     store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken, RunSeq: cr.Run.Sequence},
+		Lease:     cr.Lease(),
 		cancelReq: make(chan struct{}),
 	}
 	if cr.Run.CancelRequested {

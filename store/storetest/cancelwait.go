@@ -110,7 +110,7 @@ func cancelRacesCheckpoints(t *testing.T, e *env) {
 		}()
 		go func() {
 			defer wg.Done()
-			_, err := e.st.Checkpoint(e.ctx, &store.CheckpointParams{Lease: leaseOf(cr),
+			_, err := e.st.Checkpoint(e.ctx, &store.CheckpointParams{Lease: cr.Lease(),
 				Status: store.StatusWaiting, WakeAt: &wake, WaitReason: "sleep"})
 			errs <- err
 		}()

@@ -86,7 +86,7 @@ func checkpointWrongRunSeq(t *testing.T, e *env) {
 	}
 	ca, cb := res.Runs[0], res.Runs[1]
 	p := e.everything()
-	p.Lease = leaseOf(ca)
+	p.Lease = ca.Lease()
 	p.Lease.RunSeq = cb.Run.Sequence
 	_, err := e.st.Checkpoint(e.ctx, &p)
 	switch {
@@ -314,7 +314,7 @@ func checkpointConcurrent(t *testing.T, e *env) {
 	}
 	// Hand the first run back and claim it again: its first token is now stale.
 	stale := crs[0]
-	if err := e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: leaseOf(stale)}); err != nil {
+	if err := e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: stale.Lease()}); err != nil {
 		t.Fatalf("LeaseRelease: %v", err)
 	}
 	e.claimOne(stale.Run.ID)
@@ -323,7 +323,7 @@ func checkpointConcurrent(t *testing.T, e *env) {
 	for i, cr := range crs {
 		wg.Go(func() {
 			p := e.everything()
-			p.Lease = leaseOf(cr)
+			p.Lease = cr.Lease()
 			_, errs[i] = e.st.Checkpoint(e.ctx, &p)
 		})
 	}

@@ -199,7 +199,7 @@ func claimExpiredLease(t *testing.T, e *env) {
 	wantTime(t, "LeaseExpiresAt", second.LeaseExpiresAt, now.Add(leaseDur))
 	err := e.checkpointErr(first, store.CheckpointParams{Status: store.StatusRunning})
 	wantErr(t, "Checkpoint with the expired token", err, store.ErrLeaseLost)
-	err = e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: leaseOf(first)})
+	err = e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: first.Lease()})
 	wantErr(t, "LeaseRelease with the expired token", err, store.ErrLeaseLost)
 	e.checkpoint(second, store.CheckpointParams{Status: store.StatusRunning})
 	if r := e.wantStatus(first.Run.ID, store.StatusRunning); r.LeaseOwner != "worker-2" {
@@ -214,7 +214,7 @@ func claimExpiredLease(t *testing.T, e *env) {
 func claimClockSetBack(t *testing.T, e *env) {
 	first := e.start()
 	e.clk.Set(e.clk.Now().Add(-time.Hour))
-	if err := e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: leaseOf(first)}); err != nil {
+	if err := e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: first.Lease()}); err != nil {
 		t.Fatalf("LeaseRelease: %v", err)
 	}
 	fresh := e.create()

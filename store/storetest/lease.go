@@ -23,7 +23,7 @@ func (e *env) extend(d time.Duration, crs ...*store.ClaimedRun) *store.LeasesExt
 	e.t.Helper()
 	p := &store.LeasesExtendParams{Duration: d}
 	for _, cr := range crs {
-		p.Leases = append(p.Leases, leaseOf(cr))
+		p.Leases = append(p.Leases, cr.Lease())
 	}
 	res, err := e.st.LeasesExtend(e.ctx, p)
 	if err != nil {
@@ -94,7 +94,7 @@ func leaseExtendCancel(t *testing.T, e *env) {
 func leaseRelease(t *testing.T, e *env) {
 	cr := e.start()
 	now := e.clk.Advance(time.Second)
-	if err := e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: leaseOf(cr)}); err != nil {
+	if err := e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: cr.Lease()}); err != nil {
 		t.Fatalf("LeaseRelease: %v", err)
 	}
 	r := e.wantStatus(cr.Run.ID, store.StatusPending)
@@ -111,7 +111,7 @@ func leaseReleaseStale(t *testing.T, e *env) {
 	stale := e.start()
 	e.clk.Advance(leaseDur)
 	fresh := e.claimOne(stale.Run.ID, claimBy("worker-2"))
-	err := e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: leaseOf(stale)})
+	err := e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: stale.Lease()})
 	wantErr(t, "LeaseRelease with a stale token", err, store.ErrLeaseLost)
 	if r := e.wantStatus(stale.Run.ID, store.StatusRunning); r.LeaseOwner != "worker-2" {
 		t.Fatalf("lease owner = %q, want worker-2", r.LeaseOwner)
@@ -130,7 +130,7 @@ func leaseExtendStep(t *testing.T, e *env) {
 	}
 	since := e.clk.Now().Add(-time.Second).UTC()
 	step := store.RunStep{Name: "charge", Attempt: 2, Since: since}
-	p := &store.LeasesExtendParams{Duration: time.Minute, Leases: []store.Lease{leaseOf(cr), leaseOf(other)},
+	p := &store.LeasesExtendParams{Duration: time.Minute, Leases: []store.Lease{cr.Lease(), other.Lease()},
 		Steps: []store.RunStep{step, {}}}
 	if _, err := e.st.LeasesExtend(e.ctx, p); err != nil {
 		t.Fatalf("LeasesExtend with steps: %v", err)
@@ -153,7 +153,7 @@ func leaseExtendStep(t *testing.T, e *env) {
 	// Reported again, then the lease expires and another worker claims the run:
 	// its predecessor's step is not shown.
 	if _, err := e.st.LeasesExtend(e.ctx, &store.LeasesExtendParams{Duration: leaseDur,
-		Leases: []store.Lease{leaseOf(cr)}, Steps: []store.RunStep{step}}); err != nil {
+		Leases: []store.Lease{cr.Lease()}, Steps: []store.RunStep{step}}); err != nil {
 		t.Fatalf("LeasesExtend: %v", err)
 	}
 	e.clk.Advance(leaseDur + time.Second)
@@ -163,7 +163,7 @@ func leaseExtendStep(t *testing.T, e *env) {
 	}
 	// A finished run has none.
 	if _, err := e.st.LeasesExtend(e.ctx, &store.LeasesExtendParams{Duration: time.Minute,
-		Leases: []store.Lease{leaseOf(other)}, Steps: []store.RunStep{step}}); err != nil {
+		Leases: []store.Lease{other.Lease()}, Steps: []store.RunStep{step}}); err != nil {
 		t.Fatalf("LeasesExtend: %v", err)
 	}
 	e.finish(other)
@@ -183,7 +183,7 @@ func leaseExtendStepsBad(t *testing.T, e *env) {
 		"a name too long":         {{Name: string(make([]byte, store.MaxNameLen+1)), Attempt: 1}},
 	} {
 		_, err := e.st.LeasesExtend(e.ctx, &store.LeasesExtendParams{Duration: time.Hour,
-			Leases: []store.Lease{leaseOf(cr)}, Steps: steps})
+			Leases: []store.Lease{cr.Lease()}, Steps: steps})
 		if !errors.Is(err, store.ErrInvalidParams) {
 			t.Errorf("LeasesExtend with %s: %v, want ErrInvalidParams", name, err)
 		}

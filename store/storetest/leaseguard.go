@@ -23,7 +23,7 @@ var leaseGuardCases = []testCase{
 
 // guarded checkpoints p as the seq-th write of cr's lease, with fingerprint fp.
 func (e *env) guarded(cr *store.ClaimedRun, seq, fp int64, p store.CheckpointParams) (*store.CheckpointResult, error) {
-	p.Lease, p.Seq, p.Fingerprint = leaseOf(cr), seq, fp
+	p.Lease, p.Seq, p.Fingerprint = cr.Lease(), seq, fp
 	return e.st.Checkpoint(e.ctx, &p)
 }
 
@@ -173,7 +173,7 @@ func guardReleaseRetried(t *testing.T, e *env) {
 	cr := e.start()
 	res, err := e.guarded(cr, 1, 0, store.CheckpointParams{Status: store.StatusRunning, Ops: []*store.Op{e.doneStep(0, "a", `1`)}})
 	e.wantApplied("checkpoint", res, err, false)
-	release := &store.LeaseReleaseParams{Lease: leaseOf(cr), Seq: 2, Fingerprint: 5}
+	release := &store.LeaseReleaseParams{Lease: cr.Lease(), Seq: 2, Fingerprint: 5}
 	if err := e.st.LeaseRelease(e.ctx, release); err != nil {
 		t.Fatalf("LeaseRelease: %v", err)
 	}
@@ -194,7 +194,7 @@ func guardBadSeq(t *testing.T, e *env) {
 	cr := e.start()
 	_, err := e.guarded(cr, -1, 0, store.CheckpointParams{Status: store.StatusSucceeded, Output: []byte(`1`)})
 	wantErr(t, "Checkpoint with Seq -1", err, store.ErrInvalidParams)
-	err = e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: leaseOf(cr), Seq: -1})
+	err = e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: cr.Lease(), Seq: -1})
 	wantErr(t, "LeaseRelease with Seq -1", err, store.ErrInvalidParams)
 	e.wantStatus(cr.Run.ID, store.StatusRunning)
 }

@@ -52,7 +52,7 @@ func notifyReadyOnCreate(t *testing.T, e *env) {
 func notifyReadyOnRelease(t *testing.T, e *env) {
 	cr := e.start()
 	ready := e.subscribe(store.TopicReady)
-	if err := e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: leaseOf(cr)}); err != nil {
+	if err := e.st.LeaseRelease(e.ctx, &store.LeaseReleaseParams{Lease: cr.Lease()}); err != nil {
 		t.Fatalf("LeaseRelease: %v", err)
 	}
 	wantSignal(t, "TopicReady after LeaseRelease", ready)

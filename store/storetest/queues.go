@@ -520,7 +520,7 @@ func queueConcurrentClaims(t *testing.T, e *env) {
 						keyRunning[key]--
 					}
 					mu.Unlock()
-					_, err := e.st.Checkpoint(e.ctx, &store.CheckpointParams{Lease: leaseOf(cr), Status: store.StatusSucceeded})
+					_, err := e.st.Checkpoint(e.ctx, &store.CheckpointParams{Lease: cr.Lease(), Status: store.StatusSucceeded})
 					if err != nil {
 						errs <- err
 						return

@@ -206,7 +206,7 @@ func streamConcurrentRuns(t *testing.T, e *env) {
 		go func() {
 			defer wg.Done()
 			for j := range cks {
-				p := &store.CheckpointParams{Lease: leaseOf(cr), Status: store.StatusRunning,
+				p := &store.CheckpointParams{Lease: cr.Lease(), Status: store.StatusRunning,
 					Ops:    []*store.Op{e.doneStep(j, "s", `1`)},
 					Stream: []store.StreamWrite{sw("a", fmt.Sprint(j)), sw("b", fmt.Sprint(j))}}
 				if _, err := e.st.Checkpoint(e.ctx, p); err != nil {

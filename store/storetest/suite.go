@@ -264,14 +264,10 @@ func (e *env) start(opts ...runOpt) *store.ClaimedRun {
 	return e.claimOne(r.ID)
 }
 
-func leaseOf(cr *store.ClaimedRun) store.Lease {
-	return store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken, RunSeq: cr.Run.Sequence}
-}
-
 // checkpoint checkpoints p under cr's lease and fails on error.
 func (e *env) checkpoint(cr *store.ClaimedRun, p store.CheckpointParams) *store.CheckpointResult {
 	e.t.Helper()
-	p.Lease = leaseOf(cr)
+	p.Lease = cr.Lease()
 	res, err := e.st.Checkpoint(e.ctx, &p)
 	if err != nil {
 		e.t.Fatalf("Checkpoint(%s, %s): %v", cr.Run.ID, p.Status, err)
@@ -281,7 +277,7 @@ func (e *env) checkpoint(cr *store.ClaimedRun, p store.CheckpointParams) *store.
 
 // checkpointErr checkpoints p under cr's lease and returns the error.
 func (e *env) checkpointErr(cr *store.ClaimedRun, p store.CheckpointParams) error {
-	p.Lease = leaseOf(cr)
+	p.Lease = cr.Lease()
 	_, err := e.st.Checkpoint(e.ctx, &p)
 	return err
 }

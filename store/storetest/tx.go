@@ -45,7 +45,7 @@ func txCheckpointCommits(t *testing.T, e *env) {
 	tc := e.txCheckpointer()
 	cr := e.start()
 	called := false
-	p := &store.CheckpointParams{Lease: leaseOf(cr), Status: store.StatusRunning}
+	p := &store.CheckpointParams{Lease: cr.Lease(), Status: store.StatusRunning}
 	_, err := tc.CheckpointTx(e.ctx, p, func(_ context.Context, tx any) error {
 		called = tx != nil
 		p.Ops = append(p.Ops, e.doneStep(0, "tx-step", `"done"`)) // fn completes p
@@ -63,7 +63,7 @@ func txCheckpointCommits(t *testing.T, e *env) {
 func txCheckpointFnError(t *testing.T, e *env) {
 	tc := e.txCheckpointer()
 	cr := e.start()
-	p := &store.CheckpointParams{Lease: leaseOf(cr), Status: store.StatusSucceeded, Output: []byte(`1`),
+	p := &store.CheckpointParams{Lease: cr.Lease(), Status: store.StatusSucceeded, Output: []byte(`1`),
 		Ops: []*store.Op{e.doneStep(0, "s", `1`)}, KV: []store.KVWrite{{Key: "k", Value: []byte(`1`)}}}
 	_, err := tc.CheckpointTx(e.ctx, p, func(context.Context, any) error { return errTxFn })
 	wantErr(t, "CheckpointTx whose fn fails", err, errTxFn)
@@ -75,7 +75,7 @@ func txCheckpointFnError(t *testing.T, e *env) {
 func txCheckpointStale(t *testing.T, e *env) {
 	tc := e.txCheckpointer()
 	cr := e.start()
-	stale := leaseOf(cr)
+	stale := cr.Lease()
 	stale.Token++
 	ts, hasStarter := e.st.(store.TxStarter)
 	child := e.params()
@@ -100,7 +100,7 @@ func txCheckpointStale(t *testing.T, e *env) {
 func (e *env) createInTx(cr *store.ClaimedRun, p *store.RunCreateParams, fnErr error) error {
 	e.t.Helper()
 	ts, tc := e.txStarter()
-	ck := &store.CheckpointParams{Lease: leaseOf(cr), Status: store.StatusRunning}
+	ck := &store.CheckpointParams{Lease: cr.Lease(), Status: store.StatusRunning}
 	_, err := tc.CheckpointTx(e.ctx, ck, func(ctx context.Context, tx any) error {
 		res, err := ts.RunCreateTx(ctx, tx, p)
 		if err != nil {
