@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"os"
-	"os/exec"
 	"os/signal"
 	"sort"
 	"strconv"
@@ -38,55 +36,12 @@ const (
 	procInterval = 200 * time.Millisecond
 )
 
-// serverProc is a `trellis server` process.
-type serverProc struct {
-	cmd *exec.Cmd
-	pid int
-}
-
-func startServerProc(t *testing.T, url string) *serverProc {
+// startServerProc starts a `trellis server` on the store at url, with a short
+// scheduler lease, in a process of its own (startTrellisServer).
+func startServerProc(t *testing.T, url string) *trellisProc {
 	t.Helper()
-	args := []string{"server", "--store", url, "--listen", "127.0.0.1:0", "--insecure",
-		"--scheduler-lease", procLease.String(), "--scheduler-interval", procInterval.String()}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &serverProc{cmd: cmd, pid: cmd.Process.Pid}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	lines := bufio.NewScanner(out)
-	ready := make(chan bool, 1)
-	go func() {
-		ok := false
-		for lines.Scan() {
-			if !ok && strings.Contains(lines.Text(), "listening on") {
-				ok = true
-				ready <- true
-			}
-		}
-		if !ok {
-			ready <- false
-		}
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("trellis server exited before listening")
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("trellis server did not start")
-	}
-	return p
+	return startTrellisServer(t, "--store", url, "--listen", "127.0.0.1:0", "--insecure",
+		"--scheduler-lease", procLease.String(), "--scheduler-interval", procInterval.String())
 }
 
 // leaderPID returns the PID of the server that holds the scheduler lease (its
@@ -181,10 +136,10 @@ func TestSchedulerFailoverProcesses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			procs := map[int]*serverProc{}
+			procs := map[int]*trellisProc{}
 			for range 2 {
 				p := startServerProc(t, url)
-				procs[p.pid] = p
+				procs[p.cmd.Process.Pid] = p
 			}
 			waitFor(t, "three ticks fire", 15*time.Second, func() bool { return len(ticks(t, st, "tick")) >= 3 })
 			leader, ok := leaderPID(t, st)
@@ -195,9 +150,7 @@ func TestSchedulerFailoverProcesses(t *testing.T) {
 			if mode == "SIGSTOP" {
 				sig = syscall.SIGSTOP
 			}
-			if err := procs[leader].cmd.Process.Signal(sig); err != nil {
-				t.Fatal(err)
-			}
+			procs[leader].signal(t, sig)
 			before := len(ticks(t, st, "tick"))
 			took := waitFor(t, "another server takes the lease", 10*time.Second, func() bool {
 				pid, ok := leaderPID(t, st)
@@ -209,9 +162,7 @@ func TestSchedulerFailoverProcesses(t *testing.T) {
 			t.Logf("%s: the other server took over %s after the leader stopped", mode, took.Round(time.Millisecond))
 			if mode == "SIGSTOP" {
 				time.Sleep(time.Second)
-				if err := procs[leader].cmd.Process.Signal(syscall.SIGCONT); err != nil {
-					t.Fatal(err)
-				}
+				procs[leader].signal(t, syscall.SIGCONT)
 			}
 			waitFor(t, "ticks keep firing", 10*time.Second, func() bool { return len(ticks(t, st, "tick")) >= before+5 })
 			if pid, ok := leaderPID(t, st); !ok || pid == leader {
@@ -221,9 +172,9 @@ func TestSchedulerFailoverProcesses(t *testing.T) {
 				if pid == leader && mode == "SIGKILL" {
 					continue
 				}
-				_ = p.cmd.Process.Signal(syscall.SIGTERM)
-				if err := p.cmd.Wait(); err != nil {
-					t.Errorf("server %d: %v", pid, err)
+				p.signal(t, syscall.SIGTERM)
+				if code := p.wait(t, 30*time.Second); code != 0 {
+					t.Errorf("server %d: exit status %d", pid, code)
 				}
 			}
 			ts := ticks(t, st, "tick")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,11 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,22 +17,6 @@ import (
 	"github.com/trellis-dev/trellis/internal/pgtest"
 	"github.com/trellis-dev/trellis/store"
 )
-
-// The server process of TestServerKilledMidLoad: this test binary, re-executed,
-// runs `trellis server` until it is killed.
-const (
-	envKillStore  = "TRELLIS_KILL_SERVER_STORE"
-	envKillListen = "TRELLIS_KILL_SERVER_LISTEN"
-)
-
-func TestServerProcess(t *testing.T) {
-	url := os.Getenv(envKillStore)
-	if url == "" {
-		t.Skip("runs only as the server process of TestServerKilledMidLoad")
-	}
-	// Its output goes to the parent through stdout, line by line.
-	os.Exit(run(context.Background(), []string{"server", "--store", url, "--listen", os.Getenv(envKillListen)}, os.Stdout, os.Stderr))
-}
 
 // A server SIGKILLed while clients are starting runs, then restarted on the same
 // store, has lost no start it acknowledged with a 201: each is in the store as
@@ -113,56 +93,11 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// serverProcess is `trellis server` in a process of its own.
-type serverProcess struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func startServerProcess(t *testing.T, url, addr string) *serverProcess {
+// startServerProcess starts `trellis server` on the store at url, listening on
+// addr, in a process of its own (startTrellisServer).
+func startServerProcess(t *testing.T, url, addr string) *trellisProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServerProcess$")
-	cmd.Env = append(os.Environ(), envKillStore+"="+url, envKillListen+"="+addr)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &serverProcess{cmd: cmd, done: make(chan struct{})}
-	listening := make(chan bool, 1)
-	go func() {
-		defer close(p.done)
-		lines := bufio.NewScanner(out)
-		for lines.Scan() {
-			if strings.Contains(lines.Text(), "listening on") {
-				listening <- true
-			}
-		}
-		listening <- false
-		cmd.Wait()
-	}()
-	select {
-	case ok := <-listening:
-		if !ok {
-			t.Fatal("the server process exited before listening")
-		}
-	case <-time.After(20 * time.Second):
-		p.kill(t)
-		t.Fatal("the server process did not start listening")
-	}
-	return p
-}
-
-// kill SIGKILLs the process and waits for it to be gone.
-func (p *serverProcess) kill(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !strings.Contains(err.Error(), "process already finished") {
-		t.Fatal(err)
-	}
-	<-p.done
+	return startTrellisServer(t, "--store", url, "--listen", addr)
 }
 
 // load is clients starting runs with distinct workflow IDs through the API,
