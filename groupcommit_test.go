@@ -66,28 +66,12 @@ func TestServerGroupCommitsWorkersCheckpoints(t *testing.T) {
 				cfg.Worker.Concurrency = 1
 				cfg.Worker.LeaseDuration = time.Minute // no lease extension during the test
 				cfg.Worker.ShutdownGrace = 2 * time.Second
-				w, err := trellis.NewWorker(context.Background(), cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := w.Register(context.Background(), wf); err != nil {
-					t.Fatal(err)
-				}
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan error, 1)
-				go func() { done <- w.Run(ctx) }()
-				t.Cleanup(func() {
-					select {
-					case <-gate:
-					default:
-						close(gate)
-					}
-					cancel()
-					if err := <-done; err != nil {
-						t.Errorf("remote worker: %v", err)
-					}
-				})
+				startRemoteWorkerWith(t, cfg, wf)
 			}
+			// Cleanups run last first: the steps return before the workers stop.
+			var opened sync.Once
+			openGate := func() { opened.Do(func() { close(gate) }) }
+			t.Cleanup(openGate)
 			client := open(t, "", func(c *trellis.Config) { c.Store, c.Backend, c.Worker.Disabled = "", s.st, true })
 			ids := make([]string, workers)
 			for i := range workers {
@@ -119,7 +103,7 @@ func TestServerGroupCommitsWorkersCheckpoints(t *testing.T) {
 			// The steps end and each worker sends its checkpoint, which waits
 			// in the writer's queue. The pause lets them arrive; the assertion
 			// below holds whenever two of them have.
-			close(gate)
+			openGate()
 			time.Sleep(time.Second)
 			close(release)
 

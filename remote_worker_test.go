@@ -73,6 +73,13 @@ func startRemoteWorker(t *testing.T, base, token string, wfs ...trellis.Registra
 	cfg.Worker.MaxInlineBackoff = 20 * time.Millisecond
 	cfg.Worker.ShutdownGrace = 2 * time.Second
 	cfg.Worker.LeaseDuration = 2 * time.Second
+	return startRemoteWorkerWith(t, cfg, wfs...)
+}
+
+// startRemoteWorkerWith is startRemoteWorker with a configuration of the
+// caller's.
+func startRemoteWorkerWith(t *testing.T, cfg trellis.Config, wfs ...trellis.Registrable) *trellis.Worker {
+	t.Helper()
 	w, err := trellis.NewWorker(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
