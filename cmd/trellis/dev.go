@@ -53,7 +53,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	var srv *server.Server
 	if uiAddr != "off" {
-		if srv, err = devUI(ctx, storeURL, uiAddr, metrics, stdout); err != nil {
+		if srv, err = devUI(ctx, storeURL, uiAddr, metrics, stdout, stderr); err != nil {
 			return errors.Join(err, c.Close())
 		}
 	}
@@ -76,9 +76,10 @@ const devUIAddr = "127.0.0.1:7070"
 // devUI serves the web UI (and the API and metrics) on the dev store without
 // authentication, on a loopback address only; when the default port is taken,
 // on another one.
-func devUI(ctx context.Context, storeURL, addr string, metrics *trellis.Metrics, stdout io.Writer) (*server.Server, error) {
+func devUI(ctx context.Context, storeURL, addr string, metrics *trellis.Metrics, stdout, stderr io.Writer) (*server.Server, error) {
 	start := func(addr string) (*server.Server, error) {
-		srv, err := server.New(ctx, server.Config{Store: storeURL, Listen: addr, Insecure: true, Metrics: metrics})
+		srv, err := server.New(ctx, server.Config{Store: storeURL, Listen: addr, Insecure: true, Metrics: metrics,
+			Logger: serverLogger(stderr)})
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	neturl "net/url"
 	"os"
 	"runtime/debug"
@@ -126,7 +127,8 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usagef(fs, "server: %v", err)
 	}
-	srv, err := server.New(ctx, server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched, UIKey: uiKey, TracerProvider: tp})
+	srv, err := server.New(ctx, server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched, UIKey: uiKey,
+		TracerProvider: tp, Logger: serverLogger(stderr)})
 	if err != nil {
 		return err
 	}
@@ -156,6 +158,14 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("stopping server: %w", err)
 	}
 	return nil
+}
+
+// serverLogger is the log of a server this command runs: warnings and errors
+// (a request that failed inside the server, a handler's panic, why /readyz
+// answers 503, the scheduler's and the purgers' troubles), as text lines on
+// stderr. The server's library default discards them.
+func serverLogger(stderr io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // redacted hides a password in a store URL.

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/trellis-dev/trellis/internal/sqlitedrv"
 )
 
 // `trellis server --insecure` serves the API on a loopback address until its
@@ -144,5 +146,54 @@ func TestServerWALPreallocateDefault(t *testing.T) {
 		if got := withWALPreallocate(in); got != want {
 			t.Errorf("withWALPreallocate(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// `trellis server` writes its warnings and errors to stderr: /readyz answers
+// anyone a 503 that names nothing of the store, and the log says why (here, a
+// schema one version behind the binary).
+func TestServerLogsToStderr(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trellis.db")
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	pr, pw := io.Pipe()
+	var logs lockedBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"server", "--store", "sqlite://" + path, "--listen", "127.0.0.1:0", "--insecure"}, pw, &logs)
+		pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	if !lines.Scan() {
+		t.Fatalf("no output: %v (exit %d)", lines.Err(), <-code)
+	}
+	_, rest, _ := strings.Cut(lines.Text(), "listening on ")
+	base, _, _ := strings.Cut(rest, " ")
+	go io.Copy(io.Discard, pr)
+
+	db, err := sqlitedrv.Open(path + "?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// The latest migration's record hidden: the schema reads as one behind.
+	if _, err := db.Exec(`UPDATE schema_migrations SET version = -version WHERE version = (SELECT MAX(version) FROM schema_migrations)`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 503 || strings.Contains(string(body), path) {
+		t.Fatalf("readyz on a schema behind: %d %s", res.StatusCode, body)
+	}
+	if l := logs.String(); !strings.Contains(l, "not ready") || !strings.Contains(l, "trellis migrate") {
+		t.Fatalf("stderr does not say why the server is not ready: %q", l)
+	}
+	cancel()
+	if c := <-code; c != 0 {
+		t.Fatalf("exit %d", c)
 	}
 }
