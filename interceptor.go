@@ -225,6 +225,10 @@ func (x *executor) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worke
 		x.eng.Execute(ctx, cr, ctl)
 		return
 	}
+	// The interceptors' frames (a span's start, for one) sit below the
+	// engine's: the goroutine would outgrow its first stack deep in the
+	// run's final checkpoint and copy every frame; grown here, it copies none.
+	engine.GrowStack()
 	r := cr.Run
 	if r.TraceParent != "" {
 		ctx = withTraceParent(ctx, r.TraceParent)
