@@ -301,8 +301,9 @@ func TestUIInBrowser(t *testing.T) {
 	if fmt.Sprint(nav) != "[approvals]" || runLinks != 0 || runTexts != 1 {
 		t.Fatalf("the approver's approvals page: nav %v, %d links to runs, run as text %d times", nav, runLinks, runTexts)
 	}
+	run(t, ctx, chromedp.SendKeys(`[data-approval="`+approverReq+`"] .comment`, "approved at 3 a.m.", chromedp.ByQuery))
+	screenshot(t, ctx, "ui-approvals-approver.png")
 	run(t, ctx,
-		chromedp.SendKeys(`[data-approval="`+approverReq+`"] .comment`, "approved at 3 a.m.", chromedp.ByQuery),
 		chromedp.Click(`[data-approval="`+approverReq+`"] button[name=approve]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#decided tr[data-approval="`+approverReq+`"]`, chromedp.ByQuery))
 	if a, err := e.worker.GetApproval(context.Background(), approverReq); err != nil || a.Status != trellis.ApprovalApproved ||
