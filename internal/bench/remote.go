@@ -33,7 +33,9 @@ type RemoteOptions struct {
 	// Server is the server's base URL, e.g. http://127.0.0.1:7070.
 	Server string
 	// Token is the bearer token: producer and reader on namespace
-	// RemoteNamespace, and worker for the workloads that need a remote worker.
+	// RemoteNamespace, and worker for the workloads that need a remote worker;
+	// s3 reads the server's GET /metrics, which needs reader on every namespace.
+	// Empty for an insecure server.
 	Token string
 	// Clients is the number of keep-alive HTTP clients (connections) calling
 	// at once; 0 means the workload's default.
