@@ -59,7 +59,7 @@ func TestStartKeepsTraceparent(t *testing.T) {
 }
 
 // trellis_stream_subscribers counts the open event streams (a closed one is
-// noticed at its next keep-alive).
+// noticed by the probe, or at its next keep-alive).
 func TestMetricsStreamSubscribers(t *testing.T) {
 	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.StreamHeartbeat = 20 * time.Millisecond })
 	if err := e.worker.Register(context.Background(), streamWF); err != nil {

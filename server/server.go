@@ -89,6 +89,10 @@ type Config struct {
 	// StreamHeartbeat is how long a stream stays silent before the server
 	// writes a comment line, so that proxies keep it open; default 15s.
 	StreamHeartbeat time.Duration
+	// StreamProbeInterval is how often the server looks for streams whose
+	// client has gone (a closed connection), to end them and free their
+	// connection at once rather than at their next write; default 2s.
+	StreamProbeInterval time.Duration
 	// RetentionInterval is how often the server looks for finished runs past
 	// their namespace's retention period and deletes them, in small batches
 	// in the background (internal/retention, docs/retention.md); default
@@ -155,6 +159,7 @@ func (c Config) withDefaults() Config {
 		c.MaxStreams = 20000
 	}
 	def(&c.StreamHeartbeat, 15*time.Second)
+	def(&c.StreamProbeInterval, 2*time.Second)
 	if c.MaxWorkerMessageBytes <= 0 {
 		c.MaxWorkerMessageBytes = DefaultMaxWorkerMessageBytes
 	}
@@ -222,6 +227,7 @@ type Server struct {
 	// streamWG counts the goroutines of streams that took over their
 	// connection (streamRun); Shutdown waits for them after ending them.
 	streamWG sync.WaitGroup
+	probe    streamProbe   // the streams on connections they took over
 	inFlight chan struct{} // a slot per API request in flight (Config.MaxInFlight)
 
 	shutdownOnce sync.Once

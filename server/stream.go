@@ -93,7 +93,8 @@ const streamHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-
 // serveStream serves a stream on a connection taken over from net/http: the
 // request's goroutine (with the stack it grew authorizing the call) and its
 // background reader end, and this goroutine, which mostly waits, stays small.
-// A client that goes is noticed at the next write (an event or a heartbeat).
+// A client that goes is noticed by the probe (stream_probe.go), or at the next
+// write (an event or a heartbeat).
 // It ends like streamRun's in-handler stream, then closes the connection.
 func (s *Server) serveStream(conn net.Conn, ns, runID string, after int64) {
 	defer s.streamWG.Done()
@@ -118,8 +119,14 @@ func (s *Server) serveStream(conn net.Conn, ns, runID string, after int64) {
 	if write() != nil {
 		return
 	}
+	// The probe ends the stream when its client goes (the read deadline the
+	// request was read with would keep it from looking).
+	_ = conn.SetReadDeadline(time.Time{})
+	ctx, end := context.WithCancel(context.Background())
+	defer end()
+	defer s.watch(conn, end)()
 	var b bytes.Buffer
-	err := streams.Follow(context.Background(), s.store, ns, runID, after, streams.Options{
+	err := streams.Follow(ctx, s.store, ns, runID, after, streams.Options{
 		Heartbeat: s.cfg.StreamHeartbeat,
 		Idle: func() error {
 			buf = append(buf, ": keep-alive\n\n"...)
@@ -134,7 +141,7 @@ func (s *Server) serveStream(conn net.Conn, ns, runID string, after int64) {
 		return nil
 	})
 	var ne net.Error
-	if err != nil && !errors.Is(err, streams.ErrStopped) && !errors.As(err, &ne) && !errors.Is(err, net.ErrClosed) {
+	if err != nil && !errors.Is(err, streams.ErrStopped) && !errors.As(err, &ne) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
 		s.cfg.Logger.Warn("stream ended", "run", runID, "err", err)
 	}
 }
