@@ -231,7 +231,11 @@ type Server struct {
 	stopDraining context.CancelFunc
 
 	api *apiMetrics
-	ui  *uiKeys // the web UI's session and CSRF keys
+	// leases counts the leases the remote workers hold through this server
+	// (trellis_active_leases); stopMetrics ends the metrics' reading of the store.
+	leases      *leaseCounter
+	stopMetrics func()
+	ui          *uiKeys // the web UI's session and CSRF keys
 
 	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
 	scheduler *schedule.Scheduler
@@ -273,6 +277,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.api = api
 	s.handoffs.handed = api.handoffs.Inc
+	s.leases = newLeaseCounter(time.Now)
 	s.handler = s.routes()
 	s.http = &http.Server{
 		Handler: s.handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
@@ -306,6 +311,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.purger = retention.New(retention.Config{Store: s.store, Interval: cfg.RetentionInterval, Logger: cfg.Logger})
 		s.purger.Start()
 	}
+	// The metrics cover the whole store from the start, not only the
+	// namespaces that requests have opened a client for.
+	obs := trellis.ObservedStore{Store: s.store, ActiveLeases: s.leases.count, Logger: cfg.Logger}
+	if s.ownsStore {
+		obs.URL = cfg.Store
+	}
+	s.stopMetrics = cfg.Metrics.ObserveStore(obs)
 	return s, nil
 }
 
@@ -385,6 +397,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	for _, c := range clients {
 		c.Close()
 	}
+	s.stopMetrics()
 	if s.ownsStore {
 		if cerr := s.store.Close(); cerr != nil && err == nil {
 			err = cerr
