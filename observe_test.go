@@ -96,6 +96,7 @@ func TestInterceptorsOrderAndTenant(t *testing.T) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	want := []string{
+		"a call Register  before", "b call Register  before", "b call Register after", "a call Register after",
 		"a call Start icpt before", "b call Start icpt before", "b call Start after", "a call Start after",
 		"a workflow icpt attempt 1 before", "b workflow icpt attempt 1 before",
 		"a step icpt/tenant attempt 1 before", "b step icpt/tenant attempt 1 before",
