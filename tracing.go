@@ -206,15 +206,16 @@ func otlpExporterFromEnv(ctx context.Context) (sdktrace.SpanExporter, error) {
 }
 
 // loggingInterceptor is the built-in logging interceptor: debug lines for the
-// ends of run attempts and step attempts, every line with the run ID, the
-// workflow, and the step and attempt. Nothing is formatted for a level the
-// logger drops.
+// ends of run attempts and step attempts, with the keys of every line about a
+// run: run_id, workflow, run_attempt (the run's claim count) for a run
+// attempt, step and attempt (the step's attempt) for a step attempt. Nothing
+// is formatted for a level the logger drops.
 func loggingInterceptor(l *slog.Logger) Interceptor {
 	return Interceptor{
 		workflowDone: func(ctx context.Context, a *WorkflowAttempt) {
 			if l.Enabled(ctx, slog.LevelDebug) {
 				l.LogAttrs(ctx, slog.LevelDebug, "run attempt ended", slog.String("run_id", a.RunID),
-					slog.String("workflow", a.Workflow), slog.Int("attempt", a.Attempt), slog.String("status", string(a.Status)))
+					slog.String("workflow", a.Workflow), slog.Int("run_attempt", a.Attempt), slog.String("status", string(a.Status)))
 			}
 		},
 		stepDone: func(ctx context.Context, s *StepCall, err error, _ time.Duration) {
