@@ -109,8 +109,11 @@ type Config struct {
 
 	// Metrics collects the metrics of the API, of the server's clients and of
 	// its store, served at GET /metrics to principals with role reader on every
-	// namespace ("*"); default a new trellis.NewMetrics(). Pass the same one to
-	// workers embedded in the process to serve theirs there too.
+	// namespace ("*"); default a new trellis.NewMetrics(). They cover the whole
+	// store from New on (Metrics.ObserveStore), the claims the server makes for
+	// its remote workers and the leases those hold through it
+	// (docs/observability.md). Pass the same one to workers embedded in the
+	// process to serve theirs there too.
 	Metrics *trellis.Metrics
 	// TracerProvider, when set, traces each API request as a server span, a
 	// child of the caller's traceparent, and the client calls it makes (see
