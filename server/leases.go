@@ -22,7 +22,15 @@ type leaseCounter struct {
 	// ones (those of workers that vanished), so that the map stays bounded
 	// whether or not anyone scrapes the metrics.
 	pruneAt int
+	// recentEnds and olderEnds hold the leases ended lately (run → token): a
+	// heartbeat that the store applied before the checkpoint that ended the
+	// lease may return after it, and must not count the lease again. When
+	// recentEnds fills (maxEnded), it becomes olderEnds: an extension in flight
+	// takes milliseconds, the last maxEnded to 2*maxEnded ends are enough.
+	recentEnds, olderEnds map[leaseRun]int64
 }
+
+const maxEnded = 4096
 
 type leaseRun struct{ ns, runID string }
 
@@ -34,7 +42,8 @@ type heldLease struct {
 const minLeasePrune = 1024
 
 func newLeaseCounter(now func() time.Time) *leaseCounter {
-	return &leaseCounter{now: now, held: map[leaseRun]heldLease{}, pruneAt: minLeasePrune}
+	return &leaseCounter{now: now, held: map[leaseRun]heldLease{}, pruneAt: minLeasePrune,
+		recentEnds: map[leaseRun]int64{}}
 }
 
 // granted counts the leases of runs pushed to a worker.
@@ -55,9 +64,13 @@ func (lc *leaseCounter) extended(leases []store.Lease, lost []string, until time
 	for _, l := range leases {
 		k := leaseRun{l.Namespace, l.RunID}
 		if containsString(lost, l.RunID) {
-			if h, ok := lc.held[k]; ok && h.token == l.Token {
-				delete(lc.held, k)
-			}
+			lc.endLocked(k, l.Token)
+			continue
+		}
+		if t, ok := lc.recentEnds[k]; ok && t == l.Token {
+			continue
+		}
+		if t, ok := lc.olderEnds[k]; ok && t == l.Token {
 			continue
 		}
 		lc.held[k] = heldLease{token: l.Token, expires: until}
@@ -69,10 +82,17 @@ func (lc *leaseCounter) extended(leases []store.Lease, lost []string, until time
 func (lc *leaseCounter) ended(l store.Lease) {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
-	k := leaseRun{l.Namespace, l.RunID}
-	if h, ok := lc.held[k]; ok && h.token == l.Token {
+	lc.endLocked(leaseRun{l.Namespace, l.RunID}, l.Token)
+}
+
+func (lc *leaseCounter) endLocked(k leaseRun, token int64) {
+	if h, ok := lc.held[k]; ok && h.token == token {
 		delete(lc.held, k)
 	}
+	if len(lc.recentEnds) >= maxEnded {
+		lc.olderEnds, lc.recentEnds = lc.recentEnds, make(map[leaseRun]int64, maxEnded)
+	}
+	lc.recentEnds[k] = token
 }
 
 // count returns the leases held and not expired, dropping the expired ones.

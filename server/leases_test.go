@@ -30,6 +30,18 @@ func TestLeaseCounter(t *testing.T) {
 	if n := lc.count(); n != 2 { // a, and d extended here after a reconnect; c lost
 		t.Fatalf("after extending a and d and losing c: %d", n)
 	}
+	// A heartbeat the store applied before the checkpoint that ended the
+	// lease, answered after it, does not count the lease again; a new claim's
+	// lease of the run (another token) counts.
+	lc.ended(lease("a", 1))
+	lc.extended([]store.Lease{lease("a", 1)}, nil, now.Add(20*time.Second))
+	if n := lc.count(); n != 1 {
+		t.Fatalf("after a late heartbeat of an ended lease: %d, want 1 (d)", n)
+	}
+	lc.extended([]store.Lease{lease("a", 5)}, nil, now.Add(20*time.Second))
+	if n := lc.count(); n != 2 {
+		t.Fatalf("after a heartbeat of a new lease of the run: %d, want 2", n)
+	}
 	now = now.Add(20 * time.Second)
 	if n := lc.count(); n != 0 {
 		t.Fatalf("after every expiry: %d", n)
