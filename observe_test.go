@@ -187,6 +187,9 @@ func TestMetricsCountRuns(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	if v := metricValue(text, "trellis_claim_seconds_count"); v < 1 {
+		t.Errorf("trellis_claim_seconds_count = %v, want at least 1 (the worker claimed the runs)", v)
+	}
 	for _, name := range []string{"trellis_store_commit_batch_size_count", "trellis_store_commit_seconds_count"} {
 		if v := metricValue(text, name); v < 3 {
 			t.Errorf("%s = %v, want at least 3 (a commit per run at least)", name, v)
