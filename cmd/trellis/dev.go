@@ -28,7 +28,7 @@ const (
 // ends with where the data is and what to try next.
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("dev", "dev [--store URL] [--ui ADDR|off]",
-		"Run example workflows on a local store with an embedded worker, and watch their runs\nstart, step, wait on a retry, succeed and fail.", stderr)
+		"Run example workflows on a local store with an embedded worker, and watch their runs\nstart, step, wait on a retry, succeed and fail. Traces are exported over OTLP as the\nOTEL_* variables say, as for trellis server (docs/observability.md).", stderr)
 	var raw, uiAddr string
 	fs.StringVar(&raw, "store", "", "store `URL` (default sqlite://<absolute path of ./trellis.db>)")
 	fs.StringVar(&uiAddr, "ui", devUIAddr, "serve the web UI on this loopback `address` (without authentication) until interrupted; \"off\": run the demo and exit")
