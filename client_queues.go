@@ -391,18 +391,22 @@ func (c *Client) namespaceRecord(ctx context.Context, ns string) (objectEntry, e
 // default queue of the namespace's record, else "default". A server authorizes
 // a start on this queue and then starts the run in it, so that a grant limited
 // to one queue covers exactly the runs it lets the caller create.
+//
+// Only a StartQueue that reads the namespace's record is a call that the call
+// interceptors see: one answered by o.Queue or the registration makes none.
 func (c *Client) StartQueue(ctx context.Context, workflow string, o StartOptions) (string, error) {
-	return callV(ctx, c, ClientCall{Method: "StartQueue", Workflow: workflow}, func(ctx context.Context) (string, error) { return c.doStartQueue(ctx, workflow, o) })
-}
-
-// doStartQueue is StartQueue without the call interceptors.
-func (c *Client) doStartQueue(ctx context.Context, workflow string, o StartOptions) (string, error) {
 	if o.Queue != "" {
 		return o.Queue, nil
 	}
 	if def, ok := c.reg.get(workflow); ok && def.opts.Queue != "" {
 		return def.opts.Queue, nil
 	}
+	return callV(ctx, c, ClientCall{Method: "StartQueue", Workflow: workflow}, c.namespaceQueue)
+}
+
+// namespaceQueue is the default queue of the client's namespace: its record's,
+// else "default".
+func (c *Client) namespaceQueue(ctx context.Context) (string, error) {
 	var def string
 	if c.remote != nil {
 		ns, err := c.doGetNamespace(ctx, c.cfg.Namespace)
