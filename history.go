@@ -137,7 +137,7 @@ func (c *Client) doExportHistory(ctx context.Context, ref string) (*RecordedHist
 		if op.Kind != OpChild {
 			continue
 		}
-		kids, err := c.Children(ctx, run.ID, op.Position)
+		kids, err := c.doChildren(ctx, run.ID, op.Position)
 		if err != nil {
 			return nil, fmt.Errorf("exporting history: reading children at %d: %w", op.Position, err)
 		}
