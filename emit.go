@@ -12,8 +12,9 @@ import (
 // run's next checkpoint, after the events of the ops before it, and takes the
 // run's next stream sequence; a replay does not publish it again. The stream
 // also carries the run's lifecycle (run.started, step.completed, step.failed,
-// run.waiting, and a final run.succeeded, run.failed or run.cancelled): names
-// starting with "run." or "step." are reserved for it.
+// run.waiting, run.resumed, run.blocked, and a final run.succeeded, run.failed
+// or run.cancelled; docs/streams.md): names starting with "run." or "step." are
+// reserved for it.
 //
 // Emit fails, recording nothing, for an empty or reserved name, a payload that
 // does not encode, or one above the payload limit (ErrPayloadTooLarge).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,6 +48,27 @@ func TestNonDeterminismBlocksUntilResumed(t *testing.T) {
 	}
 	if err := c.Resume(ctxT(t), h.RunID()); !errors.Is(err, trellis.ErrRunFinished) {
 		t.Fatalf("resume of finished run: %v", err)
+	}
+	// The stream tells the story with lifecycle events alone: run.blocked with
+	// the error, and run.resumed for the executions after the wait and after
+	// the resumption.
+	var names []string
+	var blocked string
+	for ev, err := range c.Stream(ctxT(t), h.RunID(), 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(store.StreamLifecycle(), ev.Name) {
+			t.Errorf("event %s is not in store.StreamLifecycle", ev.Name)
+		}
+		if ev.Name == store.StreamRunBlocked {
+			blocked = string(ev.Data)
+		}
+		names = append(names, ev.Name)
+	}
+	if !strings.Contains(blocked, `code asked for step \"capture\"`) || names[0] != "run.started" ||
+		!slices.Contains(names, "run.resumed") || names[len(names)-1] != "run.succeeded" {
+		t.Fatalf("stream %v, run.blocked data %s", names, blocked)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,8 +33,10 @@ type Metrics struct {
 	subscribers  prometheus.Gauge
 
 	// byWorkflow caches the children of one workflow's labels: a step attempt
-	// looks up nothing but this map.
+	// looks up nothing but this map, and not even that when its workflow is
+	// the one last looked up.
 	byWorkflow sync.Map // workflow -> *workflowMetrics
+	last       atomic.Pointer[workflowMetrics]
 
 	handlerOnce sync.Once
 	handler     http.Handler
@@ -43,12 +46,44 @@ type Metrics struct {
 }
 
 type workflowMetrics struct {
+	name       string
 	started    prometheus.Counter
 	stepOK     prometheus.Counter
 	stepFailed prometheus.Counter
 	stepSecs   prometheus.Observer
-	ended      sync.Map // Status -> prometheus.Counter
-	executions sync.Map // Status -> prometheus.Counter
+	ended      statusCounters
+	executions statusCounters
+}
+
+// statusCounters are the children of a counter vector for one workflow, by the
+// status label, made when first counted.
+type statusCounters [len(statusLabels)]atomic.Pointer[prometheus.Counter]
+
+// statusLabels are the status label's values: the statuses an attempt leaves a
+// run in, and "lost" when it saved none.
+var statusLabels = [...]string{"lost", "pending", "running", "waiting", "blocked", "succeeded", "failed", "cancelled"}
+
+// statusLabel is st's index in statusLabels; -1 for a status it does not know.
+func statusLabel(st Status) int {
+	switch st {
+	case "":
+		return 0
+	case StatusPending:
+		return 1
+	case StatusRunning:
+		return 2
+	case StatusWaiting:
+		return 3
+	case StatusBlocked:
+		return 4
+	case StatusSucceeded:
+		return 5
+	case StatusFailed:
+		return 6
+	case StatusCancelled:
+		return 7
+	}
+	return -1
 }
 
 var (
@@ -101,29 +136,37 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 func (m *Metrics) AddStreamSubscribers(delta int) { m.subscribers.Add(float64(delta)) }
 
 func (m *Metrics) workflow(name string) *workflowMetrics {
+	if w := m.last.Load(); w != nil && w.name == name {
+		return w
+	}
 	if w, ok := m.byWorkflow.Load(name); ok {
+		m.last.Store(w.(*workflowMetrics))
 		return w.(*workflowMetrics)
 	}
 	w := &workflowMetrics{
+		name:       name,
 		started:    m.runsStarted.WithLabelValues(name),
 		stepOK:     m.stepAttempts.WithLabelValues(name, "ok"),
 		stepFailed: m.stepAttempts.WithLabelValues(name, "error"),
 		stepSecs:   m.stepSeconds.WithLabelValues(name),
 	}
 	got, _ := m.byWorkflow.LoadOrStore(name, w)
+	m.last.Store(got.(*workflowMetrics))
 	return got.(*workflowMetrics)
 }
 
-func (m *Metrics) counter(cache *sync.Map, vec *prometheus.CounterVec, workflow string, st Status) prometheus.Counter {
-	if c, ok := cache.Load(st); ok {
-		return c.(prometheus.Counter)
+// counter is the child of vec for workflow and status st, kept in cache.
+func (m *Metrics) counter(cache *statusCounters, vec *prometheus.CounterVec, workflow string, st Status) prometheus.Counter {
+	i := statusLabel(st)
+	if i < 0 {
+		return vec.WithLabelValues(workflow, string(st))
 	}
-	label := string(st)
-	if label == "" {
-		label = "lost"
+	if c := cache[i].Load(); c != nil {
+		return *c
 	}
-	c, _ := cache.LoadOrStore(st, vec.WithLabelValues(workflow, label))
-	return c.(prometheus.Counter)
+	c := vec.WithLabelValues(workflow, statusLabels[i])
+	cache[i].Store(&c) // a racing store keeps the same child: the vector made it once
+	return c
 }
 
 // interceptor is the built-in metrics interceptor.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/trellis-dev/trellis/store"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
@@ -28,13 +29,14 @@ func BenchmarkObserveRun(b *testing.B) {
 // benchChain runs one w1-shaped attempt through ch per iteration.
 func benchChain(b *testing.B, ch *chain) {
 	ctx := context.Background()
+	step := ch.interceptStep()
+	run := &store.Run{ID: "r-0123456789", WorkflowID: "r-0123456789", Workflow: "w1"}
 	b.ReportAllocs()
 	for b.Loop() {
-		a := &WorkflowAttempt{RunID: "r-0123456789", WorkflowID: "r-0123456789", Workflow: "w1", Queue: "default", Attempt: 1}
+		a := &WorkflowAttempt{RunID: run.ID, WorkflowID: run.WorkflowID, Workflow: run.Workflow, Queue: "default", Attempt: 1}
 		ch.runWorkflow(ctx, 0, a, func(ctx context.Context) {
-			for i := range 3 {
-				s := &StepCall{StepAttempt: StepAttempt{RunID: a.RunID, Step: "s", Position: i, Attempt: 1}, Workflow: "w1"}
-				_ = ch.runStep(ctx, 0, s, func(context.Context) error { return nil })
+			for range 3 {
+				_ = step(ctx, run, func(context.Context) error { return nil })
 			}
 			a.Status = StatusSucceeded
 		})

@@ -17,7 +17,7 @@ func TestSpanNamesBounded(t *testing.T) {
 			}
 		}
 	}
-	if n := len(sn.names); n != maxSpanNames {
+	if n := len(*sn.names.Load()); n != maxSpanNames {
 		t.Fatalf("%d names kept, want %d", n, maxSpanNames)
 	}
 }

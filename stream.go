@@ -21,8 +21,8 @@ import (
 
 // StreamEvent is one event of a run's stream: what the workflow published with
 // Emit, or a lifecycle event of the run (run.started, step.completed,
-// step.failed, run.waiting, run.blocked, and the final run.succeeded,
-// run.failed or run.cancelled). See docs/streams.md.
+// step.failed, run.waiting, run.resumed, run.blocked, and the final
+// run.succeeded, run.failed or run.cancelled). See docs/streams.md.
 type StreamEvent struct {
 	// Sequence numbers the run's events from 1, without gaps: the cursor to
 	// resume after.

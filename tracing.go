@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -110,33 +112,38 @@ func endStepSpan(span trace.Span, err error) {
 
 // spanNames keeps the span names made of a prefix and a workflow's or a step's
 // name, so that a span does not build its name again: one allocation less per
-// span. It keeps at most maxSpanNames names (step names made at run time, such
-// as one per item, would grow it without end); past that, names are built.
+// span. Readers take no lock (the map is replaced, never changed: spans of both
+// of a worker's goroutines read it at once). It keeps at most maxSpanNames
+// names (step names made at run time, such as one per item, would grow it
+// without end); past that, names are built.
 type spanNames struct {
 	prefix string
-	mu     sync.RWMutex
-	names  map[string]string // name → prefix+name
+	names  atomic.Pointer[map[string]string] // name → prefix+name
+	mu     sync.Mutex                        // serializes replacements
 }
 
 const maxSpanNames = 1024
 
 func newSpanNames(prefix string) *spanNames {
-	return &spanNames{prefix: prefix, names: map[string]string{}}
+	sn := &spanNames{prefix: prefix}
+	sn.names.Store(&map[string]string{})
+	return sn
 }
 
 func (sn *spanNames) get(name string) string {
-	sn.mu.RLock()
-	full, ok := sn.names[name]
-	sn.mu.RUnlock()
-	if ok {
+	if full, ok := (*sn.names.Load())[name]; ok {
 		return full
 	}
-	full = sn.prefix + name
+	full := sn.prefix + name
 	sn.mu.Lock()
-	if len(sn.names) < maxSpanNames {
-		sn.names[name] = full
+	defer sn.mu.Unlock()
+	old := *sn.names.Load()
+	if _, ok := old[name]; !ok && len(old) < maxSpanNames {
+		next := make(map[string]string, len(old)+1)
+		maps.Copy(next, old)
+		next[name] = full
+		sn.names.Store(&next)
 	}
-	sn.mu.Unlock()
 	return full
 }
 

@@ -18,8 +18,9 @@ import (
 )
 
 // streamWF emits three events, waits for the event "go", emits two more around
-// a step that fails once, and returns: its stream is run.started, a, a, a,
-// run.waiting, run.resumed, b, step.failed, step.completed, b, run.succeeded — with replays
+// a step that fails once (each attempt lasts streamStepPause), and returns: its
+// stream is run.started, a, a, a, run.waiting, run.resumed, b, step.failed,
+// step.completed, b, run.succeeded — with replays
 // in between (after the wait) that must publish nothing twice.
 var streamWF = trellis.NewWorkflow("streamer", func(wc *trellis.Context, _ any) (string, error) {
 	for i := range 3 {
@@ -35,6 +36,7 @@ var streamWF = trellis.NewWorkflow("streamer", func(wc *trellis.Context, _ any) 
 	}
 	var tries atomic.Int32
 	if _, err := trellis.Step(wc, "flaky", func(context.Context) (int, error) {
+		time.Sleep(streamStepPause) // each attempt lasts at least this: its event's duration_ms
 		if tries.Add(1) == 1 {
 			return 0, errors.New("first try fails")
 		}
@@ -47,6 +49,9 @@ var streamWF = trellis.NewWorkflow("streamer", func(wc *trellis.Context, _ any) 
 	}
 	return "done", nil
 })
+
+// streamStepPause is how long each attempt of the streamer's step lasts at least.
+const streamStepPause = 20 * time.Millisecond
 
 var streamNames = []string{"run.started", "a", "a", "a", "run.waiting", "run.resumed", "b", "step.failed", "step.completed", "b", "run.succeeded"}
 
@@ -183,14 +188,27 @@ func TestStreamResumeWithLastEventID(t *testing.T) {
 			if err := json.Unmarshal([]byte(got[len(got)-1].data), &done); err != nil || done.Result != "done" {
 				t.Fatalf("final event data %s: %v", got[len(got)-1].data, err)
 			}
-			var failed struct {
-				Name    string `json:"name"`
-				Attempt int    `json:"attempt"`
-				Error   struct{ Message string }
-			}
-			if err := json.Unmarshal([]byte(got[7].data), &failed); err != nil || failed.Name != "flaky" ||
-				failed.Attempt != 1 || failed.Error.Message != "first try fails" {
-				t.Fatalf("step.failed data %s (%v)", got[7].data, err)
+			// step.failed and step.completed: the step's name, the attempt, how
+			// long it lasted and, for the failure, its error.
+			for _, c := range []struct {
+				ev      sseEvent
+				attempt int
+				err     string
+			}{{got[7], 1, "first try fails"}, {got[8], 2, ""}} {
+				var step struct {
+					Name       string   `json:"name"`
+					Attempt    int      `json:"attempt"`
+					DurationMS *float64 `json:"duration_ms"`
+					Error      *struct {
+						Message string `json:"message"`
+					} `json:"error"`
+				}
+				if err := json.Unmarshal([]byte(c.ev.data), &step); err != nil || step.Name != "flaky" || step.Attempt != c.attempt ||
+					step.DurationMS == nil || *step.DurationMS < float64(streamStepPause.Milliseconds()) || *step.DurationMS > 10_000 ||
+					(c.err == "") != (step.Error == nil) || step.Error != nil && step.Error.Message != c.err {
+					t.Fatalf("%s data %s (%v): want step flaky, attempt %d, duration_ms at least %d, error %q",
+						c.ev.name, c.ev.data, err, c.attempt, streamStepPause.Milliseconds(), c.err)
+				}
 			}
 			// The execution after the wait replayed the history (three emits
 			// and the wait) as the run's second claim.

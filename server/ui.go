@@ -147,9 +147,7 @@ func (s *Server) prepareUI(w http.ResponseWriter, r *http.Request, rt uiRoute, c
 	if !namespacePattern.MatchString(c.ns) {
 		return fmt.Errorf("%w: malformed namespace %q", ErrInvalidArgument, c.ns)
 	}
-	if rt.orRole != "" && !hasRoleIn(c.principal, rt.role, c.ns) && hasRoleIn(c.principal, rt.orRole, c.ns) {
-		c.role = rt.orRole // checked on the scope below instead of role
-	}
+	c.role = rt.roleFor(c.principal, c.ns) // role, or orRole for a principal with only that one
 	if !hasRoleIn(c.principal, c.role, c.ns) {
 		return c.allowQueue("")
 	}
@@ -180,7 +178,8 @@ type pageData struct {
 	NS        string
 	Principal string
 	CSRF      string
-	Nav       string
+	Nav       string    // the page's key in the navigation
+	NavItems  []navItem // the pages the principal may open
 	Insecure  bool
 	Data      any
 }
@@ -207,6 +206,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, c *uiCall, statu
 	}
 	if c.principal != nil {
 		p.Principal = c.principal.Name
+		p.NavItems = navItems(c.principal, p.NS, name)
 	}
 	t := uiPages[name]
 	tmpl := "layout"
@@ -230,19 +230,12 @@ func (s *Server) uiHome(w http.ResponseWriter, r *http.Request, c *uiCall) error
 		http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 		return nil
 	}
-	http.Redirect(w, r, "/ui/"+homeNamespace(c.principal)+"/runs", http.StatusSeeOther)
-	return nil
-}
-
-// homeNamespace is the first namespace the principal may read ("default" when
-// it may read any).
-func homeNamespace(p *auth.Principal) string {
-	for _, g := range p.Grants {
-		if g.Namespace != auth.AllNamespaces && g.Namespace != auth.SystemNamespace {
-			return g.Namespace
-		}
+	home := uiHomePath(c.principal)
+	if home == "" {
+		return errNoUIPage(c.principal)
 	}
-	return "default"
+	http.Redirect(w, r, home, http.StatusSeeOther)
+	return nil
 }
 
 func (s *Server) uiStatic(w http.ResponseWriter, r *http.Request, _ *uiCall) error {
@@ -289,7 +282,9 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request, c *uiCall) erro
 		return err
 	}
 	if next == "" {
-		next = "/ui/" + homeNamespace(p) + "/runs"
+		if next = uiHomePath(p); next == "" {
+			next = "/" // which says why no page opens
+		}
 	}
 	http.Redirect(w, r, next, http.StatusSeeOther)
 	return nil

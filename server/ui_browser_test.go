@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,17 +99,21 @@ func run(t *testing.T, ctx context.Context, actions ...chromedp.Action) {
 	}
 }
 
-// signIn signs in through the form, as a user does.
-func signIn(t *testing.T, ctx context.Context, base, token string) {
+// signIn signs in through the form, as a user does, and returns the path of
+// the page it lands on.
+func signIn(t *testing.T, ctx context.Context, base, token string) string {
 	t.Helper()
+	var landed string
 	run(t, ctx,
 		network.ClearBrowserCookies(),
 		chromedp.Navigate(base+"/"),
 		chromedp.WaitVisible("#token", chromedp.ByID),
 		chromedp.SendKeys("#token", token, chromedp.ByID),
 		chromedp.Click("#signin", chromedp.ByID),
-		chromedp.WaitVisible("#runs", chromedp.ByID),
+		chromedp.WaitVisible("#nav", chromedp.ByID),
+		chromedp.Evaluate(`location.pathname + location.search`, &landed),
 	)
+	return landed
 }
 
 // shipOrder is a workflow with something to show: steps, a retried step, a
@@ -166,7 +171,9 @@ func TestUIInBrowser(t *testing.T) {
 	}
 
 	// Sign in, then find a waiting run by filtering.
-	signIn(t, ctx, e.base, "admin")
+	if landed := signIn(t, ctx, e.base, "admin"); landed != "/ui/default/runs" {
+		t.Fatalf("admin landed on %s", landed)
+	}
 	waiting := e.start("await-go", nil, nil)
 	e.until(waiting.ID, func() bool {
 		r, _ := e.worker.Get(context.Background(), waiting.ID)
@@ -275,11 +282,40 @@ func TestUIInBrowser(t *testing.T) {
 		t.Fatalf("cancelled run is %s", r.Status)
 	}
 
-	// A reader sees the runs and the requests but no button, and the API
-	// refuses its approval.
+	// An approver without the reader role (the 3 a.m. approver) signs in and
+	// lands on the approvals, not on a page it may not open; its navigation
+	// has no Runs, the request's run is text, not a link; it approves.
 	pending := e.start("needs-anyone", nil, nil)
 	reqID := e.pendingApproval(pending.ID)
-	signIn(t, ctx, e.base, "reader")
+	asApprover := e.start("needs-anyone", nil, nil)
+	approverReq := e.pendingApproval(asApprover.ID)
+	if landed := signIn(t, ctx, e.base, "approver"); landed != "/ui/default/approvals" {
+		t.Fatalf("the approver landed on %s", landed)
+	}
+	var nav []string
+	var runLinks, runTexts int
+	run(t, ctx, chromedp.WaitVisible(`[data-approval="`+approverReq+`"] button[name=approve]`, chromedp.ByQuery),
+		chromedp.Evaluate(`Array.from(document.querySelectorAll("#nav a")).map(a => a.dataset.nav)`, &nav),
+		chromedp.Evaluate(`document.querySelectorAll('main a[href*="/runs/"]').length`, &runLinks),
+		chromedp.Evaluate(`document.querySelectorAll('[data-approval="`+approverReq+`"] [data-run="`+asApprover.ID+`"]').length`, &runTexts))
+	if fmt.Sprint(nav) != "[approvals]" || runLinks != 0 || runTexts != 1 {
+		t.Fatalf("the approver's approvals page: nav %v, %d links to runs, run as text %d times", nav, runLinks, runTexts)
+	}
+	run(t, ctx, chromedp.SendKeys(`[data-approval="`+approverReq+`"] .comment`, "approved at 3 a.m.", chromedp.ByQuery))
+	screenshot(t, ctx, "ui-approvals-approver.png")
+	run(t, ctx,
+		chromedp.Click(`[data-approval="`+approverReq+`"] button[name=approve]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#decided tr[data-approval="`+approverReq+`"]`, chromedp.ByQuery))
+	if a, err := e.worker.GetApproval(context.Background(), approverReq); err != nil || a.Status != trellis.ApprovalApproved ||
+		a.Principal != "approver" || a.Comment != "approved at 3 a.m." {
+		t.Fatalf("the approver's approval: %+v %v", a, err)
+	}
+
+	// A reader sees the runs and the requests but no button, and the API
+	// refuses its approval.
+	if landed := signIn(t, ctx, e.base, "reader"); landed != "/ui/default/runs" {
+		t.Fatalf("the reader landed on %s", landed)
+	}
 	var buttons int
 	run(t, ctx, chromedp.Navigate(e.base+"/ui/default/approvals"),
 		chromedp.WaitVisible(`[data-approval="`+reqID+`"]`, chromedp.ByQuery),

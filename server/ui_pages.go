@@ -238,6 +238,8 @@ type opRow struct {
 	FullError string
 }
 
+// link is a link of a timeline row; without Href (a page the principal may
+// not open) its text shows alone.
 type link struct{ Href, Text string }
 
 type kvRow struct{ Key, Value string }
@@ -277,7 +279,7 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 		}
 	}
 	if run.ParentID != "" {
-		d.Parent = runPath(c.ns, run.ParentID)
+		d.Parent = s.parentHref(r, c, run.ParentID)
 	}
 	producer := c.can(auth.RoleProducer, run.Queue)
 	d.CanCancel = producer && !run.Status.Terminal()
@@ -434,7 +436,9 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 				}
 			} else if !op.Done {
 				row.Detail = "waiting for a decision"
-				row.Links = append(row.Links, link{Href: "/ui/" + c.ns + "/approvals", Text: "approvals"})
+				if mayOpen(c.principal, c.ns, uiNS+"/approvals", "") {
+					row.Links = append(row.Links, link{Href: "/ui/" + c.ns + "/approvals", Text: "approvals"})
+				}
 			}
 		case trellis.OpChild:
 			children, err := s.store.RunChildren(ctx, &store.RunChildrenParams{Namespace: c.ns, Parent: run.ID, Position: op.Position})
@@ -444,7 +448,7 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 						row.Detail = fmt.Sprintf("and %d more children", len(children)-20)
 						break
 					}
-					row.Links = append(row.Links, link{Href: runPath(c.ns, ch.ID), Text: ch.Workflow + " " + string(ch.Status)})
+					row.Links = append(row.Links, link{Href: c.runHref(ch.ID, ch.Queue), Text: ch.Workflow + " " + string(ch.Status)})
 				}
 			}
 		case trellis.OpTimer:
@@ -481,6 +485,20 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 	return nil
 }
 
+// parentHref is the link to the run's parent, or "" when the principal may not
+// open it (or it is gone): the parent's queue is read only when the
+// principal's grant does not cover the whole namespace.
+func (s *Server) parentHref(r *http.Request, c *uiCall, id string) string {
+	if href := c.runHref(id, ""); href != "" {
+		return href
+	}
+	parent, err := c.client.Get(r.Context(), id)
+	if err != nil {
+		return ""
+	}
+	return c.runHref(id, parent.Queue)
+}
+
 // isWait reports whether ops of kind k wait (for a time, an event, a decision,
 // children).
 func isWait(k trellis.OpKind) bool {
@@ -504,6 +522,7 @@ type approvalRow struct {
 	Details    string
 	CanDecide  bool
 	Queue      string
+	RunHref    string // "" when the principal may not open the run: its ID shows as text
 	NotYouNote string
 }
 
@@ -519,9 +538,15 @@ func (s *Server) uiApprovals(w http.ResponseWriter, r *http.Request, c *uiCall) 
 	if err != nil {
 		return err
 	}
-	ids := make([]string, len(pending.Approvals))
-	for i, a := range pending.Approvals {
-		ids[i] = a.RunID
+	decided, err := c.client.Approvals(ctx, trellis.ApprovalFilter{Statuses: []trellis.ApprovalStatus{
+		trellis.ApprovalApproved, trellis.ApprovalRejected, trellis.ApprovalExpired}, Limit: 20})
+	if err != nil {
+		return err
+	}
+	// The queues of the requests' runs: who may decide, and who may open the run.
+	var ids []string
+	for _, a := range append(pending.Approvals, decided.Approvals...) {
+		ids = append(ids, a.RunID)
 	}
 	queues := map[string]string{}
 	if len(ids) > 0 {
@@ -537,7 +562,7 @@ func (s *Server) uiApprovals(w http.ResponseWriter, r *http.Request, c *uiCall) 
 	}
 	for _, a := range pending.Approvals {
 		q := queues[a.RunID]
-		row := approvalRow{A: a, Details: pretty(a.Details, 4096), Queue: q}
+		row := approvalRow{A: a, Details: pretty(a.Details, 4096), Queue: q, RunHref: c.runHref(a.RunID, q)}
 		named := len(a.Approvers) == 0
 		for _, n := range a.Approvers {
 			named = named || n == c.principal.Name
@@ -548,13 +573,9 @@ func (s *Server) uiApprovals(w http.ResponseWriter, r *http.Request, c *uiCall) 
 		}
 		d.Pending = append(d.Pending, row)
 	}
-	decided, err := c.client.Approvals(ctx, trellis.ApprovalFilter{Statuses: []trellis.ApprovalStatus{
-		trellis.ApprovalApproved, trellis.ApprovalRejected, trellis.ApprovalExpired}, Limit: 20})
-	if err != nil {
-		return err
-	}
 	for _, a := range decided.Approvals {
-		d.Decided = append(d.Decided, approvalRow{A: a})
+		q := queues[a.RunID]
+		d.Decided = append(d.Decided, approvalRow{A: a, Queue: q, RunHref: c.runHref(a.RunID, q)})
 	}
 	s.render(w, r, c, 200, "approvals", d)
 	return nil

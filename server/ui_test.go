@@ -43,6 +43,13 @@ func TestEveryUIRouteHasARule(t *testing.T) {
 			t.Errorf("%s: a UI route with a rule must be under /ui/{ns}/", key)
 		}
 	}
+	// The navigation's pages are pages of the table, whose rules decide who
+	// sees them (mayOpen).
+	for _, pg := range uiNavPages {
+		if rt := uiRouteFor("GET", pg.pattern); rt == nil || rt.public || rt.stream {
+			t.Errorf("nav page %s: %s is not a page of uiRouteTable", pg.key, pg.pattern)
+		}
+	}
 }
 
 // A UI route without a rule is denied to everyone, even an admin.
@@ -235,6 +242,82 @@ func TestUIAuthorizationWalk(t *testing.T) {
 			}
 			if rt.method == "POST" && ra.status != 401 {
 				t.Errorf("POST %s without a session: %d", rt.pattern, ra.status)
+			}
+		}
+	}
+}
+
+// The UI shows only what the principal may open, by the routes' own rules:
+// every principal of the test tokens signs in and "/" sends it to a page it
+// may open (an approver-only one to the approvals), or refuses it when it may
+// open none; its navigation links exactly the pages it may open; the approvals
+// page links a request's run only for a principal that may open the run.
+func TestUIAuthorizationWalkNav(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	decidedRun := e.start("needs-anyone", nil, nil)
+	e.do("POST", "/v1/namespaces/default/approvals/"+e.pendingApproval(decidedRun.ID)+"/approve", "approver", map[string]any{}).want(t, 200)
+	pendingRun := e.start("needs-anyone", nil, nil)
+	e.pendingApproval(pendingRun.ID)
+	home := map[string]string{ // where "/" sends each principal ("": refused)
+		"admin": "/ui/default/runs", "reader": "/ui/default/runs", "approver": "/ui/default/approvals",
+		"alice": "/ui/default/approvals", "q1-reader": "/ui/default/runs?queue=q1", "other-reader": "/ui/other/runs",
+		"global-reader": "/ui/default/runs", "producer": "", "worker": "", "q1-producer": "",
+	}
+	navLink := regexp.MustCompile(`<a href="([^"]*)" data-nav="(\w+)"`)
+	for token := range testTokens() {
+		u := e.uiSession(token)
+		want, ok := home[token]
+		if !ok {
+			t.Fatalf("token %s: no expected home page", token)
+		}
+		r := u.get("/")
+		if want == "" {
+			if r.status != 403 || !strings.Contains(string(r.body), "may open no page") {
+				t.Errorf("/ as %s: %d %s, want 403 saying why", token, r.status, r.header.Get("Location"))
+			}
+			continue
+		}
+		if loc := r.header.Get("Location"); r.status != 303 || loc != want {
+			t.Errorf("/ as %s: %d to %q, want %q", token, r.status, loc, want)
+			continue
+		}
+		page := u.get(want)
+		if page.status != 200 {
+			t.Errorf("%s: home page %s answered %d", token, want, page.status)
+			continue
+		}
+		// The navigation links each page of the namespace the principal may
+		// open, and no other.
+		ns := strings.Split(want, "/")[2]
+		shown := map[string]string{}
+		for _, m := range navLink.FindAllStringSubmatch(string(page.body), -1) {
+			shown[m[2]] = strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+		for _, pg := range uiNavPages {
+			path := "/ui/" + ns + strings.TrimPrefix(pg.pattern, uiNS)
+			href, linked := shown[pg.key]
+			switch {
+			case linked && u.get(href).status != 200:
+				t.Errorf("%s: nav links %s (%s), which it may not open", token, pg.key, href)
+			case !linked && u.get(path).status != 403:
+				t.Errorf("%s: nav lacks %s, which it may open", token, pg.key)
+			}
+		}
+		if len(shown) == 0 {
+			t.Errorf("%s: no nav on its home page", token)
+		}
+		// The approvals page: a run is a link for a principal that may open it,
+		// its ID as text for one that may not.
+		ap := u.get("/ui/" + ns + "/approvals")
+		if ap.status != 200 || ns != "default" {
+			continue
+		}
+		for _, id := range []string{pendingRun.ID, decidedRun.ID} {
+			runPage := u.get("/ui/default/runs/" + id).status
+			linked := strings.Contains(string(ap.body), `data-run-link="`+id+`"`)
+			text := strings.Contains(string(ap.body), `data-run="`+id+`"`)
+			if linked == text || linked != (runPage == 200) {
+				t.Errorf("%s: approvals page: run %s linked %v, as text %v; its page answers %d", token, id, linked, text, runPage)
 			}
 		}
 	}

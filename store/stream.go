@@ -13,17 +13,30 @@ import (
 // their own; each takes the run's next sequence (1, 2, ...). StreamTopic is
 // signalled after each commit that added some.
 
-// Lifecycle events of a run's stream.
+// Lifecycle events of a run's stream (docs/streams.md describes each one's
+// data): the engine writes all but run.cancelled, which the store writes too
+// when it ends a run itself.
 const (
 	StreamRunStarted    = "run.started"
-	StreamRunResumed    = "run.resumed"
 	StreamStepCompleted = "step.completed"
 	StreamStepFailed    = "step.failed"
 	StreamRunWaiting    = "run.waiting"
-	StreamRunSucceeded  = "run.succeeded"
-	StreamRunFailed     = "run.failed"
-	StreamRunCancelled  = "run.cancelled"
+	StreamRunResumed    = "run.resumed"
+	// StreamRunBlocked is the event of a run that blocks (its code no longer
+	// matches its history); run.waiting follows its resumption's next wait.
+	StreamRunBlocked   = "run.blocked"
+	StreamRunSucceeded = "run.succeeded"
+	StreamRunFailed    = "run.failed"
+	StreamRunCancelled = "run.cancelled"
 )
+
+// StreamLifecycle returns the names of every lifecycle event, in the order the
+// docs list them, the final ones last. Every list of them in the docs and the
+// help texts is checked against it (TestStreamLifecycleListsAgree).
+func StreamLifecycle() []string {
+	return []string{StreamRunStarted, StreamStepCompleted, StreamStepFailed, StreamRunWaiting, StreamRunResumed,
+		StreamRunBlocked, StreamRunSucceeded, StreamRunFailed, StreamRunCancelled}
+}
 
 // StreamFinal reports whether name is the name of a run's final event.
 func StreamFinal(name string) bool {

@@ -20,9 +20,9 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	storeFlag(fs, &ba.store)
 	fs.StringVar(&ba.server, "server", "", "benchmark a Trellis server at `URL` instead of a store: the bench is its client (default $"+envServer+")")
 	fs.StringVar(&ba.token, "token", "", "the bearer `token` for --server: producer, reader and worker on namespace "+bench.RemoteNamespace+
-		" (worker runs the bench's remote worker; api-start alone needs no worker) (default $"+envToken+")")
+		" (worker runs the bench's remote worker for w1, w2, w3, s1 and s2); s3 reads the server's /metrics and needs reader:* (default $"+envToken+")")
 	fs.IntVar(&ba.clients, "clients", 0, "with --server: concurrent keep-alive clients (0: the workload's default)")
-	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7, r1, ui1 or s1, s2, s3 (default w1,w2,w3);\nwith --server: api-start, w1, w2, w3 (default api-start)")
+	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7, r1, ui1 or s1, s2, s3 (default w1,w2,w3);\nwith --server: "+bench.RemoteNames()+" (default api-start)")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
 	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency (with --server: the remote worker's)")
@@ -72,12 +72,15 @@ func runRemoteBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout
 	for name := range strings.SplitSeq(ba.workloads, ",") {
 		w, ok := bench.FindRemote(strings.TrimSpace(name))
 		if !ok {
-			return usagef(fs, "bench: unknown workload %q with --server (api-start, w1, w2, w3)", name)
+			return usagef(fs, "bench: unknown workload %q with --server (%s)", name, bench.RemoteNames())
 		}
 		selected = append(selected, w)
 	}
 	if ba.clients < 0 {
 		return usagef(fs, "bench: --clients must be positive")
+	}
+	if ba.subscribers < 0 {
+		return usagef(fs, "bench: --subscribers must be positive")
 	}
 	stop, err := startProfiles(ba.cpuProfile, ba.memProfile)
 	if err != nil {
@@ -85,7 +88,7 @@ func runRemoteBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout
 	}
 	defer stop()
 	for _, w := range selected {
-		res, err := bench.RunRemote(ctx, w, ba.n, bench.RemoteOptions{Server: ba.server, Token: ba.token, Clients: ba.clients, Concurrency: ba.concurrency})
+		res, err := bench.RunRemote(ctx, w, ba.n, bench.RemoteOptions{Server: ba.server, Token: ba.token, Clients: ba.clients, Concurrency: ba.concurrency, Subscribers: ba.subscribers})
 		if err != nil {
 			return err
 		}
@@ -214,5 +217,7 @@ func benchAbout() string {
 			b.WriteString("      a remote worker in the bench process runs the workflows (the token needs worker too)\n")
 		}
 	}
+	b.WriteString("\nThe stream and UI workloads (s1, s2, s3, ui1) measure a server: with --store the bench starts one\n" +
+		"itself (s3: a `trellis server` child process) and measures it the same way.\n")
 	return strings.TrimSuffix(b.String(), "\n")
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -140,5 +141,113 @@ func TestBenchProfiles(t *testing.T) {
 	res = trellisCmd(t, "bench", "--store", url, "--workload", "w5", "-n", "200", "--memprofile", filepath.Join(dir, "none", "mem.prof"))
 	if res.code == 0 || strings.Contains(res.stdout, "w5") {
 		t.Errorf("--memprofile into a missing directory: exit %d, stdout %q", res.code, res.stdout)
+	}
+}
+
+// The stream and UI workloads measure the server given by --server: s1 and s2
+// run their emitting workflow in the bench's remote worker and read the
+// server's SSE route, s3 holds idle streams open and reads the server's RSS
+// from its /metrics, ui1 seeds namespace bench through the batch route (once,
+// filling the holes a stopped seeding left) and loads the runs page signed in
+// with the token. A wrong token and a token that may not read /metrics fail
+// with the reason.
+func TestBenchStreamsAndUIThroughServer(t *testing.T) {
+	url := storeURL(t)
+	trellisCmd(t, "migrate", "--store", url).ok(t)
+	base, token, stop := startServer(t, url)
+	defer stop()
+
+	res := trellisCmd(t, "bench", "--server", base, "--token", token, "--workload", "s1,s2,s3", "-n", "20", "--subscribers", "20", "--json").ok(t)
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("s1,s2,s3 printed %q", res.stdout)
+	}
+	var rs [3]bench.Result
+	for i, name := range []string{"s1", "s2", "s3"} {
+		if err := json.Unmarshal([]byte(lines[i]), &rs[i]); err != nil || rs[i].Workload != name || rs[i].Settings["via"] != "server" || rs[i].Settings["server"] != base {
+			t.Fatalf("%s printed %q (%v)", name, lines[i], err)
+		}
+	}
+	if s1 := rs[0]; s1.N != 20 || !(s1.P50Ms > 0 && s1.P99Ms >= s1.P50Ms && s1.P50Ms < 1000) {
+		t.Errorf("s1: %s", lines[0])
+	}
+	if s2 := rs[1]; s2.N != 20 || s2.Subscribers != 20 || s2.EventsPerS == nil || !(*s2.EventsPerS > 0) {
+		t.Errorf("s2: %s", lines[1])
+	}
+	if s3 := rs[2]; s3.Subscribers != 20 || s3.RSSPerSubscriberKB == nil || s3.RSSIdleMB == nil || !(*s3.RSSIdleMB > 1) ||
+		s3.Settings["server_stream_subscribers"].(float64) < 21 {
+		t.Errorf("s3: %s", lines[2])
+	}
+
+	st, err := openTokenStore(ctxT(t), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// The runs of s1 and s2 ran in the bench's remote worker and ended.
+	page, err := st.RunList(ctxT(t), &store.RunListParams{Namespace: bench.RemoteNamespace, Workflow: "bench-emitter", Limit: 10})
+	if err != nil || len(page.Runs) != 2 || page.Runs[0].Status != store.StatusSucceeded || page.Runs[1].Status != store.StatusSucceeded {
+		t.Fatalf("the emitter's runs: %v (%v)", page.Runs, err)
+	}
+
+	ui1 := func(n int) bench.Result {
+		t.Helper()
+		res := trellisCmd(t, "bench", "--server", base, "--token", token, "--workload", "ui1", "-n", strconv.Itoa(n), "--json").ok(t)
+		var r bench.Result
+		if err := json.Unmarshal([]byte(res.stdout), &r); err != nil || r.Workload != "ui1" || r.N != n || !(r.P50Ms > 0) ||
+			r.Settings["requests"] != float64(160) || r.Settings["runs_stored"] != float64(n) || r.Settings["status_filter"] != "pending" {
+			t.Fatalf("ui1 -n %d printed %q (%v)", n, res.stdout, err)
+		}
+		return r
+	}
+	// 120 runs: the runs page (50 a page) has a next page.
+	if r := ui1(120); r.Settings["seeded_now"] != true || r.Settings["runs_created"] != float64(120) {
+		t.Fatalf("first ui1: %v", r.Settings)
+	}
+	if r := ui1(120); r.Settings["seeded_now"] != false || r.Settings["runs_created"] != float64(0) {
+		t.Fatalf("ui1 again: %v", r.Settings)
+	}
+	// A seeding that stopped with batches in flight leaves holes after the
+	// runs it made in order: a later one fills them.
+	trellisCmd(t, "runs", "start", "ship", "--id", "ui1-000000150", "--queue", "ui1-default", "--input", "1",
+		"--namespace", bench.RemoteNamespace, "--server", base, "--token", token).ok(t)
+	if r := ui1(200); r.Settings["seeded_now"] != true || r.Settings["runs_created"] != float64(79) {
+		t.Fatalf("ui1 over a hole: %v", r.Settings)
+	}
+	page, err = st.RunList(ctxT(t), &store.RunListParams{Namespace: bench.RemoteNamespace, Workflow: "checkout", Limit: 1000})
+	if err != nil || len(page.Runs) != 50 {
+		t.Fatalf("%d checkout runs, want 50 (%v)", len(page.Runs), err)
+	}
+	for _, r := range page.Runs {
+		if r.Status != store.StatusPending || !strings.HasPrefix(r.WorkflowID, "ui1-") || !strings.HasPrefix(r.Queue, "ui1-") {
+			t.Fatalf("seeded run %+v", r)
+		}
+	}
+
+	// The --store form measures a server the bench starts itself, the same way.
+	res = trellisCmd(t, "bench", "--store", storeURL(t), "--workload", "s1,s2", "-n", "10", "--subscribers", "5", "--json").ok(t)
+	for i, line := range strings.Split(strings.TrimSpace(res.stdout), "\n") {
+		var r bench.Result
+		if err := json.Unmarshal([]byte(line), &r); err != nil || r.Workload != []string{"s1", "s2"}[i] || r.Settings["via"] != "in-process server" {
+			t.Fatalf("--store s1,s2 printed %q (%v)", res.stdout, err)
+		}
+	}
+
+	// Bad input: a wrong token, and a token that may not read /metrics.
+	for _, w := range []string{"s1", "s2", "s3", "ui1"} {
+		res := trellisCmd(t, "bench", "--server", base, "--token", "wrong", "--workload", w, "-n", "5")
+		if res.code != 1 || !strings.Contains(res.stderr, "workload "+w+": the server refused the token (401: ") {
+			t.Errorf("%s with a wrong token: exit %d, stderr %q", w, res.code, res.stderr)
+		}
+	}
+	benchOnly := strings.TrimSpace(trellisCmd(t, "tokens", "create", "--name", "bench-only", "--grant", "producer:bench",
+		"--grant", "reader:bench", "--grant", "worker:bench", "--store", url).ok(t).stdout)
+	res = trellisCmd(t, "bench", "--server", base, "--token", benchOnly, "--workload", "s3", "--subscribers", "5")
+	if res.code != 1 || !strings.Contains(res.stderr, "GET /metrics, which answered 403 Forbidden") || !strings.Contains(res.stderr, "reader:*") {
+		t.Errorf("s3 with a token of namespace bench alone: exit %d, stderr %q", res.code, res.stderr)
+	}
+	if res := trellisCmd(t, "bench", "--server", base, "--token", token, "--workload", "s2", "--subscribers", "-1"); res.code != 2 ||
+		!strings.Contains(res.stderr, "--subscribers must be positive") {
+		t.Errorf("--subscribers -1: exit %d, stderr %q", res.code, res.stderr)
 	}
 }

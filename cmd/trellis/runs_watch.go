@@ -19,9 +19,9 @@ func runsWatch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		asJSON    bool
 	)
 	about := "Print a run's stream as it happens: the events its workflow emits and its lifecycle\n" +
-		"(run.started, step.completed, step.failed, run.waiting, run.resumed, and the final\n" +
-		"run.succeeded, run.failed or run.cancelled), one per line: SEQUENCE NAME DATA. It ends\n" +
-		"after the final event; a finished run's stream is replayed."
+		"(run.started, step.completed, step.failed, run.waiting, run.resumed, run.blocked, and\n" +
+		"the final run.succeeded, run.failed or run.cancelled), one per line: SEQUENCE NAME DATA.\n" +
+		"It ends after the final event; a finished run's stream is replayed."
 	return withRun(ctx, "watch", about, args, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&afterFlag, "after", "0", "start after this event `sequence`, or \"now\" for new events only")
 		fs.BoolVar(&asJSON, "json", false, "print each event as a JSON line")

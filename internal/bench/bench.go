@@ -108,10 +108,10 @@ var Workloads = []Workload{
 	{"w6", 1000, "N runs each waiting for an event; send the N events; send to next step latency", runW6, nil, nil, 0},
 	{"w7", 10000, "many waiters: N gated 3-step runs (more than the slots), N callers blocked in Result; open the gate; CPU and DB queries per finished run", nil, runW7, nil, 0},
 	{"r1", 1000000, "seed N expired runs (3 ops each) with bulk SQL; w1 (10,000 runs) without purging, then while the purger deletes them, 3 rounds; purge rate and the w1 ratio", nil, nil, runR1, 0},
-	{"ui1", 1_000_000, "the web UI's runs page with N runs stored (SQLite or Postgres, seeded with bulk SQL once); page load latency over HTTP", nil, runUI1, nil, 0},
-	{"s1", 500, "one run emits N events ~2ms apart; an SSE client of an in-process server reads them; Emit to arrival latency", nil, nil, runS1, 0},
-	{"s2", 200, "one run emits N events to --subscribers SSE subscribers (default 1000) of an in-process server; events delivered per second, each checked", nil, nil, runS2, 0},
-	{"s3", 0, "--subscribers idle SSE streams (default 10000) on a `trellis server` child process; its RSS growth per stream", nil, nil, runS3, 0},
+	{"ui1", 1_000_000, "the web UI's runs page with N runs stored (SQLite or Postgres, seeded with bulk SQL once) of a server in process; page load latency over HTTP, as with --server", nil, nil, runUI1, 0},
+	{"s1", 500, "s1 of --server on a server in process: one run emits N events ~2ms apart; Emit to SSE client latency", nil, nil, onLocalServer("s1"), 0},
+	{"s2", 200, "s2 of --server on a server in process: N events to --subscribers SSE subscribers (default 1000); events delivered per second, each checked", nil, nil, onLocalServer("s2"), 0},
+	{"s3", 0, "s3 of --server on a `trellis server` child process: --subscribers idle SSE streams (default 10000); its RSS growth per stream", nil, nil, runS3, 0},
 }
 
 // Find returns the workload named name.
@@ -245,7 +245,7 @@ var (
 		}
 		return s[:8], nil
 	})
-	benchWorkflows = []trellis.Registrable{threeSteps, oneStep, twentySteps, sleeper, eventWaiter, gated}
+	benchWorkflows = []trellis.Registrable{threeSteps, oneStep, twentySteps, sleeper, eventWaiter, gated, emitter}
 )
 
 func noop(context.Context) (string, error) { return payload, nil }

@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +33,9 @@ type RemoteOptions struct {
 	// Server is the server's base URL, e.g. http://127.0.0.1:7070.
 	Server string
 	// Token is the bearer token: producer and reader on namespace
-	// RemoteNamespace, and worker for the workloads that need a remote worker.
+	// RemoteNamespace, and worker for the workloads that need a remote worker;
+	// s3 reads the server's GET /metrics, which needs reader on every namespace.
+	// Empty for an insecure server.
 	Token string
 	// Clients is the number of keep-alive HTTP clients (connections) calling
 	// at once; 0 means the workload's default.
@@ -39,6 +43,8 @@ type RemoteOptions struct {
 	// Concurrency is the remote worker's slots (Config.Worker.Concurrency); 0
 	// means the SDK's default.
 	Concurrency int
+	// Subscribers is the SSE subscribers of s2 and s3 (0: their default).
+	Subscribers int
 }
 
 // RemoteNamespace is the namespace the remote workloads start their runs in.
@@ -104,6 +110,23 @@ var RemoteWorkloads = []RemoteWorkload{
 		1, true, runRemoteW2},
 	{"w3", 200, "N sequential POST /runs then GET result?wait of a 1-step workflow run by a remote worker; latency",
 		1, true, runRemoteW3},
+	{"s1", 500, "one run emits N events ~2ms apart (a remote worker runs it); an SSE client of the server's stream route reads them; Emit to arrival latency",
+		1, true, runRemoteS1},
+	{"s2", 200, "one run emits N events (a remote worker runs it) to --subscribers SSE subscribers (default 1000) of the server; events delivered per second, each checked at each subscriber",
+		1, true, runRemoteS2},
+	{"s3", 0, "--subscribers idle SSE streams (default 10000) on the server; its resident set growth per stream, read from its GET /metrics (the token needs reader:*)",
+		1, false, runRemoteS3},
+	{"ui1", 1_000_000, "the web UI's runs page, signed in with the token, once namespace bench holds N seeded runs (pending, started through POST runs:batch, seeded once); page load latency",
+		1, false, runRemoteUI1},
+}
+
+// RemoteNames lists the names of the workloads through a server, comma-separated.
+func RemoteNames() string {
+	names := make([]string, len(RemoteWorkloads))
+	for i, w := range RemoteWorkloads {
+		names[i] = w.Name
+	}
+	return strings.Join(names, ", ")
 }
 
 // FindRemote returns the remote workload named name.
@@ -128,25 +151,72 @@ func RunRemote(ctx context.Context, w RemoteWorkload, n int, o RemoteOptions) (*
 	if err != nil || u.Scheme != "http" || u.Host == "" {
 		return nil, fmt.Errorf("bench: server URL %q: want http://host:port", o.Server)
 	}
-	if w.NeedsWorker {
-		if StartRemoteWorker == nil {
-			return nil, fmt.Errorf("workload %s: %w", w.Name, ErrNoRemoteWorker)
-		}
-		stop, err := StartRemoteWorker(ctx, o, Workflows())
-		if err != nil {
-			return nil, fmt.Errorf("workload %s: starting the remote worker: %w", w.Name, err)
-		}
-		defer stop()
+	if err := checkToken(ctx, o); err != nil {
+		return nil, fmt.Errorf("workload %s: %w", w.Name, err)
 	}
-	res, err := w.run(ctx, o, n)
+	res, err := runRemote(ctx, w, n, o)
 	if err != nil {
 		return nil, fmt.Errorf("workload %s: %w", w.Name, err)
 	}
 	res.Workload, res.N = w.Name, n
+	extra := res.Settings // what the workload measured besides the fixed fields
 	res.Settings = map[string]any{"via": "server", "server": o.Server, "clients": o.Clients,
 		"concurrency": o.Concurrency,
 		"gomaxprocs":  runtime.GOMAXPROCS(0), "go": runtime.Version()}
+	maps.Copy(res.Settings, extra)
 	return res, nil
+}
+
+// checkToken asks the server for one run of RemoteNamespace, so that a server
+// that is not there or a token it refuses fails every workload alike, before
+// anything starts.
+func checkToken(ctx context.Context, o RemoteOptions) error {
+	c, err := dial(ctx, o)
+	if err != nil {
+		return fmt.Errorf("connecting to the server: %w", err)
+	}
+	defer c.close()
+	defer context.AfterFunc(ctx, c.close)()
+	status, b, err := c.do("GET", runsPath+"?limit=1", nil)
+	switch {
+	case err != nil:
+		return fmt.Errorf("GET %s: %w", runsPath, err)
+	case status == http.StatusUnauthorized:
+		return fmt.Errorf("the server refused the token (401: %s): give --token a token it knows", problemDetail(b))
+	case status == http.StatusForbidden:
+		return fmt.Errorf("the token may not read namespace %s (403: %s): it needs producer, reader and worker on it", RemoteNamespace, problemDetail(b))
+	case status != http.StatusOK:
+		return fmt.Errorf("GET %s: %d %s", runsPath, status, problemDetail(b))
+	}
+	return nil
+}
+
+// problemDetail is the detail of a problem answer of the API (RFC 9457), or
+// the body itself when it is not one.
+func problemDetail(b []byte) string {
+	var p struct {
+		Detail string `json:"detail"`
+	}
+	if json.Unmarshal(b, &p) == nil && p.Detail != "" {
+		return p.Detail
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// runRemote runs workload w with n runs through the server of o, with the
+// remote worker it needs, and returns what it measured.
+func runRemote(ctx context.Context, w RemoteWorkload, n int, o RemoteOptions) (*Result, error) {
+	if w.NeedsWorker {
+		if StartRemoteWorker == nil {
+			return nil, ErrNoRemoteWorker
+		}
+		stop, err := StartRemoteWorker(ctx, o, Workflows())
+		if err != nil {
+			return nil, fmt.Errorf("starting the remote worker: %w", err)
+		}
+		defer stop()
+	}
+	return w.run(ctx, o, n)
 }
 
 // conn is one keep-alive HTTP/1.1 connection to the server, used by one

@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/trellis-dev/trellis"
@@ -20,12 +23,13 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// The stream workloads (s1, s2, s3) measure the server's event streams
-// (docs/streams.md). `trellis bench` has no --server flag: s1 and s2 start a
-// server in the bench's process on the store (one store handle shared by the
-// server and the worker, as `trellis dev` does), and their clients read its
-// SSE streams over loopback HTTP; s3 starts `trellis server` as a child process,
-// so that its resident set is the server's alone.
+// The stream workloads (s1, s2, s3) measure a server's event streams
+// (docs/streams.md) from outside: with `trellis bench --server URL --token T`
+// the bench is a client of that server (SSE over HTTP) and, for s1 and s2, a
+// remote worker of it (StartRemoteWorker) that runs the emitting workflow.
+// Their --store form measures a server the bench starts itself, the same way:
+// s1 and s2 one in the bench's process (onLocalServer), s3 `trellis server` as
+// a child process, so that its resident set is the server's alone.
 
 // emitter emits in.Events events named "e", each carrying the time it was
 // emitted (unix ns), in.Every of them before each no-op step, which is what
@@ -64,71 +68,74 @@ type emitted struct {
 	At int64 `json:"at"`
 }
 
-// streamEnv is a server in this process on a store it shares with a worker.
-type streamEnv struct {
-	st     store.Store
-	worker *trellis.Client
-	srv    *server.Server
-	base   string
+// localServer is the --store form of the workloads that measure a server (s1,
+// s2, ui1): a server in this process on o.Store, insecure, on a loopback port,
+// measured through its HTTP API exactly as `--server URL` measures a server.
+type localServer struct {
+	st  store.Store
+	srv *server.Server
 }
 
-func newStreamEnv(ctx context.Context, o Options) (*streamEnv, error) {
-	st, err := trellis.OpenStore(ctx, o.Store, time.Now)
+func startLocalServer(ctx context.Context, storeURL string) (*localServer, error) {
+	st, err := trellis.OpenStore(ctx, storeURL, time.Now) // creates and migrates the schema
 	if err != nil {
 		return nil, err
 	}
-	e := &streamEnv{st: st}
-	cfg := trellis.Config{Backend: st, Namespace: "bench"}
-	cfg.Worker.Concurrency = o.Concurrency
-	if e.worker, err = trellis.Open(ctx, cfg); err != nil {
-		st.Close()
-		return nil, err
-	}
-	if err := e.worker.Register(ctx, emitter); err != nil {
-		e.close()
-		return nil, err
-	}
-	e.srv, err = server.New(ctx, server.Config{Backend: st, Listen: "127.0.0.1:0", Insecure: true})
+	l := &localServer{st: st}
+	l.srv, err = server.New(ctx, server.Config{Backend: st, Listen: "127.0.0.1:0", Insecure: true})
 	if err == nil {
-		err = e.srv.Start()
+		err = l.srv.Start()
 	}
 	if err != nil {
-		e.close()
+		l.close()
 		return nil, err
 	}
-	e.base = "http://" + e.srv.Addr().String()
-	return e, nil
+	return l, nil
 }
 
-func (e *streamEnv) close() {
-	if e.srv != nil {
+func (l *localServer) base() string { return "http://" + l.srv.Addr().String() }
+
+func (l *localServer) close() {
+	if l.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = e.srv.Shutdown(ctx)
+		_ = l.srv.Shutdown(ctx)
 	}
-	e.worker.Close()
-	e.st.Close()
+	l.st.Close()
 }
 
-// remote is a client of the server (SSE through Client.Stream).
-func (e *streamEnv) remote(ctx context.Context) (*trellis.Client, error) {
-	return trellis.Open(ctx, trellis.Config{Server: e.base, Namespace: "bench"})
+// onLocalServer is the --store form of the remote workload name: it runs it,
+// with its remote worker, through a server this process starts on o.Store.
+func onLocalServer(name string) func(ctx context.Context, n int, o Options) (*Result, error) {
+	return func(ctx context.Context, n int, o Options) (*Result, error) {
+		w, _ := FindRemote(name)
+		l, err := startLocalServer(ctx, o.Store)
+		if err != nil {
+			return nil, err
+		}
+		defer l.close()
+		res, err := runRemote(ctx, w, n, RemoteOptions{Server: l.base(), Concurrency: o.Concurrency, Subscribers: o.Subscribers})
+		if err != nil {
+			return nil, err
+		}
+		if res.Settings == nil {
+			res.Settings = map[string]any{}
+		}
+		res.Settings["via"] = "in-process server"
+		return res, nil
+	}
 }
 
-// runS1: one run emits n events, one every ~2 ms; an SSE client of the server
-// reads them; the latency of each is from Emit to its arrival at the client.
-func runS1(ctx context.Context, n int, o Options) (*Result, error) {
-	e, err := newStreamEnv(ctx, o)
-	if err != nil {
-		return nil, err
-	}
-	defer e.close()
-	rc, err := e.remote(ctx)
+// runRemoteS1: one run emits n events, one every ~2 ms, run by the remote
+// worker; an SSE client of the server reads them; the latency of each is from
+// Emit (the worker's clock, in this process) to its arrival at the client.
+func runRemoteS1(ctx context.Context, o RemoteOptions, n int) (*Result, error) {
+	rc, err := openRemoteClient(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	h, err := trellis.Start(ctx, e.worker, emitter, emitIn{Events: n, Every: 1, Pause: 2 * time.Millisecond, Gate: true})
+	h, err := trellis.Start(ctx, rc, emitter, emitIn{Events: n, Every: 1, Pause: 2 * time.Millisecond, Gate: true})
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +151,7 @@ func runS1(ctx context.Context, n int, o Options) (*Result, error) {
 		case "run.waiting":
 			if !sent {
 				sent, start = true, time.Now()
-				if err := e.worker.SendEvent(ctx, h.RunID(), "go", ""); err != nil {
+				if err := rc.SendEvent(ctx, h.RunID(), "go", ""); err != nil {
 					return nil, err
 				}
 			}
@@ -154,35 +161,33 @@ func runS1(ctx context.Context, n int, o Options) (*Result, error) {
 				return nil, err
 			}
 			lat = append(lat, now.Sub(time.Unix(0, em.At)))
+		case "run.failed", "run.cancelled":
+			return nil, fmt.Errorf("run %s: %s %s", h.RunID(), ev.Name, ev.Data)
 		}
 	}
 	if len(lat) != n {
-		return nil, fmt.Errorf("s1: the client received %d of %d events", len(lat), n)
+		return nil, fmt.Errorf("the client received %d of %d events", len(lat), n)
 	}
 	wall := time.Since(start)
 	return &Result{WallS: wall.Seconds(), P50Ms: percentile(lat, 50), P99Ms: percentile(lat, 99)}, nil
 }
 
-// runS2: subs SSE subscribers (default 1,000) on one run, which emits n events
-// as fast as its checkpoints go (10 per checkpoint); every subscriber must get
-// every event once, in order. events_per_s is the events delivered (n × subs)
-// per second, from the gate's opening to the last delivery.
-func runS2(ctx context.Context, n int, o Options) (*Result, error) {
+// runRemoteS2: o.Subscribers SSE subscribers (default 1,000) of the server on
+// one run, which the remote worker runs and which emits n events as fast as
+// its checkpoints go (10 per checkpoint); every subscriber must get every event
+// once, in order, or the workload fails. events_per_s is the events delivered
+// (n × subscribers) per second, from the gate's opening to the last delivery.
+func runRemoteS2(ctx context.Context, o RemoteOptions, n int) (*Result, error) {
 	subs := o.Subscribers
 	if subs <= 0 {
 		subs = 1000
 	}
-	e, err := newStreamEnv(ctx, o)
-	if err != nil {
-		return nil, err
-	}
-	defer e.close()
-	rc, err := e.remote(ctx)
+	rc, err := openRemoteClient(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	h, err := trellis.Start(ctx, e.worker, emitter, emitIn{Events: n, Every: 10, Gate: true})
+	h, err := trellis.Start(ctx, rc, emitter, emitIn{Events: n, Every: 10, Gate: true})
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +236,9 @@ func runS2(ctx context.Context, n int, o Options) (*Result, error) {
 					next++
 				}
 			}
+			if !waiting {
+				ready.Done()
+			}
 			if next != n {
 				fail(fmt.Errorf("subscriber %d: got %d of %d events", s, next, n))
 				return
@@ -242,8 +250,8 @@ func runS2(ctx context.Context, n int, o Options) (*Result, error) {
 	}
 	ready.Wait()
 	start := time.Now()
-	if firstErr == nil {
-		if err := e.worker.SendEvent(ctx, h.RunID(), "go", ""); err != nil {
+	if ctx.Err() == nil {
+		if err := rc.SendEvent(ctx, h.RunID(), "go", ""); err != nil {
 			fail(err)
 		}
 	}
@@ -256,15 +264,158 @@ func runS2(ctx context.Context, n int, o Options) (*Result, error) {
 	return &Result{WallS: wall.Seconds(), EventsPerS: ptr(delivered / wall.Seconds()), Subscribers: subs}, nil
 }
 
-// runS3: subs idle SSE subscribers (default 10,000) on one `trellis server`
-// child process, each a raw connection whose stream is open and silent (a run
-// that no worker serves, after=now). rss_per_subscriber_kb is the growth of the
-// server's resident set per open stream.
-func runS3(ctx context.Context, _ int, o Options) (*Result, error) {
+// idleWorkflow is the workflow of s3's run: no worker serves it, so the run
+// stays pending and its streams silent.
+const idleWorkflow = "bench-idle-nobody-serves"
+
+// runRemoteS3: o.Subscribers idle SSE subscribers (default 10,000) on the
+// server, each a raw connection whose stream is open and silent (a run that no
+// worker serves, after=now). rss_per_subscriber_kb is the growth of the
+// server's resident set per open stream, as the server itself reports it
+// (process_resident_memory_bytes of its GET /metrics): read after one warm-up
+// stream and half a second, then 2 s after the last stream opened.
+func runRemoteS3(ctx context.Context, o RemoteOptions, _ int) (*Result, error) {
 	subs := o.Subscribers
 	if subs <= 0 {
 		subs = 10000
 	}
+	if err := raiseFileLimit(uint64(subs) + 256); err != nil {
+		return nil, err
+	}
+	if _, err := serverMetrics(ctx, o); err != nil { // before anything opens
+		return nil, err
+	}
+	c, err := openRemoteClient(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	run, err := c.StartRaw(ctx, idleWorkflow, []byte("null"), trellis.StartOptions{})
+	if err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(o.Server)
+	req := "GET " + runsPath + "/" + run.ID + "/stream?after=now HTTP/1.1\r\nHost: " + u.Host + "\r\n"
+	if o.Token != "" {
+		req += "Authorization: Bearer " + o.Token + "\r\n"
+	}
+	req += "Accept: text/event-stream\r\n\r\n"
+	// Warm the server's paths with one stream, then measure from there.
+	warm, err := openRaw(u.Host, req)
+	if err != nil {
+		return nil, err
+	}
+	defer warm.Close()
+	time.Sleep(500 * time.Millisecond)
+	m, err := serverMetrics(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	before := m[rssMetric]
+	start := time.Now()
+	conns := make([]net.Conn, 0, subs)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range subs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		conn, err := openRaw(u.Host, req)
+		if err != nil {
+			return nil, fmt.Errorf("opening stream %d: %w", len(conns)+1, err)
+		}
+		conns = append(conns, conn)
+	}
+	wall := time.Since(start)
+	time.Sleep(2 * time.Second) // let the server settle
+	if m, err = serverMetrics(ctx, o); err != nil {
+		return nil, err
+	}
+	after, open := m[rssMetric], m[subscribersMetric]
+	if open < float64(subs) {
+		return nil, fmt.Errorf("the server counts %v open stream subscribers (%s), want at least %d", open, subscribersMetric, subs)
+	}
+	perSub := (after - before) / 1024 / float64(subs)
+	res := &Result{WallS: wall.Seconds(), Subscribers: subs, RSSPerSubscriberKB: &perSub,
+		RSSIdleMB: ptr(before / (1 << 20)), RSSWaitingMB: ptr(after / (1 << 20))}
+	res.Settings = map[string]any{"rss_source": "GET /metrics " + rssMetric, "server_stream_subscribers": open}
+	return res, nil
+}
+
+// The metrics s3 reads from the server's GET /metrics.
+const (
+	rssMetric         = "process_resident_memory_bytes"
+	subscribersMetric = "trellis_stream_subscribers"
+)
+
+// serverMetrics reads the server's GET /metrics (Prometheus text format) and
+// returns the values of s3's metrics.
+func serverMetrics(ctx context.Context, o RemoteOptions) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimSuffix(o.Server, "/")+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	if o.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+o.Token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("s3 reads the server's resident set from GET /metrics, which answered %s (%s): "+
+			"give a token with reader on every namespace (reader:*, as the admin token has), or measure an --insecure server",
+			resp.Status, problemDetail(b))
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok || (name != rssMetric && name != subscribersMetric) {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return nil, fmt.Errorf("GET /metrics: %s %q: %w", name, value, err)
+		}
+		out[name] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if _, ok := out[rssMetric]; !ok {
+		return nil, fmt.Errorf("the server's GET /metrics has no %s (its process collector reads /proc: a server on Linux has it)", rssMetric)
+	}
+	return out, nil
+}
+
+// raiseFileLimit makes sure this process may open need files, raising its
+// soft limit (RLIMIT_NOFILE) up to the hard one if it must.
+func raiseFileLimit(need uint64) error {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return err
+	}
+	if l.Cur >= need {
+		return nil
+	}
+	if l.Max < need {
+		return fmt.Errorf("this workload opens about %d connections, and this process may open only %d files (ulimit -Hn): raise the limit or pass fewer --subscribers", need, l.Max)
+	}
+	l.Cur = need
+	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+}
+
+// runS3 is the --store form of s3: it starts `trellis server --insecure` on
+// o.Store as a child process, so that the resident set is the server's alone,
+// and measures it as s3 measures a server given by --server.
+func runS3(ctx context.Context, n int, o Options) (*Result, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -286,50 +437,13 @@ func runS3(ctx context.Context, _ int, o Options) (*Result, error) {
 	if err := waitHealthy(ctx, base); err != nil {
 		return nil, err
 	}
-	c, err := trellis.Open(ctx, trellis.Config{Server: base, Namespace: "bench"})
+	w, _ := FindRemote("s3")
+	res, err := runRemote(ctx, w, n, RemoteOptions{Server: base, Subscribers: o.Subscribers})
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
-	run, err := c.StartRaw(ctx, "bench-idle-nobody-serves", []byte("null"), trellis.StartOptions{})
-	if err != nil {
-		return nil, err
-	}
-	req := "GET /v1/namespaces/bench/runs/" + run.ID + "/stream?after=now HTTP/1.1\r\nHost: " + addr + "\r\nAccept: text/event-stream\r\n\r\n"
-	// Warm the server's paths with one stream, then measure from there.
-	warm, err := openRaw(addr, req)
-	if err != nil {
-		return nil, err
-	}
-	defer warm.Close()
-	time.Sleep(500 * time.Millisecond)
-	before, err := rssOf(cmd.Process.Pid)
-	if err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	conns := make([]net.Conn, 0, subs)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range subs {
-		conn, err := openRaw(addr, req)
-		if err != nil {
-			return nil, fmt.Errorf("s3: opening stream %d: %w", len(conns)+1, err)
-		}
-		conns = append(conns, conn)
-	}
-	wall := time.Since(start)
-	time.Sleep(2 * time.Second) // let the server settle
-	after, err := rssOf(cmd.Process.Pid)
-	if err != nil {
-		return nil, err
-	}
-	perSub := (after - before) / float64(subs)
-	return &Result{WallS: wall.Seconds(), Subscribers: subs, RSSPerSubscriberKB: &perSub,
-		RSSIdleMB: ptr(before / 1024), RSSWaitingMB: ptr(after / 1024)}, nil
+	res.Settings["via"] = "child trellis server" // runRemoteS3 made Settings
+	return res, nil
 }
 
 // openRaw opens a connection, sends req and reads the answer's head: 200 and
@@ -387,21 +501,6 @@ func waitHealthy(ctx context.Context, base string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// rssOf reads a process's resident set in KiB (Linux).
-func rssOf(pid int) (float64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb, err
-		}
-	}
-	return 0, errors.New("no VmRSS")
 }
 
 func ptr(v float64) *float64 { return &v }

@@ -2,18 +2,21 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/sqlitedrv"
-	"github.com/trellis-dev/trellis/server"
 	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
@@ -23,12 +26,11 @@ const ui1Namespace = "ui1"
 // ui1Requests is how many page loads ui1 times per variant.
 const ui1Requests = 40
 
-// runUI1 measures the web UI's runs page with n runs stored: it seeds the
-// store (SQLite or Postgres) with bulk SQL (once: a store that holds n runs in
-// namespace ui1 already is reused), serves the UI in process on loopback, and times page
-// loads through HTTP, as a browser makes them: the first page, a status filter,
-// a workflow filter and the next page.
-func runUI1(ctx context.Context, c *trellis.Client, n int, o Options) (*Result, error) {
+// runUI1 is the --store form of ui1: it seeds the store (SQLite or Postgres)
+// with bulk SQL (once: a store that holds n runs in namespace ui1 already is
+// reused), serves the UI in process on loopback, and measures it as ui1
+// measures a server given by --server (measureUI1).
+func runUI1(ctx context.Context, n int, o Options) (*Result, error) {
 	seedStart := time.Now()
 	var seeded bool
 	switch {
@@ -50,20 +52,81 @@ func runUI1(ctx context.Context, c *trellis.Client, n int, o Options) (*Result, 
 	}
 	seedS := time.Since(seedStart).Seconds()
 
-	srv, err := server.New(ctx, server.Config{Store: o.Store, Listen: "127.0.0.1:0", Insecure: true})
+	l, err := startLocalServer(ctx, o.Store)
 	if err != nil {
 		return nil, err
 	}
-	defer srv.Shutdown(context.Background())
-	if err := srv.Start(); err != nil {
+	defer l.close()
+	res, err := measureUI1(ctx, l.base(), ui1Namespace, "", "failed")
+	if err != nil {
 		return nil, err
 	}
-	base := "http://" + srv.Addr().String() + "/ui/" + ui1Namespace + "/runs"
+	res.Settings["runs_stored"], res.Settings["seeded_now"], res.Settings["seed_s"] = n, seeded, seedS
+	res.Settings["via"] = "in-process server"
+	return res, nil
+}
+
+// runRemoteUI1 is ui1 through a server: it seeds namespace RemoteNamespace
+// through the batch start route until it holds the n runs of ui1 (seedUI1Remote),
+// then measures the runs page signed in with the token. The seeded runs are
+// pending, in queues no worker serves, so the status variant filters on
+// pending.
+func runRemoteUI1(ctx context.Context, o RemoteOptions, n int) (*Result, error) {
+	seedStart := time.Now()
+	created, err := seedUI1Remote(ctx, o, n)
+	if err != nil {
+		return nil, fmt.Errorf("seeding: %w", err)
+	}
+	seedS := time.Since(seedStart).Seconds()
+	res, err := measureUI1(ctx, o.Server, RemoteNamespace, o.Token, "pending")
+	if err != nil {
+		return nil, err
+	}
+	res.Settings["runs_stored"], res.Settings["seeded_now"], res.Settings["seed_s"] = n, created > 0, seedS
+	res.Settings["runs_created"] = created
+	return res, nil
+}
+
+// measureUI1 times loads of the runs page of namespace ns on the server at
+// base over HTTP, as a browser makes them: the first page, a filter on
+// statusFilter, a workflow filter (checkout) and the next page, ui1Requests
+// each. With a token it signs in first through the UI's form (POST /ui/login),
+// whose session cookie the page loads then carry; without one the server must
+// be insecure.
+func measureUI1(ctx context.Context, base, ns, token, statusFilter string) (*Result, error) {
+	base = strings.TrimSuffix(base, "/")
 	jar, _ := cookiejar.New(nil)
-	hc := &http.Client{Jar: jar, Timeout: time.Minute}
+	hc := &http.Client{Jar: jar, Timeout: time.Minute,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	defer hc.CloseIdleConnections()
+	if token != "" {
+		req, err := http.NewRequestWithContext(ctx, "POST", base+"/ui/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", base) // as a browser sends it: the form's CSRF check
+		res, err := hc.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("signing in to the web UI: %w", err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		switch {
+		case res.StatusCode == http.StatusUnauthorized:
+			return nil, fmt.Errorf("signing in to the web UI (POST /ui/login): %s: the UI refused the token", res.Status)
+		case res.StatusCode != http.StatusSeeOther || len(res.Cookies()) == 0:
+			return nil, fmt.Errorf("signing in to the web UI (POST /ui/login): %s, no session cookie", res.Status)
+		}
+	}
+	runsURL := base + "/ui/" + ns + "/runs"
 	get := func(url string) (string, time.Duration, error) {
+		req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+		if err != nil {
+			return "", 0, err
+		}
 		t0 := time.Now()
-		res, err := hc.Get(url)
+		res, err := hc.Do(req)
 		if err != nil {
 			return "", 0, err
 		}
@@ -71,12 +134,12 @@ func runUI1(ctx context.Context, c *trellis.Client, n int, o Options) (*Result, 
 		res.Body.Close()
 		took := time.Since(t0)
 		if err == nil && res.StatusCode != 200 {
-			err = fmt.Errorf("GET %s: %d %.300s", url, res.StatusCode, b)
+			err = fmt.Errorf("GET %s: %s %.300s", url, res.Status, b)
 		}
 		return string(b), took, err
 	}
 	// The next page's link, from the first page.
-	first, _, err := get(base)
+	first, _, err := get(runsURL)
 	if err != nil {
 		return nil, err
 	}
@@ -84,11 +147,11 @@ func runUI1(ctx context.Context, c *trellis.Client, n int, o Options) (*Result, 
 	if next == nil {
 		return nil, fmt.Errorf("the first runs page has no next page")
 	}
-	nextURL := "http://" + srv.Addr().String() + strings.ReplaceAll(next[1], "&amp;", "&")
+	nextURL := base + strings.ReplaceAll(next[1], "&amp;", "&")
 	variants := []struct{ name, url string }{
-		{"first", base},
-		{"status", base + "?status=failed"},
-		{"workflow", base + "?workflow=checkout"},
+		{"first", runsURL},
+		{"status", runsURL + "?status=" + statusFilter},
+		{"workflow", runsURL + "?workflow=checkout"},
 		{"next", nextURL},
 	}
 	var all []time.Duration
@@ -108,9 +171,110 @@ func runUI1(ctx context.Context, c *trellis.Client, n int, o Options) (*Result, 
 	}
 	wall := time.Since(began)
 	res := &Result{WallS: wall.Seconds(), P50Ms: pct(all, 0.50), P99Ms: pct(all, 0.99)}
-	res.Settings = map[string]any{"runs_stored": n, "seeded_now": seeded, "seed_s": seedS,
-		"requests": len(all), "requests_per_s": float64(len(all)) / wall.Seconds(), "p50_ms_by_page": byVariant}
+	res.Settings = map[string]any{"requests": len(all), "requests_per_s": float64(len(all)) / wall.Seconds(),
+		"p50_ms_by_page": byVariant, "status_filter": statusFilter}
 	return res, nil
+}
+
+// ui1 through a server seeds runs with workflow IDs ui1-000000000, ... in
+// batches of ui1SeedBatch, ui1SeedInFlight batches at a time.
+const (
+	ui1SeedBatch    = trellis.MaxStartMany
+	ui1SeedInFlight = 4
+)
+
+func ui1WorkflowID(i int) string { return fmt.Sprintf("ui1-%09d", i) }
+
+// seedUI1Remote makes namespace RemoteNamespace hold the n runs of ui1 through
+// the server's batch start route (POST runs:batch, through the Go client):
+// workflow IDs ui1-000000000 to ui1-(n-1), workflows checkout, refund, ship
+// and notify in turn, in queues ui1-default, ui1-payments and ui1-mail, which
+// no worker serves, so the runs stay pending. It first finds how many are
+// there: seeding goes in order, so the runs present are a prefix but for the
+// batches in flight when an earlier seeding stopped, and a binary search over
+// GET runs/{workflow ID} finds the prefix's end in about 20 requests; it starts
+// again that many batches earlier, each start rejected when its ID exists
+// (ReuseReject). It returns how many runs it created.
+func seedUI1Remote(ctx context.Context, o RemoteOptions, n int) (int, error) {
+	c, err := openRemoteClient(ctx, o)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	exists := func(i int) (bool, error) {
+		_, err := c.Get(ctx, ui1WorkflowID(i))
+		if errors.Is(err, trellis.ErrRunNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	if ok, err := exists(n - 1); err != nil || ok {
+		return 0, err
+	}
+	lo, hi := 0, n-1 // the first missing run is in [lo, hi]; hi is missing
+	for lo < hi {
+		mid := (lo + hi) / 2
+		ok, err := exists(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	from := max(0, lo-ui1SeedInFlight*ui1SeedBatch) / ui1SeedBatch * ui1SeedBatch
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	workflows := []string{"checkout", "refund", "ship", "notify"}
+	queues := []string{"ui1-default", "ui1-payments", "ui1-mail"}
+	var (
+		next    atomic.Int64
+		created atomic.Int64
+		wg      sync.WaitGroup
+		errs    = make(chan error, ui1SeedInFlight)
+	)
+	next.Store(int64(from))
+	for range ui1SeedInFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reqs := make([]trellis.StartRequest, 0, ui1SeedBatch)
+			for ctx.Err() == nil {
+				first := int(next.Add(ui1SeedBatch)) - ui1SeedBatch
+				if first >= n {
+					return
+				}
+				reqs = reqs[:0]
+				for i := first; i < min(first+ui1SeedBatch, n); i++ {
+					reqs = append(reqs, trellis.StartRequest{Workflow: workflows[i%len(workflows)],
+						Input:   fmt.Appendf(nil, `{"order":%d}`, i),
+						Options: trellis.StartOptions{ID: ui1WorkflowID(i), Queue: queues[i%len(queues)], Reuse: trellis.ReuseReject}})
+				}
+				results, err := c.StartMany(ctx, reqs)
+				for i, r := range results {
+					switch {
+					case r.Created:
+						created.Add(1)
+					case r.Error != nil && !errors.Is(r.Error, trellis.ErrRunExists):
+						err = fmt.Errorf("%s: %w", reqs[i].Options.ID, r.Error)
+					}
+				}
+				if err != nil {
+					errs <- err
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := errors.Join(collect(errs)...); err != nil {
+		return int(created.Load()), err
+	}
+	return int(created.Load()), ctx.Err()
 }
 
 // pct is the q-quantile of lat in milliseconds.

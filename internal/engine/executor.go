@@ -118,7 +118,7 @@ func (rs *RunState) saveUnwind() store.Status {
 		info := rs.errorInfo(uerr)
 		info.Type = TypeNonDeterminism
 		p.Status, p.Error = store.StatusBlocked, info
-		p.Stream = append(p.Stream, lifecycle(StreamRunBlocked, errorEvent{Error: info}))
+		p.Stream = append(p.Stream, lifecycle(store.StreamRunBlocked, errorEvent{Error: info}))
 		rs.log().Error("run blocked: its code no longer matches its history; deploy a fix, then resume it",
 			"err", uerr)
 		if rs.e.cfg.OnBlock != nil {

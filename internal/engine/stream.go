@@ -98,10 +98,6 @@ type (
 	}
 )
 
-// StreamRunBlocked is the event of a run that blocks (its code no longer
-// matches its history); run.waiting follows its resumption's next wait.
-const StreamRunBlocked = "run.blocked"
-
 // waitingEvent is the data of run.waiting.
 type waitingEvent struct {
 	Reason string     `json:"reason"`

@@ -1,0 +1,68 @@
+package trellis
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// The metrics keep the children of the workflow last counted (and of each
+// status) to skip their lookups: attempts of workflows that take turns, and of
+// every status, still count under their own labels.
+func TestMetricsCountEachWorkflowAndStatus(t *testing.T) {
+	m := NewMetrics()
+	ic := m.interceptor()
+	ctx := context.Background()
+	statuses := []Status{"", StatusPending, StatusWaiting, StatusBlocked, StatusSucceeded, StatusFailed, StatusCancelled}
+	for i := range 30 {
+		wf := []string{"a", "b", "c"}[i%3]
+		var err error
+		if i%2 == 0 {
+			err = errors.New("step failed")
+		}
+		ic.stepDone(ctx, &StepCall{Workflow: wf}, err, 0)
+		ic.workflowDone(ctx, &WorkflowAttempt{Workflow: wf, Status: statuses[i%len(statuses)]})
+	}
+	for _, wf := range []string{"a", "b", "c"} {
+		ok, failed := counterValue(t, m.stepAttempts.WithLabelValues(wf, "ok")), counterValue(t, m.stepAttempts.WithLabelValues(wf, "error"))
+		if ok != 5 || failed != 5 {
+			t.Errorf("workflow %s: %v ok and %v failed step attempts, want 5 and 5", wf, ok, failed)
+		}
+	}
+	// 30 attempts over 3 workflows and 7 statuses: attempt i is workflow i%3
+	// with status i%7.
+	for i := range 21 {
+		wf, st := []string{"a", "b", "c"}[i%3], statuses[i%len(statuses)]
+		want := 0.0
+		for j := i; j < 30; j += 21 {
+			want++
+		}
+		label := string(st)
+		if st == "" {
+			label = "lost"
+		}
+		if got := counterValue(t, m.executions.WithLabelValues(wf, label)); got != want {
+			t.Errorf("attempts of %s left %q: %v, want %v", wf, label, got, want)
+		}
+		ended := 0.0
+		if st.Terminal() {
+			ended = want
+		}
+		if got := counterValue(t, m.runsEnded.WithLabelValues(wf, label)); got != ended {
+			t.Errorf("runs of %s ended %q: %v, want %v", wf, label, got, ended)
+		}
+	}
+}
+
+// counterValue is c's count.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}

@@ -1,0 +1,150 @@
+package server
+
+import (
+	"fmt"
+	"net/url"
+
+	"github.com/trellis-dev/trellis/internal/auth"
+)
+
+// What the UI shows and offers follows the principal's roles: a link to a page
+// appears only for a principal that may open it, judged by that page's own
+// rule in uiRouteTable (mayOpen), the rule prepareUI enforces, never by a
+// second list of roles. The server enforces the rules anyway.
+
+// uiNavPages are the pages of the navigation, in order: its key (pageData.Nav),
+// its label and the GET route of uiRouteTable that serves it. "/" sends a
+// principal to the first of them it may open.
+var uiNavPages = []struct{ key, label, pattern string }{
+	{"runs", "Runs", uiNS + "/runs"},
+	{"approvals", "Approvals", uiNS + "/approvals"},
+	{"queues", "Queues", uiNS + "/queues"},
+	{"workers", "Workers", uiNS + "/workers"},
+}
+
+// navItem is a link of the navigation.
+type navItem struct {
+	Key, Label, Href string
+	On               bool
+}
+
+// uiRoutes indexes uiRouteTable by "METHOD pattern". It is filled by init:
+// the table's handlers use it, so a variable's initializer would be a cycle.
+var uiRoutes map[string]*uiRoute
+
+func init() {
+	uiRoutes = make(map[string]*uiRoute, len(uiRouteTable))
+	for i := range uiRouteTable {
+		uiRoutes[uiRouteTable[i].method+" "+uiRouteTable[i].pattern] = &uiRouteTable[i]
+	}
+}
+
+// uiRouteFor finds the UI route of method and pattern (nil: none).
+func uiRouteFor(method, pattern string) *uiRoute { return uiRoutes[method+" "+pattern] }
+
+// roleFor is the role the route's rule checks for p in ns: its role, or its
+// orRole for a principal that holds only that one there.
+func (rt *uiRoute) roleFor(p *auth.Principal, ns string) auth.Role {
+	if rt.orRole != "" && !hasRoleIn(p, rt.role, ns) && hasRoleIn(p, rt.orRole, ns) {
+		return rt.orRole
+	}
+	return rt.role
+}
+
+// mayOpen reports whether p may open the page that GET route pattern of
+// uiRouteTable serves in namespace ns, about queue q: the run's queue for a
+// run's page, the `queue` filter of a list ("" for none). It is the route's
+// rule as prepareUI and authorizeScope check it. A route whose rule needs a
+// record other than a run (an approval) is never a link's target: false.
+func mayOpen(p *auth.Principal, ns, pattern, q string) bool {
+	rt := uiRouteFor("GET", pattern)
+	switch {
+	case rt == nil || p == nil:
+		return false
+	case rt.public:
+		return true
+	}
+	role := rt.roleFor(p, ns)
+	if ns == auth.SystemNamespace || !namespacePattern.MatchString(ns) || !hasRoleIn(p, role, ns) {
+		return false
+	}
+	switch rt.scope {
+	case scopeNamespace:
+		q = ""
+	case scopeListQueue, scopeRun:
+	default:
+		return false
+	}
+	c := call{principal: p, role: role, ns: ns}
+	return c.allowQueue(q) == nil
+}
+
+// navHref is the link to nav page pattern in ns for p, or "" when p may open
+// it neither as a whole nor filtered on a queue of one of p's grants (a
+// principal whose grants name queues sees its first queue's runs).
+func navHref(p *auth.Principal, ns, pattern string) string {
+	path := "/ui/" + url.PathEscape(ns) + pattern[len(uiNS):]
+	if mayOpen(p, ns, pattern, "") {
+		return path
+	}
+	if rt := uiRouteFor("GET", pattern); rt == nil || rt.scope != scopeListQueue {
+		return ""
+	}
+	for _, g := range p.Grants {
+		if g.Queue != "" && (g.Namespace == ns || g.Namespace == auth.AllNamespaces) && mayOpen(p, ns, pattern, g.Queue) {
+			return path + "?queue=" + url.QueryEscape(g.Queue)
+		}
+	}
+	return ""
+}
+
+// navItems is the navigation of a page of ns for p, with page current on.
+func navItems(p *auth.Principal, ns, current string) []navItem {
+	if current == "run" {
+		current = "runs"
+	}
+	var items []navItem
+	for _, pg := range uiNavPages {
+		if href := navHref(p, ns, pg.pattern); href != "" {
+			items = append(items, navItem{Key: pg.key, Label: pg.label, Href: href, On: pg.key == current})
+		}
+	}
+	return items
+}
+
+// uiHomePath is where "/" and a sign-in without a target send p: the first
+// nav page it may open, in the first namespace its grants name where it may
+// open one, else in "default" (for a grant of every namespace). "" when it may
+// open none.
+func uiHomePath(p *auth.Principal) string {
+	var spaces []string
+	for _, g := range p.Grants {
+		if g.Namespace != auth.AllNamespaces && g.Namespace != auth.SystemNamespace {
+			spaces = append(spaces, g.Namespace)
+		}
+	}
+	spaces = append(spaces, "default")
+	for _, ns := range spaces {
+		for _, pg := range uiNavPages {
+			if href := navHref(p, ns, pg.pattern); href != "" {
+				return href
+			}
+		}
+	}
+	return ""
+}
+
+// errNoUIPage is the refusal of "/" to a principal that may open no page.
+func errNoUIPage(p *auth.Principal) error {
+	return fmt.Errorf("%w: principal %q may open no page of the web UI: its pages need the reader role (or approver, for the approvals)",
+		ErrPermissionDenied, p.Name)
+}
+
+// runHref is the link to run id of queue q in the call's namespace, or ""
+// when the principal may not open it (the page shows the ID as text).
+func (c *uiCall) runHref(id, q string) string {
+	if !mayOpen(c.principal, c.ns, uiNS+"/runs/{id}", q) {
+		return ""
+	}
+	return runPath(c.ns, id)
+}
