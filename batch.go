@@ -89,12 +89,14 @@ func (c *Client) StartMany(ctx context.Context, reqs []StartRequest) ([]StartRes
 // startMany is StartMany on the client's own store.
 func (c *Client) startMany(ctx context.Context, reqs []StartRequest) ([]StartResult, error) {
 	p := &store.RunsCreateParams{Namespace: c.cfg.Namespace, Runs: make([]*store.RunCreateParams, len(reqs))}
+	tp := traceParentOf(ctx) // the runs' executions join the caller's trace
 	for i, r := range reqs {
 		def, err := c.checkStart(r.Workflow, r.Input)
 		if err != nil {
 			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
 		}
 		p.Runs[i] = c.createParams(def, r.Input, r.Options)
+		p.Runs[i].TraceParent = tp
 		if err := c.applyRecords(ctx, def, r.Options, p.Runs[i]); err != nil {
 			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
 		}
@@ -182,6 +184,11 @@ func (r *remote) startMany(ctx context.Context, reqs []StartRequest) ([]StartRes
 // cancel it first). Finished runs are also deleted in the background once
 // their namespace's retention period has passed (see docs/retention.md).
 func (c *Client) Delete(ctx context.Context, ref string) error {
+	return c.call(ctx, ClientCall{Method: "Delete", Ref: ref}, func(ctx context.Context) error { return c.doDelete(ctx, ref) })
+}
+
+// doDelete is Delete without the call interceptors.
+func (c *Client) doDelete(ctx context.Context, ref string) error {
 	if c.remote != nil {
 		_, err := c.remote.do(ctx, httpc.Call{Method: http.MethodDelete, Path: c.remote.runPath(ref)})
 		return err

@@ -144,6 +144,11 @@ func (c *Client) newResults() error {
 // CLI) see them served from then on. A client opened on a Server runs no worker
 // (Config.Server): there Register only informs StartRaw; NewWorker runs them.
 func (c *Client) Register(ctx context.Context, wfs ...Registrable) error {
+	return c.call(ctx, ClientCall{Method: "Register"}, func(ctx context.Context) error { return c.doRegister(ctx, wfs...) })
+}
+
+// doRegister is Register without the call interceptors.
+func (c *Client) doRegister(ctx context.Context, wfs ...Registrable) error {
 	names := make([]string, 0, len(wfs))
 	for _, wf := range wfs {
 		if err := c.reg.add(wf.definition()); err != nil {
@@ -262,10 +267,15 @@ func (c *Client) doList(ctx context.Context, o ListOptions) (*RunPage, error) {
 // run ID or workflow ID) started: one, or a Map's items in item order. None for
 // a position that started no child.
 func (c *Client) Children(ctx context.Context, ref string, position int) ([]*Run, error) {
+	return callV(ctx, c, ClientCall{Method: "Children", Ref: ref}, func(ctx context.Context) ([]*Run, error) { return c.doChildren(ctx, ref, position) })
+}
+
+// doChildren is Children without the call interceptors.
+func (c *Client) doChildren(ctx context.Context, ref string, position int) ([]*Run, error) {
 	if c.remote != nil {
 		return c.remote.children(ctx, ref, position)
 	}
-	run, err := c.Get(ctx, ref)
+	run, err := c.doGet(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -344,7 +354,7 @@ func (c *Client) doWait(ctx context.Context, ref string) (*Run, error) {
 	if !errors.Is(err, ErrRunNotFound) {
 		return run, err
 	}
-	if run, err = c.Get(ctx, ref); err != nil || run.Status.Terminal() {
+	if run, err = c.doGet(ctx, ref); err != nil || run.Status.Terminal() {
 		return run, err
 	}
 	return c.waitRun(ctx, run.ID)

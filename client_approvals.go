@@ -18,6 +18,11 @@ type ApprovalFilter struct {
 
 // Approvals lists approval requests, newest first.
 func (c *Client) Approvals(ctx context.Context, f ApprovalFilter) (*ApprovalList, error) {
+	return callV(ctx, c, ClientCall{Method: "Approvals", Ref: f.Run}, func(ctx context.Context) (*ApprovalList, error) { return c.doApprovals(ctx, f) })
+}
+
+// doApprovals is Approvals without the call interceptors.
+func (c *Client) doApprovals(ctx context.Context, f ApprovalFilter) (*ApprovalList, error) {
 	if c.remote != nil {
 		page, err := c.remote.approvals(ctx, f)
 		if err != nil {
@@ -39,6 +44,11 @@ func (c *Client) Approvals(ctx context.Context, f ApprovalFilter) (*ApprovalList
 
 // GetApproval returns one approval request by ID.
 func (c *Client) GetApproval(ctx context.Context, id string) (*ApprovalRecord, error) {
+	return callV(ctx, c, ClientCall{Method: "GetApproval", Ref: id}, func(ctx context.Context) (*ApprovalRecord, error) { return c.doGetApproval(ctx, id) })
+}
+
+// doGetApproval is GetApproval without the call interceptors.
+func (c *Client) doGetApproval(ctx context.Context, id string) (*ApprovalRecord, error) {
 	if c.remote != nil {
 		a, err := c.remote.getApproval(ctx, id)
 		if err != nil {

@@ -70,3 +70,12 @@ func (c *Client) SendEvent(ctx context.Context, ref, name string, payload any) e
 		return c.doSendEvent(ctx, ref, name, payload)
 	})
 }
+
+// callV is call for a method that returns a value.
+func callV[T any](ctx context.Context, c *Client, cc ClientCall, f func(context.Context) (T, error)) (v T, err error) {
+	err = c.call(ctx, cc, func(ctx context.Context) error {
+		v, err = f(ctx)
+		return err
+	})
+	return v, err
+}

@@ -42,6 +42,11 @@ type (
 
 // CreateNamespace creates a namespace's record. ErrNamespaceExists when it has one.
 func (c *Client) CreateNamespace(ctx context.Context, o NamespaceOptions) (*Namespace, error) {
+	return callV(ctx, c, ClientCall{Method: "CreateNamespace", Ref: o.Name}, func(ctx context.Context) (*Namespace, error) { return c.doCreateNamespace(ctx, o) })
+}
+
+// doCreateNamespace is CreateNamespace without the call interceptors.
+func (c *Client) doCreateNamespace(ctx context.Context, o NamespaceOptions) (*Namespace, error) {
 	var ns *Namespace
 	var err error
 	if c.remote != nil {
@@ -58,6 +63,11 @@ func (c *Client) CreateNamespace(ctx context.Context, o NamespaceOptions) (*Name
 
 // GetNamespace returns a namespace's record. ErrNamespaceNotFound without one.
 func (c *Client) GetNamespace(ctx context.Context, name string) (*Namespace, error) {
+	return callV(ctx, c, ClientCall{Method: "GetNamespace", Ref: name}, func(ctx context.Context) (*Namespace, error) { return c.doGetNamespace(ctx, name) })
+}
+
+// doGetNamespace is GetNamespace without the call interceptors.
+func (c *Client) doGetNamespace(ctx context.Context, name string) (*Namespace, error) {
 	var ns *Namespace
 	var err error
 	if c.remote != nil {
@@ -74,6 +84,11 @@ func (c *Client) GetNamespace(ctx context.Context, name string) (*Namespace, err
 
 // ListNamespaces lists the namespaces' records by name.
 func (c *Client) ListNamespaces(ctx context.Context) ([]*Namespace, error) {
+	return callV(ctx, c, ClientCall{Method: "ListNamespaces"}, c.doListNamespaces)
+}
+
+// doListNamespaces is ListNamespaces without the call interceptors.
+func (c *Client) doListNamespaces(ctx context.Context) ([]*Namespace, error) {
 	var out []*Namespace
 	var err error
 	if c.remote != nil {
@@ -93,6 +108,11 @@ func (c *Client) ListNamespaces(ctx context.Context) ([]*Namespace, error) {
 
 // UpdateNamespace changes the non-nil fields of a namespace's record.
 func (c *Client) UpdateNamespace(ctx context.Context, u NamespaceUpdate) (*Namespace, error) {
+	return callV(ctx, c, ClientCall{Method: "UpdateNamespace", Ref: u.Name}, func(ctx context.Context) (*Namespace, error) { return c.doUpdateNamespace(ctx, u) })
+}
+
+// doUpdateNamespace is UpdateNamespace without the call interceptors.
+func (c *Client) doUpdateNamespace(ctx context.Context, u NamespaceUpdate) (*Namespace, error) {
 	var ns *Namespace
 	var err error
 	if c.remote != nil {
@@ -113,6 +133,11 @@ func (c *Client) UpdateNamespace(ctx context.Context, u NamespaceUpdate) (*Names
 // CreateQueue creates the record of queue name in the client's namespace, which
 // needs a record (ErrNamespaceNotFound). ErrQueueExists when it has one.
 func (c *Client) CreateQueue(ctx context.Context, name string, s QueueSettings) (*Queue, error) {
+	return callV(ctx, c, ClientCall{Method: "CreateQueue", Ref: name}, func(ctx context.Context) (*Queue, error) { return c.doCreateQueue(ctx, name, s) })
+}
+
+// doCreateQueue is CreateQueue without the call interceptors.
+func (c *Client) doCreateQueue(ctx context.Context, name string, s QueueSettings) (*Queue, error) {
 	p := store.QueueCreateParams{Namespace: c.cfg.Namespace, Name: name, QueueSettings: s}
 	var q *Queue
 	var err error
@@ -136,6 +161,11 @@ func (c *Client) CreateQueue(ctx context.Context, name string, s QueueSettings) 
 // GetQueue returns the record of queue name of the client's namespace.
 // ErrQueueNotFound without one.
 func (c *Client) GetQueue(ctx context.Context, name string) (*Queue, error) {
+	return callV(ctx, c, ClientCall{Method: "GetQueue", Ref: name}, func(ctx context.Context) (*Queue, error) { return c.doGetQueue(ctx, name) })
+}
+
+// doGetQueue is GetQueue without the call interceptors.
+func (c *Client) doGetQueue(ctx context.Context, name string) (*Queue, error) {
 	var q *Queue
 	var err error
 	if c.remote != nil {
@@ -152,6 +182,11 @@ func (c *Client) GetQueue(ctx context.Context, name string) (*Queue, error) {
 
 // ListQueues lists the queue records of the client's namespace by name.
 func (c *Client) ListQueues(ctx context.Context) ([]*Queue, error) {
+	return callV(ctx, c, ClientCall{Method: "ListQueues"}, c.doListQueues)
+}
+
+// doListQueues is ListQueues without the call interceptors.
+func (c *Client) doListQueues(ctx context.Context) ([]*Queue, error) {
 	var out []*Queue
 	var err error
 	if c.remote != nil {
@@ -171,6 +206,11 @@ func (c *Client) ListQueues(ctx context.Context) ([]*Queue, error) {
 
 // UpdateQueue changes the non-nil settings of queue name of the client's namespace.
 func (c *Client) UpdateQueue(ctx context.Context, name string, s QueueSettings) (*Queue, error) {
+	return callV(ctx, c, ClientCall{Method: "UpdateQueue", Ref: name}, func(ctx context.Context) (*Queue, error) { return c.doUpdateQueue(ctx, name, s) })
+}
+
+// doUpdateQueue is UpdateQueue without the call interceptors.
+func (c *Client) doUpdateQueue(ctx context.Context, name string, s QueueSettings) (*Queue, error) {
 	var q *Queue
 	var err error
 	if c.remote != nil {
@@ -191,12 +231,12 @@ func (c *Client) UpdateQueue(ctx context.Context, name string, s QueueSettings) 
 // nobody claims them until ResumeQueue, and the runs already running finish.
 // ErrQueueState when it is paused already.
 func (c *Client) PauseQueue(ctx context.Context, name string) (*Queue, error) {
-	return c.setPaused(ctx, name, true)
+	return callV(ctx, c, ClientCall{Method: "PauseQueue", Ref: name}, func(ctx context.Context) (*Queue, error) { return c.setPaused(ctx, name, true) })
 }
 
 // ResumeQueue resumes a paused queue. ErrQueueState when it is not paused.
 func (c *Client) ResumeQueue(ctx context.Context, name string) (*Queue, error) {
-	return c.setPaused(ctx, name, false)
+	return callV(ctx, c, ClientCall{Method: "ResumeQueue", Ref: name}, func(ctx context.Context) (*Queue, error) { return c.setPaused(ctx, name, false) })
 }
 
 func (c *Client) setPaused(ctx context.Context, name string, paused bool) (*Queue, error) {
@@ -351,6 +391,9 @@ func (c *Client) namespaceRecord(ctx context.Context, ns string) (objectEntry, e
 // default queue of the namespace's record, else "default". A server authorizes
 // a start on this queue and then starts the run in it, so that a grant limited
 // to one queue covers exactly the runs it lets the caller create.
+//
+// Only a StartQueue that reads the namespace's record is a call that the call
+// interceptors see: one answered by o.Queue or the registration makes none.
 func (c *Client) StartQueue(ctx context.Context, workflow string, o StartOptions) (string, error) {
 	if o.Queue != "" {
 		return o.Queue, nil
@@ -358,9 +401,15 @@ func (c *Client) StartQueue(ctx context.Context, workflow string, o StartOptions
 	if def, ok := c.reg.get(workflow); ok && def.opts.Queue != "" {
 		return def.opts.Queue, nil
 	}
+	return callV(ctx, c, ClientCall{Method: "StartQueue", Workflow: workflow}, c.namespaceQueue)
+}
+
+// namespaceQueue is the default queue of the client's namespace: its record's,
+// else "default".
+func (c *Client) namespaceQueue(ctx context.Context) (string, error) {
 	var def string
 	if c.remote != nil {
-		ns, err := c.GetNamespace(ctx, c.cfg.Namespace)
+		ns, err := c.doGetNamespace(ctx, c.cfg.Namespace)
 		if err != nil && !errors.Is(err, ErrNamespaceNotFound) {
 			return "", err
 		}

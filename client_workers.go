@@ -27,6 +27,11 @@ type WorkerRecord struct {
 // Workers lists the records of this client's namespace's workers, live or not,
 // by name. Records of workers dead for longer than an hour are forgotten.
 func (c *Client) Workers(ctx context.Context) ([]*WorkerRecord, error) {
+	return callV(ctx, c, ClientCall{Method: "Workers"}, c.doWorkers)
+}
+
+// doWorkers is Workers without the call interceptors.
+func (c *Client) doWorkers(ctx context.Context) ([]*WorkerRecord, error) {
 	if c.remote != nil {
 		ws, err := c.remote.workers(ctx)
 		if err != nil {
@@ -50,7 +55,12 @@ func (c *Client) Workers(ctx context.Context) ([]*WorkerRecord, error) {
 // ServedWorkflows returns the names of the workflows that live workers of this
 // client's namespace serve, sorted.
 func (c *Client) ServedWorkflows(ctx context.Context) ([]string, error) {
-	ws, err := c.Workers(ctx)
+	return callV(ctx, c, ClientCall{Method: "ServedWorkflows"}, c.doServedWorkflows)
+}
+
+// doServedWorkflows is ServedWorkflows without the call interceptors.
+func (c *Client) doServedWorkflows(ctx context.Context) ([]string, error) {
+	ws, err := c.doWorkers(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -157,6 +157,30 @@ func startTestProcess(t *testing.T, test string, env ...string) *testProcess {
 	return &testProcess{cmd: cmd}
 }
 
+// terminate asks the process to stop with SIGTERM and waits for it to exit,
+// up to 30s, then kills it.
+func (p *testProcess) terminate(t *testing.T) {
+	t.Helper()
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("terminating process: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("process after SIGTERM: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		t.Fatal("process did not exit within 30s of SIGTERM")
+	}
+}
+
 // kill ends the process with SIGKILL, unless it has ended already.
 func (p *testProcess) kill(t *testing.T) {
 	t.Helper()

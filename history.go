@@ -110,6 +110,11 @@ func isBase64Wrapper(b []byte) bool {
 // ExportHistory returns a run (by run ID or workflow ID) and its history in the
 // RecordedHistory format, with the child runs of its child ops.
 func (c *Client) ExportHistory(ctx context.Context, ref string) (*RecordedHistory, error) {
+	return callV(ctx, c, ClientCall{Method: "ExportHistory", Ref: ref}, func(ctx context.Context) (*RecordedHistory, error) { return c.doExportHistory(ctx, ref) })
+}
+
+// doExportHistory is ExportHistory without the call interceptors.
+func (c *Client) doExportHistory(ctx context.Context, ref string) (*RecordedHistory, error) {
 	if c.remote != nil {
 		// The server's history route answers this very document.
 		h, err := c.remote.exportHistory(ctx, ref)
@@ -118,11 +123,11 @@ func (c *Client) ExportHistory(ctx context.Context, ref string) (*RecordedHistor
 		}
 		return h, nil
 	}
-	run, err := c.Get(ctx, ref)
+	run, err := c.doGet(ctx, ref)
 	if err != nil {
 		return nil, fmt.Errorf("exporting history: %w", err)
 	}
-	ops, err := c.History(ctx, run.ID)
+	ops, err := c.doHistory(ctx, run.ID)
 	if err != nil {
 		return nil, fmt.Errorf("exporting history: %w", err)
 	}
@@ -132,7 +137,7 @@ func (c *Client) ExportHistory(ctx context.Context, ref string) (*RecordedHistor
 		if op.Kind != OpChild {
 			continue
 		}
-		kids, err := c.Children(ctx, run.ID, op.Position)
+		kids, err := c.doChildren(ctx, run.ID, op.Position)
 		if err != nil {
 			return nil, fmt.Errorf("exporting history: reading children at %d: %w", op.Position, err)
 		}

@@ -36,8 +36,11 @@ type Interceptor struct {
 	// s.StepAttempt.
 	// Steps replayed from history do not run and are not intercepted.
 	Step func(ctx context.Context, s *StepCall, next func(context.Context) error) error
-	// Call wraps a Client method (Start, Get, List, Cancel, SendEvent, ...):
-	// next performs it, through the store or the server.
+	// Call wraps each Client method that makes a call (every one but Close:
+	// Start, Get, List, Cancel, SendEvent, Stream, the namespace, queue and
+	// schedule methods, ...) and StartTx: next performs it, through the store
+	// or the server. A call is intercepted once: the calls a method makes to
+	// other methods are not. Stream's next is the whole iteration.
 	Call func(ctx context.Context, c *ClientCall, next func(context.Context) error) error
 
 	// The built-in interceptors use more forms, which leave the stack as it is
@@ -89,11 +92,17 @@ type StepCall struct {
 
 // ClientCall describes a Client method call (see Interceptor.Call).
 type ClientCall struct {
-	// Method is the Client method's name, e.g. "Start", "Get", "SendEvent".
+	// Method is the Client method's name, e.g. "Start" (Start and StartRaw),
+	// "StartTx", "Get", "SendEvent", "CreateQueue".
 	Method string
-	// Workflow is the workflow a Start starts; "" for other methods.
+	// Workflow is the workflow the call names: the one a Start or StartTx
+	// starts, a schedule's (CreateSchedule, UpdateSchedule), the one
+	// StartQueue is asked about; "" for other methods.
 	Workflow string
-	// Ref is the run ID or workflow ID the method is about, when there is one.
+	// Ref is what the method is about, when it names one thing: the run ID or
+	// workflow ID of a run method (a Start's workflow ID when given, the run
+	// filter of Approvals), the ID of an approval, the name of a namespace,
+	// queue or schedule.
 	Ref string
 }
 

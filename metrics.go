@@ -2,6 +2,7 @@ package trellis
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"slices"
 	"sync"
@@ -41,7 +42,7 @@ type Metrics struct {
 	handler     http.Handler
 
 	mu      sync.Mutex
-	clients []*Client // attached: read at scrape time
+	sources []*metricsSource // attached clients and observed stores: read at scrape time
 }
 
 type workflowMetrics struct {
@@ -87,7 +88,7 @@ func statusLabel(st Status) int {
 
 var (
 	descRuns    = prometheus.NewDesc("trellis_runs", "Unfinished runs in the store by namespace, queue and status (read at scrape time).", []string{"namespace", "queue", "status"}, nil)
-	descLeases  = prometheus.NewDesc("trellis_active_leases", "Runs the workers of this process hold a lease on and execute.", nil, nil)
+	descLeases  = prometheus.NewDesc("trellis_active_leases", "Leases held: runs the embedded workers of this process execute, and on a server the runs its remote workers hold through it.", nil, nil)
 	descWorkers = prometheus.NewDesc("trellis_workers_connected", "Live workers by namespace (read at scrape time).", []string{"namespace"}, nil)
 )
 
@@ -111,7 +112,7 @@ func NewMetrics() *Metrics {
 		commitSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trellis_store_commit_seconds",
 			Help: "Latency of the store's group commits.", Buckets: secs}),
 		claimSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trellis_claim_seconds",
-			Help: "Latency of the worker's claim queries.", Buckets: secs}),
+			Help: "Latency of the claim queries of the embedded workers and, on a server, of those it makes for its remote workers.", Buckets: secs}),
 		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "trellis_stream_subscribers",
 			Help: "Open event-stream subscriptions."}),
 	}
@@ -198,26 +199,119 @@ func (m *Metrics) interceptor() Interceptor {
 // attach makes the metrics observe a client: its store's commits, its
 // worker's claims and leases, and the store's counts at scrape time.
 func (m *Metrics) attach(c *Client) {
-	if co, ok := c.store.(store.CommitObserver); ok {
-		co.ObserveCommits(func(n int, d time.Duration) {
-			m.commitSize.Observe(float64(n))
-			m.commitSecs.Observe(d.Seconds())
-		})
+	m.observeCommits(c.store)
+	src := &metricsSource{client: c, store: c.store, keys: []any{c.database()}, namespace: c.cfg.Namespace, logger: c.cfg.Logger}
+	if c.worker != nil {
+		src.leases = c.worker.Executing
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.clients = append(m.clients, c)
+	m.sources = append(m.sources, src)
 }
 
 // detach stops reading a client that closes.
 func (m *Metrics) detach(c *Client) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.clients = slices.DeleteFunc(m.clients, func(x *Client) bool { return x == c })
+	m.sources = slices.DeleteFunc(m.sources, func(s *metricsSource) bool { return s.client == c })
 }
+
+func (m *Metrics) observeCommits(st store.Store) {
+	if co, ok := st.(store.CommitObserver); ok {
+		co.ObserveCommits(func(n int, d time.Duration) {
+			m.commitSize.Observe(float64(n))
+			m.commitSecs.Observe(d.Seconds())
+		})
+	}
+}
+
+// ObservedStore is a store that Metrics.ObserveStore covers.
+type ObservedStore struct {
+	// Store is the store.
+	Store store.Store
+	// URL is the URL the store was opened from, if any: clients opened on the
+	// same URL share its database, which is counted once.
+	URL string
+	// ActiveLeases, when set, is called at scrape time and its count added to
+	// trellis_active_leases (a server's: the leases its remote workers hold).
+	ActiveLeases func() int
+	// Logger receives the errors of the scrape's store reads; default discards.
+	Logger *slog.Logger
+}
+
+// ObserveStore makes the metrics cover a store that no client of theirs opened,
+// as `trellis server` does with its store from the moment it starts: the
+// store's group commits (trellis_store_commit_*), and at scrape time its
+// unfinished runs (trellis_runs) and the live workers of every namespace
+// (trellis_workers_connected, for stores that implement store.WorkerCounter;
+// else only of the namespaces of the clients attached). Clients on the same
+// store (Config.Backend) or URL are not counted twice. stop ends it.
+func (m *Metrics) ObserveStore(o ObservedStore) (stop func()) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	m.observeCommits(o.Store)
+	src := &metricsSource{store: o.Store, keys: []any{o.Store}, all: true, leases: o.ActiveLeases, logger: o.Logger}
+	if o.URL != "" {
+		src.keys = append(src.keys, o.URL)
+	}
+	m.mu.Lock()
+	// Stores first: a client matches the group of its store's database.
+	m.sources = append([]*metricsSource{src}, m.sources...)
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.sources = slices.DeleteFunc(m.sources, func(s *metricsSource) bool { return s == src })
+	}
+}
+
+// ObserveClaim records the latency of a claim query made for workers
+// elsewhere (trellis_claim_seconds): `trellis server` calls it for the claims
+// of its remote workers. Embedded workers' claims are recorded without it.
+func (m *Metrics) ObserveClaim(d time.Duration) { m.claimSecs.Observe(d.Seconds()) }
 
 // observeClaim is the worker's OnClaim.
 func (m *Metrics) observeClaim(d time.Duration, _ int) { m.claimSecs.Observe(d.Seconds()) }
+
+// metricsSource is what the scrape reads: an attached client or an observed store.
+type metricsSource struct {
+	client    *Client // nil for an observed store
+	store     store.Store
+	keys      []any  // identities of its database: the store, its URL
+	namespace string // a client's namespace
+	all       bool   // an observed store: count the workers of every namespace
+	leases    func() int
+	logger    *slog.Logger
+}
+
+// database is the sources on one database.
+type database struct {
+	keys    []any
+	sources []*metricsSource
+}
+
+// databases groups sources by database: those sharing a key are one.
+func databases(sources []*metricsSource) []*database {
+	var dbs []*database
+	for _, src := range sources {
+		i := slices.IndexFunc(dbs, func(db *database) bool {
+			return slices.ContainsFunc(src.keys, func(k any) bool { return slices.Contains(db.keys, k) })
+		})
+		if i < 0 {
+			dbs = append(dbs, &database{})
+			i = len(dbs) - 1
+		}
+		db := dbs[i]
+		for _, k := range src.keys {
+			if !slices.Contains(db.keys, k) {
+				db.keys = append(db.keys, k)
+			}
+		}
+		db.sources = append(db.sources, src)
+	}
+	return dbs
+}
 
 // scrapeCollector collects the gauges read at scrape time.
 type scrapeCollector Metrics
@@ -228,53 +322,36 @@ func (s *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descWorkers
 }
 
+// runKey is a series of trellis_runs.
+type runKey struct {
+	namespace, queue string
+	status           store.Status
+}
+
+// Collect reads the gauges. Sources that share a database (a worker and a
+// server in one process, each with its store) have its runs and workers
+// counted once, and those of several databases are added up, since a gauge's
+// series may be reported only once per scrape.
 func (s *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	s.mu.Lock()
-	clients := slices.Clone(s.clients)
+	sources := slices.Clone(s.sources)
 	s.mu.Unlock()
-	if len(clients) == 0 {
+	if len(sources) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	leases := 0
-	// Clients that share these metrics may share a database (a worker and a
-	// server in one process, each with its store): its runs are counted once,
-	// and runs of several databases are added up, since a gauge's series may
-	// be reported only once per scrape.
-	counted := map[any]bool{} // databases counted: their URL, else their store
-	type runKey struct {
-		namespace, queue string
-		status           store.Status
-	}
 	runs := map[runKey]int64{}
-	type nsKey struct {
-		database  any
-		namespace string
-	}
-	read := map[nsKey]bool{}    // each database's workers of a namespace once
-	workers := map[string]int{} // namespace → live workers, over the databases
-	for _, c := range clients {
-		if c.worker != nil {
-			leases += c.worker.Executing()
-		}
-		db := c.database()
-		if rc, ok := c.store.(store.QueueCounter); ok && !counted[db] {
-			counted[db] = true
-			counts, err := rc.QueueCounts(ctx)
-			if err != nil {
-				c.cfg.Logger.Warn("metrics: counting runs", "err", err)
-			}
-			for _, n := range counts {
-				runs[runKey{n.Namespace, n.Queue, n.Status}] += n.Count
+	workers := map[string]int64{} // namespace → live workers, over the databases
+	for _, db := range databases(sources) {
+		for _, src := range db.sources {
+			if src.leases != nil {
+				leases += src.leases()
 			}
 		}
-		if k := (nsKey{db, c.cfg.Namespace}); !read[k] {
-			read[k] = true
-			if live, err := c.liveWorkers(ctx); err == nil {
-				workers[k.namespace] += live
-			}
-		}
+		db.countRuns(ctx, runs)
+		db.countWorkers(ctx, workers)
 	}
 	for ns, n := range workers {
 		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(n), ns)
@@ -283,6 +360,54 @@ func (s *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(n), k.namespace, k.queue, string(k.status))
 	}
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(leases))
+}
+
+// countRuns adds the database's unfinished runs to runs.
+func (db *database) countRuns(ctx context.Context, runs map[runKey]int64) {
+	for _, src := range db.sources {
+		rc, ok := src.store.(store.QueueCounter)
+		if !ok {
+			continue
+		}
+		counts, err := rc.QueueCounts(ctx)
+		if err != nil {
+			src.logger.Warn("metrics: counting runs", "err", err)
+		}
+		for _, n := range counts {
+			runs[runKey{n.Namespace, n.Queue, n.Status}] += n.Count
+		}
+		return
+	}
+}
+
+// countWorkers adds the database's live workers to workers: of every
+// namespace when a source observes the whole store, else of each client's.
+func (db *database) countWorkers(ctx context.Context, workers map[string]int64) {
+	for _, src := range db.sources {
+		wc, ok := src.store.(store.WorkerCounter)
+		if !src.all || !ok {
+			continue
+		}
+		counts, err := wc.WorkerCounts(ctx)
+		if err != nil {
+			src.logger.Warn("metrics: counting workers", "err", err)
+			break // count the clients' namespaces instead
+		}
+		for _, n := range counts {
+			workers[n.Namespace] += n.Count
+		}
+		return
+	}
+	read := map[string]bool{}
+	for _, src := range db.sources {
+		if src.client == nil || read[src.namespace] {
+			continue
+		}
+		read[src.namespace] = true
+		if live, err := src.client.liveWorkers(ctx); err == nil {
+			workers[src.namespace] += int64(live)
+		}
+	}
 }
 
 // database identifies the database of the client's store for the metrics: its

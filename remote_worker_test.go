@@ -34,8 +34,18 @@ type workerServer struct {
 
 func newWorkerServer(t *testing.T, url string) *workerServer {
 	t.Helper()
+	return newWorkerServerWith(t, url, nil)
+}
+
+// newWorkerServerWith is newWorkerServer with the configuration changed by mod.
+func newWorkerServerWith(t *testing.T, url string, mod func(*server.Config)) *workerServer {
+	t.Helper()
 	st := openStore(t, url)
-	srv, err := server.New(context.Background(), server.Config{Backend: st, Listen: "127.0.0.1:0", MaxWait: 5 * time.Second})
+	cfg := server.Config{Backend: st, Listen: "127.0.0.1:0", MaxWait: 5 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
+	srv, err := server.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

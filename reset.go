@@ -37,7 +37,7 @@ func (c *Client) doReset(ctx context.Context, ref, step string) (*Run, error) {
 	if c.remote != nil {
 		return c.remote.reset(ctx, ref, step)
 	}
-	src, err := c.Get(ctx, ref)
+	src, err := c.doGet(ctx, ref)
 	if err != nil {
 		return nil, err
 	}

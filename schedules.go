@@ -241,6 +241,11 @@ func scheduleRecord(sc *store.Schedule) *Schedule {
 // overlap policies and windows are ErrInvalidParams, an unknown workflow
 // ErrUnknownWorkflow, a taken name ErrScheduleExists; nothing is created then.
 func (c *Client) CreateSchedule(ctx context.Context, name string, spec ScheduleSpec, opts ...CreateScheduleOptions) (*Schedule, error) {
+	return callV(ctx, c, ClientCall{Method: "CreateSchedule", Workflow: spec.Workflow, Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.doCreateSchedule(ctx, name, spec, opts...) })
+}
+
+// doCreateSchedule is CreateSchedule without the call interceptors.
+func (c *Client) doCreateSchedule(ctx context.Context, name string, spec ScheduleSpec, opts ...CreateScheduleOptions) (*Schedule, error) {
 	var o CreateScheduleOptions
 	for _, x := range opts {
 		o = x
@@ -265,6 +270,11 @@ func (c *Client) CreateSchedule(ctx context.Context, name string, spec ScheduleS
 
 // GetSchedule returns a schedule. ErrScheduleNotFound when there is none.
 func (c *Client) GetSchedule(ctx context.Context, name string) (*Schedule, error) {
+	return callV(ctx, c, ClientCall{Method: "GetSchedule", Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.doGetSchedule(ctx, name) })
+}
+
+// doGetSchedule is GetSchedule without the call interceptors.
+func (c *Client) doGetSchedule(ctx context.Context, name string) (*Schedule, error) {
 	if c.remote != nil {
 		return c.remote.getSchedule(ctx, name)
 	}
@@ -277,6 +287,11 @@ func (c *Client) GetSchedule(ctx context.Context, name string) (*Schedule, error
 
 // ListSchedules returns the namespace's schedules by name.
 func (c *Client) ListSchedules(ctx context.Context) ([]*Schedule, error) {
+	return callV(ctx, c, ClientCall{Method: "ListSchedules"}, c.doListSchedules)
+}
+
+// doListSchedules is ListSchedules without the call interceptors.
+func (c *Client) doListSchedules(ctx context.Context) ([]*Schedule, error) {
 	if c.remote != nil {
 		return c.remote.listSchedules(ctx)
 	}
@@ -294,6 +309,11 @@ func (c *Client) ListSchedules(ctx context.Context) ([]*Schedule, error) {
 // UpdateSchedule replaces a schedule's spec (checked as CreateSchedule checks
 // it); the new spec fires from now on, and a buffered tick is dropped.
 func (c *Client) UpdateSchedule(ctx context.Context, name string, spec ScheduleSpec) (*Schedule, error) {
+	return callV(ctx, c, ClientCall{Method: "UpdateSchedule", Workflow: spec.Workflow, Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.doUpdateSchedule(ctx, name, spec) })
+}
+
+// doUpdateSchedule is UpdateSchedule without the call interceptors.
+func (c *Client) doUpdateSchedule(ctx context.Context, name string, spec ScheduleSpec) (*Schedule, error) {
 	if c.remote != nil {
 		return c.remote.updateSchedule(ctx, name, spec)
 	}
@@ -315,13 +335,13 @@ func (c *Client) UpdateSchedule(ctx context.Context, name string, spec ScheduleS
 // PauseSchedule pauses a schedule: no tick fires until ResumeSchedule.
 // ErrSchedulePaused when it is paused already (nothing changes).
 func (c *Client) PauseSchedule(ctx context.Context, name string) (*Schedule, error) {
-	return c.pauseSchedule(ctx, name, true)
+	return callV(ctx, c, ClientCall{Method: "PauseSchedule", Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.pauseSchedule(ctx, name, true) })
 }
 
 // ResumeSchedule resumes a paused schedule; ticks that fell due while it was
 // paused are not caught up. ErrScheduleNotPaused when it is not paused.
 func (c *Client) ResumeSchedule(ctx context.Context, name string) (*Schedule, error) {
-	return c.pauseSchedule(ctx, name, false)
+	return callV(ctx, c, ClientCall{Method: "ResumeSchedule", Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.pauseSchedule(ctx, name, false) })
 }
 
 func (c *Client) pauseSchedule(ctx context.Context, name string, paused bool) (*Schedule, error) {
@@ -338,6 +358,11 @@ func (c *Client) pauseSchedule(ctx context.Context, name string, paused bool) (*
 
 // DeleteSchedule deletes a schedule; the runs it started stay.
 func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
+	return c.call(ctx, ClientCall{Method: "DeleteSchedule", Ref: name}, func(ctx context.Context) error { return c.doDeleteSchedule(ctx, name) })
+}
+
+// doDeleteSchedule is DeleteSchedule without the call interceptors.
+func (c *Client) doDeleteSchedule(ctx context.Context, name string) error {
 	if c.remote != nil {
 		return c.remote.deleteSchedule(ctx, name)
 	}
@@ -349,6 +374,11 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 // overlap policy, and returns it. It moves no cursor: the schedule's ticks fire
 // as before.
 func (c *Client) TriggerSchedule(ctx context.Context, name string) (*Run, error) {
+	return callV(ctx, c, ClientCall{Method: "TriggerSchedule", Ref: name}, func(ctx context.Context) (*Run, error) { return c.doTriggerSchedule(ctx, name) })
+}
+
+// doTriggerSchedule is TriggerSchedule without the call interceptors.
+func (c *Client) doTriggerSchedule(ctx context.Context, name string) (*Run, error) {
 	if c.remote != nil {
 		return c.remote.triggerSchedule(ctx, name)
 	}
@@ -372,6 +402,11 @@ func (c *Client) TriggerSchedule(ctx context.Context, name string) (*Run, error)
 // returned. More than MaxBackfillRuns ticks, or end not after start, is
 // ErrInvalidParams and starts nothing.
 func (c *Client) BackfillSchedule(ctx context.Context, name string, start, end time.Time) ([]*Run, error) {
+	return callV(ctx, c, ClientCall{Method: "BackfillSchedule", Ref: name}, func(ctx context.Context) ([]*Run, error) { return c.doBackfillSchedule(ctx, name, start, end) })
+}
+
+// doBackfillSchedule is BackfillSchedule without the call interceptors.
+func (c *Client) doBackfillSchedule(ctx context.Context, name string, start, end time.Time) ([]*Run, error) {
 	if c.remote != nil {
 		return c.remote.backfillSchedule(ctx, name, start, end)
 	}

@@ -54,32 +54,54 @@ const StreamNow int64 = streams.Now
 // wake-ups. Through a server it reads the server's event stream and, when the
 // connection drops (the server restarts, a proxy cuts it), reconnects from the
 // last sequence it delivered: every event is delivered once, in order.
+//
+// The call interceptors (Interceptor.Call, Method "Stream") wrap the whole
+// iteration: next returns when it ends, with the error it ended with (nil when
+// the run's final event was delivered or the loop broke).
 func (c *Client) Stream(ctx context.Context, ref string, after int64) iter.Seq2[*StreamEvent, error] {
 	return func(yield func(*StreamEvent, error) bool) {
-		if after < StreamNow {
-			yield(nil, fmt.Errorf("%w: Stream: after must be a sequence or StreamNow, got %d", ErrInvalidParams, after))
-			return
-		}
-		run, err := c.Get(ctx, ref)
-		if err != nil {
-			yield(nil, err)
-			return
-		}
-		if c.remote != nil {
-			c.remote.stream(ctx, run.ID, after, yield)
-			return
-		}
-		stopped := errors.New("stopped")
-		err = streams.Follow(ctx, c.store, c.cfg.Namespace, run.ID, after, streams.Options{},
-			func(ev *store.StreamEvent) error {
-				if !yield(&StreamEvent{Sequence: ev.Sequence, Name: ev.Name, Data: ev.Data, At: ev.At}, nil) {
-					return stopped
-				}
-				return nil
+		var ended error
+		ran := false
+		err := c.call(ctx, ClientCall{Method: "Stream", Ref: ref}, func(ctx context.Context) error {
+			ran = true
+			c.doStream(ctx, ref, after, func(ev *StreamEvent, err error) bool {
+				ended = err
+				return yield(ev, err)
 			})
-		if err != nil && !errors.Is(err, stopped) {
-			yield(nil, fmt.Errorf("streaming run %s: %w", run.ID, err))
+			return ended
+		})
+		if !ran && err != nil { // an interceptor refused the call
+			yield(nil, err)
 		}
+	}
+}
+
+// doStream is Stream without the call interceptors: it delivers the events to
+// yield until yield returns false, the final event, or an error.
+func (c *Client) doStream(ctx context.Context, ref string, after int64, yield func(*StreamEvent, error) bool) {
+	if after < StreamNow {
+		yield(nil, fmt.Errorf("%w: Stream: after must be a sequence or StreamNow, got %d", ErrInvalidParams, after))
+		return
+	}
+	run, err := c.doGet(ctx, ref)
+	if err != nil {
+		yield(nil, err)
+		return
+	}
+	if c.remote != nil {
+		c.remote.stream(ctx, run.ID, after, yield)
+		return
+	}
+	stopped := errors.New("stopped")
+	err = streams.Follow(ctx, c.store, c.cfg.Namespace, run.ID, after, streams.Options{},
+		func(ev *store.StreamEvent) error {
+			if !yield(&StreamEvent{Sequence: ev.Sequence, Name: ev.Name, Data: ev.Data, At: ev.At}, nil) {
+				return stopped
+			}
+			return nil
+		})
+	if err != nil && !errors.Is(err, stopped) {
+		yield(nil, fmt.Errorf("streaming run %s: %w", run.ID, err))
 	}
 }
 

@@ -2,16 +2,18 @@ package trellis
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -145,21 +147,41 @@ func (sn *spanNames) get(name string) string {
 	return full
 }
 
-// TracerFromEnv returns a tracer provider that exports spans over OTLP/HTTP as
-// the standard OTEL_* environment variables say (OTEL_EXPORTER_OTLP_ENDPOINT,
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS,
-// OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, ...), for Config.TracerProvider; call
-// shutdown at exit to flush. It returns nil and a no-op shutdown when neither
-// endpoint variable is set or OTEL_SDK_DISABLED is "true": tracing is then off.
+// TracerFromEnv returns a tracer provider that exports spans over OTLP as the
+// standard OTEL_* environment variables say, for Config.TracerProvider; call
+// shutdown at exit to flush. It reads:
+//
+//   - OTEL_TRACES_EXPORTER: "otlp" (the default) or "none" (tracing off);
+//   - OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL:
+//     "http/protobuf" (the default) or "grpc";
+//   - OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+//     OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES,
+//     OTEL_TRACES_SAMPLER, ... as the OpenTelemetry SDK reads them.
+//
+// Any other value of the exporter or the protocol is an error. It returns nil
+// and a no-op shutdown (tracing off) when OTEL_SDK_DISABLED is "true", when
+// OTEL_TRACES_EXPORTER is "none", and when OTEL_TRACES_EXPORTER is not set
+// and neither endpoint variable is (set it to "otlp" to export to the
+// protocol's default endpoint on localhost).
 func TracerFromEnv(ctx context.Context) (tp trace.TracerProvider, shutdown func(context.Context) error, err error) {
 	noop := func(context.Context) error { return nil }
-	if os.Getenv("OTEL_SDK_DISABLED") == "true" ||
-		os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+	if os.Getenv("OTEL_SDK_DISABLED") == "true" {
 		return nil, noop, nil
 	}
-	exp, err := otlptracehttp.New(ctx)
+	switch exporter := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER")); exporter {
+	case "none":
+		return nil, noop, nil
+	case "":
+		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+			return nil, noop, nil
+		}
+	case "otlp":
+	default:
+		return nil, noop, fmt.Errorf("tracing: OTEL_TRACES_EXPORTER=%q is not supported (want otlp or none)", exporter)
+	}
+	exp, err := otlpExporterFromEnv(ctx)
 	if err != nil {
-		return nil, noop, errors.Join(errors.New("creating the OTLP trace exporter"), err)
+		return nil, noop, err
 	}
 	// The SDK reads OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and
 	// OTEL_TRACES_SAMPLER(_ARG) itself.
@@ -167,16 +189,40 @@ func TracerFromEnv(ctx context.Context) (tp trace.TracerProvider, shutdown func(
 	return sdk, sdk.Shutdown, nil
 }
 
+// otlpExporterFromEnv makes the OTLP exporter of the protocol the environment
+// names; the exporter reads its endpoint, headers and the rest itself.
+func otlpExporterFromEnv(ctx context.Context) (sdktrace.SpanExporter, error) {
+	name, protocol := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if protocol == "" {
+		name, protocol = "OTEL_EXPORTER_OTLP_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	var exp sdktrace.SpanExporter
+	var err error
+	switch strings.TrimSpace(protocol) {
+	case "", "http/protobuf":
+		exp, err = otlptracehttp.New(ctx)
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	default:
+		return nil, fmt.Errorf("tracing: %s=%q is not supported (want http/protobuf or grpc)", name, protocol)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tracing: creating the OTLP trace exporter: %w", err)
+	}
+	return exp, nil
+}
+
 // loggingInterceptor is the built-in logging interceptor: debug lines for the
-// ends of run attempts and step attempts, every line with the run ID, the
-// workflow, and the step and attempt. Nothing is formatted for a level the
-// logger drops.
+// ends of run attempts and step attempts, with the keys of every line about a
+// run: run_id, workflow, run_attempt (the run's claim count) for a run
+// attempt, step and attempt (the step's attempt) for a step attempt. Nothing
+// is formatted for a level the logger drops.
 func loggingInterceptor(l *slog.Logger) Interceptor {
 	return Interceptor{
 		workflowDone: func(ctx context.Context, a *WorkflowAttempt) {
 			if l.Enabled(ctx, slog.LevelDebug) {
 				l.LogAttrs(ctx, slog.LevelDebug, "run attempt ended", slog.String("run_id", a.RunID),
-					slog.String("workflow", a.Workflow), slog.Int("attempt", a.Attempt), slog.String("status", string(a.Status)))
+					slog.String("workflow", a.Workflow), slog.Int("run_attempt", a.Attempt), slog.String("status", string(a.Status)))
 			}
 		},
 		stepDone: func(ctx context.Context, s *StepCall, err error, _ time.Duration) {

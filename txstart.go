@@ -23,10 +23,14 @@ func StartTx[In, Out any](ctx context.Context, c *Client, tx any, wf *Workflow[I
 		return nil, fmt.Errorf("starting %s: %w", wf.definition().name, ErrTxNotSupported)
 	}
 	return startWith(c, wf, in, opts, func(def *definition, input []byte, o StartOptions) (*Run, error) {
-		res, err := ts.RunCreateTx(ctx, tx, c.createParams(def, input, o))
-		if err != nil {
-			return nil, fmt.Errorf("starting %s: %w", def.name, err)
-		}
-		return runFromStore(res.Run), nil
+		return callV(ctx, c, ClientCall{Method: "StartTx", Workflow: def.name, Ref: o.ID}, func(ctx context.Context) (*Run, error) {
+			p := c.createParams(def, input, o)
+			p.TraceParent = traceParentOf(ctx) // its executions join the caller's trace
+			res, err := ts.RunCreateTx(ctx, tx, p)
+			if err != nil {
+				return nil, fmt.Errorf("starting %s: %w", def.name, err)
+			}
+			return runFromStore(res.Run), nil
+		})
 	})
 }

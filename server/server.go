@@ -113,8 +113,11 @@ type Config struct {
 
 	// Metrics collects the metrics of the API, of the server's clients and of
 	// its store, served at GET /metrics to principals with role reader on every
-	// namespace ("*"); default a new trellis.NewMetrics(). Pass the same one to
-	// workers embedded in the process to serve theirs there too.
+	// namespace ("*"); default a new trellis.NewMetrics(). They cover the whole
+	// store from New on (Metrics.ObserveStore), the claims the server makes for
+	// its remote workers and the leases those hold through it
+	// (docs/observability.md). Pass the same one to workers embedded in the
+	// process to serve theirs there too.
 	Metrics *trellis.Metrics
 	// TracerProvider, when set, traces each API request as a server span, a
 	// child of the caller's traceparent, and the client calls it makes (see
@@ -237,7 +240,11 @@ type Server struct {
 	stopDraining context.CancelFunc
 
 	api *apiMetrics
-	ui  *uiKeys // the web UI's session and CSRF keys
+	// leases counts the leases the remote workers hold through this server
+	// (trellis_active_leases); stopMetrics ends the metrics' reading of the store.
+	leases      *leaseCounter
+	stopMetrics func()
+	ui          *uiKeys // the web UI's session and CSRF keys
 
 	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
 	scheduler *schedule.Scheduler
@@ -279,6 +286,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.api = api
 	s.handoffs.handed = api.handoffs.Inc
+	s.leases = newLeaseCounter(time.Now)
 	s.handler = s.routes()
 	s.http = &http.Server{
 		Handler: s.handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
@@ -312,6 +320,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.purger = retention.New(retention.Config{Store: s.store, Interval: cfg.RetentionInterval, Logger: cfg.Logger})
 		s.purger.Start()
 	}
+	// The metrics cover the whole store from the start, not only the
+	// namespaces that requests have opened a client for.
+	obs := trellis.ObservedStore{Store: s.store, ActiveLeases: s.leases.count, Logger: cfg.Logger}
+	if s.ownsStore {
+		obs.URL = cfg.Store
+	}
+	s.stopMetrics = cfg.Metrics.ObserveStore(obs)
 	return s, nil
 }
 
@@ -391,6 +406,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	for _, c := range clients {
 		c.Close()
 	}
+	s.stopMetrics()
 	if s.ownsStore {
 		if cerr := s.store.Close(); cerr != nil && err == nil {
 			err = cerr

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/streams"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -37,7 +38,7 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, c *call) erro
 		if conn, _, err := rc.Hijack(); err == nil {
 			c.streamOwned = true
 			s.streamWG.Add(1)
-			go s.serveStream(conn, c.ns, c.run.ID, after) // owns conn and the count in MaxStreams
+			go s.serveStream(conn, c.ns, c.run, after) // owns conn and the count in MaxStreams
 			return nil
 		}
 	}
@@ -80,7 +81,7 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil && !errors.Is(err, streams.ErrStopped) && r.Context().Err() == nil {
 		// The response has begun: the error can only be logged, and the
 		// stream ends without its final event (a client reconnects).
-		s.cfg.Logger.Warn("stream ended", "run", c.run.ID, "err", err)
+		s.cfg.Logger.Warn("stream ended", "run_id", c.run.ID, "workflow", c.run.Workflow, "err", err)
 	}
 	return nil
 }
@@ -96,7 +97,8 @@ const streamHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-
 // A client that goes is noticed by the probe (stream_probe.go), or at the next
 // write (an event or a heartbeat).
 // It ends like streamRun's in-handler stream, then closes the connection.
-func (s *Server) serveStream(conn net.Conn, ns, runID string, after int64) {
+func (s *Server) serveStream(conn net.Conn, ns string, run *trellis.Run, after int64) {
+	runID := run.ID
 	defer s.streamWG.Done()
 	defer s.streams.Add(-1)
 	defer conn.Close()
@@ -142,7 +144,7 @@ func (s *Server) serveStream(conn net.Conn, ns, runID string, after int64) {
 	})
 	var ne net.Error
 	if err != nil && !errors.Is(err, streams.ErrStopped) && !errors.As(err, &ne) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
-		s.cfg.Logger.Warn("stream ended", "run", runID, "err", err)
+		s.cfg.Logger.Warn("stream ended", "run_id", runID, "workflow", run.Workflow, "err", err)
 	}
 }
 

@@ -257,7 +257,7 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 		Worker: m.Worker, LeaseDuration: ww.Duration(m.LeaseDuration)}
 	if wait == 0 {
 		p.Max = credit
-		res, err := h.s.store.RunsClaim(ctx, p)
+		res, err := h.claim(ctx, p)
 		if err != nil {
 			return fail(err)
 		}
@@ -310,7 +310,7 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 		if claim && credit > 0 {
 			p.Max = credit
 			lastClaim = clk()
-			res, err := h.s.store.RunsClaim(ctx, p)
+			res, err := h.claim(ctx, p)
 			if err != nil {
 				return fail(err)
 			}
@@ -396,6 +396,14 @@ func claimAfterReady(now, last time.Time) (claimNow bool, wait time.Duration) {
 	return true, 0
 }
 
+// claim claims runs for a worker, its latency recorded in trellis_claim_seconds.
+func (h *workerService) claim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+	t0 := time.Now()
+	res, err := h.s.store.RunsClaim(ctx, p)
+	h.s.cfg.Metrics.ObserveClaim(time.Since(t0))
+	return res, err
+}
+
 // push sends claimed runs; runs it could not send are handed back at once
 // rather than waiting for their leases to expire.
 func (h *workerService) push(ctx context.Context, stream *connect.ServerStream[pb.ClaimResponse], res *store.RunsClaimResult) error {
@@ -405,8 +413,10 @@ func (h *workerService) push(ctx context.Context, stream *connect.ServerStream[p
 	err := stream.Send(&pb.ClaimResponse{Runs: ww.ClaimedToPB(res.Runs), NextDue: ww.TsPtr(res.NextDue)})
 	if err != nil {
 		releaseClaimed(h.s.store, res.Runs...)
+		return err
 	}
-	return err
+	h.s.leases.granted(res.Runs)
+	return nil
 }
 
 // releaseClaimed hands runs claimed for a stream that cannot take them back to
@@ -439,6 +449,7 @@ func (h *workerService) ExtendLeases(ctx context.Context, req *connect.Request[p
 	if err != nil {
 		return nil, fail(err)
 	}
+	h.s.leases.extended(p.Leases, res.Lost, time.Now().Add(p.Duration))
 	return connect.NewResponse(&pb.ExtendLeasesResponse{Lost: res.Lost, CancelRequested: res.CancelRequested}), nil
 }
 
@@ -453,7 +464,11 @@ func (h *workerService) ReleaseLease(ctx context.Context, req *connect.Request[p
 	if m.Seq > 0 {
 		p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal, m)
 	}
-	if err := h.s.store.LeaseRelease(ctx, p); err != nil {
+	err = h.s.store.LeaseRelease(ctx, p)
+	if err == nil || errors.Is(err, store.ErrLeaseLost) {
+		h.s.leases.ended(p.Lease)
+	}
+	if err != nil {
 		return nil, fail(err)
 	}
 	return connect.NewResponse(&pb.ReleaseLeaseResponse{}), nil
@@ -485,6 +500,9 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 			p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal, it)
 		}
 		res, err := h.s.store.Checkpoint(ctx, p)
+		if err == nil && p.Status != store.StatusRunning || errors.Is(err, store.ErrLeaseLost) {
+			h.s.leases.ended(p.Lease)
+		}
 		if err != nil {
 			code, d := ww.Detail(err)
 			d.Code = code.String()

@@ -701,6 +701,22 @@ type QueueCounter interface {
 	QueueCounts(ctx context.Context) ([]QueueCount, error)
 }
 
+// WorkerCounter is implemented by stores that count their live workers of
+// every namespace in one query: the SQL stores. Metrics read it at scrape time
+// (trellis_workers_connected), so that a server reports the workers of every
+// namespace, not only of those it has served a request for.
+type WorkerCounter interface {
+	// WorkerCounts counts the live workers (heartbeating: not expired) of
+	// every namespace. Namespaces without a live worker are left out.
+	WorkerCounts(ctx context.Context) ([]WorkerCount, error)
+}
+
+// WorkerCount is the number of live workers of a namespace.
+type WorkerCount struct {
+	Namespace string
+	Count     int64
+}
+
 // QueueCount is the number of runs of a namespace, queue and status.
 type QueueCount struct {
 	Namespace string

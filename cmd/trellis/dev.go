@@ -14,6 +14,7 @@ import (
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/server"
 	"github.com/trellis-dev/trellis/store/storesqlite"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const (
@@ -27,7 +28,7 @@ const (
 // ends with where the data is and what to try next.
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("dev", "dev [--store URL] [--ui ADDR|off]",
-		"Run example workflows on a local store with an embedded worker, and watch their runs\nstart, step, wait on a retry, succeed and fail.", stderr)
+		"Run example workflows on a local store with an embedded worker, and watch their runs\nstart, step, wait on a retry, succeed and fail. Traces are exported over OTLP as the\nOTEL_* variables say, as for trellis server (docs/observability.md).", stderr)
 	var raw, uiAddr string
 	fs.StringVar(&raw, "store", "", "store `URL` (default sqlite://<absolute path of ./trellis.db>)")
 	fs.StringVar(&uiAddr, "ui", devUIAddr, "serve the web UI on this loopback `address` (without authentication) until interrupted; \"off\": run the demo and exit")
@@ -45,7 +46,18 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// One set of metrics for the demo's worker and the UI's server, so that the
 	// server's /metrics shows the demo runs' attempts and steps.
 	metrics := trellis.NewMetrics()
-	c, err := trellis.Open(ctx, trellis.Config{Store: storeURL, Metrics: metrics, Worker: trellis.WorkerOptions{
+	// Tracing is on when the standard OTEL_* variables say so, as for trellis
+	// server: the demo's runs and steps, and the UI's requests, become spans.
+	tp, stopTracing, err := trellis.TracerFromEnv(ctx)
+	if err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = stopTracing(sctx) // flushes the last spans
+	}()
+	c, err := trellis.Open(ctx, trellis.Config{Store: storeURL, Metrics: metrics, TracerProvider: tp, Worker: trellis.WorkerOptions{
 		PollInterval: 200 * time.Millisecond, ShutdownGrace: time.Second,
 	}})
 	if err != nil {
@@ -53,7 +65,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	var srv *server.Server
 	if uiAddr != "off" {
-		if srv, err = devUI(ctx, storeURL, uiAddr, metrics, stdout, stderr); err != nil {
+		if srv, err = devUI(ctx, storeURL, uiAddr, metrics, tp, stdout, stderr); err != nil {
 			return errors.Join(err, c.Close())
 		}
 	}
@@ -76,10 +88,10 @@ const devUIAddr = "127.0.0.1:7070"
 // devUI serves the web UI (and the API and metrics) on the dev store without
 // authentication, on a loopback address only; when the default port is taken,
 // on another one.
-func devUI(ctx context.Context, storeURL, addr string, metrics *trellis.Metrics, stdout, stderr io.Writer) (*server.Server, error) {
+func devUI(ctx context.Context, storeURL, addr string, metrics *trellis.Metrics, tp trace.TracerProvider, stdout, stderr io.Writer) (*server.Server, error) {
 	start := func(addr string) (*server.Server, error) {
 		srv, err := server.New(ctx, server.Config{Store: storeURL, Listen: addr, Insecure: true, Metrics: metrics,
-			Logger: serverLogger(stderr)})
+			TracerProvider: tp, Logger: serverLogger(stderr)})
 		if err != nil {
 			return nil, err
 		}

@@ -24,8 +24,10 @@ and steer runs from any language. The server never runs workflow code; workers
 elsewhere run the runs it starts. GET /healthz and /readyz answer without a
 token; the OpenAPI document is at /v1/openapi.json. GET /metrics serves
 Prometheus metrics to a token with role reader on every namespace ("*").
-Traces are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT (or
-OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set (docs/observability.md).
+Traces are exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT (or
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set: over HTTP, or gRPC with
+OTEL_EXPORTER_OTLP_PROTOCOL=grpc; OTEL_TRACES_EXPORTER=none turns them off
+(docs/observability.md).
 
 Authentication: every request needs a bearer token (Authorization: Bearer ...)
 whose grants allow it (docs/http-api.md). On its first start with no tokens the

@@ -58,7 +58,7 @@ func (e *Engine) ExecuteOutcome(ctx context.Context, cr *store.ClaimedRun, ctl *
 	rs := newRunState(e, cr, ctx, ctl)
 	rs.cancelCtx = cancelCtx
 	if e.cfg.Logger.Enabled(ctx, slog.LevelDebug) { // no allocations for a line nobody reads
-		e.cfg.Logger.Debug("executing run", "run", cr.Run.ID, "workflow", cr.Run.Workflow, "claims", cr.Run.Attempts, "history", len(cr.History))
+		rs.log().Debug("executing run", "history", len(cr.History))
 	}
 	if d := cr.Run.Deadline; d != nil && !rs.now().Before(*d) {
 		rs.deadlineHit = true

@@ -72,7 +72,7 @@ func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *work
 		// The worker stops (hand the run back) or the lease is lost (write nothing).
 		if errors.Is(context.Cause(ctx), worker.ErrShutdown) {
 			if err := e.cfg.Store.LeaseRelease(context.WithoutCancel(ctx), &store.LeaseReleaseParams{Lease: lease, Seq: 1}); err != nil {
-				e.cfg.Logger.Warn("handing back job", "run", run.ID, "err", err)
+				runLogger(e.cfg.Logger, run).Warn("handing back job", "step", run.Workflow, "attempt", attempt, "err", err)
 			}
 		}
 		return
@@ -180,7 +180,7 @@ func (e *Engine) jobSave(ctx context.Context, run *store.Run, lease store.Lease,
 	defer cancel()
 	res, err := e.cfg.Store.Checkpoint(cctx, p)
 	if err != nil {
-		e.cfg.Logger.Warn("saving job outcome", "run", run.ID, "status", p.Status, "err", err)
+		runLogger(e.cfg.Logger, run).Warn("saving job outcome", "status", p.Status, "err", err)
 		return nil
 	}
 	if !p.Status.Terminal() {

@@ -85,7 +85,7 @@ func newRunState(e *Engine, cr *store.ClaimedRun, ctx context.Context, ctl *work
 	}
 	rs.runLog = e.cfg.Logger
 	if e.cfg.Logger.Handler() != slog.DiscardHandler { // no attributes for lines nobody reads
-		rs.runLog = e.cfg.Logger.With("run_id", cr.Run.ID, "workflow", cr.Run.Workflow, "run_attempt", cr.Run.Attempts)
+		rs.runLog = runLogger(e.cfg.Logger, cr.Run)
 	}
 	for _, op := range cr.History {
 		rs.history[op.Position] = op
@@ -96,6 +96,13 @@ func newRunState(e *Engine, cr *store.ClaimedRun, ctx context.Context, ctl *work
 }
 
 func (rs *RunState) now() time.Time { return rs.e.cfg.Clock.Now() }
+
+// runLogger is l with the keys every line about a run carries: run_id,
+// workflow and run_attempt (the run's claim count). Lines about a step add
+// step and attempt (the step's attempt); docs/observability.md lists them.
+func runLogger(l *slog.Logger, run *store.Run) *slog.Logger {
+	return l.With("run_id", run.ID, "workflow", run.Workflow, "run_attempt", run.Attempts)
+}
 
 // log is the engine's logger with the run's ID, workflow and claim number
 // (run_attempt) on every line.

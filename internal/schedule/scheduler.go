@@ -258,7 +258,7 @@ func (s *Scheduler) fire(ctx context.Context, sc *store.Schedule, p *store.Sched
 		return nil, err
 	}
 	if res.Run != nil && res.Created {
-		s.cfg.Logger.Info("schedule fired", "namespace", sc.Namespace, "schedule", sc.Name, "run", res.Run.ID)
+		s.cfg.Logger.Info("schedule fired", "namespace", sc.Namespace, "schedule", sc.Name, "run_id", res.Run.ID, "workflow", res.Run.Workflow)
 	}
 	return res, nil
 }

@@ -119,7 +119,7 @@ func (w *Worker) launch(cr *store.ClaimedRun) {
 		ctl.RequestCancel()
 	}
 	ctx, cancel := context.WithCancelCause(w.hardCtx)
-	a := &active{ctl: ctl, cancel: cancel}
+	a := &active{ctl: ctl, cancel: cancel, run: cr.Run}
 	run := func() {
 		defer w.runEnded()
 		defer w.finish(cr.Run.ID, a)
@@ -295,7 +295,8 @@ func (w *Worker) extendLeases(ctx context.Context) {
 		// Only the execution whose lease was sent lost it: one that claimed
 		// the run again meanwhile holds a new lease.
 		if a := w.active[id]; a != nil && a == sent[id] {
-			w.cfg.Logger.Warn("lease lost: another worker may have taken the run over", "worker", w.cfg.Name, "run", id)
+			w.cfg.Logger.Warn("lease lost: another worker may have taken the run over", "worker", w.cfg.Name,
+				"run_id", id, "workflow", a.run.Workflow, "run_attempt", a.run.Attempts)
 			a.cancel(store.ErrLeaseLost)
 		}
 	}

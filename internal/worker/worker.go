@@ -269,6 +269,7 @@ type openStream struct {
 type active struct {
 	ctl    *Control
 	cancel context.CancelCauseFunc
+	run    *store.Run // as claimed: its lines name it, its workflow and claim
 }
 
 // New returns a worker; it does nothing until Start.

@@ -88,3 +88,30 @@ func (s *Store) WorkerRemove(ctx context.Context, p *store.WorkerRemoveParams) e
 	}
 	return nil
 }
+
+// sqlWorkerCounts counts the live workers by namespace.
+const sqlWorkerCounts = `SELECT namespace, count(*) FROM workers WHERE expires_at > $1 GROUP BY namespace`
+
+// WorkerCounts implements store.WorkerCounter.
+func (s *Store) WorkerCounts(ctx context.Context) ([]store.WorkerCount, error) {
+	if s.closed() {
+		return nil, fmt.Errorf("counting workers: %w", store.ErrClosed)
+	}
+	var out []store.WorkerCount
+	err := s.read(ctx, func() error {
+		rows, err := s.pool.Query(ctx, sqlWorkerCounts, s.now())
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WorkerCount, error) {
+			var c store.WorkerCount
+			err := row.Scan(&c.Namespace, &c.Count)
+			return c, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("counting workers: %w", s.readErr(err))
+	}
+	return out, nil
+}

@@ -119,3 +119,30 @@ func (s *Store) WorkerRemove(ctx context.Context, p *store.WorkerRemoveParams) e
 	}
 	return nil
 }
+
+// sqlWorkerCounts counts the live workers by namespace.
+const sqlWorkerCounts = `SELECT namespace, count(*) FROM workers WHERE expires_at > ?1 GROUP BY namespace`
+
+// WorkerCounts implements store.WorkerCounter.
+func (s *Store) WorkerCounts(ctx context.Context) ([]store.WorkerCount, error) {
+	if s.closed() {
+		return nil, fmt.Errorf("counting workers: %w", store.ErrClosed)
+	}
+	rows, err := s.reads.QueryContext(ctx, sqlWorkerCounts, s.now().UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("counting workers: %w", s.readErr(err))
+	}
+	defer rows.Close()
+	out := []store.WorkerCount{}
+	for rows.Next() {
+		var c store.WorkerCount
+		if err := rows.Scan(&c.Namespace, &c.Count); err != nil {
+			return nil, fmt.Errorf("counting workers: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("counting workers: %w", s.readErr(err))
+	}
+	return out, nil
+}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ var workerCases = []testCase{
 	{"InvalidParams", workerInvalidParams},
 	{"UnservedReason", workerUnservedReason},
 	{"UnservedOnlyPending", workerUnservedOnlyPending},
+	{"Counts", workerCounts},
 }
 
 const workerTTL = 10 * time.Second
@@ -244,5 +246,37 @@ func workerUnservedOnlyPending(t *testing.T, e *env) {
 	e.wantReason("c-0", `no live worker serves workflow "child"`)
 	if r := e.get("c-1"); r.WaitReason == "" || strings.HasPrefix(r.WaitReason, "no live worker") {
 		t.Fatalf("held child's wait reason = %q, want its own", r.WaitReason)
+	}
+}
+
+// workerCounts counts the live workers of every namespace (stores that
+// implement store.WorkerCounter): expired records are not counted, and a
+// namespace without a live worker is left out.
+func workerCounts(t *testing.T, e *env) {
+	wc, ok := e.st.(store.WorkerCounter)
+	if !ok {
+		t.Skip("the store does not count workers")
+	}
+	count := func() map[string]int64 {
+		t.Helper()
+		got, err := wc.WorkerCounts(e.ctx)
+		if err != nil {
+			t.Fatalf("WorkerCounts: %v", err)
+		}
+		m := map[string]int64{}
+		for _, c := range got {
+			m[c.Namespace] = c.Count
+		}
+		return m
+	}
+	e.heartbeat("dead", true, "a")
+	e.clk.Advance(workerTTL)
+	e.heartbeat("w1", true, "a")
+	e.heartbeat("w2", true, "a")
+	e.heartbeatWith(&store.WorkerHeartbeatParams{Namespace: "other", Name: "w3", Workflows: []string{"a"}, TTL: workerTTL})
+	e.heartbeatWith(&store.WorkerHeartbeatParams{Namespace: "gone", Name: "w4", Workflows: []string{"a"}, TTL: time.Second})
+	e.clk.Advance(time.Second)
+	if got, want := count(), map[string]int64{ns: 2, "other": 1}; !maps.Equal(got, want) {
+		t.Fatalf("WorkerCounts = %v, want %v", got, want)
 	}
 }
