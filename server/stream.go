@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/streams"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -38,7 +37,7 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, c *call) erro
 		if conn, _, err := rc.Hijack(); err == nil {
 			c.streamOwned = true
 			s.streamWG.Add(1)
-			go s.serveStream(conn, c.ns, c.run, after) // owns conn and the count in MaxStreams
+			go s.serveStream(conn, c.ns, c.run.ID, c.run.Workflow, after) // owns conn and the count in MaxStreams
 			return nil
 		}
 	}
@@ -97,8 +96,10 @@ const streamHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-
 // A client that goes is noticed by the probe (stream_probe.go), or at the next
 // write (an event or a heartbeat).
 // It ends like streamRun's in-handler stream, then closes the connection.
-func (s *Server) serveStream(conn net.Conn, ns string, run *trellis.Run, after int64) {
-	runID := run.ID
+//
+// It keeps the run's ID and workflow, not its record: ten thousand streams held
+// ten thousand records (about 2 KB of memory per stream).
+func (s *Server) serveStream(conn net.Conn, ns, runID, workflow string, after int64) {
 	defer s.streamWG.Done()
 	defer s.streams.Add(-1)
 	defer conn.Close()
@@ -124,17 +125,17 @@ func (s *Server) serveStream(conn net.Conn, ns string, run *trellis.Run, after i
 	// The probe ends the stream when its client goes (the read deadline the
 	// request was read with would keep it from looking).
 	_ = conn.SetReadDeadline(time.Time{})
-	ctx, end := context.WithCancel(context.Background())
-	defer end()
-	defer s.watch(conn, end)()
+	gone := make(chan struct{}) // a channel, not a context: a stream stays small
+	defer s.watch(conn, gone)()
 	var b bytes.Buffer
-	err := streams.Follow(ctx, s.store, ns, runID, after, streams.Options{
+	err := streams.Follow(context.Background(), s.store, ns, runID, after, streams.Options{
 		Heartbeat: s.cfg.StreamHeartbeat,
 		Idle: func() error {
 			buf = append(buf, ": keep-alive\n\n"...)
 			return write()
 		},
 		Stop:  s.draining.Done(),
+		Gone:  gone,
 		Flush: write,
 	}, func(ev *store.StreamEvent) error {
 		b.Reset()
@@ -143,8 +144,8 @@ func (s *Server) serveStream(conn net.Conn, ns string, run *trellis.Run, after i
 		return nil
 	})
 	var ne net.Error
-	if err != nil && !errors.Is(err, streams.ErrStopped) && !errors.As(err, &ne) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
-		s.cfg.Logger.Warn("stream ended", "run_id", runID, "workflow", run.Workflow, "err", err)
+	if err != nil && !errors.Is(err, streams.ErrStopped) && !errors.As(err, &ne) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, streams.ErrGone) {
+		s.cfg.Logger.Warn("stream ended", "run_id", runID, "workflow", workflow, "err", err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"net"
 	"sync"
 	"time"
@@ -22,16 +21,18 @@ type streamProbe struct {
 	running bool // the probe's goroutine runs
 }
 
-// probedStream is a stream the probe watches: its connection, and what ends it.
+// probedStream is a stream the probe watches: its connection, and what the
+// probe closes when its client went (streams.Options.Gone).
 type probedStream struct {
 	conn net.Conn
-	end  context.CancelFunc
+	gone chan struct{}
 }
 
 // watch adds a stream to the probe, starting its goroutine if none runs; the
-// returned function removes it.
-func (s *Server) watch(conn net.Conn, end context.CancelFunc) (unwatch func()) {
-	ps := &probedStream{conn: conn, end: end}
+// probe closes gone when the stream's client went. The returned function
+// removes the stream.
+func (s *Server) watch(conn net.Conn, gone chan struct{}) (unwatch func()) {
+	ps := &probedStream{conn: conn, gone: gone}
 	p := &s.probe
 	p.mu.Lock()
 	if p.streams == nil {
@@ -80,9 +81,15 @@ func (s *Server) runProbe() {
 		}
 		p.mu.Unlock()
 		for _, ps := range batch {
-			if peerClosed(ps.conn) {
-				ps.end()
+			if !peerClosed(ps.conn) {
+				continue
 			}
+			p.mu.Lock()
+			if _, ok := p.streams[ps]; ok { // else it ended meanwhile
+				delete(p.streams, ps)
+				close(ps.gone)
+			}
+			p.mu.Unlock()
 		}
 		clear(batch) // hold no stream that ends before the next pass
 	}

@@ -32,6 +32,9 @@ const Now = -1
 // ErrStopped is what Follow returns when Options.Stop closed.
 var ErrStopped = errors.New("stream stopped")
 
+// ErrGone is what Follow returns when Options.Gone closed.
+var ErrGone = errors.New("stream's client gone")
+
 // Options tunes Follow. Zero fields turn the feature off.
 type Options struct {
 	// Idle is called after Heartbeat passed without an event written (to keep
@@ -44,6 +47,8 @@ type Options struct {
 	Poll time.Duration
 	// Stop ends Follow with ErrStopped when it closes (a server shutting down).
 	Stop <-chan struct{}
+	// Gone ends Follow with ErrGone when it closes (the client went).
+	Gone <-chan struct{}
 	// PageSize is the events read at once; default 500.
 	PageSize int
 	// Flush, when set, is called after the events of each read were emitted.
@@ -161,6 +166,8 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 				lastWrite = time.Now()
 			case <-o.Stop:
 				return ErrStopped
+			case <-o.Gone:
+				return ErrGone
 			case <-ctx.Done():
 				return ctx.Err()
 			}
