@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -13,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/pgtest"
-	"log/slog"
 )
 
 // Every log line the engine, the worker and the client write about a run, in
