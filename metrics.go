@@ -43,6 +43,8 @@ type Metrics struct {
 
 	mu      sync.Mutex
 	sources []*metricsSource // attached clients and observed stores: read at scrape time
+	// committing are the stores whose commits these metrics observe.
+	committing map[store.Store]bool
 }
 
 type workflowMetrics struct {
@@ -214,15 +216,32 @@ func (m *Metrics) detach(c *Client) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sources = slices.DeleteFunc(m.sources, func(s *metricsSource) bool { return s.client == c })
+	if c.cfg.Backend == nil {
+		delete(m.committing, c.store) // closed with the client
+	}
 }
 
 func (m *Metrics) observeCommits(st store.Store) {
-	if co, ok := st.(store.CommitObserver); ok {
-		co.ObserveCommits(func(n int, d time.Duration) {
-			m.commitSize.Observe(float64(n))
-			m.commitSecs.Observe(d.Seconds())
-		})
+	co, ok := st.(store.CommitObserver)
+	if !ok {
+		return
 	}
+	m.mu.Lock()
+	seen := m.committing[st]
+	if !seen {
+		if m.committing == nil {
+			m.committing = map[store.Store]bool{}
+		}
+		m.committing[st] = true
+	}
+	m.mu.Unlock()
+	if seen { // a store's observers add up: count its commits once
+		return
+	}
+	co.ObserveCommits(func(n int, d time.Duration) {
+		m.commitSize.Observe(float64(n))
+		m.commitSecs.Observe(d.Seconds())
+	})
 }
 
 // ObservedStore is a store that Metrics.ObserveStore covers.

@@ -3,10 +3,14 @@ package trellis
 import (
 	"context"
 	"errors"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // The metrics keep the children of the workflow last counted (and of each
@@ -65,4 +69,38 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// A store's commits are counted once by metrics that observe it through
+// several clients and ObserveStore, and every observer of the store sees them
+// (a server's metrics took the one observer a store had from a test's).
+func TestMetricsCountAStoresCommitsOnce(t *testing.T) {
+	ctx := context.Background()
+	st, err := OpenStore(ctx, "sqlite://"+filepath.Join(t.TempDir(), "t.db"), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var seen atomic.Int64
+	st.(store.CommitObserver).ObserveCommits(func(n int, _ time.Duration) { seen.Add(1) })
+	m := NewMetrics()
+	stop := m.ObserveStore(ObservedStore{Store: st})
+	defer stop()
+	for range 2 {
+		c, err := Open(ctx, Config{Backend: st, Metrics: m, Worker: WorkerOptions{Disabled: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.StartRaw(ctx, "nobody-serves", []byte("null"), StartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var h dto.Metric
+	if err := m.commitSize.Write(&h); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := int64(h.GetHistogram().GetSampleCount()), seen.Load(); got != want || want < 2 {
+		t.Fatalf("the metrics counted %d commits, the store's other observer saw %d (want the same, at least 2)", got, want)
+	}
 }

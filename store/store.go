@@ -688,6 +688,8 @@ type KVGetParams struct {
 // creates, ...) into batched commits: the SQLite and Postgres stores. After
 // ObserveCommits, f is called after every batch with the number of requests it
 // carried and the wall time from the batch's start to its commit (metrics).
+// Each call adds an observer (a server's metrics and a test may both watch a
+// store); none is removed before the store closes.
 type CommitObserver interface {
 	ObserveCommits(f func(requests int, elapsed time.Duration))
 }
