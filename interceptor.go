@@ -96,8 +96,8 @@ type ClientCall struct {
 	// "StartTx", "Get", "SendEvent", "CreateQueue".
 	Method string
 	// Workflow is the workflow the call names: the one a Start or StartTx
-	// starts, a schedule's (CreateSchedule, UpdateSchedule), the one
-	// StartQueue is asked about; "" for other methods.
+	// starts, a schedule's (CreateSchedule, UpdateSchedule); "" for other
+	// methods.
 	Workflow string
 	// Ref is what the method is about, when it names one thing: the run ID or
 	// workflow ID of a run method (a Start's workflow ID when given, the run
@@ -251,25 +251,33 @@ func (x *executor) Execute(ctx context.Context, cr *store.ClaimedRun, ctl *worke
 		x.eng.Execute(ctx, cr, ctl)
 		return
 	}
-	// The interceptors' frames (a span's start, for one) sit below the
-	// engine's: the goroutine would outgrow its first stack deep in the
-	// run's final checkpoint and copy every frame; grown here, it copies none.
-	engine.GrowStack()
 	r := cr.Run
 	if r.TraceParent != "" {
 		ctx = withTraceParent(ctx, r.TraceParent)
 	}
 	a := &WorkflowAttempt{RunID: r.ID, WorkflowID: r.WorkflowID, Workflow: r.Workflow, Queue: r.Queue,
 		Attempt: r.Attempts, Replayed: len(cr.History)}
-	inner := ctx
-	x.chain.runWorkflow(ctx, 0, a, func(ctx context.Context) {
-		inner = ctx
+	execute := func(ctx context.Context) {
 		oc := x.eng.ExecuteOutcome(ctx, cr, ctl)
 		a.Status = Status(oc.Status)
 		if oc.Error != nil {
 			a.Error = &RunError{Message: oc.Error.Message, Type: oc.Error.Type}
 		}
-	})
+	}
+	inner := ctx
+	if len(x.chain.workflow) == 0 {
+		execute(ctx) // observers alone (metrics, logging) wrap nothing
+	} else {
+		// The wrappers' frames (a span's start, for one) sit below the
+		// engine's: the goroutine would outgrow its first stack deep in the
+		// run's final checkpoint and copy every frame; grown here, it copies
+		// none.
+		engine.GrowStack()
+		x.chain.runWorkflow(ctx, 0, a, func(ctx context.Context) {
+			inner = ctx
+			execute(ctx)
+		})
+	}
 	for _, done := range x.chain.workflowDone {
 		done(inner, a)
 	}
@@ -314,5 +322,5 @@ func (c Config) onClaim() func(time.Duration, int) {
 	if c.Metrics == nil {
 		return nil
 	}
-	return c.Metrics.observeClaim
+	return func(d time.Duration, _ int) { c.Metrics.ObserveClaim(d) }
 }

@@ -88,7 +88,7 @@ func (rs *RunState) runWorkflow(def *Definition) (out []byte, err error, returne
 	grow := rs.e.cfg.InterceptStep != nil
 	go func() {
 		if grow {
-			growStack()
+			GrowStack()
 		}
 		defer close(done)
 		defer func() {

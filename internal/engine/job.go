@@ -30,7 +30,7 @@ const jobPosition = 0
 // executeJob runs one attempt of a job and records its outcome in one
 // checkpoint: succeeded, failed, or waiting for the next attempt.
 func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control, job *Job) {
-	growStack()
+	GrowStack()
 	if cr.QueueRetry != nil {
 		j := *job
 		j.Options = j.Options.withQueue(cr.QueueRetry)
@@ -189,25 +189,22 @@ func (e *Engine) jobSave(ctx context.Context, run *store.Run, lease store.Lease,
 	return finalRun(run, p, res)
 }
 
-// growStack grows the calling goroutine's stack from its first 2 KiB to 8 KiB
+// GrowStack grows the calling goroutine's stack from its first 2 KiB to 8 KiB
 // while it holds a few frames. A job's goroutine needs that much once the job
 // decodes its input (encoding/json is deep), and growing there copies every
 // frame below and fixes up their pointers: 5 µs of CPU per one-step job (w5),
 // a twentieth of the process's. (A workflow's run goroutine only waits for the
-// workflow's own goroutine, and grown ahead, it cost w1 more than it saved; the
+// workflow's own goroutine, and grown ahead, it cost w1 more than it saved,
+// unless interceptors wrap the engine: the client's executor grows it then; the
 // workflow's goroutine grows ahead when steps are intercepted, see runWorkflow.)
 //
 //go:noinline
-func growStack() {
+func GrowStack() {
 	var frame [3 << 10]byte // with the stack guard, more than 4 KiB: the stack doubles twice
 	keep(frame[:])
 }
 
-// GrowStack is growStack for the client's executor, whose run goroutine grows
-// deep in the final checkpoint when interceptors wrap the engine.
-func GrowStack() { growStack() }
-
-// keep makes its argument live, so that the compiler keeps growStack's frame.
+// keep makes its argument live, so that the compiler keeps GrowStack's frame.
 //
 //go:noinline
 func keep(b []byte) { b[0] = 0 }
