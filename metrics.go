@@ -44,7 +44,7 @@ type Metrics struct {
 	mu      sync.Mutex
 	sources []*metricsSource // attached clients and observed stores: read at scrape time
 	// committing are the stores whose commits these metrics observe.
-	committing map[store.Store]bool
+	committing map[store.Store]*commitWatch
 }
 
 type workflowMetrics struct {
@@ -65,27 +65,14 @@ type statusCounters [len(statusLabels)]atomic.Pointer[prometheus.Counter]
 // run in, and "lost" when it saved none.
 var statusLabels = [...]string{"lost", "pending", "running", "waiting", "blocked", "succeeded", "failed", "cancelled"}
 
-// statusLabel is st's index in statusLabels; -1 for a status it does not know.
+// statusLabel is st's index in statusLabels ("lost" for ""); -1 for a status
+// it does not know.
 func statusLabel(st Status) int {
-	switch st {
-	case "":
-		return 0
-	case StatusPending:
-		return 1
-	case StatusRunning:
-		return 2
-	case StatusWaiting:
-		return 3
-	case StatusBlocked:
-		return 4
-	case StatusSucceeded:
-		return 5
-	case StatusFailed:
-		return 6
-	case StatusCancelled:
-		return 7
+	label := string(st)
+	if label == "" {
+		label = "lost"
 	}
-	return -1
+	return slices.Index(statusLabels[:], label)
 }
 
 var (
@@ -216,9 +203,7 @@ func (m *Metrics) detach(c *Client) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sources = slices.DeleteFunc(m.sources, func(s *metricsSource) bool { return s.client == c })
-	if c.cfg.Backend == nil {
-		delete(m.committing, c.store) // closed with the client
-	}
+	m.unobserveCommits(c.store)
 }
 
 func (m *Metrics) observeCommits(st store.Store) {
@@ -227,21 +212,36 @@ func (m *Metrics) observeCommits(st store.Store) {
 		return
 	}
 	m.mu.Lock()
-	seen := m.committing[st]
-	if !seen {
-		if m.committing == nil {
-			m.committing = map[store.Store]bool{}
-		}
-		m.committing[st] = true
-	}
-	m.mu.Unlock()
-	if seen { // a store's observers add up: count its commits once
+	defer m.mu.Unlock()
+	if w := m.committing[st]; w != nil { // a store's observers add up: count its commits once
+		w.users++
 		return
 	}
-	co.ObserveCommits(func(n int, d time.Duration) {
+	if m.committing == nil {
+		m.committing = map[store.Store]*commitWatch{}
+	}
+	m.committing[st] = &commitWatch{users: 1, stop: co.ObserveCommits(func(n int, d time.Duration) {
 		m.commitSize.Observe(float64(n))
 		m.commitSecs.Observe(d.Seconds())
-	})
+	})}
+}
+
+// commitWatch is the observation of one store's commits, shared by the
+// clients and ObserveStore calls on that store.
+type commitWatch struct {
+	users int
+	stop  func()
+}
+
+// unobserveCommits ends one use of a store's observation (observeCommits),
+// the observation with the last; m.mu is held.
+func (m *Metrics) unobserveCommits(st store.Store) {
+	if w := m.committing[st]; w != nil {
+		if w.users--; w.users == 0 {
+			w.stop()
+			delete(m.committing, st)
+		}
+	}
 }
 
 // ObservedStore is a store that Metrics.ObserveStore covers.
@@ -264,7 +264,8 @@ type ObservedStore struct {
 // unfinished runs (trellis_runs) and the live workers of every namespace
 // (trellis_workers_connected, for stores that implement store.WorkerCounter;
 // else only of the namespaces of the clients attached). Clients on the same
-// store (Config.Backend) or URL are not counted twice. stop ends it.
+// store (Config.Backend) or URL are not counted twice. stop ends it, and the
+// commits' observation once no client of these metrics uses the store either.
 func (m *Metrics) ObserveStore(o ObservedStore) (stop func()) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -278,10 +279,14 @@ func (m *Metrics) ObserveStore(o ObservedStore) (stop func()) {
 	// Stores first: a client matches the group of its store's database.
 	m.sources = append([]*metricsSource{src}, m.sources...)
 	m.mu.Unlock()
+	var once sync.Once
 	return func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		m.sources = slices.DeleteFunc(m.sources, func(s *metricsSource) bool { return s == src })
+		once.Do(func() {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.sources = slices.DeleteFunc(m.sources, func(s *metricsSource) bool { return s == src })
+			m.unobserveCommits(o.Store)
+		})
 	}
 }
 
@@ -289,9 +294,6 @@ func (m *Metrics) ObserveStore(o ObservedStore) (stop func()) {
 // elsewhere (trellis_claim_seconds): `trellis server` calls it for the claims
 // of its remote workers. Embedded workers' claims are recorded without it.
 func (m *Metrics) ObserveClaim(d time.Duration) { m.claimSecs.Observe(d.Seconds()) }
-
-// observeClaim is the worker's OnClaim.
-func (m *Metrics) observeClaim(d time.Duration, _ int) { m.claimSecs.Observe(d.Seconds()) }
 
 // metricsSource is what the scrape reads: an attached client or an observed store.
 type metricsSource struct {

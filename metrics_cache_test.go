@@ -86,21 +86,54 @@ func TestMetricsCountAStoresCommitsOnce(t *testing.T) {
 	m := NewMetrics()
 	stop := m.ObserveStore(ObservedStore{Store: st})
 	defer stop()
+	var clients []*Client
 	for range 2 {
 		c, err := Open(ctx, Config{Backend: st, Metrics: m, Worker: WorkerOptions{Disabled: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
+		clients = append(clients, c)
 		if _, err := c.StartRaw(ctx, "nobody-serves", []byte("null"), StartOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var h dto.Metric
-	if err := m.commitSize.Write(&h); err != nil {
+	counted := func() int64 {
+		var h dto.Metric
+		if err := m.commitSize.Write(&h); err != nil {
+			t.Fatal(err)
+		}
+		return int64(h.GetHistogram().GetSampleCount())
+	}
+	// A commit's observers run after its requests are answered: wait for them.
+	settle := func(cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond() && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	settle(func() bool { return seen.Load() >= 2 && counted() == seen.Load() })
+	if got, want := counted(), seen.Load(); got != want || want < 2 {
+		t.Fatalf("the metrics counted %d commits, the store's other observer saw %d (want the same, at least 2)", got, want)
+	}
+	// Once neither ObserveStore nor a client of the metrics uses the store,
+	// they stop counting its commits; its other observer goes on.
+	stop()
+	for _, c := range clients {
+		c.Close()
+	}
+	before, seenBefore := counted(), seen.Load()
+	other, err := Open(ctx, Config{Backend: st, Worker: WorkerOptions{Disabled: true}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := int64(h.GetHistogram().GetSampleCount()), seen.Load(); got != want || want < 2 {
-		t.Fatalf("the metrics counted %d commits, the store's other observer saw %d (want the same, at least 2)", got, want)
+	defer other.Close()
+	if _, err := other.StartRaw(ctx, "nobody-serves", []byte("null"), StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	settle(func() bool { return seen.Load() > seenBefore })
+	if counted() != before || seen.Load() == seenBefore {
+		t.Fatalf("after the metrics let the store go: %d commits counted (was %d), the other observer saw %d (was %d)",
+			counted(), before, seen.Load(), seenBefore)
 	}
 }

@@ -689,9 +689,9 @@ type KVGetParams struct {
 // ObserveCommits, f is called after every batch with the number of requests it
 // carried and the wall time from the batch's start to its commit (metrics).
 // Each call adds an observer (a server's metrics and a test may both watch a
-// store); none is removed before the store closes.
+// store), until stop.
 type CommitObserver interface {
-	ObserveCommits(f func(requests int, elapsed time.Duration))
+	ObserveCommits(f func(requests int, elapsed time.Duration)) (stop func())
 }
 
 // QueueCounter is implemented by stores that count their unfinished runs by

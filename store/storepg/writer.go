@@ -132,7 +132,9 @@ func (s *Store) submit(ctx context.Context, r *request) (*request, error) {
 func (w *writer) run() { batch.Run(w.reqs, w.quit, w.s.cfg.MaxBatch, w.commit) }
 
 // ObserveCommits implements store.CommitObserver.
-func (s *Store) ObserveCommits(f func(requests int, elapsed time.Duration)) { s.commits.Add(f) }
+func (s *Store) ObserveCommits(f func(requests int, elapsed time.Duration)) (stop func()) {
+	return s.commits.Add(f)
+}
 
 // maxDeadlockRetries bounds the retries of a batch aborted by a deadlock or a
 // serialization failure (another transaction's fault, not a request's).

@@ -199,7 +199,9 @@ func (w *writer) commit(batch []*request) {
 }
 
 // ObserveCommits implements store.CommitObserver.
-func (s *Store) ObserveCommits(f func(requests int, elapsed time.Duration)) { s.commits.Add(f) }
+func (s *Store) ObserveCommits(f func(requests int, elapsed time.Duration)) (stop func()) {
+	return s.commits.Add(f)
+}
 
 // withRaw runs fn with the driver connection of conn in w.raw.
 func (w *writer) withRaw(fn func() error) error {

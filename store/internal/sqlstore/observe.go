@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,19 +10,37 @@ import (
 // CommitObserver holds the functions a store reports its batched commits to
 // (store.CommitObserver). The zero value observes nothing, at no cost.
 type CommitObserver struct {
-	mu sync.Mutex // serializes Add
-	fs atomic.Pointer[[]func(requests int, elapsed time.Duration)]
+	mu      sync.Mutex                                 // serializes Add and its removes
+	entries []*func(int, time.Duration)                // the observers added, by identity
+	fs      atomic.Pointer[[]func(int, time.Duration)] // what Done calls; nil: none
 }
 
-// Add adds an observer: every function added is called after every batch.
-func (o *CommitObserver) Add(f func(requests int, elapsed time.Duration)) {
+// Add adds an observer: every function added is called after every batch,
+// until remove.
+func (o *CommitObserver) Add(f func(requests int, elapsed time.Duration)) (remove func()) {
+	entry := &f // identifies this addition: funcs do not compare
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var fs []func(requests int, elapsed time.Duration)
-	if old := o.fs.Load(); old != nil {
-		fs = append(fs, *old...)
+	o.entries = append(slices.Clone(o.entries), entry)
+	o.publish()
+	return func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.entries = slices.DeleteFunc(slices.Clone(o.entries), func(e *func(int, time.Duration)) bool { return e == entry })
+		o.publish()
 	}
-	fs = append(fs, f)
+}
+
+// publish makes the entries the observers Done calls; o.mu is held.
+func (o *CommitObserver) publish() {
+	if len(o.entries) == 0 {
+		o.fs.Store(nil)
+		return
+	}
+	fs := make([]func(requests int, elapsed time.Duration), len(o.entries))
+	for i, e := range o.entries {
+		fs[i] = *e
+	}
 	o.fs.Store(&fs)
 }
 
