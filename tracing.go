@@ -131,10 +131,14 @@ func newSpanNames(prefix string) *spanNames {
 }
 
 func (sn *spanNames) get(name string) string {
-	if full, ok := (*sn.names.Load())[name]; ok {
+	names := *sn.names.Load()
+	if full, ok := names[name]; ok {
 		return full
 	}
 	full := sn.prefix + name
+	if len(names) >= maxSpanNames {
+		return full // full: nothing to add, no lock to take
+	}
 	sn.mu.Lock()
 	defer sn.mu.Unlock()
 	old := *sn.names.Load()
