@@ -57,20 +57,23 @@ const StreamNow int64 = streams.Now
 //
 // The call interceptors (Interceptor.Call, Method "Stream") wrap the whole
 // iteration: next returns when it ends, with the error it ended with (nil when
-// the run's final event was delivered or the loop broke).
+// the run's final event was delivered or the loop broke). An error an
+// interceptor returns instead reaches the loop last, unless the loop broke.
 func (c *Client) Stream(ctx context.Context, ref string, after int64) iter.Seq2[*StreamEvent, error] {
 	return func(yield func(*StreamEvent, error) bool) {
 		var ended error
-		ran := false
+		stopped := false // the loop broke: yield may not be called again
 		err := c.call(ctx, ClientCall{Method: "Stream", Ref: ref}, func(ctx context.Context) error {
-			ran = true
 			c.doStream(ctx, ref, after, func(ev *StreamEvent, err error) bool {
 				ended = err
-				return yield(ev, err)
+				stopped = !yield(ev, err)
+				return !stopped
 			})
 			return ended
 		})
-		if !ran && err != nil { // an interceptor refused the call
+		// An interceptor refused the call, or returned another error than the
+		// one the stream ended with: the loop gets it, as a call's caller would.
+		if err != nil && err != ended && !stopped {
 			yield(nil, err)
 		}
 	}
