@@ -392,8 +392,8 @@ func (c *Client) namespaceRecord(ctx context.Context, ns string) (objectEntry, e
 // a start on this queue and then starts the run in it, so that a grant limited
 // to one queue covers exactly the runs it lets the caller create.
 //
-// Only a StartQueue that reads the namespace's record is a call that the call
-// interceptors see: one answered by o.Queue or the registration makes none.
+// It is a lookup of the start's policy, not a call the interceptors see: the
+// start it precedes is one.
 func (c *Client) StartQueue(ctx context.Context, workflow string, o StartOptions) (string, error) {
 	if o.Queue != "" {
 		return o.Queue, nil
@@ -401,7 +401,7 @@ func (c *Client) StartQueue(ctx context.Context, workflow string, o StartOptions
 	if def, ok := c.reg.get(workflow); ok && def.opts.Queue != "" {
 		return def.opts.Queue, nil
 	}
-	return callV(ctx, c, ClientCall{Method: "StartQueue", Workflow: workflow}, c.namespaceQueue)
+	return c.namespaceQueue(ctx)
 }
 
 // namespaceQueue is the default queue of the client's namespace: its record's,

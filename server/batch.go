@@ -25,7 +25,6 @@ func (s *Server) startMany(w http.ResponseWriter, r *http.Request, c *call) erro
 	}
 	reqs := make([]trellis.StartRequest, len(req.Runs))
 	allowed := map[string]bool{}
-	defaults := map[string]string{} // workflow → its start queue, for items that name none
 	for i := range req.Runs {
 		item := &req.Runs[i]
 		o, err := item.options()
@@ -33,15 +32,9 @@ func (s *Server) startMany(w http.ResponseWriter, r *http.Request, c *call) erro
 			return fmt.Errorf("runs[%d]: %w", i, err)
 		}
 		// As startRun: authorize the queue the run will be in, and start it
-		// there. Looked up once per workflow: the namespace's default does not
-		// change within the request.
-		if q, ok := defaults[item.Workflow]; ok && o.Queue == "" {
-			o.Queue = q
-		} else if o.Queue == "" {
-			if o.Queue, err = c.client.StartQueue(r.Context(), item.Workflow, o); err != nil {
-				return err
-			}
-			defaults[item.Workflow] = o.Queue
+		// there.
+		if o.Queue, err = c.client.StartQueue(r.Context(), item.Workflow, o); err != nil {
+			return err
 		}
 		if !allowed[o.Queue] {
 			if err := c.allowQueue(o.Queue); err != nil {
