@@ -144,7 +144,7 @@ func (s *Server) serveStream(conn net.Conn, ns, runID, workflow string, after in
 		return nil
 	})
 	var ne net.Error
-	if err != nil && !errors.Is(err, streams.ErrStopped) && !errors.As(err, &ne) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, streams.ErrGone) {
+	if err != nil && !errors.Is(err, streams.ErrStopped) && !errors.As(err, &ne) && !errors.Is(err, net.ErrClosed) {
 		s.cfg.Logger.Warn("stream ended", "run_id", runID, "workflow", workflow, "err", err)
 	}
 }

@@ -29,11 +29,8 @@ type CrossProcess interface{ CrossProcessSignals() bool }
 // events follow.
 const Now = -1
 
-// ErrStopped is what Follow returns when Options.Stop closed.
+// ErrStopped is what Follow returns when Options.Stop or Options.Gone closed.
 var ErrStopped = errors.New("stream stopped")
-
-// ErrGone is what Follow returns when Options.Gone closed.
-var ErrGone = errors.New("stream's client gone")
 
 // Options tunes Follow. Zero fields turn the feature off.
 type Options struct {
@@ -47,7 +44,7 @@ type Options struct {
 	Poll time.Duration
 	// Stop ends Follow with ErrStopped when it closes (a server shutting down).
 	Stop <-chan struct{}
-	// Gone ends Follow with ErrGone when it closes (the client went).
+	// Gone ends Follow with ErrStopped when it closes (the client went).
 	Gone <-chan struct{}
 	// PageSize is the events read at once; default 500.
 	PageSize int
@@ -167,7 +164,7 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 			case <-o.Stop:
 				return ErrStopped
 			case <-o.Gone:
-				return ErrGone
+				return ErrStopped
 			case <-ctx.Done():
 				return ctx.Err()
 			}
