@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -17,33 +18,45 @@ import (
 type leaseCounter struct {
 	now  func() time.Time
 	mu   sync.Mutex
-	held map[leaseRun]heldLease
+	held map[leaseRun]heldLease // the leases seen, and for a while those ended
+	live int                    // the entries of held not ended
 	// pruneAt is the size at which adding a lease first drops the expired
-	// ones (those of workers that vanished), so that the map stays bounded
-	// whether or not anyone scrapes the metrics.
+	// entries (those of workers that vanished, and the ended ones), so that
+	// the map stays bounded whether or not anyone scrapes the metrics.
 	pruneAt int
-	// recentEnds and olderEnds hold the leases ended lately (run → token): a
-	// heartbeat that the store applied before the checkpoint that ended the
-	// lease may return after it, and must not count the lease again. When
-	// recentEnds fills (maxEnded), it becomes olderEnds: an extension in flight
-	// takes milliseconds, the last maxEnded to 2*maxEnded ends are enough.
-	recentEnds, olderEnds map[leaseRun]int64
 }
-
-const maxEnded = 4096
 
 type leaseRun struct{ ns, runID string }
 
 type heldLease struct {
 	token   int64
 	expires time.Time
+	// ended: released, ended by a checkpoint, or lost. The entry stays until
+	// it expires: a heartbeat that the store applied before the checkpoint
+	// that ended the lease may return after it, and must not count the lease
+	// again.
+	ended bool
 }
 
 const minLeasePrune = 1024
 
+// endedKept is how long an ended lease's entry stays at the least, for the
+// heartbeats in flight when it ended.
+const endedKept = time.Minute
+
 func newLeaseCounter(now func() time.Time) *leaseCounter {
-	return &leaseCounter{now: now, held: map[leaseRun]heldLease{}, pruneAt: minLeasePrune,
-		recentEnds: map[leaseRun]int64{}}
+	return &leaseCounter{now: now, held: map[leaseRun]heldLease{}, pruneAt: minLeasePrune}
+}
+
+// set records the entry of k; lc.mu is held.
+func (lc *leaseCounter) set(k leaseRun, h heldLease) {
+	if old, ok := lc.held[k]; ok && !old.ended {
+		lc.live--
+	}
+	if !h.ended {
+		lc.live++
+	}
+	lc.held[k] = h
 }
 
 // granted counts the leases of runs pushed to a worker.
@@ -51,7 +64,7 @@ func (lc *leaseCounter) granted(runs []*store.ClaimedRun) {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	for _, cr := range runs {
-		lc.held[leaseRun{cr.Run.Namespace, cr.Run.ID}] = heldLease{token: cr.LeaseToken, expires: cr.LeaseExpiresAt}
+		lc.set(leaseRun{cr.Run.Namespace, cr.Run.ID}, heldLease{token: cr.LeaseToken, expires: cr.LeaseExpiresAt})
 	}
 	lc.maybePrune()
 }
@@ -63,17 +76,14 @@ func (lc *leaseCounter) extended(leases []store.Lease, lost []string, until time
 	defer lc.mu.Unlock()
 	for _, l := range leases {
 		k := leaseRun{l.Namespace, l.RunID}
-		if containsString(lost, l.RunID) {
+		if slices.Contains(lost, l.RunID) {
 			lc.endLocked(k, l.Token)
 			continue
 		}
-		if t, ok := lc.recentEnds[k]; ok && t == l.Token {
-			continue
+		if h, ok := lc.held[k]; ok && h.ended && h.token == l.Token {
+			continue // a late heartbeat of a lease that ended
 		}
-		if t, ok := lc.olderEnds[k]; ok && t == l.Token {
-			continue
-		}
-		lc.held[k] = heldLease{token: l.Token, expires: until}
+		lc.set(k, heldLease{token: l.Token, expires: until})
 	}
 	lc.maybePrune()
 }
@@ -85,22 +95,26 @@ func (lc *leaseCounter) ended(l store.Lease) {
 	lc.endLocked(leaseRun{l.Namespace, l.RunID}, l.Token)
 }
 
+// endLocked ends the lease of k with token, unless k holds another lease (an
+// older or newer token is not this lease).
 func (lc *leaseCounter) endLocked(k leaseRun, token int64) {
-	if h, ok := lc.held[k]; ok && h.token == token {
-		delete(lc.held, k)
+	h, ok := lc.held[k]
+	if ok && h.token != token {
+		return
 	}
-	if len(lc.recentEnds) >= maxEnded {
-		lc.olderEnds, lc.recentEnds = lc.recentEnds, make(map[leaseRun]int64, maxEnded)
+	expires := lc.now().Add(endedKept)
+	if h.expires.After(expires) {
+		expires = h.expires
 	}
-	lc.recentEnds[k] = token
+	lc.set(k, heldLease{token: token, ended: true, expires: expires})
 }
 
-// count returns the leases held and not expired, dropping the expired ones.
+// count returns the leases held and not expired, dropping the expired entries.
 func (lc *leaseCounter) count() int {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	lc.prune()
-	return len(lc.held)
+	return lc.live
 }
 
 func (lc *leaseCounter) maybePrune() {
@@ -113,17 +127,11 @@ func (lc *leaseCounter) prune() {
 	now := lc.now()
 	for k, h := range lc.held {
 		if !h.expires.After(now) {
+			if !h.ended {
+				lc.live--
+			}
 			delete(lc.held, k)
 		}
 	}
 	lc.pruneAt = max(minLeasePrune, 2*len(lc.held))
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
