@@ -23,8 +23,8 @@ import (
 // is refused before anything is read), with no unknown fields and nothing after
 // the value. When optional, an empty body leaves v as it is.
 func decodeBody(w http.ResponseWriter, r *http.Request, max int64, optional bool, v any) error {
-	if r.ContentLength > max {
-		return fmt.Errorf("%w: body is %d bytes (limit %d)", ErrBodyTooLarge, r.ContentLength, max)
+	if err := checkLength(r, max); err != nil {
+		return err
 	}
 	if optional && r.ContentLength == 0 && r.Header.Get("Content-Type") == "" {
 		return nil
@@ -35,15 +35,38 @@ func decodeBody(w http.ResponseWriter, r *http.Request, max int64, optional bool
 	}
 	body := http.MaxBytesReader(w, r.Body, max)
 	if err := decodeJSON(body, optional, v); err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return fmt.Errorf("%w: body over %d bytes", ErrBodyTooLarge, max)
+		if berr := bodyReadError(err, max); berr != nil {
+			return berr
 		}
 		return err
 	}
 	return nil
 }
 
-// decodeJSON decodes exactly one JSON value from body into v, strictly.
+// checkLength refuses a declared Content-Length over max before anything is
+// read.
+func checkLength(r *http.Request, max int64) error {
+	if r.ContentLength > max {
+		return fmt.Errorf("%w: body is %d bytes (limit %d)", ErrBodyTooLarge, r.ContentLength, max)
+	}
+	return nil
+}
+
+// bodyReadError is the answer to a read of a body limited to max bytes that
+// failed for its size or its slowness (the connection's read deadline); nil
+// for any other error, the caller's to name.
+func bodyReadError(err error, max int64) error {
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		return fmt.Errorf("%w: body over %d bytes", ErrBodyTooLarge, max)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return errBodyTimeout
+	}
+	return nil
+}
+
+// decodeJSON decodes exactly one JSON value from body into v, strictly. A read
+// that failed (bodyReadError) is returned as it is.
 func decodeJSON(body io.Reader, optional bool, v any) error {
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -51,20 +74,14 @@ func decodeJSON(body io.Reader, optional bool, v any) error {
 		if optional && errors.Is(err, io.EOF) {
 			return nil
 		}
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		if bodyReadError(err, 0) != nil {
 			return err
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return errBodyTimeout
 		}
 		return fmt.Errorf("%w: malformed JSON body: %v", ErrInvalidArgument, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		if bodyReadError(err, 0) != nil {
 			return err
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return errBodyTimeout
 		}
 		return fmt.Errorf("%w: malformed JSON body: data after the value", ErrInvalidArgument)
 	}

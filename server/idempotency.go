@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/idemkey"
@@ -159,15 +158,14 @@ func (s *Server) idempotencyRecord(w http.ResponseWriter, r *http.Request, c *ca
 	if err != nil {
 		return nil, err
 	}
-	if r.ContentLength > s.cfg.MaxBodyBytes {
-		return nil, fmt.Errorf("%w: body is %d bytes (limit %d)", ErrBodyTooLarge, r.ContentLength, s.cfg.MaxBodyBytes)
+	if err := checkLength(r, s.cfg.MaxBodyBytes); err != nil {
+		return nil, err
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-		return nil, fmt.Errorf("%w: body over %d bytes", ErrBodyTooLarge, s.cfg.MaxBodyBytes)
-	} else if errors.Is(err, os.ErrDeadlineExceeded) {
-		return nil, errBodyTimeout
-	} else if err != nil {
+	if err != nil {
+		if berr := bodyReadError(err, s.cfg.MaxBodyBytes); berr != nil {
+			return nil, berr
+		}
 		return nil, fmt.Errorf("%w: reading body: %v", ErrInvalidArgument, err)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
