@@ -214,6 +214,14 @@ func TestBenchStreamsAndUIThroughServer(t *testing.T) {
 	if r := ui1(200); r.Settings["seeded_now"] != true || r.Settings["runs_created"] != float64(79) {
 		t.Fatalf("ui1 over a hole: %v", r.Settings)
 	}
+	// A hole before runs that are all there (a batch cut off while a later
+	// one committed) is filled too.
+	for _, sub := range []string{"cancel", "delete"} {
+		trellisCmd(t, "runs", sub, "ui1-000000010", "--namespace", bench.RemoteNamespace, "--server", base, "--token", token).ok(t)
+	}
+	if r := ui1(200); r.Settings["seeded_now"] != true || r.Settings["runs_created"] != float64(1) {
+		t.Fatalf("ui1 over a hole before the last run: %v", r.Settings)
+	}
 	page, err = st.RunList(ctxT(t), &store.RunListParams{Namespace: bench.RemoteNamespace, Workflow: "checkout", Limit: 1000})
 	if err != nil || len(page.Runs) != 50 {
 		t.Fatalf("%d checkout runs, want 50 (%v)", len(page.Runs), err)

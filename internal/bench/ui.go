@@ -208,10 +208,10 @@ func seedUI1Remote(ctx context.Context, o RemoteOptions, n int) (int, error) {
 		}
 		return err == nil, err
 	}
-	if ok, err := exists(n - 1); err != nil || ok {
-		return 0, err
-	}
-	lo, hi := 0, n-1 // the first missing run is in [lo, hi]; hi is missing
+	// Not "is the last one there?": with batches in flight, a later batch may
+	// have committed while an earlier one was cut off. A rerun always starts
+	// again the batches in flight before the prefix's end.
+	lo, hi := 0, n // the prefix ends in [lo, hi]; n stands for "all there"
 	for lo < hi {
 		mid := (lo + hi) / 2
 		ok, err := exists(mid)
