@@ -17,20 +17,7 @@ import (
 // context ends (SIGTERM), then stops and exits 0.
 func TestServerServesUntilStopped(t *testing.T) {
 	url := "sqlite://" + filepath.Join(t.TempDir(), "trellis.db")
-	ctx, cancel := context.WithCancel(ctxT(t))
-	defer cancel()
-	pr, pw := io.Pipe()
-	code := make(chan int, 1)
-	go func() {
-		code <- run(ctx, []string{"server", "--store", url, "--listen", "127.0.0.1:0", "--insecure"}, pw, io.Discard)
-		pw.Close()
-	}()
-	lines := bufio.NewScanner(pr)
-	if !lines.Scan() {
-		t.Fatalf("no output: %v (exit %d)", lines.Err(), <-code)
-	}
-	_, rest, _ := strings.Cut(lines.Text(), "listening on ")
-	base, _, _ := strings.Cut(rest, " ")
+	base, _, stop := startServerArgs(t, io.Discard, "--store", url, "--listen", "127.0.0.1:0", "--insecure")
 	res, err := http.Post(base+"/v1/namespaces/default/runs", "application/json", strings.NewReader(`{"workflow":"w","input":{"a":1}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -41,11 +28,7 @@ func TestServerServesUntilStopped(t *testing.T) {
 	if res.StatusCode != 201 || started.Status != "pending" {
 		t.Fatalf("start: %d %+v", res.StatusCode, started)
 	}
-	cancel()
-	go io.Copy(io.Discard, pr)
-	if c := <-code; c != 0 {
-		t.Fatalf("exit %d", c)
-	}
+	stop() // the context ends as SIGTERM ends it: the server stops and exits 0
 }
 
 // Secure by default: without --insecure the first start creates and prints an
@@ -97,11 +80,20 @@ func TestServerSecureByDefault(t *testing.T) {
 // URL, the admin token it printed (if any) and a function that stops it.
 func startServer(t *testing.T, url string) (base, secret string, stop func()) {
 	t.Helper()
+	return startServerArgs(t, io.Discard, "--store", url, "--listen", "127.0.0.1:0")
+}
+
+// startServerArgs runs `trellis server` in this process with args and stderr,
+// waits for its "listening on" line and returns its base URL, the admin token
+// it printed (if any) and a function that stops it as SIGTERM does, failing
+// the test unless it exits 0.
+func startServerArgs(t *testing.T, stderr io.Writer, args ...string) (base, secret string, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(ctxT(t))
 	pr, pw := io.Pipe()
 	code := make(chan int, 1)
 	go func() {
-		code <- run(ctx, []string{"server", "--store", url, "--listen", "127.0.0.1:0"}, pw, io.Discard)
+		code <- run(ctx, append([]string{"server"}, args...), pw, stderr)
 		pw.Close()
 	}()
 	lines := bufio.NewScanner(pr)
@@ -154,22 +146,8 @@ func TestServerWALPreallocateDefault(t *testing.T) {
 // schema one version behind the binary).
 func TestServerLogsToStderr(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "trellis.db")
-	ctx, cancel := context.WithCancel(ctxT(t))
-	defer cancel()
-	pr, pw := io.Pipe()
 	var logs lockedBuffer
-	code := make(chan int, 1)
-	go func() {
-		code <- run(ctx, []string{"server", "--store", "sqlite://" + path, "--listen", "127.0.0.1:0", "--insecure"}, pw, &logs)
-		pw.Close()
-	}()
-	lines := bufio.NewScanner(pr)
-	if !lines.Scan() {
-		t.Fatalf("no output: %v (exit %d)", lines.Err(), <-code)
-	}
-	_, rest, _ := strings.Cut(lines.Text(), "listening on ")
-	base, _, _ := strings.Cut(rest, " ")
-	go io.Copy(io.Discard, pr)
+	base, _, stop := startServerArgs(t, &logs, "--store", "sqlite://"+path, "--listen", "127.0.0.1:0", "--insecure")
 
 	db, err := sqlitedrv.Open(path + "?_pragma=busy_timeout(10000)")
 	if err != nil {
@@ -192,8 +170,5 @@ func TestServerLogsToStderr(t *testing.T) {
 	if l := logs.String(); !strings.Contains(l, "not ready") || !strings.Contains(l, "trellis migrate") {
 		t.Fatalf("stderr does not say why the server is not ready: %q", l)
 	}
-	cancel()
-	if c := <-code; c != 0 {
-		t.Fatalf("exit %d", c)
-	}
+	stop()
 }
