@@ -116,8 +116,16 @@ func TestServerGroupCommitsWorkersCheckpoints(t *testing.T) {
 					t.Fatalf("run %s: %s %+v", id, run.Status, run.Error)
 				}
 			}
+			// The writer answers a batch's requests before it reports the
+			// commit: the last report may come just after the last Wait.
+			deadline := time.Now().Add(10 * time.Second)
 			mu.Lock()
 			defer mu.Unlock()
+			for len(sizes) < first+2 && time.Now().Before(deadline) {
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+				mu.Lock()
+			}
 			// sizes[first] is the held commit (the start); the one after it
 			// took what queued meanwhile.
 			if len(sizes) < first+2 {
