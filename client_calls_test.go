@@ -215,3 +215,57 @@ func TestEveryClientMethodIsIntercepted(t *testing.T) {
 		})
 	}
 }
+
+// Handle.Result, a wait for the run a Start made, goes through the call
+// interceptors as method "Result" with the run ID, embedded and through a
+// server (where it is a long poll of the run's result).
+func TestHandleResultIsIntercepted(t *testing.T) {
+	t.Parallel()
+	s := newWorkerServer(t, sqliteURL(t))
+	admin := s.token(t, "admin", auth.Grant{Role: auth.RoleAdmin, Namespace: "*"})
+	wf := trellis.NewWorkflow("result-intercepted", func(wc *trellis.Context, i int) (int, error) { return i + 1, nil })
+	for _, kind := range []string{"embedded", "remote"} {
+		t.Run(kind, func(t *testing.T) {
+			log := &callLog{}
+			cfg := trellis.Config{Backend: s.st, Interceptors: []trellis.Interceptor{log.interceptor()}}
+			if kind == "remote" {
+				cfg = trellis.Config{Server: s.base, Token: admin, Interceptors: cfg.Interceptors}
+				cfg.Worker.Disabled = true
+				wtok := s.token(t, "w", auth.Grant{Role: auth.RoleWorker, Namespace: "default"})
+				startRemoteWorker(t, s.base, wtok, wf)
+			}
+			c, err := trellis.Open(ctxT(t), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if kind == "embedded" {
+				if err := c.Register(ctxT(t), wf); err != nil { // its worker serves wf
+					t.Fatal(err)
+				}
+			}
+			h, err := trellis.Start(ctxT(t), c, wf, 41)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log.take()
+			got, err := h.Result(ctxT(t))
+			if err != nil || got != 42 {
+				t.Fatalf("Result = %d, %v", got, err)
+			}
+			want := trellis.ClientCall{Method: "Result", Ref: h.RunID()}
+			if calls := log.take(); len(calls) != 1 || calls[0] != want {
+				t.Fatalf("interceptors saw %+v, want [%+v]", calls, want)
+			}
+			// A failing wait is seen too, with its error.
+			ctx, cancel := context.WithCancel(ctxT(t))
+			cancel()
+			if _, err := h.Result(ctx); err == nil {
+				t.Fatal("Result with a cancelled context succeeded")
+			}
+			if calls := log.take(); len(calls) != 1 || calls[0] != want {
+				t.Fatalf("interceptors saw %+v for a cancelled Result, want [%+v]", calls, want)
+			}
+		})
+	}
+}

@@ -93,7 +93,7 @@ type StepCall struct {
 // ClientCall describes a Client method call (see Interceptor.Call).
 type ClientCall struct {
 	// Method is the Client method's name, e.g. "Start" (Start and StartRaw),
-	// "StartTx", "Get", "SendEvent", "CreateQueue".
+	// "StartTx", "Get", "SendEvent", "CreateQueue"; "Result" for Handle.Result.
 	Method string
 	// Workflow is the workflow the call names: the one a Start or StartTx
 	// starts, a schedule's (CreateSchedule, UpdateSchedule); "" for other

@@ -101,6 +101,7 @@ func TestInterceptorsOrderAndTenant(t *testing.T) {
 		"a step icpt/tenant attempt 1 before", "b step icpt/tenant attempt 1 before",
 		"b step tenant after err=<nil>", "a step tenant after err=<nil>",
 		"b workflow icpt after succeeded", "a workflow icpt after succeeded",
+		"a call Result  before", "b call Result  before", "b call Result after", "a call Result after",
 		"a call Get  before", "b call Get  before", "b call Get after", "a call Get after",
 	}
 	// Calls and the run interleave; the order within each kind is what counts.

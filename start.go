@@ -52,10 +52,17 @@ func (h *Handle[Out]) RunID() string { return h.runID }
 // failed or cancelled run. Waiting costs no query of its own: the outcome comes
 // from this process's engine, or from the client's one results watcher, which
 // reads many runs' outcomes at once when the store reports them ended (see
-// docs/architecture.md, "Waiting for results").
+// docs/architecture.md, "Waiting for results"). The call interceptors see it
+// as method "Result", with the run ID as Ref.
 func (h *Handle[Out]) Result(ctx context.Context) (Out, error) {
-	var out Out
-	run, err := h.c.waitRun(ctx, h.runID)
+	var (
+		out Out
+		run *Run
+	)
+	err := h.c.call(ctx, ClientCall{Method: "Result", Ref: h.runID}, func(ctx context.Context) (err error) {
+		run, err = h.c.waitRun(ctx, h.runID)
+		return err
+	})
 	if err != nil {
 		return out, err
 	}
