@@ -184,6 +184,18 @@ type pageData struct {
 	Data      any
 }
 
+// NavHref is the navigation's link to the page of key ("runs", say), "" when
+// the principal may not open it: a principal limited to queues gets its
+// first queue's page, which a link without the filter would refuse.
+func (d pageData) NavHref(key string) string {
+	for _, it := range d.NavItems {
+		if it.Key == key {
+			return it.Href
+		}
+	}
+	return ""
+}
+
 // uiPages are the page templates: each page's set is the shared templates with
 // "content" naming the page.
 var uiPages = func() map[string]*template.Template {

@@ -306,6 +306,16 @@ func TestUIAuthorizationWalkNav(t *testing.T) {
 		if len(shown) == 0 {
 			t.Errorf("%s: no nav on its home page", token)
 		}
+		// The runs page's Clear link opens for the principal (a reader of
+		// one queue keeps its queue's filter).
+		if href, ok := shown["runs"]; ok {
+			m := regexp.MustCompile(`id="f-clear" href="([^"]*)"`).FindStringSubmatch(string(u.get(href).body))
+			if m == nil {
+				t.Errorf("%s: the runs page has no Clear link", token)
+			} else if clear := strings.ReplaceAll(m[1], "&amp;", "&"); u.get(clear).status != 200 {
+				t.Errorf("%s: the runs page's Clear link %s does not open", token, clear)
+			}
+		}
 		// The approvals page: a run is a link for a principal that may open it,
 		// its ID as text for one that may not.
 		ap := u.get("/ui/" + ns + "/approvals")
