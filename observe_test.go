@@ -352,6 +352,64 @@ func spanAttr(s sdktrace.ReadOnlySpan, key string) string {
 	return ""
 }
 
+// Runs started by StartMany and by StartTx inside a trace join it as Start's
+// do: each run attempt's span is a child of the span of the call that started
+// it, in the caller's trace.
+func TestTracesJoinFromStartManyAndStartTx(t *testing.T) {
+	t.Parallel()
+	forEachSQLStore(t, func(t *testing.T, db *userDB) {
+		sr := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		wf := trellis.NewWorkflow("traced-many", func(wc *trellis.Context, in int) (int, error) {
+			return trellis.Step(wc, "double", func(ctx context.Context) (int, error) { return 2 * in, nil })
+		})
+		c := open(t, db.url, func(c *trellis.Config) {
+			c.TracerProvider = tp
+			c.Worker.PollInterval = 50 * time.Millisecond // StartTx on SQLite waits for a poll
+		})
+		register(t, c, wf)
+		ctx, root := tp.Tracer("test").Start(ctxT(t), "request")
+		res, err := c.StartMany(ctx, []trellis.StartRequest{{Workflow: "traced-many", Input: []byte("1")}, {Workflow: "traced-many", Input: []byte("2")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, commit, _ := db.begin(t)
+		h := must[*trellis.Handle[int]](t)(trellis.StartTx(ctx, c, tx, wf, 3))
+		commit()
+		root.End()
+		parentOf := map[string]string{h.RunID(): "trellis.StartTx"}
+		for _, r := range res {
+			if r.Run == nil {
+				t.Fatalf("StartMany item: %+v", r)
+			}
+			parentOf[r.Run.ID] = "trellis.StartMany"
+		}
+		for id := range parentOf {
+			if run := must[*trellis.Run](t)(c.Wait(ctxT(t), id)); run.Status != trellis.StatusSucceeded {
+				t.Fatalf("run %s: %s", id, run.Status)
+			}
+		}
+		waitFor(t, func() bool { return len(spansNamed(sr, "run traced-many")) == 3 })
+		callSpan := map[string]trace.SpanID{}
+		for _, name := range []string{"trellis.StartMany", "trellis.StartTx"} {
+			spans := spansNamed(sr, name)
+			if len(spans) != 1 || spans[0].Parent().SpanID() != root.SpanContext().SpanID() {
+				t.Fatalf("%s spans %v, want one, child of the request span", name, spans)
+			}
+			callSpan[name] = spans[0].SpanContext().SpanID()
+		}
+		for _, s := range spansNamed(sr, "run traced-many") {
+			id := spanAttr(s, "trellis.run_id")
+			want := callSpan[parentOf[id]]
+			if s.SpanContext().TraceID() != root.SpanContext().TraceID() || s.Parent().SpanID() != want {
+				t.Errorf("run %s's span: trace %s parent %s, want trace %s parent %s (%s)", id, s.SpanContext().TraceID(),
+					s.Parent().SpanID(), root.SpanContext().TraceID(), want, parentOf[id])
+			}
+		}
+	})
+}
+
 func spansNamed(sr *tracetest.SpanRecorder, name string) []sdktrace.ReadOnlySpan {
 	var out []sdktrace.ReadOnlySpan
 	for _, s := range sr.Ended() {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -49,6 +50,20 @@ func TestStartKeepsTraceparent(t *testing.T) {
 	}
 	if got.TraceParent != tp {
 		t.Fatalf("stored trace parent %q, want %q", got.TraceParent, tp)
+	}
+	// So does each run of a batch start.
+	var batch trellis.StartManyResponse
+	e.do("POST", "/v1/namespaces/default/runs:batch", "producer", map[string]any{"runs": []any{
+		map[string]any{"workflow": "traced", "id": "b1"}, map[string]any{"workflow": "traced", "id": "b2"}}}, "traceparent", tp).
+		want(t, 200).decode(t, &batch)
+	for i, r := range batch.Results {
+		if r.Run == nil {
+			t.Fatalf("batch result %d: %+v", i, r)
+		}
+		got, err := e.st.RunGet(context.Background(), &store.RunGetParams{Namespace: "default", Ref: r.Run.ID})
+		if err != nil || got.TraceParent != tp {
+			t.Fatalf("batch run %d: stored trace parent %q (%v), want %q", i, got.TraceParent, err, tp)
+		}
 	}
 	// A malformed header is ignored, not stored.
 	e.do("POST", "/v1/namespaces/default/runs", "producer", map[string]any{"workflow": "traced", "id": "x2"}, "traceparent", "garbage").

@@ -15,6 +15,7 @@ var batchCases = []testCase{
 	{"InvalidWritesNothing", batchInvalidWritesNothing},
 	{"Idempotency", batchIdempotency},
 	{"Claimable", batchClaimable},
+	{"TraceParent", batchTraceParent},
 }
 
 func (e *env) batch(runs ...*store.RunCreateParams) *store.RunsCreateResult {
@@ -159,5 +160,36 @@ func batchClaimable(t *testing.T, e *env) {
 	want := []string{res.Items[1].Run.ID, res.Items[0].Run.ID, res.Items[2].Run.ID}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("claimed %v, want %v", got, want)
+	}
+}
+
+// batchTraceParent stores each item's trace context as RunCreate does: it comes
+// back with the item, when the run is read and when it is claimed.
+func batchTraceParent(t *testing.T, e *env) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	traced := e.params(func(p *store.RunCreateParams) { p.TraceParent = tp })
+	res := e.batch(traced, e.params())
+	if got := res.Items[0].Run.TraceParent; got != tp {
+		t.Fatalf("item 0: TraceParent = %q, want %q", got, tp)
+	}
+	if got := e.get(traced.ID).TraceParent; got != tp {
+		t.Fatalf("stored run: TraceParent = %q, want %q", got, tp)
+	}
+	if got := e.get(res.Items[1].Run.ID).TraceParent; got != "" {
+		t.Fatalf("untraced item: TraceParent = %q, want none", got)
+	}
+	claimed, err := e.st.RunsClaim(e.ctx, &store.RunsClaimParams{Namespace: traced.Namespace, Workflows: []string{traced.Workflow},
+		Worker: "w", Max: 2, LeaseDuration: leaseDur})
+	if err != nil || len(claimed.Runs) != 2 {
+		t.Fatalf("RunsClaim = %+v, %v; want both runs", claimed, err)
+	}
+	for _, cr := range claimed.Runs {
+		want := ""
+		if cr.Run.ID == traced.ID {
+			want = tp
+		}
+		if cr.Run.TraceParent != want {
+			t.Fatalf("claimed run %s: TraceParent = %q, want %q", cr.Run.ID, cr.Run.TraceParent, want)
+		}
 	}
 }
