@@ -66,7 +66,9 @@ func ChildAsync[In, Out any](wc *Context, wf *Workflow[In, Out], in In, opts ...
 	ns := wc.rs.Run().Namespace
 	wc.rs.StartChild(&f.w, engine.ChildSpec{Workflow: wf.Name(), Input: in, Detached: o.Detached,
 		Params: func(runID string, input []byte) *store.RunCreateParams {
-			return runParams(ns, wf.definition(), runID, input, StartOptions{ID: o.ID, Queue: o.Queue, Priority: o.Priority})
+			p := runParams(ns, wf.definition(), runID, input, StartOptions{ID: o.ID, Queue: o.Queue, Priority: o.Priority})
+			p.TraceParent = traceParentOf(wc.rs.AttemptContext()) // the child's spans join the parent's trace
+			return p
 		}}, wc.detached)
 	return f
 }
@@ -177,15 +179,20 @@ func Map[In, Out any](wc *Context, wf *Workflow[In, Out], items []In, opts ...Ma
 	}
 	rs := wc.rs
 	ns := rs.Run().Namespace
-	var def *definition // built once, only when the children are created
+	var (
+		def *definition // built once, only when the children are created
+		tp  string      // the children's trace parent: the attempt's span
+	)
 	runs, failed, err := rs.Map(engine.MapSpec{Workflow: wf.Name(), Items: len(items), MaxConcurrency: o.MaxConcurrency,
 		CollectErrors: o.CollectErrors,
 		Encode:        func(i int) ([]byte, error) { return rs.Encode(items[i]) },
 		Params: func(runID string, input []byte) *store.RunCreateParams {
 			if def == nil {
-				def = wf.definition()
+				def, tp = wf.definition(), traceParentOf(rs.AttemptContext())
 			}
-			return runParams(ns, def, runID, input, StartOptions{Queue: o.Queue, Priority: o.Priority})
+			p := runParams(ns, def, runID, input, StartOptions{Queue: o.Queue, Priority: o.Priority})
+			p.TraceParent = tp
+			return p
 		}}, wc.detached)
 	switch {
 	case err != nil:

@@ -410,6 +410,51 @@ func TestTracesJoinFromStartManyAndStartTx(t *testing.T) {
 	})
 }
 
+// Child runs, of Child and of Map, join their parent's trace: each child's
+// run span is a child of the parent's run attempt span that started it.
+func TestTracesOfChildRunsJoinTheParent(t *testing.T) {
+	t.Parallel()
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	leaf := trellis.NewWorkflow("traced-leaf", func(wc *trellis.Context, in int) (int, error) {
+		return trellis.Step(wc, "square", func(ctx context.Context) (int, error) { return in * in, nil })
+	})
+	parent := trellis.NewWorkflow("traced-parent", func(wc *trellis.Context, in int) (int, error) {
+		one, err := trellis.Child(wc, leaf, in)
+		if err != nil {
+			return 0, err
+		}
+		many, err := trellis.Map(wc, leaf, []int{1, 2})
+		if err != nil {
+			return 0, err
+		}
+		return one + many[0] + many[1], nil
+	})
+	c := open(t, storeURL(t), func(c *trellis.Config) { c.TracerProvider = tp })
+	register(t, c, leaf, parent)
+	ctx, root := tp.Tracer("test").Start(ctxT(t), "request")
+	h := must[*trellis.Handle[int]](t)(trellis.Start(ctx, c, parent, 3))
+	root.End()
+	if got := mustResult(t, h); got != 14 {
+		t.Fatalf("result %d, want 14", got)
+	}
+	waitFor(t, func() bool { return len(spansNamed(sr, "run traced-leaf")) == 3 })
+	parentSpans := map[trace.SpanID]bool{}
+	for _, s := range spansNamed(sr, "run traced-parent") {
+		if s.SpanContext().TraceID() != root.SpanContext().TraceID() {
+			t.Fatalf("parent run span in trace %s, want %s", s.SpanContext().TraceID(), root.SpanContext().TraceID())
+		}
+		parentSpans[s.SpanContext().SpanID()] = true
+	}
+	for _, s := range spansNamed(sr, "run traced-leaf") {
+		if s.SpanContext().TraceID() != root.SpanContext().TraceID() || !parentSpans[s.Parent().SpanID()] {
+			t.Errorf("child run %s's span: trace %s parent %s, want trace %s and a run span of the parent as parent",
+				spanAttr(s, "trellis.run_id"), s.SpanContext().TraceID(), s.Parent().SpanID(), root.SpanContext().TraceID())
+		}
+	}
+}
+
 func spansNamed(sr *tracetest.SpanRecorder, name string) []sdktrace.ReadOnlySpan {
 	var out []sdktrace.ReadOnlySpan
 	for _, s := range sr.Ended() {

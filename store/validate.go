@@ -138,6 +138,9 @@ func validateChildren(groups []*ChildGroup) error {
 					return fmt.Errorf("%w: Children: %s is required", ErrInvalidParams, f.name)
 				}
 			}
+			if len(r.TraceParent) > 128 {
+				return fmt.Errorf("%w: Children: TraceParent is %d bytes (at most 128)", ErrInvalidParams, len(r.TraceParent))
+			}
 			if ids[r.ID] {
 				return fmt.Errorf("%w: Children: run %q twice", ErrRunExists, r.ID)
 			}

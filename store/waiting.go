@@ -77,7 +77,8 @@ type ChildGroup struct {
 	// Their Namespace is the parent's; ID, WorkflowID, Workflow and Queue are
 	// required; Claim, AvailableAt and Reuse are ignored (IDs must be new, and
 	// no active run may have the WorkflowID: else ErrRunExists fails the whole
-	// checkpoint).
+	// checkpoint). TraceParent, when set, is stored with each child as with
+	// RunCreate: the trace context of the parent's attempt that started it.
 	Runs []*RunCreateParams `json:"runs"`
 }
 

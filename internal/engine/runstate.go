@@ -113,6 +113,10 @@ func (rs *RunState) errorInfo(err error) *store.ErrorInfo { return errorInfo(err
 // Run returns the run being executed, as claimed. Callers must not modify it.
 func (rs *RunState) Run() *store.Run { return rs.run }
 
+// AttemptContext returns the context the attempt was executed with: it holds
+// what the workflow interceptors put in it (the attempt's trace span, say).
+func (rs *RunState) AttemptContext() context.Context { return rs.ctx }
+
 // Codec returns the codec of the run's values.
 func (rs *RunState) Codec() Codec { return rs.codec }
 

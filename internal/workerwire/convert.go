@@ -318,7 +318,8 @@ func CheckpointToPB(p *store.CheckpointParams) *pb.CheckpointItem {
 		pg := &pb.ChildGroup{Position: int64(g.Position), MaxConcurrency: int64(g.MaxConcurrency), FailFast: g.FailFast, Detached: g.Detached}
 		for _, r := range g.Runs {
 			pg.Runs = append(pg.Runs, &pb.ChildRun{Id: r.ID, WorkflowId: r.WorkflowID, Workflow: r.Workflow, Queue: r.Queue,
-				Priority: int64(r.Priority), Version: int64(r.Version), Input: r.Input, Deadline: TsPtr(r.Deadline)})
+				Priority: int64(r.Priority), Version: int64(r.Version), Input: r.Input, Deadline: TsPtr(r.Deadline),
+				TraceParent: r.TraceParent})
 		}
 		it.Children = append(it.Children, pg)
 	}
@@ -350,7 +351,7 @@ func CheckpointFromPB(it *pb.CheckpointItem) *store.CheckpointParams {
 		for _, r := range g.Runs {
 			sg.Runs = append(sg.Runs, &store.RunCreateParams{Namespace: p.Lease.Namespace, ID: r.Id, WorkflowID: r.WorkflowId,
 				Workflow: r.Workflow, Queue: r.Queue, Priority: int(r.Priority), Version: int(r.Version), Input: r.Input,
-				Deadline: TimePtr(r.Deadline)})
+				Deadline: TimePtr(r.Deadline), TraceParent: r.TraceParent})
 		}
 		p.Children = append(p.Children, sg)
 	}

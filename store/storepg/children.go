@@ -22,10 +22,11 @@ var (
 	sqlChildrenInsert = sqlstore.ChildInsert + `
 	SELECT $1, c.id, c.workflow_id, c.workflow, c.queue, c.priority, 'pending', c.version, c.input,
 		c.deadline, CASE WHEN c.n <= $14 THEN $2::timestamptz END,
-		CASE WHEN c.n <= $14 THEN '' ELSE '` + sqlstore.HeldReason + `' END, $2, $2, $3, $4, $5, (c.n - 1)::int4
+		CASE WHEN c.n <= $14 THEN '' ELSE '` + sqlstore.HeldReason + `' END, $2, $2, $3, $4, $5, (c.n - 1)::int4,
+		c.trace_parent
 	FROM unnest($6::text[], $7::text[], $8::text[], $9::text[], $10::int4[], $11::int4[], $12::bytea[],
-		$13::timestamptz[]) WITH ORDINALITY AS c(id, workflow_id, workflow, queue, priority, version, input,
-		deadline, n)
+		$13::timestamptz[], $15::text[]) WITH ORDINALITY AS c(id, workflow_id, workflow, queue, priority, version, input,
+		deadline, trace_parent, n)
 	WHERE ` + implicitFree("$1", "c.id", "c.workflow_id")
 )
 
@@ -35,6 +36,7 @@ type parentRef = sqlstore.Parent
 // childCols are a group's children as column arrays.
 type childCols struct {
 	ids, wfIDs, wfs, queues []string
+	traceParents            []string
 	prio, version           []int32
 	inputs                  [][]byte
 	deadlines               []pgtype.Timestamptz
@@ -47,6 +49,7 @@ func newChildCols(runs []*store.RunCreateParams) *childCols {
 		c.wfs, c.queues = append(c.wfs, r.Workflow), append(c.queues, r.Queue)
 		c.prio, c.version = append(c.prio, int32(r.Priority)), append(c.version, int32(r.Version))
 		c.inputs, c.deadlines = append(c.inputs, r.Input), append(c.deadlines, tsArg(timePtrArg(r.Deadline)))
+		c.traceParents = append(c.traceParents, r.TraceParent)
 	}
 	return c
 }
@@ -57,7 +60,7 @@ func createChildren(tx *wtx, parent parentRef, groups []*store.ChildGroup) error
 	return shared.CreateChildren(stx{tx}, parent, groups, func(g *store.ChildGroup, active int) error {
 		c := newChildCols(g.Runs)
 		tag, err := tx.exec(sqlChildrenInsert, parent.Namespace, tx.now, parent.Seq, parent.ID, g.Position,
-			c.ids, c.wfIDs, c.wfs, c.queues, c.prio, c.version, c.inputs, c.deadlines, active)
+			c.ids, c.wfIDs, c.wfs, c.queues, c.prio, c.version, c.inputs, c.deadlines, active, c.traceParents)
 		if isUniqueViolation(err) || err == nil && tag.RowsAffected() != int64(len(g.Runs)) {
 			return fmt.Errorf("%w: a child run of group %d, or an active run with its workflow ID", store.ErrRunExists, g.Position)
 		}

@@ -13,7 +13,7 @@ import (
 
 const (
 	sqlChildInsert = sqlstore.ChildInsert + `
-	VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
 // parentRef identifies the parent run creating children.
@@ -40,7 +40,7 @@ func insertChildren(tx *wtx, parent parentRef, g *store.ChildGroup, active int) 
 		}
 		_, err := tx.exec(sqlChildInsert, parent.Namespace, r.ID, r.WorkflowID, r.Workflow, r.Queue,
 			r.Priority, r.Version, blob(r.Input), nsPtr(r.Deadline), avail, reason, now, now,
-			parent.Seq, parent.ID, g.Position, item)
+			parent.Seq, parent.ID, g.Position, item, r.TraceParent)
 		if isUniqueViolation(err) {
 			return fmt.Errorf("child run: %w", store.RunExistsError(r.ID, r.WorkflowID, store.ReuseRejectActive))
 		}

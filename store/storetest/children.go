@@ -92,6 +92,8 @@ func childGroupCreated(t *testing.T, e *env) {
 	parent := e.start()
 	g := e.group(3, 3, "c")
 	g.Runs[1].Priority, g.Runs[1].Version = 5, 2
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	g.Runs[2].TraceParent = tp
 	e.createGroup(parent, g)
 	kids := e.children(parent.Run.ID, 3)
 	wantIDs(t, "RunChildren", runIDs(kids), []string{"c-0", "c-1", "c-2"})
@@ -101,8 +103,13 @@ func childGroupCreated(t *testing.T, e *env) {
 			t.Fatalf("child %d = %+v, want a pending child of %s with its input", i, k, parent.Run.ID)
 		}
 	}
-	if k := e.get("c-1"); k.Priority != 5 || k.Version != 2 || k.ParentID != parent.Run.ID {
-		t.Fatalf("RunGet(c-1) = %+v, want priority 5, version 2, parent %s", k, parent.Run.ID)
+	if k := e.get("c-1"); k.Priority != 5 || k.Version != 2 || k.ParentID != parent.Run.ID || k.TraceParent != "" {
+		t.Fatalf("RunGet(c-1) = %+v, want priority 5, version 2, parent %s, no trace parent", k, parent.Run.ID)
+	}
+	// A child's trace context is stored with it (and comes back when it is
+	// claimed, below).
+	if k := e.get("c-2"); k.TraceParent != tp {
+		t.Fatalf("RunGet(c-2).TraceParent = %q, want %q", k.TraceParent, tp)
 	}
 	if p := e.get(parent.Run.ID); p.ParentID != "" {
 		t.Fatalf("parent's ParentID = %q, want empty", p.ParentID)
@@ -115,6 +122,9 @@ func childGroupCreated(t *testing.T, e *env) {
 	for _, cr := range claimed {
 		if cr.Run.ParentID != parent.Run.ID {
 			t.Fatalf("claimed child ParentID = %q", cr.Run.ParentID)
+		}
+		if want := map[bool]string{true: tp}[cr.Run.ID == "c-2"]; cr.Run.TraceParent != want {
+			t.Fatalf("claimed child %s: TraceParent = %q, want %q", cr.Run.ID, cr.Run.TraceParent, want)
 		}
 	}
 }

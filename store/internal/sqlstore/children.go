@@ -17,7 +17,7 @@ const HeldReason = "held: group at max concurrency"
 // active count) has no available_at and the wait reason HeldReason.
 const ChildInsert = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
 	status, version, input, deadline, available_at, wait_reason, created_at, updated_at,
-	parent_seq, parent_id, parent_position, item)`
+	parent_seq, parent_id, parent_position, item, trace_parent)`
 
 // Parent identifies the parent run creating children.
 type Parent struct {

@@ -1021,15 +1021,17 @@ func (x *KVWrite) GetDelete() bool {
 
 // ChildRun is a child run a checkpoint creates.
 type ChildRun struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	WorkflowId    string                 `protobuf:"bytes,2,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
-	Workflow      string                 `protobuf:"bytes,3,opt,name=workflow,proto3" json:"workflow,omitempty"`
-	Queue         string                 `protobuf:"bytes,4,opt,name=queue,proto3" json:"queue,omitempty"`
-	Priority      int64                  `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
-	Version       int64                  `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
-	Input         []byte                 `protobuf:"bytes,7,opt,name=input,proto3,oneof" json:"input,omitempty"`
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	WorkflowId string                 `protobuf:"bytes,2,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	Workflow   string                 `protobuf:"bytes,3,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Queue      string                 `protobuf:"bytes,4,opt,name=queue,proto3" json:"queue,omitempty"`
+	Priority   int64                  `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	Version    int64                  `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
+	Input      []byte                 `protobuf:"bytes,7,opt,name=input,proto3,oneof" json:"input,omitempty"`
+	Deadline   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// The W3C traceparent of the parent's run attempt that starts the child.
+	TraceParent   string `protobuf:"bytes,9,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1118,6 +1120,13 @@ func (x *ChildRun) GetDeadline() *timestamppb.Timestamp {
 		return x.Deadline
 	}
 	return nil
+}
+
+func (x *ChildRun) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
 }
 
 type ChildGroup struct {
@@ -2976,7 +2985,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
 	"\x05value\x18\x02 \x01(\fH\x00R\x05value\x88\x01\x01\x12\x16\n" +
 	"\x06delete\x18\x03 \x01(\bR\x06deleteB\b\n" +
-	"\x06_value\"\x80\x02\n" +
+	"\x06_value\"\xa3\x02\n" +
 	"\bChildRun\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vworkflow_id\x18\x02 \x01(\tR\n" +
@@ -2986,7 +2995,8 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\bpriority\x18\x05 \x01(\x03R\bpriority\x12\x18\n" +
 	"\aversion\x18\x06 \x01(\x03R\aversion\x12\x19\n" +
 	"\x05input\x18\a \x01(\fH\x00R\x05input\x88\x01\x01\x126\n" +
-	"\bdeadline\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bdeadlineB\b\n" +
+	"\bdeadline\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12!\n" +
+	"\ftrace_parent\x18\t \x01(\tR\vtraceParentB\b\n" +
 	"\x06_input\"\xbb\x01\n" +
 	"\n" +
 	"ChildGroup\x12\x1a\n" +
