@@ -89,9 +89,9 @@ func NewMetrics() *Metrics {
 		runsStarted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_runs_started_total",
 			Help: "Runs started through this client (Start, StartRaw, StartMany, the server's start routes)."}, []string{"workflow"}),
 		runsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_runs_ended_total",
-			Help: "Runs this client's worker ended, by final status."}, []string{"workflow", "status"}),
+			Help: "Runs this client's worker ended, by final status; on a server, also those its remote workers ended through it."}, []string{"workflow", "status"}),
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_run_attempts_total",
-			Help: "Executions (claims) of runs by this worker, by the status each left the run in (\"lost\" when none was saved)."}, []string{"workflow", "status"}),
+			Help: "Executions (claims) of runs by this worker (on a server, also by its remote workers), by the status each left the run in (\"lost\" when none was saved)."}, []string{"workflow", "status"}),
 		stepAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_step_attempts_total",
 			Help: "Step attempts executed, by outcome (ok, error)."}, []string{"workflow", "outcome"}),
 		stepSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "trellis_step_attempt_duration_seconds",
@@ -294,6 +294,49 @@ func (m *Metrics) ObserveStore(o ObservedStore) (stop func()) {
 // elsewhere (trellis_claim_seconds): `trellis server` calls it for the claims
 // of its remote workers. Embedded workers' claims are recorded without it.
 func (m *Metrics) ObserveClaim(d time.Duration) { m.claimSecs.Observe(d.Seconds()) }
+
+// ObserveRemoteCheckpoint counts what a checkpoint a remote worker made
+// through this process wrote, as the worker's own metrics count it: its step
+// attempts (trellis_step_attempts_total and their durations: each failed
+// attempt it records, each step it completes) and, when it ended the worker's
+// lease, the run attempt (trellis_run_attempts_total) and a final status
+// (trellis_runs_ended_total). `trellis server` calls it for each checkpoint
+// its remote workers send that the store applied (not for a retry the store
+// answered as applied already), so its metrics count the runs its workers end.
+func (m *Metrics) ObserveRemoteCheckpoint(workflow string, p *store.CheckpointParams) {
+	w := m.workflow(workflow)
+	for i := range p.Attempts {
+		a := &p.Attempts[i]
+		w.stepFailed.Inc()
+		w.stepSecs.Observe(a.FinishedAt.Sub(a.StartedAt).Seconds())
+	}
+	for _, op := range p.Ops {
+		if op.Kind != store.OpStep || !op.Done || op.Error != nil || op.FinishedAt == nil {
+			continue // a failed step's last attempt is among p.Attempts
+		}
+		start := op.StartedAt
+		if op.AttemptStartedAt != nil {
+			start = *op.AttemptStartedAt
+		}
+		w.stepOK.Inc()
+		w.stepSecs.Observe(op.FinishedAt.Sub(start).Seconds())
+	}
+	if p.Status == store.StatusRunning {
+		return
+	}
+	st := Status(p.Status)
+	m.counter(&w.executions, m.executions, workflow, st).Inc()
+	if st.Terminal() {
+		m.counter(&w.ended, m.runsEnded, workflow, st).Inc()
+	}
+}
+
+// ObserveRemoteRelease counts a run attempt that a remote worker ended by
+// handing its run back through this process (trellis_run_attempts_total,
+// status pending).
+func (m *Metrics) ObserveRemoteRelease(workflow string) {
+	m.counter(&m.workflow(workflow).executions, m.executions, workflow, StatusPending).Inc()
+}
 
 // metricsSource is what the scrape reads: an attached client or an observed store.
 type metricsSource struct {

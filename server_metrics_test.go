@@ -2,9 +2,11 @@ package trellis_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,6 +124,13 @@ func TestServerMetricsFromStart(t *testing.T) {
 			waitFor(t, func() bool {
 				return strings.Contains(s.scrape(t, rtok), "trellis_active_leases 0\n")
 			})
+			// The restarted server learnt the runs' leases from heartbeats: it
+			// reads their workflow to count the runs' ends and steps.
+			waitFor(t, func() bool {
+				text := s.scrape(t, rtok)
+				return strings.Contains(text, `trellis_runs_ended_total{status="succeeded",workflow="held"} 2`+"\n") &&
+					strings.Contains(text, `trellis_step_attempts_total{outcome="ok",workflow="held"} 2`+"\n")
+			})
 			if text := s.scrape(t, rtok); strings.Contains(text, `trellis_runs{`) {
 				t.Errorf("runs finished, yet trellis_runs reports some:\n%s", grepLines(text, "trellis_runs"))
 			}
@@ -147,5 +156,67 @@ func runWorker(t *testing.T, cfg trellis.Config, wfs ...trellis.Registrable) (st
 		if err := <-done; err != nil {
 			t.Errorf("worker: %v", err)
 		}
+	}
+}
+
+// A server's metrics count the runs its remote workers end and the step
+// attempts they make, from the checkpoints they send through it, by workflow:
+// each failed attempt and each completed step, each run attempt by the status
+// it left, each final status. A worker with metrics of its own counts the
+// same in its own process.
+func TestServerMetricsCountRemoteWorkersRuns(t *testing.T) {
+	t.Parallel()
+	s := newWorkerServer(t, sqliteURL(t))
+	wtok := s.token(t, "w", auth.Grant{Role: auth.RoleWorker, Namespace: "default"})
+	rtok := s.token(t, "prometheus", auth.Grant{Role: auth.RoleReader, Namespace: "*"})
+	var tries atomic.Int32
+	retry := trellis.StepOptions{Retry: trellis.RetryPolicy{MaxAttempts: 2, Backoff: trellis.Fixed(time.Millisecond)}}
+	flaky := trellis.NewWorkflow("flaky", func(wc *trellis.Context, in int) (int, error) {
+		a, err := trellis.Step(wc, "first", func(ctx context.Context) (int, error) {
+			if tries.Add(1) == 1 {
+				return 0, errors.New("first attempt fails")
+			}
+			return in, nil
+		}, retry)
+		if err != nil {
+			return 0, err
+		}
+		return trellis.Step(wc, "second", func(ctx context.Context) (int, error) { return a + 1, nil })
+	})
+	broken := trellis.NewWorkflow("broken", func(wc *trellis.Context, in int) (int, error) {
+		return trellis.Step(wc, "fails", func(ctx context.Context) (int, error) { return 0, errors.New("always") },
+			trellis.StepOptions{Retry: trellis.RetryPolicy{MaxAttempts: 1}})
+	})
+	workerMetrics := trellis.NewMetrics()
+	cfg := trellis.Config{Server: s.base, Token: wtok, Metrics: workerMetrics}
+	defer runWorker(t, cfg, flaky, broken)()
+	starter := open(t, "", func(c *trellis.Config) { c.Backend, c.Worker.Disabled = s.st, true })
+	ok := must[*trellis.Run](t)(starter.Wait(ctxT(t), must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), starter, flaky, 1)).RunID()))
+	bad := must[*trellis.Run](t)(starter.Wait(ctxT(t), must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), starter, broken, 1)).RunID()))
+	if ok.Status != trellis.StatusSucceeded || bad.Status != trellis.StatusFailed {
+		t.Fatalf("runs %s and %s, want succeeded and failed", ok.Status, bad.Status)
+	}
+	want := []string{
+		`trellis_runs_ended_total{status="succeeded",workflow="flaky"} 1`,
+		`trellis_runs_ended_total{status="failed",workflow="broken"} 1`,
+		`trellis_run_attempts_total{status="succeeded",workflow="flaky"} 1`,
+		`trellis_run_attempts_total{status="failed",workflow="broken"} 1`,
+		`trellis_step_attempts_total{outcome="ok",workflow="flaky"} 2`,
+		`trellis_step_attempts_total{outcome="error",workflow="flaky"} 1`,
+		`trellis_step_attempts_total{outcome="error",workflow="broken"} 1`,
+		`trellis_step_attempt_duration_seconds_count{workflow="flaky"} 3`,
+		`trellis_step_attempt_duration_seconds_count{workflow="broken"} 1`,
+	}
+	// The worker answers the run's end before its metrics are counted: wait.
+	for _, text := range []func() string{func() string { return s.scrape(t, rtok) }, func() string { return scrape(t, workerMetrics) }} {
+		waitFor(t, func() bool {
+			got := text()
+			for _, w := range want {
+				if !strings.Contains(got, w+"\n") {
+					return false
+				}
+			}
+			return true
+		})
 	}
 }

@@ -31,6 +31,9 @@ type leaseRun struct{ ns, runID string }
 type heldLease struct {
 	token   int64
 	expires time.Time
+	// workflow is the run's, known when this server pushed the run (not for
+	// a lease first seen in a heartbeat): its metrics' label.
+	workflow string
 	// ended: released, ended by a checkpoint, or lost. The entry stays until
 	// it expires: a heartbeat that the store applied before the checkpoint
 	// that ended the lease may return after it, and must not count the lease
@@ -64,7 +67,7 @@ func (lc *leaseCounter) granted(runs []*store.ClaimedRun) {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	for _, cr := range runs {
-		lc.set(leaseRun{cr.Run.Namespace, cr.Run.ID}, heldLease{token: cr.LeaseToken, expires: cr.LeaseExpiresAt})
+		lc.set(leaseRun{cr.Run.Namespace, cr.Run.ID}, heldLease{token: cr.LeaseToken, expires: cr.LeaseExpiresAt, workflow: cr.Run.Workflow})
 	}
 	lc.maybePrune()
 }
@@ -80,10 +83,15 @@ func (lc *leaseCounter) extended(leases []store.Lease, lost []string, until time
 			lc.endLocked(k, l.Token)
 			continue
 		}
-		if h, ok := lc.held[k]; ok && h.ended && h.token == l.Token {
+		h, ok := lc.held[k]
+		if ok && h.ended && h.token == l.Token {
 			continue // a late heartbeat of a lease that ended
 		}
-		lc.set(k, heldLease{token: l.Token, expires: until})
+		wf := ""
+		if ok && h.token == l.Token {
+			wf = h.workflow
+		}
+		lc.set(k, heldLease{token: l.Token, expires: until, workflow: wf})
 	}
 	lc.maybePrune()
 }
@@ -106,7 +114,29 @@ func (lc *leaseCounter) endLocked(k leaseRun, token int64) {
 	if h.expires.After(expires) {
 		expires = h.expires
 	}
-	lc.set(k, heldLease{token: token, ended: true, expires: expires})
+	lc.set(k, heldLease{token: token, ended: true, expires: expires, workflow: h.workflow})
+}
+
+// workflow returns the workflow of the run of lease l, "" when this server
+// does not know it.
+func (lc *leaseCounter) workflow(l store.Lease) string {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if h, ok := lc.held[leaseRun{l.Namespace, l.RunID}]; ok && h.token == l.Token {
+		return h.workflow
+	}
+	return ""
+}
+
+// learned records the workflow of the run of lease l, read from the store.
+func (lc *leaseCounter) learned(l store.Lease, workflow string) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	k := leaseRun{l.Namespace, l.RunID}
+	if h, ok := lc.held[k]; ok && h.token == l.Token {
+		h.workflow = workflow
+		lc.held[k] = h
+	}
 }
 
 // count returns the leases held and not expired, dropping the expired entries.

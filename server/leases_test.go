@@ -47,3 +47,33 @@ func TestLeaseCounter(t *testing.T) {
 		t.Fatalf("after every expiry: %d", n)
 	}
 }
+
+// The counter keeps the workflow of a lease it granted through extensions and
+// its end, forgets it for another token, and learns it for a lease first seen
+// in a heartbeat.
+func TestLeaseCounterWorkflow(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	lc := newLeaseCounter(func() time.Time { return now })
+	lease := func(token int64) store.Lease { return store.Lease{Namespace: "ns", RunID: "r", Token: token} }
+	lc.granted([]*store.ClaimedRun{{Run: &store.Run{Namespace: "ns", ID: "r", Workflow: "wf"}, LeaseToken: 1, LeaseExpiresAt: now.Add(time.Minute)}})
+	lc.extended([]store.Lease{lease(1)}, nil, now.Add(2*time.Minute))
+	if wf := lc.workflow(lease(1)); wf != "wf" {
+		t.Fatalf("after an extension: %q", wf)
+	}
+	lc.ended(lease(1))
+	if wf := lc.workflow(lease(1)); wf != "wf" {
+		t.Fatalf("after the end: %q", wf)
+	}
+	if wf := lc.workflow(lease(2)); wf != "" {
+		t.Fatalf("another token: %q", wf)
+	}
+	lc.extended([]store.Lease{lease(2)}, nil, now.Add(time.Minute)) // a reconnected worker's lease
+	if wf := lc.workflow(lease(2)); wf != "" {
+		t.Fatalf("a lease seen in a heartbeat: %q", wf)
+	}
+	lc.learned(lease(2), "wf2")
+	if wf := lc.workflow(lease(2)); wf != "wf2" {
+		t.Fatalf("after learning it: %q", wf)
+	}
+}

@@ -465,6 +465,11 @@ func (h *workerService) ReleaseLease(ctx context.Context, req *connect.Request[p
 		p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal, m)
 	}
 	err = h.s.store.LeaseRelease(ctx, p)
+	if err == nil {
+		if wf := h.workflowOf(ctx, p.Lease); wf != "" {
+			h.s.cfg.Metrics.ObserveRemoteRelease(wf)
+		}
+	}
 	if err == nil || errors.Is(err, store.ErrLeaseLost) {
 		h.s.leases.ended(p.Lease)
 	}
@@ -500,6 +505,11 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 			p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal, it)
 		}
 		res, err := h.s.store.Checkpoint(ctx, p)
+		if err == nil && !res.Replayed && (p.Status != store.StatusRunning || len(p.Attempts) > 0 || len(p.Ops) > 0) {
+			if wf := h.workflowOf(ctx, p.Lease); wf != "" {
+				h.s.cfg.Metrics.ObserveRemoteCheckpoint(wf, p)
+			}
+		}
 		if err == nil && p.Status != store.StatusRunning || errors.Is(err, store.ErrLeaseLost) {
 			h.s.leases.ended(p.Lease)
 		}
@@ -521,6 +531,21 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 		wg.Wait()
 	}
 	return connect.NewResponse(&pb.CheckpointResponse{Results: out}), nil
+}
+
+// workflowOf returns the workflow of the run of lease l, for the metrics'
+// label: known from the claim this server pushed, else read from the store
+// (a worker that reconnected from another server); "" when it cannot be read.
+func (h *workerService) workflowOf(ctx context.Context, l store.Lease) string {
+	if wf := h.s.leases.workflow(l); wf != "" {
+		return wf
+	}
+	run, err := h.s.store.RunGet(ctx, &store.RunGetParams{Namespace: l.Namespace, Ref: l.RunID})
+	if err != nil {
+		return ""
+	}
+	h.s.leases.learned(l, run.Workflow)
+	return run.Workflow
 }
 
 // leaseWriteFingerprint is the fingerprint of a guarded lease write (store.
