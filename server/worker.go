@@ -410,12 +410,17 @@ func (h *workerService) push(ctx context.Context, stream *connect.ServerStream[p
 	for _, cr := range res.Runs {
 		h.s.queues.Fill(ctx, cr) // the worker cannot read queue records
 	}
+	// Counted before the send: a quick run's final checkpoint may come back
+	// before Send returns, and its end must find the lease to end.
+	h.s.leases.granted(res.Runs)
 	err := stream.Send(&pb.ClaimResponse{Runs: ww.ClaimedToPB(res.Runs), NextDue: ww.TsPtr(res.NextDue)})
 	if err != nil {
+		for _, cr := range res.Runs {
+			h.s.leases.ended(cr.Lease())
+		}
 		releaseClaimed(h.s.store, res.Runs...)
 		return err
 	}
-	h.s.leases.granted(res.Runs)
 	return nil
 }
 
