@@ -90,22 +90,34 @@ func TestServerGroupCommitsWorkersCheckpoints(t *testing.T) {
 				}
 			}
 
-			// Hold the writer after a commit of its own (a run nobody serves).
+			// Hold the writer after its next commit: a start of a run nobody
+			// serves makes one, unless another write (a worker's record, say)
+			// comes first, whose commit is held then, with the start queued
+			// behind it. So the start runs on its own goroutine.
 			release := make(chan struct{})
 			mu.Lock()
 			hold = release
 			first := len(sizes)
 			mu.Unlock()
-			if _, err := client.StartRaw(context.Background(), "nobody-serves", []byte("null"), trellis.StartOptions{}); err != nil {
-				t.Fatal(err)
+			startErr := make(chan error, 1)
+			go func() {
+				_, err := client.StartRaw(context.Background(), "nobody-serves", []byte("null"), trellis.StartOptions{})
+				startErr <- err
+			}()
+			select {
+			case <-held:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the writer committed nothing after the start")
 			}
-			<-held
 			// The steps end and each worker sends its checkpoint, which waits
 			// in the writer's queue. The pause lets them arrive; the assertion
 			// below holds whenever two of them have.
 			openGate()
 			time.Sleep(time.Second)
 			close(release)
+			if err := <-startErr; err != nil {
+				t.Fatal(err)
+			}
 
 			for _, id := range ids {
 				run, err := client.Wait(context.Background(), id)
@@ -126,8 +138,8 @@ func TestServerGroupCommitsWorkersCheckpoints(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 				mu.Lock()
 			}
-			// sizes[first] is the held commit (the start); the one after it
-			// took what queued meanwhile.
+			// sizes[first] is the held commit; the one after it took what
+			// queued meanwhile.
 			if len(sizes) < first+2 {
 				t.Fatalf("commits %v: none after the writer was released", sizes)
 			}
