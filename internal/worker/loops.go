@@ -121,7 +121,6 @@ func (w *Worker) launch(cr *store.ClaimedRun) {
 	ctx, cancel := context.WithCancelCause(w.hardCtx)
 	a := &active{ctl: ctl, cancel: cancel, run: cr.Run}
 	run := func() {
-		defer w.runEnded()
 		defer w.finish(cr.Run.ID, a)
 		w.exec.Execute(ctx, cr, ctl)
 	}
@@ -156,25 +155,32 @@ func (w *Worker) launch(cr *store.ClaimedRun) {
 	go run()
 }
 
-// finish frees a run's slot. While runs wait in the store, the claim loop is
-// woken once refillAt slots are free: a claim refills them in one batch, and
-// the slots freed while it runs wait for the next, so N finishing runs cause
-// about N/refillAt claims, not N.
+// finish frees a run's slot and counts its goroutine out, the last thing the
+// goroutine does. While runs wait in the store, the claim loop is woken once
+// refillAt slots are free: a claim refills them in one batch, and the slots
+// freed while it runs wait for the next, so N finishing runs cause about
+// N/refillAt claims, not N.
 func (w *Worker) finish(runID string, a *active) {
 	a.cancel(nil)
 	w.mu.Lock()
 	if w.active[runID] == a { // else a later execution of the run holds it
 		delete(w.active, runID)
 	}
-	// A run waiting for a slot (see launch) takes this one: the goroutine
-	// count stays, as this goroutine ends (runEnded) once the next has started,
-	// so Stop cannot find the worker idle with runs still waiting.
+	// A run waiting for a slot (see launch) takes this one, in the same
+	// critical section that counts this goroutine out: a claim never finds
+	// the slot taken by a goroutine that is ending, and Stop never finds the
+	// worker idle with runs still waiting.
+	w.running--
 	var next func()
-	if len(w.queued) > 0 {
+	if len(w.queued) > 0 && w.running < w.cfg.Concurrency {
 		next = w.queued[0]
 		w.queued[0] = nil
 		w.queued = w.queued[1:]
 		w.running++
+	}
+	if w.running == 0 && w.idle != nil {
+		close(w.idle)
+		w.idle = nil
 	}
 	more := w.wantMore && w.cfg.Concurrency-len(w.active)-w.reserved >= w.refillAt()
 	w.mu.Unlock()

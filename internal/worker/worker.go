@@ -464,27 +464,3 @@ func (w *Worker) waitIdle(ctx context.Context) error {
 		return fmt.Errorf("stopping worker: %w", ctx.Err())
 	}
 }
-
-// runEnded counts a run goroutine out, and wakes Stop when it was the last.
-// A run a claim queued after this goroutine's finish (which found none to hand
-// its slot to) but before this count, when every goroutine still counted,
-// starts here: else it would wait for some other run to finish.
-func (w *Worker) runEnded() {
-	w.mu.Lock()
-	w.running--
-	var next func()
-	if len(w.queued) > 0 && w.running < w.cfg.Concurrency {
-		next = w.queued[0]
-		w.queued[0] = nil
-		w.queued = w.queued[1:]
-		w.running++
-	}
-	if w.running == 0 && w.idle != nil {
-		close(w.idle)
-		w.idle = nil
-	}
-	w.mu.Unlock()
-	if next != nil {
-		go next()
-	}
-}
