@@ -84,8 +84,10 @@ func (lc *leaseCounter) extended(leases []store.Lease, lost []string, until time
 			continue
 		}
 		h, ok := lc.held[k]
-		if ok && h.ended && h.token == l.Token {
-			continue // a late heartbeat of a lease that ended
+		if ok && (h.token > l.Token || h.ended && h.token == l.Token) {
+			// A late heartbeat of a lease that ended, or of an older lease
+			// of a run claimed again since (tokens only grow).
+			continue
 		}
 		wf := ""
 		if ok && h.token == l.Token {
@@ -98,9 +100,27 @@ func (lc *leaseCounter) extended(leases []store.Lease, lost []string, until time
 
 // ended stops counting a lease: released, ended by a checkpoint, or lost.
 func (lc *leaseCounter) ended(l store.Lease) {
+	lc.wrote(l, true)
+}
+
+// wrote notes a write of lease l through this server (a checkpoint or a
+// release), which ends the lease when ends. It returns the run's workflow
+// ("" when this server does not know it), and whether this write ended a
+// lease not ended before (a retry of an applied release does not).
+func (lc *leaseCounter) wrote(l store.Lease, ends bool) (workflow string, ended bool) {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
-	lc.endLocked(leaseRun{l.Namespace, l.RunID}, l.Token)
+	k := leaseRun{l.Namespace, l.RunID}
+	h, ok := lc.held[k]
+	if ok && h.token != l.Token {
+		return "", ends // another lease of the run: not this one to end
+	}
+	if ends && !h.ended {
+		h.token = l.Token
+		lc.endEntry(k, h)
+		return h.workflow, true
+	}
+	return h.workflow, false
 }
 
 // endLocked ends the lease of k with token, unless k holds another lease (an
@@ -110,22 +130,17 @@ func (lc *leaseCounter) endLocked(k leaseRun, token int64) {
 	if ok && h.token != token {
 		return
 	}
+	h.token = token
+	lc.endEntry(k, h)
+}
+
+// endEntry marks the entry h of k ended; lc.mu is held.
+func (lc *leaseCounter) endEntry(k leaseRun, h heldLease) {
 	expires := lc.now().Add(endedKept)
 	if h.expires.After(expires) {
 		expires = h.expires
 	}
-	lc.set(k, heldLease{token: token, ended: true, expires: expires, workflow: h.workflow})
-}
-
-// workflow returns the workflow of the run of lease l, "" when this server
-// does not know it.
-func (lc *leaseCounter) workflow(l store.Lease) string {
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	if h, ok := lc.held[leaseRun{l.Namespace, l.RunID}]; ok && h.token == l.Token {
-		return h.workflow
-	}
-	return ""
+	lc.set(k, heldLease{token: h.token, ended: true, expires: expires, workflow: h.workflow})
 }
 
 // learned records the workflow of the run of lease l, read from the store.

@@ -58,22 +58,51 @@ func TestLeaseCounterWorkflow(t *testing.T) {
 	lease := func(token int64) store.Lease { return store.Lease{Namespace: "ns", RunID: "r", Token: token} }
 	lc.granted([]*store.ClaimedRun{{Run: &store.Run{Namespace: "ns", ID: "r", Workflow: "wf"}, LeaseToken: 1, LeaseExpiresAt: now.Add(time.Minute)}})
 	lc.extended([]store.Lease{lease(1)}, nil, now.Add(2*time.Minute))
-	if wf := lc.workflow(lease(1)); wf != "wf" {
+	if wf := workflowOf(lc, lease(1)); wf != "wf" {
 		t.Fatalf("after an extension: %q", wf)
 	}
-	lc.ended(lease(1))
-	if wf := lc.workflow(lease(1)); wf != "wf" {
+	if wf, first := lc.wrote(lease(1), true); wf != "wf" || !first {
+		t.Fatalf("the end: %q, first %v", wf, first)
+	}
+	if wf, first := lc.wrote(lease(1), true); wf != "wf" || first { // a retried release
+		t.Fatalf("the end again: %q, first %v; want the workflow, not a first end", wf, first)
+	}
+	if wf := workflowOf(lc, lease(1)); wf != "wf" {
 		t.Fatalf("after the end: %q", wf)
 	}
-	if wf := lc.workflow(lease(2)); wf != "" {
+	if wf := workflowOf(lc, lease(2)); wf != "" {
 		t.Fatalf("another token: %q", wf)
 	}
 	lc.extended([]store.Lease{lease(2)}, nil, now.Add(time.Minute)) // a reconnected worker's lease
-	if wf := lc.workflow(lease(2)); wf != "" {
+	if wf := workflowOf(lc, lease(2)); wf != "" {
 		t.Fatalf("a lease seen in a heartbeat: %q", wf)
 	}
 	lc.learned(lease(2), "wf2")
-	if wf := lc.workflow(lease(2)); wf != "wf2" {
+	if wf := workflowOf(lc, lease(2)); wf != "wf2" {
 		t.Fatalf("after learning it: %q", wf)
+	}
+}
+
+// workflowOf is the workflow lc knows for l, through a write that ends nothing.
+func workflowOf(lc *leaseCounter, l store.Lease) string {
+	wf, _ := lc.wrote(l, false)
+	return wf
+}
+
+// A heartbeat of an older lease answered after the run was claimed again does
+// not replace the newer lease, whose end then ends the count.
+func TestLeaseCounterOlderHeartbeat(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	lc := newLeaseCounter(func() time.Time { return now })
+	lease := func(token int64) store.Lease { return store.Lease{Namespace: "ns", RunID: "r", Token: token} }
+	lc.granted([]*store.ClaimedRun{{Run: &store.Run{Namespace: "ns", ID: "r", Workflow: "wf"}, LeaseToken: 2, LeaseExpiresAt: now.Add(time.Minute)}})
+	lc.extended([]store.Lease{lease(1)}, nil, now.Add(time.Minute))
+	if wf := workflowOf(lc, lease(2)); wf != "wf" {
+		t.Fatalf("the newer lease after an older heartbeat: workflow %q", wf)
+	}
+	lc.ended(lease(2))
+	if n := lc.count(); n != 0 {
+		t.Fatalf("after the newer lease ended: %d leases, want 0", n)
 	}
 }

@@ -400,7 +400,9 @@ func claimAfterReady(now, last time.Time) (claimNow bool, wait time.Duration) {
 func (h *workerService) claim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
 	t0 := time.Now()
 	res, err := h.s.store.RunsClaim(ctx, p)
-	h.s.cfg.Metrics.ObserveClaim(time.Since(t0))
+	if err == nil { // as the embedded workers count them
+		h.s.cfg.Metrics.ObserveClaim(time.Since(t0))
+	}
 	return res, err
 }
 
@@ -470,13 +472,14 @@ func (h *workerService) ReleaseLease(ctx context.Context, req *connect.Request[p
 		p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal, m)
 	}
 	err = h.s.store.LeaseRelease(ctx, p)
-	if err == nil {
-		if wf := h.workflowOf(ctx, p.Lease); wf != "" {
-			h.s.cfg.Metrics.ObserveRemoteRelease(wf)
-		}
-	}
 	if err == nil || errors.Is(err, store.ErrLeaseLost) {
-		h.s.leases.ended(p.Lease)
+		// A retried release the store answers as applied ends nothing here:
+		// its run attempt was counted the first time.
+		if wf, first := h.s.leases.wrote(p.Lease, true); err == nil && first {
+			if wf = h.workflowOf(ctx, p.Lease, wf); wf != "" {
+				h.s.cfg.Metrics.ObserveRemoteRelease(wf)
+			}
+		}
 	}
 	if err != nil {
 		return nil, fail(err)
@@ -510,13 +513,12 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 			p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal, it)
 		}
 		res, err := h.s.store.Checkpoint(ctx, p)
-		if err == nil && !res.Replayed && (p.Status != store.StatusRunning || len(p.Attempts) > 0 || len(p.Ops) > 0) {
-			if wf := h.workflowOf(ctx, p.Lease); wf != "" {
+		ends := err == nil && p.Status != store.StatusRunning || errors.Is(err, store.ErrLeaseLost)
+		wf, _ := h.s.leases.wrote(p.Lease, ends)
+		if err == nil && !res.Replayed && (ends || len(p.Attempts) > 0 || len(p.Ops) > 0) {
+			if wf = h.workflowOf(ctx, p.Lease, wf); wf != "" {
 				h.s.cfg.Metrics.ObserveRemoteCheckpoint(wf, p)
 			}
-		}
-		if err == nil && p.Status != store.StatusRunning || errors.Is(err, store.ErrLeaseLost) {
-			h.s.leases.ended(p.Lease)
 		}
 		if err != nil {
 			code, d := ww.Detail(err)
@@ -539,11 +541,12 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 }
 
 // workflowOf returns the workflow of the run of lease l, for the metrics'
-// label: known from the claim this server pushed, else read from the store
-// (a worker that reconnected from another server); "" when it cannot be read.
-func (h *workerService) workflowOf(ctx context.Context, l store.Lease) string {
-	if wf := h.s.leases.workflow(l); wf != "" {
-		return wf
+// label: known, the workflow the lease count had (from the claim this server
+// pushed), else read from the store (a worker that reconnected from another
+// server); "" when it cannot be read.
+func (h *workerService) workflowOf(ctx context.Context, l store.Lease, known string) string {
+	if known != "" {
+		return known
 	}
 	run, err := h.s.store.RunGet(ctx, &store.RunGetParams{Namespace: l.Namespace, Ref: l.RunID})
 	if err != nil {
