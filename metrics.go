@@ -144,6 +144,24 @@ func (m *Metrics) workflow(name string) *workflowMetrics {
 	return got.(*workflowMetrics)
 }
 
+// attemptEnded counts a run attempt of w that left its run in st.
+func (m *Metrics) attemptEnded(w *workflowMetrics, st Status) {
+	m.counter(&w.executions, m.executions, w.name, st).Inc()
+	if st.Terminal() {
+		m.counter(&w.ended, m.runsEnded, w.name, st).Inc()
+	}
+}
+
+// stepEnded counts a step attempt of w that took d.
+func (w *workflowMetrics) stepEnded(ok bool, d time.Duration) {
+	w.stepSecs.Observe(d.Seconds())
+	if ok {
+		w.stepOK.Inc()
+	} else {
+		w.stepFailed.Inc()
+	}
+}
+
 // counter is the child of vec for workflow and status st, kept in cache.
 func (m *Metrics) counter(cache *statusCounters, vec *prometheus.CounterVec, workflow string, st Status) prometheus.Counter {
 	i := statusLabel(st)
@@ -162,20 +180,10 @@ func (m *Metrics) counter(cache *statusCounters, vec *prometheus.CounterVec, wor
 func (m *Metrics) interceptor() Interceptor {
 	return Interceptor{
 		workflowDone: func(_ context.Context, a *WorkflowAttempt) {
-			w := m.workflow(a.Workflow)
-			m.counter(&w.executions, m.executions, a.Workflow, a.Status).Inc()
-			if a.Status.Terminal() {
-				m.counter(&w.ended, m.runsEnded, a.Workflow, a.Status).Inc()
-			}
+			m.attemptEnded(m.workflow(a.Workflow), a.Status)
 		},
 		stepDone: func(_ context.Context, s *StepCall, err error, d time.Duration) {
-			w := m.workflow(s.Workflow)
-			w.stepSecs.Observe(d.Seconds())
-			if err != nil {
-				w.stepFailed.Inc()
-			} else {
-				w.stepOK.Inc()
-			}
+			m.workflow(s.Workflow).stepEnded(err == nil, d)
 		},
 		callDone: func(_ context.Context, c *ClientCall, err error) {
 			if c.Method == "Start" && err == nil {
@@ -307,8 +315,7 @@ func (m *Metrics) ObserveRemoteCheckpoint(workflow string, p *store.CheckpointPa
 	w := m.workflow(workflow)
 	for i := range p.Attempts {
 		a := &p.Attempts[i]
-		w.stepFailed.Inc()
-		w.stepSecs.Observe(a.FinishedAt.Sub(a.StartedAt).Seconds())
+		w.stepEnded(false, a.FinishedAt.Sub(a.StartedAt))
 	}
 	for _, op := range p.Ops {
 		if op.Kind != store.OpStep || !op.Done || op.Error != nil || op.FinishedAt == nil {
@@ -318,16 +325,10 @@ func (m *Metrics) ObserveRemoteCheckpoint(workflow string, p *store.CheckpointPa
 		if op.AttemptStartedAt != nil {
 			start = *op.AttemptStartedAt
 		}
-		w.stepOK.Inc()
-		w.stepSecs.Observe(op.FinishedAt.Sub(start).Seconds())
+		w.stepEnded(true, op.FinishedAt.Sub(start))
 	}
-	if p.Status == store.StatusRunning {
-		return
-	}
-	st := Status(p.Status)
-	m.counter(&w.executions, m.executions, workflow, st).Inc()
-	if st.Terminal() {
-		m.counter(&w.ended, m.runsEnded, workflow, st).Inc()
+	if p.Status != store.StatusRunning {
+		m.attemptEnded(w, Status(p.Status))
 	}
 }
 
@@ -335,7 +336,7 @@ func (m *Metrics) ObserveRemoteCheckpoint(workflow string, p *store.CheckpointPa
 // handing its run back through this process (trellis_run_attempts_total,
 // status pending).
 func (m *Metrics) ObserveRemoteRelease(workflow string) {
-	m.counter(&m.workflow(workflow).executions, m.executions, workflow, StatusPending).Inc()
+	m.attemptEnded(m.workflow(workflow), StatusPending)
 }
 
 // metricsSource is what the scrape reads: an attached client or an observed store.
