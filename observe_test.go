@@ -619,3 +619,22 @@ func TestBuiltInLogLinesCarryTheirSpans(t *testing.T) {
 		}
 	}
 }
+
+// A job's attempts count as run attempts by the status they saved, and its
+// end as a run's end: they were counted as attempts that saved nothing.
+func TestMetricsCountJobs(t *testing.T) {
+	t.Parallel()
+	m := trellis.NewMetrics()
+	j := trellis.NewJob("metered-job", func(ctx context.Context, n int) (int, error) { return 2 * n, nil })
+	c := open(t, storeURL(t), func(cfg *trellis.Config) { cfg.Metrics = m })
+	register(t, c, j)
+	mustResult(t, must[*trellis.Handle[int]](t)(trellis.StartJob(ctxT(t), c, j, 21)))
+	waitFor(t, func() bool {
+		return strings.Contains(scrape(t, m), `trellis_runs_ended_total{status="succeeded",workflow="metered-job"} 1`)
+	})
+	text := scrape(t, m)
+	if !strings.Contains(text, `trellis_run_attempts_total{status="succeeded",workflow="metered-job"} 1`) ||
+		strings.Contains(text, `trellis_run_attempts_total{status="lost",workflow="metered-job"}`) {
+		t.Fatalf("a job's attempt:\n%s", grepLines(text, "trellis_run_attempts_total"))
+	}
+}

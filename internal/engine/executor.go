@@ -37,8 +37,7 @@ func (e *Engine) ExecuteOutcome(ctx context.Context, cr *store.ClaimedRun, ctl *
 		return oc
 	}
 	if def.Job != nil {
-		e.executeJob(ctx, cr, ctl, def.Job)
-		return
+		return e.executeJob(ctx, cr, ctl, def.Job)
 	}
 	var final *store.Run
 	e.local.begin(cr.Run.ID)

@@ -28,8 +28,9 @@ type Job struct {
 const jobPosition = 0
 
 // executeJob runs one attempt of a job and records its outcome in one
-// checkpoint: succeeded, failed, or waiting for the next attempt.
-func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control, job *Job) {
+// checkpoint: succeeded, failed, or waiting for the next attempt. It reports
+// what it saved, as ExecuteOutcome does.
+func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control, job *Job) (oc Outcome) {
 	GrowStack()
 	if cr.QueueRetry != nil {
 		j := *job
@@ -57,14 +58,14 @@ func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *work
 	}
 	now := e.cfg.Clock.Now()
 	if d := run.Deadline; d != nil && !now.Before(*d) {
-		final = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, nil, ErrDeadlineExceeded, false))
-		return
+		final, oc = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, nil, ErrDeadlineExceeded, false))
+		return oc
 	}
 	select {
 	case <-ctl.CancelRequested():
 		// Cancelled while it waited (e.g. for a retry's backoff): no new attempt.
-		final = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, nil, ErrCancelled, true))
-		return
+		final, oc = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, nil, ErrCancelled, true))
+		return oc
 	default:
 	}
 	out, err, cancelled := e.jobAttempt(ctx, run, ctl, job, attempt)
@@ -73,14 +74,17 @@ func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *work
 		if errors.Is(context.Cause(ctx), worker.ErrShutdown) {
 			if err := e.cfg.Store.LeaseRelease(context.WithoutCancel(ctx), &store.LeaseReleaseParams{Lease: lease, Seq: 1}); err != nil {
 				runLogger(e.cfg.Logger, run).Warn("handing back job", "step", run.Workflow, "attempt", attempt, "err", err)
+				return oc
 			}
+			return Outcome{Status: store.StatusPending}
 		}
-		return
+		return oc
 	}
 	if err == nil && len(out) > e.cfg.MaxPayloadBytes {
 		err = fmt.Errorf("%w: output is %d bytes (limit %d)", ErrPayloadTooLarge, len(out), e.cfg.MaxPayloadBytes)
 	}
-	final = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, out, err, cancelled))
+	final, oc = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, out, err, cancelled))
+	return oc
 }
 
 // jobAttempt calls the job's function with the run's cancellation, the
@@ -173,20 +177,21 @@ func (e *Engine) jobOutcome(run *store.Run, job *Job, prior *store.Op, attempt i
 }
 
 // jobSave writes a job's checkpoint and returns the run as saved when it
-// finished (nil otherwise).
-func (e *Engine) jobSave(ctx context.Context, run *store.Run, lease store.Lease, p *store.CheckpointParams) *store.Run {
+// finished (nil otherwise), and what it saved (nothing when it failed).
+func (e *Engine) jobSave(ctx context.Context, run *store.Run, lease store.Lease, p *store.CheckpointParams) (*store.Run, Outcome) {
 	p.Lease, p.Seq = lease, 1 // a job's lease writes once (store.CheckpointParams.Seq)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CheckpointTimeout)
 	defer cancel()
 	res, err := e.cfg.Store.Checkpoint(cctx, p)
 	if err != nil {
 		runLogger(e.cfg.Logger, run).Warn("saving job outcome", "status", p.Status, "err", err)
-		return nil
+		return nil, Outcome{}
 	}
+	oc := Outcome{Status: p.Status, Error: p.Error}
 	if !p.Status.Terminal() {
-		return nil
+		return nil, oc
 	}
-	return finalRun(run, p, res)
+	return finalRun(run, p, res), oc
 }
 
 // GrowStack grows the calling goroutine's stack from its first 2 KiB to 8 KiB
