@@ -63,15 +63,11 @@ func (c *Client) StartMany(ctx context.Context, reqs []StartRequest) ([]StartRes
 	if len(reqs) == 0 || len(reqs) > MaxStartMany {
 		return nil, fmt.Errorf("starting runs: %w: %d runs (1 to %d)", ErrInvalidParams, len(reqs), MaxStartMany)
 	}
-	var results []StartResult
-	err := c.call(ctx, ClientCall{Method: "StartMany"}, func(ctx context.Context) error {
-		var err error
+	results, err := callV(ctx, c, ClientCall{Method: "StartMany"}, func(ctx context.Context) ([]StartResult, error) {
 		if c.remote != nil {
-			results, err = c.remote.startMany(ctx, reqs)
-		} else {
-			results, err = c.startMany(ctx, reqs)
+			return c.remote.startMany(ctx, reqs)
 		}
-		return err
+		return c.startMany(ctx, reqs)
 	})
 	if err != nil {
 		return nil, err
@@ -89,14 +85,12 @@ func (c *Client) StartMany(ctx context.Context, reqs []StartRequest) ([]StartRes
 // startMany is StartMany on the client's own store.
 func (c *Client) startMany(ctx context.Context, reqs []StartRequest) ([]StartResult, error) {
 	p := &store.RunsCreateParams{Namespace: c.cfg.Namespace, Runs: make([]*store.RunCreateParams, len(reqs))}
-	tp := traceParentOf(ctx) // the runs' executions join the caller's trace
 	for i, r := range reqs {
 		def, err := c.checkStart(r.Workflow, r.Input)
 		if err != nil {
 			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
 		}
-		p.Runs[i] = c.createParams(def, r.Input, r.Options)
-		p.Runs[i].TraceParent = tp
+		p.Runs[i] = c.createParams(ctx, def, r.Input, r.Options)
 		if err := c.applyRecords(ctx, def, r.Options, p.Runs[i]); err != nil {
 			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
 		}
@@ -168,7 +162,7 @@ func (r *remote) startMany(ctx context.Context, reqs []StartRequest) ([]StartRes
 			return nil, fmt.Errorf("starting runs: item %d: %w: a server takes JSON inputs (Config.Codec must encode JSON)", i, ErrInvalidInput)
 		}
 		o := req.Options
-		runs[i] = startBodyOf(runParams("", &definition{name: req.Workflow}, uuid.Nil.String(), req.Input, o), o)
+		runs[i] = startBodyOf(runParams("", &definition{name: req.Workflow}, uuid.Nil.String(), req.Input, o, ""), o)
 		runs[i].Queue = o.Queue // "" lets the server apply the workflow's default
 	}
 	results, err := r.startBatch(ctx, runs)

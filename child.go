@@ -66,9 +66,9 @@ func ChildAsync[In, Out any](wc *Context, wf *Workflow[In, Out], in In, opts ...
 	ns := wc.rs.Run().Namespace
 	wc.rs.StartChild(&f.w, engine.ChildSpec{Workflow: wf.Name(), Input: in, Detached: o.Detached,
 		Params: func(runID string, input []byte) *store.RunCreateParams {
-			p := runParams(ns, wf.definition(), runID, input, StartOptions{ID: o.ID, Queue: o.Queue, Priority: o.Priority})
-			p.TraceParent = traceParentOf(wc.rs.AttemptContext()) // the child's spans join the parent's trace
-			return p
+			// The child's spans join the parent's trace.
+			return runParams(ns, wf.definition(), runID, input, StartOptions{ID: o.ID, Queue: o.Queue, Priority: o.Priority},
+				traceParentOf(wc.rs.AttemptContext()))
 		}}, wc.detached)
 	return f
 }
@@ -190,9 +190,7 @@ func Map[In, Out any](wc *Context, wf *Workflow[In, Out], items []In, opts ...Ma
 			if def == nil {
 				def, tp = wf.definition(), traceParentOf(rs.AttemptContext())
 			}
-			p := runParams(ns, def, runID, input, StartOptions{Queue: o.Queue, Priority: o.Priority})
-			p.TraceParent = tp
-			return p
+			return runParams(ns, def, runID, input, StartOptions{Queue: o.Queue, Priority: o.Priority}, tp)
 		}}, wc.detached)
 	switch {
 	case err != nil:

@@ -160,7 +160,7 @@ func (r *remote) start(ctx context.Context, def *definition, input []byte, o Sta
 	if len(input) > 0 && !json.Valid(input) {
 		return nil, fmt.Errorf("starting %s: %w: a server takes JSON inputs (Config.Codec must encode JSON)", def.name, ErrInvalidInput)
 	}
-	return r.starts.start(ctx, def.name, startBodyOf(runParams("", def, "", input, o), o))
+	return r.starts.start(ctx, def.name, startBodyOf(runParams("", def, "", input, o, ""), o))
 }
 
 // startBodyOf is the body of POST runs, or an item of POST runs:batch, that

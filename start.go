@@ -55,13 +55,9 @@ func (h *Handle[Out]) RunID() string { return h.runID }
 // docs/architecture.md, "Waiting for results"). The call interceptors see it
 // as method "Result", with the run ID as Ref.
 func (h *Handle[Out]) Result(ctx context.Context) (Out, error) {
-	var (
-		out Out
-		run *Run
-	)
-	err := h.c.call(ctx, ClientCall{Method: "Result", Ref: h.runID}, func(ctx context.Context) (err error) {
-		run, err = h.c.waitRun(ctx, h.runID)
-		return err
+	var out Out
+	run, err := callV(ctx, h.c, ClientCall{Method: "Result", Ref: h.runID}, func(ctx context.Context) (*Run, error) {
+		return h.c.waitRun(ctx, h.runID)
 	})
 	if err != nil {
 		return out, err
@@ -136,23 +132,20 @@ func (c *Client) StartRaw(ctx context.Context, workflow string, input []byte, o 
 	return c.start(ctx, def, input, o)
 }
 
-func (c *Client) start(ctx context.Context, def *definition, input []byte, o StartOptions) (run *Run, err error) {
-	err = c.call(ctx, ClientCall{Method: "Start", Workflow: def.name, Ref: o.ID}, func(ctx context.Context) error {
-		run, err = c.doStart(ctx, def, input, o)
-		return err
+func (c *Client) start(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
+	return callV(ctx, c, ClientCall{Method: "Start", Workflow: def.name, Ref: o.ID}, func(ctx context.Context) (*Run, error) {
+		return c.doStart(ctx, def, input, o)
 	})
-	return run, err
 }
 
 func (c *Client) doStart(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
 	if c.remote != nil {
 		return c.remote.start(ctx, def, input, o)
 	}
-	p := c.createParams(def, input, o)
+	p := c.createParams(ctx, def, input, o)
 	if err := c.applyRecords(ctx, def, o, p); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", def.name, err)
 	}
-	p.TraceParent = traceParentOf(ctx)
 	p.Idempotency = idempotency(ctx, createdRun)
 	// A free slot of this process's worker, else (for a call of the server's)
 	// of a waiting remote worker: the run is created claimed for it.
@@ -176,19 +169,21 @@ func (c *Client) doStart(ctx context.Context, def *definition, input []byte, o S
 	return runFromStore(res.Run), nil
 }
 
-// createParams are the parameters of a new run of def.
-func (c *Client) createParams(def *definition, input []byte, o StartOptions) *store.RunCreateParams {
-	return runParams(c.cfg.Namespace, def, uuid.Must(uuid.NewV7()).String(), input, o)
+// createParams are the parameters of a new run of def started by a call with
+// ctx: its executions join the trace of the span in ctx.
+func (c *Client) createParams(ctx context.Context, def *definition, input []byte, o StartOptions) *store.RunCreateParams {
+	return runParams(c.cfg.Namespace, def, uuid.Must(uuid.NewV7()).String(), input, o, traceParentOf(ctx))
 }
 
 // runParams are the parameters that create a run of def with ID runID, with the
 // defaults of StartOptions: the workflow ID is the run ID, the queue the
-// workflow's (else "default").
-func runParams(namespace string, def *definition, runID string, input []byte, o StartOptions) *store.RunCreateParams {
+// workflow's (else "default"). traceParent is the W3C trace context its
+// executions join ("" for none).
+func runParams(namespace string, def *definition, runID string, input []byte, o StartOptions, traceParent string) *store.RunCreateParams {
 	p := &store.RunCreateParams{
 		Namespace: namespace, ID: runID, WorkflowID: o.ID, Workflow: def.name,
 		Queue: o.Queue, Priority: o.Priority, Version: def.opts.Version, Input: input, Reuse: store.ReusePolicy(o.Reuse),
-		ConcurrencyKey: o.ConcurrencyKey,
+		ConcurrencyKey: o.ConcurrencyKey, TraceParent: traceParent,
 	}
 	if p.WorkflowID == "" {
 		p.WorkflowID = runID

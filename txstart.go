@@ -24,8 +24,7 @@ func StartTx[In, Out any](ctx context.Context, c *Client, tx any, wf *Workflow[I
 	}
 	return startWith(c, wf, in, opts, func(def *definition, input []byte, o StartOptions) (*Run, error) {
 		return callV(ctx, c, ClientCall{Method: "StartTx", Workflow: def.name, Ref: o.ID}, func(ctx context.Context) (*Run, error) {
-			p := c.createParams(def, input, o)
-			p.TraceParent = traceParentOf(ctx) // its executions join the caller's trace
+			p := c.createParams(ctx, def, input, o)
 			res, err := ts.RunCreateTx(ctx, tx, p)
 			if err != nil {
 				return nil, fmt.Errorf("starting %s: %w", def.name, err)
