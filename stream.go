@@ -58,13 +58,18 @@ const StreamNow int64 = streams.Now
 // The call interceptors (Interceptor.Call, Method "Stream") wrap the whole
 // iteration: next returns when it ends, with the error it ended with (nil when
 // the run's final event was delivered or the loop broke). An error an
-// interceptor returns instead reaches the loop last, unless the loop broke.
+// interceptor returns instead reaches the loop last, unless the loop broke. An
+// interceptor that calls next again after the loop broke gets nothing more
+// delivered; next must not be called from two goroutines at once.
 func (c *Client) Stream(ctx context.Context, ref string, after int64) iter.Seq2[*StreamEvent, error] {
 	return func(yield func(*StreamEvent, error) bool) {
 		var ended error
 		stopped := false // the loop broke: yield may not be called again
 		err := c.call(ctx, ClientCall{Method: "Stream", Ref: ref}, func(ctx context.Context) error {
 			c.doStream(ctx, ref, after, func(ev *StreamEvent, err error) bool {
+				if stopped { // next called again (a retrying interceptor) after the loop broke
+					return false
+				}
 				ended = err
 				stopped = !yield(ev, err)
 				return !stopped

@@ -28,6 +28,9 @@ func TestStreamInterceptorErrors(t *testing.T) {
 		case "replace":
 			_ = next(ctx)
 			return replaced
+		case "again": // a retrying interceptor: next once more after the first
+			_ = next(ctx)
+			return next(ctx)
 		}
 		return next(ctx)
 	}}
@@ -63,6 +66,10 @@ func TestStreamInterceptorErrors(t *testing.T) {
 	mode = "replace"
 	if n, errs := collect(1); n != 1 || len(errs) != 0 {
 		t.Fatalf("broken after one event: %d events, errors %v; want one event and nothing after", n, errs)
+	}
+	mode = "again" // the loop broke: the second next delivers nothing (no panic)
+	if n, errs := collect(1); n != 1 || len(errs) != 0 {
+		t.Fatalf("retried after the loop broke: %d events, errors %v; want one event and nothing after", n, errs)
 	}
 	mode = ""
 	if n2, errs := collect(0); n2 != n || len(errs) != 0 {
