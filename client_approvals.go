@@ -75,16 +75,14 @@ func (c *Client) Reject(ctx context.Context, id, principal, comment string) (*Ap
 	return c.decide(ctx, id, false, principal, comment)
 }
 
-func (c *Client) decide(ctx context.Context, id string, approve bool, principal, comment string) (rec *ApprovalRecord, err error) {
+func (c *Client) decide(ctx context.Context, id string, approve bool, principal, comment string) (*ApprovalRecord, error) {
 	method := "Reject"
 	if approve {
 		method = "Approve"
 	}
-	err = c.call(ctx, ClientCall{Method: method, Ref: id}, func(ctx context.Context) error {
-		rec, err = c.doDecide(ctx, id, approve, principal, comment)
-		return err
+	return callV(ctx, c, ClientCall{Method: method, Ref: id}, func(ctx context.Context) (*ApprovalRecord, error) {
+		return c.doDecide(ctx, id, approve, principal, comment)
 	})
-	return rec, err
 }
 
 func (c *Client) doDecide(ctx context.Context, id string, approve bool, principal, comment string) (*ApprovalRecord, error) {

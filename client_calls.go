@@ -6,21 +6,13 @@ import "context"
 // interceptors (Interceptor.Call).
 
 // Get returns a run by run ID or workflow ID (the latest run with that ID).
-func (c *Client) Get(ctx context.Context, ref string) (run *Run, err error) {
-	err = c.call(ctx, ClientCall{Method: "Get", Ref: ref}, func(ctx context.Context) error {
-		run, err = c.doGet(ctx, ref)
-		return err
-	})
-	return run, err
+func (c *Client) Get(ctx context.Context, ref string) (*Run, error) {
+	return callV(ctx, c, ClientCall{Method: "Get", Ref: ref}, func(ctx context.Context) (*Run, error) { return c.doGet(ctx, ref) })
 }
 
 // List lists runs, newest first.
-func (c *Client) List(ctx context.Context, o ListOptions) (page *RunPage, err error) {
-	err = c.call(ctx, ClientCall{Method: "List"}, func(ctx context.Context) error {
-		page, err = c.doList(ctx, o)
-		return err
-	})
-	return page, err
+func (c *Client) List(ctx context.Context, o ListOptions) (*RunPage, error) {
+	return callV(ctx, c, ClientCall{Method: "List"}, func(ctx context.Context) (*RunPage, error) { return c.doList(ctx, o) })
 }
 
 // Cancel cancels a run. A run that has not started ends cancelled at once; a running
@@ -38,21 +30,13 @@ func (c *Client) Resume(ctx context.Context, ref string) error {
 // Wait blocks until the run reaches a final state and returns it. It is woken by a
 // push from the store; changes from other processes without push are seen within
 // Worker.PollInterval. Through a server, Wait long-polls the run's result.
-func (c *Client) Wait(ctx context.Context, ref string) (run *Run, err error) {
-	err = c.call(ctx, ClientCall{Method: "Wait", Ref: ref}, func(ctx context.Context) error {
-		run, err = c.doWait(ctx, ref)
-		return err
-	})
-	return run, err
+func (c *Client) Wait(ctx context.Context, ref string) (*Run, error) {
+	return callV(ctx, c, ClientCall{Method: "Wait", Ref: ref}, func(ctx context.Context) (*Run, error) { return c.doWait(ctx, ref) })
 }
 
 // History returns a run's ops in position order, with every failed attempt.
-func (c *Client) History(ctx context.Context, ref string) (ops []*Op, err error) {
-	err = c.call(ctx, ClientCall{Method: "History", Ref: ref}, func(ctx context.Context) error {
-		ops, err = c.doHistory(ctx, ref)
-		return err
-	})
-	return ops, err
+func (c *Client) History(ctx context.Context, ref string) ([]*Op, error) {
+	return callV(ctx, c, ClientCall{Method: "History", Ref: ref}, func(ctx context.Context) ([]*Op, error) { return c.doHistory(ctx, ref) })
 }
 
 // Value decodes the value a run stored under key (Context.Set) into v.

@@ -24,12 +24,8 @@ import (
 // and awaited after it), or when a Map recorded by an older version (whose
 // results stay with the old run's children) comes before it; ErrRunExists when
 // another run with the workflow ID is active.
-func (c *Client) Reset(ctx context.Context, ref, step string) (run *Run, err error) {
-	err = c.call(ctx, ClientCall{Method: "Reset", Ref: ref}, func(ctx context.Context) error {
-		run, err = c.doReset(ctx, ref, step)
-		return err
-	})
-	return run, err
+func (c *Client) Reset(ctx context.Context, ref, step string) (*Run, error) {
+	return callV(ctx, c, ClientCall{Method: "Reset", Ref: ref}, func(ctx context.Context) (*Run, error) { return c.doReset(ctx, ref, step) })
 }
 
 // doReset is Reset without the call interceptors.
