@@ -8,6 +8,13 @@ import (
 	"syscall"
 )
 
+// canProbe reports whether peerClosed can look into conn: a socket, not a
+// connection wrapped in TLS.
+func canProbe(conn net.Conn) bool {
+	_, ok := conn.(syscall.Conn)
+	return ok
+}
+
 // peerClosed reports whether the peer of conn has closed its side or reset
 // the connection, without reading anything or waiting: a peek at the socket
 // that finds its end (or a reset). Bytes waiting to be read, or a connection
@@ -25,7 +32,10 @@ func peerClosed(conn net.Conn) bool {
 	var b [1]byte
 	err = raw.Read(func(fd uintptr) bool {
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		closed = n == 0 && err == nil || errors.Is(err, syscall.ECONNRESET)
+		// Its end, a reset, or any error a socket keeps for its next read
+		// (a keep-alive timeout, an unreachable host); none waiting: open.
+		closed = n == 0 && err == nil || err != nil && !errors.Is(err, syscall.EAGAIN) &&
+			!errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR)
 		return true // done: never wait for the socket to be readable
 	})
 	return closed || errors.Is(err, net.ErrClosed)

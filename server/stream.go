@@ -123,10 +123,14 @@ func (s *Server) serveStream(conn net.Conn, ns, runID, workflow string, after in
 		return
 	}
 	// The probe ends the stream when its client goes (the read deadline the
-	// request was read with would keep it from looking).
-	_ = conn.SetReadDeadline(time.Time{})
-	gone := make(chan struct{}) // a channel, not a context: a stream stays small
-	defer s.watch(conn, gone)()
+	// request was read with would keep it from looking). A connection it
+	// cannot look into (TLS) is left out: its stream ends at a failed write.
+	var gone chan struct{} // a channel, not a context: a stream stays small
+	if canProbe(conn) {
+		_ = conn.SetReadDeadline(time.Time{})
+		gone = make(chan struct{})
+		defer s.watch(conn, gone)()
+	}
 	var b bytes.Buffer
 	err := streams.Follow(context.Background(), s.store, ns, runID, after, streams.Options{
 		Heartbeat: s.cfg.StreamHeartbeat,
