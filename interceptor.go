@@ -36,11 +36,12 @@ type Interceptor struct {
 	// s.StepAttempt.
 	// Steps replayed from history do not run and are not intercepted.
 	Step func(ctx context.Context, s *StepCall, next func(context.Context) error) error
-	// Call wraps each Client method that makes a call (every one but Close:
-	// Start, Get, List, Cancel, SendEvent, Stream, the namespace, queue and
-	// schedule methods, ...) and StartTx: next performs it, through the store
-	// or the server. A call is intercepted once: the calls a method makes to
-	// other methods are not. Stream's next is the whole iteration.
+	// Call wraps each Client method that makes a call (every one but Close
+	// and StartQueue, a lookup of a start's queue: Start, Get, List, Cancel,
+	// SendEvent, Stream, the namespace, queue and schedule methods, ...),
+	// StartTx and Handle.Result: next performs it, through the store or the
+	// server. A call is intercepted once: the calls a method makes to other
+	// methods are not. Stream's next is the whole iteration.
 	Call func(ctx context.Context, c *ClientCall, next func(context.Context) error) error
 
 	// The built-in interceptors use more forms, which leave the stack as it is
@@ -322,5 +323,6 @@ func (c Config) onClaim() func(time.Duration, int) {
 	if c.Metrics == nil {
 		return nil
 	}
-	return func(d time.Duration, _ int) { c.Metrics.ObserveClaim(d) }
+	m := c.Metrics // not the whole Config in the closure
+	return func(d time.Duration, _ int) { m.ObserveClaim(d) }
 }

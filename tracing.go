@@ -29,7 +29,7 @@ const tracerName = "github.com/trellis-dev/trellis"
 // puts the run's stored trace context in the attempt's context first.
 func tracingInterceptor(tp trace.TracerProvider) Interceptor {
 	tr := tp.Tracer(tracerName)
-	runNames, stepNames := newSpanNames("run "), newSpanNames("step ")
+	runNames, stepNames, callNames := newSpanNames("run "), newSpanNames("step "), newSpanNames("trellis.")
 	return Interceptor{
 		// A run span's start options are shared (building them for each run
 		// cost two allocations); its attributes are set as it ends (endRunSpan).
@@ -48,7 +48,7 @@ func tracingInterceptor(tp trace.TracerProvider) Interceptor {
 		// has root spans, not one more root per call.
 		callIf: func(ctx context.Context, _ *ClientCall) bool { return trace.SpanContextFromContext(ctx).IsValid() },
 		Call: func(ctx context.Context, c *ClientCall, next func(context.Context) error) error {
-			ctx, span := tr.Start(ctx, "trellis."+c.Method, trace.WithSpanKind(trace.SpanKindProducer))
+			ctx, span := tr.Start(ctx, callNames.get(c.Method), callSpanKind(c.Method))
 			if c.Workflow != "" {
 				span.SetAttributes(attribute.String("trellis.workflow", c.Workflow))
 			}
@@ -61,6 +61,22 @@ func tracingInterceptor(tp trace.TracerProvider) Interceptor {
 		},
 	}
 }
+
+// callSpanKind is the kind of a client call's span: a producer for the
+// calls that hand work to runs (starts, events), a client for the others
+// (reads, waits, changes to records).
+func callSpanKind(method string) trace.SpanStartOption {
+	switch method {
+	case "Start", "StartMany", "StartTx", "SendEvent":
+		return producerSpan
+	}
+	return clientSpan
+}
+
+var (
+	producerSpan = trace.WithSpanKind(trace.SpanKindProducer)
+	clientSpan   = trace.WithSpanKind(trace.SpanKindClient)
+)
 
 // runSpanOptions are the start options of a run attempt's span.
 var runSpanOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
