@@ -48,15 +48,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	metrics := trellis.NewMetrics()
 	// Tracing is on when the standard OTEL_* variables say so, as for trellis
 	// server: the demo's runs and steps, and the UI's requests, become spans.
-	tp, stopTracing, err := trellis.TracerFromEnv(ctx)
+	tp, stopTracing, err := tracingFromEnv(ctx)
 	if err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = stopTracing(sctx) // flushes the last spans
-	}()
+	defer stopTracing()
 	c, err := trellis.Open(ctx, trellis.Config{Store: storeURL, Metrics: metrics, TracerProvider: tp, Worker: trellis.WorkerOptions{
 		PollInterval: 200 * time.Millisecond, ShutdownGrace: time.Second,
 	}})

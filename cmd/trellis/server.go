@@ -17,6 +17,7 @@ import (
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/server"
 	"github.com/trellis-dev/trellis/store/storesqlite"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const serverAbout = `Serve the HTTP API of a store (docs/http-api.md) on one port: start, inspect
@@ -115,15 +116,11 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	url = withWALPreallocate(url)
 	// Tracing is on when the standard OTEL_* variables name an OTLP endpoint.
-	tp, stopTracing, err := trellis.TracerFromEnv(ctx)
+	tp, stopTracing, err := tracingFromEnv(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = stopTracing(sctx) // flushes the last spans
-	}()
+	defer stopTracing()
 	sched.Disabled = noScheduler
 	uiKey, err := uiKeyFromEnv()
 	if err != nil {
@@ -194,4 +191,18 @@ func uiKeyFromEnv() ([]byte, error) {
 		return nil, fmt.Errorf("%s must be %d hex digits (openssl rand -hex %d)", envUIKey, 2*server.UIKeySize, server.UIKeySize)
 	}
 	return k, nil
+}
+
+// tracingFromEnv is trellis.TracerFromEnv for a command: stop flushes the last
+// spans, waiting up to 5 s.
+func tracingFromEnv(ctx context.Context) (tp trace.TracerProvider, stop func(), err error) {
+	tp, shutdown, err := trellis.TracerFromEnv(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tp, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdown(sctx)
+	}, nil
 }
