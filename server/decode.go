@@ -33,14 +33,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, max int64, optional bool
 	if err != nil || mt != "application/json" {
 		return fmt.Errorf("%w: Content-Type must be application/json", ErrUnsupportedMediaType)
 	}
-	body := http.MaxBytesReader(w, r.Body, max)
-	if err := decodeJSON(body, optional, v); err != nil {
-		if berr := bodyReadError(err, max); berr != nil {
-			return berr
-		}
-		return err
-	}
-	return nil
+	return decodeJSON(http.MaxBytesReader(w, r.Body, max), max, optional, v)
 }
 
 // checkLength refuses a declared Content-Length over max before anything is
@@ -65,23 +58,24 @@ func bodyReadError(err error, max int64) error {
 	return nil
 }
 
-// decodeJSON decodes exactly one JSON value from body into v, strictly. A read
-// that failed (bodyReadError) is returned as it is.
-func decodeJSON(body io.Reader, optional bool, v any) error {
+// decodeJSON decodes exactly one JSON value from body (limited to max bytes)
+// into v, strictly. A read that failed for the body's size or slowness is
+// answered as bodyReadError says.
+func decodeJSON(body io.Reader, max int64, optional bool, v any) error {
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if optional && errors.Is(err, io.EOF) {
 			return nil
 		}
-		if bodyReadError(err, 0) != nil {
-			return err
+		if berr := bodyReadError(err, max); berr != nil {
+			return berr
 		}
 		return fmt.Errorf("%w: malformed JSON body: %v", ErrInvalidArgument, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if bodyReadError(err, 0) != nil {
-			return err
+		if berr := bodyReadError(err, max); berr != nil {
+			return berr
 		}
 		return fmt.Errorf("%w: malformed JSON body: data after the value", ErrInvalidArgument)
 	}

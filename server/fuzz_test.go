@@ -43,7 +43,7 @@ func FuzzDecodeBodies(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, typ := range bodies {
 			v := reflect.New(typ).Interface()
-			err := decodeJSON(bytes.NewReader(data), true, v)
+			err := decodeJSON(bytes.NewReader(data), int64(len(data)), true, v)
 			if err != nil && !errors.Is(err, ErrInvalidArgument) {
 				t.Fatalf("decoding %q into %s: error %v is not ErrInvalidArgument", data, typ, err)
 			}

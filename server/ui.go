@@ -178,7 +178,6 @@ type pageData struct {
 	NS        string
 	Principal string
 	CSRF      string
-	Nav       string    // the page's key in the navigation
 	NavItems  []navItem // the pages the principal may open
 	Insecure  bool
 	Data      any
@@ -212,18 +211,20 @@ var uiPages = func() map[string]*template.Template {
 // render executes page name within the layout; with ?partial=1, only the page's
 // live part ("<name>-live"), which the page's script polls.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, c *uiCall, status int, name string, data any) {
-	p := pageData{Title: name, NS: c.ns, CSRF: c.csrf, Nav: name, Insecure: s.cfg.Insecure, Data: data}
+	p := pageData{Title: name, NS: c.ns, CSRF: c.csrf, Insecure: s.cfg.Insecure, Data: data}
 	if p.NS == "" {
 		p.NS = "default"
-	}
-	if c.principal != nil {
-		p.Principal = c.principal.Name
-		p.NavItems = navItems(c.principal, p.NS, name)
 	}
 	t := uiPages[name]
 	tmpl := "layout"
 	if live := name + "-live"; r.URL.Query().Get("partial") == "1" && t.Lookup(live) != nil {
 		tmpl = live
+	}
+	if c.principal != nil {
+		p.Principal = c.principal.Name
+		if tmpl == "layout" { // a live part shows no navigation
+			p.NavItems = navItems(c.principal, p.NS, name)
+		}
 	}
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, tmpl, p); err != nil {

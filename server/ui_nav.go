@@ -12,7 +12,7 @@ import (
 // rule in uiRouteTable (mayOpen), the rule prepareUI enforces, never by a
 // second list of roles. The server enforces the rules anyway.
 
-// uiNavPages are the pages of the navigation, in order: its key (pageData.Nav),
+// uiNavPages are the pages of the navigation, in order: its key (the page's name in render),
 // its label and the GET route of uiRouteTable that serves it. "/" sends a
 // principal to the first of them it may open.
 var uiNavPages = []struct{ key, label, pattern string }{
