@@ -212,21 +212,17 @@ func runRemoteS2(ctx context.Context, o RemoteOptions, n int) (*Result, error) {
 	for s := range subs {
 		go func() {
 			defer done.Done()
-			waiting, next := false, 0
+			waiting := sync.OnceFunc(ready.Done) // at run.waiting, or when it ends first
+			defer waiting()
+			next := 0
 			for ev, err := range rc.Stream(ctx, h.RunID(), 0) {
 				if err != nil {
-					if !waiting {
-						ready.Done()
-					}
 					fail(fmt.Errorf("subscriber %d: %w", s, err))
 					return
 				}
 				switch ev.Name {
 				case "run.waiting":
-					if !waiting {
-						waiting = true
-						ready.Done()
-					}
+					waiting()
 				case "e":
 					var em emitted
 					if err := json.Unmarshal(ev.Data, &em); err != nil || em.I != next {
@@ -234,18 +230,19 @@ func runRemoteS2(ctx context.Context, o RemoteOptions, n int) (*Result, error) {
 						return
 					}
 					next++
+					if next == n { // the window ends at the last event's delivery
+						at := time.Now()
+						mu.Lock()
+						if at.After(lastAt) {
+							lastAt = at
+						}
+						mu.Unlock()
+					}
 				}
-			}
-			if !waiting {
-				ready.Done()
 			}
 			if next != n {
 				fail(fmt.Errorf("subscriber %d: got %d of %d events", s, next, n))
-				return
 			}
-			mu.Lock()
-			lastAt = time.Now()
-			mu.Unlock()
 		}()
 	}
 	ready.Wait()
