@@ -176,16 +176,7 @@ func TestEveryClientMethodIsIntercepted(t *testing.T) {
 	admin := s.token(t, "admin", auth.Grant{Role: auth.RoleAdmin, Namespace: "*"})
 	for _, kind := range []string{"embedded", "remote"} {
 		t.Run(kind, func(t *testing.T) {
-			log := &callLog{}
-			cfg := trellis.Config{Backend: s.st, Interceptors: []trellis.Interceptor{log.interceptor()}}
-			if kind == "remote" {
-				cfg = trellis.Config{Server: s.base, Token: admin, Interceptors: cfg.Interceptors}
-			}
-			c, err := trellis.Open(ctxT(t), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c, log := loggedClient(t, s, kind, admin, nil)
 			names := make([]string, 0, len(calls))
 			for name := range calls {
 				names = append(names, name)
@@ -216,6 +207,27 @@ func TestEveryClientMethodIsIntercepted(t *testing.T) {
 	}
 }
 
+// loggedClient opens a client whose call interceptor logs its calls: on s's
+// store ("embedded"), or through s with token ("remote"); mod, when set,
+// changes the configuration first. The client closes at the test's end.
+func loggedClient(t *testing.T, s *workerServer, kind, token string, mod func(*trellis.Config)) (*trellis.Client, *callLog) {
+	t.Helper()
+	log := &callLog{}
+	cfg := trellis.Config{Backend: s.st, Interceptors: []trellis.Interceptor{log.interceptor()}}
+	if kind == "remote" {
+		cfg = trellis.Config{Server: s.base, Token: token, Interceptors: cfg.Interceptors}
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := trellis.Open(ctxT(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, log
+}
+
 // Handle.Result, a wait for the run a Start made, goes through the call
 // interceptors as method "Result" with the run ID, embedded and through a
 // server (where it is a long poll of the run's result).
@@ -226,19 +238,13 @@ func TestHandleResultIsIntercepted(t *testing.T) {
 	wf := trellis.NewWorkflow("result-intercepted", func(wc *trellis.Context, i int) (int, error) { return i + 1, nil })
 	for _, kind := range []string{"embedded", "remote"} {
 		t.Run(kind, func(t *testing.T) {
-			log := &callLog{}
-			cfg := trellis.Config{Backend: s.st, Interceptors: []trellis.Interceptor{log.interceptor()}}
-			if kind == "remote" {
-				cfg = trellis.Config{Server: s.base, Token: admin, Interceptors: cfg.Interceptors}
-				cfg.Worker.Disabled = true
-				wtok := s.token(t, "w", auth.Grant{Role: auth.RoleWorker, Namespace: "default"})
-				startRemoteWorker(t, s.base, wtok, wf)
-			}
-			c, err := trellis.Open(ctxT(t), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c, log := loggedClient(t, s, kind, admin, func(cfg *trellis.Config) {
+				if kind == "remote" { // a worker of its own serves wf
+					cfg.Worker.Disabled = true
+					wtok := s.token(t, "w", auth.Grant{Role: auth.RoleWorker, Namespace: "default"})
+					startRemoteWorker(t, s.base, wtok, wf)
+				}
+			})
 			if kind == "embedded" {
 				if err := c.Register(ctxT(t), wf); err != nil { // its worker serves wf
 					t.Fatal(err)
