@@ -29,7 +29,10 @@ func (c *Client) Resume(ctx context.Context, ref string) error {
 
 // Wait blocks until the run reaches a final state and returns it. It is woken by a
 // push from the store; changes from other processes without push are seen within
-// Worker.PollInterval. Through a server, Wait long-polls the run's result.
+// Worker.PollInterval. Through a server, Wait long-polls the run's result, and
+// rides out a server restart: a server it cannot reach is tried again with
+// backoff (100 ms doubling to 2 s), ErrUnavailable after ten tries in a row
+// (about 12 s). Handle.Result waits the same way.
 func (c *Client) Wait(ctx context.Context, ref string) (*Run, error) {
 	return callV(ctx, c, ClientCall{Method: "Wait", Ref: ref}, func(ctx context.Context) (*Run, error) { return c.doWait(ctx, ref) })
 }

@@ -315,12 +315,18 @@ func (r *remote) value(ctx context.Context, ref, key string) (Payload, error) {
 // (the server's wait was over) starts the next poll. A server whose MaxWait is
 // shorter than the client's wait answers 400: the client halves its wait (down
 // to a second) and remembers what the server took.
+// waitAttempts caps the tries of one long poll of a run's result when the
+// server cannot be reached or answers 503: backing off from 100 ms, doubling
+// to 2 s, about 12 s in all, the time for a server to restart.
+const waitAttempts = 10
+
 func (r *remote) wait(ctx context.Context, ref string) (*Run, error) {
 	for {
 		wait := time.Duration(r.pollWait.Load())
 		var run Run
+		// A waiter rides out a server restart: more tries than a call's.
 		call := httpc.Call{Method: http.MethodGet, Path: r.runPath(ref, "result"),
-			Query: url.Values{"wait": {wait.String()}}, Out: &run, Wait: wait}
+			Query: url.Values{"wait": {wait.String()}}, Out: &run, Wait: wait, Attempts: waitAttempts}
 		status, err := r.do(ctx, call)
 		switch {
 		case errors.Is(err, ErrInvalidParams) && wait > time.Second:

@@ -272,3 +272,49 @@ func TestStreamJob(t *testing.T) {
 		}
 	}
 }
+
+// Handle.Result and Wait through a server ride out its restart: the long poll
+// that the stopping server ends, and the calls that find nothing listening,
+// are tried again until the new server on the same address answers.
+func TestResultSurvivesServerRestart(t *testing.T) {
+	st := openStore(t, storeURL(t))
+	w := open(t, "", func(c *trellis.Config) { c.Store, c.Backend = "", st })
+	register(t, w, streamWF)
+	srv := startServer(t, st, "127.0.0.1:0")
+	addr := srv.Addr().String()
+	c := remoteClient(t, "http://"+addr)
+	ctx := ctxT(t)
+	h, err := trellis.Start(ctx, w, streamWF, nil, trellis.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, w, h.RunID(), trellis.StatusWaiting) // for event "go"
+	remote := must[*trellis.Handle[string]](t)(trellis.GetHandle(ctx, c, streamWF, h.RunID()))
+	type outcome struct {
+		out string
+		err error
+	}
+	result, waited := make(chan outcome, 1), make(chan outcome, 1)
+	go func() { out, err := remote.Result(ctx); result <- outcome{out, err} }()
+	go func() {
+		run, err := c.Wait(ctx, h.RunID())
+		if err == nil {
+			waited <- outcome{string(run.Status), nil}
+			return
+		}
+		waited <- outcome{"", err}
+	}()
+	time.Sleep(200 * time.Millisecond) // both long polls are in flight
+	shutdown(t, srv)
+	time.Sleep(2 * time.Second) // calls find nothing listening, longer than a call's tries last
+	if err := w.SendEvent(ctx, h.RunID(), "go", "x"); err != nil {
+		t.Fatal(err)
+	}
+	startServer(t, st, addr) // a new server on the same address
+	if r := <-result; r.err != nil || r.out != "done" {
+		t.Fatalf("Result across the restart: %q, %v", r.out, r.err)
+	}
+	if r := <-waited; r.err != nil || r.out != string(trellis.StatusSucceeded) {
+		t.Fatalf("Wait across the restart: %q, %v", r.out, r.err)
+	}
+}

@@ -115,6 +115,9 @@ type Call struct {
 	Body   any
 	Out    any
 	Wait   time.Duration
+	// Attempts, when above 0, caps the tries of this call instead of
+	// Config.Attempts (a waiter that should ride out a server restart).
+	Attempts int
 }
 
 // Do makes the call, retrying what is safe to retry, and returns the status of
@@ -136,10 +139,13 @@ func (c *Client) Do(ctx context.Context, call Call) (int, error) {
 		// commit of a batch of starts write a page per key.
 		key = uuid.Must(uuid.NewV7()).String()
 	}
-	backoff := c.cfg.Backoff
+	backoff, attempts := c.cfg.Backoff, c.cfg.Attempts
+	if call.Attempts > 0 {
+		attempts = call.Attempts
+	}
 	for attempt := 1; ; attempt++ {
 		status, retry, err := c.once(ctx, call, body, key)
-		if !retry || attempt >= c.cfg.Attempts || ctx.Err() != nil {
+		if !retry || attempt >= attempts || ctx.Err() != nil {
 			return status, err
 		}
 		t := time.NewTimer(backoff)
