@@ -38,6 +38,9 @@ var (
 	// ErrNoStore: a driver opened without migrating (NoMigrate) found no Trellis
 	// store, or one that needs migrating, where it looked.
 	ErrNoStore = errors.New("no Trellis store")
+	// ErrWorkerOwned is returned by WorkerHeartbeat and WorkerRemove for a
+	// worker record that another principal's worker made.
+	ErrWorkerOwned = errors.New("worker record belongs to another principal")
 )
 
 // Errors of the token store (TokenStore).

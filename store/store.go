@@ -147,6 +147,8 @@ type AdminStore interface {
 	WorkerRegistry
 	// TokenStore: the server's bearer tokens (see tokens.go).
 	TokenStore
+	// KeyStore: the secret keys the servers of the store share (see keys.go).
+	KeyStore
 	// IdempotencyStore: idempotency keys of mutating calls (see idempotency.go).
 	IdempotencyStore
 	// QueueStore: namespaces and queues as objects (see queues.go).
@@ -521,12 +523,19 @@ type ClaimedRun struct {
 	// fills it from the queue's record (read through a cache of a few seconds),
 	// and a server fills it in the runs it pushes to remote workers.
 	QueueRetry *QueueRetry `json:"queue_retry,omitempty"`
+	// LeaseSecret is the secret a server hands a remote worker with the lease
+	// (internal/secrets): the worker sends it back with every write of the
+	// lease, and the server refuses a write without it. Stores leave it "": a
+	// store's own callers hold its credentials and are trusted. It is never
+	// stored nor shown to anyone but the worker it was issued to.
+	LeaseSecret string `json:"-"`
 }
 
-// Lease is the lease the claim of c holds, with the run's sequence as its
-// RunSeq hint.
+// Lease is the lease the claim of c holds, with the run's queue, the claim's
+// secret and the run's sequence as its RunSeq hint.
 func (c *ClaimedRun) Lease() Lease {
-	return Lease{Namespace: c.Run.Namespace, RunID: c.Run.ID, Token: c.LeaseToken, RunSeq: c.Run.Sequence}
+	return Lease{Namespace: c.Run.Namespace, RunID: c.Run.ID, Token: c.LeaseToken, RunSeq: c.Run.Sequence,
+		Queue: c.Run.Queue, Secret: c.LeaseSecret}
 }
 
 // RunsClaimResult is the result of RunsClaim.
@@ -550,6 +559,12 @@ type Lease struct {
 	// run there has Namespace and RunID; a wrong hint loses the lease, it never
 	// touches another run. It stays in this process (no JSON).
 	RunSeq int64 `json:"-"`
+	// Queue and Secret, through a server: the run's queue, on which the
+	// server authorizes the write, and the lease secret it issued with the
+	// claim (ClaimedRun.LeaseSecret), which binds the namespace, run, queue
+	// and token together. Stores do not read them.
+	Queue  string `json:"-"`
+	Secret string `json:"-"`
 }
 
 // LeasesExtendParams are the parameters of LeasesExtend.

@@ -14,12 +14,16 @@ type WorkerRegistry interface {
 	// WorkerHeartbeat creates or refreshes the record of a worker (namespace and
 	// name): its workflows, queues and version, last seen now, live until now + TTL.
 	// With Start, the record's StartedAt becomes now and the namespace's records
-	// dead for longer than WorkerForgetAfter are deleted.
+	// dead for longer than WorkerForgetAfter are deleted. A record belongs to
+	// the Owner that made it: a heartbeat of another owner fails with
+	// ErrWorkerOwned and writes nothing, but one without an owner (a worker on
+	// the store itself) always applies and takes the record over.
 	WorkerHeartbeat(ctx context.Context, p *WorkerHeartbeatParams) error
 	// WorkerList lists the records of a namespace's workers, live or not, by name.
 	WorkerList(ctx context.Context, p *WorkerListParams) ([]*Worker, error)
 	// WorkerRemove deletes a worker's record (on graceful stop). Removing a record
-	// that does not exist is not an error.
+	// that does not exist is not an error; removing another owner's record fails
+	// with ErrWorkerOwned (a caller without an owner may remove any).
 	WorkerRemove(ctx context.Context, p *WorkerRemoveParams) error
 }
 
@@ -45,6 +49,9 @@ type Worker struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	// Live reports ExpiresAt > now by the store's clock when the record was read.
 	Live bool `json:"live"`
+	// Owner is the principal whose worker made the record, through a server;
+	// "" for a worker on the store itself.
+	Owner string `json:"owner,omitempty"`
 }
 
 // Serves reports whether the worker runs workflow wf from queue q.
@@ -64,6 +71,9 @@ type WorkerHeartbeatParams struct {
 	TTL time.Duration `json:"ttl"`
 	// Start marks the worker's first heartbeat (see WorkerHeartbeat).
 	Start bool `json:"start,omitempty"`
+	// Owner is the principal the heartbeat comes from, set by a server from
+	// the caller's credentials ("" on the store itself: trusted).
+	Owner string `json:"-"`
 }
 
 // Validate reports the first missing or malformed field of p, wrapping
@@ -93,6 +103,8 @@ type WorkerListParams struct {
 type WorkerRemoveParams struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
+	// Owner, as for WorkerHeartbeatParams.
+	Owner string `json:"-"`
 }
 
 // UnservedReason is the wait reason of a pending run that no live worker among

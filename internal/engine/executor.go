@@ -33,7 +33,7 @@ func (e *Engine) ExecuteOutcome(ctx context.Context, cr *store.ClaimedRun, ctl *
 	def, ok := e.cfg.Lookup(cr.Run.Workflow)
 	if !ok { // claims are filtered by registered names; be safe anyway
 		_ = e.cfg.Store.LeaseRelease(context.WithoutCancel(ctx), &store.LeaseReleaseParams{
-			Lease: store.Lease{Namespace: cr.Run.Namespace, RunID: cr.Run.ID, Token: cr.LeaseToken}, Seq: 1})
+			Lease: cr.Lease(), Seq: 1})
 		return oc
 	}
 	if def.Job != nil {

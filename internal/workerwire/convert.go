@@ -247,7 +247,8 @@ func ClaimedToPB(crs []*store.ClaimedRun) []*pb.ClaimedRun {
 	out := make([]*pb.ClaimedRun, len(crs))
 	for i, c := range crs {
 		out[i] = &pb.ClaimedRun{Run: RunToPB(c.Run), LeaseToken: c.LeaseToken, LeaseExpiresAt: Ts(c.LeaseExpiresAt),
-			History: OpsToPB(c.History), Inbox: eventsToPB(c.Inbox), QueueRetry: queueRetryToPB(c.QueueRetry)}
+			History: OpsToPB(c.History), Inbox: eventsToPB(c.Inbox), QueueRetry: queueRetryToPB(c.QueueRetry),
+			LeaseSecret: c.LeaseSecret}
 	}
 	return out
 }
@@ -257,7 +258,8 @@ func ClaimedFromPB(crs []*pb.ClaimedRun) []*store.ClaimedRun {
 	out := make([]*store.ClaimedRun, len(crs))
 	for i, c := range crs {
 		out[i] = &store.ClaimedRun{Run: RunFromPB(c.Run), LeaseToken: c.LeaseToken, LeaseExpiresAt: Time(c.LeaseExpiresAt),
-			History: OpsFromPB(c.History), Inbox: eventsFromPB(c.Inbox), QueueRetry: queueRetryFromPB(c.QueueRetry)}
+			History: OpsFromPB(c.History), Inbox: eventsFromPB(c.Inbox), QueueRetry: queueRetryFromPB(c.QueueRetry),
+			LeaseSecret: c.LeaseSecret}
 	}
 	return out
 }
@@ -294,7 +296,7 @@ func queueRetryFromPB(r *pb.QueueRetry) *store.QueueRetry {
 
 // LeaseToPB converts a lease.
 func LeaseToPB(l store.Lease) *pb.Lease {
-	return &pb.Lease{Namespace: l.Namespace, RunId: l.RunID, Token: l.Token}
+	return &pb.Lease{Namespace: l.Namespace, RunId: l.RunID, Token: l.Token, Queue: l.Queue, Secret: l.Secret}
 }
 
 // LeaseFromPB converts a lease back (nil is the zero lease).
@@ -302,7 +304,7 @@ func LeaseFromPB(l *pb.Lease) store.Lease {
 	if l == nil {
 		return store.Lease{}
 	}
-	return store.Lease{Namespace: l.Namespace, RunID: l.RunId, Token: l.Token}
+	return store.Lease{Namespace: l.Namespace, RunID: l.RunId, Token: l.Token, Queue: l.Queue, Secret: l.Secret}
 }
 
 // CheckpointToPB converts a checkpoint.
@@ -370,7 +372,7 @@ func WorkersToPB(ws []*store.Worker) []*pb.Worker {
 	out := make([]*pb.Worker, len(ws))
 	for i, w := range ws {
 		out[i] = &pb.Worker{Namespace: w.Namespace, Name: w.Name, Workflows: w.Workflows, Queues: w.Queues, Version: w.Version,
-			StartedAt: Ts(w.StartedAt), LastSeenAt: Ts(w.LastSeenAt), ExpiresAt: Ts(w.ExpiresAt), Live: w.Live}
+			StartedAt: Ts(w.StartedAt), LastSeenAt: Ts(w.LastSeenAt), ExpiresAt: Ts(w.ExpiresAt), Live: w.Live, Owner: w.Owner}
 	}
 	return out
 }
@@ -380,7 +382,7 @@ func WorkersFromPB(ws []*pb.Worker) []*store.Worker {
 	out := make([]*store.Worker, len(ws))
 	for i, w := range ws {
 		out[i] = &store.Worker{Namespace: w.Namespace, Name: w.Name, Workflows: w.Workflows, Queues: w.Queues, Version: w.Version,
-			StartedAt: Time(w.StartedAt), LastSeenAt: Time(w.LastSeenAt), ExpiresAt: Time(w.ExpiresAt), Live: w.Live}
+			StartedAt: Time(w.StartedAt), LastSeenAt: Time(w.LastSeenAt), ExpiresAt: Time(w.ExpiresAt), Live: w.Live, Owner: w.Owner}
 	}
 	return out
 }

@@ -24,6 +24,7 @@ const (
 	ReasonClosed           = "CLOSED"
 	ReasonUnauthenticated  = "UNAUTHENTICATED"
 	ReasonPermissionDenied = "PERMISSION_DENIED"
+	ReasonWorkerOwned      = "WORKER_OWNED"
 	ReasonUnavailable      = "UNAVAILABLE"
 	ReasonRateLimited      = "RATE_LIMITED"
 	ReasonInternal         = "INTERNAL"
@@ -49,6 +50,7 @@ var sentinels = []sentinel{
 	{store.ErrClosed, connect.CodeUnavailable, ReasonClosed},
 	{auth.ErrUnauthenticated, connect.CodeUnauthenticated, ReasonUnauthenticated},
 	{ErrPermissionDenied, connect.CodePermissionDenied, ReasonPermissionDenied},
+	{store.ErrWorkerOwned, connect.CodePermissionDenied, ReasonWorkerOwned},
 	{ErrRateLimited, connect.CodeResourceExhausted, ReasonRateLimited},
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -12,17 +13,24 @@ import (
 const (
 	// sqlWorkerUpsert creates or refreshes a worker's record; $8 (Start) resets
 	// its started_at.
+	// A record of another owner than $9 is left alone (the caller tells
+	// ErrWorkerOwned from the 0 rows), unless $9 is '' (the store's own workers).
 	sqlWorkerUpsert = `INSERT INTO workers (namespace, name, workflows, queues, version,
-	started_at, last_seen_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $6, $7)
+	started_at, last_seen_at, expires_at, owner) VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $9)
 	ON CONFLICT (namespace, name) DO UPDATE SET workflows = excluded.workflows,
 	queues = excluded.queues, version = excluded.version, last_seen_at = excluded.last_seen_at,
-	expires_at = excluded.expires_at,
-	started_at = CASE WHEN $8::boolean THEN excluded.started_at ELSE workers.started_at END`
+	expires_at = excluded.expires_at, owner = excluded.owner,
+	started_at = CASE WHEN $8::boolean THEN excluded.started_at ELSE workers.started_at END
+	WHERE $9 = '' OR workers.owner = $9`
 	// sqlWorkersForget deletes a namespace's records dead since before $2.
 	sqlWorkersForget = `DELETE FROM workers WHERE namespace = $1 AND expires_at < $2`
 	sqlWorkerList    = `SELECT namespace, name, workflows, queues, version, started_at,
-	last_seen_at, expires_at FROM workers WHERE namespace = $1 ORDER BY name`
-	sqlWorkerRemove = `DELETE FROM workers WHERE namespace = $1 AND name = $2`
+	last_seen_at, expires_at, owner FROM workers WHERE namespace = $1 ORDER BY name`
+	// sqlWorkerRemove deletes the record unless another owner than $3 made it
+	// ($3 '': any owner) and returns whether such a record is left.
+	sqlWorkerRemove = `WITH d AS (DELETE FROM workers WHERE namespace = $1 AND name = $2
+	AND ($3 = '' OR owner = $3) RETURNING 1)
+	SELECT EXISTS (SELECT 1 FROM workers WHERE namespace = $1 AND name = $2) AND NOT EXISTS (SELECT 1 FROM d)`
 )
 
 // WorkerHeartbeat implements store.Store. A lost heartbeat is harmless (the next
@@ -37,7 +45,13 @@ func (s *Store) WorkerHeartbeat(ctx context.Context, p *store.WorkerHeartbeatPar
 		stmts = append(stmts, stmt{sql: sqlWorkersForget, args: []any{p.Namespace, now.Add(-store.WorkerForgetAfter)}})
 	}
 	stmts = append(stmts, stmt{sql: sqlWorkerUpsert, args: []any{p.Namespace, p.Name,
-		orEmpty(p.Workflows), orEmpty(p.Queues), p.Version, now, now.Add(p.TTL), p.Start}})
+		orEmpty(p.Workflows), orEmpty(p.Queues), p.Version, now, now.Add(p.TTL), p.Start, p.Owner},
+		tag: func(tag pgconn.CommandTag) error {
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("%w: %q in namespace %q", store.ErrWorkerOwned, p.Name, p.Namespace)
+			}
+			return nil
+		}})
 	if _, err := s.writeNoSync(ctx, stmts...); err != nil {
 		return fmt.Errorf("recording worker heartbeat: %w", err)
 	}
@@ -69,7 +83,7 @@ func (s *Store) workerList(ctx context.Context, namespace string) ([]*store.Work
 	ws, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Worker, error) {
 		var w store.Worker
 		err := row.Scan(&w.Namespace, &w.Name, &w.Workflows, &w.Queues, &w.Version,
-			&w.StartedAt, &w.LastSeenAt, &w.ExpiresAt)
+			&w.StartedAt, &w.LastSeenAt, &w.ExpiresAt, &w.Owner)
 		w.StartedAt, w.LastSeenAt, w.ExpiresAt = w.StartedAt.UTC(), w.LastSeenAt.UTC(), w.ExpiresAt.UTC()
 		w.Workflows, w.Queues = orEmpty(w.Workflows), orEmpty(w.Queues)
 		w.Live = w.ExpiresAt.After(now)
@@ -83,8 +97,21 @@ func (s *Store) workerList(ctx context.Context, namespace string) ([]*store.Work
 
 // WorkerRemove implements store.Store.
 func (s *Store) WorkerRemove(ctx context.Context, p *store.WorkerRemoveParams) error {
-	if _, err := s.writeNoSync(ctx, stmt{sql: sqlWorkerRemove, args: []any{p.Namespace, p.Name}}); err != nil {
+	var owned bool
+	st := stmt{sql: sqlWorkerRemove, args: []any{p.Namespace, p.Name, p.Owner}, rows: func(rows pgx.Rows) error {
+		owned = false
+		for rows.Next() {
+			if err := rows.Scan(&owned); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}}
+	if _, err := s.writeNoSync(ctx, st); err != nil {
 		return fmt.Errorf("removing worker: %w", err)
+	}
+	if owned {
+		return fmt.Errorf("removing worker: %w: %q in namespace %q", store.ErrWorkerOwned, p.Name, p.Namespace)
 	}
 	return nil
 }

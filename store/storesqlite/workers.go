@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/trellis-dev/trellis/store"
@@ -11,18 +12,24 @@ import (
 
 const (
 	// sqlWorkerUpsert creates or refreshes a worker's record; ?8 (Start) resets
-	// its started_at.
+	// its started_at. A record of another owner than ?9 is left alone (no
+	// change: the caller tells ErrWorkerOwned), unless ?9 is '' (the store's
+	// own workers).
 	sqlWorkerUpsert = `INSERT INTO workers (namespace, name, workflows, queues, version,
-	started_at, last_seen_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)
+	started_at, last_seen_at, expires_at, owner) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?9)
 	ON CONFLICT (namespace, name) DO UPDATE SET workflows = excluded.workflows,
 	queues = excluded.queues, version = excluded.version, last_seen_at = excluded.last_seen_at,
-	expires_at = excluded.expires_at,
-	started_at = CASE WHEN ?8 THEN excluded.started_at ELSE workers.started_at END`
+	expires_at = excluded.expires_at, owner = excluded.owner,
+	started_at = CASE WHEN ?8 THEN excluded.started_at ELSE workers.started_at END
+	WHERE ?9 = '' OR workers.owner = ?9`
 	// sqlWorkersForget deletes a namespace's records dead since before ?2.
 	sqlWorkersForget = `DELETE FROM workers WHERE namespace = ?1 AND expires_at < ?2`
 	sqlWorkerList    = `SELECT namespace, name, workflows, queues, version, started_at,
-	last_seen_at, expires_at FROM workers WHERE namespace = ?1 ORDER BY name`
-	sqlWorkerRemove = `DELETE FROM workers WHERE namespace = ?1 AND name = ?2`
+	last_seen_at, expires_at, owner FROM workers WHERE namespace = ?1 ORDER BY name`
+	// sqlWorkerRemove deletes a record of owner ?3 (any owner when ?3 is '');
+	// sqlWorkerOwner tells an absent record from another owner's.
+	sqlWorkerRemove = `DELETE FROM workers WHERE namespace = ?1 AND name = ?2 AND (?3 = '' OR owner = ?3)`
+	sqlWorkerOwner  = `SELECT owner FROM workers WHERE namespace = ?1 AND name = ?2`
 )
 
 // WorkerHeartbeat implements store.Store. A lost heartbeat is harmless (the next
@@ -46,9 +53,15 @@ func (s *Store) WorkerHeartbeat(ctx context.Context, p *store.WorkerHeartbeatPar
 				return err
 			}
 		}
-		_, err := tx.exec(sqlWorkerUpsert, p.Namespace, p.Name, wfs, queues, p.Version,
-			now, tx.now.Add(p.TTL).UnixNano(), boolInt(p.Start))
-		return err
+		res, err := tx.exec(sqlWorkerUpsert, p.Namespace, p.Name, wfs, queues, p.Version,
+			now, tx.now.Add(p.TTL).UnixNano(), boolInt(p.Start), p.Owner)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err == nil && n == 0 {
+			return fmt.Errorf("%w: %q in namespace %q", store.ErrWorkerOwned, p.Name, p.Namespace)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("recording worker heartbeat: %w", err)
@@ -93,7 +106,7 @@ func scanWorker(sc scanner) (*store.Worker, error) {
 		wfs, queues              string
 		started, seen, expiresAt int64
 	)
-	if err := sc.Scan(&w.Namespace, &w.Name, &wfs, &queues, &w.Version, &started, &seen, &expiresAt); err != nil {
+	if err := sc.Scan(&w.Namespace, &w.Name, &wfs, &queues, &w.Version, &started, &seen, &expiresAt, &w.Owner); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(wfs), &w.Workflows); err != nil {
@@ -111,8 +124,21 @@ func scanWorker(sc scanner) (*store.Worker, error) {
 // WorkerRemove implements store.Store.
 func (s *Store) WorkerRemove(ctx context.Context, p *store.WorkerRemoveParams) error {
 	err := s.writeNoSync(ctx, func(tx *wtx) error {
-		_, err := tx.exec(sqlWorkerRemove, p.Namespace, p.Name)
-		return err
+		res, err := tx.exec(sqlWorkerRemove, p.Namespace, p.Name, p.Owner)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n > 0 || p.Owner == "" {
+			return err
+		}
+		var owner string
+		switch err := tx.queryRow(sqlWorkerOwner, p.Namespace, p.Name).Scan(&owner); {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil // no record: nothing to remove
+		case err != nil:
+			return err
+		}
+		return fmt.Errorf("%w: %q in namespace %q", store.ErrWorkerOwned, p.Name, p.Namespace)
 	})
 	if err != nil {
 		return fmt.Errorf("removing worker: %w", err)

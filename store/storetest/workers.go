@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ var workerCases = []testCase{
 	{"StartForgetsLongDead", workerStartForgets},
 	{"ListByNamespaceAndName", workerListByNamespace},
 	{"Remove", workerRemove},
+	{"Owned", workerOwned},
 	{"InvalidParams", workerInvalidParams},
 	{"UnservedReason", workerUnservedReason},
 	{"UnservedOnlyPending", workerUnservedOnlyPending},
@@ -167,6 +169,61 @@ func workerRemove(t *testing.T, e *env) {
 	}
 	wantIDs(t, "workers after remove", workerNames(e.workers(ns)), []string{"w-b"})
 	wantIDs(t, "workers of another namespace", workerNames(e.workers("other")), []string{"w-a"})
+}
+
+// A record belongs to the owner whose heartbeat made it: another owner can
+// neither refresh nor remove it, and nothing changes; a caller without an
+// owner (the store's own workers) may do both.
+func workerOwned(t *testing.T, e *env) {
+	if _, remote := e.st.(*viaWorker); remote {
+		// Through a server the owner is the caller's principal, never a
+		// parameter: the server's tests cover it.
+		t.Skip("the owner is set by the server")
+	}
+	beat := func(owner string, wfs ...string) error {
+		return e.st.WorkerHeartbeat(e.ctx, &store.WorkerHeartbeatParams{Namespace: ns, Name: "w", Workflows: wfs,
+			TTL: workerTTL, Owner: owner})
+	}
+	remove := func(owner string) error {
+		return e.st.WorkerRemove(e.ctx, &store.WorkerRemoveParams{Namespace: ns, Name: "w", Owner: owner})
+	}
+	if err := beat("alice", "a"); err != nil {
+		t.Fatalf("first heartbeat: %v", err)
+	}
+	if err := beat("alice", "a", "b"); err != nil {
+		t.Fatalf("the owner's heartbeat: %v", err)
+	}
+	if err := beat("mallory", "x"); !errors.Is(err, store.ErrWorkerOwned) {
+		t.Fatalf("another owner's heartbeat = %v, want ErrWorkerOwned", err)
+	}
+	if err := remove("mallory"); !errors.Is(err, store.ErrWorkerOwned) {
+		t.Fatalf("another owner's remove = %v, want ErrWorkerOwned", err)
+	}
+	w := e.oneWorker(ns)
+	if w.Owner != "alice" || !slices.Equal(w.Workflows, []string{"a", "b"}) {
+		t.Fatalf("record = owner %q workflows %v, want alice's, unchanged", w.Owner, w.Workflows)
+	}
+	if err := beat("", "s"); err != nil {
+		t.Fatalf("a heartbeat without owner: %v", err)
+	}
+	if w := e.oneWorker(ns); w.Owner != "" || !slices.Equal(w.Workflows, []string{"s"}) {
+		t.Fatalf("record = owner %q workflows %v, want taken over without owner", w.Owner, w.Workflows)
+	}
+	if err := beat("alice", "a"); !errors.Is(err, store.ErrWorkerOwned) {
+		t.Fatalf("alice's heartbeat on the taken-over record = %v, want ErrWorkerOwned", err)
+	}
+	if err := remove(""); err != nil {
+		t.Fatalf("remove without owner: %v", err)
+	}
+	if err := remove("mallory"); err != nil {
+		t.Fatalf("removing an absent record = %v, want nil", err)
+	}
+	if err := beat("mallory", "x"); err != nil {
+		t.Fatalf("a new record's first heartbeat: %v", err)
+	}
+	if err := remove("mallory"); err != nil || len(e.workers(ns)) != 0 {
+		t.Fatalf("the owner's remove = %v, %d records left", err, len(e.workers(ns)))
+	}
 }
 
 func workerInvalidParams(t *testing.T, e *env) {

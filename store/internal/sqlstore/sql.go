@@ -6,6 +6,7 @@ type SQL struct {
 	d    Dialect
 	q    queries
 	tok  tokenQueries
+	key  keyQueries
 	idem idemQueries
 	cq   cancelQueries
 	qq   queueQueries
@@ -76,6 +77,7 @@ func New(d Dialect) *SQL {
 	s.cq = newCancelQueries(d)
 	s.sq = newStreamQueries(d)
 	s.tok = newTokenQueries(r)
+	s.key = newKeyQueries(r)
 	s.qq = newQueueQueries(&s.d)
 	s.idem = newIdemQueries(r)
 	s.sch = newScheduleQueries(r)

@@ -34,7 +34,7 @@ type ErrorDetail struct {
 	// reason: LEASE_LOST, RUN_NOT_FOUND, RUN_EXISTS, RUN_FINISHED,
 	// RUN_NOT_BLOCKED, KEY_NOT_FOUND, INVALID_PARAMS, CONFLICT,
 	// IDEMPOTENCY_KEY_CONFLICT, CLOSED, UNAUTHENTICATED, PERMISSION_DENIED,
-	// UNAVAILABLE, RATE_LIMITED, INTERNAL.
+	// WORKER_OWNED, UNAVAILABLE, RATE_LIMITED, INTERNAL.
 	Reason  string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// code is the Connect code name (e.g. "aborted"), set on per-item errors.
@@ -753,13 +753,18 @@ type ClaimedRun struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Run   *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	// lease_token fences every write about this run: send it back with each.
+	// It orders the leases of a run; it is not a secret.
 	LeaseToken     int64                  `protobuf:"varint,2,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
 	History        []*Op                  `protobuf:"bytes,4,rep,name=history,proto3" json:"history,omitempty"`
 	Inbox          []*Event               `protobuf:"bytes,5,rep,name=inbox,proto3" json:"inbox,omitempty"`
 	// The default step retry policy of the run's queue, when its record has one
 	// (store.Queue.Retry): steps without a policy of their own take it.
-	QueueRetry    *QueueRetry `protobuf:"bytes,6,opt,name=queue_retry,json=queueRetry,proto3" json:"queue_retry,omitempty"`
+	QueueRetry *QueueRetry `protobuf:"bytes,6,opt,name=queue_retry,json=queueRetry,proto3" json:"queue_retry,omitempty"`
+	// lease_secret is the lease's secret, issued to this worker only: send it
+	// back in Lease.secret with every write of the lease. A write without the
+	// secret of its lease is refused as if the lease were lost.
+	LeaseSecret   string `protobuf:"bytes,7,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -836,6 +841,13 @@ func (x *ClaimedRun) GetQueueRetry() *QueueRetry {
 	return nil
 }
 
+func (x *ClaimedRun) GetLeaseSecret() string {
+	if x != nil {
+		return x.LeaseSecret
+	}
+	return ""
+}
+
 // A queue's default step retry policy.
 type QueueRetry struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -899,11 +911,18 @@ func (x *QueueRetry) GetMaxBackoff() *durationpb.Duration {
 	return nil
 }
 
+// Lease names the lease a write is made under, as the claim gave it.
 type Lease struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Token         int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	RunId     string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The claim's lease_token (fencing order).
+	Token int64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// The run's queue (ClaimedRun.run.queue): the server authorizes the write on
+	// it, and the secret binds it.
+	Queue string `protobuf:"bytes,4,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The claim's lease_secret.
+	Secret        string `protobuf:"bytes,5,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -957,6 +976,20 @@ func (x *Lease) GetToken() int64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *Lease) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *Lease) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
 }
 
 type KVWrite struct {
@@ -2057,9 +2090,12 @@ func (x *CheckpointResponse) GetResults() []*CheckpointResult {
 }
 
 type ResumeBlockedRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Workflows     []string               `protobuf:"bytes,2,rep,name=workflows,proto3" json:"workflows,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Workflows []string               `protobuf:"bytes,2,rep,name=workflows,proto3" json:"workflows,omitempty"`
+	// Only the blocked runs of these queues (the worker's); none: every queue,
+	// which needs a worker grant on the whole namespace.
+	Queues        []string `protobuf:"bytes,3,rep,name=queues,proto3" json:"queues,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2104,6 +2140,13 @@ func (x *ResumeBlockedRequest) GetNamespace() string {
 func (x *ResumeBlockedRequest) GetWorkflows() []string {
 	if x != nil {
 		return x.Workflows
+	}
+	return nil
+}
+
+func (x *ResumeBlockedRequest) GetQueues() []string {
+	if x != nil {
+		return x.Queues
 	}
 	return nil
 }
@@ -2462,16 +2505,19 @@ func (x *SubscribeResponse) GetReconnect() bool {
 }
 
 type Worker struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Workflows     []string               `protobuf:"bytes,3,rep,name=workflows,proto3" json:"workflows,omitempty"`
-	Queues        []string               `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty"`
-	Version       string                 `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	LastSeenAt    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_seen_at,json=lastSeenAt,proto3" json:"last_seen_at,omitempty"`
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	Live          bool                   `protobuf:"varint,9,opt,name=live,proto3" json:"live,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Namespace  string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name       string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Workflows  []string               `protobuf:"bytes,3,rep,name=workflows,proto3" json:"workflows,omitempty"`
+	Queues     []string               `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty"`
+	Version    string                 `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
+	StartedAt  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	LastSeenAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_seen_at,json=lastSeenAt,proto3" json:"last_seen_at,omitempty"`
+	ExpiresAt  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Live       bool                   `protobuf:"varint,9,opt,name=live,proto3" json:"live,omitempty"`
+	// The principal whose heartbeat made the record ("" for a worker on the
+	// store itself): only it may refresh or remove the record.
+	Owner         string `protobuf:"bytes,10,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2567,6 +2613,13 @@ func (x *Worker) GetLive() bool {
 		return x.Live
 	}
 	return false
+}
+
+func (x *Worker) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
 }
 
 type HeartbeatRequest struct {
@@ -2960,7 +3013,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\apayload\x18\x05 \x01(\fH\x00R\apayload\x88\x01\x01\x123\n" +
 	"\asent_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAtB\n" +
 	"\n" +
-	"\b_payload\"\xbe\x02\n" +
+	"\b_payload\"\xe1\x02\n" +
 	"\n" +
 	"ClaimedRun\x12(\n" +
 	"\x03run\x18\x01 \x01(\v2\x16.trellis.worker.v1.RunR\x03run\x12\x1f\n" +
@@ -2970,17 +3023,20 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\ahistory\x18\x04 \x03(\v2\x15.trellis.worker.v1.OpR\ahistory\x12.\n" +
 	"\x05inbox\x18\x05 \x03(\v2\x18.trellis.worker.v1.EventR\x05inbox\x12>\n" +
 	"\vqueue_retry\x18\x06 \x01(\v2\x1d.trellis.worker.v1.QueueRetryR\n" +
-	"queueRetry\"\xaf\x01\n" +
+	"queueRetry\x12!\n" +
+	"\flease_secret\x18\a \x01(\tR\vleaseSecret\"\xaf\x01\n" +
 	"\n" +
 	"QueueRetry\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\x03R\vmaxAttempts\x12B\n" +
 	"\x0finitial_backoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0einitialBackoff\x12:\n" +
 	"\vmax_backoff\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"maxBackoff\"R\n" +
+	"maxBackoff\"\x80\x01\n" +
 	"\x05Lease\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x03R\x05token\"X\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\x12\x14\n" +
+	"\x05queue\x18\x04 \x01(\tR\x05queue\x12\x16\n" +
+	"\x06secret\x18\x05 \x01(\tR\x06secret\"X\n" +
 	"\aKVWrite\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
 	"\x05value\x18\x02 \x01(\fH\x00R\x05value\x88\x01\x01\x12\x16\n" +
@@ -3072,10 +3128,11 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1a\n" +
 	"\breplayed\x18\x04 \x01(\bR\breplayed\"S\n" +
 	"\x12CheckpointResponse\x12=\n" +
-	"\aresults\x18\x01 \x03(\v2#.trellis.worker.v1.CheckpointResultR\aresults\"R\n" +
+	"\aresults\x18\x01 \x03(\v2#.trellis.worker.v1.CheckpointResultR\aresults\"j\n" +
 	"\x14ResumeBlockedRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
-	"\tworkflows\x18\x02 \x03(\tR\tworkflows\"1\n" +
+	"\tworkflows\x18\x02 \x03(\tR\tworkflows\x12\x16\n" +
+	"\x06queues\x18\x03 \x03(\tR\x06queues\"1\n" +
 	"\x15ResumeBlockedResponse\x12\x18\n" +
 	"\aresumed\x18\x01 \x01(\x03R\aresumed\"D\n" +
 	"\x12ListHistoryRequest\x12\x1c\n" +
@@ -3096,7 +3153,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
 	"subscribed\x18\x01 \x01(\bR\n" +
 	"subscribed\x12\x1c\n" +
-	"\treconnect\x18\x02 \x01(\bR\treconnect\"\xd2\x02\n" +
+	"\treconnect\x18\x02 \x01(\bR\treconnect\"\xe8\x02\n" +
 	"\x06Worker\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -3109,7 +3166,9 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"lastSeenAt\x129\n" +
 	"\n" +
 	"expires_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x12\n" +
-	"\x04live\x18\t \x01(\bR\x04live\"\xd7\x01\n" +
+	"\x04live\x18\t \x01(\bR\x04live\x12\x14\n" +
+	"\x05owner\x18\n" +
+	" \x01(\tR\x05owner\"\xd7\x01\n" +
 	"\x10HeartbeatRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
