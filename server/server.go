@@ -26,6 +26,7 @@ import (
 	"github.com/trellis-dev/trellis/internal/queuedefaults"
 	"github.com/trellis-dev/trellis/internal/retention"
 	"github.com/trellis-dev/trellis/internal/schedule"
+	"github.com/trellis-dev/trellis/internal/secrets"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -245,6 +246,10 @@ type Server struct {
 	leases      *leaseCounter
 	stopMetrics func()
 	ui          *uiKeys // the web UI's session and CSRF keys
+	// keys are shared by the servers of the store; leaseKeys signs the
+	// lease secrets of the claims pushed to remote workers.
+	keys      *secrets.Keys
+	leaseKeys *secrets.Leases
 
 	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
 	scheduler *schedule.Scheduler
@@ -268,6 +273,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("starting server: %w", err)
 		}
 		s.store, s.ownsStore = st, true
+	}
+	if err := s.loadKeys(ctx); err != nil {
+		if s.ownsStore {
+			_ = s.store.Close()
+		}
+		return nil, err
 	}
 	s.queues = queuedefaults.New(s.store, cfg.Logger)
 	s.handoffs = &handoffs{store: s.store}
