@@ -159,7 +159,8 @@ func (c *Client) doRegister(ctx context.Context, wfs ...Registrable) error {
 	if c.worker == nil {
 		return nil
 	}
-	if _, err := c.wstore.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: c.cfg.Namespace, Workflows: names}); err != nil {
+	if _, err := c.wstore.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: c.cfg.Namespace, Workflows: names,
+		Queues: c.cfg.Worker.Queues}); err != nil {
 		return fmt.Errorf("resuming blocked runs: %w", err)
 	}
 	// Once Register returns, every process on the store sees these workflows

@@ -30,9 +30,11 @@ var scopeDocs = map[scope]string{
 }
 
 var workerScopeDocs = map[workerScope]string{
-	workerClaimQueues: "`namespace` and each queue of `queues`",
-	workerLeases:      "the namespace of every lease",
-	workerNamespace:   "`namespace` (a grant restricted to a queue does)",
+	workerQueues:    "`namespace` and each queue of `queues`",
+	workerLeases:    "the queue of every lease",
+	workerRun:       "`namespace` and the run's queue",
+	workerTopic:     "`namespace`; a run's or its stream's topic: the run's queue",
+	workerNamespace: "`namespace` (a grant restricted to a queue does)",
 }
 
 // The endpoint × role table of docs/security.md is the server's: every route

@@ -44,27 +44,37 @@ type workerScope int
 const (
 	// workerNamespace: the namespace the request names, any queue of it.
 	workerNamespace workerScope = iota + 1
-	// workerClaimQueues: each queue the request claims from (the whole
-	// namespace when it names none).
-	workerClaimQueues
-	// workerLeases: the namespace of every lease the request carries; the
-	// lease tokens fence the writes to the runs the worker claimed.
+	// workerQueues: each queue the request names (the whole namespace when
+	// it names none): the queues a worker claims from, resumes the blocked
+	// runs of, or advertises in its record.
+	workerQueues
+	// workerLeases: the queue of every lease the request carries, which the
+	// lease's secret binds to its run; a lease without a valid secret is
+	// answered as lost and touches nothing.
 	workerLeases
+	// workerRun: the queue of the run the request names (read from the
+	// store unless the grant covers the whole namespace).
+	workerRun
+	// workerTopic: the namespace for the wake-up topics, the queue of the run
+	// for a run's or its stream's topic.
+	workerTopic
 )
 
 // workerRules is the authorization rule of every worker procedure: role
 // `worker` on the scope named. A procedure without one is denied to everyone
-// (and fails TestWorkerAuthorizationWalk).
+// (and fails TestWorkerAuthorizationWalk). Every worker call is authorized on
+// the runs and queues it touches: docs/security.md says why ListWorkers and
+// RemoveWorker are namespace-wide.
 var workerRules = map[string]workerScope{
-	workerv1connect.WorkerServiceClaimProcedure:         workerClaimQueues,
+	workerv1connect.WorkerServiceClaimProcedure:         workerQueues,
 	workerv1connect.WorkerServiceExtendLeasesProcedure:  workerLeases,
 	workerv1connect.WorkerServiceReleaseLeaseProcedure:  workerLeases,
 	workerv1connect.WorkerServiceCheckpointProcedure:    workerLeases,
-	workerv1connect.WorkerServiceResumeBlockedProcedure: workerNamespace,
-	workerv1connect.WorkerServiceListHistoryProcedure:   workerNamespace,
-	workerv1connect.WorkerServiceListChildrenProcedure:  workerNamespace,
-	workerv1connect.WorkerServiceSubscribeProcedure:     workerNamespace,
-	workerv1connect.WorkerServiceHeartbeatProcedure:     workerNamespace,
+	workerv1connect.WorkerServiceResumeBlockedProcedure: workerQueues,
+	workerv1connect.WorkerServiceListHistoryProcedure:   workerRun,
+	workerv1connect.WorkerServiceListChildrenProcedure:  workerRun,
+	workerv1connect.WorkerServiceSubscribeProcedure:     workerTopic,
+	workerv1connect.WorkerServiceHeartbeatProcedure:     workerQueues,
 	workerv1connect.WorkerServiceListWorkersProcedure:   workerNamespace,
 	workerv1connect.WorkerServiceRemoveWorkerProcedure:  workerNamespace,
 }
@@ -157,58 +167,99 @@ func (inFlightLimit) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 	return next
 }
 
-// authorize authenticates the call and checks its rule: role worker on every
-// namespace in nss and, for workerClaimQueues, on each of queues.
-func (h *workerService) authorize(ctx context.Context, procedure string, hdr http.Header, nss []string, queues []string) error {
-	_, err := h.authorizeAs(ctx, procedure, hdr, nss, queues)
-	return err
-}
-
-// authorizeAs is authorize that also returns the principal's name.
-func (h *workerService) authorizeAs(ctx context.Context, procedure string, hdr http.Header, nss []string, queues []string) (string, error) {
+// caller authenticates a worker call and checks that its procedure has a
+// rule; each handler then checks the rule on what the request touches.
+func (h *workerService) caller(ctx context.Context, procedure string, hdr http.Header) (*auth.Principal, error) {
 	p, err := h.s.authenticate(ctx, hdr.Get("Authorization"))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return p.Name, h.allows(p, procedure, nss, queues)
+	if _, ok := workerRules[procedure]; !ok {
+		return nil, fmt.Errorf("%w: procedure %s has no authorization rule", ww.ErrPermissionDenied, procedure)
+	}
+	return p, nil
 }
 
-// allows checks principal p's grants for a call of procedure on namespaces nss
-// (and queues).
-func (h *workerService) allows(p *auth.Principal, procedure string, nss []string, queues []string) error {
-	sc, ok := workerRules[procedure]
-	if !ok {
-		return fmt.Errorf("%w: procedure %s has no authorization rule", ww.ErrPermissionDenied, procedure)
+// checkNamespace checks that ns may be addressed and that p holds role worker
+// (or admin) in it, on some queue at least.
+func checkNamespace(p *auth.Principal, ns string) error {
+	switch {
+	case ns == "":
+		return fmt.Errorf("%w: namespace is required", store.ErrInvalidParams)
+	case ns == auth.SystemNamespace:
+		return fmt.Errorf("%w: namespace %s cannot be addressed", ww.ErrPermissionDenied, auth.SystemNamespace)
+	case !namespacePattern.MatchString(ns):
+		return fmt.Errorf("%w: malformed namespace %q", store.ErrInvalidParams, ns)
+	case !hasRoleIn(p, auth.RoleWorker, ns):
+		return fmt.Errorf("%w: principal %q has no worker grant on namespace %q", ww.ErrPermissionDenied, p.Name, ns)
 	}
-	if len(nss) == 0 {
-		if sc != workerLeases {
-			return fmt.Errorf("%w: namespace is required", store.ErrInvalidParams)
-		}
-		// No lease: nothing to write, but only a worker may ask.
-		if !slices.ContainsFunc(p.Grants, func(g auth.Grant) bool { return g.Role == auth.RoleWorker || g.Role == auth.RoleAdmin }) {
-			return fmt.Errorf("%w: principal %q has no worker grant", ww.ErrPermissionDenied, p.Name)
+	return nil
+}
+
+// checkQueues checks role worker on each of queues of ns; none means every
+// queue, which needs the whole namespace (workerQueues).
+func checkQueues(p *auth.Principal, ns string, queues []string) error {
+	if err := checkNamespace(p, ns); err != nil {
+		return err
+	}
+	if len(queues) == 0 && !p.Allows(auth.RoleWorker, ns, "") {
+		return fmt.Errorf("%w: principal %q has no worker grant on all of namespace %q (name the queues)", ww.ErrPermissionDenied, p.Name, ns)
+	}
+	for _, q := range queues {
+		if !p.Allows(auth.RoleWorker, ns, q) {
+			return fmt.Errorf("%w: principal %q has no worker grant on namespace %q queue %q", ww.ErrPermissionDenied, p.Name, ns, q)
 		}
 	}
-	for _, ns := range nss {
-		switch {
-		case ns == auth.SystemNamespace:
-			return fmt.Errorf("%w: namespace %s cannot be addressed", ww.ErrPermissionDenied, auth.SystemNamespace)
-		case !namespacePattern.MatchString(ns):
-			return fmt.Errorf("%w: malformed namespace %q", store.ErrInvalidParams, ns)
+	return nil
+}
+
+// checkRun checks role worker on the queue of run ref of ns (workerRun): a
+// grant of the whole namespace needs no read; another reads the run.
+func (h *workerService) checkRun(ctx context.Context, p *auth.Principal, ns, ref string) error {
+	if err := checkNamespace(p, ns); err != nil || p.Allows(auth.RoleWorker, ns, "") {
+		return err
+	}
+	if ref == "" {
+		return fmt.Errorf("%w: run is required", store.ErrInvalidParams)
+	}
+	run, err := h.s.store.RunGet(ctx, &store.RunGetParams{Namespace: ns, Ref: ref})
+	if err != nil {
+		return err
+	}
+	return checkQueues(p, ns, []string{run.Queue})
+}
+
+// checkLeases checks the leases of a write (workerLeases): role worker on
+// each lease's queue, else the whole call is refused; and each lease's secret,
+// valid[i] false for a lease whose secret is not the one this store's servers
+// issued for that namespace, run, queue and token (forged, guessed, or from an
+// older lease), which the caller answers as lost without touching the store.
+func (h *workerService) checkLeases(p *auth.Principal, leases []store.Lease) (valid []bool, err error) {
+	if len(leases) == 0 && !slices.ContainsFunc(p.Grants, func(g auth.Grant) bool {
+		return g.Role == auth.RoleWorker || g.Role == auth.RoleAdmin
+	}) { // nothing to write, but only a worker may ask
+		return nil, fmt.Errorf("%w: principal %q has no worker grant", ww.ErrPermissionDenied, p.Name)
+	}
+	valid = make([]bool, len(leases))
+	for i, l := range leases {
+		if err := checkQueues(p, l.Namespace, []string{l.Queue}); err != nil {
+			return nil, fmt.Errorf("run %q: %w", l.RunID, err)
 		}
-		if sc == workerClaimQueues {
-			if len(queues) == 0 && !p.Allows(auth.RoleWorker, ns, "") {
-				return fmt.Errorf("%w: principal %q has no worker grant on all of namespace %q (name the queues to claim from)", ww.ErrPermissionDenied, p.Name, ns)
+		valid[i] = h.s.leaseKeys.Valid(l)
+	}
+	return valid, nil
+}
+
+// checkStarts checks the child runs a checkpoint starts: each is a start in
+// its queue, allowed to a principal that may start runs there (producer) or
+// claim them (worker), as a producer's start through the API would be.
+func checkStarts(p *auth.Principal, ns string, groups []*store.ChildGroup) error {
+	for _, g := range groups {
+		for _, r := range g.Runs {
+			if !p.Allows(auth.RoleProducer, ns, r.Queue) && !p.Allows(auth.RoleWorker, ns, r.Queue) {
+				return fmt.Errorf("%w: child run %q: principal %q may not start runs in namespace %q queue %q",
+					ww.ErrPermissionDenied, r.ID, p.Name, ns, r.Queue)
 			}
-			for _, q := range queues {
-				if !p.Allows(auth.RoleWorker, ns, q) {
-					return fmt.Errorf("%w: principal %q has no worker grant on namespace %q queue %q", ww.ErrPermissionDenied, p.Name, ns, q)
-				}
-			}
-			continue
-		}
-		if !hasRoleIn(p, auth.RoleWorker, ns) {
-			return fmt.Errorf("%w: principal %q has no worker grant on namespace %q", ww.ErrPermissionDenied, p.Name, ns)
 		}
 	}
 	return nil
@@ -225,24 +276,14 @@ func fail(err error) error {
 	return ww.ToConnect(err)
 }
 
-func leaseNamespaces(ls ...*pb.Lease) []string {
-	var nss []string
-	for _, l := range ls {
-		ns := ""
-		if l != nil {
-			ns = l.Namespace
-		}
-		if !slices.Contains(nss, ns) {
-			nss = append(nss, ns)
-		}
-	}
-	return nss
-}
-
 // Claim claims runs for the worker and pushes them (see the proto).
 func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest], stream *connect.ServerStream[pb.ClaimResponse]) error {
 	m := req.Msg
-	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, m.Queues); err != nil {
+	p, err := h.caller(ctx, req.Spec().Procedure, req.Header())
+	if err == nil {
+		err = checkQueues(p, m.Namespace, m.Queues)
+	}
+	if err != nil {
 		return fail(err)
 	}
 	credit := int(m.Credit)
@@ -253,11 +294,11 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 	case wait < 0 || wait > maxClaimWait:
 		return fail(fmt.Errorf("%w: wait must be 0 to %s, not %s", store.ErrInvalidParams, maxClaimWait, wait))
 	}
-	p := &store.RunsClaimParams{Namespace: m.Namespace, Queues: m.Queues, Workflows: m.Workflows,
+	cp := &store.RunsClaimParams{Namespace: m.Namespace, Queues: m.Queues, Workflows: m.Workflows,
 		Worker: m.Worker, LeaseDuration: ww.Duration(m.LeaseDuration)}
 	if wait == 0 {
-		p.Max = credit
-		res, err := h.claim(ctx, p)
+		cp.Max = credit
+		res, err := h.claim(ctx, cp)
 		if err != nil {
 			return fail(err)
 		}
@@ -272,7 +313,7 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 	defer unsubscribe()
 	// While the stream waits with free credit, runs started through this
 	// server's API may be created claimed for it (see handoffs).
-	cs := h.s.handoffs.open(p, credit)
+	cs := h.s.handoffs.open(cp, credit)
 	defer func() {
 		if left := cs.close(); len(left) > 0 {
 			_ = h.push(ctx, stream, &store.RunsClaimResult{Runs: left}) // or handed back, the stream gone
@@ -308,9 +349,9 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 		}
 		credit += cs.withdraw()
 		if claim && credit > 0 {
-			p.Max = credit
+			cp.Max = credit
 			lastClaim = clk()
-			res, err := h.claim(ctx, p)
+			res, err := h.claim(ctx, cp)
 			if err != nil {
 				return fail(err)
 			}
@@ -320,7 +361,7 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 					return err
 				}
 				credit -= len(res.Runs)
-				if len(res.Runs) == p.Max {
+				if len(res.Runs) == cp.Max {
 					continue // more may be due at once
 				}
 			}
@@ -412,6 +453,7 @@ func (h *workerService) push(ctx context.Context, stream *connect.ServerStream[p
 	for _, cr := range res.Runs {
 		h.s.queues.Fill(ctx, cr) // the worker cannot read queue records
 	}
+	h.s.leaseKeys.SignClaimed(res.Runs...)
 	// Counted before the send: a quick run's final checkpoint may come back
 	// before Send returns, and its end must find the lease to end.
 	h.s.leases.granted(res.Runs)
@@ -439,37 +481,62 @@ func releaseClaimed(st store.Store, runs ...*store.ClaimedRun) {
 // ExtendLeases extends a batch of leases.
 func (h *workerService) ExtendLeases(ctx context.Context, req *connect.Request[pb.ExtendLeasesRequest]) (*connect.Response[pb.ExtendLeasesResponse], error) {
 	m := req.Msg
-	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), leaseNamespaces(m.Leases...), nil); err != nil {
+	principal, err := h.caller(ctx, req.Spec().Procedure, req.Header())
+	if err != nil {
 		return nil, fail(err)
 	}
 	if len(m.Leases) > maxBatch {
 		return nil, fail(fmt.Errorf("%w: at most %d leases per call", store.ErrInvalidParams, maxBatch))
 	}
-	p := &store.LeasesExtendParams{Duration: ww.Duration(m.Duration)}
-	for _, l := range m.Leases {
-		p.Leases = append(p.Leases, ww.LeaseFromPB(l))
+	if len(m.Steps) > 0 && len(m.Steps) != len(m.Leases) {
+		return nil, fail(fmt.Errorf("%w: %d steps for %d leases", store.ErrInvalidParams, len(m.Steps), len(m.Leases)))
 	}
-	for _, st := range m.Steps {
-		p.Steps = append(p.Steps, ww.StepFromPB(st))
+	leases := make([]store.Lease, len(m.Leases))
+	for i, l := range m.Leases {
+		leases[i] = ww.LeaseFromPB(l)
+	}
+	valid, err := h.checkLeases(principal, leases)
+	if err != nil {
+		return nil, fail(err)
+	}
+	// Leases without their secret are lost; the store sees only the others.
+	p := &store.LeasesExtendParams{Duration: ww.Duration(m.Duration)}
+	var lost []string
+	for i, l := range leases {
+		if !valid[i] {
+			lost = append(lost, l.RunID)
+			continue
+		}
+		p.Leases = append(p.Leases, l)
+		if len(m.Steps) > 0 {
+			p.Steps = append(p.Steps, ww.StepFromPB(m.Steps[i]))
+		}
 	}
 	res, err := h.s.store.LeasesExtend(ctx, p)
 	if err != nil {
 		return nil, fail(err)
 	}
 	h.s.leases.extended(p.Leases, res.Lost, time.Now().Add(p.Duration))
-	return connect.NewResponse(&pb.ExtendLeasesResponse{Lost: res.Lost, CancelRequested: res.CancelRequested}), nil
+	return connect.NewResponse(&pb.ExtendLeasesResponse{Lost: append(lost, res.Lost...), CancelRequested: res.CancelRequested}), nil
 }
 
 // ReleaseLease hands a run back.
 func (h *workerService) ReleaseLease(ctx context.Context, req *connect.Request[pb.ReleaseLeaseRequest]) (*connect.Response[pb.ReleaseLeaseResponse], error) {
 	m := req.Msg
-	principal, err := h.authorizeAs(ctx, req.Spec().Procedure, req.Header(), leaseNamespaces(m.Lease), nil)
+	principal, err := h.caller(ctx, req.Spec().Procedure, req.Header())
 	if err != nil {
 		return nil, fail(err)
 	}
 	p := &store.LeaseReleaseParams{Lease: ww.LeaseFromPB(m.Lease), Seq: m.Seq}
+	valid, err := h.checkLeases(principal, []store.Lease{p.Lease})
+	switch {
+	case err != nil:
+		return nil, fail(err)
+	case !valid[0]:
+		return nil, fail(fmt.Errorf("%w: run %q: not the secret of this lease", store.ErrLeaseLost, p.Lease.RunID))
+	}
 	if m.Seq > 0 {
-		p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal, m)
+		p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal.Name, m)
 	}
 	err = h.s.store.LeaseRelease(ctx, p)
 	if err == nil || errors.Is(err, store.ErrLeaseLost) {
@@ -494,23 +561,40 @@ func (h *workerService) ReleaseLease(ctx context.Context, req *connect.Request[p
 // fenced by its own lease token and succeeds or fails on its own.
 func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.CheckpointRequest]) (*connect.Response[pb.CheckpointResponse], error) {
 	m := req.Msg
-	leases := make([]*pb.Lease, len(m.Checkpoints))
-	for i, it := range m.Checkpoints {
-		leases[i] = it.GetLease()
-	}
-	principal, err := h.authorizeAs(ctx, req.Spec().Procedure, req.Header(), leaseNamespaces(leases...), nil)
+	principal, err := h.caller(ctx, req.Spec().Procedure, req.Header())
 	if err != nil {
 		return nil, fail(err)
 	}
 	if len(m.Checkpoints) > maxBatch {
 		return nil, fail(fmt.Errorf("%w: at most %d checkpoints per call", store.ErrInvalidParams, maxBatch))
 	}
+	ps := make([]*store.CheckpointParams, len(m.Checkpoints))
+	leases := make([]store.Lease, len(m.Checkpoints))
+	for i, it := range m.Checkpoints {
+		ps[i] = ww.CheckpointFromPB(it)
+		leases[i] = ps[i].Lease
+	}
+	valid, err := h.checkLeases(principal, leases)
+	if err != nil {
+		return nil, fail(err)
+	}
+	for i, p := range ps { // a bad checkpoint refuses the whole call: nothing is written
+		if valid[i] {
+			if err := checkStarts(principal, p.Lease.Namespace, p.Children); err != nil {
+				return nil, fail(err)
+			}
+		}
+	}
 	out := make([]*pb.CheckpointResult, len(m.Checkpoints))
 	one := func(i int) {
-		it := m.Checkpoints[i]
-		p := ww.CheckpointFromPB(it)
+		it, p := m.Checkpoints[i], ps[i]
+		if !valid[i] {
+			out[i] = &pb.CheckpointResult{Error: errorDetail(fmt.Errorf("%w: run %q: not the secret of this lease",
+				store.ErrLeaseLost, p.Lease.RunID))}
+			return
+		}
 		if it.Seq > 0 {
-			p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal, it)
+			p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal.Name, it)
 		}
 		res, err := h.s.store.Checkpoint(ctx, p)
 		ends := err == nil && p.Status != store.StatusRunning || errors.Is(err, store.ErrLeaseLost)
@@ -521,9 +605,7 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 			}
 		}
 		if err != nil {
-			code, d := ww.Detail(err)
-			d.Code = code.String()
-			out[i] = &pb.CheckpointResult{Error: d}
+			out[i] = &pb.CheckpointResult{Error: errorDetail(err)}
 			return
 		}
 		out[i] = &pb.CheckpointResult{CancelRequested: res.CancelRequested, At: ww.Ts(res.At), Replayed: res.Replayed}
@@ -538,6 +620,13 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 		wg.Wait()
 	}
 	return connect.NewResponse(&pb.CheckpointResponse{Results: out}), nil
+}
+
+// errorDetail is the detail of a checkpoint's error, as its result carries it.
+func errorDetail(err error) *pb.ErrorDetail {
+	code, d := ww.Detail(err)
+	d.Code = code.String()
+	return d
 }
 
 // workflowOf returns the workflow of the run of lease l, for the metrics'
@@ -574,10 +663,15 @@ func leaseWriteFingerprint(procedure, principal string, m proto.Message) int64 {
 // ResumeBlocked resumes the blocked runs of workflows.
 func (h *workerService) ResumeBlocked(ctx context.Context, req *connect.Request[pb.ResumeBlockedRequest]) (*connect.Response[pb.ResumeBlockedResponse], error) {
 	m := req.Msg
-	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
+	p, err := h.caller(ctx, req.Spec().Procedure, req.Header())
+	if err == nil {
+		err = checkQueues(p, m.Namespace, m.Queues)
+	}
+	if err != nil {
 		return nil, fail(err)
 	}
-	n, err := h.s.store.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: m.Namespace, Workflows: m.Workflows})
+	n, err := h.s.store.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: m.Namespace, Workflows: m.Workflows,
+		Queues: m.Queues})
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -587,7 +681,11 @@ func (h *workerService) ResumeBlocked(ctx context.Context, req *connect.Request[
 // ListHistory reads a run's ops.
 func (h *workerService) ListHistory(ctx context.Context, req *connect.Request[pb.ListHistoryRequest]) (*connect.Response[pb.ListHistoryResponse], error) {
 	m := req.Msg
-	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
+	p, err := h.caller(ctx, req.Spec().Procedure, req.Header())
+	if err == nil {
+		err = h.checkRun(ctx, p, m.Namespace, m.Ref)
+	}
+	if err != nil {
 		return nil, fail(err)
 	}
 	ops, err := h.s.store.HistoryList(ctx, &store.HistoryListParams{Namespace: m.Namespace, Ref: m.Ref})
@@ -600,7 +698,11 @@ func (h *workerService) ListHistory(ctx context.Context, req *connect.Request[pb
 // ListChildren reads the children one op of a parent started.
 func (h *workerService) ListChildren(ctx context.Context, req *connect.Request[pb.ListChildrenRequest]) (*connect.Response[pb.ListChildrenResponse], error) {
 	m := req.Msg
-	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
+	p, err := h.caller(ctx, req.Spec().Procedure, req.Header())
+	if err == nil {
+		err = h.checkRun(ctx, p, m.Namespace, m.Parent)
+	}
+	if err != nil {
 		return nil, fail(err)
 	}
 	runs, err := h.s.store.RunChildren(ctx, &store.RunChildrenParams{Namespace: m.Namespace, Parent: m.Parent, Position: int(m.Position)})
@@ -615,15 +717,12 @@ func (h *workerService) ListChildren(ctx context.Context, req *connect.Request[p
 // or the server drains (a last message with reconnect).
 func (h *workerService) Subscribe(ctx context.Context, req *connect.Request[pb.SubscribeRequest], stream *connect.ServerStream[pb.SubscribeResponse]) error {
 	m := req.Msg
-	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
-		return fail(err)
+	p, err := h.caller(ctx, req.Spec().Procedure, req.Header())
+	if err == nil {
+		err = h.checkTopic(ctx, p, m.Namespace, m.Topic)
 	}
-	switch {
-	case m.Topic == store.TopicReady || m.Topic == store.TopicCancel:
-	case strings.HasPrefix(m.Topic, store.RunTopicPrefix(m.Namespace)) && len(m.Topic) > len(store.RunTopicPrefix(m.Namespace)):
-	case strings.HasPrefix(m.Topic, store.StreamTopic(m.Namespace, "")) && len(m.Topic) > len(store.StreamTopic(m.Namespace, "")):
-	default:
-		return fail(fmt.Errorf("%w: topic %q is not %q, %q or a run or stream topic of namespace %q", store.ErrInvalidParams, m.Topic, store.TopicReady, store.TopicCancel, m.Namespace))
+	if err != nil {
+		return fail(err)
 	}
 	ch, unsubscribe, err := h.s.store.Subscribe(ctx, m.Topic)
 	if err != nil {
@@ -650,14 +749,38 @@ func (h *workerService) Subscribe(ctx context.Context, req *connect.Request[pb.S
 	}
 }
 
+// checkTopic checks a subscription (workerTopic): the wake-up topics need
+// role worker in the namespace; a run's or its stream's topic, on the run's
+// queue.
+func (h *workerService) checkTopic(ctx context.Context, p *auth.Principal, ns, topic string) error {
+	if err := checkNamespace(p, ns); err != nil {
+		return err
+	}
+	if topic == store.TopicReady || topic == store.TopicCancel {
+		return nil
+	}
+	for _, prefix := range []string{store.RunTopicPrefix(ns), store.StreamTopic(ns, "")} {
+		if run, ok := strings.CutPrefix(topic, prefix); ok && run != "" {
+			return h.checkRun(ctx, p, ns, run)
+		}
+	}
+	return fmt.Errorf("%w: topic %q is not %q, %q or a run or stream topic of namespace %q", store.ErrInvalidParams,
+		topic, store.TopicReady, store.TopicCancel, ns)
+}
+
 // Heartbeat records the worker.
 func (h *workerService) Heartbeat(ctx context.Context, req *connect.Request[pb.HeartbeatRequest]) (*connect.Response[pb.HeartbeatResponse], error) {
 	m := req.Msg
-	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
+	p, err := h.caller(ctx, req.Spec().Procedure, req.Header())
+	if err == nil { // the queues it advertises must be its own
+		err = checkQueues(p, m.Namespace, m.Queues)
+	}
+	if err != nil {
 		return nil, fail(err)
 	}
-	err := h.s.store.WorkerHeartbeat(ctx, &store.WorkerHeartbeatParams{Namespace: m.Namespace, Name: m.Name,
-		Workflows: m.Workflows, Queues: m.Queues, Version: m.Version, TTL: ww.Duration(m.Ttl), Start: m.Start})
+	err = h.s.store.WorkerHeartbeat(ctx, &store.WorkerHeartbeatParams{Namespace: m.Namespace, Name: m.Name,
+		Workflows: m.Workflows, Queues: m.Queues, Version: m.Version, TTL: ww.Duration(m.Ttl), Start: m.Start,
+		Owner: p.Name})
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -667,7 +790,11 @@ func (h *workerService) Heartbeat(ctx context.Context, req *connect.Request[pb.H
 // ListWorkers lists worker records.
 func (h *workerService) ListWorkers(ctx context.Context, req *connect.Request[pb.ListWorkersRequest]) (*connect.Response[pb.ListWorkersResponse], error) {
 	m := req.Msg
-	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
+	p, err := h.caller(ctx, req.Spec().Procedure, req.Header())
+	if err == nil {
+		err = checkNamespace(p, m.Namespace)
+	}
+	if err != nil {
 		return nil, fail(err)
 	}
 	ws, err := h.s.store.WorkerList(ctx, &store.WorkerListParams{Namespace: m.Namespace})
@@ -680,10 +807,14 @@ func (h *workerService) ListWorkers(ctx context.Context, req *connect.Request[pb
 // RemoveWorker deletes a worker record.
 func (h *workerService) RemoveWorker(ctx context.Context, req *connect.Request[pb.RemoveWorkerRequest]) (*connect.Response[pb.RemoveWorkerResponse], error) {
 	m := req.Msg
-	if err := h.authorize(ctx, req.Spec().Procedure, req.Header(), []string{m.Namespace}, nil); err != nil {
+	p, err := h.caller(ctx, req.Spec().Procedure, req.Header())
+	if err == nil {
+		err = checkNamespace(p, m.Namespace)
+	}
+	if err != nil {
 		return nil, fail(err)
 	}
-	if err := h.s.store.WorkerRemove(ctx, &store.WorkerRemoveParams{Namespace: m.Namespace, Name: m.Name}); err != nil {
+	if err := h.s.store.WorkerRemove(ctx, &store.WorkerRemoveParams{Namespace: m.Namespace, Name: m.Name, Owner: p.Name}); err != nil {
 		return nil, fail(err)
 	}
 	return connect.NewResponse(&pb.RemoveWorkerResponse{}), nil

@@ -83,6 +83,11 @@ var workerCalls = map[string]func(ctx context.Context, c workerv1connect.WorkerS
 	"Heartbeat": func(ctx context.Context, c workerv1connect.WorkerServiceClient, _ string) error {
 		_, err := c.Heartbeat(ctx, connect.NewRequest(&pb.HeartbeatRequest{Namespace: "default", Name: "w", Workflows: []string{"x"},
 			Ttl: durationpb.New(time.Second)}))
+		if err != nil {
+			return err
+		}
+		// The record is its maker's: removed, so that the next principal may make it.
+		_, err = c.RemoveWorker(ctx, connect.NewRequest(&pb.RemoveWorkerRequest{Namespace: "default", Name: "w"}))
 		return err
 	},
 	"ListWorkers": func(ctx context.Context, c workerv1connect.WorkerServiceClient, _ string) error {
@@ -127,10 +132,11 @@ func (e *env) workerClient(token string, opts ...connect.ClientOption) workerv1c
 
 // The walk of the worker protocol: every procedure of the service has a rule,
 // and with every role it is allowed exactly when the role is worker or admin;
-// a grant on another namespace, no token or a wrong one are refused. A new
-// procedure without a rule or a call here fails.
+// a worker grant limited to another queue is refused all but the
+// namespace-wide procedures; a grant on another namespace, no token or a wrong
+// one are refused. A new procedure without a rule or a call here fails.
 func TestWorkerAuthorizationWalk(t *testing.T) {
-	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	e := newBoundaryEnv(t)
 	run := e.start("needs-anyone", nil, nil)
 	methods := pb.File_trellis_worker_v1_worker_proto.Services().ByName("WorkerService").Methods()
 	if methods.Len() != len(workerCalls) || methods.Len() != len(workerRules) {
@@ -163,7 +169,20 @@ func TestWorkerAuthorizationWalk(t *testing.T) {
 					t.Errorf("%s as %s (grpc %v): %v (allowed by the rules: %v)", name, role, grpc, err, allowed)
 				}
 			}
+			// A worker limited to queue q1 touches no run of queue default
+			// (the walk's) and may not act on every queue; it may use the
+			// namespace-wide procedures (workerNamespace, and the wake-up
+			// topic the walk subscribes to).
+			err := fn(t.Context(), e.workerClient("q1-worker", opts...), run.ID)
+			if sc := workerRules[procedure]; sc == workerNamespace || sc == workerTopic {
+				if err != nil {
+					t.Errorf("%s as q1-worker (grpc %v): %v, want allowed", name, grpc, err)
+				}
+			} else if connect.CodeOf(err) != connect.CodePermissionDenied {
+				t.Errorf("%s as q1-worker (grpc %v): %v, want permission_denied", name, grpc, err)
+			}
 			for token, want := range map[string]connect.Code{"other-reader": connect.CodePermissionDenied,
+				"other-worker": connect.CodePermissionDenied,
 				"": connect.CodeUnauthenticated, "wrong": connect.CodeUnauthenticated} {
 				if err := fn(t.Context(), e.workerClient(token, opts...), run.ID); connect.CodeOf(err) != want {
 					t.Errorf("%s with token %q (grpc %v): %v, want %s", name, token, grpc, err, want)
@@ -178,7 +197,7 @@ func TestWorkerProcedureWithoutRuleIsDenied(t *testing.T) {
 	e := newEnv(t, storeURLs(t)["sqlite"](t))
 	h := &workerService{s: e.srv}
 	hdr := http.Header{"Authorization": {"Bearer admin"}}
-	err := h.authorize(t.Context(), "/"+workerv1connect.WorkerServiceName+"/Ruleless", hdr, []string{"default"}, nil)
+	_, err := h.caller(t.Context(), "/"+workerv1connect.WorkerServiceName+"/Ruleless", hdr)
 	if code, _ := fail(err).(*connect.Error); code == nil || code.Code() != connect.CodePermissionDenied {
 		t.Fatalf("ruleless procedure: %v", err)
 	}

@@ -495,6 +495,9 @@ type RunResumeParams struct {
 type RunsResumeBlockedParams struct {
 	Namespace string   `json:"namespace"`
 	Workflows []string `json:"workflows"`
+	// Queues, when not empty, limits the resumed runs to those of these
+	// queues (a worker's).
+	Queues []string `json:"queues,omitempty"`
 }
 
 // RunsClaimParams are the parameters of RunsClaim.

@@ -314,6 +314,7 @@ func (s *Store) RunResume(ctx context.Context, p *store.RunResumeParams) (*store
 const sqlResumeBlocked = `WITH u AS (
 	UPDATE runs SET status = 'pending', available_at = $1, wait_reason = '', error = NULL, updated_at = $1
 	WHERE namespace = $2 AND status = 'blocked' AND workflow = ANY($3::text[])
+	AND (cardinality($6::text[]) = 0 OR queue = ANY($6::text[]))
 	RETURNING id
 ) SELECT id, pg_notify($4, $5 || id) FROM u`
 
@@ -325,7 +326,7 @@ func (s *Store) RunsResumeBlocked(ctx context.Context, p *store.RunsResumeBlocke
 	var ids []string
 	st := stmt{
 		sql:  sqlResumeBlocked,
-		args: []any{s.now(), p.Namespace, p.Workflows, s.channel, s.runPrefix() + p.Namespace + "/"},
+		args: []any{s.now(), p.Namespace, p.Workflows, s.channel, s.runPrefix() + p.Namespace + "/", orEmpty(p.Queues)},
 		rows: func(rows pgx.Rows) error {
 			ids = ids[:0]
 			for rows.Next() {

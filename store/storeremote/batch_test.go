@@ -51,12 +51,12 @@ func TestCheckpointsBatchedOnTheWire(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i, cr := range res.Runs {
-		token := cr.LeaseToken
+		lease := cr.Lease()
 		if i%10 == 0 {
-			token++ // stale
+			lease.Token++ // stale (and so not the token its secret was issued for)
 		}
 		wg.Go(func() {
-			_, errs[i] = rs.Checkpoint(ctx, &store.CheckpointParams{Lease: store.Lease{Namespace: "default", RunID: cr.Run.ID, Token: token},
+			_, errs[i] = rs.Checkpoint(ctx, &store.CheckpointParams{Lease: lease,
 				Status: store.StatusSucceeded, Output: []byte(`1`),
 				Ops: []*store.Op{{Position: 0, Kind: store.OpStep, Name: "s", Done: true, Attempts: 1, Result: []byte(`1`)}}})
 		})

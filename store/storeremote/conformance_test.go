@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/internal/secrets"
 	"github.com/trellis-dev/trellis/internal/pgtest/pgstore"
 	"github.com/trellis-dev/trellis/server"
 	"github.com/trellis-dev/trellis/store"
@@ -54,8 +55,19 @@ func TestConformanceSQLite(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		return storetest.WithWorker(s, serve(t, s, "ns"))
+		return handed(t, s, serve(t, s, "ns"))
 	})
+}
+
+// handed is the backend with its worker role played by the remote client,
+// the runs the backend creates claimed handed to it with their lease secrets,
+// as the server hands runs to waiting workers.
+func handed(t *testing.T, backend store.Store, rs *storeremote.Store) store.Store {
+	keys, err := secrets.Load(t.Context(), backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return storetest.WithHandedWorker(backend, rs, keys.Leases().SignClaimed)
 }
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -64,6 +76,6 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestConformancePostgres(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		s := pgstore.OpenReused(t, now)
-		return storetest.WithWorker(s, serve(t, s, "ns"))
+		return handed(t, s, serve(t, s, "ns"))
 	})
 }

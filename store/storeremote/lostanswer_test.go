@@ -56,7 +56,7 @@ func TestLostAnswersAreRetried(t *testing.T) {
 	}
 	lease := map[string]store.Lease{}
 	for _, cr := range res.Runs {
-		lease[cr.Run.ID] = store.Lease{Namespace: "default", RunID: cr.Run.ID, Token: cr.LeaseToken}
+		lease[cr.Run.ID] = cr.Lease()
 	}
 
 	tr.arm("/Checkpoint", 1)

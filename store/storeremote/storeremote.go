@@ -422,7 +422,7 @@ func (s *Store) answerBatch(batch []*ckCall, res *pb.CheckpointResponse, err err
 
 // RunsResumeBlocked resumes the blocked runs of workflows.
 func (s *Store) RunsResumeBlocked(ctx context.Context, p *store.RunsResumeBlockedParams) (int, error) {
-	res, err := call(s, ctx, s.rpc.ResumeBlocked, &pb.ResumeBlockedRequest{Namespace: p.Namespace, Workflows: p.Workflows})
+	res, err := call(s, ctx, s.rpc.ResumeBlocked, &pb.ResumeBlockedRequest{Namespace: p.Namespace, Workflows: p.Workflows, Queues: p.Queues})
 	if err != nil {
 		return 0, err
 	}

@@ -229,6 +229,7 @@ func runResume(tx *wtx, p *store.RunResumeParams) (*store.Run, error) {
 const sqlResumeBlocked = `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
 	error = NULL, updated_at = ?1
 	WHERE namespace = ?2 AND status = 'blocked' AND workflow IN (SELECT value FROM json_each(?3))
+	AND (?4 = '[]' OR queue IN (SELECT value FROM json_each(?4)))
 	RETURNING id`
 
 // RunsResumeBlocked implements store.Store.
@@ -240,10 +241,14 @@ func (s *Store) RunsResumeBlocked(ctx context.Context, p *store.RunsResumeBlocke
 	if err != nil {
 		return 0, fmt.Errorf("resuming blocked runs: %w", err)
 	}
+	queues, err := jsonList(append([]string{}, p.Queues...))
+	if err != nil {
+		return 0, fmt.Errorf("resuming blocked runs: %w", err)
+	}
 	var n int
 	err = s.write(ctx, func(tx *wtx) error {
 		var err error
-		n, err = runsResumeBlocked(tx, p.Namespace, wfs)
+		n, err = runsResumeBlocked(tx, p.Namespace, wfs, queues)
 		return err
 	})
 	if err != nil {
@@ -252,8 +257,8 @@ func (s *Store) RunsResumeBlocked(ctx context.Context, p *store.RunsResumeBlocke
 	return n, nil
 }
 
-func runsResumeBlocked(tx *wtx, namespace, workflows string) (int, error) {
-	rows, err := tx.query(sqlResumeBlocked, tx.now.UnixNano(), namespace, workflows)
+func runsResumeBlocked(tx *wtx, namespace, workflows, queues string) (int, error) {
+	rows, err := tx.query(sqlResumeBlocked, tx.now.UnixNano(), namespace, workflows, queues)
 	if err != nil {
 		return 0, err
 	}

@@ -11,6 +11,7 @@ var resumeCases = []testCase{
 	{"NotBlocked", resumeNotBlocked},
 	{"Finished", resumeFinished},
 	{"ResumeBlockedByWorkflow", resumeByWorkflow},
+	{"ResumeBlockedOfQueues", resumeByQueue},
 }
 
 func (e *env) resume(ref string) (*store.Run, error) {
@@ -89,4 +90,22 @@ func resumeByWorkflow(t *testing.T, e *env) {
 	if err != nil || n != 0 {
 		t.Fatalf("second RunsResumeBlocked = %d, %v; want 0", n, err)
 	}
+}
+
+// RunsResumeBlocked with Queues resumes the blocked runs of those queues only.
+func resumeByQueue(t *testing.T, e *env) {
+	blocked := map[string]string{}
+	for _, q := range []string{"q1", "q2", "q3"} {
+		cr := e.start(withQueue(q))
+		e.block(cr)
+		blocked[q] = cr.Run.ID
+	}
+	n, err := e.st.RunsResumeBlocked(e.ctx, &store.RunsResumeBlockedParams{Namespace: ns, Workflows: []string{wf},
+		Queues: []string{"q1", "q3"}})
+	if err != nil || n != 2 {
+		t.Fatalf("RunsResumeBlocked(q1, q3) = %d, %v; want 2", n, err)
+	}
+	e.wantStatus(blocked["q1"], store.StatusPending)
+	e.wantStatus(blocked["q2"], store.StatusBlocked)
+	e.wantStatus(blocked["q3"], store.StatusPending)
 }

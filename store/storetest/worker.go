@@ -25,9 +25,35 @@ func WithWorker(st store.Store, w WorkerRole) store.Store {
 	return &viaWorker{Store: st, w: w}
 }
 
+// WithHandedWorker is WithWorker for a worker that writes a lease only with the
+// secret its server issued with the claim (store.ClaimedRun.LeaseSecret): the
+// runs st creates claimed (RunCreate and EventSend with a Claim, which a
+// server does to hand a run to a waiting worker) are handed to the worker
+// through hand, which gives them their secrets as the server would.
+func WithHandedWorker(st store.Store, w WorkerRole, hand func(...*store.ClaimedRun)) store.Store {
+	return &viaWorker{Store: st, w: w, hand: hand}
+}
+
 type viaWorker struct {
 	store.Store
-	w WorkerRole
+	w    WorkerRole
+	hand func(...*store.ClaimedRun) // nil: claims are used as the store made them
+}
+
+func (v *viaWorker) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
+	res, err := v.Store.RunCreate(ctx, p)
+	if err == nil && res.Claimed != nil && v.hand != nil {
+		v.hand(res.Claimed)
+	}
+	return res, err
+}
+
+func (v *viaWorker) EventSend(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error) {
+	res, err := v.Store.EventSend(ctx, p)
+	if err == nil && res.Claimed != nil && v.hand != nil {
+		v.hand(res.Claimed)
+	}
+	return res, err
 }
 
 func (v *viaWorker) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
