@@ -244,7 +244,7 @@ func TestCheckpointChildStartsAuthorized(t *testing.T) {
 	e := newBoundaryEnv(t)
 	withChild := func(cr *pb.ClaimedRun, childID, q string) *pb.CheckpointItem {
 		return &pb.CheckpointItem{Lease: leaseOf(cr), Status: "waiting", WaitReason: "child",
-			Ops: []*pb.Op{{Position: 0, Kind: "child", Name: "c"}},
+			Ops:      []*pb.Op{{Position: 0, Kind: "child", Name: "c"}},
 			Children: []*pb.ChildGroup{{Position: 0, Runs: []*pb.ChildRun{{Id: childID, WorkflowId: childID, Workflow: "anything", Queue: q}}}}}
 	}
 	e.remoteRun("p1", "q1")

@@ -183,7 +183,7 @@ func TestWorkerAuthorizationWalk(t *testing.T) {
 			}
 			for token, want := range map[string]connect.Code{"other-reader": connect.CodePermissionDenied,
 				"other-worker": connect.CodePermissionDenied,
-				"": connect.CodeUnauthenticated, "wrong": connect.CodeUnauthenticated} {
+				"":             connect.CodeUnauthenticated, "wrong": connect.CodeUnauthenticated} {
 				if err := fn(t.Context(), e.workerClient(token, opts...), run.ID); connect.CodeOf(err) != want {
 					t.Errorf("%s with token %q (grpc %v): %v, want %s", name, token, grpc, err, want)
 				}

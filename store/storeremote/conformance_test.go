@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/pgtest"
-	"github.com/trellis-dev/trellis/internal/secrets"
 	"github.com/trellis-dev/trellis/internal/pgtest/pgstore"
+	"github.com/trellis-dev/trellis/internal/secrets"
 	"github.com/trellis-dev/trellis/server"
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/storeremote"
