@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"github.com/trellis-dev/trellis"
 	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
 	"github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1/workerv1connect"
+	ww "github.com/trellis-dev/trellis/internal/workerwire"
+	"github.com/trellis-dev/trellis/store"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -139,4 +142,125 @@ func connectCode(b []byte, stream bool, status int) string {
 		b = b[5+n:]
 	}
 	return ""
+}
+
+// The checkpoint path behind the lease check: whatever a worker holding a
+// valid lease puts in a checkpoint (ops, attempts, statuses, children,
+// approvals, run-store writes, stream events, guards), the server answers
+// without an internal error, and a refused checkpoint writes nothing: the run
+// is as its claim left it, and no child, approval, value or stream event
+// appears. Each input gets a fresh run claimed for it.
+func FuzzCheckpointValidation(f *testing.F) {
+	st, err := trellis.OpenStore(context.Background(), "sqlite://"+filepath.Join(f.TempDir(), "fuzz.db"), time.Now)
+	if err != nil {
+		f.Fatal(err)
+	}
+	srv, err := New(context.Background(), Config{Backend: st, Listen: "127.0.0.1:0", Insecure: true, IdempotencyPurgeInterval: -1,
+		RetentionInterval: -1, Scheduler: SchedulerConfig{Disabled: true}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() {
+		srv.Shutdown(context.Background())
+		st.Close()
+	})
+	now := timestamppb.Now()
+	for _, it := range []*pb.CheckpointItem{
+		{Status: "running", Ops: []*pb.Op{{Position: 0, Kind: "step", Name: "s", Done: true, Attempts: 1, Result: []byte(`1`), StartedAt: now}}},
+		{Status: "succeeded", Output: []byte(`{"a":1}`), Kv: []*pb.KVWrite{{Key: "k", Value: []byte(`2`)}},
+			Stream: []*pb.StreamWrite{{Name: "x", Data: []byte(`3`)}}},
+		{Status: "waiting", WakeAt: now, WaitReason: "child", Ops: []*pb.Op{{Position: 0, Kind: "child", Name: "c"}},
+			Children: []*pb.ChildGroup{{Position: 0, Runs: []*pb.ChildRun{{Id: "c", WorkflowId: "c", Workflow: "w", Queue: "q"}}}}},
+		{Status: "waiting", WaitReason: "approval", Ops: []*pb.Op{{Position: 0, Kind: "approval", Name: "ok"}},
+			Approvals: []*pb.ApprovalRequest{{Id: "a", Position: 0, Name: "ok", Details: []byte(`{}`)}}},
+		{Status: "failed", Error: &pb.ErrorInfo{Message: "boom"}, Seq: 1},
+		{Status: "bogus", Consume: []int64{1, 1}},
+	} {
+		b, err := proto.Marshal(it)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	var n int
+	f.Fuzz(func(t *testing.T, body []byte) {
+		it := &pb.CheckpointItem{}
+		if proto.Unmarshal(body, it) != nil {
+			return // the decoders' target covers undecodable messages
+		}
+		n++
+		id := fmt.Sprint("f", n)
+		ctx := context.Background()
+		// A workflow of its own: a run an earlier input handed back is not claimed.
+		if _, err := st.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: id, WorkflowID: id, Workflow: id, Queue: "default"}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := st.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "default", Workflows: []string{id}, Worker: "fuzz", Max: 1, LeaseDuration: time.Minute})
+		if err != nil || len(res.Runs) != 1 || res.Runs[0].Run.ID != id {
+			t.Fatalf("claim: %v", err)
+		}
+		srv.leaseKeys.SignClaimed(res.Runs...)
+		it.Lease = leaseOf(ww.ClaimedToPB(res.Runs)[0])
+		msg, _ := proto.Marshal(&pb.CheckpointRequest{Checkpoints: []*pb.CheckpointItem{it}})
+		r := httptest.NewRequestWithContext(ctx, "POST", "/"+workerv1connect.WorkerServiceName+"/Checkpoint", bytes.NewReader(msg))
+		r.Header.Set("Content-Type", "application/proto")
+		w := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(w, r)
+		refused := w.Code != 200
+		if refused {
+			if code := connectCode(w.Body.Bytes(), false, w.Code); code == "internal" || code == "unknown" {
+				t.Fatalf("%v: %d %s", it, w.Code, w.Body)
+			}
+		} else {
+			var out pb.CheckpointResponse
+			if err := proto.Unmarshal(w.Body.Bytes(), &out); err != nil || len(out.Results) != 1 {
+				t.Fatalf("answer %x: %v", w.Body.Bytes(), err)
+			}
+			if e := out.Results[0].Error; e != nil {
+				refused = true
+				if e.Reason == ww.ReasonInternal {
+					t.Fatalf("%v: %v", it, e)
+				}
+			}
+		}
+		if refused {
+			wantUnwritten(t, st, id, it)
+		}
+	})
+}
+
+// wantUnwritten checks that nothing of checkpoint it was written to run id.
+func wantUnwritten(t *testing.T, st store.Store, id string, it *pb.CheckpointItem) {
+	t.Helper()
+	ctx := context.Background()
+	run, err := st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := st.HistoryList(ctx, &store.HistoryListParams{Namespace: "default", Ref: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := st.StreamRead(ctx, &store.StreamReadParams{Namespace: "default", RunID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != store.StatusRunning || len(ops) > 0 || len(evs.Events) > 0 || len(run.Output) > 0 {
+		t.Fatalf("refused checkpoint %v wrote: run %s, %d ops, %d stream events, output %q", it, run.Status, len(ops), len(evs.Events), run.Output)
+	}
+	for _, kv := range it.Kv {
+		if _, err := st.KVGet(ctx, &store.KVGetParams{Namespace: "default", Ref: id, Key: kv.Key}); err == nil {
+			t.Fatalf("refused checkpoint %v wrote value %q", it, kv.Key)
+		}
+	}
+	for _, g := range it.Children {
+		for _, c := range g.Runs {
+			if c.Id == id {
+				continue
+			}
+			if r, err := st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: c.Id}); err == nil && r.ParentID == id {
+				t.Fatalf("refused checkpoint %v created child %q", it, c.Id)
+			}
+		}
+	}
 }
