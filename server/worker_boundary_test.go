@@ -340,3 +340,39 @@ func TestLeaseSecretNeverShown(t *testing.T) {
 		t.Errorf("stream event %+v (%v): want the note, without the secret", ev, ok)
 	}
 }
+
+// What a worker writes is JSON every strict client reads as the worker meant:
+// a payload with invalid UTF-8 or a name twice is refused (INVALID_PARAMS,
+// naming it) and nothing of the checkpoint is written.
+func TestCheckpointPayloadsValid(t *testing.T) {
+	t.Parallel()
+	e := newBoundaryEnv(t)
+	e.remoteRun("p", "default")
+	cr := e.claimAs("worker", "default")
+	bad := map[string]func(it *pb.CheckpointItem, b []byte){
+		"output":       func(it *pb.CheckpointItem, b []byte) { it.Status, it.Output = "succeeded", b },
+		"op result":    func(it *pb.CheckpointItem, b []byte) { it.Ops[0].Result = b },
+		"value":        func(it *pb.CheckpointItem, b []byte) { it.Kv = []*pb.KVWrite{{Key: "k", Value: b}} },
+		"stream event": func(it *pb.CheckpointItem, b []byte) { it.Stream = []*pb.StreamWrite{{Name: "x", Data: b}} },
+		"child input": func(it *pb.CheckpointItem, b []byte) {
+			it.Ops = append(it.Ops, &pb.Op{Position: 1, Kind: "child", Name: "c"})
+			it.Children = []*pb.ChildGroup{{Position: 1, Runs: []*pb.ChildRun{{Id: "c", WorkflowId: "c", Workflow: "w", Queue: "default", Input: b}}}}
+		},
+		"approval details": func(it *pb.CheckpointItem, b []byte) {
+			it.Ops = append(it.Ops, &pb.Op{Position: 1, Kind: "approval", Name: "ok"})
+			it.Approvals = []*pb.ApprovalRequest{{Id: "a", Position: 1, Name: "ok", Details: b}}
+		},
+	}
+	for what, put := range bad {
+		for _, payload := range []string{"\"\xff\"", `{"a":1,"a":2}`, `{"a":{"b":1,"b":1}}`, `not json`, `"\ud800"`} {
+			it := &pb.CheckpointItem{Lease: leaseOf(cr), Status: "running",
+				Ops: []*pb.Op{{Position: 0, Kind: "step", Name: "s", Done: true, Attempts: 1, Result: []byte(`1`)}}}
+			put(it, []byte(payload))
+			err := e.checkpointAs("worker", it)
+			if !errors.Is(err, store.ErrInvalidParams) || !strings.Contains(err.Error(), strings.Split(what, " ")[0]) {
+				t.Errorf("%s %q: %v, want INVALID_PARAMS naming it", what, payload, err)
+			}
+		}
+	}
+	e.wantUntouched("p", "worker")
+}

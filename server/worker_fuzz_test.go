@@ -175,6 +175,7 @@ func FuzzCheckpointValidation(f *testing.F) {
 			Approvals: []*pb.ApprovalRequest{{Id: "a", Position: 0, Name: "ok", Details: []byte(`{}`)}}},
 		{Status: "failed", Error: &pb.ErrorInfo{Message: "boom"}, Seq: 1},
 		{Status: "bogus", Consume: []int64{1, 1}},
+		{Status: "succeeded", Output: []byte("\"\xff\""), Kv: []*pb.KVWrite{{Key: "k", Value: []byte(`{"a":1,"a":2}`)}}},
 	} {
 		b, err := proto.Marshal(it)
 		if err != nil {
