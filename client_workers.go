@@ -22,6 +22,10 @@ type WorkerRecord struct {
 	LastSeenAt time.Time `json:"last_seen_at"`
 	ExpiresAt  time.Time `json:"expires_at"`
 	Live       bool      `json:"live"`
+	// Owner is the principal (token name) whose worker made the record through
+	// a server; only it may refresh or remove the record. "" for a worker on
+	// the store itself.
+	Owner string `json:"owner,omitempty"`
 }
 
 // Workers lists the records of this client's namespace's workers, live or not,
@@ -47,7 +51,7 @@ func (c *Client) doWorkers(ctx context.Context) ([]*WorkerRecord, error) {
 	for i, w := range ws {
 		out[i] = &WorkerRecord{Namespace: w.Namespace, Name: w.Name, Workflows: nonNil(w.Workflows),
 			Queues: nonNil(w.Queues), Version: w.Version, StartedAt: w.StartedAt, LastSeenAt: w.LastSeenAt,
-			ExpiresAt: w.ExpiresAt, Live: w.Live}
+			ExpiresAt: w.ExpiresAt, Live: w.Live, Owner: w.Owner}
 	}
 	return out, nil
 }

@@ -74,7 +74,7 @@ func printWorkerTable(w io.Writer, namespace string, ws []*trellis.WorkerRecord,
 		return nil
 	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NAME\tLIVE\tLAST SEEN\tWORKFLOWS\tQUEUES\tVERSION\tSTARTED")
+	fmt.Fprintln(tw, "NAME\tLIVE\tLAST SEEN\tWORKFLOWS\tQUEUES\tVERSION\tOWNER\tSTARTED")
 	for _, wk := range ws {
 		live, queues := "no", "all"
 		if wk.Live {
@@ -83,8 +83,8 @@ func printWorkerTable(w io.Writer, namespace string, ws []*trellis.WorkerRecord,
 		if len(wk.Queues) > 0 {
 			queues = strings.Join(wk.Queues, ",")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", wk.Name, live, seenText(wk.LastSeenAt, now),
-			orDash(strings.Join(wk.Workflows, ",")), queues, orDash(wk.Version),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", wk.Name, live, seenText(wk.LastSeenAt, now),
+			orDash(strings.Join(wk.Workflows, ",")), queues, orDash(wk.Version), orDash(wk.Owner),
 			wk.StartedAt.Local().Format(time.DateTime))
 	}
 	return tw.Flush()
