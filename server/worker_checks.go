@@ -127,7 +127,7 @@ func (h *workerService) checkTopic(ctx context.Context, p *auth.Principal, ns, t
 // writes nothing; the error names the payload.
 func checkPayloads(p *store.CheckpointParams) error {
 	bad := func(b []byte) error {
-		if b == nil {
+		if len(b) == 0 { // none: the API shows it as null
 			return nil
 		}
 		return jsonvalid.Check(b)

@@ -37,7 +37,7 @@ func (e *env) everything() store.CheckpointParams {
 		Output:   []byte(`"out"`),
 		Ops:      []*store.Op{e.doneStep(0, "s", `1`)},
 		Attempts: []store.Attempt{{Position: 0, Attempt: 1, Error: store.ErrorInfo{Message: "x"}, StartedAt: now, FinishedAt: now}},
-		KV:       []store.KVWrite{{Key: "k", Value: []byte("v")}},
+		KV:       []store.KVWrite{{Key: "k", Value: []byte(`"v"`)}},
 	}
 }
 
@@ -336,6 +336,6 @@ func checkpointConcurrent(t *testing.T, e *env) {
 	}
 	for _, cr := range crs[1:] {
 		e.wantStatus(cr.Run.ID, store.StatusSucceeded)
-		e.wantKV(cr.Run.ID, "k", "v")
+		e.wantKV(cr.Run.ID, "k", `"v"`)
 	}
 }

@@ -181,7 +181,7 @@ func eventConsume(t *testing.T, e *env) {
 		Ops: []*store.Op{e.doneStep(0, "got-a", `1`)}})
 	for _, bad := range [][]int64{{a.Seq}, {b.Seq, b.Seq}, {b.Seq, a.Seq}, {b.Seq + 1000}} {
 		err := e.checkpointErr(cr, store.CheckpointParams{Status: store.StatusRunning, Consume: bad,
-			Ops: []*store.Op{e.doneStep(1, "bad", `1`)}, KV: []store.KVWrite{{Key: "k", Value: []byte("v")}}})
+			Ops: []*store.Op{e.doneStep(1, "bad", `1`)}, KV: []store.KVWrite{{Key: "k", Value: []byte(`"v"`)}}})
 		wantErr(t, fmt.Sprintf("Checkpoint consuming %v", bad), err, store.ErrInvalidParams)
 	}
 	if ops := e.history(r.ID); len(ops) != 1 {

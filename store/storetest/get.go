@@ -54,10 +54,10 @@ func getByRunID(t *testing.T, e *env) {
 func getWorkflowIDLatest(t *testing.T, e *env) {
 	old := e.start(withWorkflowID("X"))
 	e.checkpoint(old, store.CheckpointParams{Status: store.StatusSucceeded,
-		Ops: []*store.Op{e.doneStep(0, "old", `1`)}, KV: []store.KVWrite{{Key: "k", Value: []byte("old")}}})
+		Ops: []*store.Op{e.doneStep(0, "old", `1`)}, KV: []store.KVWrite{{Key: "k", Value: []byte(`"old"`)}}})
 	latest := e.start(withWorkflowID("X"))
 	e.checkpoint(latest, store.CheckpointParams{Status: store.StatusRunning,
-		Ops: []*store.Op{e.doneStep(0, "latest", `2`)}, KV: []store.KVWrite{{Key: "k", Value: []byte("latest")}}})
+		Ops: []*store.Op{e.doneStep(0, "latest", `2`)}, KV: []store.KVWrite{{Key: "k", Value: []byte(`"latest"`)}}})
 	e.block(latest)
 
 	if got := e.get("X"); got.ID != latest.Run.ID {
@@ -66,8 +66,8 @@ func getWorkflowIDLatest(t *testing.T, e *env) {
 	if ops := e.history("X"); len(ops) != 1 || ops[0].Name != "latest" {
 		t.Fatalf("HistoryList(X) = %v, want the latest run's op", opNames(ops))
 	}
-	e.wantKV("X", "k", "latest")
-	e.wantKV(old.Run.ID, "k", "old")
+	e.wantKV("X", "k", `"latest"`)
+	e.wantKV(old.Run.ID, "k", `"old"`)
 	r, err := e.st.RunResume(e.ctx, &store.RunResumeParams{Namespace: ns, Ref: "X"})
 	if err != nil || r.ID != latest.Run.ID || r.Status != store.StatusPending {
 		t.Fatalf("RunResume(X) = %+v, %v; want latest run %s pending", r, err, latest.Run.ID)
@@ -89,11 +89,11 @@ func opNames(ops []*store.Op) []string {
 func getRunIDFirst(t *testing.T, e *env) {
 	a := e.start(withID("alpha"), withWorkflowID("wf-a"))
 	e.checkpoint(a, store.CheckpointParams{Status: store.StatusRunning,
-		Ops: []*store.Op{e.doneStep(0, "a", `1`)}, KV: []store.KVWrite{{Key: "who", Value: []byte("a")}}})
+		Ops: []*store.Op{e.doneStep(0, "a", `1`)}, KV: []store.KVWrite{{Key: "who", Value: []byte(`"a"`)}}})
 	// b's workflow ID is a's run ID, and b is newer.
 	b := e.start(withID("beta"), withWorkflowID("alpha"))
 	e.checkpoint(b, store.CheckpointParams{Status: store.StatusRunning,
-		Ops: []*store.Op{e.doneStep(0, "b", `1`)}, KV: []store.KVWrite{{Key: "who", Value: []byte("b")}}})
+		Ops: []*store.Op{e.doneStep(0, "b", `1`)}, KV: []store.KVWrite{{Key: "who", Value: []byte(`"b"`)}}})
 
 	if got := e.get("alpha"); got.ID != "alpha" {
 		t.Fatalf("RunGet(alpha) = run %s, want run alpha (exact ID first)", got.ID)
@@ -101,7 +101,7 @@ func getRunIDFirst(t *testing.T, e *env) {
 	if ops := e.history("alpha"); len(ops) != 1 || ops[0].Name != "a" {
 		t.Fatalf("HistoryList(alpha) = %v, want [a]", opNames(ops))
 	}
-	e.wantKV("alpha", "who", "a")
+	e.wantKV("alpha", "who", `"a"`)
 	r, err := e.st.RunCancel(e.ctx, &store.RunCancelParams{Namespace: ns, Ref: "alpha"})
 	if err != nil || r.ID != "alpha" {
 		t.Fatalf("RunCancel(alpha) = %+v, %v; want run alpha", r, err)

@@ -61,7 +61,7 @@ func historyEmpty(t *testing.T, e *env) {
 		t.Fatalf("history of a new run = %v, want empty", opPositions(ops))
 	}
 	cr := e.claimOne(r.ID)
-	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning, KV: []store.KVWrite{{Key: "k", Value: []byte("v")}}})
+	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning, KV: []store.KVWrite{{Key: "k", Value: []byte(`"v"`)}}})
 	if ops := e.history(r.ID); len(ops) != 0 {
 		t.Fatalf("history after a checkpoint without ops = %v, want empty", opPositions(ops))
 	}
