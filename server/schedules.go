@@ -109,6 +109,10 @@ func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, c *call, paus
 	if err != nil {
 		return err
 	}
+	var empty struct{}
+	if err := decodeBody(w, r, s.cfg.MaxBodyBytes, true, &empty); err != nil {
+		return err
+	}
 	var sc *trellis.Schedule
 	if paused {
 		sc, err = c.client.PauseSchedule(r.Context(), name)
@@ -125,6 +129,10 @@ func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, c *call, paus
 func (s *Server) triggerSchedule(w http.ResponseWriter, r *http.Request, c *call) error {
 	name, err := scheduleName(r)
 	if err != nil {
+		return err
+	}
+	var empty struct{}
+	if err := decodeBody(w, r, s.cfg.MaxBodyBytes, true, &empty); err != nil {
 		return err
 	}
 	run, err := c.client.TriggerSchedule(r.Context(), name)
