@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/trellis-dev/trellis/internal/jsonvalid"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // decodeBody decodes r's JSON body into v: the content type must be
@@ -131,12 +131,16 @@ var errBodyTimeout = fmt.Errorf("%w: the request body was not received within th
 // maxRefLen bounds IDs, keys and names taken from paths and bodies.
 const maxRefLen = 255
 
-// namespacePattern is what a namespace may be called.
-var namespacePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+// namespacePattern is what a namespace may be called: the store's one rule
+// for names (store.ValidateNamespace; store.ValidateName for the names of
+// queues, schedules, workflows and tokens, docs/http-api.md "Names").
+var namespacePattern = store.NamespacePattern
 
-// checkRef refuses an ID, key or name that is empty, too long, not UTF-8, or
-// holds a control character, a slash or a backslash (it could not be addressed
-// in a path).
+// checkRef refuses an ID, key, event name or the name of an existing object
+// in a path that is empty, too long, not UTF-8, or holds a control character,
+// a slash or a backslash (it could not be addressed in a path). New names are
+// checked by the stricter store.ValidateName: a path addressing an object
+// named before that rule keeps reaching it.
 func checkRef(what, s string) error {
 	switch {
 	case s == "":

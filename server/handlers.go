@@ -9,6 +9,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/handoff"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // Request bodies.
@@ -95,7 +96,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *call) error
 func (req *StartRequest) options() (trellis.StartOptions, error) {
 	o := trellis.StartOptions{ID: req.ID, Queue: req.Queue, Priority: req.Priority, Reuse: req.Reuse,
 		ConcurrencyKey: req.ConcurrencyKey}
-	if err := checkRef("workflow", req.Workflow); err != nil {
+	if err := store.ValidateName("workflow", req.Workflow); err != nil {
 		return o, err
 	}
 	if req.ID != "" {
@@ -104,7 +105,7 @@ func (req *StartRequest) options() (trellis.StartOptions, error) {
 		}
 	}
 	if req.Queue != "" {
-		if err := checkRef("queue", req.Queue); err != nil {
+		if err := store.ValidateName("queue", req.Queue); err != nil {
 			return o, err
 		}
 	}
