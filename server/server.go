@@ -218,6 +218,7 @@ type Server struct {
 	handoffs  *handoffs // runs started here, created claimed for waiting claim streams
 	ownsStore bool
 	handler   http.Handler
+	mux       *http.ServeMux // the routes, behind guard in handler
 	table     []route
 	http      *http.Server
 
@@ -302,7 +303,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.http = &http.Server{
 		Handler: s.handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
 		WriteTimeout: cfg.MaxWait + 30*time.Second, IdleTimeout: cfg.IdleTimeout,
-		MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		MaxHeaderBytes: transportHeaderBytes, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	// gRPC workers speak HTTP/2, over cleartext (h2c) as well as TLS.
 	s.http.Protocols = new(http.Protocols)
