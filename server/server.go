@@ -7,6 +7,7 @@ package server
 
 import (
 	"context"
+	"crypto/cipher"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -251,6 +252,10 @@ type Server struct {
 	// lease secrets of the claims pushed to remote workers.
 	keys      *secrets.Keys
 	leaseKeys *secrets.Leases
+
+	pageOnce sync.Once   // makes pageAEAD (pageCipher)
+	pageAEAD cipher.AEAD // seals page tokens
+	pageErr  error
 
 	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
 	scheduler *schedule.Scheduler
