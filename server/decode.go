@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,13 +10,15 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/trellis-dev/trellis/internal/jsonvalid"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // decodeBody decodes r's JSON body into v: the content type must be
@@ -33,7 +36,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, max int64, optional bool
 	if err != nil || mt != "application/json" {
 		return fmt.Errorf("%w: Content-Type must be application/json", ErrUnsupportedMediaType)
 	}
-	return decodeJSON(http.MaxBytesReader(w, r.Body, max), max, optional, v)
+	data, err := readBody(http.MaxBytesReader(w, r.Body, max), max, r.ContentLength)
+	if err != nil {
+		return err
+	}
+	return decodeBytes(data, optional, v)
 }
 
 // checkLength refuses a declared Content-Length over max before anything is
@@ -59,27 +66,61 @@ func bodyReadError(err error, max int64) error {
 }
 
 // decodeJSON decodes exactly one JSON value from body (limited to max bytes)
-// into v, strictly. A read that failed for the body's size or slowness is
-// answered as bodyReadError says.
+// into v, as decodeBytes does. A read that failed for the body's size or
+// slowness is answered as bodyReadError says.
 func decodeJSON(body io.Reader, max int64, optional bool, v any) error {
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if optional && errors.Is(err, io.EOF) {
-			return nil
-		}
-		if berr := bodyReadError(err, max); berr != nil {
-			return berr
-		}
+	data, err := readBody(body, max, -1)
+	if err != nil {
+		return err
+	}
+	return decodeBytes(data, optional, v)
+}
+
+// decodeBytes decodes data, one JSON value, into v strictly: data must pass
+// jsonvalid.Check (valid UTF-8, no name twice in an object at any depth,
+// nothing after the value), so a payload in it (a json.RawMessage field) does
+// too, and v's type must know every field. When optional, empty data (or white
+// space) leaves v as it is.
+func decodeBytes(data []byte, optional bool, v any) error {
+	if optional && len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	if err := jsonvalid.Check(data); err != nil {
 		return fmt.Errorf("%w: malformed JSON body: %v", ErrInvalidArgument, err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if berr := bodyReadError(err, max); berr != nil {
-			return berr
-		}
-		return fmt.Errorf("%w: malformed JSON body: data after the value", ErrInvalidArgument)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: malformed JSON body: %v", ErrInvalidArgument, err)
 	}
 	return nil
+}
+
+// readBody reads all of body (limited to limit bytes by the caller's reader)
+// as io.ReadAll does, into a buffer of the size the request declared when it
+// did (size > 0), so that a body is read without growing its buffer.
+func readBody(body io.Reader, limit, size int64) ([]byte, error) {
+	n := int64(512)
+	if size > 0 && size <= limit {
+		n = size + 1 // the last read, which finds EOF, needs room
+	}
+	b := make([]byte, 0, n)
+	for {
+		n, err := body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			return b, nil
+		}
+		if err != nil {
+			if berr := bodyReadError(err, limit); berr != nil {
+				return nil, berr
+			}
+			return nil, fmt.Errorf("%w: reading the body: %v", ErrInvalidArgument, err)
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // let append grow it
+		}
+	}
 }
 
 // errBodyTimeout is a body still unread when the connection's read deadline
@@ -90,12 +131,16 @@ var errBodyTimeout = fmt.Errorf("%w: the request body was not received within th
 // maxRefLen bounds IDs, keys and names taken from paths and bodies.
 const maxRefLen = 255
 
-// namespacePattern is what a namespace may be called.
-var namespacePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+// namespacePattern is what a namespace may be called: the store's one rule
+// for names (store.ValidateNamespace; store.ValidateName for the names of
+// queues, schedules, workflows and tokens, docs/http-api.md "Names").
+var namespacePattern = store.NamespacePattern
 
-// checkRef refuses an ID, key or name that is empty, too long, not UTF-8, or
-// holds a control character, a slash or a backslash (it could not be addressed
-// in a path).
+// checkRef refuses an ID, key, event name or the name of an existing object
+// in a path that is empty, too long, not UTF-8, or holds a control character,
+// a slash or a backslash (it could not be addressed in a path). New names are
+// checked by the stricter store.ValidateName: a path addressing an object
+// named before that rule keeps reaching it.
 func checkRef(what, s string) error {
 	switch {
 	case s == "":

@@ -32,6 +32,8 @@ var (
 	// ErrRequestTimeout: the request was not received within Config.ReadTimeout
 	// (a client sending its body too slowly).
 	ErrRequestTimeout = errors.New("request timeout")
+	// ErrHeadersTooLarge: the request line and header fields exceed 64 KiB.
+	ErrHeadersTooLarge = errors.New("request header fields too large")
 	// ErrUnavailable: the store does not answer, or the server is stopping.
 	ErrUnavailable = errors.New("unavailable")
 )
@@ -65,6 +67,7 @@ var problemTable = []struct {
 	{ErrBodyTooLarge, 413, "payload_too_large", "Payload too large"},
 	{trellis.ErrPayloadTooLarge, 413, "payload_too_large", "Payload too large"},
 	{ErrRequestTimeout, 408, "request_timeout", "Request timeout"},
+	{ErrHeadersTooLarge, 431, "headers_too_large", "Request header fields too large"},
 	{ErrUnsupportedMediaType, 415, "unsupported_media_type", "Unsupported media type"},
 	{ErrIdempotencyKeyConflict, 422, "idempotency_key_conflict", "Idempotency key conflict"},
 	{store.ErrIdempotencyKeyConflict, 422, "idempotency_key_conflict", "Idempotency key conflict"},

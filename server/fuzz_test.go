@@ -15,10 +15,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trellis-dev/trellis/internal/jsonvalid/jsonvalidtest"
 )
 
 // The body decoders either decode a value or refuse with ErrInvalidArgument;
-// they never panic nor accept trailing data. Every JSON body of the API is
+// they never panic nor accept trailing data, invalid UTF-8 or a name twice in
+// an object (as encoding/json and a search of its tokens tell,
+// jsonvalidtest), anywhere in the body, payloads included. Every JSON body of the API is
 // fuzzed: the request types of the route table (fuzzedBodies; a handler that
 // decodes a type the table does not name fails TestEveryDecodedBodyIsFuzzed).
 // (CI fuzzes each target for a few seconds, see .ci/run; `go test -fuzz
@@ -36,7 +40,14 @@ func FuzzDecodeBodies(f *testing.F) {
 		`{"rate_per_second":1e400}`, `{"concurrency_limit":1.5}`,
 		`{"name":"nightly","spec":{"workflow":"echo","cron":"0 3 * * *","time_zone":"Europe/Berlin","overlap":"skip","catchup_window":"10m"},"paused":true}`,
 		`{"workflow":"echo","cron":"@every 1s","catchup_window":"soon"}`, `{"spec":{"cron":1}}`,
-		`{"start":"2030-01-01T00:00:00Z","end":"2030-01-02T00:00:00Z"}`, `{"start":"yesterday"}`} {
+		`{"start":"2030-01-01T00:00:00Z","end":"2030-01-02T00:00:00Z"}`, `{"start":"yesterday"}`,
+		// Invalid UTF-8, surrogate escapes and duplicate names, in envelopes
+		// and in payloads, at some depth.
+		"{\"workflow\":\"e\xffcho\"}", "{\"workflow\":\"echo\",\"input\":{\"a\":[\"\xc3\"]}}", `{"workflow":"echo","input":"\ud800"}`,
+		`{"workflow":"echo","input":"\ud83d\ude00"}`, `{"workflow":"a","workflow":"b"}`, `{"workflow":"echo","input":{"a":1,"\u0061":2}}`,
+		`{"runs":[{"workflow":"echo","input":{"x":[{"y":1,"y":1}]}}]}`, `{"name":"go","payload":{"k":{"k":{"k":1}}}}`,
+		"{\"name\":\"go\",\"payload\":\"\xed\xa0\x80\"}", `{"comment":"ok","comment":"no"}`,
+		`{"name":"s","spec":{"workflow":"echo","cron":"@daily","input":{"a":1,"a":1}}}`} {
 		f.Add([]byte(s))
 	}
 	bodies := fuzzedBodies()
@@ -49,6 +60,9 @@ func FuzzDecodeBodies(f *testing.F) {
 			}
 			if err != nil {
 				continue
+			}
+			if len(bytes.TrimSpace(data)) > 0 && jsonvalidtest.Refused(data) {
+				t.Fatalf("decoded %q into %s: invalid JSON, not UTF-8, or a name twice in an object", data, typ)
 			}
 			var starts []StartRequest
 			switch req := v.(type) {

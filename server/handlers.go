@@ -9,6 +9,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/handoff"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // Request bodies.
@@ -95,7 +96,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *call) error
 func (req *StartRequest) options() (trellis.StartOptions, error) {
 	o := trellis.StartOptions{ID: req.ID, Queue: req.Queue, Priority: req.Priority, Reuse: req.Reuse,
 		ConcurrencyKey: req.ConcurrencyKey}
-	if err := checkRef("workflow", req.Workflow); err != nil {
+	if err := store.ValidateName("workflow", req.Workflow); err != nil {
 		return o, err
 	}
 	if req.ID != "" {
@@ -104,7 +105,7 @@ func (req *StartRequest) options() (trellis.StartOptions, error) {
 		}
 	}
 	if req.Queue != "" {
-		if err := checkRef("queue", req.Queue); err != nil {
+		if err := store.ValidateName("queue", req.Queue); err != nil {
 			return o, err
 		}
 	}
@@ -136,12 +137,31 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *call) error
 	if q.err != nil {
 		return q.err
 	}
-	page, err := c.client.List(r.Context(), o)
+	page, err := s.listRunPage(r.Context(), c, o)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, 200, page)
 	return nil
+}
+
+// listRunPage lists a page of runs for the API and the UI: o.Cursor is a page
+// token (opened here, bound to the namespace and o's filter), and so is the
+// page's NextCursor (sealed here).
+func (s *Server) listRunPage(ctx context.Context, c *call, o trellis.ListOptions) (*trellis.RunPage, error) {
+	filter := runsFilterOf(o)
+	var err error
+	if o.Cursor, err = s.openPage("runs", c.ns, filter, o.Cursor); err != nil {
+		return nil, err
+	}
+	page, err := c.client.List(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if page.NextCursor, err = s.sealPage("runs", c.ns, filter, page.NextCursor); err != nil {
+		return nil, err
+	}
+	return page, nil
 }
 
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -294,8 +314,16 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, c *call) 
 	if q.err != nil {
 		return q.err
 	}
+	filter := approvalsFilterOf(f)
+	var err error
+	if f.Cursor, err = s.openPage("approvals", c.ns, filter, f.Cursor); err != nil {
+		return err
+	}
 	page, err := c.client.Approvals(r.Context(), f)
 	if err != nil {
+		return err
+	}
+	if page.NextCursor, err = s.sealPage("approvals", c.ns, filter, page.NextCursor); err != nil {
 		return err
 	}
 	writeJSON(w, 200, page)

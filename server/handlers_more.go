@@ -83,6 +83,8 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, c *call) er
 		return err
 	}
 	name := r.PathValue("name")
+	// A token named before this rule (with '\' or '*'; a '/' cannot be in a
+	// path) is revoked on the store: `trellis tokens revoke NAME --store URL`.
 	if err := store.ValidateTokenName(name); err != nil {
 		return err
 	}

@@ -1,10 +1,8 @@
 package server
 
 import (
-	"fmt"
 	"net/http"
 
-	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -70,13 +68,7 @@ func (s *Server) createNamespace(w http.ResponseWriter, r *http.Request, c *call
 
 // checkNamespaceName refuses a name a request path could not address.
 func checkNamespaceName(name string) error {
-	if name == auth.SystemNamespace {
-		return fmt.Errorf("%w: namespace %q is reserved", ErrInvalidArgument, name)
-	}
-	if !namespacePattern.MatchString(name) {
-		return fmt.Errorf("%w: namespace name %q: 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalidArgument, name)
-	}
-	return nil
+	return store.ValidateNamespace(name)
 }
 
 // listNamespaces lists the namespaces with a record (the route needs the reader
@@ -119,7 +111,7 @@ func (s *Server) createQueue(w http.ResponseWriter, r *http.Request, c *call) er
 	if err := decodeBody(w, r, s.cfg.MaxBodyBytes, false, &req); err != nil {
 		return err
 	}
-	if err := checkRef("queue", req.Name); err != nil {
+	if err := store.ValidateName("queue", req.Name); err != nil {
 		return err
 	}
 	p := &store.QueueCreateParams{Namespace: c.ns, Name: req.Name, Paused: req.Paused, QueueSettings: req.QueueSettings,

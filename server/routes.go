@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 	"reflect"
+	"strings"
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
@@ -250,11 +251,18 @@ func (s *Server) routes() http.Handler {
 	for _, rt := range uiRouteTable {
 		mux.Handle(rt.method+" "+rt.pattern, s.wrapUI(rt))
 	}
-	mux.Handle(s.workerHandler())
+	workerPath, worker := s.workerHandler()
+	mux.Handle(workerPath, worker)
+	// The ServeMux redirects a subtree's root without its slash to it (301,
+	// text/html): that path names no procedure.
+	mux.Handle(strings.TrimSuffix(workerPath, "/"), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, ErrNotFound)
+	}))
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, s.unrouted(mux, r))
 	}))
-	return mux
+	s.mux = mux
+	return s.guard(mux)
 }
 
 // unrouted tells a path no route has from a method the path does not take.

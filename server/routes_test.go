@@ -106,7 +106,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	if doc.OpenAPI != "3.1.0" {
 		t.Fatalf("openapi %q", doc.OpenAPI)
 	}
-	mux := e.srv.handler.(*http.ServeMux)
+	mux := e.srv.mux
 	seen := 0
 	for pattern, ops := range doc.Paths {
 		for method, op := range ops {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // Request bodies of the schedule routes.
@@ -43,7 +44,10 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *call)
 	if err := decodeBody(w, r, s.cfg.MaxBodyBytes, false, &req); err != nil {
 		return err
 	}
-	if err := checkRef("schedule name", req.Name); err != nil {
+	if err := store.ValidateName("schedule", req.Name); err != nil {
+		return err
+	}
+	if err := checkSpecNames(req.Spec); err != nil {
 		return err
 	}
 	sc, err := c.client.CreateSchedule(r.Context(), req.Name, req.Spec, trellis.CreateScheduleOptions{Paused: req.Paused})
@@ -52,6 +56,18 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *call)
 	}
 	reply(w, c, 201, sc)
 	return nil
+}
+
+// checkSpecNames checks the names a schedule's spec holds, before the client
+// looks its workflow up (the store checks them again).
+func checkSpecNames(spec trellis.ScheduleSpec) error {
+	if err := store.ValidateName("workflow", spec.Workflow); err != nil {
+		return err
+	}
+	if spec.Queue == "" {
+		return nil // the namespace's default queue
+	}
+	return store.ValidateName("queue", spec.Queue)
 }
 
 func (s *Server) getSchedule(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -74,6 +90,9 @@ func (s *Server) updateSchedule(w http.ResponseWriter, r *http.Request, c *call)
 	}
 	var spec trellis.ScheduleSpec
 	if err := decodeBody(w, r, s.cfg.MaxBodyBytes, false, &spec); err != nil {
+		return err
+	}
+	if err := checkSpecNames(spec); err != nil {
 		return err
 	}
 	sc, err := c.client.UpdateSchedule(r.Context(), name, spec)
@@ -109,6 +128,10 @@ func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, c *call, paus
 	if err != nil {
 		return err
 	}
+	var empty struct{}
+	if err := decodeBody(w, r, s.cfg.MaxBodyBytes, true, &empty); err != nil {
+		return err
+	}
 	var sc *trellis.Schedule
 	if paused {
 		sc, err = c.client.PauseSchedule(r.Context(), name)
@@ -125,6 +148,10 @@ func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, c *call, paus
 func (s *Server) triggerSchedule(w http.ResponseWriter, r *http.Request, c *call) error {
 	name, err := scheduleName(r)
 	if err != nil {
+		return err
+	}
+	var empty struct{}
+	if err := decodeBody(w, r, s.cfg.MaxBodyBytes, true, &empty); err != nil {
 		return err
 	}
 	run, err := c.client.TriggerSchedule(r.Context(), name)

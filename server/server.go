@@ -7,6 +7,7 @@ package server
 
 import (
 	"context"
+	"crypto/cipher"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -218,6 +219,7 @@ type Server struct {
 	handoffs  *handoffs // runs started here, created claimed for waiting claim streams
 	ownsStore bool
 	handler   http.Handler
+	mux       *http.ServeMux // the routes, behind guard in handler
 	table     []route
 	http      *http.Server
 
@@ -250,6 +252,10 @@ type Server struct {
 	// lease secrets of the claims pushed to remote workers.
 	keys      *secrets.Keys
 	leaseKeys *secrets.Leases
+
+	pageOnce sync.Once   // makes pageAEAD (pageCipher)
+	pageAEAD cipher.AEAD // seals page tokens
+	pageErr  error
 
 	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
 	scheduler *schedule.Scheduler
@@ -302,7 +308,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.http = &http.Server{
 		Handler: s.handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
 		WriteTimeout: cfg.MaxWait + 30*time.Second, IdleTimeout: cfg.IdleTimeout,
-		MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		MaxHeaderBytes: transportHeaderBytes, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	// gRPC workers speak HTTP/2, over cleartext (h2c) as well as TLS.
 	s.http.Protocols = new(http.Protocols)

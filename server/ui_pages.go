@@ -154,7 +154,7 @@ func (s *Server) uiRuns(w http.ResponseWriter, r *http.Request, c *uiCall) error
 		}
 		o.Statuses = []trellis.Status{trellis.Status(d.Status)}
 	}
-	page, err := c.client.List(r.Context(), o)
+	page, err := s.listRunPage(r.Context(), &c.call, o) // page tokens sealed as the API's
 	if err != nil {
 		return err
 	}

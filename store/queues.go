@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/trellis-dev/trellis/internal/auth"
 )
 
 // QueueStore manages namespaces and queues as objects (see docs/queues.md). A
@@ -97,9 +95,6 @@ const DefaultQueueName = "default"
 // store has its record from the start (a migration writes it with the defaults
 // above), so that its queues can be created without creating it first.
 const DefaultNamespace = "default"
-
-// MaxNameLen caps the name of a namespace or queue.
-const MaxNameLen = 200
 
 // Namespace is a namespace's record.
 type Namespace struct {
@@ -235,26 +230,6 @@ type QueueSetPausedParams struct {
 	Idempotency *IdempotencyRecord `json:"-"`
 }
 
-// ValidateObjectName checks the name of a namespace or queue (what says which):
-// 1 to MaxNameLen bytes, no spaces or control characters, never the system
-// namespace.
-func ValidateObjectName(what, name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: %s name is required", ErrInvalidParams, what)
-	case len(name) > MaxNameLen:
-		return fmt.Errorf("%w: %s name is longer than %d bytes", ErrInvalidParams, what, MaxNameLen)
-	case name == auth.SystemNamespace:
-		return fmt.Errorf("%w: %s %q is reserved", ErrInvalidParams, what, name)
-	}
-	for _, r := range name {
-		if r <= ' ' || r == 0x7f || r == '/' {
-			return fmt.Errorf("%w: %s name %q: no spaces, slashes or control characters", ErrInvalidParams, what, name)
-		}
-	}
-	return nil
-}
-
 func positive(field string, v *int) error {
 	if v != nil && *v <= 0 {
 		return fmt.Errorf("%w: %s must be positive, not %d", ErrInvalidParams, field, *v)
@@ -264,7 +239,7 @@ func positive(field string, v *int) error {
 
 // Validate reports the first malformed field of p, wrapping ErrInvalidParams.
 func (p *NamespaceCreateParams) Validate() error {
-	if err := ValidateObjectName("namespace", p.Name); err != nil {
+	if err := ValidateNamespace(p.Name); err != nil {
 		return err
 	}
 	r, q, l := p.Retention, p.DefaultQueue, p.PayloadLimit
@@ -276,7 +251,7 @@ func (p *NamespaceCreateParams) Validate() error {
 
 // Validate reports the first malformed field of p, wrapping ErrInvalidParams.
 func (p *NamespaceUpdateParams) Validate() error {
-	if err := ValidateObjectName("namespace", p.Name); err != nil {
+	if err := ValidateNamespace(p.Name); err != nil {
 		return err
 	}
 	if err := validateNamespaceFields(p.Retention, p.DefaultQueue, p.PayloadLimit); err != nil {
@@ -297,7 +272,7 @@ func validateNamespaceFields(retention *Duration, queue *string, limit *int) err
 		return fmt.Errorf("%w: retention must be positive, not %v", ErrInvalidParams, time.Duration(*retention))
 	}
 	if queue != nil {
-		if err := ValidateObjectName("default queue", *queue); err != nil {
+		if err := ValidateName("default queue", *queue); err != nil {
 			return err
 		}
 	}
@@ -347,10 +322,10 @@ func (p *QueueSetPausedParams) Validate() error {
 // validateQueueCall checks the fields of a queue call: names, settings (nil:
 // none) and key.
 func validateQueueCall(namespace, name string, s *QueueSettings, rec *IdempotencyRecord) error {
-	if err := ValidateObjectName("namespace", namespace); err != nil {
+	if err := ValidateNamespace(namespace); err != nil {
 		return err
 	}
-	if err := ValidateObjectName("queue", name); err != nil {
+	if err := ValidateName("queue", name); err != nil {
 		return err
 	}
 	if s != nil {

@@ -123,6 +123,12 @@ func (s *ScheduleSpec) Validate() error {
 			return fmt.Errorf("%w: %s is required", ErrInvalidParams, f.name)
 		}
 	}
+	if err := ValidateName("workflow", s.Workflow); err != nil {
+		return err
+	}
+	if err := ValidateName("queue", s.Queue); err != nil {
+		return err
+	}
 	if !s.Overlap.Valid() {
 		return fmt.Errorf("%w: Overlap: unknown policy %q (skip, buffer_one, allow_all, cancel_previous)", ErrInvalidParams, s.Overlap)
 	}
@@ -163,6 +169,9 @@ type ScheduleCreateParams struct {
 // Validate reports the first missing or malformed field of p.
 func (p *ScheduleCreateParams) Validate() error {
 	if err := validateScheduleRef(p.Namespace, p.Name); err != nil {
+		return err
+	}
+	if err := ValidateName("schedule", p.Name); err != nil {
 		return err
 	}
 	if err := p.Idempotency.Validate(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unicode"
 
 	"github.com/trellis-dev/trellis/internal/auth"
 )
@@ -47,9 +46,6 @@ func (t *Token) Principal() *auth.Principal {
 // TokenHashSize is the size of a token's hash (SHA-256).
 const TokenHashSize = 32
 
-// MaxTokenNameLen caps a token's name.
-const MaxTokenNameLen = 100
-
 // TokenCreateParams are the parameters of TokenCreate.
 type TokenCreateParams struct {
 	Name   string       `json:"name"`
@@ -74,37 +70,6 @@ func (p *TokenCreateParams) Validate() error {
 		if err := ValidateGrant(g); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// ValidateTokenName checks a token's name: 1 to MaxTokenNameLen printable
-// characters without spaces.
-func ValidateTokenName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: Name is required", ErrInvalidParams)
-	case len(name) > MaxTokenNameLen:
-		return fmt.Errorf("%w: Name is longer than %d bytes", ErrInvalidParams, MaxTokenNameLen)
-	}
-	for _, r := range name {
-		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
-			return fmt.Errorf("%w: Name %q: no spaces or control characters", ErrInvalidParams, name)
-		}
-	}
-	return nil
-}
-
-// ValidateGrant checks one grant: a known role on a namespace (or "*"), never the
-// system namespace.
-func ValidateGrant(g auth.Grant) error {
-	switch {
-	case !g.Role.Valid():
-		return fmt.Errorf("%w: Grants: unknown role %q (admin, producer, worker, reader, approver)", ErrInvalidParams, g.Role)
-	case g.Namespace == "":
-		return fmt.Errorf("%w: Grants: namespace is required (%q for all)", ErrInvalidParams, auth.AllNamespaces)
-	case g.Namespace == auth.SystemNamespace:
-		return fmt.Errorf("%w: Grants: namespace %q is reserved", ErrInvalidParams, auth.SystemNamespace)
 	}
 	return nil
 }

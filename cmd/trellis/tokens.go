@@ -58,8 +58,8 @@ type grantsFlag []auth.Grant
 func (g *grantsFlag) String() string { return "" }
 
 func (g *grantsFlag) Set(s string) error {
-	parts := strings.Split(s, ":")
-	if len(parts) < 2 || len(parts) > 3 {
+	parts := strings.SplitN(s, ":", 3) // a queue's name may hold a ':'
+	if len(parts) < 2 {
 		return fmt.Errorf("%q is not ROLE:NAMESPACE or ROLE:NAMESPACE:QUEUE", s)
 	}
 	gr := auth.Grant{Role: auth.Role(parts[0]), Namespace: parts[1]}

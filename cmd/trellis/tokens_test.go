@@ -55,6 +55,11 @@ func TestTokens(t *testing.T) {
 	if res := trellisCmd(t, "tokens", "revoke", "nobody", "--store", url); res.code != 1 || !strings.Contains(res.stderr, "not found") {
 		t.Errorf("revoke unknown: exit %d, stderr %q", res.code, res.stderr)
 	}
+	// A queue's name may hold a ':' (not a '/'): the grant's third part is
+	// the rest of the flag.
+	trellisCmd(t, "tokens", "create", "--name", "deployer", "--grant", "worker:shop:eu:west", "--store", url).ok(t)
+	res = trellisCmd(t, "tokens", "list", "--store", url).ok(t)
+	contains(t, "tokens list", res.stdout, "deployer", "worker:shop:eu:west")
 }
 
 func TestTokensUsage(t *testing.T) {
@@ -67,8 +72,14 @@ func TestTokensUsage(t *testing.T) {
 		{[]string{"tokens"}, "no subcommand"},
 		{[]string{"tokens", "frob"}, "unknown subcommand"},
 		{[]string{"tokens", "create", "--name", "x", "--store", url}, "at least one --grant"},
-		{[]string{"tokens", "create", "--grant", "admin:*", "--store", url}, "--name: Name is required"},
-		{[]string{"tokens", "create", "--name", "a b", "--grant", "admin:*", "--store", url}, "no spaces"},
+		{[]string{"tokens", "create", "--grant", "admin:*", "--store", url}, "--name: token name is required"},
+		{[]string{"tokens", "create", "--name", "a b", "--grant", "admin:*", "--store", url}, "white space"},
+		{[]string{"tokens", "create", "--name", "ci/deploy", "--grant", "admin:*", "--store", url}, `token name "ci/deploy": no '/'`},
+		{[]string{"tokens", "create", "--name", "ci*", "--grant", "admin:*", "--store", url}, "'*'"},
+		{[]string{"tokens", "create", "--name", "x", "--grant", "reader:ns*", "--store", url}, `namespace name "ns*": 1 to 63 letters`},
+		{[]string{"tokens", "create", "--name", "x", "--grant", "reader:a/b", "--store", url}, `namespace name "a/b"`},
+		{[]string{"tokens", "create", "--name", "x", "--grant", "worker:shop:q/1", "--store", url}, `queue name "q/1": no '/'`},
+		{[]string{"tokens", "create", "--name", "x", "--grant", "worker:shop:*", "--store", url}, `queue name "*"`},
 		{[]string{"tokens", "create", "--name", "x", "--grant", "root:*", "--store", url}, `unknown role "root"`},
 		{[]string{"tokens", "create", "--name", "x", "--grant", "admin:__system__", "--store", url}, "reserved"},
 		{[]string{"tokens", "create", "--name", "x", "--grant", "admin", "--store", url}, "is not ROLE:NAMESPACE"},

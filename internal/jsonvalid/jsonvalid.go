@@ -84,11 +84,9 @@ func explain(b []byte) error {
 		}
 		return toError(err)
 	}
+	end := dec.InputOffset()
 	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
-		if err == nil {
-			return &Error{Offset: dec.InputOffset(), Reason: "data after the top-level value"}
-		}
-		return toError(err)
+		return &Error{Offset: end, Reason: "data after the top-level value"}
 	}
 	// Not reached while IsValid and the decoder agree; never accept what
 	// IsValid refused.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/trellis-dev/trellis/internal/jsonvalid/jsonvalidtest"
 )
 
 func TestCheckAccepts(t *testing.T) {
@@ -34,7 +36,8 @@ func TestCheckRefuses(t *testing.T) {
 		{in: "   ", want: "end of JSON input"},
 		{in: `{"a":`, want: "end of JSON input"},
 		{in: `{"a":1} {}`, want: "after the top-level value"},
-		{in: `{"a":1}x`, want: "invalid character"},
+		{in: `{"a":1}x`, want: "data after the top-level value (byte 7)"},
+		{in: "[1] \xff", want: "data after the top-level value"},
 		{in: `{'a':1}`, want: "invalid character"},
 		{in: `[1,]`, want: "invalid character"},
 		{in: `{"a":1,"a":2}`, want: `duplicate object member name "a" in the object at ""`, dup: true},
@@ -75,23 +78,21 @@ func TestCheckSaysWhere(t *testing.T) {
 	}
 }
 
-// Check is never more lenient than encoding/json with a UTF-8 check, and never
-// panics; what it accepts encoding/json decodes to the same value as
-// jsontext would (no duplicate name can hide a second value).
+// Check is never more lenient than encoding/json with a UTF-8 check and a
+// search for duplicate names (jsonvalidtest), nor stricter but for surrogate
+// escapes, which encoding/json takes as U+FFFD; it never panics.
 func FuzzCheck(f *testing.F) {
 	for _, s := range []string{`{"a":1}`, `{"a":1,"a":2}`, "\"\xff\"", `"\ud800"`, `[1,2,{"x":[]}]`, `1 2`, ``,
-		`{"a":{"b":1,"b":1}}`, `"\u00e9"`, "\"\xc3\xa9\"", `{"a":"\u0000"}`, `[[[[[[[]]]]]]]`, `-0.0e+5`} {
+		`{"a":{"b":1,"b":1}}`, `"\u00e9"`, "\"\xc3\xa9\"", `{"a":"\u0000"}`, `[[[[[[[]]]]]]]`, `-0.0e+5`,
+		`{"a":1,"\u0061":2}`, `[{"a":1},{"a":1}]`, `{"a":{"a":{"a":1}}}`, "{\"\xff\":1,\"\xfe\":2}", `{"a":0,"a"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		err := Check(b)
+		refused := jsonvalidtest.Refused(b)
 		if err == nil {
-			if !json.Valid(b) || !utf8.Valid(b) {
-				t.Fatalf("Check accepted %q, which encoding/json + utf8.Valid refuse", b)
-			}
-			var v any
-			if err := json.Unmarshal(b, &v); err != nil {
-				t.Fatalf("Check accepted %q, which encoding/json cannot decode: %v", b, err)
+			if refused {
+				t.Fatalf("Check accepted %q, which encoding/json + utf8.Valid refuse or which holds a duplicate name", b)
 			}
 			return
 		}
@@ -99,5 +100,22 @@ func FuzzCheck(f *testing.F) {
 		if !errors.As(err, &e) || e.Reason == "" {
 			t.Fatalf("Check(%q) = %v: not an *Error with a reason", b, err)
 		}
+		if e.Duplicate && json.Valid(b) && utf8.Valid(b) && !jsonvalidtest.DuplicateName(b) {
+			t.Fatalf("Check(%q) = %v, but the search for duplicates finds none", b, err)
+		}
+		if !refused && !jsonvalidtest.SurrogateEscape.Match(b) {
+			t.Fatalf("Check refused %q (%v), which is valid UTF-8 JSON without duplicate names", b, err)
+		}
 	})
+}
+
+func TestDuplicateNameOracle(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]bool{`{"a":1,"a":2}`: true, `{"a":{"a":1}}`: false, `[{"a":1},{"a":1}]`: false,
+		`{"a":[{"b":1,"b":1}]}`: true, `{"a":1,"\u0061":1}`: true, `{"a":{},"b":[],"c":{"a":[1,{"x":1}]}}`: false,
+		`{"x":{"y":1},"y":2}`: false, `{"x":[1,2],"x":3}`: true} {
+		if got := jsonvalidtest.DuplicateName([]byte(s)); got != want {
+			t.Errorf("DuplicateName(%s) = %v, want %v", s, got, want)
+		}
+	}
 }

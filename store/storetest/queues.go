@@ -197,6 +197,46 @@ func queueBadInput(t *testing.T, e *env) {
 			_, err := e.st.NamespaceCreate(e.ctx, &store.NamespaceCreateParams{Name: "a b"})
 			return err
 		},
+		"namespace name with a slash": func() error {
+			_, err := e.st.NamespaceCreate(e.ctx, &store.NamespaceCreateParams{Name: "a/b"})
+			return err
+		},
+		"namespace name with a wildcard": func() error {
+			_, err := e.st.NamespaceCreate(e.ctx, &store.NamespaceCreateParams{Name: "ns*"})
+			return err
+		},
+		"namespace name not of the pattern": func() error {
+			_, err := e.st.NamespaceCreate(e.ctx, &store.NamespaceCreateParams{Name: "-ns"})
+			return err
+		},
+		"default queue with a slash": func() error {
+			_, err := e.st.NamespaceCreate(e.ctx, &store.NamespaceCreateParams{Name: "x", DefaultQueue: "a/b"})
+			return err
+		},
+		"queue name with a slash": func() error {
+			_, err := e.st.QueueCreate(e.ctx, &store.QueueCreateParams{Namespace: ns, Name: "a/b"})
+			return err
+		},
+		"queue name with a backslash": func() error {
+			_, err := e.st.QueueCreate(e.ctx, &store.QueueCreateParams{Namespace: ns, Name: `a\b`})
+			return err
+		},
+		"queue name with a wildcard": func() error {
+			_, err := e.st.QueueCreate(e.ctx, &store.QueueCreateParams{Namespace: ns, Name: "q*"})
+			return err
+		},
+		"queue name ..": func() error {
+			_, err := e.st.QueueCreate(e.ctx, &store.QueueCreateParams{Namespace: ns, Name: ".."})
+			return err
+		},
+		"queue name with a no-break space": func() error {
+			_, err := e.st.QueueCreate(e.ctx, &store.QueueCreateParams{Namespace: ns, Name: "a\u00a0b"})
+			return err
+		},
+		"queue name not UTF-8": func() error {
+			_, err := e.st.QueueCreate(e.ctx, &store.QueueCreateParams{Namespace: ns, Name: "q\xff"})
+			return err
+		},
 		"negative retention": func() error {
 			_, err := e.st.NamespaceCreate(e.ctx, &store.NamespaceCreateParams{Name: "x", Retention: store.Duration(-time.Hour)})
 			return err

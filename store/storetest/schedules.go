@@ -113,6 +113,15 @@ func scheduleInvalidParams(t *testing.T, e *env) {
 		func(p *store.ScheduleCreateParams) { p.Spec.Overlap = "sometimes" },
 		func(p *store.ScheduleCreateParams) { p.Spec.CatchupWindow = 0 },
 		func(p *store.ScheduleCreateParams) { p.Spec.CatchupWindow = -time.Second },
+		// Names by the one rule (store.ValidateName).
+		func(p *store.ScheduleCreateParams) { p.Name = "a/b" },
+		func(p *store.ScheduleCreateParams) { p.Name = "nightly*" },
+		func(p *store.ScheduleCreateParams) { p.Name = ".." },
+		func(p *store.ScheduleCreateParams) { p.Name = "a\u200eb" }, // a format character
+		func(p *store.ScheduleCreateParams) { p.Spec.Workflow = "a/b" },
+		func(p *store.ScheduleCreateParams) { p.Spec.Workflow = "w\x00" },
+		func(p *store.ScheduleCreateParams) { p.Spec.Queue = "q*" },
+		func(p *store.ScheduleCreateParams) { p.Spec.Queue = "a b" },
 	}
 	for i, f := range bad {
 		p := &store.ScheduleCreateParams{Namespace: ns, Name: "x", Spec: scheduleSpec()}

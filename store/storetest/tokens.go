@@ -172,6 +172,24 @@ func tokenInvalidParams(t *testing.T, e *env) {
 			p.Grants = []auth.Grant{{Role: auth.RoleAdmin, Namespace: auth.SystemNamespace}}
 		},
 		"short hash": func(p *store.TokenCreateParams) { p.Hash = p.Hash[:8] },
+		// Names and grants by the one rule (store.ValidateTokenName, ValidateGrant).
+		"name with a slash":      func(p *store.TokenCreateParams) { p.Name = "ci/deploy" },
+		"name with a wildcard":   func(p *store.TokenCreateParams) { p.Name = "ci*" },
+		"name with a control":    func(p *store.TokenCreateParams) { p.Name = "ci\x1b" },
+		"name not UTF-8":         func(p *store.TokenCreateParams) { p.Name = "ci\xff" },
+		"name ..":                func(p *store.TokenCreateParams) { p.Name = ".." },
+		"namespace with a slash": func(p *store.TokenCreateParams) { p.Grants = []auth.Grant{{Role: auth.RoleReader, Namespace: "a/b"}} },
+		"namespace pattern":      func(p *store.TokenCreateParams) { p.Grants = []auth.Grant{{Role: auth.RoleReader, Namespace: "ns*"}} },
+		"namespace with a space": func(p *store.TokenCreateParams) { p.Grants = []auth.Grant{{Role: auth.RoleReader, Namespace: "a b"}} },
+		"queue with a slash": func(p *store.TokenCreateParams) {
+			p.Grants = []auth.Grant{{Role: auth.RoleWorker, Namespace: ns, Queue: "a/b"}}
+		},
+		"queue pattern": func(p *store.TokenCreateParams) {
+			p.Grants = []auth.Grant{{Role: auth.RoleWorker, Namespace: ns, Queue: "*"}}
+		},
+		"queue with a control": func(p *store.TokenCreateParams) {
+			p.Grants = []auth.Grant{{Role: auth.RoleWorker, Namespace: ns, Queue: "q\n"}}
+		},
 	} {
 		p, _ := e.tokenParams("bad", admin)
 		change(p)
