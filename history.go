@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // HistoryFormat is the format tag of a RecordedHistory: "trellis.history/v1".
@@ -44,8 +45,10 @@ type HistoryChild struct {
 }
 
 // Payload is an encoded value (an input, output, result or event payload). In
-// JSON it is the value itself when it is JSON, and {"$base64": "..."} otherwise
-// (other codecs' bytes, and JSON of exactly that shape, which would be ambiguous).
+// JSON it is the value itself when it is JSON in valid UTF-8, and
+// {"$base64": "..."} otherwise (other codecs' bytes; JSON with invalid UTF-8,
+// which a server stored before it refused such payloads and which strict
+// parsers reject; and JSON of exactly that shape, which would be ambiguous).
 // Insignificant whitespace of a JSON payload is not kept.
 type Payload []byte
 
@@ -56,7 +59,7 @@ func (p Payload) MarshalJSON() ([]byte, error) {
 	if len(p) == 0 {
 		return []byte("null"), nil
 	}
-	if json.Valid(p) && !isBase64Wrapper(p) {
+	if json.Valid(p) && utf8.Valid(p) && !isBase64Wrapper(p) {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, p); err != nil {
 			return nil, err

@@ -249,12 +249,16 @@ func TestCheckpointChildStartsAuthorized(t *testing.T) {
 	}
 	e.remoteRun("p1", "q1")
 	cr := e.claimAs("q1-worker", "q1")
+	e.remoteRun("p3", "q1")
 	if err := e.checkpointAs("q1-worker", withChild(cr, "c2", "q2")); connect.CodeOf(err) != connect.CodePermissionDenied {
 		t.Fatalf("child in q2 = %v, want permission_denied", err)
 	}
 	e.wantUntouched("p1", "q1-worker")
 	if _, err := e.st.RunGet(t.Context(), &store.RunGetParams{Namespace: "default", Ref: "c2"}); !errors.Is(err, store.ErrRunNotFound) {
 		t.Fatalf("the refused child: %v, want not found", err)
+	}
+	if err := e.checkpointAs("worker", withChild(e.claimAs("worker", "q1"), "c3", "a/b")); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("child in queue a/b = %v, want invalid_argument (names follow the API's rule)", err)
 	}
 	if err := e.checkpointAs("q1-worker", withChild(cr, "c1", "q1")); err != nil {
 		t.Fatalf("child in q1: %v", err)

@@ -88,10 +88,16 @@ func (h *workerService) checkLeases(p *auth.Principal, leases []store.Lease) (va
 
 // checkStarts checks the child runs a checkpoint starts: each is a start in
 // its queue, allowed to a principal that may start runs there (producer) or
-// claim them (worker), as a producer's start through the API would be.
+// claim them (worker), and named by the rule of a start through the API
+// (store.ValidateName for its workflow and queue).
 func checkStarts(p *auth.Principal, ns string, groups []*store.ChildGroup) error {
 	for _, g := range groups {
 		for _, r := range g.Runs {
+			for _, err := range []error{store.ValidateName("workflow", r.Workflow), store.ValidateName("queue", r.Queue)} {
+				if err != nil {
+					return fmt.Errorf("child run %q: %w", r.ID, err)
+				}
+			}
 			if !p.Allows(auth.RoleProducer, ns, r.Queue) && !p.Allows(auth.RoleWorker, ns, r.Queue) {
 				return fmt.Errorf("%w: child run %q: principal %q may not start runs in namespace %q queue %q",
 					ww.ErrPermissionDenied, r.ID, p.Name, ns, r.Queue)
