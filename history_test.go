@@ -73,7 +73,7 @@ func TestPayloadJSON(t *testing.T) {
 		{trellis.Payload(`"x"`), `"x"`, `"x"`},
 		{trellis.Payload("not json"), `{"$base64":"bm90IGpzb24="}`, "not json"},
 		{trellis.Payload{0xff}, `{"$base64":"/w=="}`, "\xff"},
-		{trellis.Payload("\"\xff\""), `{"$base64":"Iv8i"}`, "\"\xff\""}, // JSON with invalid UTF-8: strict parsers refuse it
+		{trellis.Payload("\"\xff\""), `{"$base64":"Iv8i"}`, "\"\xff\""},                                         // JSON with invalid UTF-8: strict parsers refuse it
 		{trellis.Payload(`{"$base64":"AA=="}`), `{"$base64":"eyIkYmFzZTY0IjoiQUE9PSJ9"}`, `{"$base64":"AA=="}`}, // ambiguous: wrapped
 		{nil, `null`, ""},
 	} {
