@@ -149,6 +149,8 @@ type AdminStore interface {
 	TokenStore
 	// KeyStore: the secret keys the servers of the store share (see keys.go).
 	KeyStore
+	// AuditStore: the audit log of the server's state changes (see audit.go).
+	AuditStore
 	// IdempotencyStore: idempotency keys of mutating calls (see idempotency.go).
 	IdempotencyStore
 	// QueueStore: namespaces and queues as objects (see queues.go).

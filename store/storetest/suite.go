@@ -63,6 +63,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Workers", workerCases},
 		{"Tokens", tokenCases},
 		{"Keys", keyCases},
+		{"Audit", auditCases},
 		{"Idempotency", idempotencyCases},
 		{"Tx", txCases},
 		{"Queues", queueCases},
