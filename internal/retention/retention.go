@@ -2,7 +2,8 @@
 // period has passed: a background purger, owned by `trellis server` and by
 // every embedded worker, that deletes expired runs in small batches (one short
 // transaction each) and rests between batches so that checkpoints and claims
-// keep the store (see docs/retention.md).
+// keep the store (see docs/retention.md). It deletes the expired entries of
+// the audit log the same way (audit.go).
 package retention
 
 import (
@@ -55,6 +56,12 @@ type Config struct {
 	Interval time.Duration
 	// Batch is how many runs one transaction deletes; default DefaultBatch.
 	Batch int
+	// GlobalPeriod returns the retention period of the audit entries of no
+	// namespace; default GlobalPeriodOf.
+	GlobalPeriod func(ctx context.Context) (time.Duration, error)
+	// AuditBatch is how many audit entries one transaction deletes; default
+	// store.DefaultAuditPurgeBatch.
+	AuditBatch int
 	// Duty (0 < Duty <= 1) is the share of time spent deleting while a
 	// backlog remains; default DefaultDuty.
 	Duty   float64
@@ -71,6 +78,8 @@ type Purger struct {
 	mu      sync.Mutex
 	started bool
 	deleted int64
+	// auditDeleted counts the audit entries deleted (AuditDeleted).
+	auditDeleted int64
 }
 
 // New returns a purger; it does nothing until Start.
@@ -78,6 +87,13 @@ func New(cfg Config) *Purger {
 	if cfg.Period == nil {
 		st := cfg.Store
 		cfg.Period = func(ctx context.Context, ns string) (time.Duration, error) { return PeriodOf(ctx, st, ns) }
+	}
+	if cfg.GlobalPeriod == nil {
+		st := cfg.Store
+		cfg.GlobalPeriod = func(ctx context.Context) (time.Duration, error) { return GlobalPeriodOf(ctx, st) }
+	}
+	if cfg.AuditBatch <= 0 {
+		cfg.AuditBatch = store.DefaultAuditPurgeBatch
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
@@ -141,6 +157,9 @@ func (p *Purger) loop() {
 		if err := p.Pass(ctx); err != nil && ctx.Err() == nil {
 			p.cfg.Logger.Warn("purging expired runs", "err", err)
 		}
+		if err := p.passAudit(ctx); err != nil && ctx.Err() == nil {
+			p.cfg.Logger.Warn("purging expired audit entries", "err", err)
+		}
 		if !p.sleep(p.cfg.Interval) {
 			return
 		}
@@ -193,16 +212,27 @@ func (p *Purger) Pass(ctx context.Context) error {
 			if n < p.cfg.Batch {
 				break
 			}
-			took := time.Since(t0)
-			rest := time.Duration(float64(took) * (1 - p.cfg.Duty) / p.cfg.Duty)
-			if rest > 0 {
-				select { // the rest is wall time: the work it spaces out is
-				case <-time.After(rest):
-				case <-ctx.Done():
-					return nil
-				}
+			if !p.rest(ctx, time.Since(t0)) {
+				return nil
 			}
 		}
 	}
 	return nil
+}
+
+// rest waits after a batch that took took, as Duty says; it reports false
+// when ctx ended first.
+func (p *Purger) rest(ctx context.Context, took time.Duration) bool {
+	rest := time.Duration(float64(took) * (1 - p.cfg.Duty) / p.cfg.Duty)
+	if rest <= 0 {
+		return true
+	}
+	t := time.NewTimer(rest)
+	defer t.Stop()
+	select { // the rest is wall time: the work it spaces out is
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
