@@ -203,6 +203,7 @@ func hasRoleIn(p *auth.Principal, role auth.Role, ns string) bool {
 // authenticate finds the principal of an Authorization header.
 func (s *Server) authenticate(ctx context.Context, header string) (*auth.Principal, error) {
 	if s.cfg.Insecure {
+		notePrincipal(ctx, insecurePrincipal.Name)
 		return insecurePrincipal, nil
 	}
 	scheme, token, ok := strings.Cut(header, " ")
@@ -218,6 +219,7 @@ func (s *Server) authenticate(ctx context.Context, header string) (*auth.Princip
 	case p == nil:
 		return nil, fmt.Errorf("%w: unknown token", auth.ErrUnauthenticated)
 	}
+	notePrincipal(ctx, p.Name)
 	return p, nil
 }
 

@@ -98,6 +98,9 @@ type Problem struct {
 	Status int    `json:"status"`
 	Detail string `json:"detail"`
 	Code   string `json:"code"`
+	// RequestID is the request's X-Request-Id (RequestIDHeader), which its
+	// access log line and its audit entry hold too.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // problemFor maps err to its problem; unknown errors are internal and their text
@@ -122,6 +125,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if p.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="trellis"`)
 	}
+	p.RequestID = w.Header().Get(RequestIDHeader)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(p.Status)

@@ -252,6 +252,7 @@ func (s *Server) routes() http.Handler {
 		mux.Handle(rt.method+" "+rt.pattern, s.wrapUI(rt))
 	}
 	workerPath, worker := s.workerHandler()
+	s.workerPath = workerPath
 	mux.Handle(workerPath, worker)
 	// The ServeMux redirects a subtree's root without its slash to it (301,
 	// text/html): that path names no procedure.

@@ -100,9 +100,12 @@ type Config struct {
 	// in the background (internal/retention, docs/retention.md); default
 	// retention.DefaultInterval. Negative: never (another process purges).
 	RetentionInterval time.Duration
-	// Logger receives request errors the server could not attribute to the client;
-	// default discards.
+	// Logger receives request errors the server could not attribute to the
+	// client, warnings of its background work and, at level Info, the access
+	// log: a line per request (docs/observability.md); default discards.
 	Logger *slog.Logger
+	// DisableAccessLog turns the access log off.
+	DisableAccessLog bool
 	// Scheduler configures the scheduler that Start runs (docs/schedules.md):
 	// among all servers and embedded workers on a store, one leads and fires
 	// the schedules.
@@ -218,10 +221,12 @@ type Server struct {
 	queues    *queuedefaults.Cache
 	handoffs  *handoffs // runs started here, created claimed for waiting claim streams
 	ownsStore bool
-	handler   http.Handler
-	mux       *http.ServeMux // the routes, behind guard in handler
+	handler   http.Handler   // front(guard(mux)): request IDs, the access log, the request's form
+	mux       *http.ServeMux // the routes
 	table     []route
-	http      *http.Server
+	// workerPath is the path prefix of the worker protocol's procedures.
+	workerPath string
+	http       *http.Server
 
 	mu      sync.Mutex
 	clients map[string]*trellis.Client // by namespace, created on first use
@@ -304,7 +309,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.api = api
 	s.handoffs.handed = api.handoffs.Inc
 	s.leases = newLeaseCounter(time.Now)
-	s.handler = s.routes()
+	s.handler = s.front(s.routes())
 	s.http = &http.Server{
 		Handler: s.handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
 		WriteTimeout: cfg.MaxWait + 30*time.Second, IdleTimeout: cfg.IdleTimeout,
