@@ -26,6 +26,7 @@ type call struct {
 	// streamOwned: a stream's own goroutine took over the connection and its
 	// count in MaxStreams (streamRun).
 	streamOwned bool
+	note        auditNote // what the handler adds to the request's audit entry
 }
 
 // allowQueue checks the call's role on queue q of its namespace.
@@ -81,6 +82,7 @@ func (s *Server) wrap(rt route) http.Handler {
 		} else {
 			err = s.handle(w, r, rt, c)
 		}
+		s.auditRequest(w, r, rt.audit, c, "api", err)
 		if err != nil {
 			s.writeError(w, r, err)
 		}

@@ -52,6 +52,13 @@ func (s *Server) startMany(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
+	created := 0
+	for _, res := range results {
+		if res.Created {
+			created++
+		}
+	}
+	c.noteDetail("created %d of %d runs", created, len(results))
 	reply(w, c, 200, trellis.StartManyResponse{Results: results})
 	return nil
 }

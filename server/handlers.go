@@ -88,6 +88,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *call) error
 	if err != nil {
 		return err
 	}
+	c.noteTarget(run.ID)
 	reply(w, c, 201, run)
 	return nil
 }
@@ -264,6 +265,7 @@ func (s *Server) resetRun(w http.ResponseWriter, r *http.Request, c *call) error
 	if err != nil {
 		return err
 	}
+	c.noteDetail("new run %s", run.ID)
 	reply(w, c, 201, run)
 	return nil
 }
@@ -276,6 +278,7 @@ func (s *Server) sendEvent(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err := checkRef("event name", req.Name); err != nil {
 		return err
 	}
+	c.noteDetail("event %s", req.Name)
 	payload := req.Payload
 	if len(payload) == 0 {
 		payload = json.RawMessage("null")

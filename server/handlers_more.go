@@ -48,6 +48,8 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *call) er
 	if err := decodeBody(w, r, s.cfg.MaxBodyBytes, false, &req); err != nil {
 		return err
 	}
+	c.noteTarget(req.Name)
+	c.noteDetail("grants %s", grantsText(req.Grants))
 	secret, hash, err := auth.NewToken()
 	if err != nil {
 		return err

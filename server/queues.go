@@ -53,6 +53,7 @@ func (s *Server) createNamespace(w http.ResponseWriter, r *http.Request, c *call
 	if err := checkNamespaceName(req.Name); err != nil {
 		return err
 	}
+	c.note.ns, c.note.id = req.Name, req.Name
 	if c.keyed != nil {
 		c.keyed.ns = req.Name // the path names no namespace: the key is kept in the new one
 	}
@@ -114,6 +115,7 @@ func (s *Server) createQueue(w http.ResponseWriter, r *http.Request, c *call) er
 	if err := store.ValidateName("queue", req.Name); err != nil {
 		return err
 	}
+	c.noteTarget(req.Name)
 	p := &store.QueueCreateParams{Namespace: c.ns, Name: req.Name, Paused: req.Paused, QueueSettings: req.QueueSettings,
 		Idempotency: c.idempotency()}
 	if err := p.Validate(); err != nil {

@@ -50,6 +50,7 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c *call)
 	if err := checkSpecNames(req.Spec); err != nil {
 		return err
 	}
+	c.noteTarget(req.Name)
 	sc, err := c.client.CreateSchedule(r.Context(), req.Name, req.Spec, trellis.CreateScheduleOptions{Paused: req.Paused})
 	if err != nil {
 		return err
@@ -158,6 +159,7 @@ func (s *Server) triggerSchedule(w http.ResponseWriter, r *http.Request, c *call
 	if err != nil {
 		return err
 	}
+	c.noteDetail("run %s", run.ID)
 	reply(w, c, 201, run)
 	return nil
 }
@@ -178,6 +180,7 @@ func (s *Server) backfillSchedule(w http.ResponseWriter, r *http.Request, c *cal
 	if err != nil {
 		return err
 	}
+	c.noteDetail("%d runs", len(runs))
 	reply(w, c, 200, trellis.BackfillResult{Runs: runs})
 	return nil
 }

@@ -106,6 +106,15 @@ type Config struct {
 	Logger *slog.Logger
 	// DisableAccessLog turns the access log off.
 	DisableAccessLog bool
+	// AuditFlushInterval is how often the server appends the audit entries
+	// it buffered to the store (at once when auditFlushAt of them wait); a
+	// crash of the process loses the entries of at most the last interval
+	// (docs/security.md, "Audit log"). Default DefaultAuditFlushInterval.
+	AuditFlushInterval time.Duration
+	// AuditBuffer caps the audit entries buffered while the store does not
+	// take them; beyond it entries are dropped, counted and logged. Default
+	// DefaultAuditBuffer.
+	AuditBuffer int
 	// Scheduler configures the scheduler that Start runs (docs/schedules.md):
 	// among all servers and embedded workers on a store, one leads and fires
 	// the schedules.
@@ -175,6 +184,10 @@ func (c Config) withDefaults() Config {
 		c.WorkerStreamWriteTimeout = 30 * time.Second
 	}
 	def(&c.MaxWait, DefaultMaxWait)
+	def(&c.AuditFlushInterval, DefaultAuditFlushInterval)
+	if c.AuditBuffer <= 0 {
+		c.AuditBuffer = DefaultAuditBuffer
+	}
 	if c.IdempotencyPurgeInterval == 0 {
 		c.IdempotencyPurgeInterval = DefaultIdempotencyPurgeInterval
 	}
@@ -262,6 +275,7 @@ type Server struct {
 	pageAEAD cipher.AEAD // seals page tokens
 	pageErr  error
 
+	auditor   *auditor      // buffers and writes the audit log
 	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
 	scheduler *schedule.Scheduler
 	purger    *retention.Purger // deletes expired runs; nil when RetentionInterval < 0
@@ -307,6 +321,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("starting server: registering API metrics: %w", err)
 	}
 	s.api = api
+	if s.auditor, err = newAuditor(s.store, cfg, cfg.Metrics.Registry()); err != nil {
+		if s.ownsStore {
+			_ = s.store.Close()
+		}
+		return nil, fmt.Errorf("starting server: %w", err)
+	}
 	s.handoffs.handed = api.handoffs.Inc
 	s.leases = newLeaseCounter(time.Now)
 	s.handler = s.front(s.routes())
@@ -334,6 +354,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.scheduler = sch
 	}
+	s.auditor.start()
 	if every := cfg.IdempotencyPurgeInterval; every > 0 {
 		s.purgeDone = make(chan struct{})
 		go s.purgeLoop(every)
@@ -392,8 +413,8 @@ func (s *Server) Addr() net.Addr {
 
 // Shutdown stops the purge of expired idempotency keys and accepting
 // connections, answers the long polls in flight at once (202, the run as it is),
-// waits for the other requests in flight until ctx ends, then closes the clients
-// and the store it opened.
+// waits for the other requests in flight until ctx ends, writes the audit
+// entries it buffered, then closes the clients and the store it opened.
 // Later calls return the first call's error.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutdownOnce.Do(func() { s.shutdownErr = s.shutdown(ctx) })
@@ -425,6 +446,10 @@ func (s *Server) shutdown(ctx context.Context) error {
 			err = serr
 		}
 	}
+	// Every request has been answered (and its entry buffered): write them.
+	if aerr := s.stopAuditor(ctx); aerr != nil && err == nil {
+		err = aerr
+	}
 	for _, c := range clients {
 		c.Close()
 	}
@@ -439,6 +464,25 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	return err
 }
+
+// stopAuditor writes the buffered audit entries within ctx or, when ctx has
+// ended already (requests outlasted it), within auditLastWrite.
+func (s *Server) stopAuditor(ctx context.Context) error {
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), auditLastWrite)
+		defer cancel()
+	}
+	err := s.auditor.stop(ctx)
+	if err != nil {
+		s.cfg.Logger.Error("audit log: entries lost at shutdown", "err", err)
+	}
+	return err
+}
+
+// auditLastWrite bounds the last write of the audit log when Shutdown's
+// context has ended.
+const auditLastWrite = 5 * time.Second
 
 // maxClients bounds the namespaces a server keeps a client for; beyond it, a
 // request gets a client of its own, closed when it ends.

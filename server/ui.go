@@ -30,7 +30,8 @@ type uiRoute struct {
 	role            auth.Role // the role the principal needs
 	orRole          auth.Role // another role that suffices, or ""
 	scope           scope
-	stream          bool // long-lived: not counted in the in-flight limit (the API's stream route has its own)
+	stream          bool      // long-lived: not counted in the in-flight limit (the API's stream route has its own)
+	audit           auditRule // how its requests are audited: every form (POST) is
 	handle          func(s *Server, w http.ResponseWriter, r *http.Request, c *uiCall) error
 }
 
@@ -47,21 +48,21 @@ var uiRouteTable = []uiRoute{
 	{method: "GET", pattern: "/{$}", public: true, handle: (*Server).uiHome},
 	{method: "GET", pattern: "/ui-assets/{file}", public: true, handle: (*Server).uiStatic},
 	{method: "GET", pattern: "/ui/login", public: true, handle: (*Server).uiLoginPage},
-	{method: "POST", pattern: "/ui/login", public: true, handle: (*Server).uiLogin},
-	{method: "POST", pattern: "/ui/logout", public: true, handle: (*Server).uiLogout},
+	{method: "POST", pattern: "/ui/login", public: true, audit: auditRule{"session.login", targetSession}, handle: (*Server).uiLogin},
+	{method: "POST", pattern: "/ui/logout", public: true, audit: auditRule{"session.logout", targetSession}, handle: (*Server).uiLogout},
 	{method: "GET", pattern: uiNS + "/runs", role: auth.RoleReader, scope: scopeListQueue, handle: (*Server).uiRuns},
 	{method: "GET", pattern: uiNS + "/runs/{id}", role: auth.RoleReader, scope: scopeRun, handle: (*Server).uiRun},
 	{method: "GET", pattern: uiNS + "/runs/{id}/stream", role: auth.RoleReader, scope: scopeRun, stream: true, handle: (*Server).uiStream},
-	{method: "POST", pattern: uiNS + "/runs/{id}/cancel", role: auth.RoleProducer, scope: scopeRun, handle: (*Server).uiCancel},
-	{method: "POST", pattern: uiNS + "/runs/{id}/resume", role: auth.RoleProducer, scope: scopeRun, handle: (*Server).uiResume},
-	{method: "POST", pattern: uiNS + "/runs/{id}/reset", role: auth.RoleProducer, scope: scopeRun, handle: (*Server).uiReset},
+	{method: "POST", pattern: uiNS + "/runs/{id}/cancel", role: auth.RoleProducer, scope: scopeRun, audit: auditRule{"run.cancel", targetRun}, handle: (*Server).uiCancel},
+	{method: "POST", pattern: uiNS + "/runs/{id}/resume", role: auth.RoleProducer, scope: scopeRun, audit: auditRule{"run.resume", targetRun}, handle: (*Server).uiResume},
+	{method: "POST", pattern: uiNS + "/runs/{id}/reset", role: auth.RoleProducer, scope: scopeRun, audit: auditRule{"run.reset", targetRun}, handle: (*Server).uiReset},
 	{method: "GET", pattern: uiNS + "/approvals", role: auth.RoleReader, orRole: auth.RoleApprover, scope: scopeNamespace, handle: (*Server).uiApprovals},
-	{method: "POST", pattern: uiNS + "/approvals/{id}/approve", role: auth.RoleApprover, scope: scopeApproval, handle: (*Server).uiApprove},
-	{method: "POST", pattern: uiNS + "/approvals/{id}/reject", role: auth.RoleApprover, scope: scopeApproval, handle: (*Server).uiReject},
+	{method: "POST", pattern: uiNS + "/approvals/{id}/approve", role: auth.RoleApprover, scope: scopeApproval, audit: auditRule{"approval.approve", targetApproval}, handle: (*Server).uiApprove},
+	{method: "POST", pattern: uiNS + "/approvals/{id}/reject", role: auth.RoleApprover, scope: scopeApproval, audit: auditRule{"approval.reject", targetApproval}, handle: (*Server).uiReject},
 	{method: "GET", pattern: uiNS + "/workers", role: auth.RoleReader, scope: scopeNamespace, handle: (*Server).uiWorkers},
 	{method: "GET", pattern: uiNS + "/queues", role: auth.RoleReader, scope: scopeNamespace, handle: (*Server).uiQueues},
-	{method: "POST", pattern: uiNS + "/queues/{queue}/pause", role: auth.RoleAdmin, scope: scopeNamespace, handle: (*Server).uiQueuePause},
-	{method: "POST", pattern: uiNS + "/queues/{queue}/resume", role: auth.RoleAdmin, scope: scopeNamespace, handle: (*Server).uiQueueResume},
+	{method: "POST", pattern: uiNS + "/queues/{queue}/pause", role: auth.RoleAdmin, scope: scopeNamespace, audit: auditRule{"queue.pause", targetQueue}, handle: (*Server).uiQueuePause},
+	{method: "POST", pattern: uiNS + "/queues/{queue}/resume", role: auth.RoleAdmin, scope: scopeNamespace, audit: auditRule{"queue.resume", targetQueue}, handle: (*Server).uiQueueResume},
 }
 
 // uiMaxForm caps a UI form body.
@@ -90,14 +91,15 @@ func (s *Server) wrapUI(rt uiRoute) http.Handler {
 		}
 		s.active.Add(1)
 		defer s.active.Add(-1)
-		if err := s.prepareUI(w, r, rt, c); err != nil {
-			s.uiError(w, r, c, err)
-			return
-		}
+		err := s.prepareUI(w, r, rt, c)
 		if c.done != nil {
 			defer c.done()
 		}
-		if err := rt.handle(s, w, r, c); err != nil {
+		if err == nil {
+			err = rt.handle(s, w, r, c)
+		}
+		s.auditRequest(w, r, rt.audit, &c.call, "ui", err)
+		if err != nil {
 			s.uiError(w, r, c, err)
 		}
 	})
@@ -291,6 +293,7 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request, c *uiCall) erro
 		s.render(w, r, c, 401, "login", loginData{Next: next, Error: "Unknown or revoked token."})
 		return nil
 	}
+	c.principal = p // for the audit entry of the sign-in
 	if err := s.ui.setSessionCookie(w, r, newSession(token, time.Now())); err != nil {
 		return err
 	}
@@ -341,6 +344,7 @@ func (s *Server) uiReset(w http.ResponseWriter, r *http.Request, c *uiCall) erro
 	if err != nil {
 		return err
 	}
+	c.noteDetail("new run %s", run.ID)
 	http.Redirect(w, r, runPath(c.ns, run.ID), http.StatusSeeOther)
 	return nil
 }

@@ -161,7 +161,7 @@ func (p *AuditListParams) Validate() error {
 	if !p.Since.IsZero() && !p.Until.IsZero() && !p.Since.Before(p.Until) {
 		return fmt.Errorf("%w: Since must be before Until", ErrInvalidParams)
 	}
-	if a, ok := strings.CutSuffix(p.Action, ".*"); ok && (a == "" || strings.Contains(a, "*")) {
+	if a, _ := strings.CutSuffix(p.Action, ".*"); strings.Contains(a, "*") || a == "" && p.Action != "" {
 		return fmt.Errorf("%w: Action %q: want an action, or a kind of object followed by \".*\"", ErrInvalidParams, p.Action)
 	}
 	for _, v := range []string{p.Namespace, p.Principal, p.Action} {

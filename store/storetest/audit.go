@@ -177,6 +177,8 @@ func auditListBadInput(t *testing.T, e *env) {
 		{Since: t0.Add(time.Second), Until: t0},
 		{Action: ".*"},
 		{Action: "a*.*"},
+		{Action: "*"},
+		{Action: "run*"},
 		{Principal: "a\x00b"},
 		{Namespace: "\xff"},
 	} {

@@ -1,0 +1,480 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/auth"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// Every mutating route of the API and every form of the web UI is audited,
+// and no read is; each rule's action is about the type of object it names.
+func TestEveryChangeIsAudited(t *testing.T) {
+	check := func(key, method string, rule auditRule) {
+		t.Helper()
+		switch {
+		case (method != "GET") != rule.audited():
+			t.Errorf("%s: audited %v; every change (and no read) must be: give it an audit rule", key, rule.audited())
+		case rule.audited() && !strings.HasPrefix(rule.target, strings.Split(rule.action, ".")[0]):
+			t.Errorf("%s: action %q does not act on its target type %q", key, rule.action, rule.target)
+		}
+	}
+	for _, rt := range routeTable {
+		check(rt.method+" "+rt.pattern, rt.method, rt.audit)
+	}
+	for _, rt := range uiRouteTable {
+		check("web UI: "+rt.method+" "+rt.pattern, rt.method, rt.audit)
+	}
+}
+
+// auditLog shuts the server down (which writes the buffered entries) and
+// returns every entry of the store, by request ID.
+func (e *env) auditLog() map[string]*store.AuditEntry {
+	e.t.Helper()
+	if err := e.srv.Shutdown(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	byID := map[string]*store.AuditEntry{}
+	p := store.AuditListParams{Limit: store.MaxListLimit}
+	for {
+		res, err := e.st.AuditList(context.Background(), &p)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, en := range res.Entries {
+			if _, dup := byID[en.RequestID]; dup {
+				e.t.Errorf("request %s has two audit entries", en.RequestID)
+			}
+			byID[en.RequestID] = en
+		}
+		if p.Cursor = res.NextCursor; p.Cursor == "" {
+			return byID
+		}
+	}
+}
+
+// auditWant is the entry a request should have left.
+type auditWant struct {
+	r                 *resp
+	action, principal string
+	outcome           string
+	typ, ns, id       string
+	via, detailPrefix string
+	noEntry           bool
+}
+
+// checkAudit checks the entry of each request of wants (found by its
+// X-Request-Id), and that the log holds no other.
+func checkAudit(t *testing.T, log map[string]*store.AuditEntry, wants []auditWant) {
+	t.Helper()
+	for _, w := range wants {
+		id := w.r.header.Get(RequestIDHeader)
+		en, ok := log[id]
+		delete(log, id)
+		if w.noEntry {
+			if ok {
+				t.Errorf("request %s (%d): audited %+v, want no entry", id, w.r.status, en)
+			}
+			continue
+		}
+		if !ok {
+			t.Errorf("%s by %s: no entry for request %s (%d %s)", w.action, w.principal, id, w.r.status, w.r.body)
+			continue
+		}
+		via := w.via
+		if via == "" {
+			via = "api"
+		}
+		want := store.AuditEntry{Time: en.Time, Principal: w.principal, Action: w.action,
+			Target: store.AuditTarget{Namespace: w.ns, Type: w.typ, ID: w.id}, Outcome: w.outcome,
+			RequestID: id, Source: "127.0.0.1", Via: via, Detail: en.Detail}
+		if *en != want || !strings.HasPrefix(en.Detail, w.detailPrefix) || time.Since(en.Time) > time.Minute {
+			t.Errorf("entry %+v\nwant  %+v (detail %q...)", *en, want, w.detailPrefix)
+		}
+	}
+	for _, en := range log {
+		t.Errorf("unexpected entry %+v", *en)
+	}
+}
+
+// Each kind of change through the API leaves one entry with its principal,
+// action, target and outcome, its request ID and source; a refused request
+// leaves one with its error code; a request of no known principal leaves none;
+// a retry answered from its idempotency key says so.
+func TestAuditAPIChanges(t *testing.T) {
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testAuditAPIChanges(t, url(t))
+		})
+	}
+}
+
+func testAuditAPIChanges(t *testing.T, dbURL string) {
+	e := newEnv(t, dbURL)
+	runs := "/v1/namespaces/default/runs"
+	var wants []auditWant
+	add := func(w auditWant) { wants = append(wants, w) }
+
+	// Runs.
+	r := e.do("POST", runs, "producer", map[string]any{"workflow": "await-go", "id": "a1"}).want(t, 201)
+	var run trellis.Run
+	r.decode(t, &run)
+	add(auditWant{r: r, action: "run.start", principal: "producer", outcome: "ok", typ: "run", ns: "default", id: run.ID})
+	r = e.do("POST", runs, "producer", map[string]any{"workflow": "await-go", "id": "a1"}).want(t, 409)
+	add(auditWant{r: r, action: "run.start", principal: "producer", outcome: "run_exists", typ: "run", ns: "default"})
+	r = e.do("POST", runs+":batch", "producer", map[string]any{"runs": []any{map[string]any{"workflow": "w"}, map[string]any{"workflow": "w", "id": "a1"}}}).want(t, 200)
+	add(auditWant{r: r, action: "run.start", principal: "producer", outcome: "ok", typ: "runs", ns: "default", detailPrefix: "created 1 of 2 runs"})
+	e.until(run.ID, func() bool { return e.srvRun(run.ID).Status == trellis.StatusWaiting })
+	r = e.do("POST", runs+"/a1/events", "producer", map[string]any{"name": "go", "payload": "secret-payload"}).want(t, 204)
+	add(auditWant{r: r, action: "run.event", principal: "producer", outcome: "ok", typ: "run", ns: "default", id: run.ID, detailPrefix: "event go"})
+	e.waitRun(run.ID)
+	r = e.do("POST", runs+"/a1/cancel", "producer", nil).want(t, 409)
+	add(auditWant{r: r, action: "run.cancel", principal: "producer", outcome: "run_finished", typ: "run", ns: "default", id: run.ID})
+	r = e.do("POST", runs+"/a1/reset", "producer", map[string]any{}).want(t, 201)
+	var reset trellis.Run
+	r.decode(t, &reset)
+	add(auditWant{r: r, action: "run.reset", principal: "producer", outcome: "ok", typ: "run", ns: "default", id: run.ID, detailPrefix: "new run " + reset.ID})
+	r = e.do("POST", runs+"/"+reset.ID+"/cancel", "reader", nil).want(t, 403)
+	add(auditWant{r: r, action: "run.cancel", principal: "reader", outcome: "permission_denied", typ: "run", ns: "default", id: reset.ID})
+	r = e.do("POST", runs+"/"+reset.ID+"/cancel", "", nil).want(t, 401)
+	add(auditWant{r: r, noEntry: true})
+	r = e.do("POST", runs+"/"+reset.ID+"/cancel", "producer", nil).want(t, 200)
+	add(auditWant{r: r, action: "run.cancel", principal: "producer", outcome: "ok", typ: "run", ns: "default", id: reset.ID})
+	e.waitRun(reset.ID)
+	r = e.do("POST", runs+"/"+reset.ID+"/resume", "producer", nil).want(t, 409)
+	add(auditWant{r: r, action: "run.resume", principal: "producer", outcome: "run_finished", typ: "run", ns: "default", id: reset.ID})
+	r = e.do("DELETE", runs+"/"+reset.ID, "admin", nil).want(t, 204)
+	add(auditWant{r: r, action: "run.delete", principal: "root", outcome: "ok", typ: "run", ns: "default", id: reset.ID})
+	r = e.do("POST", runs+"/no%7Fsuch/cancel", "producer", nil).want(t, 400)
+	add(auditWant{r: r, action: "run.cancel", principal: "producer", outcome: "invalid_argument", typ: "run", ns: "default", id: "no\x7fsuch"})
+
+	// A retry answered from its key changed nothing, and says so.
+	first := e.keyed("POST", runs, "producer", "k1", map[string]any{"workflow": "w"}).want(t, 201)
+	var keyedRun trellis.Run
+	first.decode(t, &keyedRun)
+	add(auditWant{r: first, action: "run.start", principal: "producer", outcome: "ok", typ: "run", ns: "default", id: keyedRun.ID})
+	again := e.keyed("POST", runs, "producer", "k1", map[string]any{"workflow": "w"}).replayed(t, true)
+	// (A start's replay comes from the store's record: its run is not read again.)
+	add(auditWant{r: again, action: "run.start", principal: "producer", outcome: "ok", typ: "run", ns: "default", detailPrefix: "idempotent replay"})
+
+	// Approvals.
+	var appRun trellis.Run
+	r = e.do("POST", runs, "producer", map[string]any{"workflow": "needs-anyone"}).want(t, 201)
+	r.decode(t, &appRun)
+	add(auditWant{r: r, action: "run.start", principal: "producer", outcome: "ok", typ: "run", ns: "default", id: appRun.ID})
+	approval := e.pendingApproval(appRun.ID)
+	r = e.do("POST", "/v1/namespaces/default/approvals/"+approval+"/approve", "approver", map[string]any{"comment": "fine"}).want(t, 200)
+	add(auditWant{r: r, action: "approval.approve", principal: "approver", outcome: "ok", typ: "approval", ns: "default", id: approval})
+	r = e.do("POST", "/v1/namespaces/default/approvals/"+approval+"/reject", "approver", nil).want(t, 409)
+	add(auditWant{r: r, action: "approval.reject", principal: "approver", outcome: "approval_decided", typ: "approval", ns: "default", id: approval})
+
+	// Namespaces and queues.
+	r = e.do("POST", "/v1/namespaces", "admin", map[string]any{"name": "shop"}).want(t, 201)
+	add(auditWant{r: r, action: "namespace.create", principal: "root", outcome: "ok", typ: "namespace", ns: "shop", id: "shop"})
+	r = e.do("POST", "/v1/namespaces", "reader", map[string]any{"name": "shop2"}).want(t, 403)
+	add(auditWant{r: r, action: "namespace.create", principal: "reader", outcome: "permission_denied", typ: "namespace"})
+	r = e.do("PATCH", "/v1/namespaces/shop", "admin", map[string]any{"retention": "48h"}).want(t, 200)
+	add(auditWant{r: r, action: "namespace.update", principal: "root", outcome: "ok", typ: "namespace", ns: "shop", id: "shop"})
+	r = e.do("POST", "/v1/namespaces/shop/queues", "admin", map[string]any{"name": "emails"}).want(t, 201)
+	add(auditWant{r: r, action: "queue.create", principal: "root", outcome: "ok", typ: "queue", ns: "shop", id: "emails"})
+	r = e.do("PATCH", "/v1/namespaces/shop/queues/emails", "admin", map[string]any{"concurrency_limit": 3}).want(t, 200)
+	add(auditWant{r: r, action: "queue.update", principal: "root", outcome: "ok", typ: "queue", ns: "shop", id: "emails"})
+	r = e.do("POST", "/v1/namespaces/shop/queues/emails/pause", "admin", nil).want(t, 200)
+	add(auditWant{r: r, action: "queue.pause", principal: "root", outcome: "ok", typ: "queue", ns: "shop", id: "emails"})
+	r = e.do("POST", "/v1/namespaces/shop/queues/emails/resume", "admin", nil).want(t, 200)
+	add(auditWant{r: r, action: "queue.resume", principal: "root", outcome: "ok", typ: "queue", ns: "shop", id: "emails"})
+
+	// Schedules.
+	sched := "/v1/namespaces/default/schedules"
+	spec := map[string]any{"workflow": "echo", "cron": "0 3 * * *"}
+	r = e.do("POST", sched, "admin", map[string]any{"name": "nightly", "spec": spec, "paused": true}).want(t, 201)
+	add(auditWant{r: r, action: "schedule.create", principal: "root", outcome: "ok", typ: "schedule", ns: "default", id: "nightly"})
+	r = e.do("PUT", sched+"/nightly", "admin", map[string]any{"workflow": "echo", "cron": "0 4 * * *"}).want(t, 200)
+	add(auditWant{r: r, action: "schedule.update", principal: "root", outcome: "ok", typ: "schedule", ns: "default", id: "nightly"})
+	r = e.do("POST", sched+"/nightly/resume", "admin", nil).want(t, 200)
+	add(auditWant{r: r, action: "schedule.resume", principal: "root", outcome: "ok", typ: "schedule", ns: "default", id: "nightly"})
+	r = e.do("POST", sched+"/nightly/pause", "admin", nil).want(t, 200)
+	add(auditWant{r: r, action: "schedule.pause", principal: "root", outcome: "ok", typ: "schedule", ns: "default", id: "nightly"})
+	r = e.do("POST", sched+"/nightly/trigger", "producer", nil).want(t, 201)
+	var fired trellis.Run
+	r.decode(t, &fired)
+	add(auditWant{r: r, action: "schedule.trigger", principal: "producer", outcome: "ok", typ: "schedule", ns: "default", id: "nightly", detailPrefix: "run " + fired.ID})
+	r = e.do("POST", sched+"/nightly/backfill", "admin", map[string]any{"start": "2026-01-01T00:00:00Z", "end": "2026-01-03T00:00:00Z"}).want(t, 200)
+	add(auditWant{r: r, action: "schedule.backfill", principal: "root", outcome: "ok", typ: "schedule", ns: "default", id: "nightly", detailPrefix: "2 runs"})
+	r = e.do("DELETE", sched+"/nightly", "admin", nil).want(t, 204)
+	add(auditWant{r: r, action: "schedule.delete", principal: "root", outcome: "ok", typ: "schedule", ns: "default", id: "nightly"})
+
+	// Tokens: no namespace; the grants, never the secret.
+	r = e.do("POST", "/v1/tokens", "admin", map[string]any{"name": "ci", "grants": []map[string]any{{"role": "producer", "namespace": "shop", "queue": "emails"}}}).want(t, 201)
+	var created CreatedToken
+	r.decode(t, &created)
+	add(auditWant{r: r, action: "token.create", principal: "root", outcome: "ok", typ: "token", id: "ci", detailPrefix: "grants producer:shop:emails"})
+	r = e.do("POST", "/v1/tokens/ci/revoke", "admin", nil).want(t, 200)
+	add(auditWant{r: r, action: "token.revoke", principal: "root", outcome: "ok", typ: "token", id: "ci"})
+	r = e.do("POST", "/v1/tokens/ci/revoke", "producer", nil).want(t, 403)
+	add(auditWant{r: r, action: "token.revoke", principal: "producer", outcome: "permission_denied", typ: "token", id: "ci"})
+
+	// Reads leave nothing.
+	add(auditWant{r: e.do("GET", runs, "reader", nil).want(t, 200), noEntry: true})
+	log := e.auditLog()
+	for _, en := range log {
+		if strings.Contains(en.Detail, created.Secret) || strings.Contains(en.Detail, "secret-payload") {
+			t.Errorf("entry %+v holds a secret or a payload", *en)
+		}
+	}
+	checkAudit(t, log, wants)
+}
+
+// srvRun reads a run from the store.
+func (e *env) srvRun(id string) *trellis.Run {
+	e.t.Helper()
+	var run trellis.Run
+	e.do("GET", "/v1/namespaces/default/runs/"+id, "reader", nil).want(e.t, 200).decode(e.t, &run)
+	return &run
+}
+
+// The web UI's forms are audited as the API's requests are, via "ui", with
+// the principal of the session: sign-in and sign-out too. A form refused by
+// its CSRF check is audited with its code; a sign-in with a bad token leaves
+// nothing (no principal).
+func TestAuditUIChanges(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	walkQueue(t, e)
+	var wants []auditWant
+	add := func(w auditWant) { wants = append(wants, w) }
+	u := e.uiSession("")
+	r := u.post("/ui/login", url.Values{"token": {"wrong"}}, e.base)
+	add(auditWant{r: r, noEntry: true})
+	r = u.post("/ui/login", url.Values{"token": {"admin"}}, e.base)
+	add(auditWant{r: r, action: "session.login", principal: "root", outcome: "ok", typ: "session", via: "ui"})
+	var run trellis.Run
+	r = e.do("POST", "/v1/namespaces/default/runs", "producer", map[string]any{"workflow": "await-go"}).want(t, 201)
+	r.decode(t, &run)
+	add(auditWant{r: r, action: "run.start", principal: "producer", outcome: "ok", typ: "run", ns: "default", id: run.ID})
+	r = u.post("/ui/default/runs/"+run.ID+"/cancel", url.Values{"csrf": {u.csrf()}}, e.base)
+	add(auditWant{r: r, action: "run.cancel", principal: "root", outcome: "ok", typ: "run", ns: "default", id: run.ID, via: "ui"})
+	r = u.post("/ui/default/queues/walk-q/pause", url.Values{"csrf": {"forged"}}, e.base)
+	add(auditWant{r: r, action: "queue.pause", principal: "root", outcome: "permission_denied", typ: "queue", ns: "default", id: "walk-q", via: "ui"})
+	r = u.post("/ui/default/queues/walk-q/pause", url.Values{"csrf": {u.csrf()}}, e.base)
+	add(auditWant{r: r, action: "queue.pause", principal: "root", outcome: "ok", typ: "queue", ns: "default", id: "walk-q", via: "ui"})
+	e.waitRun(run.ID)
+	r = u.post("/ui/default/runs/"+run.ID+"/reset", url.Values{"csrf": {u.csrf()}}, e.base)
+	loc := r.header.Get("Location")
+	add(auditWant{r: r, action: "run.reset", principal: "root", outcome: "ok", typ: "run", ns: "default", id: run.ID, via: "ui",
+		detailPrefix: "new run " + loc[strings.LastIndex(loc, "/")+1:]})
+	add(auditWant{r: u.get("/ui/default/runs"), noEntry: true})
+	r = u.post("/ui/logout", url.Values{"csrf": {u.csrf()}}, e.base)
+	add(auditWant{r: r, action: "session.logout", principal: "root", outcome: "ok", typ: "session", via: "ui"})
+	checkAudit(t, e.auditLog(), wants)
+}
+
+// Entries are written in batches off the requests' path: none before the
+// flush interval, all of them at Shutdown.
+func TestAuditFlushedOnShutdown(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.AuditFlushInterval = time.Hour })
+	for range 20 {
+		e.do("POST", "/v1/namespaces/default/runs", "producer", map[string]any{"workflow": "w"}).want(t, 201)
+	}
+	res, err := e.st.AuditList(t.Context(), &store.AuditListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Entries) != 0 {
+		t.Fatalf("%d entries written before the flush interval, want none (batched)", len(res.Entries))
+	}
+	if n := len(e.auditLog()); n != 20 {
+		t.Fatalf("%d entries after Shutdown, want 20", n)
+	}
+}
+
+// The flush interval writes the buffered entries while the server runs.
+func TestAuditFlushedOnTick(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.AuditFlushInterval = 20 * time.Millisecond })
+	e.do("POST", "/v1/namespaces/default/runs", "producer", map[string]any{"workflow": "w"}).want(t, 201)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := e.st.AuditList(t.Context(), &store.AuditListParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Entries) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the entry was not written within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// failingAudit is a store whose audit appends fail while fail is set: the
+// store of a server whose database is away.
+type failingAudit struct {
+	store.Store
+	fail chan bool // receives whether the next append fails
+}
+
+func (f failingAudit) AuditAppend(ctx context.Context, p *store.AuditAppendParams) error {
+	if <-f.fail {
+		return errors.New("the store is away")
+	}
+	return f.Store.AuditAppend(ctx, p)
+}
+
+// A failed write keeps the entries for the next one; a full buffer drops the
+// newest entries and counts them.
+func TestAuditBufferKeepsAndDrops(t *testing.T) {
+	st, err := trellis.OpenStore(t.Context(), storeURLs(t)["sqlite"](t), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	f := failingAudit{Store: st, fail: make(chan bool, 1)}
+	m := trellis.NewMetrics()
+	a, err := newAuditor(f, Config{Logger: discardLogger(), AuditFlushInterval: time.Hour, AuditBuffer: 3}, m.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := func(id string) store.AuditEntry {
+		return store.AuditEntry{Time: time.Now(), Principal: "p", Action: "run.cancel", Outcome: "ok",
+			Target: store.AuditTarget{Namespace: "default", Type: "run", ID: id}}
+	}
+	a.add(entry("1"))
+	a.add(entry("2"))
+	f.fail <- true
+	if err := a.flush(t.Context()); err == nil {
+		t.Fatal("a flush to a failing store reported no error")
+	}
+	a.add(entry("3"))
+	a.add(entry("4")) // the buffer holds 3: dropped
+	f.fail <- false
+	if err := a.flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.AuditList(t.Context(), &store.AuditListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, en := range res.Entries {
+		ids = append(ids, en.Target.ID)
+	}
+	if strings.Join(ids, ",") != "3,2,1" {
+		t.Fatalf("entries written %v, want 3,2,1 (newest first)", ids)
+	}
+	if got := counterValue(t, m, "trellis_audit_entries_dropped_total"); got != 1 {
+		t.Errorf("dropped counter %v, want 1", got)
+	}
+	if got := counterValue(t, m, "trellis_audit_entries_written_total"); got != 3 {
+		t.Errorf("written counter %v, want 3", got)
+	}
+	close(f.fail) // the next appends (none) would not fail
+	if err := a.stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// GET /v1/audit lists every entry to an admin of every namespace, with
+// filters and pages; GET /v1/namespaces/{ns}/audit lists one namespace's to
+// its admin, never another's nor the tokens'.
+func TestAuditListRoutes(t *testing.T) {
+	toks := testTokens()
+	toks["ns-admin"] = &auth.Principal{Name: "nsadmin", Grants: []auth.Grant{{Role: auth.RoleAdmin, Namespace: "default"}}}
+	toks["q-admin"] = &auth.Principal{Name: "qadmin", Grants: []auth.Grant{{Role: auth.RoleAdmin, Namespace: "default", Queue: "q1"}}}
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) {
+		c.Authenticator = toks
+		c.AuditFlushInterval = 10 * time.Millisecond
+	})
+	t0 := time.Now().UTC()
+	for range 3 {
+		e.do("POST", "/v1/namespaces/default/runs", "producer", map[string]any{"workflow": "w"}).want(t, 201)
+	}
+	e.do("POST", "/v1/namespaces", "admin", map[string]any{"name": "shop"}).want(t, 201)
+	e.do("POST", "/v1/namespaces/shop/queues", "admin", map[string]any{"name": "q"}).want(t, 201)
+	e.do("POST", "/v1/tokens", "admin", map[string]any{"name": "t1", "grants": []map[string]any{{"role": "reader", "namespace": "shop"}}}).want(t, 201)
+	list := func(path, token string) AuditList {
+		t.Helper()
+		var l AuditList
+		e.do("GET", path, token, nil).want(t, 200).decode(t, &l)
+		return l
+	}
+	// Wait for the six entries to be written.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(list("/v1/audit", "admin").Entries) < 6 {
+		if time.Now().After(deadline) {
+			t.Fatal("entries not written")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	all := list("/v1/audit", "admin")
+	if len(all.Entries) != 6 || all.Entries[0].Action != "token.create" || all.Entries[5].Action != "run.start" {
+		t.Fatalf("GET /v1/audit: %+v", all.Entries)
+	}
+	var pages []string
+	for tok := ""; ; {
+		l := list("/v1/audit?limit=4&page_token="+tok, "admin")
+		for _, en := range l.Entries {
+			pages = append(pages, en.RequestID)
+		}
+		if tok = l.NextPageToken; tok == "" {
+			break
+		}
+	}
+	if len(pages) != 6 || pages[0] != all.Entries[0].RequestID || pages[5] != all.Entries[5].RequestID {
+		t.Errorf("pages of 4: %v", pages)
+	}
+	for path, n := range map[string]int{
+		"/v1/audit?namespace=default":                                      3,
+		"/v1/audit?namespace=shop":                                         2,
+		"/v1/audit?action=token.*":                                         1,
+		"/v1/audit?action=run.start&principal=producer":                    3,
+		"/v1/audit?principal=root":                                         3,
+		"/v1/audit?since=" + t0.Add(-time.Minute).Format(time.RFC3339Nano): 6,
+		"/v1/audit?until=" + t0.Add(-time.Minute).Format(time.RFC3339Nano): 0,
+		"/v1/namespaces/default/audit":                                     3,
+		"/v1/namespaces/shop/audit?action=queue.create":                    1,
+	} {
+		if got := len(list(path, "admin").Entries); got != n {
+			t.Errorf("GET %s: %d entries, want %d", path, got, n)
+		}
+	}
+	// An admin of one namespace reads that namespace's entries only.
+	if got := list("/v1/namespaces/default/audit", "ns-admin"); len(got.Entries) != 3 {
+		t.Errorf("namespace admin: %d entries, want 3", len(got.Entries))
+	}
+	e.do("GET", "/v1/namespaces/shop/audit", "ns-admin", nil).problem(t, 403, "permission_denied")
+	e.do("GET", "/v1/audit", "ns-admin", nil).problem(t, 403, "permission_denied")
+	e.do("GET", "/v1/namespaces/default/audit", "q-admin", nil).problem(t, 403, "permission_denied")
+	e.do("GET", "/v1/namespaces/default/audit", "reader", nil).problem(t, 403, "permission_denied")
+	// Bad filters are refused.
+	for _, q := range []string{"since=yesterday", "limit=0", "page_token=x", "action=*", "namespace=a&namespace=b", "queue=q",
+		"since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z"} {
+		e.do("GET", "/v1/audit?"+q, "admin", nil).problem(t, 400, "invalid_argument")
+	}
+}
+
+// counterValue reads a counter without labels from m's registry.
+func counterValue(t *testing.T, m *trellis.Metrics, name string) float64 {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
