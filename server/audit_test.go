@@ -478,3 +478,38 @@ func counterValue(t *testing.T, m *trellis.Metrics, name string) float64 {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// The web UI's audit page shows the namespace's entries to its admin, with
+// the API's filters; another namespace's entries and the tokens' are not
+// there.
+func TestUIAuditPage(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t))
+	run := e.start("await-go", nil, nil)
+	e.do("POST", "/v1/namespaces/default/runs/"+run.ID+"/cancel", "producer", nil).want(t, 200)
+	e.do("POST", "/v1/namespaces", "admin", map[string]any{"name": "other"}).want(t, 201)
+	e.do("POST", "/v1/namespaces/other/queues", "admin", map[string]any{"name": "elsewhere"}).want(t, 201)
+	e.do("POST", "/v1/tokens", "admin", map[string]any{"name": "tk", "grants": []map[string]any{{"role": "reader", "namespace": "default"}}}).want(t, 201)
+	u := e.uiSession("admin")
+	if err := e.srv.auditor.flush(t.Context()); err != nil { // as the next tick would
+		t.Fatal(err)
+	}
+	page := string(u.get("/ui/default/audit").want(t, 200).body)
+	for _, want := range []string{`data-action="run.start"`, `data-action="run.cancel"`, run.ID[:14], `data-nav="audit"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("audit page lacks %s", want)
+		}
+	}
+	for _, not := range []string{"queue.create", "elsewhere", "token.create", "namespace.create", "session.login"} {
+		if strings.Contains(page, not) {
+			t.Errorf("the audit page of namespace default shows %s", not)
+		}
+	}
+	filtered := string(u.get("/ui/default/audit?action=run.cancel").want(t, 200).body)
+	if strings.Count(filtered, "data-action=") != 1 || !strings.Contains(filtered, `data-action="run.cancel"`) {
+		t.Errorf("filtered on run.cancel: %s", filtered)
+	}
+	u.get("/ui/default/audit?since=yesterday").want(t, 400)
+	if r := e.uiSession("reader").get("/ui/default/audit"); r.status != 403 {
+		t.Errorf("a reader opened the audit page: %d", r.status)
+	}
+}

@@ -62,6 +62,7 @@ var uiRouteTable = []uiRoute{
 	{method: "GET", pattern: uiNS + "/workers", role: auth.RoleReader, scope: scopeNamespace, handle: (*Server).uiWorkers},
 	{method: "GET", pattern: uiNS + "/queues", role: auth.RoleReader, scope: scopeNamespace, handle: (*Server).uiQueues},
 	{method: "POST", pattern: uiNS + "/queues/{queue}/pause", role: auth.RoleAdmin, scope: scopeNamespace, audit: auditRule{"queue.pause", targetQueue}, handle: (*Server).uiQueuePause},
+	{method: "GET", pattern: uiNS + "/audit", role: auth.RoleAdmin, scope: scopeNamespace, handle: (*Server).uiAudit},
 	{method: "POST", pattern: uiNS + "/queues/{queue}/resume", role: auth.RoleAdmin, scope: scopeNamespace, audit: auditRule{"queue.resume", targetQueue}, handle: (*Server).uiQueueResume},
 }
 
@@ -202,7 +203,7 @@ func (d pageData) NavHref(key string) string {
 var uiPages = func() map[string]*template.Template {
 	base := template.Must(template.New("").Funcs(uiFuncs).ParseFS(uiAssets, "uiassets/*.html"))
 	m := map[string]*template.Template{}
-	for _, name := range []string{"login", "error", "runs", "run", "approvals", "workers", "queues"} {
+	for _, name := range []string{"login", "error", "runs", "run", "approvals", "workers", "queues", "audit"} {
 		t := template.Must(base.Clone())
 		template.Must(t.New("content").Parse(`{{template "` + name + `" .}}`))
 		m[name] = t

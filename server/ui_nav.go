@@ -20,6 +20,7 @@ var uiNavPages = []struct{ key, label, pattern string }{
 	{"approvals", "Approvals", uiNS + "/approvals"},
 	{"queues", "Queues", uiNS + "/queues"},
 	{"workers", "Workers", uiNS + "/workers"},
+	{"audit", "Audit", uiNS + "/audit"},
 }
 
 // navItem is a link of the navigation.
