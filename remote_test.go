@@ -40,10 +40,14 @@ type remoteEnv struct {
 	client      *trellis.Client
 }
 
-func newRemoteEnv(t *testing.T) *remoteEnv {
+func newRemoteEnv(t *testing.T, mod ...func(*server.Config)) *remoteEnv {
 	t.Helper()
 	st := openStore(t, storeURL(t))
-	srv, err := server.New(context.Background(), server.Config{Backend: st, Listen: "127.0.0.1:0", MaxWait: 5 * time.Second})
+	cfg := server.Config{Backend: st, Listen: "127.0.0.1:0", MaxWait: 5 * time.Second}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	srv, err := server.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

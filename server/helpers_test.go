@@ -74,6 +74,9 @@ type env struct {
 	srv    *Server
 	st     store.Store
 	worker *trellis.Client
+	// keyAll: do sends a fresh Idempotency-Key with every mutating request
+	// that names none (for a server with RequireIdempotencyKey).
+	keyAll bool
 }
 
 // storeURLs names the stores the API tests run on.
@@ -181,6 +184,9 @@ func (e *env) do(method, path, token string, body any, hdr ...string) *resp {
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	if e.keyAll && method != http.MethodGet && req.Header.Get(IdempotencyKeyHeader) == "" {
+		req.Header.Set(IdempotencyKeyHeader, fmt.Sprintf("auto-%d", time.Now().UnixNano()))
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -45,6 +45,11 @@ const (
 	IdempotentReplayedHeader = "Idempotent-Replayed"
 )
 
+// errKeyRequired refuses a request without a key on a route that takes one,
+// under Config.RequireIdempotencyKey.
+var errKeyRequired = fmt.Errorf("%w: this server requires an %s header on every mutating request: a unique key per change, the same on each retry of it",
+	ErrInvalidArgument, IdempotencyKeyHeader)
+
 // keyed is the idempotency state of a request with a key.
 type keyed struct {
 	// rec is the key and fingerprint; its Response renders the route's answer
@@ -80,7 +85,13 @@ func (k *keyed) render(status int) func(v any) (int, []byte, error) {
 // handle runs rt's handler, under the request's idempotency key when the route
 // takes one and the request has one.
 func (s *Server) handle(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
-	if !rt.takesKey() || r.Header.Values(IdempotencyKeyHeader) == nil {
+	if !rt.takesKey() {
+		return rt.handle(s, w, r, c)
+	}
+	if r.Header.Values(IdempotencyKeyHeader) == nil {
+		if s.cfg.RequireIdempotencyKey {
+			return errKeyRequired
+		}
 		return rt.handle(s, w, r, c)
 	}
 	rec, err := s.idempotencyRecord(w, r, c)

@@ -182,13 +182,13 @@ func (e *env) walkKeyed(rt route, path string, body any, key string) {
 
 // newWalkEnv is newEnv with a second admin ("admin2", principal root2) and no
 // scheduler (the walk's schedules must not fire), serving echo.
-func newWalkEnv(t *testing.T, url string) *env {
+func newWalkEnv(t *testing.T, url string, mod ...func(*Config)) *env {
 	toks := testTokens()
 	toks["admin2"] = &auth.Principal{Name: "root2", Grants: []auth.Grant{{Role: auth.RoleAdmin, Namespace: "*"}}}
-	e := newEnv(t, url, func(c *Config) {
+	e := newEnv(t, url, append([]func(*Config){func(c *Config) {
 		c.Authenticator = toks
 		c.Scheduler.Disabled = true
-	})
+	}}, mod...)...)
 	e.served("echo")
 	return e
 }

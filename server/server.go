@@ -79,6 +79,12 @@ type Config struct {
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	IdleTimeout       time.Duration
+	// RequireIdempotencyKey refuses a request without an Idempotency-Key
+	// header (400 invalid_argument, naming the header) on every route that
+	// takes one (every mutating route but the token routes, route.takesKey),
+	// so that no change can be applied twice by a client's retry. The Go
+	// client, the CLI and the bench always send one.
+	RequireIdempotencyKey bool
 	// IdempotencyPurgeInterval is how often the server deletes the idempotency
 	// keys that expired (store.IdempotencyTTL), in batches of
 	// idempotencyPurgeBatch until none is left; default

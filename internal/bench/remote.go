@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/trellis-dev/trellis"
 )
 
@@ -243,10 +244,16 @@ func dial(ctx context.Context, o RemoteOptions) (*conn, error) {
 
 func (c *conn) close() { c.c.Close() }
 
-// do sends one request and returns the response's status and body.
+// do sends one request and returns the response's status and body. A
+// mutating request carries a fresh Idempotency-Key, as every client of the
+// SDK sends one (and a server may require it: trellis server
+// --require-idempotency-key); time-ordered, as the Go client's (httpc).
 func (c *conn) do(method, path string, body []byte) (int, []byte, error) {
 	c.buf.Reset()
 	fmt.Fprintf(&c.buf, "%s %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nAccept: application/json\r\n", method, path, c.host, c.token)
+	if method != http.MethodGet {
+		fmt.Fprintf(&c.buf, "Idempotency-Key: %s\r\n", uuid.Must(uuid.NewV7()))
+	}
 	if body != nil {
 		c.buf.WriteString("Content-Type: application/json\r\nContent-Length: ")
 		c.buf.WriteString(strconv.Itoa(len(body)))

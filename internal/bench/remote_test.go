@@ -10,9 +10,18 @@ import (
 // The bench's lean HTTP/1.1 client reads what net/http's server writes: bodies
 // with a Content-Length, chunked bodies (over the server's 2 KiB buffer), empty
 // 204s, in a row on one keep-alive connection, and notices a closing server.
+// Every POST carries an Idempotency-Key of its own; a GET none.
 func TestConnReadsServerResponses(t *testing.T) {
 	big := strings.Repeat("x", 10_000)
+	keys := map[string]bool{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		if (r.Method == "POST") != (key != "") || keys[key] {
+			t.Errorf("%s %s with Idempotency-Key %q (seen before: %v)", r.Method, r.URL.Path, key, keys[key])
+		}
+		if key != "" {
+			keys[key] = true
+		}
 		switch r.URL.Path {
 		case "/small":
 			w.WriteHeader(201)
