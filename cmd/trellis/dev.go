@@ -30,8 +30,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlagSet("dev", "dev [--store URL] [--ui ADDR|off]",
 		"Run example workflows on a local store with an embedded worker, and watch their runs\nstart, step, wait on a retry, succeed and fail. Traces are exported over OTLP as the\nOTEL_* variables say, as for trellis server (docs/observability.md).", stderr)
 	var raw, uiAddr string
+	var accessLog bool
 	fs.StringVar(&raw, "store", "", "store `URL` (default sqlite://<absolute path of ./trellis.db>)")
 	fs.StringVar(&uiAddr, "ui", devUIAddr, "serve the web UI on this loopback `address` (without authentication) until interrupted; \"off\": run the demo and exit")
+	fs.BoolVar(&accessLog, "access-log", false, "write the UI server's access log (a line per request) on stderr")
 	pos, err := parseArgs(fs, args)
 	switch {
 	case err != nil:
@@ -61,7 +63,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	var srv *server.Server
 	if uiAddr != "off" {
-		if srv, err = devUI(ctx, storeURL, uiAddr, metrics, tp, stdout, stderr); err != nil {
+		if srv, err = devUI(ctx, storeURL, uiAddr, accessLog, metrics, tp, stdout, stderr); err != nil {
 			return errors.Join(err, c.Close())
 		}
 	}
@@ -84,10 +86,13 @@ const devUIAddr = "127.0.0.1:7070"
 // devUI serves the web UI (and the API and metrics) on the dev store without
 // authentication, on a loopback address only; when the default port is taken,
 // on another one.
-func devUI(ctx context.Context, storeURL, addr string, metrics *trellis.Metrics, tp trace.TracerProvider, stdout, stderr io.Writer) (*server.Server, error) {
+//
+// Its access log is off unless accessLog: the UI's pages poll every second or
+// two, and the demo writes its tour to the same terminal.
+func devUI(ctx context.Context, storeURL, addr string, accessLog bool, metrics *trellis.Metrics, tp trace.TracerProvider, stdout, stderr io.Writer) (*server.Server, error) {
 	start := func(addr string) (*server.Server, error) {
 		srv, err := server.New(ctx, server.Config{Store: storeURL, Listen: addr, Insecure: true, Metrics: metrics,
-			TracerProvider: tp, Logger: serverLogger(stderr)})
+			TracerProvider: tp, Logger: serverLogger(stderr, accessLog), DisableAccessLog: !accessLog})
 		if err != nil {
 			return nil, err
 		}

@@ -34,6 +34,7 @@ Commands:
   workers     list the workers that serve a namespace (list)
   schedules   run workflows on a cron expression (create, list, get, update, pause, resume, trigger, backfill, delete)
   tokens      create, list and revoke the server's bearer tokens (create, list, revoke)
+  audit       list the audit log: who changed what through a server, when, from where (list)
   namespaces  manage namespaces: retention, default queue, payload limit (create, list, get, update)
   queues      manage queues: pause, concurrency, per-key and rate limits (create, list, get, update, pause, resume)
   migrate     create or upgrade a store's schema
@@ -103,6 +104,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runSchedules(ctx, rest, stdout, stderr)
 	case "tokens":
 		return runTokens(ctx, rest, stdout, stderr)
+	case "audit":
+		return runAudit(ctx, rest, stdout, stderr)
 	case "namespaces":
 		return runNamespaces(ctx, rest, stdout, stderr)
 	case "queues":

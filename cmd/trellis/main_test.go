@@ -92,7 +92,7 @@ func TestHelpEverywhere(t *testing.T) {
 	}
 	// Each list of subcommands has its descriptions in one column, at least two
 	// spaces after the longest name.
-	for _, group := range []string{"", "runs", "approvals", "workers", "tokens", "namespaces", "queues", "schedules"} {
+	for _, group := range []string{"", "runs", "approvals", "workers", "tokens", "audit", "namespaces", "queues", "schedules"} {
 		args := []string{"--help"}
 		if group != "" {
 			args = []string{group, "--help"}

@@ -36,6 +36,11 @@ server creates an admin token and prints it once; make others with "trellis
 tokens create". --insecure turns authentication off (every request acts as an
 admin) and is refused unless --listen is a loopback address.
 
+Logs: a line per request on stderr (the access log: route, status, duration,
+principal, request ID, source; never a token or a payload), unless
+--access-log=false. Every change a principal asks for is recorded in the
+store's audit log: "trellis audit list", GET /v1/audit (docs/security.md).
+
 Schedules: the server runs a scheduler (docs/schedules.md). Among all servers
 and embedded workers on a store, one at a time holds the scheduler lease and
 fires the schedules; --scheduler-lease bounds how long a dead leader holds it.
@@ -78,12 +83,15 @@ const serverShutdownGrace = 30 * time.Second
 func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("server", "server [--store URL] [--listen ADDR] [--insecure]", serverAbout, stderr)
 	var url, listen, cpuProfile, pprofAddr string
-	var insecure, noScheduler bool
+	var insecure, noScheduler, requireKey bool
+	accessLog := true
 	var sched server.SchedulerConfig
 	fs.StringVar(&url, "store", "", "store `URL` (default $"+envStore+", else "+server.DefaultStore+")")
 	fs.StringVar(&listen, "listen", server.DefaultListen, "the `address` to listen on")
 	fs.BoolVar(&insecure, "insecure", false, "turn authentication off (loopback addresses only)")
 	fs.BoolVar(&noScheduler, "no-scheduler", false, "never fire schedules from this server (others on the store do)")
+	fs.BoolVar(&requireKey, "require-idempotency-key", false, "refuse a mutating request without an Idempotency-Key header (400), on every route that takes one")
+	fs.BoolVar(&accessLog, "access-log", true, "write a line per request on stderr (--access-log=false: warnings and errors only)")
 	fs.DurationVar(&sched.LeaseDuration, "scheduler-lease", 0, "how long the scheduler lease lasts unrenewed, hence how soon another server takes over (default 10s)")
 	fs.DurationVar(&sched.Interval, "scheduler-interval", 0, "how often the scheduler renews its lease and fires due ticks (default 1s, at most half the lease)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the server, from its start to its stop, to this `file` (off by default; for benchmarks)")
@@ -127,7 +135,8 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef(fs, "server: %v", err)
 	}
 	srv, err := server.New(ctx, server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched, UIKey: uiKey,
-		TracerProvider: tp, Logger: serverLogger(stderr)})
+		TracerProvider: tp, Logger: serverLogger(stderr, accessLog), DisableAccessLog: !accessLog,
+		RequireIdempotencyKey: requireKey})
 	if err != nil {
 		return err
 	}
@@ -159,12 +168,18 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// serverLogger is the log of a server this command runs: warnings and errors
-// (a request that failed inside the server, a handler's panic, why /readyz
-// answers 503, the scheduler's and the purgers' troubles), as text lines on
-// stderr. The server's library default discards them.
-func serverLogger(stderr io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+// serverLogger is the log of a server this command runs, as text lines on
+// stderr: warnings and errors (a request that failed inside the server, a
+// handler's panic, why /readyz answers 503, the scheduler's and the purgers'
+// troubles) and, with accessLog, the Info lines too: the access log (a line
+// per request, docs/observability.md) and the scheduler's changes of leader.
+// The server's library default discards them.
+func serverLogger(stderr io.Writer, accessLog bool) *slog.Logger {
+	level := slog.LevelWarn
+	if accessLog {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 }
 
 // redacted hides a password in a store URL.

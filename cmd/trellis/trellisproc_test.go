@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"os"
 	"os/exec"
 	"strings"
@@ -22,6 +23,42 @@ type trellisProc struct {
 
 	mu  sync.Mutex
 	out strings.Builder // what it printed on stdout
+
+	errOut procStderr // what it printed on stderr
+}
+
+// procStderr keeps what a process writes on stderr and passes it on to the
+// test's stderr, but for the access log's lines (a line per request, which a
+// test of many requests would drown the rest in).
+type procStderr struct {
+	mu      sync.Mutex
+	all     strings.Builder
+	partial []byte
+}
+
+func (e *procStderr) Write(b []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.all.Write(b)
+	e.partial = append(e.partial, b...)
+	for {
+		i := bytes.IndexByte(e.partial, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		line := e.partial[:i+1]
+		if !bytes.Contains(line, []byte(" msg=request ")) {
+			os.Stderr.Write(line)
+		}
+		e.partial = e.partial[i+1:]
+	}
+}
+
+// String is everything written so far.
+func (e *procStderr) String() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.all.String()
 }
 
 // startTrellisServer starts `trellis server ARGS...` and waits until it listens.
@@ -29,7 +66,8 @@ func startTrellisServer(t *testing.T, args ...string) *trellisProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(append([]string{"server"}, args...), "\n"))
-	cmd.Stderr = os.Stderr
+	p := &trellisProc{cmd: cmd, done: make(chan struct{})}
+	cmd.Stderr = &p.errOut
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +75,6 @@ func startTrellisServer(t *testing.T, args ...string) *trellisProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &trellisProc{cmd: cmd, done: make(chan struct{})}
 	t.Cleanup(func() { p.kill(t) })
 	listening := make(chan string, 1)
 	go func() {
