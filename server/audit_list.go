@@ -44,14 +44,44 @@ func (s *Server) listNamespaceAudit(w http.ResponseWriter, r *http.Request, c *c
 // entry) that the query's filters select.
 func (s *Server) writeAudit(w http.ResponseWriter, r *http.Request, q *query, ns string) error {
 	p := store.AuditListParams{Namespace: ns, Principal: q.str("principal"), Action: q.str("action"),
-		Since: q.time("since"), Until: q.time("until"), Limit: q.limit("limit", store.MaxListLimit), Cursor: q.str("page_token")}
+		Since: q.time("since"), Until: q.time("until"), Limit: q.limit("limit", store.MaxListLimit)}
+	token := q.str("page_token")
 	if q.err != nil {
 		return q.err
 	}
-	res, err := s.store.AuditList(r.Context(), &p)
+	page, err := s.auditPage(r, &p, token)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, 200, AuditList{Entries: res.Entries, NextPageToken: res.NextCursor})
+	writeJSON(w, 200, page)
 	return nil
+}
+
+// auditPage reads the page of the audit log p selects from page token
+// token, whose next token it seals (pagetoken.go: bound to the list's
+// namespace and filter).
+func (s *Server) auditPage(r *http.Request, p *store.AuditListParams, token string) (*AuditList, error) {
+	filter := auditFilter{Principal: p.Principal, Action: p.Action, Since: unixNano(p.Since), Until: unixNano(p.Until)}
+	var err error
+	if p.Cursor, err = s.openPage("audit", p.Namespace, filter, token); err != nil {
+		return nil, err
+	}
+	res, err := s.store.AuditList(r.Context(), p)
+	if err != nil {
+		return nil, err
+	}
+	next, err := s.sealPage("audit", p.Namespace, filter, res.NextCursor)
+	if err != nil {
+		return nil, err
+	}
+	return &AuditList{Entries: res.Entries, NextPageToken: next}, nil
+}
+
+// auditFilter is what a page token of the audit log is bound to, besides
+// its namespace.
+type auditFilter struct {
+	Principal string `json:"p,omitempty"`
+	Action    string `json:"a,omitempty"`
+	Since     int64  `json:"s,omitempty"`
+	Until     int64  `json:"u,omitempty"`
 }

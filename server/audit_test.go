@@ -431,6 +431,16 @@ func TestAuditListRoutes(t *testing.T) {
 	if len(pages) != 6 || pages[0] != all.Entries[0].RequestID || pages[5] != all.Entries[5].RequestID {
 		t.Errorf("pages of 4: %v", pages)
 	}
+	// A page token is opaque and bound to its list's namespace and filter.
+	first := list("/v1/audit?limit=1&action=run.start", "admin")
+	if first.NextPageToken == "" || strings.ContainsAny(first.NextPageToken, "0123456789") && len(first.NextPageToken) < 16 {
+		t.Fatalf("page token %q", first.NextPageToken)
+	}
+	list("/v1/audit?limit=1&action=run.start&page_token="+first.NextPageToken, "admin")
+	for _, other := range []string{"/v1/audit?action=token.*&page_token=", "/v1/namespaces/default/audit?page_token=",
+		"/v1/audit?namespace=shop&action=run.start&page_token="} {
+		e.do("GET", other+first.NextPageToken, "admin", nil).problem(t, 400, "invalid_argument")
+	}
 	for path, n := range map[string]int{
 		"/v1/audit?namespace=default":                                      3,
 		"/v1/audit?namespace=shop":                                         2,

@@ -23,8 +23,8 @@ func (s *Server) uiAudit(w http.ResponseWriter, r *http.Request, c *uiCall) erro
 	q := r.URL.Query()
 	d := auditData{Principal: strings.TrimSpace(q.Get("principal")), Action: strings.TrimSpace(q.Get("action")),
 		Since: q.Get("since"), Until: q.Get("until")}
-	p := store.AuditListParams{Namespace: c.ns, Principal: d.Principal, Action: d.Action, Limit: uiAuditPageSize,
-		Cursor: q.Get("page_token")}
+	p := store.AuditListParams{Namespace: c.ns, Principal: d.Principal, Action: d.Action, Limit: uiAuditPageSize}
+	token := q.Get("page_token")
 	var err error
 	if p.Since, err = parseUITime("since", d.Since); err != nil {
 		return err
@@ -32,7 +32,7 @@ func (s *Server) uiAudit(w http.ResponseWriter, r *http.Request, c *uiCall) erro
 	if p.Until, err = parseUITime("until", d.Until); err != nil {
 		return err
 	}
-	res, err := s.store.AuditList(r.Context(), &p)
+	res, err := s.auditPage(r, &p, token)
 	if err != nil {
 		return err
 	}
@@ -50,10 +50,10 @@ func (s *Server) uiAudit(w http.ResponseWriter, r *http.Request, c *uiCall) erro
 		}
 		return base + "?" + v.Encode()
 	}
-	if res.NextCursor != "" {
-		d.NextHref = link(res.NextCursor)
+	if res.NextPageToken != "" {
+		d.NextHref = link(res.NextPageToken)
 	}
-	if p.Cursor != "" {
+	if token != "" {
 		d.FirstHref = link("")
 	}
 	s.render(w, r, c, 200, "audit", d)
