@@ -153,6 +153,9 @@ type AdminStore interface {
 	AuditStore
 	// IdempotencyStore: idempotency keys of mutating calls (see idempotency.go).
 	IdempotencyStore
+	// SessionStore: the web UI's sessions ended before their expiry (see
+	// sessions.go).
+	SessionStore
 	// QueueStore: namespaces and queues as objects (see queues.go).
 	QueueStore
 	// RunDeleter: deleting finished runs, one now or expired ones in batches

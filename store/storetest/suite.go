@@ -65,6 +65,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Keys", keyCases},
 		{"Audit", auditCases},
 		{"Idempotency", idempotencyCases},
+		{"Sessions", sessionCases},
 		{"Tx", txCases},
 		{"Queues", queueCases},
 		{"Stream", streamCases},

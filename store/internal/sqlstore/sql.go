@@ -8,6 +8,7 @@ type SQL struct {
 	tok  tokenQueries
 	key  keyQueries
 	idem idemQueries
+	sess sessionQueries
 	cq   cancelQueries
 	qq   queueQueries
 	sq   streamQueries
@@ -78,6 +79,7 @@ func New(d Dialect) *SQL {
 	s.sq = newStreamQueries(d)
 	s.tok = newTokenQueries(r)
 	s.key = newKeyQueries(r)
+	s.sess = newSessionQueries(r)
 	s.qq = newQueueQueries(&s.d)
 	s.idem = newIdemQueries(r)
 	s.sch = newScheduleQueries(r)
