@@ -202,7 +202,9 @@ func (c *Client) request(ctx context.Context, call Call, body []byte, key string
 		return nil, fmt.Errorf("building request: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
-	if body != nil {
+	if body != nil || call.Method != http.MethodGet {
+		// Also on a POST without a body: an --insecure server refuses a
+		// state-changing request without it, which a web page could send.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if key != "" {
