@@ -29,7 +29,8 @@ type CrossProcess interface{ CrossProcessSignals() bool }
 // events follow.
 const Now = -1
 
-// ErrStopped is what Follow returns when Options.Stop or Options.Gone closed.
+// ErrStopped is what Follow returns when Options.Stop, Options.Gone or
+// Options.End closed.
 var ErrStopped = errors.New("stream stopped")
 
 // Options tunes Follow. Zero fields turn the feature off.
@@ -46,6 +47,10 @@ type Options struct {
 	Stop <-chan struct{}
 	// Gone ends Follow with ErrStopped when it closes (the client went).
 	Gone <-chan struct{}
+	// End ends Follow with ErrStopped when it closes (the server ends the
+	// stream: its credential was revoked). It is looked at before each read
+	// too, so that a stream that is never idle ends as soon.
+	End <-chan struct{}
 	// PageSize is the events read at once; default 500.
 	PageSize int
 	// Flush, when set, is called after the events of each read were emitted.
@@ -95,6 +100,11 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 	}()
 	lastWrite := time.Now()
 	for {
+		select {
+		case <-o.End:
+			return ErrStopped
+		default:
+		}
 		var polled <-chan struct{} // taken before the read: see foreignWatch
 		if foreign != nil {
 			polled = foreign.changed()
@@ -164,6 +174,8 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 			case <-o.Stop:
 				return ErrStopped
 			case <-o.Gone:
+				return ErrStopped
+			case <-o.End:
 				return ErrStopped
 			case <-ctx.Done():
 				return ctx.Err()
