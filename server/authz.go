@@ -27,6 +27,11 @@ type call struct {
 	// count in MaxStreams (streamRun).
 	streamOwned bool
 	note        auditNote // what the handler adds to the request's audit entry
+	// streamEnd closes when the server ends the stream (its credential no
+	// longer authenticates); streamClose unregisters it (registerSSE). Both
+	// nil under Insecure.
+	streamEnd   <-chan struct{}
+	streamClose func()
 }
 
 // allowQueue checks the call's role on queue q of its namespace.
@@ -59,6 +64,9 @@ func (s *Server) wrap(rt route) http.Handler {
 			defer func() {
 				if !c.streamOwned { // else the stream's goroutine counts it (streamRun)
 					s.streams.Add(-1)
+					if c.streamClose != nil {
+						c.streamClose()
+					}
 				}
 			}()
 		} else if !rt.public {
@@ -102,6 +110,9 @@ func (s *Server) prepare(r *http.Request, rt route, c *call) error {
 		return err
 	}
 	c.principal = p
+	if err := s.allowRequest(p); err != nil {
+		return err
+	}
 	if rt.scope == scopeGlobal {
 		return allowGlobal(p, rt.role)
 	}
@@ -118,7 +129,13 @@ func (s *Server) prepare(r *http.Request, rt route, c *call) error {
 	if c.client, c.done, err = s.client(r.Context(), c.ns); err != nil {
 		return err
 	}
-	return s.authorizeScope(r, rt.scope, c)
+	if err := s.authorizeScope(r, rt.scope, c); err != nil {
+		return err
+	}
+	if rt.stream {
+		return s.registerSSE(r, c)
+	}
+	return nil
 }
 
 // authorizeScope checks the role on the queue the route's scope names.

@@ -126,6 +126,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="trellis"`)
 	}
 	p.RequestID = w.Header().Get(RequestIDHeader)
+	setRetryAfter(w.Header(), err)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(p.Status)

@@ -43,7 +43,17 @@ func (s *Server) getApproval(w http.ResponseWriter, r *http.Request, c *call) er
 
 // createToken makes a token the way `trellis tokens create --store` does: the
 // server draws the secret, keeps its hash and answers the secret once.
+// errInsecureTokens refuses to make a token on an --insecure server: anyone on
+// the machine is its admin, and a token made there would keep its grants when
+// the store is later served securely.
+var errInsecureTokens = fmt.Errorf("%w: an --insecure server makes no tokens: whoever reaches it is an admin, and a "+
+	"token made here would keep working once the store is served with authentication; create tokens on the store "+
+	"(trellis tokens create --store URL) or through a server with authentication", ErrPermissionDenied)
+
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *call) error {
+	if s.cfg.Insecure {
+		return errInsecureTokens
+	}
 	var req TokenRequest
 	if err := decodeBody(w, r, s.cfg.MaxBodyBytes, false, &req); err != nil {
 		return err
@@ -94,6 +104,9 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, c *call) er
 	if err != nil {
 		return err
 	}
+	// Its streams here end now; on other servers, at their next check
+	// (streamreg.go).
+	s.endStreamsOf(t.Name)
 	writeJSON(w, 200, t)
 	return nil
 }

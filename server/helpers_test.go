@@ -153,7 +153,8 @@ func (r *resp) problem(t *testing.T, status int, code string) Problem {
 }
 
 // do sends a request with token (none when ""); body is sent as JSON unless it is
-// a string or []byte, sent as is.
+// a string or []byte, sent as is. hdr are headers, name then value: "Host" sets
+// the request's Host, an empty Content-Type sends none.
 func (e *env) do(method, path, token string, body any, hdr ...string) *resp {
 	e.t.Helper()
 	var rd io.Reader
@@ -183,7 +184,14 @@ func (e *env) do(method, path, token string, body any, hdr ...string) *resp {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
+		switch {
+		case hdr[i] == "Host":
+			req.Host = hdr[i+1]
+		case hdr[i] == "Content-Type" && hdr[i+1] == "":
+			req.Header.Del(hdr[i]) // none
+		default:
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
 	}
 	if e.keyAll && method != http.MethodGet && req.Header.Get(IdempotencyKeyHeader) == "" {
 		req.Header.Set(IdempotencyKeyHeader, fmt.Sprintf("auto-%d", time.Now().UnixNano()))

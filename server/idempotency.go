@@ -249,8 +249,9 @@ func reply(w http.ResponseWriter, c *call, status int, v any) {
 // idempotencyPurgeBatch bounds the keys one purge transaction deletes.
 const idempotencyPurgeBatch = 1000
 
-// purgeLoop deletes expired idempotency keys every interval until Shutdown
-// (s.draining), then closes s.purgeDone. Every server on a store may purge: the
+// purgeLoop deletes expired idempotency keys (and the records of signed-out
+// sessions past their expiry) every interval until Shutdown (s.draining), then
+// closes s.purgeDone. Every server on a store may purge: the
 // batches of two servers delete different rows or nothing.
 func (s *Server) purgeLoop(every time.Duration) {
 	defer close(s.purgeDone)
@@ -265,6 +266,9 @@ func (s *Server) purgeLoop(every time.Duration) {
 		n, err := s.purgeExpired(s.draining)
 		if err != nil && s.draining.Err() == nil {
 			s.cfg.Logger.Warn("purging expired idempotency keys", "err", err)
+		}
+		if _, err := s.purgeEndedSessions(s.draining); err != nil && s.draining.Err() == nil {
+			s.cfg.Logger.Warn("purging the records of signed-out sessions", "err", err)
 		}
 		if s.cfg.purged != nil {
 			s.cfg.purged(n, err)

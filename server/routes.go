@@ -272,7 +272,7 @@ func (s *Server) routes() http.Handler {
 		s.writeError(w, r, s.unrouted(mux, r))
 	}))
 	s.mux = mux
-	return s.guard(mux)
+	return s.protect(s.guard(mux))
 }
 
 // unrouted tells a path no route has from a method the path does not take.

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -87,13 +88,45 @@ type Config struct {
 	RequireIdempotencyKey bool
 	// IdempotencyPurgeInterval is how often the server deletes the idempotency
 	// keys that expired (store.IdempotencyTTL), in batches of
-	// idempotencyPurgeBatch until none is left; default
+	// idempotencyPurgeBatch until none is left, and the records of signed-out
+	// UI sessions past their expiry (ui_signout.go); default
 	// DefaultIdempotencyPurgeInterval. Negative: never (another process purges).
 	IdempotencyPurgeInterval time.Duration
 	// MaxStreams caps the streams (GET .../stream) open at once; one more is
 	// answered 429 rate_limited. Streams do not count in MaxInFlight. Default
 	// 20000.
 	MaxStreams int
+	// MaxStreamsPerPrincipal caps the long streams one principal (a token's
+	// name) holds open on this server: SSE streams (the API's and the UI's)
+	// and the worker protocol's Claim and Subscribe streams together. One
+	// more is answered 429 rate_limited with Retry-After (resource_exhausted
+	// on the worker protocol). Default DefaultMaxStreamsPerPrincipal;
+	// negative: no cap. Not applied under Insecure (see limits.go).
+	MaxStreamsPerPrincipal int
+	// PrincipalRate caps the requests a second of one principal on this
+	// server, in bursts of up to PrincipalBurst (a token bucket): API and UI
+	// requests, stream opens and worker protocol calls alike. One more is
+	// answered 429 rate_limited with Retry-After (resource_exhausted on the
+	// worker protocol). Defaults DefaultPrincipalRate and
+	// DefaultPrincipalBurst; a negative PrincipalRate: no cap. Not applied
+	// under Insecure.
+	PrincipalRate  float64
+	PrincipalBurst int
+	// StreamAuthInterval is how often the credentials of the open streams are
+	// authenticated again, to end those of a revoked token (streamreg.go);
+	// default DefaultStreamAuthInterval.
+	StreamAuthInterval time.Duration
+	// WorkerStreamIdleTimeout ends a worker protocol Subscribe stream that
+	// delivered no signal for this long, with its reconnect message (the
+	// worker subscribes again); default DefaultWorkerStreamIdleTimeout.
+	// (A Claim stream ends after its own wait, at most 5 minutes.)
+	WorkerStreamIdleTimeout time.Duration
+	// TrustedProxies are the addresses of the reverse proxies in front of the
+	// server (`trellis server --trusted-proxy`): only on a connection from one
+	// of them does the server believe X-Forwarded-Proto (https: Secure
+	// cookies, HSTS, the scheme of the UI's Origin check) and X-Forwarded-For
+	// (the client's address). See proxy.go.
+	TrustedProxies []netip.Prefix
 	// StreamHeartbeat is how long a stream stays silent before the server
 	// writes a comment line, so that proxies keep it open; default 15s.
 	StreamHeartbeat time.Duration
@@ -181,6 +214,17 @@ func (c Config) withDefaults() Config {
 	if c.MaxStreams <= 0 {
 		c.MaxStreams = 20000
 	}
+	if c.MaxStreamsPerPrincipal == 0 {
+		c.MaxStreamsPerPrincipal = DefaultMaxStreamsPerPrincipal
+	}
+	if c.PrincipalRate == 0 {
+		c.PrincipalRate = DefaultPrincipalRate
+	}
+	if c.PrincipalBurst <= 0 {
+		c.PrincipalBurst = DefaultPrincipalBurst
+	}
+	def(&c.StreamAuthInterval, DefaultStreamAuthInterval)
+	def(&c.WorkerStreamIdleTimeout, DefaultWorkerStreamIdleTimeout)
 	def(&c.StreamHeartbeat, 15*time.Second)
 	def(&c.StreamProbeInterval, 2*time.Second)
 	if c.MaxWorkerMessageBytes <= 0 {
@@ -214,6 +258,11 @@ func (c Config) validate() error {
 	case c.Insecure && !loopbackOnly(c.Listen):
 		return fmt.Errorf("server config: --insecure is refused unless listening on loopback only (listen address %q)", c.Listen)
 	}
+	for _, p := range c.TrustedProxies {
+		if !p.IsValid() {
+			return fmt.Errorf("server config: TrustedProxies: %v is not a valid prefix", p)
+		}
+	}
 	return nil
 }
 
@@ -240,7 +289,7 @@ type Server struct {
 	queues    *queuedefaults.Cache
 	handoffs  *handoffs // runs started here, created claimed for waiting claim streams
 	ownsStore bool
-	handler   http.Handler   // front(guard(mux)): request IDs, the access log, the request's form
+	handler   http.Handler   // front(protect(guard(mux))): request IDs, the access log, HSTS and dev mode (devmode.go), the request's form
 	mux       *http.ServeMux // the routes
 	table     []route
 	// workerPath is the path prefix of the worker protocol's procedures.
@@ -259,6 +308,11 @@ type Server struct {
 	streamWG sync.WaitGroup
 	probe    streamProbe   // the streams on connections they took over
 	inFlight chan struct{} // a slot per API request in flight (Config.MaxInFlight)
+	rates    *rateLimiter  // requests a second per principal (Config.PrincipalRate)
+	// streamReg is the open streams by principal and credential: their caps
+	// per principal, and the end of those whose token was revoked (authLoop).
+	streamReg    streamRegistry
+	authLoopDone chan struct{} // closed when authLoop has stopped; nil without one
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -271,7 +325,8 @@ type Server struct {
 	// (trellis_active_leases); stopMetrics ends the metrics' reading of the store.
 	leases      *leaseCounter
 	stopMetrics func()
-	ui          *uiKeys // the web UI's session and CSRF keys
+	ui          *uiKeys       // the web UI's session and CSRF keys
+	sessions    sessionChecks // the store's answers on signed-out sessions (ui_signout.go)
 	// keys are shared by the servers of the store; leaseKeys signs the
 	// lease secrets of the claims pushed to remote workers.
 	keys      *secrets.Keys
@@ -317,6 +372,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.cfg.Authenticator = storeauth.New(s.store, storeauth.Config{})
 	}
 	s.inFlight = make(chan struct{}, cfg.MaxInFlight)
+	s.rates = newRateLimiter(cfg.PrincipalRate, cfg.PrincipalBurst)
 	s.draining, s.stopDraining = context.WithCancel(context.Background())
 	s.table = routeTable
 	api, err := newAPIMetrics(cfg.Metrics.Registry())
@@ -364,6 +420,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if every := cfg.IdempotencyPurgeInterval; every > 0 {
 		s.purgeDone = make(chan struct{})
 		go s.purgeLoop(every)
+	}
+	if !cfg.Insecure {
+		s.authLoopDone = make(chan struct{})
+		go s.authLoop()
 	}
 	if cfg.RetentionInterval >= 0 {
 		s.purger = retention.New(retention.Config{Store: s.store, Interval: cfg.RetentionInterval, Logger: cfg.Logger})
@@ -436,6 +496,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.stopDraining()
 	if s.purgeDone != nil {
 		<-s.purgeDone // stopped by stopDraining; a pass in progress ends with its batch
+	}
+	if s.authLoopDone != nil {
+		<-s.authLoopDone // stopped by stopDraining
 	}
 	if s.purger != nil {
 		s.purger.Stop() // a batch in flight is cancelled: it deletes nothing or all of its runs

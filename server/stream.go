@@ -37,7 +37,7 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, c *call) erro
 		if conn, _, err := rc.Hijack(); err == nil {
 			c.streamOwned = true
 			s.streamWG.Add(1)
-			go s.serveStream(conn, c.ns, c.run.ID, c.run.Workflow, after) // owns conn and the count in MaxStreams
+			go s.serveStream(conn, c.ns, c.run.ID, c.run.Workflow, after, c.streamEnd, c.streamClose) // owns conn, the count in MaxStreams and the registration
 			return nil
 		}
 	}
@@ -69,6 +69,7 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, c *call) erro
 			return rc.Flush()
 		},
 		Stop:  s.draining.Done(),
+		End:   c.streamEnd,
 		Flush: rc.Flush,
 	}, func(ev *store.StreamEvent) error {
 		extend()
@@ -98,10 +99,14 @@ const streamHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-
 // It ends like streamRun's in-handler stream, then closes the connection.
 //
 // It keeps the run's ID and workflow, not its record: ten thousand streams held
-// ten thousand records (about 2 KB of memory per stream).
-func (s *Server) serveStream(conn net.Conn, ns, runID, workflow string, after int64) {
+// ten thousand records (about 2 KB of memory per stream). It ends too when end
+// closes (the registry ended it), and unregisters it (nil under Insecure).
+func (s *Server) serveStream(conn net.Conn, ns, runID, workflow string, after int64, end <-chan struct{}, unregister func()) {
 	defer s.streamWG.Done()
 	defer s.streams.Add(-1)
+	if unregister != nil {
+		defer unregister()
+	}
 	defer conn.Close()
 	s.cfg.Metrics.AddStreamSubscribers(1)
 	defer s.cfg.Metrics.AddStreamSubscribers(-1)
@@ -140,6 +145,7 @@ func (s *Server) serveStream(conn net.Conn, ns, runID, workflow string, after in
 		},
 		Stop:  s.draining.Done(),
 		Gone:  gone,
+		End:   end,
 		Flush: write,
 	}, func(ev *store.StreamEvent) error {
 		b.Reset()

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -111,17 +112,13 @@ func (s *Server) wrapUI(rt uiRoute) http.Handler {
 func (s *Server) prepareUI(w http.ResponseWriter, r *http.Request, rt uiRoute, c *uiCall) error {
 	now := time.Now()
 	if ck, err := r.Cookie(sessionCookie); err == nil {
-		if sess, err := s.ui.open(ck.Value, now); err == nil {
-			if p, err := s.authenticate(r.Context(), "Bearer "+sess.Token); err == nil {
-				c.sess, c.principal = sess, p
-			}
-		}
+		c.sess, c.principal = s.openSession(r, ck.Value, now)
 	}
 	if c.sess == nil && s.cfg.Insecure {
 		// No authentication: every visitor is the insecure admin, with a session
 		// for the CSRF token of its forms.
 		c.sess, c.principal = newSession("", now), insecurePrincipal
-		if err := s.ui.setSessionCookie(w, r, c.sess); err != nil {
+		if err := s.setSessionCookie(w, r, c.sess); err != nil {
 			return err
 		}
 	}
@@ -133,7 +130,7 @@ func (s *Server) prepareUI(w http.ResponseWriter, r *http.Request, rt uiRoute, c
 		if rt.pattern == "/ui/login" {
 			sess = nil // no session yet: the Origin check alone
 		}
-		if err := s.ui.checkCSRF(r, sess); err != nil {
+		if err := s.ui.checkCSRF(r, sess, s.scheme(r)); err != nil {
 			return err
 		}
 	}
@@ -142,6 +139,11 @@ func (s *Server) prepareUI(w http.ResponseWriter, r *http.Request, rt uiRoute, c
 	}
 	if c.sess == nil {
 		return fmt.Errorf("%w: sign in", auth.ErrUnauthenticated)
+	}
+	if !rt.stream { // a stream is counted by the API's route it forwards to (uiStream)
+		if err := s.allowRequest(c.principal); err != nil {
+			return err
+		}
 	}
 	c.ns = r.PathValue("ns")
 	if c.ns == auth.SystemNamespace {
@@ -161,6 +163,24 @@ func (s *Server) prepareUI(w http.ResponseWriter, r *http.Request, rt uiRoute, c
 	return s.authorizeScope(r, rt.scope, &c.call)
 }
 
+// openSession opens a session cookie: the session and its principal, or nils
+// when the cookie does not open, its token no longer authenticates or it was
+// signed out (the request is then signed out).
+func (s *Server) openSession(r *http.Request, cookie string, now time.Time) (*session, *auth.Principal) {
+	sess, err := s.ui.open(cookie, now)
+	if err != nil {
+		return nil, nil
+	}
+	p, err := s.authenticate(r.Context(), "Bearer "+sess.Token)
+	if err != nil {
+		return nil, nil
+	}
+	if err := s.checkSession(r.Context(), sess); err != nil {
+		return nil, nil
+	}
+	return sess, p
+}
+
 // uiError answers err as a page (or, signed out on a page, a redirect to sign in).
 func (s *Server) uiError(w http.ResponseWriter, r *http.Request, c *uiCall, err error) {
 	if errors.Is(err, auth.ErrUnauthenticated) && r.Method == "GET" {
@@ -172,6 +192,7 @@ func (s *Server) uiError(w http.ResponseWriter, r *http.Request, c *uiCall, err 
 		s.cfg.Logger.Error("ui request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	w.Header().Set("Cache-Control", "no-store")
+	setRetryAfter(w.Header(), err)
 	s.render(w, r, c, p.Status, "error", p)
 }
 
@@ -295,7 +316,7 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request, c *uiCall) erro
 		return nil
 	}
 	c.principal = p // for the audit entry of the sign-in
-	if err := s.ui.setSessionCookie(w, r, newSession(token, time.Now())); err != nil {
+	if err := s.setSessionCookie(w, r, newSession(token, time.Now())); err != nil {
 		return err
 	}
 	if next == "" {
@@ -315,8 +336,16 @@ func safeNext(next string) string {
 	return next
 }
 
+// uiLogout signs out: the session is recorded as ended (ui_signout.go), so
+// that its cookie, and any copy of it, is refused from now on, and the cookie
+// is cleared.
 func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request, c *uiCall) error {
-	if err := s.ui.setSessionCookie(w, r, nil); err != nil {
+	if c.sess != nil {
+		if err := s.endSession(r.Context(), c.sess); err != nil {
+			return err
+		}
+	}
+	if err := s.setSessionCookie(w, r, nil); err != nil {
 		return err
 	}
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
@@ -383,7 +412,8 @@ func (s *Server) uiDecide(w http.ResponseWriter, r *http.Request, c *uiCall, app
 // token instead of a header the page's script could read. Where the API has no
 // stream route, it answers 404 and the page polls.
 func (s *Server) uiStream(w http.ResponseWriter, r *http.Request, c *uiCall) error {
-	r2 := r.Clone(r.Context())
+	// The session goes with the request: the stream ends when it is signed out.
+	r2 := r.Clone(context.WithValue(r.Context(), uiSessionKey{}, c.sess))
 	r2.URL.Path = "/v1/namespaces/" + url.PathEscape(c.ns) + "/runs/" + url.PathEscape(c.run.ID) + "/stream"
 	r2.URL.RawPath = ""
 	r2.RequestURI = r2.URL.RequestURI()

@@ -13,18 +13,23 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 )
 
 // The web UI's sessions are sealed cookies: the token the user signed in with,
-// a random CSRF seed and an expiry, encrypted and authenticated with AES-256-GCM
-// under the server's UI key (Config.UIKey). The cookie is HttpOnly (no script
-// reads it) and SameSite=Strict; without the key it can be neither read nor
-// forged. Every request re-authenticates the sealed token, so revoking the token
-// or changing its grants takes effect on the next page; signing out clears the
-// cookie. Nothing is stored server-side, so any server holding the same key
-// serves the session (a key made at start, the default, ends sessions when the
-// process restarts).
+// a random session ID, a random CSRF seed and an expiry, encrypted and
+// authenticated with AES-256-GCM under the server's UI key (Config.UIKey). The
+// cookie is HttpOnly (no script reads it), SameSite=Strict, and Secure when the
+// client reached the server over TLS (directly or through a trusted proxy,
+// proxy.go); without the key it can be neither read nor forged. Every request
+// re-authenticates the sealed token, so revoking the token or changing its
+// grants takes effect on the next page. Signing out clears the cookie and
+// records the session's ID as ended in the store until its expiry
+// (ui_signout.go), so that a copy of the cookie is refused by every server of
+// the store. Nothing else is stored server-side, so any server holding the same
+// key serves the session (a key made at start, the default, ends sessions when
+// the process restarts).
 
 const (
 	sessionCookie = "trellis_session"
@@ -32,11 +37,14 @@ const (
 	sessionTTL = 12 * time.Hour
 	// UIKeySize is the size of Config.UIKey.
 	UIKeySize = 32
+	// sessionIDSize is the size of a session's random ID.
+	sessionIDSize = 16
 )
 
 // session is the sealed content of the session cookie.
 type session struct {
 	Token   string    `json:"t"`
+	ID      []byte    `json:"i"` // recorded when the session is signed out (ui_signout.go)
 	Seed    []byte    `json:"s"` // the CSRF token is derived from it (csrfToken)
 	Expires time.Time `json:"e"`
 }
@@ -95,8 +103,8 @@ func (k *uiKeys) open(v string, now time.Time) (*session, error) {
 		return nil, errors.New("session cookie does not open with this server's key")
 	}
 	var s session
-	if err := json.Unmarshal(plain, &s); err != nil {
-		return nil, errors.New("malformed session")
+	if err := json.Unmarshal(plain, &s); err != nil || len(s.ID) != sessionIDSize {
+		return nil, errors.New("malformed session") // or sealed before sessions had an ID: sign in again
 	}
 	if !now.Before(s.Expires) {
 		return nil, errors.New("session expired")
@@ -112,19 +120,18 @@ func (k *uiKeys) csrfToken(s *session) string {
 }
 
 // checkCSRF refuses a mutating request that does not come from a page of this
-// server: its Origin (or, without one, its Referer) must be this host, and its
-// form must carry the session's CSRF token (s nil: no token to check, as on
-// the sign-in form).
-func (k *uiKeys) checkCSRF(r *http.Request, s *session) error {
+// server: its Origin (or, without one, its Referer) must be this scheme (the
+// one the client used, see Server.scheme) and host, and its form must carry
+// the session's CSRF token (s nil: no token to check, as on the sign-in form).
+func (k *uiKeys) checkCSRF(r *http.Request, s *session, scheme string) error {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		if ref, err := url.Parse(r.Header.Get("Referer")); err == nil && ref.Host != "" {
 			origin = ref.Scheme + "://" + ref.Host
 		}
 	}
-	u, err := url.Parse(origin)
-	if origin == "" || err != nil || u.Host != r.Host {
-		return fmt.Errorf("%w: cross-site request refused (Origin %q, host %q)", ErrPermissionDenied, origin, r.Host)
+	if origin == "" || !sameOrigin(origin, scheme, r.Host) {
+		return fmt.Errorf("%w: cross-site request refused (Origin %q, this server %s://%s)", ErrPermissionDenied, origin, scheme, r.Host)
 	}
 	if s == nil {
 		return nil
@@ -136,17 +143,30 @@ func (k *uiKeys) checkCSRF(r *http.Request, s *session) error {
 	return nil
 }
 
+// sameOrigin reports whether origin (scheme://host[:port]) is scheme and host.
+func sameOrigin(origin, scheme, host string) bool {
+	u, err := url.Parse(origin)
+	return err == nil && u.Host != "" && u.Scheme == scheme && strings.EqualFold(u.Host, host)
+}
+
 // newSession starts a session for token.
 func newSession(token string, now time.Time) *session {
-	seed := make([]byte, 16)
+	id, seed := make([]byte, sessionIDSize), make([]byte, 16)
+	rand.Read(id)
 	rand.Read(seed)
-	return &session{Token: token, Seed: seed, Expires: now.Add(sessionTTL)}
+	return &session{Token: token, ID: id, Seed: seed, Expires: now.Add(sessionTTL)}
+}
+
+// setSessionCookie writes the sealed session (s nil clears it), Secure when
+// the client reached the server over TLS.
+func (srv *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, s *session) error {
+	return srv.ui.setSessionCookie(w, s, srv.overTLS(r))
 }
 
 // setSessionCookie writes the sealed session; s nil clears it.
-func (k *uiKeys) setSessionCookie(w http.ResponseWriter, r *http.Request, s *session) error {
+func (k *uiKeys) setSessionCookie(w http.ResponseWriter, s *session, secure bool) error {
 	c := &http.Cookie{Name: sessionCookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil}
+		Secure: secure}
 	if s == nil {
 		c.MaxAge = -1
 	} else {

@@ -143,7 +143,9 @@ func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // inFlightLimit counts a worker's unary calls in MaxInFlight, as API requests are
 // counted: beyond it a call is refused at once with resource_exhausted (RATE_LIMITED)
 // and the client retries it. The long streams (Claim, Subscribe) are not counted:
-// a connected worker holds them open.
+// a connected worker holds them open. Calls and streams count against their
+// principal's caps (workerlimits.go), and streams are registered to end with
+// their token.
 type inFlightLimit struct{ s *Server }
 
 func (l inFlightLimit) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
@@ -154,6 +156,9 @@ func (l inFlightLimit) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		default:
 			return nil, fail(fmt.Errorf("%w: %d requests in flight", ww.ErrRateLimited, cap(l.s.inFlight)))
 		}
+		if err := l.s.allowWorkerCall(ctx, req); err != nil {
+			return nil, err
+		}
 		return next(ctx, req)
 	}
 }
@@ -162,8 +167,8 @@ func (inFlightLimit) WrapStreamingClient(next connect.StreamingClientFunc) conne
 	return next
 }
 
-func (inFlightLimit) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
+func (l inFlightLimit) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return l.s.wrapWorkerStream(next)
 }
 
 // caller authenticates a worker call and checks that its procedure has a
@@ -650,6 +655,10 @@ func (h *workerService) Subscribe(ctx context.Context, req *connect.Request[pb.S
 	if err := stream.Send(&pb.SubscribeResponse{Subscribed: true}); err != nil {
 		return err
 	}
+	// A stream that delivers nothing for WorkerStreamIdleTimeout ends with a
+	// reconnect: an idle subscription does not hold its place for ever.
+	idle := time.NewTimer(h.s.cfg.WorkerStreamIdleTimeout)
+	defer idle.Stop()
 	for {
 		select {
 		case _, ok := <-ch:
@@ -659,6 +668,9 @@ func (h *workerService) Subscribe(ctx context.Context, req *connect.Request[pb.S
 			if err := stream.Send(&pb.SubscribeResponse{}); err != nil {
 				return err
 			}
+			idle.Reset(h.s.cfg.WorkerStreamIdleTimeout)
+		case <-idle.C:
+			return stream.Send(&pb.SubscribeResponse{Reconnect: true})
 		case <-h.s.draining.Done():
 			return stream.Send(&pb.SubscribeResponse{Reconnect: true})
 		case <-ctx.Done():

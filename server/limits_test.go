@@ -1,0 +1,204 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/trellis-dev/trellis"
+	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
+	"github.com/trellis-dev/trellis/store"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// wantRetryAfter checks a refusal's Retry-After: whole seconds, at least 1.
+func wantRetryAfter(t *testing.T, v string) {
+	t.Helper()
+	if n, err := strconv.Atoi(v); err != nil || n < 1 {
+		t.Fatalf("Retry-After %q, want whole seconds >= 1", v)
+	}
+}
+
+// wantExhausted checks a worker call's refusal by a cap per principal.
+func wantExhausted(t *testing.T, err error) {
+	t.Helper()
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted {
+		t.Fatalf("got %v, want resource_exhausted", err)
+	}
+	wantRetryAfter(t, ce.Meta().Get("Retry-After"))
+}
+
+// A principal past its rate gets 429 rate_limited with Retry-After, on the
+// API, the UI and the worker protocol; another principal is not slowed; a
+// request with an unknown token is refused without a bucket being made for
+// it.
+func TestPrincipalRate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.PrincipalRate, c.PrincipalBurst = 0.5, 3 })
+	for range 3 {
+		e.do("GET", "/v1/namespaces/default/runs", "reader", nil).want(t, 200)
+	}
+	r := e.do("GET", "/v1/namespaces/default/runs", "reader", nil)
+	p := r.problem(t, 429, "rate_limited")
+	wantRetryAfter(t, r.header.Get("Retry-After"))
+	if r.header.Get("Retry-After") != "2" {
+		t.Errorf("Retry-After %q, want 2 (a token every 2s)", r.header.Get("Retry-After"))
+	}
+	t.Logf("refusal: %s", p.Detail)
+	e.do("GET", "/v1/namespaces/default/runs", "global-reader", nil).want(t, 200)
+
+	u := e.uiSession("q1-reader") // the sign-in is public: not counted
+	for range 3 {
+		u.get("/ui/default/runs?queue=q1").want(t, 200)
+	}
+	if r := u.get("/ui/default/runs?queue=q1"); r.status != 429 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("UI past the rate: %d %q", r.status, r.header.Get("Retry-After"))
+	}
+
+	c := e.workerClient("worker")
+	list := func() error {
+		_, err := c.ListWorkers(t.Context(), connect.NewRequest(&pb.ListWorkersRequest{Namespace: "default"}))
+		return err
+	}
+	for range 3 {
+		if err := list(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantExhausted(t, list())
+	sub, err := c.Subscribe(t.Context(), connect.NewRequest(&pb.SubscribeRequest{Namespace: "default", Topic: store.TopicReady}))
+	if err == nil {
+		sub.Receive()
+		err = sub.Err()
+		sub.Close()
+	}
+	wantExhausted(t, err)
+
+	buckets := func() int {
+		e.srv.rates.mu.Lock()
+		defer e.srv.rates.mu.Unlock()
+		return len(e.srv.rates.m)
+	}
+	before := buckets()
+	for i := range 50 {
+		e.do("GET", "/v1/namespaces/default/runs", "garbage-"+strconv.Itoa(i), nil).problem(t, 401, "unauthenticated")
+	}
+	if after := buckets(); after != before {
+		t.Fatalf("unknown tokens made %d buckets", after-before)
+	}
+}
+
+// A principal holds at most MaxStreamsPerPrincipal streams open: SSE streams
+// and worker streams together. One more is refused (429 with Retry-After;
+// resource_exhausted on the worker protocol) and a stream that ends frees its
+// place. Another principal has places of its own.
+func TestPrincipalStreams(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.MaxStreamsPerPrincipal, c.StreamProbeInterval = 2, 20*time.Millisecond })
+	run := e.start("await-go", nil, nil)
+	path := "/v1/namespaces/default/runs/" + run.ID + "/stream"
+	a := e.openStream(run.ID, "", "admin")
+	c := e.workerClient("admin")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	sub, err := c.Subscribe(ctx, connect.NewRequest(&pb.SubscribeRequest{Namespace: "default", Topic: store.TopicCancel}))
+	if err != nil || !sub.Receive() || !sub.Msg().Subscribed {
+		t.Fatalf("subscribe: %v %v", err, sub.Err())
+	}
+	r := e.streamHead(path, "admin")
+	r.problem(t, 429, "rate_limited")
+	wantRetryAfter(t, r.header.Get("Retry-After"))
+	claim, err := c.Claim(t.Context(), connect.NewRequest(&pb.ClaimRequest{Namespace: "default", Workflows: []string{"x"},
+		Worker: "w", Credit: 1, LeaseDuration: durationpb.New(time.Second), Wait: durationpb.New(time.Minute)}))
+	if err == nil {
+		for claim.Receive() {
+		}
+		err = claim.Err()
+		claim.Close()
+	}
+	wantExhausted(t, err)
+	e.streamHead(path, "reader").want(t, 200) // another principal
+	if n := e.srv.streamsOf("root"); n != 2 {
+		t.Fatalf("root has %d streams registered, want 2", n)
+	}
+
+	a.close()
+	waitFor(t, "the closed stream's place", func() bool { return e.srv.streamsOf("root") == 1 })
+	b := e.openStream(run.ID, "", "admin")
+	cancel() // the subscription goes
+	sub.Close()
+	waitFor(t, "the subscription's place", func() bool { return e.srv.streamsOf("root") == 1 })
+	b.close()
+	waitFor(t, "every place", func() bool { return e.srv.streamsOf("root") == 0 })
+}
+
+// waitFor waits up to 5s for cond, checking every 10ms.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not in 5s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Under Insecure every request is the same principal: no cap per principal
+// applies (the server's own caps do).
+func TestInsecureHasNoPrincipalCaps(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) {
+		c.Insecure, c.Authenticator = true, nil
+		c.MaxStreamsPerPrincipal, c.PrincipalRate, c.PrincipalBurst = 1, 0.001, 1
+	})
+	var run trellis.Run
+	e.do("POST", "/v1/namespaces/default/runs", "", map[string]any{"workflow": "await-go"}).want(t, 201).decode(t, &run)
+	for range 3 {
+		e.do("GET", "/v1/namespaces/default/runs/"+run.ID, "", nil).want(t, 200)
+	}
+	e.openStream(run.ID, "", "")
+	e.openStream(run.ID, "", "")
+}
+
+// A Subscribe stream that delivered nothing for WorkerStreamIdleTimeout ends
+// with its reconnect message; one that delivers stays open.
+func TestWorkerSubscribeIdleTimeout(t *testing.T) {
+	t.Parallel()
+	const idle = 300 * time.Millisecond
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.WorkerStreamIdleTimeout = idle })
+	c := e.workerClient("worker")
+	t0 := time.Now()
+	s, err := c.Subscribe(t.Context(), connect.NewRequest(&pb.SubscribeRequest{Namespace: "default", Topic: store.TopicReady}))
+	if err != nil || !s.Receive() || !s.Msg().Subscribed {
+		t.Fatalf("subscribe: %v %v", err, s.Err())
+	}
+	defer s.Close()
+	// Signals within the timeout keep it open past it.
+	for range 3 {
+		time.Sleep(idle / 2)
+		e.start("await-go", nil, nil) // a new run signals ready
+		if !s.Receive() || s.Msg().Reconnect {
+			t.Fatalf("a delivering stream ended: %v", s.Err())
+		}
+	}
+	if time.Since(t0) < idle {
+		t.Fatal("the test did not outlast the timeout")
+	}
+	t1 := time.Now()
+	for s.Receive() && !s.Msg().Reconnect {
+	}
+	if !s.Msg().Reconnect || s.Err() != nil {
+		t.Fatalf("idle stream ended with %v, reconnect %v", s.Err(), s.Msg().Reconnect)
+	}
+	if waited := time.Since(t1); waited < idle/2 || waited > 5*idle {
+		t.Errorf("idle stream ended after %s, want about %s", waited, idle)
+	}
+	if s.Receive() {
+		t.Fatal("a message after the reconnect")
+	}
+}

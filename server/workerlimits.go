@@ -1,0 +1,91 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/trellis-dev/trellis/internal/auth"
+	ww "github.com/trellis-dev/trellis/internal/workerwire"
+)
+
+// The caps per principal (limits.go) and the registry of open streams
+// (streamreg.go) on the worker protocol: its calls are counted in
+// inFlightLimit's interceptor (worker.go), before their handler, which
+// authenticates and authorizes them as before (the Authenticator's cache makes
+// the second authentication a lookup in memory).
+
+// DefaultWorkerStreamIdleTimeout is Config.WorkerStreamIdleTimeout's default.
+const DefaultWorkerStreamIdleTimeout = 5 * time.Minute
+
+// allowWorkerCall counts a unary worker call against its principal's rate. A
+// call that does not authenticate is left to its handler, which refuses it in
+// its own words.
+func (s *Server) allowWorkerCall(ctx context.Context, req connect.AnyRequest) error {
+	if s.cfg.Insecure {
+		return nil
+	}
+	p, err := s.authenticate(ctx, req.Header().Get("Authorization"))
+	if err != nil {
+		return nil
+	}
+	return workerLimitErr(s.allowRequest(p))
+}
+
+// wrapWorkerStream counts a Claim or Subscribe stream against its principal's
+// rate and streams, and registers it: when its credential no longer
+// authenticates, its context is cancelled (the handler returns) and the stream
+// ends with unauthenticated.
+func (s *Server) wrapWorkerStream(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if s.cfg.Insecure {
+			return next(ctx, conn)
+		}
+		header := conn.RequestHeader().Get("Authorization")
+		p, err := s.authenticate(ctx, header)
+		if err != nil {
+			return next(ctx, conn) // refused by the handler
+		}
+		if err := s.allowRequest(p); err != nil {
+			return workerLimitErr(err)
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var revoked atomic.Bool
+		check := func(ctx context.Context) error {
+			_, err := s.authenticate(ctx, header)
+			return err
+		}
+		unregister, err := s.trackStream(p, credentialKey(header), check, func() {
+			revoked.Store(true)
+			cancel()
+		})
+		if err != nil {
+			return workerLimitErr(err)
+		}
+		defer unregister()
+		err = next(ctx, conn)
+		if revoked.Load() {
+			return ww.ToConnect(fmt.Errorf("%w: the stream's token no longer authenticates (revoked or expired)", auth.ErrUnauthenticated))
+		}
+		return err
+	}
+}
+
+// workerLimitErr is a cap's refusal as the worker protocol says it:
+// resource_exhausted (RATE_LIMITED), with a Retry-After in its metadata.
+func workerLimitErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	ce := ww.ToConnect(fmt.Errorf("%w: %v", ww.ErrRateLimited, err)).(*connect.Error)
+	if le := (*limitError)(nil); errors.As(err, &le) {
+		ce.Meta().Set("Retry-After", strconv.Itoa(le.retryAfterSeconds()))
+	}
+	return ce
+}
