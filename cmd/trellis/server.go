@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	neturl "net/url"
 	"os"
 	"runtime/debug"
@@ -34,7 +36,17 @@ Authentication: every request needs a bearer token (Authorization: Bearer ...)
 whose grants allow it (docs/http-api.md). On its first start with no tokens the
 server creates an admin token and prints it once; make others with "trellis
 tokens create". --insecure turns authentication off (every request acts as an
-admin) and is refused unless --listen is a loopback address.
+admin) and is refused unless --listen is a loopback address; it answers only
+requests to a loopback name (localhost, 127.0.0.1, [::1]), refuses a change a
+web page could send (cross-site, or without Content-Type: application/json)
+and makes no tokens (docs/security.md, "Dev mode").
+
+Caps per principal: a token's principal may make --principal-rate requests a
+second (bursts of --principal-burst) and hold --principal-streams streams open
+(SSE, Claim, Subscribe); beyond, 429 rate_limited with Retry-After. A revoked
+token's open streams end within a second on every server of the store. Behind
+a reverse proxy that terminates TLS, name it with --trusted-proxy so that its
+X-Forwarded-Proto and X-Forwarded-For count: cookies Secure, HSTS.
 
 Logs: a line per request on stderr (the access log: route, status, duration,
 principal, request ID, source; never a token or a payload), unless
@@ -86,6 +98,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var insecure, noScheduler, requireKey bool
 	accessLog := true
 	var sched server.SchedulerConfig
+	var limits serverLimits
 	fs.StringVar(&url, "store", "", "store `URL` (default $"+envStore+", else "+server.DefaultStore+")")
 	fs.StringVar(&listen, "listen", server.DefaultListen, "the `address` to listen on")
 	fs.BoolVar(&insecure, "insecure", false, "turn authentication off (loopback addresses only)")
@@ -96,6 +109,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&sched.Interval, "scheduler-interval", 0, "how often the scheduler renews its lease and fires due ticks (default 1s, at most half the lease)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the server, from its start to its stop, to this `file` (off by default; for benchmarks)")
 	fs.StringVar(&pprofAddr, "pprof", "", "serve net/http/pprof on this loopback `address` (off by default; for profiling)")
+	limits.flags(fs)
 	pos, err := parseArgs(fs, args)
 	switch {
 	case err != nil:
@@ -134,9 +148,11 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usagef(fs, "server: %v", err)
 	}
-	srv, err := server.New(ctx, server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched, UIKey: uiKey,
+	cfg := server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched, UIKey: uiKey,
 		TracerProvider: tp, Logger: serverLogger(stderr, accessLog), DisableAccessLog: !accessLog,
-		RequireIdempotencyKey: requireKey})
+		RequireIdempotencyKey: requireKey}
+	limits.apply(&cfg)
+	srv, err := server.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -165,6 +181,43 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("stopping server: %w", err)
 	}
+	return nil
+}
+
+// serverLimits are the flags of the caps per principal and of the trusted
+// proxies (docs/security.md).
+type serverLimits struct {
+	rate       float64
+	burst      int
+	streams    int
+	workerIdle time.Duration
+	proxies    proxiesFlag
+}
+
+func (l *serverLimits) flags(fs *flag.FlagSet) {
+	fs.Float64Var(&l.rate, "principal-rate", 0, fmt.Sprintf("requests a second one principal (token) may make, API and worker calls together; -1: no cap (default %d)", server.DefaultPrincipalRate))
+	fs.IntVar(&l.burst, "principal-burst", 0, fmt.Sprintf("the burst of --principal-rate (default %d)", server.DefaultPrincipalBurst))
+	fs.IntVar(&l.streams, "principal-streams", 0, fmt.Sprintf("streams one principal may hold open on this server: SSE, Claim and Subscribe together; -1: no cap (default %d)", server.DefaultMaxStreamsPerPrincipal))
+	fs.DurationVar(&l.workerIdle, "worker-stream-idle", 0, fmt.Sprintf("end a worker's Subscribe stream that delivered nothing for this long, with a reconnect (default %s)", server.DefaultWorkerStreamIdleTimeout))
+	fs.Var(&l.proxies, "trusted-proxy", "a reverse proxy's `CIDR` or address, whose X-Forwarded-Proto and X-Forwarded-For the server believes (repeatable)")
+}
+
+func (l *serverLimits) apply(cfg *server.Config) {
+	cfg.PrincipalRate, cfg.PrincipalBurst, cfg.MaxStreamsPerPrincipal = l.rate, l.burst, l.streams
+	cfg.WorkerStreamIdleTimeout, cfg.TrustedProxies = l.workerIdle, l.proxies
+}
+
+// proxiesFlag collects repeated --trusted-proxy CIDR flags.
+type proxiesFlag []netip.Prefix
+
+func (p *proxiesFlag) String() string { return "" }
+
+func (p *proxiesFlag) Set(s string) error {
+	pr, err := server.ParseTrustedProxy(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a CIDR prefix (10.0.0.0/8) or an address", s)
+	}
+	*p = append(*p, pr)
 	return nil
 }
 
