@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/auth"
 	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
 	"github.com/trellis-dev/trellis/store"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -200,5 +201,38 @@ func TestWorkerSubscribeIdleTimeout(t *testing.T) {
 	}
 	if s.Receive() {
 		t.Fatal("a message after the reconnect")
+	}
+}
+
+// The token buckets are bounded: past maxLimiters principals the full (idle)
+// buckets are dropped, and a busy principal keeps its state.
+func TestRateLimiterBounded(t *testing.T) {
+	t.Parallel()
+	l := newRateLimiter(1, 2)
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := func(name string) *auth.Principal { return &auth.Principal{Name: name} }
+	for i := range maxLimiters - 1 {
+		if err := l.allow(p("idle-"+strconv.Itoa(i)), t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hot := p("hot")
+	l.allow(hot, t0.Add(10*time.Second))
+	l.allow(hot, t0.Add(10*time.Second))
+	if err := l.allow(hot, t0.Add(10*time.Second)); err == nil {
+		t.Fatal("the hot principal's third request in a burst of 2 passed")
+	}
+	// Full: the next principal drops the idle buckets (full again by now).
+	if err := l.allow(p("new"), t0.Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(l.m); n != 2 {
+		t.Fatalf("%d buckets after the drop, want 2 (hot and new)", n)
+	}
+	if err := l.allow(hot, t0.Add(10*time.Second)); err == nil {
+		t.Fatal("the drop forgot the hot principal's state")
+	}
+	if newRateLimiter(-1, 0).allow(hot, t0) != nil {
+		t.Fatal("no limit refused a request")
 	}
 }

@@ -224,14 +224,14 @@ func (s *Server) registerSSE(r *http.Request, c *call) error {
 	if s.cfg.Insecure {
 		return nil
 	}
-	header := r.Header.Get("Authorization")
-	sess, _ := r.Context().Value(uiSessionKey{}).(*session)
+	header, vals := r.Header.Get("Authorization"), r.Context()
+	sess, _ := vals.Value(uiSessionKey{}).(*session)
 	var sessID string
 	if sess != nil {
 		sessID = string(sess.ID)
 	}
 	check := func(ctx context.Context) error {
-		if _, err := s.authenticate(ctx, header); err != nil {
+		if _, err := s.authenticate(valuesOf{ctx, vals}, header); err != nil {
 			return err
 		}
 		if sess != nil {
@@ -247,3 +247,14 @@ func (s *Server) registerSSE(r *http.Request, c *call) error {
 	c.streamEnd, c.streamClose = end.ch, unregister
 	return nil
 }
+
+// valuesOf is a context with the deadline and cancellation of its Context and
+// the values of vals: a stream's check authenticates with the values of the
+// request that opened it (what authenticate may read there besides the
+// header), long after that request's own context ended.
+type valuesOf struct {
+	context.Context
+	vals context.Context
+}
+
+func (v valuesOf) Value(key any) any { return v.vals.Value(key) }

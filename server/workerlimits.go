@@ -54,11 +54,12 @@ func (s *Server) wrapWorkerStream(next connect.StreamingHandlerFunc) connect.Str
 		if err := s.allowRequest(p); err != nil {
 			return workerLimitErr(err)
 		}
+		vals := ctx
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		var revoked atomic.Bool
 		check := func(ctx context.Context) error {
-			_, err := s.authenticate(ctx, header)
+			_, err := s.authenticate(valuesOf{ctx, vals}, header)
 			return err
 		}
 		unregister, err := s.trackStream(p, credentialKey(header), check, func() {
