@@ -55,7 +55,10 @@ type Config struct {
 	// first).
 	Authenticator auth.Authenticator
 	// Insecure turns authentication off: every request acts as an admin of every
-	// namespace. Refused unless Listen is a loopback address.
+	// namespace. Refused unless Listen is a loopback address. The server then
+	// answers only requests to a loopback Host, refuses state-changing requests
+	// a web page could send (cross-site, or without a JSON, Connect or gRPC
+	// content type) and makes no tokens (devmode.go).
 	Insecure bool
 	// MaxBodyBytes caps a request body; default DefaultMaxBodyBytes (a maximal
 	// payload and its envelope).

@@ -54,7 +54,9 @@ type trackedStream struct {
 }
 
 // credentialKey identifies a credential: streams with the same key are checked
-// once per pass.
+// once per pass. Its parts are the principal's name (streams authenticated
+// otherwise than by a header, by a client certificate say, differ by it), the
+// Authorization header and the UI session's ID.
 func credentialKey(parts ...string) [32]byte {
 	h := sha256.New()
 	for _, p := range parts {
@@ -240,7 +242,7 @@ func (s *Server) registerSSE(r *http.Request, c *call) error {
 		return nil
 	}
 	end := newEndSignal()
-	unregister, err := s.trackStream(c.principal, credentialKey(header, sessID), check, end.end)
+	unregister, err := s.trackStream(c.principal, credentialKey(c.principal.Name, header, sessID), check, end.end)
 	if err != nil {
 		return err
 	}

@@ -341,7 +341,7 @@ func safeNext(next string) string {
 // is cleared.
 func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request, c *uiCall) error {
 	if c.sess != nil {
-		if err := s.endSession(r.Context(), c.sess); err != nil {
+		if err := s.endSession(r.Context(), c.sess, c.principal); err != nil {
 			return err
 		}
 	}

@@ -83,15 +83,15 @@ func (s *Server) checkSession(ctx context.Context, sess *session) error {
 	return nil
 }
 
-// endSession records a session as signed out, and ends the UI's streams that
-// it opened on this server at once (those on other servers end at their next
-// check).
-func (s *Server) endSession(ctx context.Context, sess *session) error {
+// endSession records session sess of principal p as signed out, and ends the
+// UI's streams that it opened on this server at once (those on other servers
+// end at their next check).
+func (s *Server) endSession(ctx context.Context, sess *session, p *auth.Principal) error {
 	if err := s.store.SessionEnd(ctx, &store.SessionEndParams{ID: sess.ID, ExpiresAt: sess.Expires}); err != nil {
 		return fmt.Errorf("%w: signing out: %v", ErrUnavailable, err)
 	}
 	s.sessions.put(sess.ID, sessionCheck{ended: true, until: sess.Expires})
-	s.endCredentialKey(credentialKey("Bearer "+sess.Token, string(sess.ID)))
+	s.endCredentialKey(credentialKey(p.Name, "Bearer "+sess.Token, string(sess.ID)))
 	return nil
 }
 

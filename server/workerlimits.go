@@ -62,7 +62,7 @@ func (s *Server) wrapWorkerStream(next connect.StreamingHandlerFunc) connect.Str
 			_, err := s.authenticate(valuesOf{ctx, vals}, header)
 			return err
 		}
-		unregister, err := s.trackStream(p, credentialKey(header), check, func() {
+		unregister, err := s.trackStream(p, credentialKey(p.Name, header, ""), check, func() {
 			revoked.Store(true)
 			cancel()
 		})
