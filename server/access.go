@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -48,16 +47,6 @@ func newRequestID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
 	return hex.EncodeToString(b[:])
-}
-
-// auditSource is the address a request came from: the host of its
-// RemoteAddr (the peer of the connection).
-func auditSource(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }
 
 // front wraps the server's whole handler: it gives the request its ID and, when
@@ -108,7 +97,7 @@ func (s *Server) logAccess(r *http.Request, ri *requestInfo, aw *accessWriter, t
 	attrs := []slog.Attr{
 		slog.String("method", r.Method), slog.String("route", route), slog.Int("status", status),
 		slog.Duration("duration", took), slog.Int64("bytes", aw.bytes), slog.String("request_id", ri.id),
-		slog.String("source", auditSource(r)),
+		slog.String("source", s.clientAddr(r)), // through trusted proxies (proxy.go)
 	}
 	if ns := r.PathValue("ns"); ns != "" {
 		attrs = append(attrs, slog.String("namespace", ns))

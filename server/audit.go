@@ -83,7 +83,7 @@ func (s *Server) auditRequest(w http.ResponseWriter, r *http.Request, rule audit
 	}
 	e := store.AuditEntry{Time: time.Now(), Principal: c.principal.Name, Action: rule.action,
 		Target:  s.auditTarget(r, rule, c),
-		Outcome: "ok", Source: auditSource(r), Via: via, Detail: c.note.detail}
+		Outcome: "ok", Source: s.clientAddr(r), Via: via, Detail: c.note.detail}
 	if ri := requestInfoOf(r.Context()); ri != nil {
 		e.RequestID = ri.id
 	}

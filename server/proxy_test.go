@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/tls"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -144,4 +145,31 @@ func (e *env) signIn(token string, hdr ...string) *resp {
 		e.t.Fatal(err)
 	}
 	return readResp(e.t, res)
+}
+
+// Behind a trusted proxy, the audit entry and the access log line of a request
+// name the client's address from X-Forwarded-For; from an address not
+// trusted, the header is ignored.
+func TestClientAddrInAuditAndAccessLog(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		proxies string
+		want    string
+	}{{"127.0.0.0/8", "198.51.100.7"}, {"10.0.0.0/8", "127.0.0.1"}} {
+		var logs lockedBuffer
+		e := newEnv(t, storeURLs(t)["sqlite"](t), func(cfg *Config) {
+			cfg.TrustedProxies = mustPrefixes(t, c.proxies)
+			cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+		})
+		r := e.do("POST", "/v1/namespaces/default/runs", "producer", map[string]any{"workflow": "await-go"},
+			"X-Forwarded-For", "1.2.3.4, 198.51.100.7").want(t, 201)
+		id := r.header.Get(RequestIDHeader)
+		en := e.auditLog()[id]
+		if en == nil || en.Source != c.want {
+			t.Errorf("trusting %s: audit entry %+v, want source %s", c.proxies, en, c.want)
+		}
+		if !strings.Contains(logs.String(), `"request_id":"`+id+`","source":"`+c.want+`"`) {
+			t.Errorf("trusting %s: no access line of %s with source %s:\n%s", c.proxies, id, c.want, logs.String())
+		}
+	}
 }
