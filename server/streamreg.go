@@ -253,10 +253,17 @@ func (s *Server) registerSSE(r *http.Request, c *call) error {
 // valuesOf is a context with the deadline and cancellation of its Context and
 // the values of vals: a stream's check authenticates with the values of the
 // request that opened it (what authenticate may read there besides the
-// header), long after that request's own context ended.
+// header), long after that request's own context ended. The request's record
+// for its access log line (requestInfo) is not among them: it is the request's
+// to write, on its own goroutine, not the checks'.
 type valuesOf struct {
 	context.Context
 	vals context.Context
 }
 
-func (v valuesOf) Value(key any) any { return v.vals.Value(key) }
+func (v valuesOf) Value(key any) any {
+	if _, ok := key.(requestInfoKey); ok {
+		return nil
+	}
+	return v.vals.Value(key)
+}
