@@ -234,7 +234,15 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 	// server's API may be created claimed for it (see handoffs).
 	cs := h.s.handoffs.open(cp, credit)
 	defer func() {
-		if left := cs.close(); len(left) > 0 {
+		left := cs.close()
+		switch {
+		case len(left) == 0:
+		case ctx.Err() != nil:
+			// The stream ended: its worker went, or its credential was
+			// revoked (a revoked worker could not write the runs): hand
+			// them back at once rather than when their leases expire.
+			releaseClaimed(h.s.store, left...)
+		default:
 			_ = h.push(ctx, stream, &store.RunsClaimResult{Runs: left}) // or handed back, the stream gone
 		}
 	}()
