@@ -291,3 +291,51 @@ func TestAttackWorkerBoundary(t *testing.T) {
 		t.Errorf("history: %d %v, want the one step", status, ans)
 	}
 }
+
+// Invalid input from outside: payloads with invalid UTF-8 or a name twice, in
+// a start, an event or a worker's checkpoint, are refused and nothing of them
+// is stored; every run's JSON stays parseable by a strict client.
+func TestAttackInvalidPayloads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server process")
+	}
+	e := newAttackEnv(t)
+	for _, body := range []string{
+		"{\"workflow\":\"lure\",\"id\":\"bad-1\",\"input\":\"\xff\"}",
+		`{"workflow":"lure","id":"bad-2","input":{"a":1,"a":2}}`,
+		`{"workflow":"lure","id":"bad-3","workflow":"pay"}`,
+		`{"workflow":"lure","id":"bad-4","input":"\ud800"}`,
+	} {
+		status, ans := e.call("POST", "/v1/namespaces/default/runs", "ops", "application/json", []byte(body))
+		wantCode(t, "start "+body, status, ans, 400, "invalid_argument")
+	}
+	status, ans := e.call("GET", "/v1/namespaces/default/runs", "ops", "", nil)
+	if runs, _ := ans["runs"].([]any); status != 200 || len(runs) != 0 {
+		t.Fatalf("runs after refused starts: %d %v", status, ans)
+	}
+	if status, ans := e.call("POST", "/v1/namespaces/default/runs", "ops", "application/json",
+		[]byte(`{"workflow":"lure","id":"lure-1","queue":"q1"}`)); status != 201 {
+		t.Fatalf("start: %d %v", status, ans)
+	}
+	status, ans = e.call("POST", "/v1/namespaces/default/runs/lure-1/events", "ops", "application/json",
+		[]byte("{\"name\":\"go\",\"payload\":\"\xfe\"}"))
+	wantCode(t, "an event with invalid UTF-8", status, ans, 400, "invalid_argument")
+
+	// A worker writes invalid UTF-8 (bytes fields are base64 in Connect's
+	// JSON: "Iv8i" is the JSON string "\xff").
+	cr := e.claim("attacker-q1", "q1")
+	if len(cr) != 1 {
+		t.Fatalf("claim: %v", cr)
+	}
+	lease := map[string]any{"namespace": "default", "runId": cr[0]["run"].(map[string]any)["id"], "token": cr[0]["leaseToken"],
+		"queue": "q1", "secret": cr[0]["leaseSecret"]}
+	status, ans = e.rpc("attacker-q1", "Checkpoint", map[string]any{"checkpoints": []any{
+		map[string]any{"lease": lease, "status": "succeeded", "output": "Iv8i"}}})
+	results, _ := ans["results"].([]any)
+	if status != 200 || len(results) != 1 || results[0].(map[string]any)["error"].(map[string]any)["reason"] != "INVALID_PARAMS" {
+		t.Fatalf("checkpoint of an output with invalid UTF-8: %d %v, want INVALID_PARAMS", status, ans)
+	}
+	if r := e.runJSON("ops", "lure-1"); r["status"] != "running" || r["output"] != nil {
+		t.Fatalf("run after the refused checkpoint: %v", r)
+	}
+}
