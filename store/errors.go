@@ -49,6 +49,8 @@ var (
 	ErrTokenExists = errors.New("a token with this name already exists")
 	// ErrTokenNotFound: no live token matches (unknown name or hash, or revoked).
 	ErrTokenNotFound = errors.New("token not found")
+	// ErrTokenInactive: the token is revoked or expired, so it cannot be rotated.
+	ErrTokenInactive = errors.New("token revoked or expired")
 )
 
 // Errors of idempotency keys (IdempotencyStore).

@@ -28,7 +28,12 @@ func (s *Store) TokenCreate(ctx context.Context, p *store.TokenCreateParams) (*s
 
 // TokenByHash implements store.TokenStore.
 func (s *Store) TokenByHash(ctx context.Context, p *store.TokenByHashParams) (*store.Token, error) {
-	return shared.Reads(readSource{s}).TokenByHash(ctx, p)
+	return shared.Reads(readSource{s}).TokenByHash(ctx, p, s.now())
+}
+
+// TokenBySubject implements store.TokenStore.
+func (s *Store) TokenBySubject(ctx context.Context, p *store.TokenBySubjectParams) (*store.Token, error) {
+	return shared.Reads(readSource{s}).TokenBySubject(ctx, p, s.now())
 }
 
 // TokenList implements store.TokenStore.
@@ -45,6 +50,50 @@ func (s *Store) TokenRevoke(ctx context.Context, p *store.TokenRevokeParams) (*s
 	})
 	if err != nil {
 		return nil, fmt.Errorf("revoking token: %w", err)
+	}
+	return t, nil
+}
+
+// TokenRotate implements store.TokenStore.
+func (s *Store) TokenRotate(ctx context.Context, p *store.TokenRotateParams) (*store.Token, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("rotating token: %w", err)
+	}
+	var t *store.Token
+	err := s.write(ctx, func(tx *wtx) (err error) {
+		t, err = shared.TokenRotate(tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rotating token: %w", err)
+	}
+	return t, nil
+}
+
+// TokenTouch implements store.TokenStore.
+func (s *Store) TokenTouch(ctx context.Context, p *store.TokenTouchParams) error {
+	switch n := len(p.Names); {
+	case n == 0:
+		return nil
+	case n > store.MaxTokenTouch:
+		return fmt.Errorf("touching tokens: %w: %d names, at most %d", store.ErrInvalidParams, n, store.MaxTokenTouch)
+	}
+	err := s.write(ctx, func(tx *wtx) error { return shared.TokenTouch(tx, p.Names) })
+	if err != nil {
+		return fmt.Errorf("touching tokens: %w", err)
+	}
+	return nil
+}
+
+// TokenSignOut implements store.TokenStore.
+func (s *Store) TokenSignOut(ctx context.Context, p *store.TokenSignOutParams) (*store.Token, error) {
+	var t *store.Token
+	err := s.write(ctx, func(tx *wtx) (err error) {
+		t, err = shared.TokenSignOut(tx, p.Name)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("signing out token: %w", err)
 	}
 	return t, nil
 }

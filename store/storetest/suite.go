@@ -62,6 +62,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Approvals", approvalCases},
 		{"Workers", workerCases},
 		{"Tokens", tokenCases},
+		{"TokenLife", tokenLifeCases},
 		{"Keys", keyCases},
 		{"Audit", auditCases},
 		{"Idempotency", idempotencyCases},

@@ -77,7 +77,7 @@ func New(d Dialect) *SQL {
 	}
 	s.cq = newCancelQueries(d)
 	s.sq = newStreamQueries(d)
-	s.tok = newTokenQueries(r)
+	s.tok = newTokenQueries(&s.d)
 	s.key = newKeyQueries(r)
 	s.sess = newSessionQueries(r)
 	s.qq = newQueueQueries(&s.d)
