@@ -82,3 +82,20 @@ type Authenticator interface {
 	// ErrUnauthenticated.
 	Authenticate(ctx context.Context, token string) (*Principal, error)
 }
+
+// SubjectAuthenticator is an Authenticator that also finds the principal of a
+// verified client certificate by its Subject (mutual TLS).
+type SubjectAuthenticator interface {
+	// AuthenticateSubject returns the principal whose token holds subject (RFC
+	// 2253, x509 Name.String()), or an error wrapping ErrUnauthenticated.
+	AuthenticateSubject(ctx context.Context, subject string) (*Principal, error)
+}
+
+// Forgetter is an Authenticator that caches principals and can drop a token's
+// at once, so that a change made through this process (a revocation, a
+// rotation) takes effect here without waiting for the cache.
+type Forgetter interface {
+	// Forget drops what is cached of the token named name, and every cached
+	// refusal.
+	Forget(name string)
+}

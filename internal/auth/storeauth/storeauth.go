@@ -1,6 +1,6 @@
-// Package storeauth authenticates bearer tokens against a store's tokens
-// (store.TokenStore): the auth.Authenticator the server uses, and the bootstrap of
-// the first admin token.
+// Package storeauth authenticates bearer tokens and client certificates against a
+// store's tokens (store.TokenStore): the auth.Authenticator the server uses, and
+// the bootstrap of the first admin token.
 package storeauth
 
 import (
@@ -14,34 +14,81 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// DefaultCacheTTL is how long an Authenticator trusts a token it found: a revoked
-// token stops working within this time on every server.
-const DefaultCacheTTL = 2 * time.Second
+// Defaults of Config.
+const (
+	// DefaultCacheTTL is how long an Authenticator trusts a token it found: a
+	// revoked token stops working within this time on every server (and at
+	// once on the server that revoked it, which forgets it).
+	DefaultCacheTTL = 500 * time.Millisecond
+	// DefaultUnknownTTL is how long an Authenticator remembers that a secret (or
+	// a certificate subject) matched no token, so that the same unknown secret
+	// sent again and again costs no store read each.
+	DefaultUnknownTTL = time.Second
+	// DefaultTouchInterval is how often, at most, an Authenticator records a
+	// token's use in the store (store.TokenTouch, last_used_at).
+	DefaultTouchInterval = time.Minute
+)
 
-// maxCached bounds the cache; when full it is emptied.
+// maxCached bounds each of the caches (found, unknown, touched); when one is
+// full, an entry is dropped for each added.
 const maxCached = 10_000
 
 // Config tunes an Authenticator. The zero value is the default.
 type Config struct {
 	// CacheTTL is how long a found token is used without asking the store again;
-	// 0 means DefaultCacheTTL, negative disables the cache. It is also the longest
-	// a revoked token keeps working.
+	// 0 means DefaultCacheTTL, negative disables the caches (found and unknown).
+	// It is also the longest a revoked token keeps working on another server.
+	// A cached token never outlives its secret's expiry.
 	CacheTTL time.Duration
-	// Now is the clock of the cache; nil means time.Now.
+	// UnknownTTL is how long a secret or subject that matched no token is
+	// refused without asking the store again; 0 means DefaultUnknownTTL,
+	// negative disables it.
+	UnknownTTL time.Duration
+	// TouchInterval is how often, at most, the use of one token is recorded
+	// (last_used_at); 0 means DefaultTouchInterval, negative never records it.
+	TouchInterval time.Duration
+	// Now is the clock of the caches; nil means time.Now. It must be the
+	// store's clock too (expiries are the store's times).
 	Now func() time.Time
 }
 
+func (c Config) withDefaults() Config {
+	if c.CacheTTL == 0 {
+		c.CacheTTL = DefaultCacheTTL
+	}
+	if c.UnknownTTL == 0 {
+		c.UnknownTTL = DefaultUnknownTTL
+	}
+	if c.CacheTTL < 0 {
+		c.UnknownTTL = -1
+	}
+	if c.TouchInterval == 0 {
+		c.TouchInterval = DefaultTouchInterval
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
 // Authenticator implements auth.Authenticator over a token store: it hashes the
-// presented secret (auth.HashToken) and looks the hash up. Found tokens are cached
-// in the process for CacheTTL, so that a busy client costs one lookup per TTL;
-// unknown tokens are not cached. Safe for concurrent use.
+// presented secret (auth.HashToken) and looks the hash up. Found tokens are
+// cached in the process for CacheTTL (never past their secret's expiry), so that
+// a busy client costs one lookup per TTL; secrets that match no token are
+// remembered for UnknownTTL, so that a flood of the same unknown secret costs
+// one lookup (malformed ones cost none: they are refused by their shape). It
+// also authenticates client certificates by subject (auth.SubjectAuthenticator),
+// forgets a token on demand (auth.Forgetter), and records each token's use in
+// the store at most once per TouchInterval. Safe for concurrent use.
 type Authenticator struct {
 	ts  store.TokenStore
-	ttl time.Duration
-	now func() time.Time
+	cfg Config
+	max int // maxCached (smaller in tests)
 
-	mu    sync.Mutex
-	cache map[string]cached // by hash
+	mu      sync.Mutex
+	found   map[string]cached    // by key (hashKey, subjectKey)
+	unknown map[string]time.Time // key → when to ask the store again
+	touched map[string]time.Time // token name → when its use was last recorded
 }
 
 type cached struct {
@@ -49,104 +96,179 @@ type cached struct {
 	expires time.Time
 }
 
-var _ auth.Authenticator = (*Authenticator)(nil)
+var (
+	_ auth.Authenticator        = (*Authenticator)(nil)
+	_ auth.SubjectAuthenticator = (*Authenticator)(nil)
+	_ auth.Forgetter            = (*Authenticator)(nil)
+)
 
 // New returns an Authenticator over ts.
 func New(ts store.TokenStore, cfg Config) *Authenticator {
-	a := &Authenticator{ts: ts, ttl: cfg.CacheTTL, now: cfg.Now, cache: map[string]cached{}}
-	if a.ttl == 0 {
-		a.ttl = DefaultCacheTTL
-	}
-	if a.now == nil {
-		a.now = time.Now
-	}
-	return a
+	return &Authenticator{ts: ts, cfg: cfg.withDefaults(), max: maxCached,
+		found: map[string]cached{}, unknown: map[string]time.Time{}, touched: map[string]time.Time{}}
 }
 
-// Authenticate implements auth.Authenticator. An empty, malformed, unknown or
-// revoked token fails with auth.ErrUnauthenticated; a store that cannot answer
-// fails with its own error (the server answers 503, not 401).
+func hashKey(hash []byte) string       { return "h:" + string(hash) }
+func subjectKey(subject string) string { return "s:" + subject }
+
+// Authenticate implements auth.Authenticator. An empty, malformed, unknown,
+// revoked or expired token fails with auth.ErrUnauthenticated; a store that
+// cannot answer fails with its own error (the server answers 503, not 401).
 func (a *Authenticator) Authenticate(ctx context.Context, token string) (*auth.Principal, error) {
 	if !auth.LooksLikeToken(token) {
 		return nil, fmt.Errorf("authenticating: %w: no token, or not a Trellis token", auth.ErrUnauthenticated)
 	}
 	hash := auth.HashToken(token)
-	if p := a.lookup(string(hash)); p != nil {
-		return p, nil
-	}
-	t, err := a.ts.TokenByHash(ctx, &store.TokenByHashParams{Hash: hash})
-	switch {
-	case errors.Is(err, store.ErrTokenNotFound):
-		return nil, fmt.Errorf("authenticating: %w: unknown or revoked token", auth.ErrUnauthenticated)
-	case err != nil:
-		return nil, fmt.Errorf("authenticating: %w", err)
-	}
-	p := t.Principal()
-	a.remember(string(hash), p)
-	return clonePrincipal(p), nil
+	return a.authenticate(ctx, hashKey(hash), "unknown, revoked or expired token", func() (*store.Token, *time.Time, error) {
+		t, err := a.ts.TokenByHash(ctx, &store.TokenByHashParams{Hash: hash})
+		if err != nil {
+			return nil, nil, err
+		}
+		return t, t.SecretExpiresAt, nil
+	})
 }
 
-// lookup returns a copy of the cached principal of hash, nil when absent or stale.
-func (a *Authenticator) lookup(hash string) *auth.Principal {
-	if a.ttl < 0 {
-		return nil
+// AuthenticateSubject implements auth.SubjectAuthenticator: the principal of
+// the live, unexpired token whose Subject is subject.
+func (a *Authenticator) AuthenticateSubject(ctx context.Context, subject string) (*auth.Principal, error) {
+	if subject == "" {
+		return nil, fmt.Errorf("authenticating: %w: a certificate without a subject", auth.ErrUnauthenticated)
 	}
+	what := fmt.Sprintf("no live token has certificate subject %q", subject)
+	return a.authenticate(ctx, subjectKey(subject), what, func() (*store.Token, *time.Time, error) {
+		t, err := a.ts.TokenBySubject(ctx, &store.TokenBySubjectParams{Subject: subject})
+		if err != nil {
+			return nil, nil, err
+		}
+		return t, t.ExpiresAt, nil
+	})
+}
+
+// authenticate answers key from the caches, else by find (the token and when
+// the credential stops working), caching the answer.
+func (a *Authenticator) authenticate(ctx context.Context, key, unknownWhat string,
+	find func() (*store.Token, *time.Time, error)) (*auth.Principal, error) {
+	p, known := a.lookup(key)
+	if p == nil {
+		if known { // remembered as unknown
+			return nil, fmt.Errorf("authenticating: %w: %s", auth.ErrUnauthenticated, unknownWhat)
+		}
+		t, until, err := find()
+		switch {
+		case errors.Is(err, store.ErrTokenNotFound):
+			a.rememberUnknown(key)
+			return nil, fmt.Errorf("authenticating: %w: %s", auth.ErrUnauthenticated, unknownWhat)
+		case err != nil:
+			return nil, fmt.Errorf("authenticating: %w", err)
+		}
+		p = t.Principal()
+		a.remember(key, p, until)
+		p = clonePrincipal(p)
+	}
+	a.touch(ctx, p.Name)
+	return p, nil
+}
+
+// lookup returns a copy of the cached principal of key (nil when absent or
+// stale), and whether key is remembered as unknown.
+func (a *Authenticator) lookup(key string) (p *auth.Principal, unknown bool) {
+	now := a.cfg.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c, ok := a.cache[hash]
-	if !ok {
-		return nil
+	if c, ok := a.found[key]; ok {
+		if now.Before(c.expires) {
+			return clonePrincipal(c.p), false
+		}
+		delete(a.found, key)
 	}
-	if !a.now().Before(c.expires) {
-		delete(a.cache, hash)
-		return nil
+	if until, ok := a.unknown[key]; ok {
+		if now.Before(until) {
+			return nil, true
+		}
+		delete(a.unknown, key)
 	}
-	return clonePrincipal(c.p)
+	return nil, false
 }
 
-func (a *Authenticator) remember(hash string, p *auth.Principal) {
-	if a.ttl < 0 {
+// remember caches p under key for CacheTTL, or until the credential stops
+// working (until) when that is sooner.
+func (a *Authenticator) remember(key string, p *auth.Principal, until *time.Time) {
+	if a.cfg.CacheTTL < 0 {
 		return
 	}
+	expires := a.cfg.Now().Add(a.cfg.CacheTTL)
+	if until != nil && until.Before(expires) {
+		expires = *until
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.cache) >= maxCached {
-		clear(a.cache)
+	makeRoom(a.found, a.max)
+	a.found[key] = cached{p: p, expires: expires}
+}
+
+// rememberUnknown remembers for UnknownTTL that key matched no token.
+func (a *Authenticator) rememberUnknown(key string) {
+	if a.cfg.UnknownTTL < 0 {
+		return
 	}
-	a.cache[hash] = cached{p: p, expires: a.now().Add(a.ttl)}
+	until := a.cfg.Now().Add(a.cfg.UnknownTTL)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	makeRoom(a.unknown, a.max)
+	a.unknown[key] = until
+}
+
+// makeRoom drops an arbitrary entry of a full cache: memory stays bounded
+// however many distinct secrets are sent, at the cost of lookups again.
+func makeRoom[V any](m map[string]V, max int) {
+	if len(m) < max {
+		return
+	}
+	for k := range m {
+		delete(m, k)
+		return
+	}
+}
+
+// touch records the use of token name in the store when it was not recorded
+// in the last TouchInterval by this Authenticator. It costs the request that
+// finds it due one write, once a minute per token; a failure is not the
+// request's (last_used_at is advisory) and is tried again at the next due time.
+func (a *Authenticator) touch(ctx context.Context, name string) {
+	if a.cfg.TouchInterval < 0 {
+		return
+	}
+	now := a.cfg.Now()
+	a.mu.Lock()
+	last, ok := a.touched[name]
+	due := !ok || now.Sub(last) >= a.cfg.TouchInterval
+	if due {
+		makeRoom(a.touched, a.max)
+		a.touched[name] = now
+	}
+	a.mu.Unlock()
+	if due {
+		_ = a.ts.TokenTouch(ctx, &store.TokenTouchParams{Names: []string{name}})
+	}
+}
+
+// Forget implements auth.Forgetter: the next request with a credential of the
+// token named name asks the store again, as does every credential remembered as
+// unknown (a token made or changed here may now match it).
+func (a *Authenticator) Forget(name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, c := range a.found {
+		if c.p.Name == name {
+			delete(a.found, k)
+		}
+	}
+	clear(a.unknown)
 }
 
 // clonePrincipal copies p so that a caller cannot change the cached one.
 func clonePrincipal(p *auth.Principal) *auth.Principal {
-	return &auth.Principal{Name: p.Name, Grants: append([]auth.Grant{}, p.Grants...)}
-}
-
-// BootstrapName is the name of the token Bootstrap creates.
-const BootstrapName = "admin"
-
-// Bootstrap prepares the tokens of a server's first start: when the store has no
-// token at all (live or revoked), it creates one named "admin" with the admin role
-// on every namespace and returns its secret, which the caller prints once and
-// never again. Otherwise, or when another server created it first, it returns "".
-func Bootstrap(ctx context.Context, ts store.TokenStore) (string, error) {
-	existing, err := ts.TokenList(ctx)
-	if err != nil {
-		return "", fmt.Errorf("bootstrapping tokens: %w", err)
-	}
-	if len(existing) > 0 {
-		return "", nil
-	}
-	secret, hash, err := auth.NewToken()
-	if err != nil {
-		return "", fmt.Errorf("bootstrapping tokens: %w", err)
-	}
-	_, err = ts.TokenCreate(ctx, &store.TokenCreateParams{Name: BootstrapName, Hash: hash,
-		Grants: []auth.Grant{{Role: auth.RoleAdmin, Namespace: auth.AllNamespaces}}})
-	switch {
-	case errors.Is(err, store.ErrTokenExists):
-		return "", nil
-	case err != nil:
-		return "", fmt.Errorf("bootstrapping tokens: %w", err)
-	}
-	return secret, nil
+	c := *p
+	c.Grants = append([]auth.Grant{}, p.Grants...)
+	return &c
 }

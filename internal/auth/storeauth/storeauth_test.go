@@ -73,7 +73,11 @@ func TestAuthenticateRejects(t *testing.T) {
 		}
 	}
 	s.Close()
-	if _, err := a.Authenticate(ctx, unknown); err == nil || errors.Is(err, auth.ErrUnauthenticated) {
+	other, _, err := auth.NewToken() // unknown is remembered as such: no store read
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Authenticate(ctx, other); err == nil || errors.Is(err, auth.ErrUnauthenticated) {
 		t.Errorf("Authenticate on a closed store = %v, want the store's error, not ErrUnauthenticated", err)
 	}
 }
