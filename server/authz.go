@@ -219,11 +219,16 @@ func hasRoleIn(p *auth.Principal, role auth.Role, ns string) bool {
 	})
 }
 
-// authenticate finds the principal of an Authorization header.
+// authenticate finds the principal of an Authorization header or, when there
+// is none, of the verified client certificate of the request (mutual TLS; ctx
+// is the request's, see transport). A bearer token, when sent, wins.
 func (s *Server) authenticate(ctx context.Context, header string) (*auth.Principal, error) {
 	if s.cfg.Insecure {
 		notePrincipal(ctx, insecurePrincipal.Name)
 		return insecurePrincipal, nil
+	}
+	if subject, ok := certSubject(ctx); ok && header == "" {
+		return s.authenticateCert(ctx, subject)
 	}
 	scheme, token, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
@@ -232,7 +237,7 @@ func (s *Server) authenticate(ctx context.Context, header string) (*auth.Princip
 	p, err := s.cfg.Authenticator.Authenticate(ctx, strings.TrimSpace(token))
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
-		return nil, fmt.Errorf("%w: unknown or revoked token", auth.ErrUnauthenticated)
+		return nil, fmt.Errorf("%w: unknown, revoked or expired token", auth.ErrUnauthenticated)
 	case err != nil:
 		return nil, fmt.Errorf("%w: authenticating: %v", ErrUnavailable, err)
 	case p == nil:

@@ -74,6 +74,7 @@ var problemTable = []struct {
 	{ErrRateLimited, 429, "rate_limited", "Rate limited"},
 	{trellis.ErrUnknownWorkflow, 400, "invalid_argument", "Unknown workflow"},
 	{store.ErrTokenExists, 409, "token_exists", "Token exists"},
+	{store.ErrTokenInactive, 409, "token_inactive", "Token revoked or expired"},
 	{store.ErrNamespaceExists, 409, "namespace_exists", "Namespace exists"},
 	{store.ErrQueueExists, 409, "queue_exists", "Queue exists"},
 	{store.ErrQueueState, 409, "queue_state", "Queue already in that state"},

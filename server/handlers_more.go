@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/store"
@@ -13,6 +14,18 @@ import (
 type TokenRequest struct {
 	Name   string       `json:"name"`
 	Grants []auth.Grant `json:"grants"`
+	// TTL, when set ("720h"), is how long the token works from now (and from
+	// each rotation); omitted, it works until revoked.
+	TTL store.Duration `json:"ttl,omitempty"`
+	// Subject, when set, lets client certificates with this Subject (RFC 2253,
+	// such as "CN=w1,O=team") act as the token under mutual TLS.
+	Subject string `json:"subject,omitempty"`
+}
+
+// RotateTokenRequest rotates a token: a new secret, and the old one working for
+// Grace ("1h", the default; "0s": it stops at once).
+type RotateTokenRequest struct {
+	Grace *store.Duration `json:"grace,omitempty"`
 }
 
 // maxChildPosition bounds the position query parameter of listChildren.
@@ -64,7 +77,8 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *call) er
 	if err != nil {
 		return err
 	}
-	p := &store.TokenCreateParams{Name: req.Name, Grants: req.Grants, Hash: hash}
+	p := &store.TokenCreateParams{Name: req.Name, Grants: req.Grants, Hash: hash,
+		TTL: time.Duration(req.TTL), Subject: req.Subject}
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -72,6 +86,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *call) er
 	if err != nil {
 		return err
 	}
+	s.forgetToken(t.Name) // a certificate of its subject may be remembered as unknown
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, 201, CreatedToken{Token: t, Secret: secret})
 	return nil
@@ -104,9 +119,47 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, c *call) er
 	if err != nil {
 		return err
 	}
+	s.forgetToken(name) // refused here at once; elsewhere within the cache time
 	// Its streams here end now; on other servers, at their next check
 	// (streamreg.go).
 	s.endStreamsOf(t.Name)
 	writeJSON(w, 200, t)
 	return nil
+}
+
+// rotateToken gives a token a new secret, answered once as createToken's is;
+// the old secret keeps working for the grace.
+func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req RotateTokenRequest
+	if err := decodeBody(w, r, s.cfg.MaxBodyBytes, true, &req); err != nil {
+		return err
+	}
+	grace := store.DefaultTokenGrace
+	if req.Grace != nil {
+		grace = time.Duration(*req.Grace)
+	}
+	secret, hash, err := auth.NewToken()
+	if err != nil {
+		return err
+	}
+	p := &store.TokenRotateParams{Name: r.PathValue("name"), Hash: hash, Grace: grace}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	t, err := s.store.TokenRotate(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	s.forgetToken(t.Name) // the old secret's cache entry ends with its grace
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, 200, CreatedToken{Token: t, Secret: secret})
+	return nil
+}
+
+// forgetToken drops what the Authenticator cached of token name, when it
+// caches (auth.Forgetter), so that a change made here takes effect here at once.
+func (s *Server) forgetToken(name string) {
+	if f, ok := s.cfg.Authenticator.(auth.Forgetter); ok {
+		f.Forget(name)
+	}
 }

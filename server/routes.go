@@ -69,7 +69,8 @@ func (rt *route) takesKey() bool {
 // tokensUnkeyed is why the token routes ignore an Idempotency-Key header.
 const tokensUnkeyed = "the token routes address no namespace to keep keys in, and a kept response would " +
 	"store a new token's secret, which the store keeps only hashed; a retried create fails token_exists, " +
-	"a retried revoke changes nothing"
+	"a retried revoke changes nothing, and a retried rotate leaves the secret before it its grace " +
+	"(store.TokenStore.TokenRotate)"
 
 // Response bodies that are not SDK records.
 type (
@@ -248,6 +249,9 @@ var routeTable = []route{
 		role: auth.RoleAdmin, scope: scopeGlobal, status: 200, response: TokenList{}, handle: (*Server).listTokens},
 	{method: "POST", pattern: "/v1/tokens/{name}/revoke", op: "revokeToken", summary: "Revoke a token by name, at once and for ever",
 		role: auth.RoleAdmin, scope: scopeGlobal, status: 200, response: store.Token{}, handle: (*Server).revokeToken, audit: auditRule{"token.revoke", targetToken},
+		unkeyed: tokensUnkeyed},
+	{method: "POST", pattern: "/v1/tokens/{name}/rotate", op: "rotateToken", summary: "Give a token a new secret, shown this once; the old one works for the grace (default 1h)",
+		role: auth.RoleAdmin, scope: scopeGlobal, request: RotateTokenRequest{}, status: 200, response: CreatedToken{}, handle: (*Server).rotateToken,
 		unkeyed: tokensUnkeyed},
 }
 

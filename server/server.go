@@ -60,6 +60,17 @@ type Config struct {
 	// a web page could send (cross-site, or without a JSON, Connect or gRPC
 	// content type) and makes no tokens (devmode.go).
 	Insecure bool
+	// TLSCertFile and TLSKeyFile, set together, make Start serve HTTPS (HTTP/2
+	// included, for gRPC workers) with this PEM certificate chain and key.
+	// ReloadTLS reads them again (`trellis server` does on SIGHUP).
+	TLSCertFile, TLSKeyFile string
+	// ClientCAFile, with TLSCertFile, turns on mutual TLS: a client certificate,
+	// when presented, must be signed by a CA of this PEM file (else the
+	// handshake fails), and a request without a bearer token then acts as the
+	// live token whose subject is the certificate's (store.Token.Subject); a
+	// bearer token, when sent, wins. Needs an Authenticator that maps subjects
+	// (auth.SubjectAuthenticator; the default does).
+	ClientCAFile string
 	// MaxBodyBytes caps a request body; default DefaultMaxBodyBytes (a maximal
 	// payload and its envelope).
 	MaxBodyBytes int64
@@ -260,6 +271,12 @@ func (c Config) validate() error {
 	switch {
 	case c.Insecure && !loopbackOnly(c.Listen):
 		return fmt.Errorf("server config: --insecure is refused unless listening on loopback only (listen address %q)", c.Listen)
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return errors.New("server config: TLSCertFile and TLSKeyFile go together (--tls-cert and --tls-key)")
+	case c.ClientCAFile != "" && c.TLSCertFile == "":
+		return errors.New("server config: ClientCAFile (--client-ca) needs TLS: set TLSCertFile and TLSKeyFile")
+	case c.ClientCAFile != "" && c.Insecure:
+		return errors.New("server config: ClientCAFile (--client-ca) maps certificates to tokens, and Insecure turns tokens off")
 	}
 	for _, p := range c.TrustedProxies {
 		if !p.IsValid() {
@@ -292,7 +309,7 @@ type Server struct {
 	queues    *queuedefaults.Cache
 	handoffs  *handoffs // runs started here, created claimed for waiting claim streams
 	ownsStore bool
-	handler   http.Handler   // front(protect(guard(mux))): request IDs, the access log, HSTS and dev mode (devmode.go), the request's form
+	handler   http.Handler   // front(clientCert(protect(guard(mux)))): request IDs, the access log, a client certificate's subject, HSTS and dev mode (devmode.go), the request's form
 	mux       *http.ServeMux // the routes
 	table     []route
 	// workerPath is the path prefix of the worker protocol's procedures.
@@ -330,6 +347,7 @@ type Server struct {
 	stopMetrics func()
 	ui          *uiKeys       // the web UI's session and CSRF keys
 	sessions    sessionChecks // the store's answers on signed-out sessions (ui_signout.go)
+	tls         *tlsState     // nil without TLS
 	// keys are shared by the servers of the store; leaseKeys signs the
 	// lease secrets of the claims pushed to remote workers.
 	keys      *secrets.Keys
@@ -355,7 +373,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, store: cfg.Backend, clients: map[string]*trellis.Client{}, ui: ui}
+	tlsSt, err := newTLSState(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, store: cfg.Backend, clients: map[string]*trellis.Client{}, ui: ui, tls: tlsSt}
+	if _, ok := cfg.Authenticator.(auth.SubjectAuthenticator); cfg.ClientCAFile != "" && cfg.Authenticator != nil && !ok {
+		return nil, errors.New("server config: ClientCAFile (--client-ca) needs an Authenticator that maps certificate subjects (auth.SubjectAuthenticator)")
+	}
 	if s.store == nil {
 		st, err := trellis.OpenStore(ctx, cfg.Store, nil)
 		if err != nil {
@@ -394,7 +419,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.handoffs.handed = api.handoffs.Inc
 	s.leases = newLeaseCounter(time.Now)
-	s.handler = s.front(s.routes())
+	s.handler = s.front(s.clientCert(s.routes()))
 	s.http = &http.Server{
 		Handler: s.handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
 		WriteTimeout: cfg.MaxWait + 30*time.Second, IdleTimeout: cfg.IdleTimeout,
@@ -404,6 +429,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.http.Protocols = new(http.Protocols)
 	s.http.Protocols.SetHTTP1(true)
 	s.http.Protocols.SetUnencryptedHTTP2(true)
+	if s.tls != nil {
+		s.http.Protocols.SetHTTP2(true)
+		s.http.TLSConfig = s.tls.serverConfig()
+	}
 	if !cfg.Scheduler.Disabled {
 		owner := cfg.Scheduler.Owner
 		if owner == "" {
@@ -455,7 +484,11 @@ func (s *Server) Start() error {
 	s.mu.Lock()
 	s.ln, s.served = ln, make(chan error, 1)
 	s.mu.Unlock()
-	go func() { s.served <- s.http.Serve(ln) }()
+	if s.tls != nil {
+		go func() { s.served <- s.http.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { s.served <- s.http.Serve(ln) }()
+	}
 	if s.scheduler != nil {
 		s.scheduler.Start()
 	}

@@ -110,6 +110,9 @@ const (
 	MaxTokenDuration = 100 * 365 * 24 * time.Hour
 	// MaxSubjectLen caps a token's certificate subject.
 	MaxSubjectLen = 1024
+	// DefaultTokenGrace is how long a rotated token's old secret keeps working
+	// when the rotation names no grace (`trellis tokens rotate`, the API).
+	DefaultTokenGrace = time.Hour
 )
 
 // TokenCreateParams are the parameters of TokenCreate.
