@@ -65,6 +65,7 @@ var uiRouteTable = []uiRoute{
 	{method: "POST", pattern: uiNS + "/queues/{queue}/pause", role: auth.RoleAdmin, scope: scopeNamespace, audit: auditRule{"queue.pause", targetQueue}, handle: (*Server).uiQueuePause},
 	{method: "GET", pattern: uiNS + "/audit", role: auth.RoleAdmin, scope: scopeNamespace, handle: (*Server).uiAudit},
 	{method: "POST", pattern: uiNS + "/queues/{queue}/resume", role: auth.RoleAdmin, scope: scopeNamespace, audit: auditRule{"queue.resume", targetQueue}, handle: (*Server).uiQueueResume},
+	{method: "GET", pattern: "/ui/tokens", role: auth.RoleAdmin, scope: scopeGlobal, handle: (*Server).uiTokens},
 }
 
 // uiMaxForm caps a UI form body.
@@ -145,6 +146,9 @@ func (s *Server) prepareUI(w http.ResponseWriter, r *http.Request, rt uiRoute, c
 			return err
 		}
 	}
+	if rt.scope == scopeGlobal {
+		return allowGlobal(c.principal, rt.role)
+	}
 	c.ns = r.PathValue("ns")
 	if c.ns == auth.SystemNamespace {
 		return fmt.Errorf("%w: namespace %s cannot be addressed", ErrPermissionDenied, auth.SystemNamespace)
@@ -224,7 +228,7 @@ func (d pageData) NavHref(key string) string {
 var uiPages = func() map[string]*template.Template {
 	base := template.Must(template.New("").Funcs(uiFuncs).ParseFS(uiAssets, "uiassets/*.html"))
 	m := map[string]*template.Template{}
-	for _, name := range []string{"login", "error", "runs", "run", "approvals", "workers", "queues", "audit"} {
+	for _, name := range []string{"login", "error", "runs", "run", "approvals", "workers", "queues", "audit", "tokens"} {
 		t := template.Must(base.Clone())
 		template.Must(t.New("content").Parse(`{{template "` + name + `" .}}`))
 		m[name] = t
@@ -312,7 +316,7 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request, c *uiCall) erro
 		if err != nil && !errors.Is(err, auth.ErrUnauthenticated) {
 			return err
 		}
-		s.render(w, r, c, 401, "login", loginData{Next: next, Error: "Unknown or revoked token."})
+		s.render(w, r, c, 401, "login", loginData{Next: next, Error: "Unknown, revoked or expired token."})
 		return nil
 	}
 	c.principal = p // for the audit entry of the sign-in

@@ -110,6 +110,11 @@ func navItems(p *auth.Principal, ns, current string) []navItem {
 			items = append(items, navItem{Key: pg.key, Label: pg.label, Href: href, On: pg.key == current})
 		}
 	}
+	for _, pg := range uiGlobalPages {
+		if rt := uiRouteFor("GET", pg.pattern); rt != nil && allowGlobal(p, rt.role) == nil {
+			items = append(items, navItem{Key: pg.key, Label: pg.label, Href: pg.pattern, On: pg.key == current})
+		}
+	}
 	return items
 }
 

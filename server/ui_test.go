@@ -39,8 +39,10 @@ func TestEveryUIRouteHasARule(t *testing.T) {
 			t.Errorf("%s: public with a role", key)
 		case !rt.public && (!rt.role.Valid() || rt.scope == scopeNone || rt.orRole != "" && !rt.orRole.Valid()):
 			t.Errorf("%s: no authorization rule (role %q, scope %d)", key, rt.role, rt.scope)
-		case !rt.public && !strings.HasPrefix(rt.pattern, "/ui/{ns}/"):
-			t.Errorf("%s: a UI route with a rule must be under /ui/{ns}/", key)
+		case !rt.public && rt.scope != scopeGlobal && !strings.HasPrefix(rt.pattern, "/ui/{ns}/"):
+			t.Errorf("%s: a UI route with a rule must be under /ui/{ns}/ (or concern every namespace)", key)
+		case !rt.public && !strings.HasPrefix(rt.pattern, "/ui/"):
+			t.Errorf("%s: a UI route with a rule must be under /ui/", key)
 		}
 	}
 	// The navigation's pages are pages of the table, whose rules decide who
@@ -366,7 +368,7 @@ func TestUISessionCookie(t *testing.T) {
 	// A wrong token signs nobody in, and says so.
 	bad := e.uiSession("")
 	r = bad.post("/ui/login", url.Values{"token": {"wrong"}}, e.base)
-	if r.status != 401 || r.header.Get("Set-Cookie") != "" || !strings.Contains(string(r.body), "Unknown or revoked token") {
+	if r.status != 401 || r.header.Get("Set-Cookie") != "" || !strings.Contains(string(r.body), "Unknown, revoked or expired token") {
 		t.Fatalf("wrong token: %d %q", r.status, r.header.Get("Set-Cookie"))
 	}
 	// Sign-in from another site is refused.

@@ -1,0 +1,74 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// The web UI's tokens page: every token of the store (never a secret), for an
+// admin of every namespace, who manages them (the rule of GET /ui/tokens). It
+// lists only: tokens are created, rotated and revoked with `trellis tokens` or
+// the API, whose answers carry the secrets a page should not.
+
+// uiGlobalPages are the navigation's pages of no namespace, linked for a
+// principal that their route's rule (scopeGlobal) allows.
+var uiGlobalPages = []struct{ key, label, pattern string }{
+	{"tokens", "Tokens", "/ui/tokens"},
+}
+
+// tokenRow is a token as the page shows it.
+type tokenRow struct {
+	*store.Token
+	State, StateClass string
+	Grants            string
+	LastUsed          time.Time
+	InGrace           bool // the secret before the last rotation still works
+}
+
+type tokensData struct {
+	Rows []tokenRow
+	Live int
+}
+
+func (s *Server) uiTokens(w http.ResponseWriter, r *http.Request, c *uiCall) error {
+	ts, err := s.store.TokenList(r.Context())
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	d := tokensData{Rows: make([]tokenRow, 0, len(ts))}
+	for _, t := range ts {
+		row := tokenRow{Token: t, State: "live", StateClass: "st-succeeded", Grants: grantsString(t)}
+		switch {
+		case t.RevokedAt != nil:
+			row.State, row.StateClass = "revoked", "st-failed"
+		case !t.Active(now):
+			row.State, row.StateClass = "expired", "st-expired"
+		default:
+			d.Live++
+			row.InGrace = t.PreviousExpiresAt != nil && now.Before(*t.PreviousExpiresAt)
+		}
+		if t.LastUsedAt != nil {
+			row.LastUsed = *t.LastUsedAt
+		}
+		d.Rows = append(d.Rows, row)
+	}
+	s.render(w, r, c, 200, "tokens", d)
+	return nil
+}
+
+// grantsString writes a token's grants as `trellis tokens create --grant` takes
+// them, comma-separated.
+func grantsString(t *store.Token) string {
+	parts := make([]string, len(t.Grants))
+	for i, g := range t.Grants {
+		parts[i] = string(g.Role) + ":" + g.Namespace
+		if g.Queue != "" {
+			parts[i] += ":" + g.Queue
+		}
+	}
+	return strings.Join(parts, ", ")
+}
