@@ -2,6 +2,7 @@ package trellis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,8 +42,16 @@ type Config struct {
 	// worker protocol (docs/worker-protocol.md). Store and Backend must then be
 	// empty.
 	Server string
-	// Token is the bearer token sent to Server (`trellis tokens create`).
+	// Token is the bearer token sent to Server (`trellis tokens create`). Under
+	// mutual TLS, a client certificate (TLSConfig.Certificates) whose subject a
+	// token holds stands for it, and Token may be empty.
 	Token string
+	// TLSConfig configures the connections to an https Server, of the client
+	// and of a remote worker alike: RootCAs to trust a server certificate of a
+	// private CA, Certificates to present a client certificate (mutual TLS);
+	// nil: the system's roots and no client certificate. See docs/security.md,
+	// "TLS and mutual TLS".
+	TLSConfig *tls.Config
 	// Namespace isolates runs; default "default".
 	Namespace string
 	// Codec encodes payloads; default JSONCodec.

@@ -41,7 +41,7 @@ func (r *remote) close() {
 }
 
 func newRemote(cfg Config) (*remote, error) {
-	hc, err := httpc.New(httpc.Config{Base: cfg.Server, Token: cfg.Token})
+	hc, err := httpc.New(httpc.Config{Base: cfg.Server, Token: cfg.Token, TLSConfig: cfg.TLSConfig})
 	if err != nil {
 		return nil, fmt.Errorf("opening trellis: %w", err)
 	}

@@ -80,7 +80,7 @@ func newRemoteWorker(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs, err := storeremote.New(storeremote.Config{URL: cfg.Server, Token: cfg.Token, Namespace: cfg.Namespace})
+	rs, err := storeremote.New(storeremote.Config{URL: cfg.Server, Token: cfg.Token, Namespace: cfg.Namespace, TLSConfig: cfg.TLSConfig})
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("trellis worker: %w", err)

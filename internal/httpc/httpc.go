@@ -8,6 +8,7 @@ package httpc
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,6 +46,9 @@ type Config struct {
 	Backoff time.Duration
 	// Client is the HTTP client; default one with dial and TLS timeouts.
 	Client *http.Client
+	// TLSConfig configures the default client's TLS (a private CA, a client
+	// certificate); ignored when Client is set.
+	TLSConfig *tls.Config
 }
 
 // Client calls one server. It is safe for concurrent use.
@@ -84,17 +88,20 @@ func New(cfg Config) (*Client, error) {
 		cfg.Backoff = DefaultBackoff
 	}
 	if cfg.Client == nil {
-		cfg.Client = defaultHTTPClient()
+		cfg.Client = defaultHTTPClient(cfg.TLSConfig)
 	}
 	return &Client{cfg: cfg, base: u}, nil
 }
 
-func defaultHTTPClient() *http.Client {
+func defaultHTTPClient(tc *tls.Config) *http.Client {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	t := &http.Transport{
 		Proxy: http.ProxyFromEnvironment, DialContext: d.DialContext,
 		TLSHandshakeTimeout: 10 * time.Second, IdleConnTimeout: 90 * time.Second,
 		MaxIdleConnsPerHost: 64, ForceAttemptHTTP2: true,
+	}
+	if tc != nil {
+		t.TLSClientConfig = tc.Clone()
 	}
 	return &http.Client{Transport: t} // per-call timeouts come from the context
 }

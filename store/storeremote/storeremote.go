@@ -13,6 +13,7 @@ package storeremote
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,10 @@ type Config struct {
 	// HTTPClient makes the calls; default one with HTTP/2 over cleartext for
 	// http:// URLs and connection reuse.
 	HTTPClient *http.Client
+	// TLSConfig configures the default HTTPClient's TLS for https:// URLs (a
+	// private CA, a client certificate for mutual TLS); ignored when HTTPClient
+	// is set.
+	TLSConfig *tls.Config
 	// Namespace is the worker's namespace: the global topics (ready, cancel)
 	// are subscribed to in it. Default "default".
 	Namespace string
@@ -83,6 +88,9 @@ func New(cfg Config) (*Store, error) {
 	if cfg.HTTPClient == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 64
+		if cfg.TLSConfig != nil {
+			tr.TLSClientConfig = cfg.TLSConfig.Clone()
+		}
 		if cfg.GRPC {
 			tr.Protocols = new(http.Protocols)
 			tr.Protocols.SetUnencryptedHTTP2(true)
