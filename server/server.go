@@ -631,3 +631,11 @@ func (s *Server) ready(ctx context.Context) error {
 func (s *Server) BootstrapAdmin(ctx context.Context) (string, error) {
 	return storeauth.Bootstrap(ctx, s.store)
 }
+
+// BootstrapAdminFile is BootstrapAdmin that writes the secret to a new file at
+// path, of mode 0600, before the token exists, and never over an existing file
+// (storeauth.BootstrapFile); it reports whether it created the token. `trellis
+// server` calls it on every start and prints the path, never the secret.
+func (s *Server) BootstrapAdminFile(ctx context.Context, path string) (bool, error) {
+	return storeauth.BootstrapFile(ctx, s.store, path)
+}

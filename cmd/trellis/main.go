@@ -33,7 +33,7 @@ Commands:
   approvals   list and decide approval requests (list, approve, reject)
   workers     list the workers that serve a namespace (list)
   schedules   run workflows on a cron expression (create, list, get, update, pause, resume, trigger, backfill, delete)
-  tokens      create, list and revoke the server's bearer tokens (create, list, revoke)
+  tokens      create, list, rotate and revoke the server's bearer tokens (create, list, rotate, revoke)
   audit       list the audit log: who changed what through a server, when, from where (list)
   namespaces  manage namespaces: retention, default queue, payload limit (create, list, get, update)
   queues      manage queues: pause, concurrency, per-key and rate limits (create, list, get, update, pause, resume)

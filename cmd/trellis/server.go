@@ -34,12 +34,20 @@ OTEL_EXPORTER_OTLP_PROTOCOL=grpc; OTEL_TRACES_EXPORTER=none turns them off
 
 Authentication: every request needs a bearer token (Authorization: Bearer ...)
 whose grants allow it (docs/http-api.md). On its first start with no tokens the
-server creates an admin token and prints it once; make others with "trellis
-tokens create". --insecure turns authentication off (every request acts as an
-admin) and is refused unless --listen is a loopback address; it answers only
-requests to a loopback name (localhost, 127.0.0.1, [::1]), refuses a change a
-web page could send (cross-site, or without Content-Type: application/json)
-and makes no tokens (docs/security.md, "Dev mode").
+server creates an admin token and writes its secret to a new file of mode 0600
+(--admin-token-file; by default beside a SQLite store's file, else
+trellis-admin-token in the working directory), whose path it prints; make
+others with "trellis tokens create". --insecure turns authentication off (every
+request acts as an admin) and is refused unless --listen is a loopback address;
+it answers only requests to a loopback name (localhost, 127.0.0.1, [::1]),
+refuses a change a web page could send (cross-site, or without Content-Type:
+application/json) and makes no tokens (docs/security.md, "Dev mode").
+
+TLS: --tls-cert and --tls-key serve HTTPS (HTTP/2 included, for gRPC workers);
+SIGHUP reloads them (a failed reload keeps the old pair and logs why).
+--client-ca turns on mutual TLS: a client certificate, when presented, must be
+signed by that CA, and without a bearer token it acts as the token created
+with its subject (trellis tokens create --subject 'CN=w1,O=team').
 
 Caps per principal: a token's principal may make --principal-rate requests a
 second (bursts of --principal-burst) and hold --principal-streams streams open
@@ -93,15 +101,18 @@ const serverShutdownGrace = 30 * time.Second
 
 // runServer serves the HTTP API until ctx ends (SIGTERM, Ctrl-C).
 func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("server", "server [--store URL] [--listen ADDR] [--insecure]", serverAbout, stderr)
-	var url, listen, cpuProfile, pprofAddr string
+	fs := newFlagSet("server", "server [--store URL] [--listen ADDR] [--insecure] [--tls-cert FILE --tls-key FILE [--client-ca FILE]]", serverAbout, stderr)
+	var url, listen, cpuProfile, pprofAddr, tokenFile string
 	var insecure, noScheduler, requireKey bool
 	accessLog := true
 	var sched server.SchedulerConfig
 	var limits serverLimits
+	var tlsCfg serverTLSFlags
 	fs.StringVar(&url, "store", "", "store `URL` (default $"+envStore+", else "+server.DefaultStore+")")
 	fs.StringVar(&listen, "listen", server.DefaultListen, "the `address` to listen on")
 	fs.BoolVar(&insecure, "insecure", false, "turn authentication off (loopback addresses only)")
+	fs.StringVar(&tokenFile, "admin-token-file", "", "on a first start, write the admin token's secret to this new `file` (mode 0600; default: beside a SQLite store's file, else ./trellis-admin-token)")
+	tlsCfg.add(fs)
 	fs.BoolVar(&noScheduler, "no-scheduler", false, "never fire schedules from this server (others on the store do)")
 	fs.BoolVar(&requireKey, "require-idempotency-key", false, "refuse a mutating request without an Idempotency-Key header (400), on every route that takes one")
 	fs.BoolVar(&accessLog, "access-log", true, "write a line per request on stderr (--access-log=false: warnings and errors only)")
@@ -148,32 +159,34 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usagef(fs, "server: %v", err)
 	}
+	logger := serverLogger(stderr, accessLog)
 	cfg := server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched, UIKey: uiKey,
-		TracerProvider: tp, Logger: serverLogger(stderr, accessLog), DisableAccessLog: !accessLog,
-		RequireIdempotencyKey: requireKey}
+		TracerProvider: tp, Logger: logger, DisableAccessLog: !accessLog, RequireIdempotencyKey: requireKey,
+		TLSCertFile: tlsCfg.cert, TLSKeyFile: tlsCfg.key, ClientCAFile: tlsCfg.clientCA}
 	limits.apply(&cfg)
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	if !insecure {
-		secret, err := srv.BootstrapAdmin(ctx)
+		if tokenFile == "" {
+			tokenFile = defaultAdminTokenFile(url)
+		}
+		created, err := srv.BootstrapAdminFile(ctx, tokenFile)
 		if err != nil {
 			return errors.Join(err, srv.Shutdown(context.Background()))
 		}
-		if secret != "" {
-			fmt.Fprintf(stdout, "created the first admin token (shown once, keep it): %s\n", secret)
+		if created {
+			fmt.Fprintf(stdout, "created the first admin token (admin:*); its secret is in %s (mode 0600): TOKEN=$(cat %s)\n", tokenFile, tokenFile)
 		}
 	}
 	if err := srv.Start(); err != nil {
 		return errors.Join(err, srv.Shutdown(context.Background()))
 	}
-	mode := "bearer tokens"
-	if insecure {
-		mode = "insecure: no authentication"
-	}
-	fmt.Fprintf(stdout, "trellis server listening on http://%s (store %s; %s)\n", srv.Addr(), redacted(url), mode)
-	fmt.Fprintf(stdout, "web UI at http://%s/\n", srv.Addr())
+	stopReload := reloadTLSOnSIGHUP(srv, stdout, logger)
+	defer stopReload()
+	fmt.Fprintf(stdout, "trellis server listening on %s (store %s; %s)\n", srv.URL(), redacted(url), serverMode(insecure, tlsCfg))
+	fmt.Fprintf(stdout, "web UI at %s/\n", srv.URL())
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "trellis server stopping")
 	sctx, cancel := context.WithTimeout(context.Background(), serverShutdownGrace)
@@ -219,6 +232,30 @@ func (p *proxiesFlag) Set(s string) error {
 	}
 	*p = append(*p, pr)
 	return nil
+}
+
+// serverMode says how the server authenticates, for its "listening" line.
+func serverMode(insecure bool, t serverTLSFlags) string {
+	switch {
+	case insecure:
+		return "insecure: no authentication"
+	case t.clientCA != "":
+		return "bearer tokens and client certificates"
+	}
+	return "bearer tokens"
+}
+
+// defaultAdminTokenFile is where the first admin token's secret goes when
+// --admin-token-file is not given: beside a SQLite store's file (trellis.db:
+// trellis.db.admin-token), whose directory its owner protects already; for
+// another store, trellis-admin-token in the working directory.
+func defaultAdminTokenFile(storeURL string) string {
+	if strings.HasPrefix(storeURL, "sqlite:") {
+		if cfg, err := storesqlite.ParseURL(storeURL); err == nil && cfg.Path != "" && !strings.HasPrefix(cfg.Path, ":memory:") {
+			return cfg.Path + ".admin-token"
+		}
+	}
+	return "trellis-admin-token"
 }
 
 // serverLogger is the log of a server this command runs, as text lines on

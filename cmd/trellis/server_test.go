@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,14 +32,20 @@ func TestServerServesUntilStopped(t *testing.T) {
 	stop() // the context ends as SIGTERM ends it: the server stops and exits 0
 }
 
-// Secure by default: without --insecure the first start creates and prints an
-// admin token; a request without it is 401, with it 201; a second start prints
-// no new token. --insecure off loopback is refused.
+// Secure by default: without --insecure the first start creates an admin
+// token and writes its secret to a 0600 file beside the SQLite store, whose path
+// it prints (never the secret); a request without it is 401, with it 201; a
+// second start creates nothing and leaves the file alone. --insecure off
+// loopback is refused.
 func TestServerSecureByDefault(t *testing.T) {
-	url := "sqlite://" + filepath.Join(t.TempDir(), "trellis.db")
+	dbPath := filepath.Join(t.TempDir(), "trellis.db")
+	url := "sqlite://" + dbPath
 	base, secret, stop := startServer(t, url)
 	if !strings.HasPrefix(secret, "trl_") {
-		t.Fatalf("first start printed no admin token (got %q)", secret)
+		t.Fatalf("first start wrote no admin token (got %q)", secret)
+	}
+	if got := readSecret(t, dbPath+".admin-token"); got != secret {
+		t.Fatalf("the default admin token file %s holds %q, want the secret", dbPath+".admin-token", got)
 	}
 	post := func(token string) int {
 		req, _ := http.NewRequest("POST", base+"/v1/namespaces/default/runs", strings.NewReader(`{"workflow":"w"}`))
@@ -66,7 +73,10 @@ func TestServerSecureByDefault(t *testing.T) {
 	_, again, stop2 := startServer(t, url)
 	stop2()
 	if again != "" {
-		t.Fatalf("second start printed another token %q", again)
+		t.Fatalf("second start wrote another token %q", again)
+	}
+	if got := readSecret(t, dbPath+".admin-token"); got != secret {
+		t.Fatalf("the second start changed the admin token file")
 	}
 	if res := trellisCmd(t, "server", "--store", url, "--insecure", "--listen", "0.0.0.0:0"); res.code != 1 || !strings.Contains(res.stderr, "loopback") {
 		t.Fatalf("insecure off loopback: exit %d %q", res.code, res.stderr)
@@ -99,8 +109,11 @@ func startServerArgs(t *testing.T, stderr io.Writer, args ...string) (base, secr
 	lines := bufio.NewScanner(pr)
 	for lines.Scan() {
 		line := lines.Text()
-		if _, tok, ok := strings.Cut(line, "keep it): "); ok {
-			secret = tok
+		if strings.Contains(line, "trl_") {
+			t.Errorf("trellis server printed a secret: %q", line)
+		}
+		if path, ok := adminTokenPath(line); ok {
+			secret = readSecret(t, path)
 			continue
 		}
 		if _, rest, ok := strings.Cut(line, "listening on "); ok {
@@ -119,6 +132,33 @@ func startServerArgs(t *testing.T, stderr io.Writer, args ...string) (base, secr
 			t.Errorf("server exit %d", c)
 		}
 	}
+}
+
+// adminTokenPath is the path a first start's line names the admin token file by.
+func adminTokenPath(line string) (string, bool) {
+	_, rest, ok := strings.Cut(line, "its secret is in ")
+	if !ok {
+		return "", false
+	}
+	path, _, _ := strings.Cut(rest, " (mode 0600)")
+	return path, true
+}
+
+// readSecret reads the admin token file at path, checking its mode.
+func readSecret(t *testing.T, path string) string {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("admin token file %s: mode %v, want 0600", path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // TestServerWALPreallocateDefault pins how trellis server fills in

@@ -20,17 +20,19 @@ import (
 const tokensUsage = `Usage: trellis tokens <subcommand> [arguments] (--store URL | --server URL --token T)
 
 Subcommands:
-  create    create a token and print its secret, once (--name NAME --grant ROLE:NAMESPACE[:QUEUE] ...)
-  list      list the tokens: names, grants, when created and revoked
+  create    create a token and print its secret, once (--name NAME --grant ROLE:NAMESPACE[:QUEUE] ... [--ttl 720h])
+  list      list the tokens: names, grants, when created, expiring, last used and revoked
+  rotate    give a token a new secret and print it, once; the old one works for --grace (1h)
   revoke    revoke a token by name, at once and for ever
 
 Tokens are the bearer secrets clients and workers present to "trellis server". The
-store keeps only a hash of each secret: a lost secret cannot be shown again (revoke
-the token and create another). Roles are admin, producer, worker, reader and
-approver; a grant's namespace "*" means every namespace. These commands work on
-the store directly (--store), or through a server (--server, also $TRELLIS_SERVER)
-with an admin token of every namespace (--token, also $TRELLIS_TOKEN), such as the
-one "trellis server" prints on its first start.
+store keeps only a hash of each secret: a lost secret cannot be shown again (rotate
+the token, or revoke it and create another). A token created without --ttl works
+until revoked. Roles are admin, producer, worker, reader and approver; a grant's
+namespace "*" means every namespace. These commands work on the store directly
+(--store), or through a server (--server, also $TRELLIS_SERVER) with an admin token
+of every namespace (--token, also $TRELLIS_TOKEN), such as the one "trellis server"
+writes to its admin token file on its first start.
 `
 
 func runTokens(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -45,6 +47,8 @@ func runTokens(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return tokensList(ctx, rest, stdout, stderr)
 	case "revoke":
 		return tokensRevoke(ctx, rest, stdout, stderr)
+	case "rotate":
+		return tokensRotate(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		return &helpError{usage: printUsage}
 	default:
@@ -85,10 +89,20 @@ func paramsText(err error) string {
 // every namespace): the same commands, the same output.
 type tokenAdmin interface {
 	// create makes a token and returns its secret.
-	create(ctx context.Context, name string, grants []auth.Grant) (string, error)
+	create(ctx context.Context, t newToken) (string, error)
 	list(ctx context.Context) ([]*store.Token, error)
 	revoke(ctx context.Context, name string) (*store.Token, error)
+	// rotate gives a token a new secret, returned with the token.
+	rotate(ctx context.Context, name string, grace time.Duration) (string, *store.Token, error)
 	close() error
+}
+
+// newToken is what `tokens create` asks for.
+type newToken struct {
+	name    string
+	grants  []auth.Grant
+	ttl     time.Duration // 0: never expires
+	subject string        // "": no certificate stands for it
 }
 
 // tokenFlags adds --store, --server and --token to a tokens command.
@@ -126,13 +140,23 @@ func openTokenStore(ctx context.Context, url string) (store.Store, error) {
 // storeTokens manages the tokens of a store directly.
 type storeTokens struct{ st store.Store }
 
-func (s *storeTokens) create(ctx context.Context, name string, grants []auth.Grant) (string, error) {
+func (s *storeTokens) create(ctx context.Context, t newToken) (string, error) {
 	secret, hash, err := auth.NewToken()
 	if err != nil {
 		return "", err
 	}
-	_, err = s.st.TokenCreate(ctx, &store.TokenCreateParams{Name: name, Grants: grants, Hash: hash})
+	_, err = s.st.TokenCreate(ctx, &store.TokenCreateParams{Name: t.name, Grants: t.grants, Hash: hash,
+		TTL: t.ttl, Subject: t.subject})
 	return secret, err
+}
+
+func (s *storeTokens) rotate(ctx context.Context, name string, grace time.Duration) (string, *store.Token, error) {
+	secret, hash, err := auth.NewToken()
+	if err != nil {
+		return "", nil, err
+	}
+	tok, err := s.st.TokenRotate(ctx, &store.TokenRotateParams{Name: name, Hash: hash, Grace: grace})
+	return secret, tok, err
 }
 
 func (s *storeTokens) list(ctx context.Context) ([]*store.Token, error) { return s.st.TokenList(ctx) }
@@ -147,9 +171,9 @@ func (s *storeTokens) close() error { return s.st.Close() }
 // (docs/http-api.md#tokens); the server draws the secret and keeps its hash.
 type serverTokens struct{ hc *httpc.Client }
 
-func (s *serverTokens) create(ctx context.Context, name string, grants []auth.Grant) (string, error) {
+func (s *serverTokens) create(ctx context.Context, t newToken) (string, error) {
 	var out server.CreatedToken
-	body := server.TokenRequest{Name: name, Grants: grants}
+	body := server.TokenRequest{Name: t.name, Grants: t.grants, TTL: store.Duration(t.ttl), Subject: t.subject}
 	if _, err := s.hc.Do(ctx, httpc.Call{Method: "POST", Path: "/v1/tokens", Body: body, Out: &out}); err != nil {
 		return "", err
 	}
@@ -173,22 +197,35 @@ func (s *serverTokens) revoke(ctx context.Context, name string) (*store.Token, e
 	return &out, nil
 }
 
+func (s *serverTokens) rotate(ctx context.Context, name string, grace time.Duration) (string, *store.Token, error) {
+	var out server.CreatedToken
+	g := store.Duration(grace)
+	call := httpc.Call{Method: "POST", Path: "/v1/tokens/" + url.PathEscape(name) + "/rotate",
+		Body: server.RotateTokenRequest{Grace: &g}, Out: &out}
+	if _, err := s.hc.Do(ctx, call); err != nil {
+		return "", nil, err
+	}
+	return out.Secret, out.Token, nil
+}
+
 func (s *serverTokens) close() error {
 	s.hc.Close()
 	return nil
 }
 
 func tokensCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("tokens create", "tokens create --name NAME --grant ROLE:NAMESPACE[:QUEUE] ... (--store URL | --server URL --token T)",
+	fs := newFlagSet("tokens create", "tokens create --name NAME --grant ROLE:NAMESPACE[:QUEUE] ... [--ttl DURATION] [--subject DN] (--store URL | --server URL --token T)",
 		"Create a token and print its secret on stdout, once: it cannot be shown again.", stderr)
 	var (
 		t      target
-		name   string
+		nt     newToken
 		grants grantsFlag
 	)
 	tokenFlags(fs, &t)
-	fs.StringVar(&name, "name", "", "the token's `name`, unique in the store (required)")
+	fs.StringVar(&nt.name, "name", "", "the token's `name`, unique in the store (required)")
 	fs.Var(&grants, "grant", "give the token a role on a namespace (* for all), optionally one queue only:\n`ROLE:NAMESPACE[:QUEUE]`, repeatable, at least one; roles: admin, producer,\nworker, reader, approver")
+	fs.DurationVar(&nt.ttl, "ttl", 0, "how long the token works, from now and from each rotation (`duration`, e.g. 720h; default: until revoked)")
+	fs.StringVar(&nt.subject, "subject", "", "under mutual TLS, client certificates with this `subject` (RFC 2253, e.g. 'CN=w1,O=team') act as the token")
 	pos, err := parseArgs(fs, args)
 	switch {
 	case err != nil:
@@ -197,9 +234,16 @@ func tokensCreate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usagef(fs, "tokens create: unexpected argument %q", pos[0])
 	case len(grants) == 0:
 		return usagef(fs, "tokens create: at least one --grant is required")
+	case nt.ttl < 0 || nt.ttl > 0 && nt.ttl < store.MinTokenTTL:
+		return usagef(fs, "tokens create: --ttl %s: want a duration of %s or more (none: until revoked)", nt.ttl, store.MinTokenTTL)
 	}
-	if err := store.ValidateTokenName(name); err != nil {
+	if err := store.ValidateTokenName(nt.name); err != nil {
 		return usagef(fs, "tokens create: --name: %s", paramsText(err))
+	}
+	if nt.subject != "" {
+		if err := store.ValidateSubject(nt.subject); err != nil {
+			return usagef(fs, "tokens create: --subject: %s", paramsText(err))
+		}
 	}
 	if err := t.resolve(fs); err != nil {
 		return err
@@ -208,11 +252,48 @@ func tokensCreate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	secret, err := ta.create(ctx, name, grants)
+	nt.grants = grants
+	secret, err := ta.create(ctx, nt)
 	if err = errors.Join(err, ta.close()); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "created token %q; its secret (shown only this once) is:\n", name)
+	fmt.Fprintf(stderr, "created token %q; its secret (shown only this once) is:\n", nt.name)
+	fmt.Fprintln(stdout, secret)
+	return nil
+}
+
+func tokensRotate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("tokens rotate", "tokens rotate NAME [--grace DURATION] (--store URL | --server URL --token T)",
+		"Give a token a new secret and print it on stdout, once. The old secret keeps working for\n"+
+			"--grace, so that its users can move to the new one; --grace 0 ends it at once.", stderr)
+	var t target
+	tokenFlags(fs, &t)
+	grace := fs.Duration("grace", store.DefaultTokenGrace, "how long the old secret keeps working (`duration`; 0: it stops at once)")
+	pos, err := parseArgs(fs, args)
+	switch {
+	case err != nil:
+		return err
+	case len(pos) != 1:
+		return usagef(fs, "tokens rotate: want one token name, got %d arguments", len(pos))
+	case *grace < 0:
+		return usagef(fs, "tokens rotate: --grace %s: want 0 or more", *grace)
+	}
+	if err := t.resolve(fs); err != nil {
+		return err
+	}
+	ta, err := openTokenAdmin(ctx, t)
+	if err != nil {
+		return err
+	}
+	secret, tok, err := ta.rotate(ctx, pos[0], *grace)
+	if err = errors.Join(err, ta.close()); err != nil {
+		return err
+	}
+	old := "the old secret stopped working"
+	if tok.PreviousExpiresAt != nil && tok.RotatedAt != nil && tok.PreviousExpiresAt.After(*tok.RotatedAt) {
+		old = "the old secret works until " + tok.PreviousExpiresAt.Local().Format(time.DateTime)
+	}
+	fmt.Fprintf(stderr, "rotated token %q (%s); its new secret (shown only this once) is:\n", tok.Name, old)
 	fmt.Fprintln(stdout, secret)
 	return nil
 }
@@ -257,17 +338,30 @@ func printTokenTable(w io.Writer, ts []*store.Token) error {
 		fmt.Fprintln(w, "no tokens")
 		return nil
 	}
+	now := time.Now()
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NAME\tGRANTS\tCREATED\tREVOKED")
+	fmt.Fprintln(tw, "NAME\tGRANTS\tCREATED\tEXPIRES\tLAST USED\tREVOKED\tSUBJECT")
 	for _, t := range ts {
-		revoked := "-"
-		if t.RevokedAt != nil {
-			revoked = t.RevokedAt.Local().Format(time.DateTime)
+		expires := timeOrDash(t.ExpiresAt)
+		if t.ExpiresAt != nil && !now.Before(*t.ExpiresAt) {
+			expires += " (expired)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, grantsText(t.Grants),
-			t.CreatedAt.Local().Format(time.DateTime), revoked)
+		subject := t.Subject
+		if subject == "" {
+			subject = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, grantsText(t.Grants),
+			t.CreatedAt.Local().Format(time.DateTime), expires, timeOrDash(t.LastUsedAt), timeOrDash(t.RevokedAt), subject)
 	}
 	return tw.Flush()
+}
+
+// timeOrDash is a table's cell of an optional time: "-" when unset.
+func timeOrDash(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Local().Format(time.DateTime)
 }
 
 // grantsText writes grants as --grant takes them, comma-separated.
@@ -284,7 +378,7 @@ func grantsText(gs []auth.Grant) string {
 
 func tokensRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tokens revoke", "tokens revoke NAME (--store URL | --server URL --token T)",
-		"Revoke a token: servers refuse it within seconds (their caches expire). Its name stays taken.", stderr)
+		"Revoke a token: the server revoking it refuses it at once, others within a second (their caches expire).\nIts name stays taken.", stderr)
 	var t target
 	tokenFlags(fs, &t)
 	pos, err := parseArgs(fs, args)

@@ -140,7 +140,7 @@ func TestTokensThroughServer(t *testing.T) {
 			t.Errorf("%v as a reader: exit %d, stderr %q", args, res.code, res.stderr)
 		}
 	}
-	if res := trellisCmd(t, "tokens", "list", "--server", base, "--token", "wrong"); res.code != 1 || !strings.Contains(res.stderr, "revoked token") {
+	if res := trellisCmd(t, "tokens", "list", "--server", base, "--token", "wrong"); res.code != 1 || !strings.Contains(res.stderr, "unknown, revoked or expired token") {
 		t.Errorf("wrong token: exit %d, stderr %q", res.code, res.stderr)
 	}
 	res = trellisCmd(t, append([]string{"tokens", "create", "--name", "ci", "--grant", "admin:*"}, srv...)...)

@@ -18,7 +18,8 @@ import (
 // of the test unless it has exited.
 type trellisProc struct {
 	cmd  *exec.Cmd
-	addr string        // a server's address, from its "listening on" line
+	url  string        // a server's base URL, from its "listening on" line
+	addr string        // its address (host:port)
 	done chan struct{} // closed once it has exited (cmd.ProcessState is set)
 
 	mu  sync.Mutex
@@ -85,16 +86,17 @@ func startTrellisServer(t *testing.T, args ...string) *trellisProc {
 			p.mu.Lock()
 			p.out.WriteString(line + "\n")
 			p.mu.Unlock()
-			// trellis server listening on http://ADDR (store ...)
-			if _, rest, ok := strings.Cut(line, "listening on http://"); ok {
-				addr, _, _ := strings.Cut(rest, " ")
-				listening <- addr
+			// trellis server listening on http[s]://ADDR (store ...)
+			if _, rest, ok := strings.Cut(line, "listening on "); ok {
+				u, _, _ := strings.Cut(rest, " ")
+				listening <- u
 			}
 		}
 		_ = cmd.Wait()
 	}()
 	select {
-	case p.addr = <-listening:
+	case p.url = <-listening:
+		_, p.addr, _ = strings.Cut(p.url, "://")
 	case <-p.done:
 		t.Fatalf("trellis server exited before listening: %s", p.cmd.ProcessState)
 	case <-time.After(30 * time.Second):
@@ -104,7 +106,7 @@ func startTrellisServer(t *testing.T, args ...string) *trellisProc {
 }
 
 // base is the server's URL.
-func (p *trellisProc) base() string { return "http://" + p.addr }
+func (p *trellisProc) base() string { return p.url }
 
 // stdout returns what the process printed so far.
 func (p *trellisProc) stdout() string {
