@@ -262,7 +262,8 @@ func TestRemoteCodesMirrorServer(t *testing.T) {
 	// has no token methods).
 	noSentinel := map[string]bool{"not_found/Not found": true, "method_not_allowed/Method not allowed": true,
 		"unsupported_media_type/Unsupported media type": true, "token_exists/Token exists": true,
-		"not_found/Token not found": true, "headers_too_large/Request header fields too large": true}
+		"not_found/Token not found": true, "token_inactive/Token revoked or expired": true,
+		"headers_too_large/Request header fields too large": true}
 	for _, e := range entries {
 		name, code, title := e[1], e[2], e[3]
 		got := trellis.RemoteSentinel(code, title)
