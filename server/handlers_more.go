@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/auth"
@@ -72,7 +73,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *call) er
 		return err
 	}
 	c.noteTarget(req.Name)
-	c.noteDetail("grants %s", grantsText(req.Grants))
+	c.noteDetail("grants %s%s", grantsText(req.Grants), tokenOptionsText(req))
 	secret, hash, err := auth.NewToken()
 	if err != nil {
 		return err
@@ -138,6 +139,7 @@ func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request, c *call) er
 	if req.Grace != nil {
 		grace = time.Duration(*req.Grace)
 	}
+	c.noteDetail("grace %s", grace)
 	secret, hash, err := auth.NewToken()
 	if err != nil {
 		return err
@@ -154,6 +156,19 @@ func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request, c *call) er
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, 200, CreatedToken{Token: t, Secret: secret})
 	return nil
+}
+
+// tokenOptionsText is the audit detail of a new token's TTL and subject, after
+// its grants ("" when it has neither).
+func tokenOptionsText(req TokenRequest) string {
+	var b strings.Builder
+	if req.TTL != 0 {
+		fmt.Fprintf(&b, "; ttl %s", req.TTL)
+	}
+	if req.Subject != "" {
+		fmt.Fprintf(&b, "; subject %s", req.Subject)
+	}
+	return b.String()
 }
 
 // forgetToken drops what the Authenticator cached of token name, when it

@@ -252,7 +252,7 @@ var routeTable = []route{
 		unkeyed: tokensUnkeyed},
 	{method: "POST", pattern: "/v1/tokens/{name}/rotate", op: "rotateToken", summary: "Give a token a new secret, shown this once; the old one works for the grace (default 1h)",
 		role: auth.RoleAdmin, scope: scopeGlobal, request: RotateTokenRequest{}, status: 200, response: CreatedToken{}, handle: (*Server).rotateToken,
-		unkeyed: tokensUnkeyed},
+		audit: auditRule{"token.rotate", targetToken}, unkeyed: tokensUnkeyed},
 }
 
 // routes builds the server's handler from the route table.

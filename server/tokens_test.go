@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -175,5 +176,38 @@ func TestExpiredTokenRefusedEverywhere(t *testing.T) {
 				t.Errorf("worker protocol with an expired token: %v, want unauthenticated", err)
 			}
 		})
+	}
+}
+
+// A rotation is audited (token.rotate, its grace, never a secret), and behind
+// a trusted proxy the entry's source is the client's address the proxy
+// forwarded, not the proxy's; from an untrusted peer the header is ignored.
+func TestAuditRotationAndProxySource(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) {
+		c.Authenticator = storeauth.New(c.Backend, storeauth.Config{})
+		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	})
+	root, err := e.srv.BootstrapAdmin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := e.do("POST", "/v1/tokens", root, map[string]any{"name": "ci", "ttl": "720h", "subject": "CN=ci",
+		"grants": []map[string]any{{"role": "reader", "namespace": "default"}}}, "X-Forwarded-For", "203.0.113.9, 198.51.100.7").want(t, 201)
+	rotated := e.do("POST", "/v1/tokens/ci/rotate", root, map[string]any{"grace": "10m"}).want(t, 200)
+	var secret CreatedToken
+	rotated.decode(t, &secret)
+	log := e.auditLog()
+	c, r := log[created.header.Get(RequestIDHeader)], log[rotated.header.Get(RequestIDHeader)]
+	if c == nil || c.Action != "token.create" || c.Source != "198.51.100.7" || c.Detail != "grants reader:default; ttl 720h0m0s; subject CN=ci" {
+		t.Errorf("the create's entry: %+v; want source 198.51.100.7 (forwarded by a trusted proxy) and its grants, TTL and subject", c)
+	}
+	if r == nil || r.Action != "token.rotate" || r.Target.ID != "ci" || r.Detail != "grace 10m0s" || r.Outcome != "ok" || r.Source != "127.0.0.1" {
+		t.Errorf("the rotation's entry: %+v", r)
+	}
+	for _, en := range log {
+		if strings.Contains(en.Detail, secret.Secret) || strings.Contains(en.Detail, "trl_") {
+			t.Errorf("an audit entry holds a secret: %+v", en)
+		}
 	}
 }

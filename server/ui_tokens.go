@@ -2,7 +2,6 @@ package server
 
 import (
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/trellis-dev/trellis/store"
@@ -41,7 +40,7 @@ func (s *Server) uiTokens(w http.ResponseWriter, r *http.Request, c *uiCall) err
 	now := time.Now()
 	d := tokensData{Rows: make([]tokenRow, 0, len(ts))}
 	for _, t := range ts {
-		row := tokenRow{Token: t, State: "live", StateClass: "st-succeeded", Grants: grantsString(t)}
+		row := tokenRow{Token: t, State: "live", StateClass: "st-succeeded", Grants: grantsText(t.Grants)}
 		switch {
 		case t.RevokedAt != nil:
 			row.State, row.StateClass = "revoked", "st-failed"
@@ -58,17 +57,4 @@ func (s *Server) uiTokens(w http.ResponseWriter, r *http.Request, c *uiCall) err
 	}
 	s.render(w, r, c, 200, "tokens", d)
 	return nil
-}
-
-// grantsString writes a token's grants as `trellis tokens create --grant` takes
-// them, comma-separated.
-func grantsString(t *store.Token) string {
-	parts := make([]string, len(t.Grants))
-	for i, g := range t.Grants {
-		parts[i] = string(g.Role) + ":" + g.Namespace
-		if g.Queue != "" {
-			parts[i] += ":" + g.Queue
-		}
-	}
-	return strings.Join(parts, ", ")
 }
