@@ -18,11 +18,7 @@ import (
 func TestAuditThroughServerProcess(t *testing.T) {
 	url := storeURL(t)
 	p := startTrellisServer(t, "--store", url, "--listen", "127.0.0.1:0", "--require-idempotency-key")
-	_, root, ok := strings.Cut(p.stdout(), "keep it): ")
-	root, _, _ = strings.Cut(root, "\n")
-	if !ok || root == "" {
-		t.Fatalf("no admin token printed: %q", p.stdout())
-	}
+	root := p.adminToken(t)
 	as := func(token string, args ...string) []string {
 		return append(args, "--server", p.base(), "--token", token)
 	}

@@ -108,6 +108,19 @@ func startTrellisServer(t *testing.T, args ...string) *trellisProc {
 // base is the server's URL.
 func (p *trellisProc) base() string { return p.url }
 
+// adminToken reads the secret of the admin token a first start wrote to the
+// file its stdout names; it fails the test when there is none.
+func (p *trellisProc) adminToken(t *testing.T) string {
+	t.Helper()
+	for _, line := range strings.Split(p.stdout(), "\n") {
+		if path, ok := adminTokenPath(line); ok {
+			return readSecret(t, path)
+		}
+	}
+	t.Fatalf("no admin token file named: %q", p.stdout())
+	return ""
+}
+
 // stdout returns what the process printed so far.
 func (p *trellisProc) stdout() string {
 	p.mu.Lock()
