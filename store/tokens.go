@@ -49,9 +49,6 @@ type TokenStore interface {
 	// store's clock, never moved back). Unknown names are ignored. Callers batch
 	// and space their touches (storeauth touches a token at most once a minute).
 	TokenTouch(ctx context.Context, p *TokenTouchParams) error
-	// TokenSignOut ends the web UI sessions begun with the token until now
-	// (SignedOutAt) and returns it. ErrTokenNotFound for an unknown name.
-	TokenSignOut(ctx context.Context, p *TokenSignOutParams) (*Token, error)
 }
 
 // Token is a stored token: its name and grants, never its secret or hash.
@@ -79,9 +76,6 @@ type Token struct {
 	// found by stops working: ExpiresAt for the current secret, PreviousExpiresAt
 	// for the one before the last rotation; nil: never.
 	SecretExpiresAt *time.Time `json:"-"`
-	// SignedOutAt is the time of the last TokenSignOut: web UI sessions begun
-	// with the token before it are ended.
-	SignedOutAt *time.Time `json:"-"`
 }
 
 // Active reports whether t authenticates at now: not revoked, not expired.
@@ -91,11 +85,7 @@ func (t *Token) Active(now time.Time) bool {
 
 // Principal is the principal requests made with the token act as.
 func (t *Token) Principal() *auth.Principal {
-	p := &auth.Principal{Name: t.Name, Grants: append([]auth.Grant{}, t.Grants...)}
-	if t.SignedOutAt != nil {
-		p.SignedOutAt = *t.SignedOutAt
-	}
-	return p
+	return &auth.Principal{Name: t.Name, Grants: append([]auth.Grant{}, t.Grants...)}
 }
 
 // TokenHashSize is the size of a token's hash (SHA-256).
@@ -221,8 +211,3 @@ type TokenTouchParams struct {
 
 // MaxTokenTouch caps the names of one TokenTouch.
 const MaxTokenTouch = 1000
-
-// TokenSignOutParams are the parameters of TokenSignOut.
-type TokenSignOutParams struct {
-	Name string `json:"name"`
-}

@@ -105,8 +105,13 @@ func startTrellisServer(t *testing.T, args ...string) *trellisProc {
 	return p
 }
 
-// base is the server's URL.
-func (p *trellisProc) base() string { return p.url }
+// base is the server's URL (http:// and its address when only that is known).
+func (p *trellisProc) base() string {
+	if p.url == "" {
+		return "http://" + p.addr
+	}
+	return p.url
+}
 
 // adminToken reads the secret of the admin token a first start wrote to the
 // file its stdout names; it fails the test when there is none.

@@ -6,7 +6,6 @@ package auth
 import (
 	"context"
 	"errors"
-	"time"
 )
 
 // Role is what a grant allows in a namespace (and optionally one queue).
@@ -47,9 +46,6 @@ type Grant struct {
 type Principal struct {
 	Name   string  `json:"name"`
 	Grants []Grant `json:"grants"`
-	// SignedOutAt ends the web UI sessions that began before it (a sign-out
-	// with the principal's token); zero: none.
-	SignedOutAt time.Time `json:"-"`
 }
 
 // Allows reports whether p may act with role on namespace and queue (queue ""

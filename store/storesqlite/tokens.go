@@ -84,16 +84,3 @@ func (s *Store) TokenTouch(ctx context.Context, p *store.TokenTouchParams) error
 	}
 	return nil
 }
-
-// TokenSignOut implements store.TokenStore.
-func (s *Store) TokenSignOut(ctx context.Context, p *store.TokenSignOutParams) (*store.Token, error) {
-	var t *store.Token
-	err := s.write(ctx, func(tx *wtx) (err error) {
-		t, err = shared.TokenSignOut(tx, p.Name)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("signing out token: %w", err)
-	}
-	return t, nil
-}

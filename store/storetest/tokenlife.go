@@ -9,8 +9,8 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// The life of a token: expiry, rotation with a grace, certificate subjects, last
-// use and sign-out (docs/security.md).
+// The life of a token: expiry, rotation with a grace, certificate subjects and
+// last use (docs/security.md).
 var tokenLifeCases = []testCase{
 	{"ExpiresAfterTTL", tokenExpiresAfterTTL},
 	{"RotateWithGrace", tokenRotateWithGrace},
@@ -22,7 +22,6 @@ var tokenLifeCases = []testCase{
 	{"Subject", tokenSubject},
 	{"SubjectExpires", tokenSubjectExpires},
 	{"Touch", tokenTouch},
-	{"SignOut", tokenSignOut},
 	{"LifeInvalidParams", tokenLifeInvalidParams},
 }
 
@@ -305,27 +304,6 @@ func tokenTouch(t *testing.T, e *env) {
 	}
 	if err := e.st.TokenTouch(e.ctx, &store.TokenTouchParams{Names: make([]string, store.MaxTokenTouch+1)}); !errors.Is(err, store.ErrInvalidParams) {
 		t.Errorf("TokenTouch of too many names = %v, want ErrInvalidParams", err)
-	}
-}
-
-func tokenSignOut(t *testing.T, e *env) {
-	secret := e.createToken("ci")
-	if tok, err := e.tokenByHash(secret); err != nil || tok.SignedOutAt != nil {
-		t.Fatalf("a new token: %+v, %v; want SignedOutAt nil", tok, err)
-	}
-	now := e.clk.Advance(time.Minute)
-	tok, err := e.st.TokenSignOut(e.ctx, &store.TokenSignOutParams{Name: "ci"})
-	if err != nil || !sameTimePtr(tok.SignedOutAt, &now) {
-		t.Fatalf("TokenSignOut = %+v, %v; want SignedOutAt %v", tok, err, now)
-	}
-	if tok, err := e.tokenByHash(secret); err != nil || !sameTimePtr(tok.SignedOutAt, &now) {
-		t.Errorf("TokenByHash after sign-out = %+v, %v; want SignedOutAt %v (the token still works)", tok, err, now)
-	}
-	if p := tok.Principal(); !p.SignedOutAt.Equal(*tok.SignedOutAt) {
-		t.Errorf("Principal().SignedOutAt = %v, want %v", p.SignedOutAt, tok.SignedOutAt)
-	}
-	if _, err := e.st.TokenSignOut(e.ctx, &store.TokenSignOutParams{Name: "nobody"}); !errors.Is(err, store.ErrTokenNotFound) {
-		t.Errorf("TokenSignOut(unknown) = %v, want ErrTokenNotFound", err)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 
 // tokenCols are the columns scanToken reads, in order.
 const tokenCols = `name, grants, created_at, revoked_at, expires_at, last_used_at, rotated_at,
-	prev_expires_at, subject, signed_out_at`
+	prev_expires_at, subject`
 
 // tokenQueries are the statements of the token store (store.TokenStore).
 type tokenQueries struct {
@@ -47,7 +47,6 @@ func newTokenQueries(d *Dialect) tokenQueries {
 	prev_expires_at = $6 WHERE name = $1 RETURNING ` + tokenCols),
 		touch: r(`UPDATE tokens SET last_used_at = $2
 	WHERE ` + d.InList("name", "$1") + ` AND (last_used_at IS NULL OR last_used_at < $2)`),
-		signOut: r(`UPDATE tokens SET signed_out_at = $2 WHERE name = $1 RETURNING ` + tokenCols),
 	}
 }
 
@@ -151,15 +150,6 @@ func (s *SQL) TokenTouch(tx Tx, names []string) error {
 	return err
 }
 
-// TokenSignOut ends the web UI sessions of a token begun until now.
-func (s *SQL) TokenSignOut(tx Tx, name string) (*store.Token, error) {
-	t, err := scanToken(tx.QueryRow(s.tok.signOut, name, s.d.Time(tx.Now())))
-	if errors.Is(err, ErrNoRows) {
-		return nil, fmt.Errorf("%w: %q", store.ErrTokenNotFound, name)
-	}
-	return t, err
-}
-
 // TokenByHash reads the live token with hash, as its current secret or its
 // previous one within the grace, at now.
 func (s *SQL) TokenByHash(q Querier, hash []byte, now time.Time) (*store.Token, error) {
@@ -207,10 +197,10 @@ func scanToken(sc Scanner, extra ...any) (*store.Token, error) {
 		grants                                   string
 		subject                                  sql.NullString
 		created, revoked, expires, used, rotated Time
-		prevExpires, signedOut                   Time
+		prevExpires                              Time
 	)
 	dest := append([]any{&t.Name, &grants, &created, &revoked, &expires, &used, &rotated,
-		&prevExpires, &subject, &signedOut}, extra...)
+		&prevExpires, &subject}, extra...)
 	if err := sc.Scan(dest...); err != nil {
 		return nil, err
 	}
@@ -218,7 +208,7 @@ func scanToken(sc Scanner, extra ...any) (*store.Token, error) {
 		return nil, fmt.Errorf("decoding grants of token %q: %w", t.Name, err)
 	}
 	t.CreatedAt, t.RevokedAt, t.ExpiresAt, t.LastUsedAt = created.T, revoked.Ptr(), expires.Ptr(), used.Ptr()
-	t.RotatedAt, t.PreviousExpiresAt, t.SignedOutAt = rotated.Ptr(), prevExpires.Ptr(), signedOut.Ptr()
+	t.RotatedAt, t.PreviousExpiresAt = rotated.Ptr(), prevExpires.Ptr()
 	t.Subject = subject.String
 	return &t, nil
 }

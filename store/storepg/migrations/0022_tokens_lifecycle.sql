@@ -8,6 +8,5 @@ ALTER TABLE tokens ADD COLUMN rotated_at TIMESTAMPTZ;
 ALTER TABLE tokens ADD COLUMN prev_hash BYTEA;
 ALTER TABLE tokens ADD COLUMN prev_expires_at TIMESTAMPTZ;
 ALTER TABLE tokens ADD COLUMN subject TEXT;
-ALTER TABLE tokens ADD COLUMN signed_out_at TIMESTAMPTZ;
 CREATE INDEX tokens_prev_hash ON tokens (prev_hash) WHERE prev_hash IS NOT NULL;
 CREATE UNIQUE INDEX tokens_subject ON tokens (subject) WHERE subject IS NOT NULL AND revoked_at IS NULL;

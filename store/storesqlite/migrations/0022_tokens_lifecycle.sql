@@ -10,7 +10,6 @@
 --   prev_expires_at working until prev_expires_at (the grace).
 --   subject         the Subject (RFC 2253) of the client certificates that act
 --                   as this token under mutual TLS; unique among live tokens.
---   signed_out_at   web UI sessions begun by the token before it are ended.
 ALTER TABLE tokens ADD COLUMN expires_at INTEGER;
 ALTER TABLE tokens ADD COLUMN ttl INTEGER;
 ALTER TABLE tokens ADD COLUMN last_used_at INTEGER;
@@ -18,6 +17,5 @@ ALTER TABLE tokens ADD COLUMN rotated_at INTEGER;
 ALTER TABLE tokens ADD COLUMN prev_hash BLOB;
 ALTER TABLE tokens ADD COLUMN prev_expires_at INTEGER;
 ALTER TABLE tokens ADD COLUMN subject TEXT;
-ALTER TABLE tokens ADD COLUMN signed_out_at INTEGER;
 CREATE INDEX tokens_prev_hash ON tokens (prev_hash) WHERE prev_hash IS NOT NULL;
 CREATE UNIQUE INDEX tokens_subject ON tokens (subject) WHERE subject IS NOT NULL AND revoked_at IS NULL;
