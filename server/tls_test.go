@@ -231,7 +231,27 @@ func TestMutualTLSWorker(t *testing.T) {
 		t.Errorf("a certificate from another CA: %v, want the server's TLS alert", err)
 	}
 
+	// A stream the certificate opened ends when its token is revoked.
+	subEnded := make(chan error, 1)
+	sub, err := wc.Subscribe(context.Background(), connect.NewRequest(&pb.SubscribeRequest{Namespace: "default", Topic: store.TopicCancel}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for sub.Receive() {
+		}
+		subEnded <- sub.Err()
+		sub.Close()
+	}()
 	e.must(e.client(), "POST", "/v1/tokens/w1/revoke", e.root, nil).want(t, 200)
+	select {
+	case err := <-subEnded:
+		if connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("the certificate's Subscribe stream ended with %v, want unauthenticated", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the certificate's Subscribe stream did not end within 10s of its token's revocation")
+	}
 	_, err = wc.ListWorkers(context.Background(), connect.NewRequest(&pb.ListWorkersRequest{Namespace: "default"}))
 	if connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Errorf("worker call by the certificate of a revoked token: %v, want unauthenticated", err)
