@@ -8,8 +8,10 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/auth"
 	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
 	"github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1/workerv1connect"
+	"github.com/trellis-dev/trellis/store"
 )
 
 func TestLoopbackHost(t *testing.T) {
@@ -145,6 +147,16 @@ func TestDevModeMakesNoTokens(t *testing.T) {
 	}
 	if ts, err := e.st.TokenList(context.Background()); err != nil || len(ts) != 0 {
 		t.Fatalf("tokens after the refusal: %v, %v", ts, err)
+	}
+	// Nor a new secret of a token made on the store.
+	_, hash, _ := auth.NewToken()
+	if _, err := e.st.TokenCreate(context.Background(), &store.TokenCreateParams{Name: "ci", Hash: hash,
+		Grants: []auth.Grant{{Role: auth.RoleReader, Namespace: "default"}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.do("POST", "/v1/tokens/ci/rotate", "", map[string]any{"grace": "0s"}).problem(t, 403, "permission_denied")
+	if ts, err := e.st.TokenList(context.Background()); err != nil || len(ts) != 1 || ts[0].RotatedAt != nil {
+		t.Fatalf("token after the refused rotation: %+v, %v", ts, err)
 	}
 }
 

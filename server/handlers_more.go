@@ -55,15 +55,16 @@ func (s *Server) getApproval(w http.ResponseWriter, r *http.Request, c *call) er
 	return nil
 }
 
-// createToken makes a token the way `trellis tokens create --store` does: the
-// server draws the secret, keeps its hash and answers the secret once.
-// errInsecureTokens refuses to make a token on an --insecure server: anyone on
-// the machine is its admin, and a token made there would keep its grants when
-// the store is later served securely.
+// errInsecureTokens refuses to make a token or a secret of one (create,
+// rotate) on an --insecure server: anyone on the machine is its admin, and a
+// secret made there would keep its grants when the store is later served
+// securely.
 var errInsecureTokens = fmt.Errorf("%w: an --insecure server makes no tokens: whoever reaches it is an admin, and a "+
 	"token made here would keep working once the store is served with authentication; create tokens on the store "+
 	"(trellis tokens create --store URL) or through a server with authentication", ErrPermissionDenied)
 
+// createToken makes a token the way `trellis tokens create --store` does: the
+// server draws the secret, keeps its hash and answers the secret once.
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *call) error {
 	if s.cfg.Insecure {
 		return errInsecureTokens
@@ -131,6 +132,9 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, c *call) er
 // rotateToken gives a token a new secret, answered once as createToken's is;
 // the old secret keeps working for the grace.
 func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request, c *call) error {
+	if s.cfg.Insecure {
+		return errInsecureTokens
+	}
 	var req RotateTokenRequest
 	if err := decodeBody(w, r, s.cfg.MaxBodyBytes, true, &req); err != nil {
 		return err
