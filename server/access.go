@@ -24,6 +24,7 @@ const RequestIDHeader = "X-Request-Id"
 type requestInfo struct {
 	id        string
 	principal string
+	source    string // clientAddr: the caller's address, through trusted proxies
 }
 
 type requestInfoKey struct{}
@@ -61,7 +62,7 @@ func (s *Server) front(next http.Handler) http.Handler {
 			return
 		}
 		t0 := time.Now()
-		ri := &requestInfo{id: newRequestID()}
+		ri := &requestInfo{id: newRequestID(), source: s.clientAddr(r)}
 		w.Header().Set(RequestIDHeader, ri.id)
 		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, ri))
 		if !logs {
@@ -97,7 +98,7 @@ func (s *Server) logAccess(r *http.Request, ri *requestInfo, aw *accessWriter, t
 	attrs := []slog.Attr{
 		slog.String("method", r.Method), slog.String("route", route), slog.Int("status", status),
 		slog.Duration("duration", took), slog.Int64("bytes", aw.bytes), slog.String("request_id", ri.id),
-		slog.String("source", s.clientAddr(r)), // through trusted proxies (proxy.go)
+		slog.String("source", ri.source), // through trusted proxies (proxy.go)
 	}
 	if ns := r.PathValue("ns"); ns != "" {
 		attrs = append(attrs, slog.String("namespace", ns))

@@ -238,6 +238,8 @@ func (s *Server) authenticate(ctx context.Context, header string) (*auth.Princip
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return nil, fmt.Errorf("%w: unknown, revoked or expired token", auth.ErrUnauthenticated)
+	case errors.Is(err, ErrRateLimited): // unknownLookups
+		return nil, err
 	case err != nil:
 		return nil, fmt.Errorf("%w: authenticating: %v", ErrUnavailable, err)
 	case p == nil:

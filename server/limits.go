@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -135,4 +136,48 @@ func (s *Server) allowRequest(p *auth.Principal) error {
 		return nil
 	}
 	return s.rates.allow(p, time.Now())
+}
+
+// Unknown credentials from one source (docs/security.md, "Caps per
+// principal"): the Authenticator remembers a secret that matched no token, so
+// that the same one sent again costs no store read; but a flood of distinct
+// well-formed secrets would cost a read each. So each source address (through
+// trusted proxies, clientAddr) may have DefaultUnknownLookupRate store reads a
+// second find no token, in bursts of DefaultUnknownLookupBurst; beyond it,
+// credentials the caches do not answer are refused 429 without a read until
+// the bucket refills. Known tokens in the cache are not affected, nor are
+// other sources.
+const (
+	DefaultUnknownLookupRate  = 20
+	DefaultUnknownLookupBurst = 200
+)
+
+// unknownLookups is the storeauth.LookupGate of the server's default
+// Authenticator: token buckets of the sources, one token per read that found
+// no token.
+type unknownLookups struct{ l *rateLimiter }
+
+// Admit implements storeauth.LookupGate: refused while the request's source
+// has no token left.
+func (g unknownLookups) Admit(ctx context.Context) error {
+	ri := requestInfoOf(ctx)
+	if g.l == nil || ri == nil || ri.source == "" {
+		return nil // a stream's re-check, or a request the server made itself
+	}
+	now := time.Now()
+	lim := g.l.bucket(ri.source, now)
+	if left := lim.TokensAt(now); left < 1 {
+		return &limitError{msg: fmt.Sprintf("%s sent more than %g unknown credentials a second (burst %d)",
+			ri.source, float64(g.l.limit), g.l.burst),
+			after: time.Duration((1 - left) / float64(g.l.limit) * float64(time.Second))}
+	}
+	return nil
+}
+
+// Missed implements storeauth.LookupGate: a read found no token.
+func (g unknownLookups) Missed(ctx context.Context) {
+	if ri := requestInfoOf(ctx); g.l != nil && ri != nil && ri.source != "" {
+		now := time.Now()
+		g.l.bucket(ri.source, now).AllowN(now, 1)
+	}
 }

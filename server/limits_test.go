@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,5 +236,65 @@ func TestRateLimiterBounded(t *testing.T) {
 	}
 	if newRateLimiter(-1, 0).allow(hot, t0) != nil {
 		t.Fatal("no limit refused a request")
+	}
+}
+
+// countingTokens counts the token reads of a store.
+type countingTokens struct {
+	store.Store
+	reads atomic.Int64
+}
+
+func (c *countingTokens) TokenByHash(ctx context.Context, p *store.TokenByHashParams) (*store.Token, error) {
+	c.reads.Add(1)
+	return c.Store.TokenByHash(ctx, p)
+}
+
+// A flood of distinct well-formed unknown secrets from one source costs no
+// store read each: after DefaultUnknownLookupBurst misses its credentials are
+// refused 429 with Retry-After without a read; another source's token works,
+// and one unknown secret sent again and again costs one read.
+func TestUnknownTokenFloodCostsNoReadEach(t *testing.T) {
+	t.Parallel()
+	var counted *countingTokens
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) {
+		counted = &countingTokens{Store: c.Backend}
+		c.Backend, c.Authenticator = counted, nil // the server's own Authenticator
+		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	})
+	secret, hash, _ := auth.NewToken()
+	if _, err := e.st.TokenCreate(t.Context(), &store.TokenCreateParams{Name: "good", Hash: hash,
+		Grants: []auth.Grant{{Role: auth.RoleReader, Namespace: "default"}}}); err != nil {
+		t.Fatal(err)
+	}
+	const flood = 3 * DefaultUnknownLookupBurst
+	refused := 0
+	for range flood {
+		random, _, _ := auth.NewToken()
+		r := e.do("GET", "/v1/namespaces/default/runs", random, nil, "X-Forwarded-For", "10.0.0.1")
+		switch r.status {
+		case 401:
+		case 429:
+			refused++
+			if r.header.Get("Retry-After") == "" {
+				t.Fatal("429 without Retry-After")
+			}
+		default:
+			t.Fatalf("unknown token: %d %s", r.status, r.body)
+		}
+	}
+	// The bucket refills at DefaultUnknownLookupRate a second while the flood
+	// runs: a few more reads than the burst.
+	if reads := counted.reads.Load(); reads > DefaultUnknownLookupBurst+DefaultUnknownLookupRate*5 || refused < flood/2 {
+		t.Fatalf("%d distinct unknown secrets: %d store reads, %d refused 429", flood, reads, refused)
+	}
+	e.do("GET", "/v1/namespaces/default/runs", secret, nil, "X-Forwarded-For", "10.0.0.2").want(t, 200)
+	before := counted.reads.Load()
+	random, _, _ := auth.NewToken()
+	for range 100 {
+		e.do("GET", "/v1/namespaces/default/runs", random, nil, "X-Forwarded-For", "10.0.0.3").want(t, 401)
+	}
+	if reads := counted.reads.Load() - before; reads > 2 {
+		t.Fatalf("one unknown secret sent 100 times: %d store reads, want 1 (remembered)", reads)
 	}
 }

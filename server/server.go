@@ -397,7 +397,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.queues = queuedefaults.New(s.store, cfg.Logger)
 	s.handoffs = &handoffs{store: s.store}
 	if !cfg.Insecure && cfg.Authenticator == nil {
-		s.cfg.Authenticator = storeauth.New(s.store, storeauth.Config{})
+		s.cfg.Authenticator = storeauth.New(s.store, storeauth.Config{
+			Gate: unknownLookups{newRateLimiter(DefaultUnknownLookupRate, DefaultUnknownLookupBurst)}})
 	}
 	s.inFlight = make(chan struct{}, cfg.MaxInFlight)
 	s.rates = newRateLimiter(cfg.PrincipalRate, cfg.PrincipalBurst)

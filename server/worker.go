@@ -192,6 +192,9 @@ func fail(err error) error {
 	if errors.Is(err, ErrUnavailable) {
 		err = fmt.Errorf("%w: %v", store.ErrClosed, err)
 	}
+	if errors.Is(err, ErrRateLimited) {
+		return workerLimitErr(err)
+	}
 	return ww.ToConnect(err)
 }
 

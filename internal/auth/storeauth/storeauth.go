@@ -50,6 +50,21 @@ type Config struct {
 	// Now is the clock of the caches; nil means time.Now. It must be the
 	// store's clock too (expiries are the store's times).
 	Now func() time.Time
+	// Gate, when set, admits the store reads of credentials that the caches
+	// do not answer: a server limits them per source address, so that a
+	// flood of distinct unknown secrets (which no cache can remember ahead)
+	// costs no store read each either.
+	Gate LookupGate
+}
+
+// LookupGate admits the store reads of an Authenticator (Config.Gate).
+type LookupGate interface {
+	// Admit is called before a store read for a credential of the request of
+	// ctx; an error refuses the credential without the read, and
+	// Authenticate returns it.
+	Admit(ctx context.Context) error
+	// Missed is called when the read found no live token for it.
+	Missed(ctx context.Context)
 }
 
 func (c Config) withDefaults() Config {
@@ -153,10 +168,18 @@ func (a *Authenticator) authenticate(ctx context.Context, key, unknownWhat strin
 		if known { // remembered as unknown
 			return nil, fmt.Errorf("authenticating: %w: %s", auth.ErrUnauthenticated, unknownWhat)
 		}
+		if g := a.cfg.Gate; g != nil {
+			if err := g.Admit(ctx); err != nil {
+				return nil, fmt.Errorf("authenticating: %w", err)
+			}
+		}
 		t, until, err := find()
 		switch {
 		case errors.Is(err, store.ErrTokenNotFound):
 			a.rememberUnknown(key)
+			if g := a.cfg.Gate; g != nil {
+				g.Missed(ctx)
+			}
 			return nil, fmt.Errorf("authenticating: %w: %s", auth.ErrUnauthenticated, unknownWhat)
 		case err != nil:
 			return nil, fmt.Errorf("authenticating: %w", err)
