@@ -156,7 +156,8 @@ func (l inFlightLimit) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		default:
 			return nil, fail(fmt.Errorf("%w: %d requests in flight", ww.ErrRateLimited, cap(l.s.inFlight)))
 		}
-		if err := l.s.allowWorkerCall(ctx, req); err != nil {
+		ctx, err := l.s.admitWorkerCall(ctx, req)
+		if err != nil {
 			return nil, err
 		}
 		return next(ctx, req)
@@ -171,12 +172,16 @@ func (l inFlightLimit) WrapStreamingHandler(next connect.StreamingHandlerFunc) c
 	return l.s.wrapWorkerStream(next)
 }
 
-// caller authenticates a worker call and checks that its procedure has a
-// rule; each handler then checks the rule on what the request touches.
+// caller is the principal of a worker call, authenticated once by the
+// interceptor (workerCaller), and checks that its procedure has a rule; each
+// handler then checks the rule on what the request touches.
 func (h *workerService) caller(ctx context.Context, procedure string, hdr http.Header) (*auth.Principal, error) {
-	p, err := h.s.authenticate(ctx, hdr.Get("Authorization"))
-	if err != nil {
-		return nil, err
+	p, ok := ctx.Value(workerPrincipalKey{}).(*auth.Principal)
+	if !ok { // a handler called without the interceptor (tests)
+		var err error
+		if p, err = h.s.authenticate(ctx, hdr.Get("Authorization")); err != nil {
+			return nil, err
+		}
 	}
 	if _, ok := workerRules[procedure]; !ok {
 		return nil, fmt.Errorf("%w: procedure %s has no authorization rule", ww.ErrPermissionDenied, procedure)

@@ -23,18 +23,24 @@ import (
 // DefaultWorkerStreamIdleTimeout is Config.WorkerStreamIdleTimeout's default.
 const DefaultWorkerStreamIdleTimeout = 5 * time.Minute
 
-// allowWorkerCall counts a unary worker call against its principal's rate. A
-// call that does not authenticate is left to its handler, which refuses it in
-// its own words.
-func (s *Server) allowWorkerCall(ctx context.Context, req connect.AnyRequest) error {
-	if s.cfg.Insecure {
-		return nil
-	}
+// workerPrincipalKey carries the principal of a worker call from its
+// interceptor to its handler (workerService.caller).
+type workerPrincipalKey struct{}
+
+// admitWorkerCall authenticates a unary worker call once, counts it against
+// its principal's rate, and hands the principal to the handler in the
+// context. A call that does not authenticate is refused here.
+func (s *Server) admitWorkerCall(ctx context.Context, req connect.AnyRequest) (context.Context, error) {
 	p, err := s.authenticate(ctx, req.Header().Get("Authorization"))
 	if err != nil {
-		return nil
+		return nil, fail(err)
 	}
-	return workerLimitErr(s.allowRequest(p))
+	if !s.cfg.Insecure {
+		if err := workerLimitErr(s.allowRequest(p)); err != nil {
+			return nil, err
+		}
+	}
+	return context.WithValue(ctx, workerPrincipalKey{}, p), nil
 }
 
 // wrapWorkerStream counts a Claim or Subscribe stream against its principal's
@@ -43,13 +49,14 @@ func (s *Server) allowWorkerCall(ctx context.Context, req connect.AnyRequest) er
 // ends with unauthenticated.
 func (s *Server) wrapWorkerStream(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if s.cfg.Insecure {
-			return next(ctx, conn)
-		}
 		header := conn.RequestHeader().Get("Authorization")
 		p, err := s.authenticate(ctx, header)
 		if err != nil {
-			return next(ctx, conn) // refused by the handler
+			return fail(err)
+		}
+		ctx = context.WithValue(ctx, workerPrincipalKey{}, p) // the handler's caller
+		if s.cfg.Insecure {
+			return next(ctx, conn)
 		}
 		if err := s.allowRequest(p); err != nil {
 			return workerLimitErr(err)

@@ -14,16 +14,17 @@ type WorkerRegistry interface {
 	// WorkerHeartbeat creates or refreshes the record of a worker (namespace and
 	// name): its workflows, queues and version, last seen now, live until now + TTL.
 	// With Start, the record's StartedAt becomes now and the namespace's records
-	// dead for longer than WorkerForgetAfter are deleted. A record belongs to
-	// the Owner that made it: a heartbeat of another owner fails with
+	// dead for longer than WorkerForgetAfter are deleted. A live record belongs
+	// to the Owner that made it: a heartbeat of another owner fails with
 	// ErrWorkerOwned and writes nothing, but one without an owner (a worker on
-	// the store itself) always applies and takes the record over.
+	// the store itself) always applies and takes the record over, and a dead
+	// record (past its TTL) is anyone's.
 	WorkerHeartbeat(ctx context.Context, p *WorkerHeartbeatParams) error
 	// WorkerList lists the records of a namespace's workers, live or not, by name.
 	WorkerList(ctx context.Context, p *WorkerListParams) ([]*Worker, error)
 	// WorkerRemove deletes a worker's record (on graceful stop). Removing a record
-	// that does not exist is not an error; removing another owner's record fails
-	// with ErrWorkerOwned (a caller without an owner may remove any).
+	// that does not exist is not an error; removing another owner's live record
+	// fails with ErrWorkerOwned (a caller without an owner may remove any).
 	WorkerRemove(ctx context.Context, p *WorkerRemoveParams) error
 }
 

@@ -13,23 +13,26 @@ import (
 const (
 	// sqlWorkerUpsert creates or refreshes a worker's record; $8 (Start) resets
 	// its started_at.
-	// A record of another owner than $9 is left alone (the caller tells
-	// ErrWorkerOwned from the 0 rows), unless $9 is '' (the store's own workers).
+	// A live record of another owner than $9 is left alone (the caller tells
+	// ErrWorkerOwned from the 0 rows), unless $9 is '' (the store's own
+	// workers); a dead one (expired before $6, now) is taken over, as in
+	// SQLite's.
 	sqlWorkerUpsert = `INSERT INTO workers (namespace, name, workflows, queues, version,
 	started_at, last_seen_at, expires_at, owner) VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $9)
 	ON CONFLICT (namespace, name) DO UPDATE SET workflows = excluded.workflows,
 	queues = excluded.queues, version = excluded.version, last_seen_at = excluded.last_seen_at,
 	expires_at = excluded.expires_at, owner = excluded.owner,
 	started_at = CASE WHEN $8::boolean THEN excluded.started_at ELSE workers.started_at END
-	WHERE $9 = '' OR workers.owner = $9`
+	WHERE $9 = '' OR workers.owner = $9 OR workers.expires_at < $6`
 	// sqlWorkersForget deletes a namespace's records dead since before $2.
 	sqlWorkersForget = `DELETE FROM workers WHERE namespace = $1 AND expires_at < $2`
 	sqlWorkerList    = `SELECT namespace, name, workflows, queues, version, started_at,
 	last_seen_at, expires_at, owner FROM workers WHERE namespace = $1 ORDER BY name`
 	// sqlWorkerRemove deletes the record unless another owner than $3 made it
-	// ($3 '': any owner) and returns whether such a record is left.
+	// and it is live at $4 ($3 '': any owner) and returns whether such a
+	// record is left.
 	sqlWorkerRemove = `WITH d AS (DELETE FROM workers WHERE namespace = $1 AND name = $2
-	AND ($3 = '' OR owner = $3) RETURNING 1)
+	AND ($3 = '' OR owner = $3 OR expires_at < $4) RETURNING 1)
 	SELECT EXISTS (SELECT 1 FROM workers WHERE namespace = $1 AND name = $2) AND NOT EXISTS (SELECT 1 FROM d)`
 )
 
@@ -98,7 +101,7 @@ func (s *Store) workerList(ctx context.Context, namespace string) ([]*store.Work
 // WorkerRemove implements store.Store.
 func (s *Store) WorkerRemove(ctx context.Context, p *store.WorkerRemoveParams) error {
 	var owned bool
-	st := stmt{sql: sqlWorkerRemove, args: []any{p.Namespace, p.Name, p.Owner}, rows: func(rows pgx.Rows) error {
+	st := stmt{sql: sqlWorkerRemove, args: []any{p.Namespace, p.Name, p.Owner, s.now()}, rows: func(rows pgx.Rows) error {
 		owned = false
 		for rows.Next() {
 			if err := rows.Scan(&owned); err != nil {

@@ -12,23 +12,26 @@ import (
 
 const (
 	// sqlWorkerUpsert creates or refreshes a worker's record; ?8 (Start) resets
-	// its started_at. A record of another owner than ?9 is left alone (no
-	// change: the caller tells ErrWorkerOwned), unless ?9 is '' (the store's
-	// own workers).
+	// its started_at. A live record of another owner than ?9 is left alone
+	// (no change: the caller tells ErrWorkerOwned), unless ?9 is '' (the
+	// store's own workers); a dead one (expired before ?6, now) is taken over:
+	// that grants nothing, and a worker that comes back under a new token, or
+	// from before records had owners, is not locked out of its name.
 	sqlWorkerUpsert = `INSERT INTO workers (namespace, name, workflows, queues, version,
 	started_at, last_seen_at, expires_at, owner) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?9)
 	ON CONFLICT (namespace, name) DO UPDATE SET workflows = excluded.workflows,
 	queues = excluded.queues, version = excluded.version, last_seen_at = excluded.last_seen_at,
 	expires_at = excluded.expires_at, owner = excluded.owner,
 	started_at = CASE WHEN ?8 THEN excluded.started_at ELSE workers.started_at END
-	WHERE ?9 = '' OR workers.owner = ?9`
+	WHERE ?9 = '' OR workers.owner = ?9 OR workers.expires_at < ?6`
 	// sqlWorkersForget deletes a namespace's records dead since before ?2.
 	sqlWorkersForget = `DELETE FROM workers WHERE namespace = ?1 AND expires_at < ?2`
 	sqlWorkerList    = `SELECT namespace, name, workflows, queues, version, started_at,
 	last_seen_at, expires_at, owner FROM workers WHERE namespace = ?1 ORDER BY name`
-	// sqlWorkerRemove deletes a record of owner ?3 (any owner when ?3 is '');
-	// sqlWorkerOwner tells an absent record from another owner's.
-	sqlWorkerRemove = `DELETE FROM workers WHERE namespace = ?1 AND name = ?2 AND (?3 = '' OR owner = ?3)`
+	// sqlWorkerRemove deletes a record of owner ?3 (any owner when ?3 is '',
+	// or when it is dead at ?4); sqlWorkerOwner tells an absent record from
+	// another owner's.
+	sqlWorkerRemove = `DELETE FROM workers WHERE namespace = ?1 AND name = ?2 AND (?3 = '' OR owner = ?3 OR expires_at < ?4)`
 	sqlWorkerOwner  = `SELECT owner FROM workers WHERE namespace = ?1 AND name = ?2`
 )
 
@@ -124,7 +127,7 @@ func scanWorker(sc scanner) (*store.Worker, error) {
 // WorkerRemove implements store.Store.
 func (s *Store) WorkerRemove(ctx context.Context, p *store.WorkerRemoveParams) error {
 	err := s.writeNoSync(ctx, func(tx *wtx) error {
-		res, err := tx.exec(sqlWorkerRemove, p.Namespace, p.Name, p.Owner)
+		res, err := tx.exec(sqlWorkerRemove, p.Namespace, p.Name, p.Owner, tx.now.UnixNano())
 		if err != nil {
 			return err
 		}

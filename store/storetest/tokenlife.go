@@ -17,6 +17,7 @@ var tokenLifeCases = []testCase{
 	{"RotateGraceZero", tokenRotateGraceZero},
 	{"RotateGraceEndsWithExpiry", tokenRotateGraceEndsWithExpiry},
 	{"RotateDuringGrace", tokenRotateDuringGrace},
+	{"RotateDuringGraceShorter", tokenRotateDuringGraceShorter},
 	{"RotateRefused", tokenRotateRefused},
 	{"RevokeEndsGrace", tokenRevokeEndsGrace},
 	{"Subject", tokenSubject},
@@ -170,6 +171,22 @@ func tokenRotateDuringGrace(t *testing.T, e *env) {
 	third, tok3 := e.rotateToken("ci", time.Hour) // no grace running: the second gets one
 	e.wantSecret("the second secret in its grace", second, "ci", tok3.PreviousExpiresAt)
 	e.wantSecret("the third secret", third, "ci", nil)
+}
+
+// A rotation in an earlier one's grace, with a shorter grace, ends the older
+// secret at its own grace's end: no secret outlives the grace last asked for.
+func tokenRotateDuringGraceShorter(t *testing.T, e *env) {
+	original := e.createToken("ci")
+	e.rotateToken("ci", time.Hour)
+	e.clk.Advance(time.Minute)
+	_, tok := e.rotateToken("ci", 5*time.Minute)
+	want := e.clk.Now().Add(5 * time.Minute)
+	e.wantSecret("the original secret", original, "ci", &want)
+	if !sameTimePtr(tok.PreviousExpiresAt, &want) {
+		t.Errorf("PreviousExpiresAt = %v, want %v (the shorter grace)", tok.PreviousExpiresAt, want)
+	}
+	e.clk.Advance(5 * time.Minute)
+	e.wantNoSecret("the original secret after the shorter grace", original)
 }
 
 func tokenRotateRefused(t *testing.T, e *env) {

@@ -224,6 +224,21 @@ func workerOwned(t *testing.T, e *env) {
 	if err := remove("mallory"); err != nil || len(e.workers(ns)) != 0 {
 		t.Fatalf("the owner's remove = %v, %d records left", err, len(e.workers(ns)))
 	}
+	// A dead record (past its TTL) is anyone's: taking it over grants nothing.
+	if err := beat("alice", "a"); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(workerTTL + time.Second)
+	if err := beat("bob", "b"); err != nil {
+		t.Fatalf("another owner's heartbeat on a dead record: %v", err)
+	}
+	if w := e.oneWorker(ns); w.Owner != "bob" || !w.Live {
+		t.Fatalf("record = owner %q live %v, want bob's, live", w.Owner, w.Live)
+	}
+	e.clk.Advance(workerTTL + time.Second)
+	if err := remove("carol"); err != nil || len(e.workers(ns)) != 0 {
+		t.Fatalf("another owner's remove of a dead record = %v, %d records left", err, len(e.workers(ns)))
+	}
 }
 
 func workerInvalidParams(t *testing.T, e *env) {

@@ -3,7 +3,9 @@ package sqlstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -51,9 +53,10 @@ func (s *SQL) AuditList(q Querier, p *store.AuditListParams) (*store.AuditListRe
 	}
 	switch prefix := p.ActionPrefix(); {
 	case prefix != "":
-		// A range rather than LIKE, whose '_' and '%' an action may hold:
-		// '/' is the character after '.', which every such prefix ends with.
-		l.cond("action >= " + l.arg(prefix) + " AND action < " + l.arg(strings.TrimSuffix(prefix, ".")+"/"))
+		// Its first characters, rather than LIKE, whose '_' and '%' an action
+		// may hold, or a range, whose order is the collation's: a linguistic
+		// one (en_US) sorts "token.create" after "token/".
+		l.cond("substr(action, 1, " + strconv.Itoa(utf8.RuneCountInString(prefix)) + ") = " + l.arg(prefix))
 	case p.Action != "":
 		l.eq("action", p.Action)
 	}

@@ -20,7 +20,7 @@ const tokenCols = `name, grants, created_at, revoked_at, expires_at, last_used_a
 // tokenQueries are the statements of the token store (store.TokenStore).
 type tokenQueries struct {
 	insert, subjectTaken, byHash, bySubject, list, revoke string
-	rotateRead, rotate, touch, signOut                    string
+	rotateRead, rotate, touch                             string
 }
 
 func newTokenQueries(d *Dialect) tokenQueries {
@@ -61,7 +61,9 @@ func (s *SQL) TokenCreate(tx Tx, p *store.TokenCreateParams) (*store.Token, erro
 		err := tx.QueryRow(s.tok.subjectTaken, p.Subject).Scan(&holder)
 		switch {
 		case err == nil:
-			return nil, fmt.Errorf("%w: subject %q belongs to live token %q", store.ErrTokenExists, p.Subject, holder)
+			// Expired tokens keep theirs until revoked (a subject names one
+			// token for good, as a name does): revoke it to reuse the subject.
+			return nil, fmt.Errorf("%w: subject %q belongs to token %q (revoke it to reuse the subject)", store.ErrTokenExists, p.Subject, holder)
 		case !errors.Is(err, ErrNoRows):
 			return nil, err
 		}
@@ -130,7 +132,12 @@ func (s *SQL) TokenRotate(tx Tx, p *store.TokenRotateParams) (*store.Token, erro
 	case p.Grace == 0:
 		prevHash = nil // every earlier secret stops now
 	case prevHash != nil && t.PreviousExpiresAt != nil && now.Before(*t.PreviousExpiresAt):
-		prevUntil = *t.PreviousExpiresAt // the older secret keeps its grace; the current one ends
+		// The older secret keeps its grace, cut to this one's when that ends
+		// sooner; the current one ends.
+		prevUntil = *t.PreviousExpiresAt
+		if end := now.Add(p.Grace); end.Before(prevUntil) {
+			prevUntil = end
+		}
 	default:
 		prevHash, prevUntil = hash, now.Add(p.Grace)
 		if t.ExpiresAt != nil && t.ExpiresAt.Before(prevUntil) {
