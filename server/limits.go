@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -141,12 +142,16 @@ func (s *Server) allowRequest(p *auth.Principal) error {
 // Unknown credentials from one source (docs/security.md, "Caps per
 // principal"): the Authenticator remembers a secret that matched no token, so
 // that the same one sent again costs no store read; but a flood of distinct
-// well-formed secrets would cost a read each. So each source address (through
-// trusted proxies, clientAddr) may have DefaultUnknownLookupRate store reads a
-// second find no token, in bursts of DefaultUnknownLookupBurst; beyond it,
+// well-formed secrets would cost a read each. So each source (an address
+// through trusted proxies, clientAddr; an IPv6 address by its /64, which one
+// host holds whole) may have DefaultUnknownLookupRate store reads a second
+// find no token, in bursts of DefaultUnknownLookupBurst; beyond it, its
 // credentials the caches do not answer are refused 429 without a read until
-// the bucket refills. Known tokens in the cache are not affected, nor are
-// other sources.
+// the bucket refills. A read takes its token before it runs (so concurrent
+// reads cannot overshoot the burst) and gives it back when it found a token.
+// Credentials found live at their last read skip the gate (storeauth), so
+// tokens in use are not refused when their cache entry ends; other sources
+// are not affected.
 const (
 	DefaultUnknownLookupRate  = 20
 	DefaultUnknownLookupBurst = 200
@@ -157,27 +162,35 @@ const (
 // no token.
 type unknownLookups struct{ l *rateLimiter }
 
-// Admit implements storeauth.LookupGate: refused while the request's source
-// has no token left.
-func (g unknownLookups) Admit(ctx context.Context) error {
+// Admit implements storeauth.LookupGate.
+func (g unknownLookups) Admit(ctx context.Context) (func(found bool), error) {
 	ri := requestInfoOf(ctx)
 	if g.l == nil || ri == nil || ri.source == "" {
-		return nil // a stream's re-check, or a request the server made itself
+		return func(bool) {}, nil // a stream's re-check, or a request the server made itself
 	}
+	src := sourceKey(ri.source)
 	now := time.Now()
-	lim := g.l.bucket(ri.source, now)
-	if left := lim.TokensAt(now); left < 1 {
-		return &limitError{msg: fmt.Sprintf("%s sent more than %g unknown credentials a second (burst %d)",
-			ri.source, float64(g.l.limit), g.l.burst),
-			after: time.Duration((1 - left) / float64(g.l.limit) * float64(time.Second))}
+	r := g.l.bucket(src, now).ReserveN(now, 1)
+	if wait := r.DelayFrom(now); !r.OK() || wait > 0 {
+		r.CancelAt(now)
+		return nil, &limitError{msg: fmt.Sprintf("%s sent more than %g unknown credentials a second (burst %d)",
+			src, float64(g.l.limit), g.l.burst), after: wait}
 	}
-	return nil
+	return func(found bool) {
+		if found {
+			// The token goes back: a cancellation as of the reservation's
+			// time restores it (less what later reservations took since).
+			r.CancelAt(now)
+		}
+	}, nil
 }
 
-// Missed implements storeauth.LookupGate: a read found no token.
-func (g unknownLookups) Missed(ctx context.Context) {
-	if ri := requestInfoOf(ctx); g.l != nil && ri != nil && ri.source != "" {
-		now := time.Now()
-		g.l.bucket(ri.source, now).AllowN(now, 1)
+// sourceKey is the bucket of a source address: an IPv6 address by its /64.
+func sourceKey(source string) string {
+	a, err := netip.ParseAddr(source)
+	if err != nil || !a.Is6() || a.Is4In6() {
+		return source
 	}
+	p, _ := a.Prefix(64)
+	return p.String()
 }

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
+	"github.com/trellis-dev/trellis/internal/auth/storeauth"
 	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
 	"github.com/trellis-dev/trellis/store"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -267,6 +268,9 @@ func TestUnknownTokenFloodCostsNoReadEach(t *testing.T) {
 		Grants: []auth.Grant{{Role: auth.RoleReader, Namespace: "default"}}}); err != nil {
 		t.Fatal(err)
 	}
+	// The token is used from the flooding source before the flood: found
+	// live, it is read again freely once its cache entry ends.
+	e.do("GET", "/v1/namespaces/default/runs", secret, nil, "X-Forwarded-For", "10.0.0.1").want(t, 200)
 	const flood = 3 * DefaultUnknownLookupBurst
 	refused := 0
 	for range flood {
@@ -289,8 +293,17 @@ func TestUnknownTokenFloodCostsNoReadEach(t *testing.T) {
 		t.Fatalf("%d distinct unknown secrets: %d store reads, %d refused 429", flood, reads, refused)
 	}
 	e.do("GET", "/v1/namespaces/default/runs", secret, nil, "X-Forwarded-For", "10.0.0.2").want(t, 200)
-	before := counted.reads.Load()
+	time.Sleep(storeauth.DefaultCacheTTL + 100*time.Millisecond) // its cache entry ends
+	e.do("GET", "/v1/namespaces/default/runs", secret, nil, "X-Forwarded-For", "10.0.0.1").want(t, 200)
+	// An IPv6 source is its /64: another address of it shares the bucket.
+	for range DefaultUnknownLookupBurst + 5 {
+		random, _, _ := auth.NewToken()
+		e.do("GET", "/v1/namespaces/default/runs", random, nil, "X-Forwarded-For", "2001:db8::1")
+	}
 	random, _, _ := auth.NewToken()
+	e.do("GET", "/v1/namespaces/default/runs", random, nil, "X-Forwarded-For", "2001:db8::2").want(t, 429)
+	before := counted.reads.Load()
+	random, _, _ = auth.NewToken()
 	for range 100 {
 		e.do("GET", "/v1/namespaces/default/runs", random, nil, "X-Forwarded-For", "10.0.0.3").want(t, 401)
 	}

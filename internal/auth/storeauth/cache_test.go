@@ -237,3 +237,98 @@ func TestAuthenticateSubject(t *testing.T) {
 	_, err = a.AuthenticateSubject(ctx, "CN=w1,O=team")
 	wantRefused(t, "the subject of a revoked token", err)
 }
+
+// gate is a LookupGate that counts what it admits and refuses once told to.
+type gate struct {
+	admitted, found, missed atomic.Int64
+	refuse                  atomic.Bool
+}
+
+var errGated = errors.New("gated")
+
+func (g *gate) Admit(context.Context) (func(bool), error) {
+	if g.refuse.Load() {
+		return nil, errGated
+	}
+	g.admitted.Add(1)
+	return func(found bool) {
+		if found {
+			g.found.Add(1)
+		} else {
+			g.missed.Add(1)
+		}
+	}, nil
+}
+
+// The gate admits the reads of credentials never found live: an unknown
+// secret's (once: then it is remembered), a token's first; a token found live
+// is read again after its cache entry ends without asking the gate, and a
+// refusing gate refuses only the others, without a read.
+func TestLookupGate(t *testing.T) {
+	t.Parallel()
+	g := &gate{}
+	cs, a, clk := setup(t, storeauth.Config{Gate: g})
+	secret := create(t, cs, store.TokenCreateParams{Name: "ci"})
+	if _, err := a.Authenticate(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	unknown, _, _ := auth.NewToken()
+	for range 3 {
+		wantRefused(t, "unknown", func() error { _, err := a.Authenticate(t.Context(), unknown); return err }())
+	}
+	if g.admitted.Load() != 2 || g.found.Load() != 1 || g.missed.Load() != 1 {
+		t.Fatalf("gate admitted %d (found %d, missed %d), want the token's first read and the unknown one's",
+			g.admitted.Load(), g.found.Load(), g.missed.Load())
+	}
+	g.refuse.Store(true)
+	clk.advance(storeauth.DefaultUnknownTTL + time.Second) // every cache entry ends
+	reads := cs.lookups.Load()
+	if _, err := a.Authenticate(t.Context(), secret); err != nil {
+		t.Fatalf("a token found live, refused by a closed gate: %v", err)
+	}
+	other, _, _ := auth.NewToken()
+	if _, err := a.Authenticate(t.Context(), other); !errors.Is(err, errGated) {
+		t.Fatalf("a new secret through a closed gate: %v, want its refusal", err)
+	}
+	if got := cs.lookups.Load() - reads; got != 1 {
+		t.Fatalf("%d store reads, want 1 (the live token's)", got)
+	}
+}
+
+// blockingStore holds a token lookup until released.
+type blockingStore struct {
+	store.Store
+	reading, release chan struct{}
+}
+
+func (b *blockingStore) TokenByHash(ctx context.Context, p *store.TokenByHashParams) (*store.Token, error) {
+	t, err := b.Store.TokenByHash(ctx, p)
+	b.reading <- struct{}{}
+	<-b.release
+	return t, err
+}
+
+// A lookup that read a token before it was revoked and forgotten here does not
+// put it back in the cache: the revoking server refuses it at once.
+func TestForgetDuringLookup(t *testing.T) {
+	t.Parallel()
+	cs, _, clk := setup(t, storeauth.Config{})
+	secret := create(t, cs, store.TokenCreateParams{Name: "ci"})
+	bs := &blockingStore{Store: cs.Store, reading: make(chan struct{}), release: make(chan struct{})}
+	a := storeauth.New(bs, storeauth.Config{Now: clk.now, TouchInterval: -1})
+	done := make(chan error, 1)
+	go func() { _, err := a.Authenticate(context.Background(), secret); done <- err }()
+	<-bs.reading // read: live
+	if _, err := cs.TokenRevoke(t.Context(), &store.TokenRevokeParams{Name: "ci"}); err != nil {
+		t.Fatal(err)
+	}
+	a.Forget("ci")
+	close(bs.release)
+	if err := <-done; err != nil {
+		t.Fatalf("the lookup that began before the revocation: %v", err)
+	}
+	go func() { <-bs.reading }() // the next lookup reads the store again
+	if _, err := a.Authenticate(t.Context(), secret); !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Fatalf("after the revocation and Forget: %v, want refused (not answered from the cache)", err)
+	}
+}

@@ -51,9 +51,10 @@ type Config struct {
 	// store's clock too (expiries are the store's times).
 	Now func() time.Time
 	// Gate, when set, admits the store reads of credentials that the caches
-	// do not answer: a server limits them per source address, so that a
-	// flood of distinct unknown secrets (which no cache can remember ahead)
-	// costs no store read each either.
+	// do not answer and that were not found live at their last read: a server
+	// limits them per source address, so that a flood of distinct unknown
+	// secrets (which no cache can remember ahead) costs no store read each
+	// either, while tokens in use are read again freely.
 	Gate LookupGate
 }
 
@@ -61,10 +62,9 @@ type Config struct {
 type LookupGate interface {
 	// Admit is called before a store read for a credential of the request of
 	// ctx; an error refuses the credential without the read, and
-	// Authenticate returns it.
-	Admit(ctx context.Context) error
-	// Missed is called when the read found no live token for it.
-	Missed(ctx context.Context)
+	// Authenticate returns it. Otherwise done is called with the read's
+	// outcome: whether it found a live token (or could not tell).
+	Admit(ctx context.Context) (done func(found bool), err error)
 }
 
 func (c Config) withDefaults() Config {
@@ -100,8 +100,11 @@ type Authenticator struct {
 	cfg Config
 	max int // maxCached (smaller in tests)
 
-	mu      sync.Mutex
-	found   map[string]cached    // by key (hashKey, subjectKey)
+	mu sync.Mutex
+	// gen counts the Forget calls: an answer read from the store before one
+	// is not cached after it (it may be the token just revoked).
+	gen     uint64
+	found   map[string]cached    // by key (hashKey, subjectKey); kept past expiry as "was live"
 	unknown map[string]time.Time // key → when to ask the store again
 	touched map[string]time.Time // token name → when its use was last recorded
 }
@@ -163,29 +166,29 @@ func (a *Authenticator) AuthenticateSubject(ctx context.Context, subject string)
 // the credential stops working), caching the answer.
 func (a *Authenticator) authenticate(ctx context.Context, key, unknownWhat string,
 	find func() (*store.Token, *time.Time, error)) (*auth.Principal, error) {
-	p, known := a.lookup(key)
+	p, known, wasLive, gen := a.lookup(key)
 	if p == nil {
 		if known { // remembered as unknown
 			return nil, fmt.Errorf("authenticating: %w: %s", auth.ErrUnauthenticated, unknownWhat)
 		}
-		if g := a.cfg.Gate; g != nil {
-			if err := g.Admit(ctx); err != nil {
+		done := func(bool) {}
+		if g := a.cfg.Gate; g != nil && !wasLive {
+			var err error
+			if done, err = g.Admit(ctx); err != nil {
 				return nil, fmt.Errorf("authenticating: %w", err)
 			}
 		}
 		t, until, err := find()
+		done(!errors.Is(err, store.ErrTokenNotFound))
 		switch {
 		case errors.Is(err, store.ErrTokenNotFound):
-			a.rememberUnknown(key)
-			if g := a.cfg.Gate; g != nil {
-				g.Missed(ctx)
-			}
+			a.rememberUnknown(key, gen)
 			return nil, fmt.Errorf("authenticating: %w: %s", auth.ErrUnauthenticated, unknownWhat)
 		case err != nil:
 			return nil, fmt.Errorf("authenticating: %w", err)
 		}
 		p = t.Principal()
-		a.remember(key, p, until)
+		a.remember(key, p, until, gen)
 		p = clonePrincipal(p)
 	}
 	a.touch(ctx, p.Name)
@@ -193,29 +196,32 @@ func (a *Authenticator) authenticate(ctx context.Context, key, unknownWhat strin
 }
 
 // lookup returns a copy of the cached principal of key (nil when absent or
-// stale), and whether key is remembered as unknown.
-func (a *Authenticator) lookup(key string) (p *auth.Principal, unknown bool) {
+// stale), whether key is remembered as unknown, whether it was found live at
+// its last read (a stale entry: the gate lets its read through), and the
+// Forget generation the caller's answer is cached under.
+func (a *Authenticator) lookup(key string) (p *auth.Principal, unknown, wasLive bool, gen uint64) {
 	now := a.cfg.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if c, ok := a.found[key]; ok {
 		if now.Before(c.expires) {
-			return clonePrincipal(c.p), false
+			return clonePrincipal(c.p), false, true, a.gen
 		}
-		delete(a.found, key)
+		return nil, false, true, a.gen // kept, until replaced or dropped
 	}
 	if until, ok := a.unknown[key]; ok {
 		if now.Before(until) {
-			return nil, true
+			return nil, true, false, a.gen
 		}
 		delete(a.unknown, key)
 	}
-	return nil, false
+	return nil, false, false, a.gen
 }
 
 // remember caches p under key for CacheTTL, or until the credential stops
-// working (until) when that is sooner.
-func (a *Authenticator) remember(key string, p *auth.Principal, until *time.Time) {
+// working (until) when that is sooner, unless a Forget came since the read
+// began (generation gen): the token read may be the one forgotten.
+func (a *Authenticator) remember(key string, p *auth.Principal, until *time.Time, gen uint64) {
 	if a.cfg.CacheTTL < 0 {
 		return
 	}
@@ -225,18 +231,24 @@ func (a *Authenticator) remember(key string, p *auth.Principal, until *time.Time
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.gen != gen {
+		return
+	}
 	makeRoom(a.found, a.max)
 	a.found[key] = cached{p: p, expires: expires}
 }
 
-// rememberUnknown remembers for UnknownTTL that key matched no token.
-func (a *Authenticator) rememberUnknown(key string) {
-	if a.cfg.UnknownTTL < 0 {
-		return
-	}
+// rememberUnknown remembers for UnknownTTL that key matched no token (and
+// forgets that it was live), unless a Forget came since the read began (a
+// token made since may match it).
+func (a *Authenticator) rememberUnknown(key string, gen uint64) {
 	until := a.cfg.Now().Add(a.cfg.UnknownTTL)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	delete(a.found, key) // no longer "was live": its next read goes through the gate
+	if a.cfg.UnknownTTL < 0 || a.gen != gen {
+		return
+	}
 	makeRoom(a.unknown, a.max)
 	a.unknown[key] = until
 }
@@ -281,6 +293,7 @@ func (a *Authenticator) touch(ctx context.Context, name string) {
 func (a *Authenticator) Forget(name string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.gen++
 	for k, c := range a.found {
 		if c.p.Name == name {
 			delete(a.found, k)
