@@ -78,14 +78,22 @@ func (c *call) noteDetail(format string, a ...any) { c.note.detail = fmt.Sprintf
 // request whose principal is unknown (refused before authentication, or a
 // sign-in with a bad token) leaves none: it is in the access log.
 func (s *Server) auditRequest(w http.ResponseWriter, r *http.Request, rule auditRule, c *call, via string, err error) {
-	if !rule.audited() || c.principal == nil {
+	if !rule.audited() || c.principal == nil || errors.Is(err, ErrRateLimited) {
+		return // a request refused by a cap ran nothing (it is in the access log)
+	}
+	if err != nil && s.auditRefusals.allow(c.principal, time.Now()) != nil {
+		// Refusals are kept to a few a second per principal, so that no token
+		// can flood the log with them (and push real changes out of the
+		// buffer); the others are counted.
+		s.auditor.droppedTotal.Inc()
 		return
 	}
 	e := store.AuditEntry{Time: time.Now(), Principal: c.principal.Name, Action: rule.action,
-		Target:  s.auditTarget(r, rule, c),
-		Outcome: "ok", Source: s.clientAddr(r), Via: via, Detail: c.note.detail}
+		Target: s.auditTarget(r, rule, c), Outcome: "ok", Via: via, Detail: c.note.detail}
 	if ri := requestInfoOf(r.Context()); ri != nil {
-		e.RequestID = ri.id
+		e.RequestID, e.Source = ri.id, ri.source
+	} else {
+		e.Source = s.clientAddr(r)
 	}
 	switch {
 	case err != nil:
@@ -160,6 +168,13 @@ func auditText(s string) string {
 	return s
 }
 
+// Refused requests audited per principal (Server.auditRefusals): a second's
+// worth of a busy client's mistakes, and no flood.
+const (
+	auditRefusalRate  = 10
+	auditRefusalBurst = 100
+)
+
 // auditor buffers audit entries and appends them to the store in batches,
 // from a goroutine of its own: every FlushInterval, or as soon as
 // auditFlushAt entries wait. The buffer holds at most max entries; beyond,
@@ -181,6 +196,12 @@ type auditor struct {
 	done    chan struct{} // closed when the loop has returned
 	started atomic.Bool
 	stopped sync.Once
+	closed  atomic.Bool // stop has begun: an entry added now is counted as dropped
+	// flushing is the context of the loop's flushes: stop cancels it, so
+	// that a slow flush in progress does not outlast Shutdown's context (its
+	// entries stay buffered, and stop writes them within that context).
+	flushing   context.Context
+	stopFlushs context.CancelFunc
 
 	droppedTotal, writtenTotal prometheus.Counter
 }
@@ -189,10 +210,11 @@ func newAuditor(st store.AuditStore, cfg Config, reg prometheus.Registerer) (*au
 	a := &auditor{st: st, logger: cfg.Logger, every: cfg.AuditFlushInterval, max: cfg.AuditBuffer,
 		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 		droppedTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_audit_entries_dropped_total",
-			Help: "Audit entries dropped: the server's buffer was full (the store did not take them fast enough)."}),
+			Help: "Audit entries dropped: the server's buffer was full (the store did not take them fast enough) or it was stopping, or a principal's refused requests beyond 10 a second."}),
 		writtenTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_audit_entries_written_total",
 			Help: "Audit entries the server appended to the store."}),
 	}
+	a.flushing, a.stopFlushs = context.WithCancel(context.Background())
 	for _, c := range []prometheus.Collector{a.droppedTotal, a.writtenTotal} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering audit metrics: %w", err)
@@ -208,10 +230,11 @@ func (a *auditor) start() {
 	}
 }
 
-// add buffers an entry, or drops it when the buffer is full.
+// add buffers an entry, or drops it when the buffer is full or the auditor
+// has stopped.
 func (a *auditor) add(e store.AuditEntry) {
 	a.mu.Lock()
-	if len(a.buf) >= a.max {
+	if len(a.buf) >= a.max || a.closed.Load() {
 		a.dropped++
 		a.mu.Unlock()
 		a.droppedTotal.Inc()
@@ -239,7 +262,7 @@ func (a *auditor) loop() {
 		case <-tick.C:
 		case <-a.kick:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), auditWriteTimeout)
+		ctx, cancel := context.WithTimeout(a.flushing, auditWriteTimeout)
 		err := a.flush(ctx)
 		cancel()
 		if err != nil {
@@ -256,7 +279,9 @@ const auditWriteTimeout = 30 * time.Second
 func (a *auditor) stop(ctx context.Context) error {
 	var err error
 	a.stopped.Do(func() {
+		a.closed.Store(true)
 		close(a.quit)
+		a.stopFlushs()
 		if a.started.Load() {
 			<-a.done
 		}

@@ -523,3 +523,33 @@ func TestUIAuditPage(t *testing.T) {
 		t.Errorf("a reader opened the audit page: %d", r.status)
 	}
 }
+
+// No token can flood the audit log with refusals: a principal's refused
+// changes are audited a few a second (auditRefusalBurst, then
+// auditRefusalRate), requests refused by a cap not at all, and its successful
+// changes always.
+func TestAuditRefusalsBounded(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.AuditFlushInterval = time.Hour; c.PrincipalRate, c.PrincipalBurst = 1, 600 })
+	const refused = 500
+	for range refused { // producer of default, not of namespace other
+		e.do("POST", "/v1/namespaces/other/runs", "producer", map[string]any{"workflow": "w"}).want(t, 403)
+	}
+	e.do("POST", "/v1/namespaces/default/runs", "producer", map[string]any{"workflow": "w"}).want(t, 201)
+	for e.do("POST", "/v1/namespaces/default/runs", "producer", map[string]any{"workflow": "w"}).status != 429 {
+	}
+	denied, ok, limited := 0, 0, 0
+	for _, en := range e.auditLog() {
+		switch en.Outcome {
+		case "permission_denied":
+			denied++
+		case "ok":
+			ok++
+		case "rate_limited":
+			limited++
+		}
+	}
+	if denied < auditRefusalBurst || denied > auditRefusalBurst+auditRefusalRate*5 || limited != 0 || ok < 2 {
+		t.Fatalf("%d refused requests audited as %d entries (want about %d), %d rate_limited (want 0), %d ok",
+			refused, denied, auditRefusalBurst, limited, ok)
+	}
+}

@@ -357,10 +357,13 @@ type Server struct {
 	pageAEAD cipher.AEAD // seals page tokens
 	pageErr  error
 
-	auditor   *auditor      // buffers and writes the audit log
-	purgeDone chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
-	scheduler *schedule.Scheduler
-	purger    *retention.Purger // deletes expired runs; nil when RetentionInterval < 0
+	auditor *auditor // buffers and writes the audit log
+	// auditRefusals keeps the audited refusals of each principal to a few a
+	// second (auditRequest).
+	auditRefusals *rateLimiter
+	purgeDone     chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
+	scheduler     *schedule.Scheduler
+	purger        *retention.Purger // deletes expired runs; nil when RetentionInterval < 0
 }
 
 // New opens the store (unless Config.Backend) and builds the server.
@@ -412,6 +415,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("starting server: registering API metrics: %w", err)
 	}
 	s.api = api
+	s.auditRefusals = newRateLimiter(auditRefusalRate, auditRefusalBurst)
 	if s.auditor, err = newAuditor(s.store, cfg, cfg.Metrics.Registry()); err != nil {
 		if s.ownsStore {
 			_ = s.store.Close()
