@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -337,5 +338,51 @@ func TestUISignOutEndsSession(t *testing.T) {
 	}
 	if got := page(base1, cookie(other)); got != 200 {
 		t.Errorf("another session of the token after the sign-out: %d", got)
+	}
+}
+
+// flakyAuth is an Authenticator that fails as a store that cannot answer
+// does, while down is set.
+type flakyAuth struct {
+	auth.Authenticator
+	down atomic.Bool
+}
+
+func (f *flakyAuth) Authenticate(ctx context.Context, token string) (*auth.Principal, error) {
+	if f.down.Load() {
+		return nil, errors.New("store unavailable")
+	}
+	return f.Authenticator.Authenticate(ctx, token)
+}
+
+// A sign-out while the session's token cannot be checked (the store does not
+// answer) still ends the session: its cookie, replayed once the store is back,
+// is refused.
+func TestUISignOutWhileUnauthenticated(t *testing.T) {
+	t.Parallel()
+	fa := &flakyAuth{Authenticator: testTokens()}
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.Authenticator = fa })
+	u := e.uiSession("reader")
+	b, _ := url.Parse(e.base)
+	var stolen *http.Cookie
+	for _, c := range u.jar.Cookies(b) {
+		if c.Name == sessionCookie {
+			stolen = c
+		}
+	}
+	fa.down.Store(true)
+	if r := u.post("/ui/logout", url.Values{}, e.base); r.status != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d %s", r.status, r.body)
+	}
+	fa.down.Store(false)
+	req, _ := http.NewRequest("GET", e.base+"/ui/default/runs", nil)
+	req.AddCookie(stolen)
+	res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("the signed-out session's cookie replayed: %d, want a redirect to sign in", res.StatusCode)
 	}
 }

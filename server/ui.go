@@ -344,9 +344,15 @@ func safeNext(next string) string {
 // that its cookie, and any copy of it, is refused from now on, and the cookie
 // is cleared.
 func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request, c *uiCall) error {
-	if c.sess != nil {
-		if err := s.endSession(r.Context(), c.sess, c.principal); err != nil {
-			return err
+	sess := c.sess
+	if ck, err := r.Cookie(sessionCookie); sess == nil && err == nil {
+		// Its token did not authenticate just now (the store did not answer,
+		// say): the session is ended all the same, or it would work again.
+		sess, _ = s.ui.open(ck.Value, time.Now())
+	}
+	if sess != nil && (c.sess != nil || !s.cfg.Insecure) {
+		if err := s.endSession(r.Context(), sess, c.principal); err != nil {
+			return err // a sign-out that is not recorded says so
 		}
 	}
 	if err := s.setSessionCookie(w, r, nil); err != nil {

@@ -91,7 +91,9 @@ func (s *Server) endSession(ctx context.Context, sess *session, p *auth.Principa
 		return fmt.Errorf("%w: signing out: %v", ErrUnavailable, err)
 	}
 	s.sessions.put(sess.ID, sessionCheck{ended: true, until: sess.Expires})
-	s.endCredentialKey(credentialKey(p.Name, "Bearer "+sess.Token, string(sess.ID)))
+	if p != nil { // its streams; a session whose token no longer authenticates has none left
+		s.endCredentialKey(credentialKey(p.Name, "Bearer "+sess.Token, string(sess.ID)))
+	}
 	return nil
 }
 
