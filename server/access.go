@@ -65,7 +65,7 @@ func (s *Server) front(next http.Handler) http.Handler {
 		ri := &requestInfo{id: newRequestID(), source: s.clientAddr(r)}
 		w.Header().Set(RequestIDHeader, ri.id)
 		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, ri))
-		if !logs {
+		if !logs || !s.cfg.Logger.Enabled(r.Context(), slog.LevelInfo) { // no line: no counting writer
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -339,17 +338,4 @@ func (a *auditor) putBack(rest []store.AuditEntry) {
 		a.droppedTotal.Add(float64(over))
 	}
 	a.buf = merged
-}
-
-// grantsText writes grants as `trellis tokens create --grant` takes them,
-// comma-separated: role:namespace[:queue].
-func grantsText(gs []auth.Grant) string {
-	parts := make([]string, len(gs))
-	for i, g := range gs {
-		parts[i] = string(g.Role) + ":" + g.Namespace
-		if g.Queue != "" {
-			parts[i] += ":" + g.Queue
-		}
-	}
-	return strings.Join(parts, ",")
 }

@@ -96,13 +96,18 @@ func decodeBytes(data []byte, optional bool, v any) error {
 	return nil
 }
 
+// readBodyPrealloc caps the buffer readBody makes before the body arrives.
+const readBodyPrealloc = 64 << 10
+
 // readBody reads all of body (limited to limit bytes by the caller's reader)
 // as io.ReadAll does, into a buffer of the size the request declared when it
-// did (size > 0), so that a body is read without growing its buffer.
+// did (size > 0), so that a body is read without growing its buffer; up to
+// readBodyPrealloc, so that a request that declares a large body and sends it
+// slowly holds little more than it sent.
 func readBody(body io.Reader, limit, size int64) ([]byte, error) {
 	n := int64(512)
 	if size > 0 && size <= limit {
-		n = size + 1 // the last read, which finds EOF, needs room
+		n = min(size+1, readBodyPrealloc) // the last read, which finds EOF, needs room
 	}
 	b := make([]byte, 0, n)
 	for {

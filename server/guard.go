@@ -11,10 +11,12 @@ import (
 // http.Server.MaxHeaderBytes itself, in text/plain; the server gives it the
 // larger transportHeaderBytes and refuses, as problem+json, a header over
 // maxHeaderBytes (guard), so that every error answer has the API's shape but
-// for the headers net/http stops reading.
+// for the headers net/http stops reading. The transport's limit is what a
+// connection may make the server hold before it is authenticated, so it stays
+// a small multiple of the API's.
 const (
 	maxHeaderBytes       = 64 << 10
-	transportHeaderBytes = 1 << 20
+	transportHeaderBytes = 2 * maxHeaderBytes
 )
 
 // guard is the server's outermost handler: it refuses what no route can take,

@@ -74,7 +74,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *call) er
 		return err
 	}
 	c.noteTarget(req.Name)
-	c.noteDetail("grants %s%s", grantsText(req.Grants), tokenOptionsText(req))
+	c.noteDetail("grants %s%s", auth.GrantsText(req.Grants), tokenOptionsText(req))
 	secret, hash, err := auth.NewToken()
 	if err != nil {
 		return err

@@ -68,6 +68,10 @@ func (st *tlsState) reload() error {
 			return fmt.Errorf("loading client CA %s: no PEM certificate in it", st.files.clientCA)
 		}
 		c.ClientCAs, c.ClientAuth = pool, tls.VerifyClientCertIfGiven
+		// A resumed session keeps the chain verified at its first handshake,
+		// against the CA of then: without tickets, a client CA removed by a
+		// reload stops every certificate it signed on the next connection.
+		c.SessionTicketsDisabled = true
 	}
 	st.current.Store(c)
 	return nil
@@ -149,10 +153,13 @@ func (s *Server) authenticateCert(ctx context.Context, subject string) (*auth.Pr
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return nil, fmt.Errorf("%w: no live token holds the client certificate's subject %q", auth.ErrUnauthenticated, subject)
+	case errors.Is(err, ErrRateLimited): // unknownLookups
+		return nil, err
 	case err != nil:
 		return nil, fmt.Errorf("%w: authenticating: %v", ErrUnavailable, err)
 	case p == nil:
 		return nil, fmt.Errorf("%w: unknown certificate subject", auth.ErrUnauthenticated)
 	}
+	notePrincipal(ctx, p.Name)
 	return p, nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -40,7 +41,7 @@ func (s *Server) uiTokens(w http.ResponseWriter, r *http.Request, c *uiCall) err
 	now := time.Now()
 	d := tokensData{Rows: make([]tokenRow, 0, len(ts))}
 	for _, t := range ts {
-		row := tokenRow{Token: t, State: "live", StateClass: "st-succeeded", Grants: grantsText(t.Grants)}
+		row := tokenRow{Token: t, State: "live", StateClass: "st-succeeded", Grants: auth.GrantsText(t.Grants)}
 		switch {
 		case t.RevokedAt != nil:
 			row.State, row.StateClass = "revoked", "st-failed"

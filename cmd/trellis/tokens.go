@@ -350,7 +350,7 @@ func printTokenTable(w io.Writer, ts []*store.Token) error {
 		if subject == "" {
 			subject = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, grantsText(t.Grants),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, auth.GrantsText(t.Grants),
 			t.CreatedAt.Local().Format(time.DateTime), expires, timeOrDash(t.LastUsedAt), timeOrDash(t.RevokedAt), subject)
 	}
 	return tw.Flush()
@@ -362,18 +362,6 @@ func timeOrDash(t *time.Time) string {
 		return "-"
 	}
 	return t.Local().Format(time.DateTime)
-}
-
-// grantsText writes grants as --grant takes them, comma-separated.
-func grantsText(gs []auth.Grant) string {
-	parts := make([]string, len(gs))
-	for i, g := range gs {
-		parts[i] = string(g.Role) + ":" + g.Namespace
-		if g.Queue != "" {
-			parts[i] += ":" + g.Queue
-		}
-	}
-	return strings.Join(parts, ",")
 }
 
 func tokensRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -6,6 +6,7 @@ package auth
 import (
 	"context"
 	"errors"
+	"strings"
 )
 
 // Role is what a grant allows in a namespace (and optionally one queue).
@@ -40,6 +41,19 @@ type Grant struct {
 	Role      Role   `json:"role"`
 	Namespace string `json:"namespace"`
 	Queue     string `json:"queue,omitempty"`
+}
+
+// GrantsText is grants as `--grant` takes them, ROLE:NAMESPACE[:QUEUE], joined
+// with commas (the CLI's token lists, the audit log's details).
+func GrantsText(gs []Grant) string {
+	parts := make([]string, len(gs))
+	for i, g := range gs {
+		parts[i] = string(g.Role) + ":" + g.Namespace
+		if g.Queue != "" {
+			parts[i] += ":" + g.Queue
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // Principal is who a request acts as: the token's name and grants.
