@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/store"
@@ -68,7 +69,10 @@ var ErrTokenFileExists = errors.New("admin token file exists")
 //     the store has a token by now (another server bootstrapped it), this
 //     fails with ErrTokenFileExists and the operator moves the file away;
 //  4. when the token cannot be created (another server created one first, or
-//     the store failed), the file is removed again.
+//     the store failed), the file is removed again, unless the token is there
+//     after all (an error that does not say nothing was written: a commit
+//     whose answer was lost, a cancelled start): the file then stays, and
+//     BootstrapFile reports the token created.
 func BootstrapFile(ctx context.Context, ts store.TokenStore, path string) (created bool, err error) {
 	if has, err := hasTokens(ctx, ts); err != nil || has {
 		return false, err
@@ -88,6 +92,23 @@ func BootstrapFile(ctx context.Context, ts store.TokenStore, path string) (creat
 		return false, fmt.Errorf("bootstrapping tokens: %w", err)
 	}
 	_, err = ts.TokenCreate(ctx, &store.TokenCreateParams{Name: BootstrapName, Hash: hash, Grants: bootstrapGrants})
+	if err != nil && !errors.Is(err, store.ErrTokenExists) {
+		// Did it commit after all? Asked on a context of its own: ctx may be
+		// the one whose cancellation failed the create.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_, ferr := ts.TokenByHash(cctx, &store.TokenByHashParams{Hash: hash})
+		cancel()
+		switch {
+		case ferr == nil:
+			return true, nil // its secret is in the file
+		case !errors.Is(ferr, store.ErrTokenNotFound):
+			// Cannot tell: the file stays, with its secret, and the next
+			// start finds either the token (and uses nothing) or the file
+			// (and says so).
+			return false, fmt.Errorf("bootstrapping tokens: %w (whether the admin token was created is unknown: "+
+				"%s holds its secret if it was)", err, path)
+		}
+	}
 	if err != nil {
 		// The secret in the file matches no token: it goes.
 		rerr := os.Remove(path)
@@ -114,7 +135,11 @@ func writeNewFile(path, text string) (err error) {
 			os.Remove(path)
 		}
 	}()
-	if _, err = f.WriteString(text); err == nil {
+	// 0600 whatever the umask (which may have made it narrower, 0400).
+	if err = f.Chmod(0o600); err == nil {
+		_, err = f.WriteString(text)
+	}
+	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {

@@ -1,10 +1,12 @@
 package storeauth_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/trellis-dev/trellis/internal/auth"
@@ -81,4 +83,48 @@ func TestBootstrapFileExists(t *testing.T) {
 		t.Errorf("a failed bootstrap created %d tokens", len(ts))
 	}
 	var _ store.TokenStore = s
+}
+
+// lostAnswer is a store whose token creation commits and then fails, as a
+// commit whose answer was lost does.
+type lostAnswer struct{ store.Store }
+
+func (l lostAnswer) TokenCreate(ctx context.Context, p *store.TokenCreateParams) (*store.Token, error) {
+	if _, err := l.Store.TokenCreate(ctx, p); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("connection reset: the commit's answer was lost")
+}
+
+// A create whose answer was lost but which committed keeps the file: the admin
+// token is never left without its secret. The file is 0600 whatever the umask.
+func TestBootstrapFileLostAnswer(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	path := filepath.Join(t.TempDir(), "admin-token")
+	created, err := storeauth.BootstrapFile(t.Context(), lostAnswer{s}, path)
+	if err != nil || !created {
+		t.Fatalf("BootstrapFile = %v, %v; want created (the token was committed)", created, err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the token file was removed: %v", err)
+	}
+	if p, err := storeauth.New(s, storeauth.Config{}).Authenticate(t.Context(), strings.TrimSpace(string(b))); err != nil || p.Name != storeauth.BootstrapName {
+		t.Fatalf("the file's secret: %+v, %v", p, err)
+	}
+}
+
+// The file is 0600 whatever the process's umask.
+func TestBootstrapFileModeDespiteUmask(t *testing.T) {
+	old := syscall.Umask(0o277)
+	defer syscall.Umask(old)
+	s := openStore(t)
+	path := filepath.Join(t.TempDir(), "admin-token")
+	if _, err := storeauth.BootstrapFile(t.Context(), s, path); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the token file: %v, %v; want mode 0600", fi, err)
+	}
 }
