@@ -69,6 +69,6 @@ func validateSessionID(id []byte) error {
 
 // SessionsPurgeParams are the parameters of SessionsPurge.
 type SessionsPurgeParams struct {
-	// Limit caps the records deleted (0: 1000).
+	// Limit caps the records deleted (0: 1000; at most MaxPurgeBatch).
 	Limit int
 }

@@ -78,7 +78,8 @@ func (s *Store) TokenTouch(ctx context.Context, p *store.TokenTouchParams) error
 	case n > store.MaxTokenTouch:
 		return fmt.Errorf("touching tokens: %w: %d names, at most %d", store.ErrInvalidParams, n, store.MaxTokenTouch)
 	}
-	err := s.write(ctx, func(tx *wtx) error { return shared.TokenTouch(tx, p.Names) })
+	// Advisory (last_used_at): lost in a crash without harm, so no fsync.
+	err := s.writeNoSync(ctx, func(tx *wtx) error { return shared.TokenTouch(tx, p.Names) })
 	if err != nil {
 		return fmt.Errorf("touching tokens: %w", err)
 	}

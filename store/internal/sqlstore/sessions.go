@@ -40,8 +40,8 @@ func (s *SQL) SessionEnded(q Querier, id []byte) (bool, error) {
 
 // SessionsPurge deletes up to limit (0: 1000) records expired at tx.Now().
 func (s *SQL) SessionsPurge(tx Tx, limit int) (int, error) {
-	if limit <= 0 {
-		limit = 1000
+	if limit <= 0 || limit > store.MaxPurgeBatch {
+		limit = min(max(limit, 1000), store.MaxPurgeBatch) // bounded, as every purge's batch
 	}
 	n, err := tx.Exec(s.sess.purge, s.d.Time(tx.Now()), limit)
 	return int(n), err
