@@ -127,6 +127,10 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	case len(pos) > 0:
 		return usagef(fs, "server: unexpected argument %q", pos[0])
+	case (tlsCfg.cert == "") != (tlsCfg.key == ""):
+		return usagef(fs, "server: --tls-cert and --tls-key go together")
+	case tlsCfg.clientCA != "" && tlsCfg.cert == "":
+		return usagef(fs, "server: --client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
 	}
 	stopPprof, err := startPprof(pprofAddr)
 	if err != nil {

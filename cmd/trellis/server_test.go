@@ -212,3 +212,14 @@ func TestServerLogsToStderr(t *testing.T) {
 	}
 	stop()
 }
+
+// TLS flags that cannot go together are usage errors (exit 2), before any store
+// is opened.
+func TestServerTLSFlagUsage(t *testing.T) {
+	for _, args := range [][]string{{"--tls-cert", "c.pem"}, {"--tls-key", "k.pem"}, {"--client-ca", "ca.pem"}} {
+		res := trellisCmd(t, append([]string{"server", "--store", "sqlite:" + t.TempDir() + "/x.db"}, args...)...)
+		if res.code != 2 || !strings.Contains(res.stderr, "--tls") {
+			t.Errorf("server %v: exit %d %q, want 2 naming the flags", args, res.code, res.stderr)
+		}
+	}
+}

@@ -254,12 +254,13 @@ func tokensCreate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	nt.grants = grants
 	secret, err := ta.create(ctx, nt)
-	if err = errors.Join(err, ta.close()); err != nil {
-		return err
+	if err != nil {
+		return errors.Join(err, ta.close())
 	}
+	// Printed before the close, whose error must not lose a secret shown once.
 	fmt.Fprintf(stderr, "created token %q; its secret (shown only this once) is:\n", nt.name)
 	fmt.Fprintln(stdout, secret)
-	return nil
+	return ta.close()
 }
 
 func tokensRotate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -286,16 +287,17 @@ func tokensRotate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	secret, tok, err := ta.rotate(ctx, pos[0], *grace)
-	if err = errors.Join(err, ta.close()); err != nil {
-		return err
+	if err != nil {
+		return errors.Join(err, ta.close())
 	}
 	old := "the old secret stopped working"
 	if tok.PreviousExpiresAt != nil && tok.RotatedAt != nil && tok.PreviousExpiresAt.After(*tok.RotatedAt) {
 		old = "the old secret works until " + tok.PreviousExpiresAt.Local().Format(time.DateTime)
 	}
+	// Printed before the close, whose error must not lose a secret shown once.
 	fmt.Fprintf(stderr, "rotated token %q (%s); its new secret (shown only this once) is:\n", tok.Name, old)
 	fmt.Fprintln(stdout, secret)
-	return nil
+	return ta.close()
 }
 
 func tokensList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
