@@ -553,3 +553,34 @@ func TestAuditRefusalsBounded(t *testing.T) {
 			refused, denied, auditRefusalBurst, limited, ok)
 	}
 }
+
+// The whole log's page, for an admin of every namespace: entries of every
+// namespace and of none (tokens, sign-ins), with a namespace filter; a
+// namespace's admin may not open it.
+func TestUIAuditAllPage(t *testing.T) {
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) {
+		c.Authenticator = tokens{"admin": testTokens()["admin"],
+			"default-admin": {Name: "dadmin", Grants: []auth.Grant{{Role: auth.RoleAdmin, Namespace: "default"}}}}
+	})
+	e.do("POST", "/v1/namespaces", "admin", map[string]any{"name": "other"}).want(t, 201)
+	e.do("POST", "/v1/namespaces/other/queues", "admin", map[string]any{"name": "elsewhere"}).want(t, 201)
+	e.do("POST", "/v1/tokens", "admin", map[string]any{"name": "tk", "grants": []map[string]any{{"role": "reader", "namespace": "default"}}}).want(t, 201)
+	u := e.uiSession("admin")
+	if err := e.srv.auditor.flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	page := string(u.get("/ui/audit").want(t, 200).body)
+	for _, want := range []string{`data-action="token.create"`, `data-action="queue.create"`, `data-action="namespace.create"`,
+		`data-nav="audit-all"`, `id="f-namespace"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the whole log's page lacks %s", want)
+		}
+	}
+	other := string(u.get("/ui/audit?namespace=other").want(t, 200).body)
+	if !strings.Contains(other, `data-action="queue.create"`) || strings.Contains(other, "token.create") {
+		t.Errorf("filtered on namespace other: %s", other)
+	}
+	if r := e.uiSession("default-admin").get("/ui/audit"); r.status != 403 {
+		t.Errorf("a namespace's admin opened the whole log: %d", r.status)
+	}
+}

@@ -28,13 +28,12 @@ import (
 
 // Defaults of the caps per principal.
 const (
-	// DefaultPrincipalRate is requests a second per principal. Measured on the
-	// 2-core machine of docs/http-api.md, `trellis bench --server` through
-	// one token made at most about 12,700 a second (api-start: a POST a
-	// start, 12,700 starts/s) and 2,500 (w1 at 1,800 runs/s: about 1.4 calls
-	// a run, the worker's checkpoints batched); the default leaves room above
-	// that and still keeps one token from taking the whole of a server that
-	// serves many.
+	// DefaultPrincipalRate is requests a second per principal: about what
+	// `trellis bench --server` makes through one token at its peak on the
+	// 2-core machine of docs/http-api.md (api-start, a POST a start: 14,000
+	// to 21,000 starts/s; w1: about 1.1 requests a run), so that one token
+	// cannot take the whole of a server that serves many; a deployment with
+	// one very busy token raises it (--principal-rate).
 	DefaultPrincipalRate = 20_000
 	// DefaultPrincipalBurst is the bucket of DefaultPrincipalRate: a second's
 	// worth.

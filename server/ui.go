@@ -66,6 +66,7 @@ var uiRouteTable = []uiRoute{
 	{method: "GET", pattern: uiNS + "/audit", role: auth.RoleAdmin, scope: scopeNamespace, handle: (*Server).uiAudit},
 	{method: "POST", pattern: uiNS + "/queues/{queue}/resume", role: auth.RoleAdmin, scope: scopeNamespace, audit: auditRule{"queue.resume", targetQueue}, handle: (*Server).uiQueueResume},
 	{method: "GET", pattern: "/ui/tokens", role: auth.RoleAdmin, scope: scopeGlobal, handle: (*Server).uiTokens},
+	{method: "GET", pattern: "/ui/audit", role: auth.RoleAdmin, scope: scopeGlobal, handle: (*Server).uiAuditAll},
 }
 
 // uiMaxForm caps a UI form body.

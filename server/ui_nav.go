@@ -154,3 +154,10 @@ func (c *uiCall) runHref(id, q string) string {
 	}
 	return runPath(c.ns, id)
 }
+
+// uiGlobalPages are the navigation's pages of no namespace, linked for a
+// principal that their route's rule (scopeGlobal) allows.
+var uiGlobalPages = []struct{ key, label, pattern string }{
+	{"tokens", "Tokens", "/ui/tokens"},
+	{"audit-all", "Audit (all)", "/ui/audit"},
+}

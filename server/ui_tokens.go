@@ -13,12 +13,6 @@ import (
 // lists only: tokens are created, rotated and revoked with `trellis tokens` or
 // the API, whose answers carry the secrets a page should not.
 
-// uiGlobalPages are the navigation's pages of no namespace, linked for a
-// principal that their route's rule (scopeGlobal) allows.
-var uiGlobalPages = []struct{ key, label, pattern string }{
-	{"tokens", "Tokens", "/ui/tokens"},
-}
-
 // tokenRow is a token as the page shows it.
 type tokenRow struct {
 	*store.Token

@@ -85,9 +85,10 @@ func BootstrapFile(ctx context.Context, ts store.TokenStore, path string) (creat
 		if has, herr := hasTokens(ctx, ts); herr != nil || has {
 			return false, herr
 		}
-		return false, fmt.Errorf("bootstrapping tokens: %w: the store has no token yet, and %s exists; it is never overwritten "+
-			"(it may hold another store's secret, or one of a start that stopped before creating its token): "+
-			"move it away, or choose another file, and start again", ErrTokenFileExists, path)
+		return false, fmt.Errorf("bootstrapping tokens: %w: the store has no token yet, and %s exists; it is never overwritten. "+
+			"If another server of the store is creating the first token with this file now, start again in a moment (the "+
+			"file is then its secret); else it may hold another store's secret, or one of a start that stopped before "+
+			"creating its token: move it away, or choose another file, and start again", ErrTokenFileExists, path)
 	} else if err != nil {
 		return false, fmt.Errorf("bootstrapping tokens: %w", err)
 	}
