@@ -77,9 +77,17 @@ func (h *workerService) checkLeases(p *auth.Principal, leases []store.Lease) (va
 		return nil, fmt.Errorf("%w: principal %q has no worker grant", ww.ErrPermissionDenied, p.Name)
 	}
 	valid = make([]bool, len(leases))
+	checked := "" // the namespace of a batch's leases, checked once
 	for i, l := range leases {
-		if err := checkQueues(p, l.Namespace, []string{l.Queue}); err != nil {
-			return nil, fmt.Errorf("run %q: %w", l.RunID, err)
+		if l.Namespace != checked {
+			if err := checkNamespace(p, l.Namespace); err != nil {
+				return nil, fmt.Errorf("run %q: %w", l.RunID, err)
+			}
+			checked = l.Namespace
+		}
+		if !p.Allows(auth.RoleWorker, l.Namespace, l.Queue) {
+			return nil, fmt.Errorf("%w: run %q: principal %q has no worker grant on namespace %q queue %q",
+				ww.ErrPermissionDenied, l.RunID, p.Name, l.Namespace, l.Queue)
 		}
 		valid[i] = h.s.leaseKeys.Valid(l)
 	}
