@@ -15,6 +15,9 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"hash"
+	"io"
+	"sync"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -51,7 +54,8 @@ func (k *Keys) Derive(label string) []byte {
 
 // Leases returns the signer of lease secrets.
 func (k *Keys) Leases() *Leases {
-	return &Leases{key: k.Derive("lease secret")}
+	key := k.Derive("lease secret")
+	return &Leases{macs: sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
 }
 
 // Leases makes and checks lease secrets. A lease's secret is the HMAC-SHA256,
@@ -63,7 +67,7 @@ func (k *Keys) Leases() *Leases {
 // without reading the store. The store never sees it, so no read of the store
 // (API, list, history, stream, UI) can reveal it.
 type Leases struct {
-	key []byte
+	macs sync.Pool // of hash.Hash, HMAC-SHA256 under the lease key: one a call, without allocating it
 }
 
 // SecretLen is the length of a lease secret as text.
@@ -76,14 +80,14 @@ func (s *Leases) Sign(l store.Lease) string {
 
 // Valid reports whether l.Secret is the secret of l, in constant time.
 func (s *Leases) Valid(l store.Lease) bool {
+	var got [sha256.Size]byte
 	if len(l.Secret) != SecretLen {
 		return false
 	}
-	got, err := base64.RawURLEncoding.DecodeString(l.Secret)
-	if err != nil {
+	if n, err := base64.RawURLEncoding.Decode(got[:], []byte(l.Secret)); err != nil || n != len(got) {
 		return false
 	}
-	return hmac.Equal(got, s.mac(l))
+	return hmac.Equal(got[:], s.mac(l))
 }
 
 // SignClaimed sets the lease secret of each claimed run.
@@ -94,13 +98,15 @@ func (s *Leases) SignClaimed(runs ...*store.ClaimedRun) {
 }
 
 func (s *Leases) mac(l store.Lease) []byte {
-	m := hmac.New(sha256.New, s.key)
+	m := s.macs.Get().(hash.Hash)
+	defer s.macs.Put(m)
+	m.Reset()
 	var buf [binary.MaxVarintLen64]byte
 	for _, f := range []string{l.Namespace, l.RunID, l.Queue} {
 		m.Write(buf[:binary.PutUvarint(buf[:], uint64(len(f)))]) // length-prefixed: no two leases share a message
-		m.Write([]byte(f))
+		io.WriteString(m, f)
 	}
 	binary.BigEndian.PutUint64(buf[:8], uint64(l.Token))
 	m.Write(buf[:8])
-	return m.Sum(nil)
+	return m.Sum(make([]byte, 0, sha256.Size))
 }
