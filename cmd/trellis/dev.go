@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -63,7 +64,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	var srv *server.Server
 	if uiAddr != "off" {
-		if srv, err = devUI(ctx, storeURL, uiAddr, accessLog, metrics, tp, stdout, stderr); err != nil {
+		logger, closeLog := serverLogger(stderr, accessLog)
+		defer closeLog() // after the server's Shutdown below
+		if srv, err = devUI(ctx, storeURL, uiAddr, logger, metrics, tp, stdout); err != nil {
 			return errors.Join(err, c.Close())
 		}
 	}
@@ -87,12 +90,13 @@ const devUIAddr = "127.0.0.1:7070"
 // authentication, on a loopback address only; when the default port is taken,
 // on another one.
 //
-// Its access log is off unless accessLog: the UI's pages poll every second or
-// two, and the demo writes its tour to the same terminal.
-func devUI(ctx context.Context, storeURL, addr string, accessLog bool, metrics *trellis.Metrics, tp trace.TracerProvider, stdout, stderr io.Writer) (*server.Server, error) {
+// Its access log is off unless logger takes Info (--access-log): the UI's
+// pages poll every second or two, and the demo writes its tour to the same
+// terminal.
+func devUI(ctx context.Context, storeURL, addr string, logger *slog.Logger, metrics *trellis.Metrics, tp trace.TracerProvider, stdout io.Writer) (*server.Server, error) {
 	start := func(addr string) (*server.Server, error) {
 		srv, err := server.New(ctx, server.Config{Store: storeURL, Listen: addr, Insecure: true, Metrics: metrics,
-			TracerProvider: tp, Logger: serverLogger(stderr, accessLog), DisableAccessLog: !accessLog})
+			TracerProvider: tp, Logger: logger, DisableAccessLog: !logger.Enabled(ctx, slog.LevelInfo)})
 		if err != nil {
 			return nil, err
 		}

@@ -163,7 +163,8 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usagef(fs, "server: %v", err)
 	}
-	logger := serverLogger(stderr, accessLog)
+	logger, closeLog := serverLogger(stderr, accessLog)
+	defer closeLog()
 	cfg := server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched, UIKey: uiKey,
 		TracerProvider: tp, Logger: logger, DisableAccessLog: !accessLog, RequireIdempotencyKey: requireKey,
 		TLSCertFile: tlsCfg.cert, TLSKeyFile: tlsCfg.key, ClientCAFile: tlsCfg.clientCA}
@@ -268,12 +269,13 @@ func defaultAdminTokenFile(storeURL string) string {
 // troubles) and, with accessLog, the Info lines too: the access log (a line
 // per request, docs/observability.md) and the scheduler's changes of leader.
 // The server's library default discards them.
-func serverLogger(stderr io.Writer, accessLog bool) *slog.Logger {
+func serverLogger(stderr io.Writer, accessLog bool) (*slog.Logger, func() error) {
 	level := slog.LevelWarn
 	if accessLog {
 		level = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	buf := newLogBuffer(stderr)
+	return slog.New(flushingHandler{slog.NewTextHandler(buf, &slog.HandlerOptions{Level: level}), buf}), buf.Close
 }
 
 // redacted hides a password in a store URL.
