@@ -588,9 +588,14 @@ func (h *workerService) workflowOf(ctx context.Context, l store.Lease, known str
 // CheckpointParams.Seq): of its procedure, its principal and its message, so
 // that a retry matches it and another request under the same key does not.
 func leaseWriteFingerprint(procedure, principal string, m proto.Message) int64 {
-	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	buf := fingerprintBufs.Get().(*[]byte)
+	defer fingerprintBufs.Put(buf)
+	body, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend((*buf)[:0], m)
 	if err != nil {
 		return 0 // not compared; the message was decoded from the wire, so it encodes
+	}
+	if cap(body) <= 64<<10 {
+		*buf = body // grown: kept for the next (a large one is not)
 	}
 	fp := int64(binary.BigEndian.Uint64(store.IdempotencyFingerprint(procedure, "", body, principal)))
 	if fp == 0 {
@@ -598,6 +603,9 @@ func leaseWriteFingerprint(procedure, principal string, m proto.Message) int64 {
 	}
 	return fp
 }
+
+// fingerprintBufs are the buffers leaseWriteFingerprint encodes messages in.
+var fingerprintBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // ResumeBlocked resumes the blocked runs of workflows.
 func (h *workerService) ResumeBlocked(ctx context.Context, req *connect.Request[pb.ResumeBlockedRequest]) (*connect.Response[pb.ResumeBlockedResponse], error) {

@@ -92,8 +92,10 @@ func (r *IdempotencyRecord) Render(result any) (int, []byte, error) {
 // between parts).
 func IdempotencyFingerprint(method, path string, body []byte, principal string) []byte {
 	h := sha256.New()
+	var n [8]byte
 	for _, part := range [][]byte{[]byte(method), []byte(path), body, []byte(principal)} {
-		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(part))))
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
 		h.Write(part)
 	}
 	return h.Sum(nil)
