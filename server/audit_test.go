@@ -571,7 +571,7 @@ func TestUIAuditAllPage(t *testing.T) {
 	}
 	page := string(u.get("/ui/audit").want(t, 200).body)
 	for _, want := range []string{`data-action="token.create"`, `data-action="queue.create"`, `data-action="namespace.create"`,
-		`data-nav="audit-all"`, `id="f-namespace"`} {
+		`data-nav="audit-all" class="on"`, `id="f-namespace"`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the whole log's page lacks %s", want)
 		}

@@ -234,6 +234,7 @@ var uiPages = func() map[string]*template.Template {
 		template.Must(t.New("content").Parse(`{{template "` + name + `" .}}`))
 		m[name] = t
 	}
+	m["audit-all"] = m["audit"] // the whole log: the same page, its own navigation entry
 	return m
 }()
 

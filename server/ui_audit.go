@@ -77,6 +77,10 @@ func (s *Server) uiAuditPage(w http.ResponseWriter, r *http.Request, c *uiCall, 
 	if token != "" {
 		d.FirstHref = link("")
 	}
-	s.render(w, r, c, 200, "audit", d)
+	page := "audit"
+	if d.All {
+		page = "audit-all"
+	}
+	s.render(w, r, c, 200, page, d)
 	return nil
 }
