@@ -2,7 +2,6 @@ package retention
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/trellis-dev/trellis/store"
@@ -44,28 +43,12 @@ func (p *Purger) passAudit(ctx context.Context) error {
 		if period <= 0 {
 			continue // kept for ever
 		}
-		for {
-			t0 := time.Now()
-			n, err := p.cfg.Store.AuditPurge(ctx, &store.AuditPurgeParams{Namespace: ns,
+		err = p.inBatches(ctx, p.cfg.AuditBatch, &p.auditDeleted, "audit entries", ns, func() (int, error) {
+			return p.cfg.Store.AuditPurge(ctx, &store.AuditPurgeParams{Namespace: ns,
 				Before: p.cfg.Clock.Now().Add(-period), Limit: p.cfg.AuditBatch})
-			if err != nil {
-				if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			p.mu.Lock()
-			p.auditDeleted += int64(n)
-			p.mu.Unlock()
-			if n > 0 {
-				p.cfg.Logger.Debug("purged expired audit entries", "namespace", ns, "entries", n)
-			}
-			if n < p.cfg.AuditBatch {
-				break
-			}
-			if !p.rest(ctx, time.Since(t0)) {
-				return nil
-			}
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -193,31 +193,41 @@ func (p *Purger) Pass(ctx context.Context) error {
 		if period <= 0 {
 			continue // kept for ever
 		}
-		for {
-			cutoff := p.cfg.Clock.Now().Add(-period)
-			t0 := time.Now()
-			n, err := p.cfg.Store.RunsPurge(ctx, &store.RunsPurgeParams{Namespace: ns, FinishedBefore: cutoff, Limit: p.cfg.Batch})
-			if err != nil {
-				if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			p.mu.Lock()
-			p.deleted += int64(n)
-			p.mu.Unlock()
-			if n > 0 {
-				p.cfg.Logger.Debug("purged expired runs", "namespace", ns, "runs", n)
-			}
-			if n < p.cfg.Batch {
-				break
-			}
-			if !p.rest(ctx, time.Since(t0)) {
-				return nil
-			}
+		err = p.inBatches(ctx, p.cfg.Batch, &p.deleted, "runs", ns, func() (int, error) {
+			return p.cfg.Store.RunsPurge(ctx, &store.RunsPurgeParams{Namespace: ns,
+				FinishedBefore: p.cfg.Clock.Now().Add(-period), Limit: p.cfg.Batch})
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// inBatches calls purge, which deletes at most batch of what (in namespace
+// ns) and says how many it deleted, until a batch is short, resting between
+// batches as Duty says; counted adds what each deleted. It returns nil when
+// ctx or the Purger ends.
+func (p *Purger) inBatches(ctx context.Context, batch int, counted *int64, what, ns string, purge func() (int, error)) error {
+	for {
+		t0 := time.Now()
+		n, err := purge()
+		if err != nil {
+			if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		p.mu.Lock()
+		*counted += int64(n)
+		p.mu.Unlock()
+		if n > 0 {
+			p.cfg.Logger.Debug("purged expired "+what, "namespace", ns, "deleted", n)
+		}
+		if n < batch || !p.rest(ctx, time.Since(t0)) {
+			return nil
+		}
+	}
 }
 
 // rest waits after a batch that took took, as Duty says; it reports false
