@@ -211,3 +211,11 @@ type TokenTouchParams struct {
 
 // MaxTokenTouch caps the names of one TokenTouch.
 const MaxTokenTouch = 1000
+
+// Validate reports too many names, wrapping ErrInvalidParams.
+func (p *TokenTouchParams) Validate() error {
+	if n := len(p.Names); n > MaxTokenTouch {
+		return fmt.Errorf("%w: %d names, at most %d", ErrInvalidParams, n, MaxTokenTouch)
+	}
+	return nil
+}

@@ -72,11 +72,11 @@ func (s *Store) TokenRotate(ctx context.Context, p *store.TokenRotateParams) (*s
 
 // TokenTouch implements store.TokenStore.
 func (s *Store) TokenTouch(ctx context.Context, p *store.TokenTouchParams) error {
-	switch n := len(p.Names); {
-	case n == 0:
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("touching tokens: %w", err)
+	}
+	if len(p.Names) == 0 {
 		return nil
-	case n > store.MaxTokenTouch:
-		return fmt.Errorf("touching tokens: %w: %d names, at most %d", store.ErrInvalidParams, n, store.MaxTokenTouch)
 	}
 	err := s.inTx(ctx, func(tx *wtx) error { return shared.TokenTouch(stx{tx}, p.Names) })
 	if err != nil {

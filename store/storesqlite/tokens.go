@@ -72,11 +72,11 @@ func (s *Store) TokenRotate(ctx context.Context, p *store.TokenRotateParams) (*s
 
 // TokenTouch implements store.TokenStore.
 func (s *Store) TokenTouch(ctx context.Context, p *store.TokenTouchParams) error {
-	switch n := len(p.Names); {
-	case n == 0:
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("touching tokens: %w", err)
+	}
+	if len(p.Names) == 0 {
 		return nil
-	case n > store.MaxTokenTouch:
-		return fmt.Errorf("touching tokens: %w: %d names, at most %d", store.ErrInvalidParams, n, store.MaxTokenTouch)
 	}
 	// Advisory (last_used_at): lost in a crash without harm, so no fsync.
 	err := s.writeNoSync(ctx, func(tx *wtx) error { return shared.TokenTouch(tx, p.Names) })

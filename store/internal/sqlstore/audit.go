@@ -116,19 +116,7 @@ func (s *SQL) AuditPurge(tx Tx, p *store.AuditPurgeParams) (int, error) {
 // AuditNamespaces lists the namespaces of the entries, skipping from one to
 // the next along the index on (namespace, ...) as RunNamespaces does.
 func (s *SQL) AuditNamespaces(q Querier) ([]string, error) {
-	var out []string
-	err := q.Query(`WITH RECURSIVE ns(n) AS (
-		SELECT MIN(namespace) FROM audit_log
-		UNION ALL SELECT (SELECT MIN(namespace) FROM audit_log WHERE namespace > ns.n) FROM ns WHERE ns.n IS NOT NULL
-	) SELECT n FROM ns WHERE n IS NOT NULL`, nil, func(row Scanner) error {
-		var n string
-		if err := row.Scan(&n); err != nil {
-			return err
-		}
-		out = append(out, n)
-		return nil
-	})
-	return out, err
+	return namespacesOf(q, "audit_log")
 }
 
 // AuditList implements store.AuditStore.

@@ -100,10 +100,16 @@ func (s *SQL) deleteRuns(tx Tx, seqs []int64) error {
 // RunNamespaces lists the namespaces that have runs, skipping from one to the
 // next along the index on (namespace, ...) rather than reading every run.
 func (s *SQL) RunNamespaces(q Querier) ([]string, error) {
+	return namespacesOf(q, "runs")
+}
+
+// namespacesOf lists the distinct namespaces of table, skipping from one to
+// the next along its index on (namespace, ...).
+func namespacesOf(q Querier, table string) ([]string, error) {
 	var out []string
 	err := q.Query(`WITH RECURSIVE ns(n) AS (
-		SELECT MIN(namespace) FROM runs
-		UNION ALL SELECT (SELECT MIN(namespace) FROM runs WHERE namespace > ns.n) FROM ns WHERE ns.n IS NOT NULL
+		SELECT MIN(namespace) FROM `+table+`
+		UNION ALL SELECT (SELECT MIN(namespace) FROM `+table+` WHERE namespace > ns.n) FROM ns WHERE ns.n IS NOT NULL
 	) SELECT n FROM ns WHERE n IS NOT NULL`, nil, func(row Scanner) error {
 		var n string
 		if err := row.Scan(&n); err != nil {
