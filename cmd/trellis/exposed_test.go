@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -26,51 +23,6 @@ import (
 
 // The attacks of issue 35 on dev mode, caps and revocation, played from outside
 // against real `trellis server` and `trellis dev` processes over real HTTP.
-
-// startTrellis starts `trellis ARGS...` in a process of its own (as
-// startTrellisServer does) and waits for a line of its stdout matching
-// addrLine, whose first group is the address it serves on.
-func startTrellis(t *testing.T, addrLine *regexp.Regexp, args ...string) *trellisProc {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &trellisProc{cmd: cmd, done: make(chan struct{})}
-	t.Cleanup(func() { p.kill(t) })
-	found := make(chan string, 1)
-	go func() {
-		defer close(p.done)
-		lines := bufio.NewScanner(stdout)
-		for lines.Scan() {
-			line := lines.Text()
-			p.mu.Lock()
-			p.out.WriteString(line + "\n")
-			p.mu.Unlock()
-			if m := addrLine.FindStringSubmatch(line); m != nil {
-				select {
-				case found <- m[1]:
-				default:
-				}
-			}
-		}
-		_ = cmd.Wait()
-	}()
-	select {
-	case p.addr = <-found:
-	case <-p.done:
-		t.Fatalf("trellis %s exited before serving: %s", args[0], p.cmd.ProcessState)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("trellis %s did not serve within 30s", args[0])
-	}
-	return p
-}
 
 // answer is an HTTP answer.
 type answer struct {

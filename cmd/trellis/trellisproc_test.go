@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,8 +66,20 @@ func (e *procStderr) String() string {
 // startTrellisServer starts `trellis server ARGS...` and waits until it listens.
 func startTrellisServer(t *testing.T, args ...string) *trellisProc {
 	t.Helper()
+	// trellis server listening on http[s]://ADDR (store ...)
+	return startTrellis(t, listeningLine, append([]string{"server"}, args...)...)
+}
+
+// listeningLine is the line `trellis server` prints once it listens: its URL.
+var listeningLine = regexp.MustCompile(`listening on (https?://\S+)`)
+
+// startTrellis starts `trellis ARGS...` in a process of its own and waits for
+// a line of its stdout matching addrLine, whose first group is the URL (or
+// the address) it serves on.
+func startTrellis(t *testing.T, addrLine *regexp.Regexp, args ...string) *trellisProc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(append([]string{"server"}, args...), "\n"))
+	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
 	p := &trellisProc{cmd: cmd, done: make(chan struct{})}
 	cmd.Stderr = &p.errOut
 	stdout, err := cmd.StdoutPipe()
@@ -77,7 +90,7 @@ func startTrellisServer(t *testing.T, args ...string) *trellisProc {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.kill(t) })
-	listening := make(chan string, 1)
+	found := make(chan string, 1)
 	go func() {
 		defer close(p.done)
 		lines := bufio.NewScanner(stdout)
@@ -86,21 +99,26 @@ func startTrellisServer(t *testing.T, args ...string) *trellisProc {
 			p.mu.Lock()
 			p.out.WriteString(line + "\n")
 			p.mu.Unlock()
-			// trellis server listening on http[s]://ADDR (store ...)
-			if _, rest, ok := strings.Cut(line, "listening on "); ok {
-				u, _, _ := strings.Cut(rest, " ")
-				listening <- u
+			if m := addrLine.FindStringSubmatch(line); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
 			}
 		}
 		_ = cmd.Wait()
 	}()
 	select {
-	case p.url = <-listening:
-		_, p.addr, _ = strings.Cut(p.url, "://")
+	case u := <-found:
+		if _, addr, ok := strings.Cut(u, "://"); ok {
+			p.url, p.addr = u, addr
+		} else {
+			p.addr = u
+		}
 	case <-p.done:
-		t.Fatalf("trellis server exited before listening: %s", p.cmd.ProcessState)
+		t.Fatalf("trellis %s exited before serving: %s", args[0], p.cmd.ProcessState)
 	case <-time.After(30 * time.Second):
-		t.Fatal("trellis server did not start listening within 30s")
+		t.Fatalf("trellis %s did not serve within 30s", args[0])
 	}
 	return p
 }
