@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/secrets"
 )
 
 // Page tokens (docs/http-api.md, "Page tokens"): a list's next_page_token is
 // the store's cursor (a run's or approval's sequence, global to the store)
 // sealed with AES-256-GCM under a key derived from the secret the servers of a
-// store share (derivedKey), with the list, the namespace and the list's
+// store share (secrets.Keys.Derive), with the list, the namespace and the list's
 // filter in the authenticated data. A client learns nothing from a token (not
 // how many runs other namespaces hold), cannot make one, and cannot use one
 // with another namespace, filter or store: each is refused 400
@@ -33,17 +34,14 @@ const pageTokenLabel = "trellis page tokens v1"
 // altered, foreign or of another filter it is, is not told.
 var errPageToken = fmt.Errorf("%w: page_token: not a token of this list (a token is bound to the namespace and filter of the list it came from, on this store)", ErrInvalidArgument)
 
-// pageCipher is the AEAD of page tokens, made on first use.
-func (s *Server) pageCipher() (cipher.AEAD, error) {
-	s.pageOnce.Do(func() {
-		block, err := aes.NewCipher(s.derivedKey(pageTokenLabel))
-		if err != nil {
-			s.pageErr = fmt.Errorf("making the page token key: %w", err)
-			return
-		}
-		s.pageAEAD, s.pageErr = cipher.NewGCM(block)
-	})
-	return s.pageAEAD, s.pageErr
+// newPageCipher is the AEAD of page tokens, under the key of label derived
+// from the store's root key (so every server of the store opens them).
+func newPageCipher(keys *secrets.Keys) (cipher.AEAD, error) {
+	block, err := aes.NewCipher(keys.Derive(pageTokenLabel))
+	if err != nil {
+		return nil, fmt.Errorf("making the page token key: %w", err)
+	}
+	return cipher.NewGCM(block)
 }
 
 // sealPage turns a store cursor of list in namespace ns, listed with filter,
@@ -52,10 +50,7 @@ func (s *Server) sealPage(list, ns string, filter any, cursor string) (string, e
 	if cursor == "" {
 		return "", nil
 	}
-	aead, err := s.pageCipher()
-	if err != nil {
-		return "", err
-	}
+	aead := s.pageAEAD
 	ad, err := pageAD(list, ns, filter)
 	if err != nil {
 		return "", err
@@ -77,10 +72,7 @@ func (s *Server) openPage(list, ns string, filter any, token string) (string, er
 	if token == "" {
 		return "", nil
 	}
-	aead, err := s.pageCipher()
-	if err != nil {
-		return "", err
-	}
+	aead := s.pageAEAD
 	ad, err := pageAD(list, ns, filter)
 	if err != nil {
 		return "", err

@@ -348,14 +348,11 @@ type Server struct {
 	ui          *uiKeys       // the web UI's session and CSRF keys
 	sessions    sessionChecks // the store's answers on signed-out sessions (ui_signout.go)
 	tls         *tlsState     // nil without TLS
-	// keys are shared by the servers of the store; leaseKeys signs the
-	// lease secrets of the claims pushed to remote workers.
-	keys      *secrets.Keys
+	// leaseKeys signs the lease secrets of the claims pushed to remote
+	// workers, and pageAEAD seals page tokens (pagetoken.go), under keys the
+	// servers of the store share (keys.go).
 	leaseKeys *secrets.Leases
-
-	pageOnce sync.Once   // makes pageAEAD (pageCipher)
-	pageAEAD cipher.AEAD // seals page tokens
-	pageErr  error
+	pageAEAD  cipher.AEAD
 
 	auditor *auditor // buffers and writes the audit log
 	// auditRefusals keeps the audited refusals of each principal to a few a
