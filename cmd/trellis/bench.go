@@ -25,6 +25,7 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7, r1, ui1 or s1, s2, s3 (default w1,w2,w3);\nwith --server: "+bench.RemoteNames()+" (default api-start)")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
+	fs.BoolVar(&ba.noWorker, "no-worker", false, "with --server: start no remote worker; another process's worker (an SDK's bench worker) runs the workflows")
 	fs.IntVar(&ba.concurrency, "concurrency", 2048, "worker concurrency (with --server: the remote worker's)")
 	fs.BoolVar(&ba.observe, "observe", false, "turn Prometheus metrics and OpenTelemetry tracing (spans sampled, then dropped) on, to measure their overhead")
 	fs.Float64Var(&ba.traceRatio, "trace-ratio", 1, "with --observe: the `share` of traces sampled, in (0, 1]")
@@ -55,6 +56,9 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	}
 	if ba.clients != 0 {
 		return usagef(fs, "bench: --clients needs --server")
+	}
+	if ba.noWorker {
+		return usagef(fs, "bench: --no-worker needs --server")
 	}
 	if ba.workloads == "" {
 		ba.workloads = "w1,w2,w3"
@@ -88,7 +92,7 @@ func runRemoteBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout
 	}
 	defer stop()
 	for _, w := range selected {
-		res, err := bench.RunRemote(ctx, w, ba.n, bench.RemoteOptions{Server: ba.server, Token: ba.token, Clients: ba.clients, Concurrency: ba.concurrency, Subscribers: ba.subscribers})
+		res, err := bench.RunRemote(ctx, w, ba.n, bench.RemoteOptions{Server: ba.server, Token: ba.token, Clients: ba.clients, Concurrency: ba.concurrency, Subscribers: ba.subscribers, NoWorker: ba.noWorker})
 		if err != nil {
 			return err
 		}
@@ -144,7 +148,7 @@ func createIf(name string) (*os.File, error) {
 type benchArgs struct {
 	store, server, token, workloads, cpuProfile, memProfile, pprof string
 	n, concurrency, clients, subscribers, claimBatch               int
-	asJSON, observe                                                bool
+	asJSON, observe, noWorker                                      bool
 	traceRatio                                                     float64
 }
 

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/bench"
 	"github.com/trellis-dev/trellis/internal/sqlitedrv"
 	"github.com/trellis-dev/trellis/store"
@@ -53,6 +56,26 @@ func TestBenchThroughServer(t *testing.T) {
 		t.Fatalf("w3 printed %q (%v)", res.stdout, err)
 	}
 
+	// --no-worker: the bench starts none (its hook would fail the test); a worker
+	// started outside it (here in this process, as an SDK's bench worker would in
+	// its own) runs the workflows.
+	stopOuter, err := defaultRemoteWorker(ctxT(t), bench.RemoteOptions{Server: base, Token: token, Concurrency: 8}, bench.Workflows())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bench.StartRemoteWorker = func(context.Context, bench.RemoteOptions, []trellis.Registrable) (func() error, error) {
+		t.Error("bench --no-worker started a remote worker")
+		return nil, errors.New("no")
+	}
+	res = trellisCmd(t, "bench", "--server", base, "--token", token, "--workload", "w1", "-n", "5", "--no-worker", "--json").ok(t)
+	bench.StartRemoteWorker = defaultRemoteWorker
+	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil || r.Workload != "w1" || r.N != 5 {
+		t.Fatalf("w1 --no-worker printed %q (%v)", res.stdout, err)
+	}
+	if err := stopOuter(); err != nil {
+		t.Fatal(err)
+	}
+
 	// w1 and w2 through the server: the Go client over HTTP starts and waits,
 	// the remote worker runs every step; each run ended succeeded in the store.
 	res = trellisCmd(t, "bench", "--server", base, "--token", token, "--workload", "w1,w2", "-n", "8", "--clients", "4", "--concurrency", "8", "--json").ok(t)
@@ -67,10 +90,10 @@ func TestBenchThroughServer(t *testing.T) {
 			t.Fatalf("%s printed %q (%v)", name, lines[i], err)
 		}
 	}
-	for _, wf := range []string{"bench-3-steps", "bench-20-steps"} {
+	for wf, want := range map[string]int{"bench-3-steps": 5 + 8, "bench-20-steps": 8} { // w1 ran with --no-worker too
 		page, err := st.RunList(ctxT(t), &store.RunListParams{Namespace: bench.RemoteNamespace, Workflow: wf, Limit: 1000})
-		if err != nil || len(page.Runs) != 8 {
-			t.Fatalf("%s: %d runs in the store, want 8 (%v)", wf, len(page.Runs), err)
+		if err != nil || len(page.Runs) != want {
+			t.Fatalf("%s: %d runs in the store, want %d (%v)", wf, len(page.Runs), want, err)
 		}
 		for _, r := range page.Runs {
 			if r.Status != store.StatusSucceeded {
@@ -85,6 +108,7 @@ func TestBenchThroughServer(t *testing.T) {
 	}{
 		{[]string{"bench", "--server", base, "--workload", "w7"}, `unknown workload "w7" with --server`},
 		{[]string{"bench", "--store", url, "--clients", "4"}, "--clients needs --server"},
+		{[]string{"bench", "--store", url, "--no-worker"}, "--no-worker needs --server"},
 		{[]string{"bench", "--store", url, "--server", base}, "exclude each other"},
 		{[]string{"bench", "--server", base, "--pprof", "0.0.0.0:6060"}, "only a loopback address"},
 		{[]string{"bench", "--server", base, "--pprof", "6060"}, "--pprof"},

@@ -46,6 +46,9 @@ type RemoteOptions struct {
 	Concurrency int
 	// Subscribers is the SSE subscribers of s2 and s3 (0: their default).
 	Subscribers int
+	// NoWorker starts no remote worker: another process's worker (an SDK's
+	// bench worker, in any language) serves the bench workflows.
+	NoWorker bool
 }
 
 // RemoteNamespace is the namespace the remote workloads start their runs in.
@@ -207,7 +210,7 @@ func problemDetail(b []byte) string {
 // runRemote runs workload w with n runs through the server of o, with the
 // remote worker it needs, and returns what it measured.
 func runRemote(ctx context.Context, w RemoteWorkload, n int, o RemoteOptions) (*Result, error) {
-	if w.NeedsWorker {
+	if w.NeedsWorker && !o.NoWorker {
 		if StartRemoteWorker == nil {
 			return nil, ErrNoRemoteWorker
 		}
