@@ -2,24 +2,63 @@ package trellis_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/internal/pgtest"
 	"github.com/trellis-dev/trellis/store"
 	"go.uber.org/goleak"
 )
 
+// protocolViolations collects the checkpoints of the engine, in every test of
+// the package, that break the worker protocol's rules (internal/protocol): the
+// Go engine is held to the rules the server enforces on every worker, and the
+// run fails when one broke them (engine.ProtocolViolation).
+var protocolViolations violations
+
+type violations struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (v *violations) add(run *store.Run, p *store.CheckpointParams, err error) {
+	b, _ := json.Marshal(p)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.errs) < 20 {
+		v.errs = append(v.errs, fmt.Errorf("run %s (%s): %w\n\tcheckpoint: %s", run.ID, run.Workflow, err, b))
+	}
+}
+
+func (v *violations) err() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the engine wrote checkpoints that break the worker protocol's rules:\n%w", errors.Join(v.errs...))
+}
+
 // TestMain runs the tests, drops the Postgres schemas storeURL handed out, and
 // fails the run if a goroutine outlives them.
 func TestMain(m *testing.M) {
-	pgtest.Main(m, func() error { return goleak.Find() })
+	engine.ProtocolViolation = protocolViolations.add
+	pgtest.Main(m, func() error {
+		if err := protocolViolations.err(); err != nil {
+			return err
+		}
+		return goleak.Find()
+	})
 }
 
 // envTestStore set to "postgres" runs the tests that use storeURL (and the Map

@@ -345,9 +345,12 @@ type Server struct {
 	// (trellis_active_leases); stopMetrics ends the metrics' reading of the store.
 	leases      *leaseCounter
 	stopMetrics func()
-	ui          *uiKeys       // the web UI's session and CSRF keys
-	sessions    sessionChecks // the store's answers on signed-out sessions (ui_signout.go)
-	tls         *tlsState     // nil without TLS
+	// histories records the runs' histories under the leases remote workers
+	// write through this server, for protocol.Check (histories.go).
+	histories *leaseHistories
+	ui        *uiKeys       // the web UI's session and CSRF keys
+	sessions  sessionChecks // the store's answers on signed-out sessions (ui_signout.go)
+	tls       *tlsState     // nil without TLS
 	// leaseKeys signs the lease secrets of the claims pushed to remote
 	// workers, and pageAEAD seals page tokens (pagetoken.go), under keys the
 	// servers of the store share (keys.go).
@@ -421,6 +424,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.handoffs.handed = api.handoffs.Inc
 	s.leases = newLeaseCounter(time.Now)
+	s.histories = newLeaseHistories(time.Now)
 	s.handler = s.front(s.clientCert(s.routes()))
 	s.http = &http.Server{
 		Handler: s.handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,

@@ -392,6 +392,7 @@ func (h *workerService) push(ctx context.Context, stream *connect.ServerStream[p
 	// Counted before the send: a quick run's final checkpoint may come back
 	// before Send returns, and its end must find the lease to end.
 	h.s.leases.granted(res.Runs)
+	h.s.histories.pushed(res.Runs)
 	err := stream.Send(&pb.ClaimResponse{Runs: ww.ClaimedToPB(res.Runs), NextDue: ww.TsPtr(res.NextDue)})
 	if err != nil {
 		for _, cr := range res.Runs {
@@ -475,6 +476,7 @@ func (h *workerService) ReleaseLease(ctx context.Context, req *connect.Request[p
 	}
 	err = h.s.store.LeaseRelease(ctx, p)
 	if err == nil || errors.Is(err, store.ErrLeaseLost) {
+		h.s.histories.drop(p.Lease)
 		// A retried release the store answers as applied ends nothing here:
 		// its run attempt was counted the first time.
 		if wf, first := h.s.leases.wrote(p.Lease, true); err == nil && first {
@@ -532,11 +534,25 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 			out[i] = &pb.CheckpointResult{Error: errorDetail(err)}
 			return
 		}
+		// The protocol's rules, against the run's history: a refused
+		// checkpoint writes nothing (internal/protocol).
+		lh := h.s.histories.acquire(p.Lease)
+		defer lh.mu.Unlock()
+		if err := lh.check(ctx, h.s.store, p, it.Seq); err != nil {
+			out[i] = &pb.CheckpointResult{Error: errorDetail(err)}
+			return
+		}
 		if it.Seq > 0 {
 			p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal.Name, it)
 		}
 		res, err := h.s.store.Checkpoint(ctx, p)
 		ends := err == nil && p.Status != store.StatusRunning || errors.Is(err, store.ErrLeaseLost)
+		if err == nil && !res.Replayed {
+			lh.applied(p, it.Seq, res.CancelRequested)
+		}
+		if ends {
+			h.s.histories.drop(p.Lease)
+		}
 		wf, _ := h.s.leases.wrote(p.Lease, ends)
 		if err == nil && !res.Replayed && (ends || len(p.Attempts) > 0 || len(p.Ops) > 0) {
 			if wf = h.workflowOf(ctx, p.Lease, wf); wf != "" {

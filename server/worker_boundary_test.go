@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"time"
 
 	"connectrpc.com/connect"
@@ -242,10 +244,13 @@ func subscribe(ctx context.Context, c workerv1connect.WorkerServiceClient, topic
 func TestCheckpointChildStartsAuthorized(t *testing.T) {
 	t.Parallel()
 	e := newBoundaryEnv(t)
+	// A child's run ID is derived from its parent's (the protocol's rule:
+	// internal/protocol): the childID argument names the child's workflow ID.
 	withChild := func(cr *pb.ClaimedRun, childID, q string) *pb.CheckpointItem {
-		return &pb.CheckpointItem{Lease: leaseOf(cr), Status: "waiting", WaitReason: "child",
-			Ops:      []*pb.Op{{Position: 0, Kind: "child", Name: "c"}},
-			Children: []*pb.ChildGroup{{Position: 0, Runs: []*pb.ChildRun{{Id: childID, WorkflowId: childID, Workflow: "anything", Queue: q}}}}}
+		return &pb.CheckpointItem{Lease: leaseOf(cr), Status: "waiting", WaitReason: "child", WaitEvents: []string{store.GroupEvent(0)},
+			Ops: []*pb.Op{{Position: 0, Kind: "child", Name: "anything", Attempts: 1, Result: []byte(`{"run_id":"` + cr.Run.Id + `.0"}`),
+				StartedAt: timestamppb.Now()}},
+			Children: []*pb.ChildGroup{{Position: 0, Runs: []*pb.ChildRun{{Id: cr.Run.Id + ".0", WorkflowId: childID, Workflow: "anything", Queue: q}}}}}
 	}
 	e.remoteRun("p1", "q1")
 	cr := e.claimAs("q1-worker", "q1")
@@ -254,7 +259,7 @@ func TestCheckpointChildStartsAuthorized(t *testing.T) {
 		t.Fatalf("child in q2 = %v, want permission_denied", err)
 	}
 	e.wantUntouched("p1", "q1-worker")
-	if _, err := e.st.RunGet(t.Context(), &store.RunGetParams{Namespace: "default", Ref: "c2"}); !errors.Is(err, store.ErrRunNotFound) {
+	if _, err := e.st.RunGet(t.Context(), &store.RunGetParams{Namespace: "default", Ref: "p1.0"}); !errors.Is(err, store.ErrRunNotFound) {
 		t.Fatalf("the refused child: %v, want not found", err)
 	}
 	if err := e.checkpointAs("worker", withChild(e.claimAs("worker", "q1"), "c3", "a/b")); connect.CodeOf(err) != connect.CodeInvalidArgument {
@@ -321,7 +326,7 @@ func TestLeaseSecretNeverShown(t *testing.T) {
 	e.remoteRun("s1", "default")
 	cr := e.claimAs("worker", "default")
 	if err := e.checkpointAs("worker", &pb.CheckpointItem{Lease: leaseOf(cr), Status: "running",
-		Ops: []*pb.Op{{Position: 0, Kind: "step", Name: "s", Done: true, Attempts: 1, Result: []byte(`1`)}}}); err != nil {
+		Ops: []*pb.Op{{Position: 0, Kind: "step", Name: "s", Done: true, Attempts: 1, Result: []byte(`1`), StartedAt: timestamppb.Now()}}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/v1/namespaces/default/runs/s1", "/v1/namespaces/default/runs", "/v1/namespaces/default/runs/s1/history",
@@ -336,6 +341,7 @@ func TestLeaseSecretNeverShown(t *testing.T) {
 		t.Errorf("UI run page: %d, shows the secret: %v", r.status, strings.Contains(string(r.body), cr.LeaseSecret))
 	}
 	if err := e.checkpointAs("worker", &pb.CheckpointItem{Lease: leaseOf(cr), Status: "succeeded", Output: []byte(`1`),
+		Ops:    []*pb.Op{{Position: 1, Kind: "emit", Name: "note", Done: true, Attempts: 1, StartedAt: timestamppb.Now()}},
 		Stream: []*pb.StreamWrite{{Name: "note", Data: []byte(`"hello"`)}}}); err != nil {
 		t.Fatal(err)
 	}

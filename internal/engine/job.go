@@ -182,6 +182,7 @@ func (e *Engine) jobSave(ctx context.Context, run *store.Run, lease store.Lease,
 	p.Lease, p.Seq = lease, 1 // a job's lease writes once (store.CheckpointParams.Seq)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CheckpointTimeout)
 	defer cancel()
+	checkProtocol(run, nil, p)
 	res, err := e.cfg.Store.Checkpoint(cctx, p)
 	if err != nil {
 		runLogger(e.cfg.Logger, run).Warn("saving job outcome", "status", p.Status, "err", err)

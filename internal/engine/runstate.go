@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/protocol"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -66,8 +67,11 @@ type RunState struct {
 	logger        *slog.Logger  // Logger's, made on first use
 	runLog        *slog.Logger  // log's, made with the run state
 
-	ckMu     sync.Mutex     // serialises checkpoints of this run, in order
-	ckSeq    int64          // the Seq of the lease's last checkpoint; guarded by ckMu
+	ckMu  sync.Mutex // serialises checkpoints of this run, in order
+	ckSeq int64      // the Seq of the lease's last checkpoint; guarded by ckMu
+	// recorded is the run's history as this execution wrote it, for
+	// checkProtocol (nil unless ProtocolViolation is set); guarded by ckMu.
+	recorded *protocol.Recorded
 	inflight sync.WaitGroup // async steps still executing
 }
 
@@ -92,6 +96,9 @@ func newRunState(e *Engine, cr *store.ClaimedRun, ctx context.Context, ctl *work
 		rs.lastPos = max(rs.lastPos, op.Position)
 	}
 	rs.startPending, rs.replayed = true, len(cr.History)
+	if ProtocolViolation != nil {
+		rs.recorded = protocol.NewRecorded(cr.History, cr.Run.CancelRequested)
+	}
 	return rs
 }
 
@@ -241,9 +248,16 @@ func (rs *RunState) checkpoint(p *store.CheckpointParams, force bool) (*store.Ch
 	// store call itself is bounded by the lease.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(rs.ctx), rs.e.cfg.CheckpointTimeout)
 	defer cancel()
+	if rs.recorded != nil {
+		rs.recorded.CancelRequested = rs.recorded.CancelRequested || rs.Cancelled()
+		checkProtocol(rs.run, rs.recorded, p)
+	}
 	res, err := rs.e.cfg.Store.Checkpoint(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("checkpointing run %s: %w", rs.run.ID, err)
+	}
+	if rs.recorded != nil {
+		rs.recorded.Apply(p)
 	}
 	if res.CancelRequested {
 		rs.ctl.RequestCancel()

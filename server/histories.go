@@ -1,0 +1,150 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/trellis-dev/trellis/internal/protocol"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// leaseHistories keeps, for each lease a remote worker writes through this
+// server, what its run's history holds (protocol.Recorded), so that checking
+// a checkpoint against the protocol (protocol.Check: no recorded op rewritten,
+// no position far ahead) costs no store read: the record is made from the
+// history a claim pushes to the worker and follows the checkpoints the store
+// applies. A lease first seen in a write (its claim came through another
+// server, or this one restarted or dropped the entry) reads the run's history
+// once; so does a write whose seq says that earlier writes of the lease went
+// through another server.
+//
+// Entries end with their lease (a checkpoint that leaves the run in another
+// state than running, a release) or, for a worker that vanished, when they
+// have not been used for a while after their lease's expiry: the map is pruned
+// when it doubles, as leaseCounter's is.
+type leaseHistories struct {
+	now     func() time.Time
+	mu      sync.Mutex
+	m       map[leaseRun]*leaseHistory
+	pruneAt int
+}
+
+// leaseHistory is the record of one lease; mu makes the writes of the lease
+// one at a time (a worker makes them one at a time anyway: seq).
+type leaseHistory struct {
+	mu    sync.Mutex
+	token int64
+	// seq is the seq of the lease's last write applied through this server
+	// (0: none, or unguarded writes only).
+	seq     int64
+	rec     *protocol.Recorded // nil: not known yet (read from the store)
+	expires time.Time          // guarded by leaseHistories.mu
+}
+
+// historyKept is how long an entry stays after its last use at the least.
+const historyKept = time.Minute
+
+func newLeaseHistories(now func() time.Time) *leaseHistories {
+	return &leaseHistories{now: now, m: map[leaseRun]*leaseHistory{}, pruneAt: minLeasePrune}
+}
+
+// pushed records the histories of runs claimed for a worker.
+func (lh *leaseHistories) pushed(runs []*store.ClaimedRun) {
+	lh.mu.Lock()
+	defer lh.mu.Unlock()
+	for _, cr := range runs {
+		lh.m[leaseRun{cr.Run.Namespace, cr.Run.ID}] = &leaseHistory{token: cr.LeaseToken,
+			rec: protocol.NewRecorded(cr.History, cr.Run.CancelRequested), expires: later(cr.LeaseExpiresAt, lh.now().Add(historyKept))}
+	}
+	lh.maybePrune()
+}
+
+// acquire returns the entry of lease l, locked: the caller unlocks it. A new
+// lease of the run replaces an older one's entry.
+func (lh *leaseHistories) acquire(l store.Lease) *leaseHistory {
+	lh.mu.Lock()
+	k := leaseRun{l.Namespace, l.RunID}
+	e := lh.m[k]
+	if e == nil || e.token != l.Token {
+		if e != nil && e.token > l.Token { // a stale lease's write: the store refuses it
+			lh.mu.Unlock()
+			return &leaseHistory{token: l.Token}
+		}
+		e = &leaseHistory{token: l.Token}
+		lh.m[k] = e
+		lh.maybePrune()
+	}
+	e.expires = later(e.expires, lh.now().Add(historyKept))
+	lh.mu.Unlock()
+	e.mu.Lock()
+	return e
+}
+
+// drop forgets the entry of lease l (its lease ended).
+func (lh *leaseHistories) drop(l store.Lease) {
+	lh.mu.Lock()
+	defer lh.mu.Unlock()
+	k := leaseRun{l.Namespace, l.RunID}
+	if e := lh.m[k]; e != nil && e.token == l.Token {
+		delete(lh.m, k)
+	}
+}
+
+func (lh *leaseHistories) maybePrune() {
+	if len(lh.m) < lh.pruneAt {
+		return
+	}
+	now := lh.now()
+	for k, e := range lh.m {
+		if !e.expires.After(now) {
+			delete(lh.m, k)
+		}
+	}
+	lh.pruneAt = max(minLeasePrune, 2*len(lh.m))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// check checks checkpoint p (the lease's write seq) against the protocol and
+// the run's history, reading the history from st when this entry does not
+// know it or may be behind. A retry of a write applied already (seq at or
+// below the last applied) is not checked: the store answers it as applied,
+// or refuses it when it differs.
+func (e *leaseHistory) check(ctx context.Context, st store.Store, p *store.CheckpointParams, seq int64) error {
+	if seq > 0 && seq <= e.seq {
+		return nil
+	}
+	if e.rec == nil || seq > 0 && seq != e.seq+1 {
+		ops, err := st.HistoryList(ctx, &store.HistoryListParams{Namespace: p.Lease.Namespace, Ref: p.Lease.RunID})
+		if err != nil {
+			return err
+		}
+		e.rec = protocol.NewRecorded(ops, false)
+	}
+	if p.Status == store.StatusCancelled && !e.rec.CancelRequested {
+		// Requested since the claim, or not known here: the run says.
+		run, err := st.RunGet(ctx, &store.RunGetParams{Namespace: p.Lease.Namespace, Ref: p.Lease.RunID})
+		if err != nil {
+			return err
+		}
+		e.rec.CancelRequested = run.CancelRequested
+	}
+	return protocol.Check(p, e.rec)
+}
+
+// applied records checkpoint p (seq) as written.
+func (e *leaseHistory) applied(p *store.CheckpointParams, seq int64, cancelRequested bool) {
+	if e.rec != nil {
+		e.rec.Apply(p)
+		e.rec.CancelRequested = e.rec.CancelRequested || cancelRequested
+	}
+	if seq > 0 {
+		e.seq = seq
+	}
+}
