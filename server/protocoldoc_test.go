@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // The transcripts of docs/protocol/*.json (captured from a real `trellis
@@ -432,4 +433,33 @@ func parseSSE(t *testing.T, where string, b []byte) []protocolSSEvent {
 		out = append(out, cur)
 	}
 	return out
+}
+
+// docs/worker-protocol.md links every transcript, and its table of lifecycle
+// events names each event of store.StreamLifecycle.
+func TestProtocolDocLinksTranscripts(t *testing.T) {
+	b, err := os.ReadFile("../docs/worker-protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	files, err := filepath.Glob("../docs/protocol/*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if link := "(protocol/" + filepath.Base(f) + ")"; !strings.Contains(doc, link) {
+			t.Errorf("docs/worker-protocol.md does not link %s", link)
+		}
+	}
+	_, table, ok := strings.Cut(doc, "**Lifecycle stream events**")
+	table, _, ok2 := strings.Cut(table, "### What the server checks")
+	if !ok || !ok2 {
+		t.Fatal("docs/worker-protocol.md: no table of lifecycle stream events")
+	}
+	for _, name := range store.StreamLifecycle() {
+		if !strings.Contains(table, "`"+name+"`") {
+			t.Errorf("docs/worker-protocol.md: the lifecycle table does not name %s", name)
+		}
+	}
 }
