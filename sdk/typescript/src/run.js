@@ -414,6 +414,7 @@ export class RunExec {
         this.host.log?.('warn', `abandoning run ${this.run.id}: ${u.err?.message ?? this.stop.signal.reason ?? 'lease lost'}`);
         return '';
     }
+    this.ending = true; // the lease ends with this checkpoint: heartbeats leave it out
     try {
       await this.checkpoint(p, true);
       return p.status;
@@ -447,6 +448,7 @@ export class RunExec {
       p.error = { message: `payload too large: output is ${out.length} bytes (limit ${this.host.maxPayloadBytes})`, type: 'payload_too_large', nonRetryable: true };
     }
     p.expire = [...this.openApprovals].sort();
+    this.ending = true;
     if (p.status === 'succeeded') {
       p.stream.push({ name: 'run.succeeded', data: encodeRaw(`{"result":${text(p.output)}}`) });
     } else {

@@ -169,7 +169,7 @@ export class Worker {
   }
 
   async extendLeases() {
-    const runs = [...this.active.values()];
+    const runs = [...this.active.values()].filter((r) => !r.ending);
     if (runs.length === 0) return;
     for (let i = 0; i < runs.length; i += 1000) {
       const part = runs.slice(i, i + 1000);
