@@ -149,6 +149,12 @@ export class RunExec {
     this.stop = new AbortController();
     this.cancel = new AbortController();
     this.stop.signal.addEventListener('abort', () => this.cancel.abort(this.stop.signal.reason), { once: true });
+    // The running step attempts' hooks, called when the run is cancelled
+    // (cancelHooks; stopping cancels too) or stopped (stopHooks, of detached steps).
+    this.cancelHooks = new Set();
+    this.stopHooks = new Set();
+    this.cancel.signal.addEventListener('abort', () => { for (const h of [...this.cancelHooks]) h(); }, { once: true });
+    this.stop.signal.addEventListener('abort', () => { for (const h of [...this.stopHooks]) h(); }, { once: true });
     if (this.cancelRequested) this.cancel.abort(new CancelledError());
     /** The step attempt under way, for lease heartbeats. */
     this.currentStep = null;
@@ -834,7 +840,7 @@ class StepCall {
       let err = rs.interrupted(this.detached);
       if (err) return this.finish(undefined, err);
       try {
-        await rs.flush();
+        if (!rs.onlyDerivable(false)) await rs.flush();
       } catch (e) {
         rs.requestUnwind(flushFailure(e), e, null, '');
         throw UNWIND;
@@ -891,45 +897,64 @@ class StepCall {
     return !this.policy.nonRetryableTypes.includes(info.type);
   }
 
-  /** One attempt on the step function, with its signal, timeout and the run's deadline. */
-  async runAttempt() {
+  /**
+   * One attempt on the step function, with its signal, timeout and the run's
+   * deadline. Without a timeout or deadline the attempt's signal is the run's
+   * own (no AbortController per attempt); a function that ignores its signal is
+   * abandoned STEP_ABANDON_GRACE_MS after it is aborted.
+   */
+  runAttempt() {
     const rs = this.rs;
-    const ac = new AbortController();
+    const hooks = this.detached ? rs.stopHooks : rs.cancelHooks;
     const parent = this.detached ? rs.stop.signal : rs.cancel.signal;
-    const onParent = () => ac.abort(parent.reason instanceof Error ? parent.reason : new CancelledError());
-    const timers = [];
-    if (parent.aborted) onParent(); else parent.addEventListener('abort', onParent, { once: true });
-    if (this.timeout > 0) {
-      timers.push(setTimeout(() => ac.abort(new StepTimeoutError(`step attempt timed out after ${fmtDuration(this.timeout)}`)), this.timeout));
-    }
-    if (rs.run.deadline) {
-      timers.push(setTimeout(() => ac.abort(new DeadlineExceededError()), Math.max(0, rs.run.deadline - rs.now())));
+    let ac = null;
+    let signal = parent;
+    if (this.timeout > 0 || rs.run.deadline) {
+      ac = new AbortController();
+      signal = ac.signal;
     }
     const info = {
-      runId: rs.run.id, step: this.name, position: this.pos, attempt: this.attempt, signal: ac.signal,
+      runId: rs.run.id, step: this.name, position: this.pos, attempt: this.attempt, signal,
       idempotencyKey: `${rs.run.id}/${this.pos}`,
     };
-    const call = (async () => this.fn(info))();
-    let aborted;
-    const onAbort = new Promise((resolve) => {
-      aborted = () => setTimeout(resolve, STEP_ABANDON_GRACE_MS);
-      if (ac.signal.aborted) aborted(); else ac.signal.addEventListener('abort', aborted, { once: true });
-    });
-    try {
-      const r = await Promise.race([
-        call.then((value) => ({ ok: true, value }), (error) => ({ ok: false, error })),
-        onAbort.then(() => ({ ok: false, error: ac.signal.reason })),
-      ]);
-      if (!r.ok && ac.signal.aborted) {
-        const why = ac.signal.reason;
-        if (why instanceof CancelledError || why instanceof DeadlineExceededError || why instanceof StepTimeoutError) r.error = why;
+    return new Promise((resolve) => {
+      let settled = false;
+      let grace = null;
+      let t1 = null;
+      let t2 = null;
+      const finish = (r) => {
+        if (settled) return;
+        settled = true;
+        hooks.delete(onAbort);
+        if (grace) clearTimeout(grace);
+        if (t1) clearTimeout(t1);
+        if (t2) clearTimeout(t2);
+        if (!r.ok && signal.aborted) {
+          const why = signal.reason;
+          if (why instanceof CancelledError || why instanceof DeadlineExceededError || why instanceof StepTimeoutError) r.error = why;
+        }
+        resolve(r);
+      };
+      const onAbort = (why) => {
+        if (ac && !ac.signal.aborted) ac.abort(why ?? (parent.reason instanceof Error ? parent.reason : new CancelledError()));
+        if (!grace && !settled) grace = setTimeout(() => finish({ ok: false, error: signal.reason }), STEP_ABANDON_GRACE_MS);
+      };
+      hooks.add(onAbort);
+      if (ac) {
+        if (this.timeout > 0) t1 = setTimeout(() => onAbort(new StepTimeoutError(`step attempt timed out after ${fmtDuration(this.timeout)}`)), this.timeout);
+        if (rs.run.deadline) t2 = setTimeout(() => onAbort(new DeadlineExceededError()), Math.max(0, rs.run.deadline - rs.now()));
       }
-      return r;
-    } finally {
-      for (const t of timers) clearTimeout(t);
-      parent.removeEventListener('abort', onParent);
-      ac.signal.removeEventListener('abort', aborted);
-    }
+      if (parent.aborted) onAbort();
+      let p;
+      try {
+        p = this.fn(info);
+      } catch (e) {
+        finish({ ok: false, error: e });
+        return;
+      }
+      if (p && typeof p.then === 'function') p.then((value) => finish({ ok: true, value }), (error) => finish({ ok: false, error }));
+      else finish({ ok: true, value: p });
+    });
   }
 
   finish(result, err) {

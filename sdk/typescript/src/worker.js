@@ -75,6 +75,8 @@ export class Worker {
     this.stopping = false;
     this.stopped = null;
     this.slotWaiters = [];
+    this.stats = process.env.TRELLIS_SDK_STATS ? { calls: 0, items: 0, ms: 0, claims: 0, msgs: 0, claimed: 0 } : null;
+    if (this.stats) setInterval(() => console.error(JSON.stringify({ ...this.stats, active: this.active.size, queued: this.ckQueue.length })), 1000).unref();
   }
 
   log(level, msg) { this.logger(level, msg); }
@@ -237,7 +239,9 @@ export class Worker {
           namespace: this.namespace, queues: this.queues, workflows: [...this.defs.keys()], worker: this.name,
           credit: BigInt(credit), leaseDuration: duration(this.leaseMs), wait: duration(this.claimWaitMs),
         }, { signal: this.claimAbort.signal });
+        if (this.stats) this.stats.claims++;
         for await (const res of stream) {
+          if (this.stats) { this.stats.msgs++; this.stats.claimed += res.runs.length; }
           for (const cr of res.runs) { got++; this.startRun(cr); }
           if (res.reconnect) break;
         }
@@ -296,7 +300,9 @@ export class Worker {
     let backoff = 50;
     for (;;) {
       try {
+        const tc = performance.now();
         const res = await this.client.checkpoint({ checkpoints: batch.map((b) => b.item) });
+        if (this.stats) { this.stats.calls++; this.stats.items += batch.length; this.stats.ms += performance.now() - tc; }
         res.results.forEach((r, i) => {
           if (r.error) batch[i].reject(new ApiError(`checkpoint refused: ${r.error.reason}: ${r.error.message}`, { reason: r.error.reason, code: r.error.code }));
           else batch[i].resolve(r);
