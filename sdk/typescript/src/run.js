@@ -14,6 +14,8 @@ import {
   CancelledError, DeadlineExceededError, StepError, StepTimeoutError, EventTimeoutError,
   ApprovalTimeoutError, ChildError, MapError, NonDeterminismError, TrellisError, errorInfo, errorJSON,
 } from './errors.js';
+import { create } from '@bufbuild/protobuf';
+import { LeaseSchema } from '../gen/trellis/worker/v1/worker_pb.js';
 import { ts, date, reasonOf } from './proto.js';
 
 /** Thrown inside the engine when the run unwinds; never reaches workflow code. */
@@ -118,7 +120,8 @@ export class RunExec {
       attempt: Number(r.attempts), input: r.input, parentId: r.parentId, priority: Number(r.priority),
       deadline: date(r.deadline), createdAt: date(r.createdAt),
     };
-    this.lease = { namespace: r.namespace, runId: r.id, token: claimed.leaseToken, queue: r.queue, secret: claimed.leaseSecret };
+    // made once: every checkpoint and heartbeat carries it as it is
+    this.lease = create(LeaseSchema, { namespace: r.namespace, runId: r.id, token: claimed.leaseToken, queue: r.queue, secret: claimed.leaseSecret });
     this.queueRetry = claimed.queueRetry;
     this.history = new Map();
     this.lastPos = -1;
