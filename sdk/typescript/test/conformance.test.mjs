@@ -9,7 +9,7 @@ import { startServer, startWorker, eventually, sleep, freshQueue } from './helpe
 let srv; let client; let worker; let queue;
 
 before(async () => {
-  srv = await startServer({ store: process.env.TRELLIS_TEST_STORE });
+  srv = await startServer();
   client = new Client({ server: srv.url, token: srv.token });
   queue = freshQueue('kit');
   worker = await startWorker(srv, { queue });

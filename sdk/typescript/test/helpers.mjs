@@ -22,11 +22,22 @@ export function trellisBin() {
   return built;
 }
 
-/** Starts `trellis server` on a fresh store; resolves {url, token, stop, store}. */
-export async function startServer({ store } = {}) {
+/**
+ * Starts `trellis server` on a fresh store; resolves {url, token, stop, store}.
+ * The store is a SQLite file, or with TRELLIS_TEST_STORE=postgres a fresh schema
+ * (dropped at stop) of TRELLIS_TEST_POSTGRES (default the local test database).
+ */
+export async function startServer() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'trellis-ts-'));
   const tokenFile = path.join(dir, 'admin-token');
-  store = store ?? `sqlite:${path.join(dir, 't.db')}`;
+  let store = `sqlite:${path.join(dir, 't.db')}`;
+  let schema;
+  if (process.env.TRELLIS_TEST_STORE === 'postgres') {
+    const base = new URL(process.env.TRELLIS_TEST_POSTGRES || 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable');
+    schema = `ts_${Math.random().toString(16).slice(2, 10)}`;
+    base.searchParams.set('schema', schema);
+    store = base.toString();
+  }
   const proc = spawn(trellisBin(), ['server', '--store', store, '--listen', '127.0.0.1:0', '--access-log=false', '--admin-token-file', tokenFile], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -46,10 +57,17 @@ export async function startServer({ store } = {}) {
   return {
     url, token, dir, store, proc,
     async stop() {
-      if (proc.exitCode !== null) return;
-      const exited = new Promise((r) => proc.once('exit', r));
-      proc.kill('SIGTERM');
-      await exited;
+      if (proc.exitCode === null) {
+        const exited = new Promise((r) => proc.once('exit', r));
+        proc.kill('SIGTERM');
+        await exited;
+      }
+      if (schema) {
+        const u = new URL(store);
+        try {
+          execFileSync('psql', ['-h', u.hostname, '-p', u.port || '5432', '-U', u.username || 'postgres', '-d', u.pathname.slice(1), '-qc', `DROP SCHEMA IF EXISTS ${schema} CASCADE`], { stdio: 'ignore' });
+        } catch { /* left for the next vacuum */ }
+      }
     },
   };
 }

@@ -13,7 +13,7 @@ let srv; let client;
 const workers = [];
 
 before(async () => {
-  srv = await startServer({ store: process.env.TRELLIS_TEST_STORE });
+  srv = await startServer();
   client = new Client({ server: srv.url, token: srv.token });
 });
 
