@@ -964,6 +964,8 @@ class StepCall {
     const rs = this.rs;
     const at = rs.now();
     const op = this.op();
+    // a step ended before any attempt (cancelled, past the deadline) counts one
+    op.attempts = Math.max(op.attempts, 1);
     op.done = true;
     op.result = result;
     op.finishedAt = at;
