@@ -1,0 +1,234 @@
+// The SDK's workers (in this process) and client against a real server:
+// replay after a restart, hand-back at a graceful stop, retries, waits,
+// children, cancellation, the client's calls and clear errors for bad input.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  Client, Worker, defineWorkflow, defineJob, NonRetryableError, StepError, ChildError, MapError, ApiError,
+  RunFailedError, CancelledError,
+} from '../src/index.js';
+import { startServer, eventually, freshQueue, sleep } from './helpers.mjs';
+
+let srv; let client;
+const workers = [];
+
+before(async () => {
+  srv = await startServer();
+  client = new Client({ server: srv.url, token: srv.token });
+});
+
+after(async () => {
+  for (const w of workers) await w.stop().catch(() => {});
+  await srv?.stop();
+});
+
+/** Starts an in-process worker on queue with defs. */
+async function worker(queue, defs, opts = {}) {
+  const w = new Worker({ server: srv.url, token: srv.token, queues: [queue], handleSignals: false, leaseMs: 5000, logger: () => {}, ...opts });
+  w.register(defs);
+  const ready = w.ready();
+  w.running = w.run();
+  await ready;
+  workers.push(w);
+  return w;
+}
+
+const calls = new Map();
+const count = (k) => calls.set(k, (calls.get(k) ?? 0) + 1);
+
+const replayWf = defineWorkflow('t.replay', async (ctx, input) => {
+  const one = await ctx.step.run('one', async () => { count(`one:${ctx.run.id}`); return input.v + 1; });
+  const ev = await ctx.waitForEvent('go');
+  const two = await ctx.step.run('two', async () => one + ev.add);
+  return { two, attempt: ctx.run.attempt };
+});
+
+test('a run waiting on one worker is replayed by another after a restart', async () => {
+  const q = freshQueue();
+  const a = await worker(q, [replayWf]);
+  const run = await client.start('t.replay', { v: 1 }, { queue: q });
+  await eventually(async () => (await client.getRun(run.id)).status === 'waiting', 10_000, 'waiting');
+  await a.stop();
+  const b = await worker(q, [replayWf]);
+  await client.sendEvent(run.id, 'go', { add: 10 });
+  assert.deepEqual(await client.result(run.id, { timeout: 10_000 }), { two: 12, attempt: 2 });
+  assert.equal(calls.get(`one:${run.id}`), 1, 'step one ran once');
+  const names = [];
+  let resumed;
+  for await (const ev of client.stream(run.id)) { names.push(ev.name); if (ev.name === 'run.resumed') resumed = ev.data; }
+  assert.deepEqual(names, ['run.started', 'step.completed', 'run.waiting', 'run.resumed', 'step.completed', 'run.succeeded']);
+  assert.deepEqual(resumed, { attempt: 2, replayed: 2 });
+  await b.stop();
+});
+
+const handBackWf = defineWorkflow('t.handback', async (ctx) => {
+  await ctx.step.run('pre', async () => { count(`pre:${ctx.run.id}`); return 1; });
+  return ctx.step.run('long', async ({ signal }) => {
+    await new Promise((resolve, reject) => {
+      const t = setTimeout(resolve, ctx.run.attempt === 1 ? 30_000 : 10);
+      signal.addEventListener('abort', () => { clearTimeout(t); reject(signal.reason); });
+    });
+    return 'finished';
+  });
+});
+
+test('a graceful stop hands back the runs it cannot finish; another worker finishes them', async () => {
+  const q = freshQueue();
+  const a = await worker(q, [handBackWf], { shutdownGraceMs: 200 });
+  const run = await client.start('t.handback', {}, { queue: q });
+  await eventually(async () => (await client.history(run.id)).ops.some((o) => o.name === 'pre' && o.done), 10_000, 'step pre');
+  await a.stop();
+  const r = await client.getRun(run.id);
+  assert.equal(r.status, 'pending', 'handed back');
+  const b = await worker(q, [handBackWf]);
+  assert.equal(await client.result(run.id, { timeout: 10_000 }), 'finished');
+  assert.equal(calls.get(`pre:${run.id}`), 1);
+  await b.stop();
+});
+
+const retryWf = defineWorkflow('t.retry', async (ctx, { mode }) => {
+  try {
+    return await ctx.step.run('s', async ({ attempt }) => {
+      if (mode === 'fatal') throw new NonRetryableError('card declined', { type: 'declined' });
+      if (attempt < 3) throw new TypeError(`boom ${attempt}`);
+      return attempt;
+    }, { retry: { maxAttempts: 3, initialInterval: 300, backoffCoefficient: 1 } });
+  } catch (err) {
+    if (err instanceof StepError) return { type: err.type, attempts: err.attempts, message: err.message };
+    throw err;
+  }
+});
+
+test('retries: a backoff longer than the inline limit releases the run; a non-retryable error fails at once', async () => {
+  const q = freshQueue();
+  const w = await worker(q, [retryWf], { maxInlineBackoffMs: 100 });
+  const run = await client.start('t.retry', { mode: 'flaky' }, { queue: q });
+  const seen = await eventually(async () => { const r = await client.getRun(run.id); return (r.status === 'waiting' || r.status === 'succeeded') && r; }, 10_000);
+  assert.equal(seen.status, 'waiting', 'released during the backoff');
+  assert.match(seen.wait_reason, /retry backoff: step "s" attempt 2/);
+  assert.equal(await client.result(run.id, { timeout: 10_000 }), 3);
+  const [op] = (await client.history(run.id)).ops;
+  assert.equal(op.attempts, 3);
+  assert.deepEqual(op.attempt_log.map((a) => [a.error.message, a.error.type]), [['boom 1', 'TypeError'], ['boom 2', 'TypeError']]);
+
+  const fatal = await client.start('t.retry', { mode: 'fatal' }, { queue: q });
+  assert.deepEqual(await client.result(fatal.id, { timeout: 10_000 }), { type: 'declined', attempts: 1, message: 'card declined' });
+  await w.stop();
+});
+
+const leaf = defineWorkflow('t.leaf', async (ctx, { n }) => {
+  if (n < 0) throw new Error(`negative ${n}`);
+  return ctx.step.run('sq', async () => n * n);
+});
+const parentWf = defineWorkflow('t.parent', async (ctx, { ns }) => {
+  const out = {};
+  try { out.child = await ctx.child(leaf, { n: ns[0] }); } catch (err) { out.child = err instanceof ChildError ? `${err.status}: ${err.childMessage}` : String(err); }
+  try { out.map = await ctx.map(leaf, ns.map((n) => ({ n })), { concurrency: 2 }); } catch (err) { out.map = err instanceof MapError ? err.failed.map((f) => [f.index, f.status]) : String(err); }
+  const [x, y] = await Promise.all([ctx.step.run('x', async () => 'x'), ctx.step.run('y', async () => 'y')]);
+  out.parallel = x + y;
+  return out;
+});
+
+test('children and maps: outputs, failures as ChildError and MapError; parallel steps', async () => {
+  const q = freshQueue();
+  const w = await worker(q, [leaf, parentWf]);
+  const ok = await client.start('t.parent', { ns: [2, 3, 4] }, { queue: q });
+  assert.deepEqual(await client.result(ok.id, { timeout: 15_000 }), { child: 4, map: [4, 9, 16], parallel: 'xy' });
+  const kids = await client.children(ok.id, 1);
+  assert.deepEqual(kids.map((k) => k.id), [`${ok.id}.1.0`, `${ok.id}.1.1`, `${ok.id}.1.2`]);
+  const bad = await client.start('t.parent', { ns: [-1, 1, -2] }, { queue: q });
+  const out = await client.result(bad.id, { timeout: 15_000 });
+  assert.equal(out.child, 'failed: negative -1');
+  assert.ok(Array.isArray(out.map) && out.map.some(([i, s]) => i === 0 && s === 'failed'), JSON.stringify(out.map));
+  await w.stop();
+});
+
+const cancelStepWf = defineWorkflow('t.cancelstep', async (ctx) => {
+  try {
+    await ctx.step.run('long', async ({ signal }) => new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason))));
+  } catch (err) {
+    await ctx.detached().step.run('cleanup', async () => (err instanceof StepError ? err.type : err.name));
+    throw new CancelledError();
+  }
+});
+
+test('cancellation aborts a running step\'s signal; detached cleanup still runs', async () => {
+  const q = freshQueue();
+  const w = await worker(q, [cancelStepWf]);
+  const run = await client.start('t.cancelstep', {}, { queue: q });
+  await eventually(async () => (await client.getRun(run.id)).status === 'running', 10_000);
+  await sleep(200);
+  await client.cancel(run.id);
+  const done = await client.waitRun(run.id, { timeout: 10_000 });
+  assert.equal(done.status, 'cancelled');
+  const ops = (await client.history(run.id)).ops;
+  assert.equal(ops[0].error.type, 'cancelled');
+  assert.deepEqual([ops[1].name, ops[1].result], ['cleanup', 'cancelled']);
+  await assert.rejects(client.result(run.id), (e) => e instanceof RunFailedError && e.status === 'cancelled');
+  await w.stop();
+});
+
+const misc = defineWorkflow('t.misc', async (ctx, { what }) => {
+  if (what === 'reserved') ctx.emit('run.mine', 1);
+  if (what === 'noname') await ctx.step.run('', async () => 1);
+  if (what === 'throw') throw new RangeError('out of range');
+  const p = ctx.patched('v2');
+  await ctx.sleep(50);
+  return { p, r: ctx.random() < 1 };
+});
+const jobFail = defineJob('t.jobfail', async (_, { attempt }) => { throw new Error(`job attempt ${attempt}`); }, { retry: { maxAttempts: 2, initialInterval: 100 } });
+
+test('bad input: clear errors from the SDK and from the server', async () => {
+  assert.throws(() => defineWorkflow('', async () => {}), /a name/);
+  assert.throws(() => defineWorkflow('x', 'nope'), /a function is required/);
+  assert.throws(() => new Worker({}), /server .* is required/);
+  assert.throws(() => new Worker({ server: 'ftp://x' }), /want http/);
+  assert.throws(() => new Worker({ server: 'http://x', concurrency: 0 }), /concurrency is 1 to 1000/);
+  assert.throws(() => new Worker({ server: 'http://x' }).register({ name: 'x' }), /defineWorkflow or defineJob/);
+  await assert.rejects(new Worker({ server: 'http://x', handleSignals: false }).run(), /register at least one/);
+  assert.throws(() => new Client({ server: 'not a url' }), /not a URL/);
+  await assert.rejects(client.getRun('no-such-run'), (e) => e instanceof ApiError && e.status === 404 && e.code === 'not_found');
+  await assert.rejects(client.start('bad name!', {}), (e) => e instanceof ApiError && e.status === 400 && e.code === 'invalid_argument');
+  await assert.rejects(client.sendEvent('x', ''), /an event name is required/);
+  await assert.rejects(client.getRun('a/b'), /must not contain/);
+
+  const q = freshQueue();
+  const w = await worker(q, [misc, jobFail]);
+  const fail = async (what) => {
+    const run = await client.start('t.misc', { what }, { queue: q });
+    const r = await client.waitRun(run.id, { timeout: 10_000 });
+    assert.equal(r.status, 'failed');
+    return r.error;
+  };
+  assert.match((await fail('reserved')).message, /reserved/);
+  assert.match((await fail('noname')).message, /step name must be a non-empty string/);
+  assert.deepEqual(await fail('throw'), { message: 'out of range', type: 'RangeError' });
+  const okRun = await client.start('t.misc', { what: 'ok' }, { queue: q });
+  assert.deepEqual(await client.result(okRun.id, { timeout: 10_000 }), { p: true, r: true });
+  assert.deepEqual((await client.history(okRun.id)).ops.map((o) => o.kind), ['patch', 'timer', 'random']);
+
+  const job = await client.start('t.jobfail', {}, { queue: q });
+  const jr = await client.waitRun(job.id, { timeout: 10_000 });
+  assert.equal(jr.status, 'failed');
+  assert.equal(jr.error.message, 'job attempt 2');
+  await w.stop();
+});
+
+test('client: list runs, idempotent starts, stream from a cursor', async () => {
+  const q = freshQueue();
+  const w = await worker(q, [misc]);
+  const key = `k-${q}`;
+  const a = await client.start('t.misc', { what: 'ok' }, { queue: q, idempotencyKey: key, id: `wf-${q}` });
+  const b = await client.start('t.misc', { what: 'ok' }, { queue: q, idempotencyKey: key, id: `wf-${q}` });
+  assert.equal(a.id, b.id, 'the same start, once');
+  await client.result(a.id, { timeout: 10_000 });
+  const { runs } = await client.listRuns({ queue: q, status: ['succeeded'] });
+  assert.deepEqual(runs.map((r) => r.id), [a.id]);
+  assert.equal((await client.getRun(`wf-${q}`)).id, a.id, 'by workflow ID');
+  const all = [];
+  for await (const ev of client.stream(a.id)) all.push(ev);
+  const tail = [];
+  for await (const ev of client.stream(a.id, { after: all[0].sequence })) tail.push(ev.sequence);
+  assert.deepEqual(tail, all.slice(1).map((e) => e.sequence));
+  await w.stop();
+});
