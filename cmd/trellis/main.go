@@ -40,6 +40,7 @@ Commands:
   migrate     create or upgrade a store's schema
   server      serve the HTTP API of a store (docs/http-api.md)
   bench       benchmark a store, or a server as its client (--server)
+  conformance run the SDK conformance kit against a server and a worker command
   version     print the version of trellis and Go
   help        show this help; "trellis help <command>" shows a command's flags
 
@@ -116,6 +117,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runServer(ctx, rest, stdout, stderr)
 	case "bench":
 		return runBenchCommand(ctx, rest, stdout)
+	case "conformance":
+		return runConformance(ctx, rest, stdout, stderr)
 	case "version", "--version":
 		return runVersion(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
