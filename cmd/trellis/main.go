@@ -1,7 +1,7 @@
 // Command trellis is the Trellis command line: a guided local demo (dev), starting,
 // inspecting and controlling runs (runs), deciding approvals (approvals), store
-// migrations (migrate), the HTTP API server (server), benchmarks (bench) and its
-// version (version).
+// migrations (migrate), the HTTP API server (server), benchmarks (bench), the SDK
+// conformance kit (conformance) and its version (version).
 //
 // Every command is a function runX(ctx, args, stdout, stderr) error, so tests call it
 // directly and capture its output; main only maps the error to an exit status. A
@@ -28,21 +28,21 @@ Usage:
   trellis <command> [arguments]
 
 Commands:
-  dev         run example workflows on a local SQLite store and watch them
-  runs        start, watch and manage runs (start, list, get, history, watch, cancel, resume, send-event, reset, delete)
-  approvals   list and decide approval requests (list, approve, reject)
-  workers     list the workers that serve a namespace (list)
-  schedules   run workflows on a cron expression (create, list, get, update, pause, resume, trigger, backfill, delete)
-  tokens      create, list, rotate and revoke the server's bearer tokens (create, list, rotate, revoke)
-  audit       list the audit log: who changed what through a server, when, from where (list)
-  namespaces  manage namespaces: retention, default queue, payload limit (create, list, get, update)
-  queues      manage queues: pause, concurrency, per-key and rate limits (create, list, get, update, pause, resume)
-  migrate     create or upgrade a store's schema
-  server      serve the HTTP API of a store (docs/http-api.md)
-  bench       benchmark a store, or a server as its client (--server)
-  conformance run the SDK conformance kit against a server and a worker command
-  version     print the version of trellis and Go
-  help        show this help; "trellis help <command>" shows a command's flags
+  dev          run example workflows on a local SQLite store and watch them
+  runs         start, watch and manage runs (start, list, get, history, watch, cancel, resume, send-event, reset, delete)
+  approvals    list and decide approval requests (list, approve, reject)
+  workers      list the workers that serve a namespace (list)
+  schedules    run workflows on a cron expression (create, list, get, update, pause, resume, trigger, backfill, delete)
+  tokens       create, list, rotate and revoke the server's bearer tokens (create, list, rotate, revoke)
+  audit        list the audit log: who changed what through a server, when, from where (list)
+  namespaces   manage namespaces: retention, default queue, payload limit (create, list, get, update)
+  queues       manage queues: pause, concurrency, per-key and rate limits (create, list, get, update, pause, resume)
+  migrate      create or upgrade a store's schema
+  server       serve the HTTP API of a store (docs/http-api.md)
+  bench        benchmark a store, or a server as its client (--server)
+  conformance  run the SDK conformance kit against a server and a worker command
+  version      print the version of trellis and Go
+  help         show this help; "trellis help <command>" shows a command's flags
 
 Store URLs look like sqlite:///abs/path/trellis.db or postgres://user@host:5432/db?schema=trellis.
 
