@@ -202,7 +202,7 @@ func (r *confRunner) run(ctx context.Context, cases []*conformance.Case) (err er
 	var fmu sync.Mutex
 	report := func(c *conformance.Case, d time.Duration, err error) {
 		if err != nil {
-			if cause := context.Cause(kitCtx); cause != nil && kitCtx.Err() != nil {
+			if cause := context.Cause(kitCtx); cause != nil && kitCtx.Err() != nil && !strings.Contains(err.Error(), cause.Error()) {
 				err = fmt.Errorf("%w (%v)", err, cause)
 			}
 			fmu.Lock()
@@ -330,12 +330,20 @@ func (r *confRunner) startWorker(ctx context.Context) error {
 		}) {
 			return nil
 		}
+		exited := func() error {
+			return fmt.Errorf("conformance: the worker command exited (%s) before its worker record %q appeared%s", p.state, name, r.seeLog())
+		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("conformance: the worker command exited (%s) before its worker record %q appeared%s", p.state, name, r.seeLog())
+			return exited()
 		case <-deadline.C:
 			return fmt.Errorf("conformance: no live worker record %q within 30s of starting the worker command (last read: %v)%s", name, err, r.seeLog())
 		case <-ctx.Done():
+			select {
+			case <-p.done: // its exit ended ctx
+				return exited()
+			default:
+			}
 			return fmt.Errorf("conformance: waiting for worker record %q: %w", name, context.Cause(ctx))
 		case <-time.After(100 * time.Millisecond):
 		}

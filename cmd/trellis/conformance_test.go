@@ -75,6 +75,16 @@ func TestConformanceRunnerFailures(t *testing.T) {
 		}
 	})
 
+	t.Run("worker dies during the kit", func(t *testing.T) {
+		r := trellisProcess(t, "conformance", "--server", base, "--token", token, "--only", "three_steps,sleep",
+			"--worker-cmd", "timeout -s KILL 1 "+worker)
+		if r.code != 1 {
+			t.Fatalf("exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		contains(t, "stdout", r.stdout, "PASS  conformance.three_steps", "FAIL  conformance.sleep",
+			"the worker command exited on its own (exit status 137)", "FAIL: 1 of 2 cases failed")
+	})
+
 	t.Run("token without the roles", func(t *testing.T) {
 		r := trellisProcess(t, "conformance", "--server", base, "--token", readerOnly, "--worker-cmd", worker)
 		if r.code != 1 {
