@@ -29,6 +29,13 @@ func (wc *Context) WorkflowID() string { return wc.rs.Run().WorkflowID }
 // at start). It never changes for the life of the run.
 func (wc *Context) Version() int { return wc.rs.Run().Version }
 
+// RunAttempt returns the run's execution number: 1 for its first claim, one
+// more for each later one (after a wait, a crash, a hand-back). It differs
+// between executions, so a workflow must not branch on it (the run would
+// block as non-deterministic); it is for logs and metrics. The TypeScript
+// and Python SDKs show the same number (ctx.run.attempt).
+func (wc *Context) RunAttempt() int { return wc.rs.Run().Attempts }
+
 // Cancelled reports whether the run has been cancelled.
 func (wc *Context) Cancelled() bool { return wc.rs.Cancelled() }
 

@@ -58,7 +58,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	k := newKit(queue, w.Client(), os.Getenv("CONFORMANCE_BREAK"))
+	k := newKit(queue, os.Getenv("CONFORMANCE_BREAK"))
 	if err := w.Register(ctx, k.all()...); err != nil {
 		w.Client().Close()
 		return err

@@ -14,8 +14,7 @@ import (
 // the kit stays in the queue the runner gave.
 type kit struct {
 	queue string
-	c     *trellis.Client // to read the run's claim count (see nondeterminism)
-	brk   string          // CONFORMANCE_BREAK: the workflow whose output is made wrong
+	brk   string // CONFORMANCE_BREAK: the workflow whose output is made wrong
 
 	double *trellis.Workflow[num, int]
 }
@@ -24,8 +23,8 @@ type num struct {
 	N int `json:"n"`
 }
 
-func newKit(queue string, c *trellis.Client, brk string) *kit {
-	k := &kit{queue: queue, c: c, brk: brk}
+func newKit(queue string, brk string) *kit {
+	k := &kit{queue: queue, brk: brk}
 	k.double = trellis.NewWorkflow("conformance.double", func(wc *trellis.Context, in num) (int, error) {
 		return trellis.Step(wc, "double", func(context.Context) (int, error) { return in.N * 2, nil })
 	}, k.opts())
@@ -216,17 +215,10 @@ func (k *kit) all() []trellis.Registrable {
 		}),
 
 		wf(k, "conformance.nondeterminism", func(wc *trellis.Context, _ none) (any, error) {
-			// The Go SDK does not show the run's claim count to workflow code:
-			// read it through the client (a read outside history, which a real
-			// workflow must never branch on; here that is the point).
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			r, err := k.c.Get(ctx, wc.RunID())
-			cancel()
-			if err != nil {
-				return nil, err
-			}
+			// Branching on the run's execution number is what a real workflow
+			// must never do; here that is the point.
 			name := "after"
-			if r.Attempts <= 1 {
+			if wc.RunAttempt() <= 1 {
 				name = "before"
 			}
 			if _, err := trellis.Step(wc, name, func(context.Context) (string, error) { return name, nil }); err != nil {
