@@ -137,8 +137,11 @@ func (k *kit) all() []trellis.Registrable {
 			return map[string]bool{"approved": d.Approved}, nil
 		}),
 
-		wf(k, "conformance.child", func(wc *trellis.Context, in num) (any, error) {
-			return trellis.Child(wc, k.double, in)
+		wf(k, "conformance.child", func(wc *trellis.Context, in struct {
+			N     int    `json:"n"`
+			Queue string `json:"queue"` // another worker's queue, of any language (docs/conformance.md)
+		}) (any, error) {
+			return trellis.Child(wc, k.double, num{in.N}, trellis.ChildOptions{Queue: in.Queue})
 		}),
 
 		wf(k, "conformance.map", func(wc *trellis.Context, in struct {

@@ -53,7 +53,8 @@ export const approval = defineWorkflow('conformance.approval', async (ctx) => {
 
 export const double = defineWorkflow('conformance.double', async (ctx, { n }) => ctx.step.run('double', async () => n * 2));
 
-export const child = defineWorkflow('conformance.child', async (ctx, { n }) => ctx.child(double, { n }, { queue: ctx.run.queue }));
+// queue, when given, is another worker's queue, of any language (docs/conformance.md).
+export const child = defineWorkflow('conformance.child', async (ctx, { n, queue }) => ctx.child(double, { n }, { queue: queue || ctx.run.queue }));
 
 export const map = defineWorkflow('conformance.map', async (ctx, { count, concurrency }) => {
   const items = Array.from({ length: count }, (_, n) => ({ n }));
