@@ -21,7 +21,7 @@ func Check(p *store.CheckpointParams, rec *Recorded) error {
 }
 
 func check(p *store.CheckpointParams, rec *Recorded) *Error {
-	byPos := make(map[int]int, len(p.Ops)) // position → index in p.Ops
+	byPos := newPositions(len(p.Ops))
 	for i, op := range p.Ops {
 		if e := checkOp(i, op, false); e != nil {
 			return e
@@ -30,12 +30,12 @@ func check(p *store.CheckpointParams, rec *Recorded) *Error {
 		// progress was completed before the checkpoint was made (a step's last
 		// attempt failed, a timer already due, an event in the inbox): the
 		// later write completes the earlier, as against a recorded op.
-		if j, dup := byPos[op.Position]; dup {
+		if j, dup := byPos.get(p.Ops[:i], op.Position); dup {
 			if prev := p.Ops[j]; prev.Done || prev.Kind != op.Kind || prev.Name != op.Name {
 				return opErr(i, op, "position", "written twice in one checkpoint (ops %d and %d): only an op in progress is completed by a later write", j, i)
 			}
 		}
-		byPos[op.Position] = i
+		byPos.set(op.Position, i)
 		if rec != nil {
 			if e := checkAgainst(i, op, rec, len(p.Ops)); e != nil {
 				return e
@@ -58,6 +58,41 @@ func check(p *store.CheckpointParams, rec *Recorded) *Error {
 		return e
 	}
 	return checkStatus(p, rec)
+}
+
+// positions finds the op of a checkpoint at a position (the last written
+// there): by a scan of the ops for the few of most checkpoints, by a map for
+// more.
+type positions struct{ m map[int]int }
+
+const positionsScan = 16
+
+func newPositions(n int) positions {
+	if n <= positionsScan {
+		return positions{}
+	}
+	return positions{m: make(map[int]int, n)}
+}
+
+func (ps positions) set(pos, i int) {
+	if ps.m != nil {
+		ps.m[pos] = i
+	}
+}
+
+// get returns the index in ops of the last op at pos set so far (with a map),
+// or of the last op at pos (scanning).
+func (ps positions) get(ops []*store.Op, pos int) (int, bool) {
+	if ps.m != nil {
+		i, ok := ps.m[pos]
+		return i, ok
+	}
+	for i := len(ops) - 1; i >= 0; i-- {
+		if ops[i].Position == pos {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // checkAgainst checks an op against the run's recorded history: a recorded op
@@ -85,10 +120,10 @@ func describeRec(r recordedOp) string {
 
 // checkAttempts: each failed attempt goes with its step's op in the same
 // checkpoint, numbered within its attempts, with the error it failed with.
-func checkAttempts(p *store.CheckpointParams, byPos map[int]int) *Error {
+func checkAttempts(p *store.CheckpointParams, byPos positions) *Error {
 	for k, a := range p.Attempts {
 		field := fmt.Sprintf("attempts[%d]", k)
-		i, ok := byPos[a.Position]
+		i, ok := byPos.get(p.Ops, a.Position)
 		if !ok || p.Ops[i].Kind != store.OpStep {
 			return fieldErr(field, "position %d: a failed attempt goes with its step's op in the same checkpoint", a.Position)
 		}
@@ -135,7 +170,7 @@ func checkKV(p *store.CheckpointParams) *Error {
 
 // checkStream: emitted events go with their emit ops, in order, under names
 // that are not reserved; lifecycle events say what the checkpoint does.
-func checkStream(p *store.CheckpointParams, byPos map[int]int) *Error {
+func checkStream(p *store.CheckpointParams, byPos positions) *Error {
 	var emits []int // indexes of emit ops, in position order
 	for i, op := range p.Ops {
 		if op.Kind == store.OpEmit {
@@ -148,7 +183,7 @@ func checkStream(p *store.CheckpointParams, byPos map[int]int) *Error {
 	sortByPosition(p.Ops, emits)
 	next := 0
 	for k, w := range p.Stream {
-		field := fmt.Sprintf("stream[%d]", k)
+		field := streamField(k)
 		if w.Name == "" {
 			return fieldErr(field, "a stream event needs a name")
 		}
@@ -200,10 +235,11 @@ var lifecycleStatus = map[string]store.Status{
 	store.StreamRunCancelled: store.StatusCancelled,
 }
 
-func checkLifecycle(p *store.CheckpointParams, byPos map[int]int, k int, w store.StreamWrite) *Error {
-	field := fmt.Sprintf("stream[%d]", k)
-	var data map[string]json.RawMessage
-	if err := json.Unmarshal(w.Data, &data); err != nil || data == nil {
+func checkLifecycle(p *store.CheckpointParams, byPos positions, k int, w store.StreamWrite) *Error {
+	field := streamField(k)
+	step := w.Name == store.StreamStepCompleted || w.Name == store.StreamStepFailed
+	// (A step event's data is decoded below, which checks it is JSON.)
+	if d := bytes.TrimLeft(w.Data, " \t\r\n"); len(d) == 0 || d[0] != '{' || !step && !json.Valid(d) {
 		return fieldErr(field, "lifecycle event %q: its data is a JSON object", w.Name)
 	}
 	switch w.Name {
@@ -213,10 +249,13 @@ func checkLifecycle(p *store.CheckpointParams, byPos map[int]int, k int, w store
 		}
 		return nil
 	case store.StreamStepCompleted, store.StreamStepFailed:
-		var name string
-		if err := json.Unmarshal(data["name"], &name); err != nil || name == "" {
+		var data struct {
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal(w.Data, &data); err != nil || data.Name == "" {
 			return fieldErr(field, "%s: its data names the step (name)", w.Name)
 		}
+		name := data.Name
 		for _, op := range p.Ops {
 			if op.Kind != store.OpStep || op.Name != name {
 				continue
@@ -244,6 +283,21 @@ func checkLifecycle(p *store.CheckpointParams, byPos map[int]int, k int, w store
 	return nil
 }
 
+// streamField names stream event k; a few are named without formatting.
+func streamField(k int) string {
+	if k < len(streamFields) {
+		return streamFields[k]
+	}
+	return fmt.Sprintf("stream[%d]", k)
+}
+
+var streamFields = func() (f [8]string) {
+	for k := range f {
+		f[k] = fmt.Sprintf("stream[%d]", k)
+	}
+	return f
+}()
+
 func hasAttempt(p *store.CheckpointParams, pos int) bool {
 	for _, a := range p.Attempts {
 		if a.Position == pos {
@@ -256,13 +310,13 @@ func hasAttempt(p *store.CheckpointParams, pos int) bool {
 // checkChildren: a group of child runs goes with its child op in the
 // checkpoint, runs of the op's workflow, with the run IDs derived from the
 // parent's (RUN.POSITION, or RUN.POSITION.INDEX for a map's items).
-func checkChildren(p *store.CheckpointParams, byPos map[int]int) *Error {
+func checkChildren(p *store.CheckpointParams, byPos positions) *Error {
 	for g, grp := range p.Children {
 		field := fmt.Sprintf("children[%d]", g)
 		if grp == nil || len(grp.Runs) == 0 {
 			return fieldErr(field, "a child group has runs")
 		}
-		i, ok := byPos[grp.Position]
+		i, ok := byPos.get(p.Ops, grp.Position)
 		if !ok || p.Ops[i].Kind != store.OpChild {
 			return fieldErr(field, "position %d: a child group goes with its child op in the same checkpoint", grp.Position)
 		}
@@ -287,13 +341,13 @@ func checkChildren(p *store.CheckpointParams, byPos map[int]int) *Error {
 
 // checkApprovals: a request goes with its approval op, in progress, in the
 // checkpoint.
-func checkApprovals(p *store.CheckpointParams, byPos map[int]int) *Error {
+func checkApprovals(p *store.CheckpointParams, byPos positions) *Error {
 	for k, a := range p.Approvals {
 		field := fmt.Sprintf("approvals[%d]", k)
 		if a == nil || a.ID == "" {
 			return fieldErr(field, "an approval request needs an ID")
 		}
-		i, ok := byPos[a.Position]
+		i, ok := byPos.get(p.Ops, a.Position)
 		if !ok || p.Ops[i].Kind != store.OpApproval || p.Ops[i].Done {
 			return fieldErr(field, "position %d: an approval request goes with its approval op, in progress, in the same checkpoint", a.Position)
 		}

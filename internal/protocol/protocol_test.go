@@ -260,3 +260,19 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkCheckStep is the check of the commonest checkpoint: a step's
+// result, with its lifecycle event, on a run with some history.
+func BenchmarkCheckStep(b *testing.B) {
+	rec := protocol.NewRecorded([]*store.Op{{Position: 0, Kind: store.OpStep, Name: "a", Done: true, Attempts: 1}}, false)
+	p := &store.CheckpointParams{Status: store.StatusRunning,
+		Ops: []*store.Op{{Position: 1, Kind: store.OpStep, Name: "b", Done: true, Result: []byte(`"` + strings.Repeat("x", 100) + `"`), Attempts: 1, StartedAt: t0, FinishedAt: &t0}},
+		Stream: []store.StreamWrite{{Name: store.StreamRunResumed, Data: []byte(`{"attempt":2,"replayed":1}`)},
+			{Name: store.StreamStepCompleted, Data: []byte(`{"name":"b","attempt":1,"duration_ms":0.012}`)}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := protocol.Check(p, rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
