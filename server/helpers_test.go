@@ -82,7 +82,8 @@ type env struct {
 // storeURLs names the stores the API tests run on.
 func storeURLs(t *testing.T) map[string]func(t *testing.T) string {
 	return map[string]func(t *testing.T) string{
-		"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "trellis.db") },
+		// A fuzz input's test name, and so its TempDir, holds '#' (URL: %23).
+		"sqlite":   func(t *testing.T) string { return "sqlite://" + strings.ReplaceAll(filepath.Join(t.TempDir(), "trellis.db"), "#", "%23") },
 		"postgres": func(t *testing.T) string { return pgtest.SchemaURL(t) },
 	}
 }

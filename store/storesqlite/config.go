@@ -112,6 +112,10 @@ func (c Config) validate() error {
 // wal_preallocate (bytes). Any other parameter, or one that cannot be parsed,
 // is an error.
 func ParseURL(u string) (Config, error) {
+	if strings.Contains(u, "#") {
+		// A '#' ends a URL's path: sqlite:///tmp/a#b.db would open /tmp/a.
+		return Config{}, fmt.Errorf("parsing store URL %q: a '#' in the path must be written %%23 (it would end the path)", u)
+	}
 	parsed, err := url.Parse(u)
 	if err != nil {
 		return Config{}, fmt.Errorf("parsing store URL: %w", err)

@@ -18,6 +18,7 @@ func TestParseURL(t *testing.T) {
 		{"sqlite:trellis.db?durability=relaxed", Config{Path: "trellis.db", Durability: DurabilityRelaxed}},
 		{"sqlite://./rel.db", Config{Path: "./rel.db"}},
 		{"sqlite:///tmp/with%20space.db", Config{Path: "/tmp/with space.db"}},
+		{"sqlite:///tmp/seed%230/t.db", Config{Path: "/tmp/seed#0/t.db"}},
 		{"sqlite:///tmp/t.db?wal_limit=1048576", Config{Path: "/tmp/t.db", WALLimit: 1 << 20}},
 		{"sqlite:///tmp/t.db?wal_preallocate=4194304", Config{Path: "/tmp/t.db", WALPreallocate: 4 << 20}},
 		{"sqlite:///tmp/t.db?wal_preallocate=0", Config{Path: "/tmp/t.db"}},
@@ -50,6 +51,8 @@ func TestParseURL(t *testing.T) {
 		{"sqlite:///tmp/t.db?durability=relaxed;max_batch=2", "semicolon"},
 		{"sqlite:///tmp/t.db?durability=%zz", "parameters"},
 		{"::", "parsing"},
+		{"sqlite:///tmp/seed#0/t.db", "'#' in the path must be written %23"},
+		{"sqlite:///tmp/t.db#", "'#'"},
 	}
 	for _, tc := range bad {
 		if _, err := ParseURL(tc.url); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
