@@ -69,7 +69,9 @@ func (lh *leaseHistories) acquire(l store.Lease) *leaseHistory {
 	if e == nil || e.token != l.Token {
 		if e != nil && e.token > l.Token { // a stale lease's write: the store refuses it
 			lh.mu.Unlock()
-			return &leaseHistory{token: l.Token}
+			e = &leaseHistory{token: l.Token}
+			e.mu.Lock() // the caller unlocks it
+			return e
 		}
 		e = &leaseHistory{token: l.Token}
 		lh.m[k] = e

@@ -8,11 +8,15 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"connectrpc.com/connect"
 
 	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
 	"github.com/trellis-dev/trellis/internal/protocol"
 	"github.com/trellis-dev/trellis/store"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -159,4 +163,44 @@ func FuzzWorkerCheckpoint(f *testing.F) {
 			t.Fatalf("checkpoint %s was applied and left an invalid history: %v", data, err)
 		}
 	})
+}
+
+// A worker that comes back after its run was taken over: its late checkpoint,
+// through the server that pushed the new lease, is refused as a lost lease
+// (the server's record of the run's history belongs to the new lease), and
+// the new worker's checkpoints go on.
+func TestCheckpointOfATakenOverLease(t *testing.T) {
+	t.Parallel()
+	e := newBoundaryEnv(t)
+	e.remoteRun("taken", "default")
+	claim := func() *pb.ClaimedRun {
+		s, err := e.workerClient("worker").Claim(t.Context(), connect.NewRequest(&pb.ClaimRequest{Namespace: "default",
+			Queues: []string{"default"}, Workflows: []string{"remote"}, Worker: "worker", Credit: 1, LeaseDuration: durationpb.New(50 * time.Millisecond)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var runs []*pb.ClaimedRun
+		for s.Receive() {
+			runs = append(runs, s.Msg().Runs...)
+		}
+		if len(runs) != 1 {
+			t.Fatalf("claimed %d runs (%v)", len(runs), s.Err())
+		}
+		return runs[0]
+	}
+	old := claim()
+	time.Sleep(100 * time.Millisecond) // the lease expires
+	cur := claim()
+	step := func(cr *pb.ClaimedRun, name string, pos int64) *pb.CheckpointItem {
+		now := timestamppb.Now()
+		return &pb.CheckpointItem{Lease: leaseOf(cr), Seq: 1, Status: "running", Ops: []*pb.Op{{Position: pos, Kind: "step", Name: name,
+			Done: true, Result: []byte(`1`), Attempts: 1, StartedAt: now, FinishedAt: now}}}
+	}
+	if err := e.checkpointAs("worker", step(old, "late", 0)); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("the old lease's checkpoint: %v, want lease lost", err)
+	}
+	if err := e.checkpointAs("worker", step(cur, "a", 0)); err != nil {
+		t.Fatalf("the new lease's checkpoint: %v", err)
+	}
 }
