@@ -164,7 +164,9 @@ def main():
     env = os.environ
     w = trellis.Worker(env["TRELLIS_SERVER"], env.get("TRELLIS_TOKEN"), namespace=env.get("TRELLIS_NAMESPACE", "default"),
                        queues=[QUEUE], name=env.get("TRELLIS_WORKER_NAME"),
-                       lease_seconds=float(env.get("TRELLIS_LEASE_SECONDS", "10")))
+                       lease_seconds=float(env.get("TRELLIS_LEASE_SECONDS", "10")),
+                       # Not part of the kit's contract: the SDK's own tests shorten the grace.
+                       shutdown_grace=float(env.get("TRELLIS_SHUTDOWN_GRACE", "10")))
     w.register(*WORKFLOWS)
     w.run()
 

@@ -1,0 +1,88 @@
+"""A worker of the tests' own workflows (beyond the kit), started as a process
+with the kit's environment variables."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import trellis  # noqa: E402
+
+QUEUE = os.environ.get("TRELLIS_QUEUE", "default")
+
+
+@trellis.workflow("extra.unencodable")
+async def unencodable(ctx, _):
+    return await ctx.step.run("bad", lambda: object(), retry=trellis.Retry(max_attempts=1))
+
+
+@trellis.workflow("extra.non_retryable")
+async def non_retryable(ctx, _):
+    def declined():
+        raise trellis.NonRetryable("card declined", type="declined")
+
+    return await ctx.step.run("charge", declined, retry=trellis.Retry(max_attempts=5, initial=0.01))
+
+
+@trellis.workflow("extra.reserved_emit")
+async def reserved_emit(ctx, _):
+    ctx.emit("run.fake", {})
+
+
+@trellis.workflow("extra.fails")
+async def fails(ctx, _):
+    raise RuntimeError("boom")
+
+
+@trellis.workflow("extra.child_fails")
+async def child_fails(ctx, _):
+    try:
+        await ctx.child("extra.fails", None, queue=QUEUE)
+    except trellis.ChildFailed as e:
+        return {"type": e.type, "status": e.status, "run_id": e.run_id}
+
+
+@trellis.workflow("extra.maybe_fail")
+async def maybe_fail(ctx, n):
+    if n == 1:
+        raise RuntimeError("item 1 fails")
+    return n
+
+
+@trellis.workflow("extra.map_fails")
+async def map_fails(ctx, _):
+    try:
+        await ctx.map("extra.maybe_fail", [0, 1, 2], queue=QUEUE)
+    except trellis.MapFailed as e:
+        return {"failed": [f["index"] for f in e.failed]}
+
+
+@trellis.workflow("extra.patched_backoff")
+async def patched_backoff(ctx, _):
+    p = ctx.patched("v2")
+
+    def flaky(info):
+        if info.attempt == 1:
+            raise RuntimeError("first")
+        return f"ok {info.attempt}"
+
+    v = await ctx.step.run("flaky", flaky, retry=trellis.Retry(max_attempts=2, initial=2.5, jitter=0))
+    return {"patched": p, "value": v}
+
+
+@trellis.job("extra.flaky_job", retry=trellis.Retry(max_attempts=3, initial=0.1, jitter=0))
+def flaky_job(inp, info):
+    if info.attempt <= inp["fail"]:
+        raise RuntimeError(f"job failure {info.attempt}")
+    return f"job ok {info.attempt}"
+
+
+if __name__ == "__main__":
+    env = os.environ
+    w = trellis.Worker(env["TRELLIS_SERVER"], env.get("TRELLIS_TOKEN"), queues=[QUEUE],
+                       name=env.get("TRELLIS_WORKER_NAME"), lease_seconds=float(env.get("TRELLIS_LEASE_SECONDS", "10")))
+    w.register(unencodable, non_retryable, reserved_emit, fails, child_fails, maybe_fail, map_fails, patched_backoff,
+               flaky_job)
+    w.run()

@@ -1,0 +1,251 @@
+"""Crashes, restarts and stops with real processes: a SIGKILLed worker's run
+taken over, replay after a worker and a server restart, a graceful stop that
+finishes or hands back its runs; and bad input to the worker and the client."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import unittest
+
+from _harness import Server, WorkerProcess, new_queue, ops_of, trellis, wait_status
+
+
+class Crashes(unittest.TestCase):
+    def setUp(self):
+        self.srv = Server()
+        self.addCleanup(self.srv.close)
+        self.c = self.srv.client()
+        self.addCleanup(self.c.close)
+        self.queue = new_queue()
+        self.workers = []
+
+    def tearDown(self):
+        for w in self.workers:
+            w.close()
+
+    def worker(self, **kw) -> WorkerProcess:
+        w = WorkerProcess(self.srv, self.queue, **kw).wait_live()
+        self.workers.append(w)
+        return w
+
+    def wait_step(self, run_id, name, timeout=15):
+        """Waits until the run's lease reports step `name` under way."""
+        end = time.time() + timeout
+        while time.time() < end:
+            r = self.c.get(run_id)
+            if (r.get("current_step") or {}).get("name") == name:
+                return r
+            if any(o["name"] == "before" and o["done"] for o in ops_of(self.c, run_id)) and name == "slow":
+                time.sleep(0.2)  # the step 'slow' starts right after 'before' is recorded
+                return r
+            time.sleep(0.05)
+        raise AssertionError(f"step {name} of {run_id} never started")
+
+    def test_sigkilled_worker_run_taken_over(self):
+        w1 = self.worker()
+        r = self.c.start("conformance.takeover", {}, queue=self.queue)
+        self.wait_step(r["id"], "slow")
+        time.sleep(0.8)
+        w1.kill()
+        killed = time.time()
+        self.worker()
+        run = self.c.result(r["id"], timeout=30)
+        self.assertEqual((run["status"], run["output"]), ("succeeded", "survived"))
+        self.assertLess(time.time() - killed, 5 + 4 + 4)
+        ops = ops_of(self.c, r["id"])
+        self.assertEqual([(o["name"], o["result"], o["attempts"]) for o in ops],
+                         [("before", "b", 1), ("slow", "s", 1), ("after", "a", 1)])
+        self.assertEqual(run["attempts"], 2)
+        evs = [e["event"] for e in self.c.stream(r["id"], timeout=10)]
+        self.assertEqual(evs, ["run.started", "step.completed", "run.resumed", "step.completed", "step.completed",
+                               "run.succeeded"])
+
+    def test_replay_after_worker_and_server_restart(self):
+        w1 = self.worker()
+        r = self.c.start("conformance.sleep", {"seconds": 4}, queue=self.queue)
+        wait_status(self.c, r["id"], "waiting")
+        w1.kill()
+        self.srv.restart()
+        self.worker()
+        run = self.c.result(r["id"], timeout=30)
+        self.assertEqual(run["output"], "slept")
+        ops = ops_of(self.c, r["id"])
+        self.assertEqual([(o["kind"], o["done"]) for o in ops], [("timer", True), ("step", True)])
+
+    def test_worker_reconnects_after_server_restart(self):
+        self.worker()
+        r = self.c.start("conformance.event_wait", {}, queue=self.queue)
+        wait_status(self.c, r["id"], "waiting")
+        self.srv.restart()
+        self.c.close()
+        self.c.send_event(r["id"], "go", 7)
+        run = self.c.result(r["id"], timeout=30)
+        self.assertEqual(run["output"], {"go": 7, "never": "timeout"})
+
+    def test_graceful_stop_finishes_active_runs(self):
+        w = self.worker()
+        r = self.c.start("conformance.takeover", {}, queue=self.queue)
+        self.wait_step(r["id"], "slow")
+        t0 = time.time()
+        self.assertEqual(w.terminate(), 0)
+        self.assertLess(time.time() - t0, 10)
+        run = self.c.get(r["id"])
+        self.assertEqual((run["status"], run["output"]), ("succeeded", "survived"))
+        self.assertFalse(any(x["name"] == w.name for x in self.c.workers()))
+
+    def test_graceful_stop_hands_back_after_grace(self):
+        w = self.worker(extra_env={"TRELLIS_SHUTDOWN_GRACE": "0.3"})
+        r = self.c.start("conformance.takeover", {}, queue=self.queue)
+        self.wait_step(r["id"], "slow")
+        self.assertEqual(w.terminate(), 0)
+        run = self.c.get(r["id"])
+        self.assertEqual(run["status"], "pending")
+        self.assertEqual([o["name"] for o in ops_of(self.c, r["id"]) if o["done"]], ["before"])
+        self.worker()
+        run = self.c.result(r["id"], timeout=30)
+        self.assertEqual(run["output"], "survived")
+        self.assertEqual([(o["name"], o["attempts"]) for o in ops_of(self.c, r["id"])],
+                         [("before", 1), ("slow", 1), ("after", 1)])
+
+
+class BadInput(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server()
+        cls.c = cls.srv.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        cls.srv.close()
+
+    def test_worker_with_a_bad_token(self):
+        w = trellis.Worker(self.srv.url, "trl_not-a-token", name="bad")
+
+        @trellis.workflow("x")
+        async def x(ctx, inp):
+            return 1
+
+        w.register(x)
+        with self.assertRaises(trellis.ProtocolError) as e:
+            w.run()
+        self.assertEqual(e.exception.code, "unauthenticated")
+
+    def test_registration_errors(self):
+        with self.assertRaises(TypeError):
+            trellis.workflow("sync")(lambda ctx, inp: 1)
+        w = trellis.Worker(self.srv.url, self.srv.token)
+        with self.assertRaises(TypeError):
+            w.register(lambda: 1)
+        with self.assertRaises(ValueError):
+            trellis.Worker(self.srv.url, self.srv.token, concurrency=0)
+        with self.assertRaises(ValueError):
+            trellis.Worker("ftp://x", self.srv.token)
+        with self.assertRaises(ValueError):
+            trellis.Retry(max_attempts=0)
+
+    def test_client_errors(self):
+        with self.assertRaises(trellis.APIError) as e:
+            self.c.get("no-such-run")
+        self.assertEqual((e.exception.status, e.exception.code), (404, "not_found"))
+        with self.assertRaises(trellis.APIError) as e:
+            self.c.start("", {})
+        self.assertEqual(e.exception.status, 400)
+        with self.assertRaises(ValueError):
+            self.c.start("wf", float("nan"))
+        bad = trellis.Client(self.srv.url, "trl_nope")
+        with self.assertRaises(trellis.APIError) as e:
+            bad.list_runs()
+        self.assertEqual(e.exception.status, 401)
+        bad.close()
+
+    def test_client_start_idempotency_and_lists(self):
+        q = new_queue()
+        a = self.c.start("conformance.three_steps", {"x": 1}, queue=q, idempotency_key="k-" + q)
+        b = self.c.start("conformance.three_steps", {"x": 1}, queue=q, idempotency_key="k-" + q)
+        self.assertEqual(a["id"], b["id"])
+        c = self.c.start("conformance.three_steps", {"x": 2}, queue=q, id="wf-" + q)
+        self.assertEqual(c["workflow_id"], "wf-" + q)
+        with self.assertRaises(trellis.APIError) as e:
+            self.c.start("conformance.three_steps", {"x": 3}, queue=q, id="wf-" + q)
+        self.assertEqual(e.exception.code, "run_exists")
+        ids = {r["id"] for r in self.c.iter_runs(queue=q, limit=1)}
+        self.assertEqual(ids, {a["id"], c["id"]})
+        self.assertEqual(self.c.get("wf-" + q)["id"], c["id"])
+        pending = self.c.result(a["id"], timeout=1, poll=1)
+        self.assertEqual(pending["status"], "pending")
+        cancelled = self.c.cancel(a["id"])
+        self.assertEqual(cancelled["status"], "cancelled")  # a pending run ends at once
+
+
+class StepErrors(unittest.TestCase):
+    """Workflows of the tests' own (tests/extra_worker.py) in a worker process."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server()
+        cls.c = cls.srv.client()
+        cls.queue = new_queue()
+        cls.w = WorkerProcess(cls.srv, cls.queue, script=os.path.join(os.path.dirname(__file__), "extra_worker.py"))
+        cls.w.wait_live()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.w.close()
+        cls.c.close()
+        cls.srv.close()
+
+    def run_wf(self, wf, inp=None):
+        r = self.c.start(wf, inp, queue=self.queue)
+        return self.c.result(r["id"], timeout=30)
+
+    def test_unencodable_result_fails_the_step(self):
+        run = self.run_wf("extra.unencodable")
+        self.assertEqual(run["status"], "failed")
+        (op,) = ops_of(self.c, run["id"])
+        self.assertEqual((op["done"], op["attempts"], op["error"]["type"]), (True, 1, "encoding"))
+
+    def test_non_retryable_and_typed_errors(self):
+        run = self.run_wf("extra.non_retryable")
+        self.assertEqual(run["status"], "failed")
+        self.assertEqual(run["error"]["type"], "declined")
+        (op,) = ops_of(self.c, run["id"])
+        self.assertEqual(op["attempts"], 1)
+
+    def test_reserved_emit_name_fails_the_run(self):
+        run = self.run_wf("extra.reserved_emit")
+        self.assertEqual(run["status"], "failed")
+        self.assertEqual(run["error"]["type"], "ValueError")
+
+    def test_child_failure_is_caught(self):
+        run = self.run_wf("extra.child_fails")
+        self.assertEqual(run["output"]["type"], "child_failed")
+        self.assertEqual(run["output"]["status"], "failed")
+
+    def test_map_fail_fast(self):
+        run = self.run_wf("extra.map_fails")
+        self.assertEqual(run["status"], "succeeded")
+        self.assertEqual(run["output"]["failed"], [1])
+
+    def test_patched_and_long_backoff(self):
+        run = self.run_wf("extra.patched_backoff")
+        self.assertEqual(run["output"], {"patched": True, "value": "ok 2"})
+        ops = ops_of(self.c, run["id"])
+        self.assertEqual([o["kind"] for o in ops], ["patch", "step"])
+        evs = [e["event"] for e in self.c.stream(run["id"], timeout=10)]
+        self.assertIn("run.waiting", evs)  # a 2.5 s backoff releases the run
+
+    def test_job_retries_and_history(self):
+        run = self.run_wf("extra.flaky_job", {"fail": 1})
+        self.assertEqual(run["output"], "job ok 2")
+        (op,) = ops_of(self.c, run["id"])
+        self.assertEqual((op["position"], op["kind"], op["name"], op["attempts"], op["done"]),
+                         (0, "step", "extra.flaky_job", 2, True))
+
+
+if __name__ == "__main__":
+    unittest.main()
+
+
