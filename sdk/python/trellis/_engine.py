@@ -555,7 +555,9 @@ class RunState:
             info = error_info(DeadlineExceeded())
             p["status"] = "failed"
             out = None
-        elif err is not None and (self.cancel_seen or isinstance(err, Cancelled)):
+        elif err is not None and self.cancel_evt.is_set() and (self.cancel_seen or isinstance(err, Cancelled)):
+            # (cancelled only when the run's cancellation was requested: the
+            # server refuses it otherwise, and the run fails with the error)
             info = error_info(err)
             info["type"] = "cancelled"
             p["status"] = "cancelled"
@@ -619,7 +621,9 @@ class _StepCall:
         self.fail_reported = False
 
     def op(self) -> Op:
-        return Op(self.pos, "step", self.name, False, None, None, self.attempt, self.started)
+        # A step that ends before its first attempt (the run was cancelled)
+        # records 1 attempt: the protocol refuses 0 (Go's engine records 0).
+        return Op(self.pos, "step", self.name, False, None, None, max(self.attempt, 1), self.started)
 
     def _duration_ms(self, end) -> float:
         if self.attempt_start is None:
