@@ -79,10 +79,15 @@ class Server:
         self.start()
 
     def start(self, listen: str = "127.0.0.1:0"):
-        tokfile = os.path.join(self.dir, "admin-token")
+        if self.token is None:
+            # A token of our own, named uniquely: on Postgres, tokens are shared
+            # by the schemas of a database (and the server makes a first admin
+            # token only when there is none).
+            subprocess.run([trellis_bin(), "migrate", "--store", self.store], check=True, capture_output=True)
+            out = subprocess.run([trellis_bin(), "tokens", "create", "--store", self.store, "--name", "pytest-" + uuid.uuid4().hex[:12],
+                                  "--grant", "admin:*"], check=True, capture_output=True, text=True)
+            self.token = out.stdout.strip().splitlines()[-1]
         args = [trellis_bin(), "server", "--store", self.store, "--listen", listen, "--access-log=false"]
-        if not os.path.exists(tokfile):
-            args += ["--admin-token-file", tokfile]
         self.log = open(os.path.join(self.dir, "server.log"), "ab")
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.time() + 30
@@ -96,15 +101,17 @@ class Server:
                 self.url = m.group(1).decode()
                 break
         if not self.url:
+            self.proc.kill()
+            self.proc.wait()
+            self.log.close()
             raise RuntimeError(f"trellis server did not start (see {self.dir}/server.log)")
         threading.Thread(target=self._drain, args=(self.proc, self.log), daemon=True).start()
-        with open(tokfile) as f:
-            self.token = f.read().strip()
 
     @staticmethod
     def _drain(proc, log):
         for line in proc.stdout:
             log.write(line)
+        proc.stdout.close()
         log.close()
 
     def stop(self, sig=signal.SIGTERM):
