@@ -296,6 +296,7 @@ class RunState:
         self.current_step: tuple | None = None  # (name, attempt, since) for heartbeats
         self._step_signal: StepInfo | None = None
         self._step_detached = False
+        self._step_wake = None  # wakes the attempt being watched (_StepCall._watch)
         if run.get("cancel_requested"):
             self.cancel_evt.set()
 
@@ -306,6 +307,8 @@ class RunState:
             self.cancel_evt.set()
             if self._step_signal is not None and not self._step_detached:
                 self._step_signal.cancelled.set()
+                if self._step_wake is not None:
+                    self._step_wake()
 
     def stop(self, why: str):
         """The lease is lost ("lost") or the worker stops ("shutdown")."""
@@ -314,6 +317,8 @@ class RunState:
         self.stop_evt.set()
         if self._step_signal is not None:
             self._step_signal.cancelled.set()
+        if self._step_wake is not None:
+            self._step_wake()
 
     # -- positions --
 
@@ -691,25 +696,38 @@ class _StepCall:
             rs._step_signal = None
 
     async def _watch(self, fut, info: StepInfo):
+        """Waits for the attempt's outcome, or for what must stop it: its
+        timeout, the run's deadline, cancellation (unless detached), the
+        worker's stop. One future and a timer, woken by callbacks: no task per
+        signal."""
         rs = self.rs
         timeout = self.timeout
         if rs.deadline is not None:
             left = (rs.deadline - utcnow()).total_seconds()
             if timeout is None or left < timeout:
                 timeout = max(left, 0)
-        evs = [rs.stop_evt] if self.detached else [rs.stop_evt, rs.cancel_evt]
         cause = None
-        if not any(e.is_set() for e in evs):
-            waits = [asyncio.ensure_future(e.wait()) for e in evs]
-            try:
-                done, _ = await asyncio.wait([fut, *waits], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waits:
-                    w.cancel()
-            if fut not in done:
-                cause = self._cause()
-        else:
+        if rs.stop_evt.is_set() or (not self.detached and rs.cancel_evt.is_set()):
             cause = self._cause()
+        elif not fut.done():
+            loop = asyncio.get_running_loop()
+            woken = loop.create_future()
+
+            def wake(*_):
+                if not woken.done():
+                    woken.set_result(None)
+
+            fut.add_done_callback(wake)
+            timer = loop.call_later(timeout, wake) if timeout is not None else None
+            rs._step_wake = wake
+            try:
+                await woken
+            finally:
+                rs._step_wake = None
+                if timer is not None:
+                    timer.cancel()
+            if not fut.done():
+                cause = self._cause()
         if cause is not None:
             info.cancelled.set()
             if isinstance(fut, asyncio.Task):

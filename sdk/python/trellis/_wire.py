@@ -77,8 +77,9 @@ def parse_time(s: str | None) -> _dt.datetime | None:
 def fmt_time(t: _dt.datetime) -> str:
     """RFC 3339 in UTC with the fraction's trailing zeros cut, as Go's
     time.RFC3339Nano writes it (so JSON results look alike in every SDK)."""
-    t = t.astimezone(_UTC)
-    s = t.strftime("%Y-%m-%dT%H:%M:%S")
+    if t.tzinfo is not _UTC:
+        t = t.astimezone(_UTC)
+    s = f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
     if t.microsecond:
         s += "." + f"{t.microsecond:06d}".rstrip("0")
     return s + "Z"
