@@ -62,6 +62,22 @@ class Crashes(unittest.TestCase):
         self.assertEqual(evs, ["run.started", "step.completed", "run.resumed", "step.completed", "step.completed",
                                "run.succeeded"])
 
+    def test_cancel_stops_a_running_step_at_once(self):
+        self.worker()
+        r = self.c.start("conformance.takeover", {}, queue=self.queue)
+        self.wait_step(r["id"], "slow")
+        t0 = time.time()
+        self.c.cancel(r["id"])
+        run = self.c.result(r["id"], timeout=10)
+        # the Subscribe stream signals the cancellation: no wait for a heartbeat
+        self.assertLess(time.time() - t0, 1.5)
+        self.assertEqual((run["status"], run["error"]["type"]), ("cancelled", "cancelled"))
+        ops = ops_of(self.c, r["id"])
+        self.assertEqual([(o["name"], o["done"], (o.get("error") or {}).get("type")) for o in ops],
+                         [("before", True, None), ("slow", True, "cancelled")])
+        evs = [(e["event"], e["data"].get("final")) for e in self.c.stream(r["id"], timeout=10)]
+        self.assertEqual(evs[-2:], [("step.failed", True), ("run.cancelled", None)])
+
     def test_replay_after_worker_and_server_restart(self):
         w1 = self.worker()
         r = self.c.start("conformance.sleep", {"seconds": 4}, queue=self.queue)
