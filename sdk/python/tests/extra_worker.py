@@ -79,10 +79,27 @@ def flaky_job(inp, info):
     return f"job ok {info.attempt}"
 
 
+@trellis.workflow("extra.approvals")
+async def approvals(ctx, _):
+    d = await ctx.approval("ship", subject="ship it?", details={"order": 7})
+    try:
+        await ctx.approval("late", timeout=0.5)
+        late = "decided"
+    except trellis.ApprovalTimeout as e:
+        late = e.type
+    return {"approved": d["approved"], "comment": d.get("comment"), "late": late}
+
+
+@trellis.workflow("extra.deadline")
+async def deadline(ctx, _):
+    await ctx.sleep(30)
+    return "too late"
+
+
 if __name__ == "__main__":
     env = os.environ
     w = trellis.Worker(env["TRELLIS_SERVER"], env.get("TRELLIS_TOKEN"), queues=[QUEUE],
                        name=env.get("TRELLIS_WORKER_NAME"), lease_seconds=float(env.get("TRELLIS_LEASE_SECONDS", "10")))
     w.register(unencodable, non_retryable, reserved_emit, fails, child_fails, maybe_fail, map_fails, patched_backoff,
-               flaky_job)
+               flaky_job, approvals, deadline)
     w.run()

@@ -4,8 +4,8 @@ finishes or hands back its runs; and bad input to the worker and the client."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
-import sys
 import time
 import unittest
 
@@ -252,6 +252,24 @@ class StepErrors(unittest.TestCase):
         self.assertEqual([o["kind"] for o in ops], ["patch", "step"])
         evs = [e["event"] for e in self.c.stream(run["id"], timeout=10)]
         self.assertIn("run.waiting", evs)  # a 2.5 s backoff releases the run
+
+    def test_approval_rejected_and_timed_out(self):
+        r = self.c.start("extra.approvals", None, queue=self.queue)
+        wait_status(self.c, r["id"], "waiting")
+        (a,) = self.c.approvals(run=r["id"])
+        self.assertEqual((a["subject"], a["status"]), ("ship it?", "pending"))
+        self.c.reject(a["id"], comment="not today")
+        run = self.c.result(r["id"], timeout=20)
+        self.assertEqual(run["output"], {"approved": False, "comment": "not today", "late": "approval_timeout"})
+        ops = ops_of(self.c, r["id"])
+        self.assertEqual(ops[1]["error"]["type"], "approval_timeout")
+        self.assertEqual(self.c.approvals(run=r["id"], status="expired")[0]["name"], "late")
+
+    def test_run_deadline(self):
+        at = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1.5)).isoformat().replace("+00:00", "Z")
+        r = self.c.start("extra.deadline", None, queue=self.queue, deadline=at)
+        run = self.c.result(r["id"], timeout=20)
+        self.assertEqual((run["status"], run["error"]["type"]), ("failed", "deadline_exceeded"))
 
     def test_job_retries_and_history(self):
         run = self.run_wf("extra.flaky_job", {"fail": 1})

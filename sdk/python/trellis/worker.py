@@ -116,7 +116,11 @@ class Worker:
         if handle_signals:
             for s in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(s, self._stop_evt.set)
-        await self._call("Heartbeat", self._heartbeat_msg(True))
+        try:
+            await self._call("Heartbeat", self._heartbeat_msg(True))
+        except BaseException:
+            self._close_pools()
+            raise
         try:
             await self._call("ResumeBlocked", {"namespace": self.namespace, "workflows": list(self._workflows),
                                                "queues": self.queues})
@@ -160,6 +164,9 @@ class Worker:
             log.warning("removing the worker's record: %s", e)
         for t in self._threads:
             await asyncio.get_running_loop().run_in_executor(None, t.join, 5.0)
+        self._close_pools()
+
+    def _close_pools(self):
         self._io.shutdown(wait=False)
         self.step_pool.shutdown(wait=False)
         self._rpc.close()
