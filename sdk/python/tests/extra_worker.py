@@ -96,10 +96,23 @@ async def deadline(ctx, _):
     return "too late"
 
 
+@trellis.workflow("extra.cancel_then_step")
+async def cancel_then_step(ctx, _):
+    try:
+        await ctx.wait_for_event("never")
+    except trellis.Cancelled:
+        try:
+            await ctx.step.run("not_run", lambda: "ran")  # not detached: ends at once, cancelled
+        except trellis.Cancelled:
+            pass
+        raise
+
+
 if __name__ == "__main__":
     env = os.environ
     w = trellis.Worker(env["TRELLIS_SERVER"], env.get("TRELLIS_TOKEN"), queues=[QUEUE],
                        name=env.get("TRELLIS_WORKER_NAME"), lease_seconds=float(env.get("TRELLIS_LEASE_SECONDS", "10")))
     w.register(unencodable, non_retryable, reserved_emit, fails, child_fails, maybe_fail, map_fails, patched_backoff,
-               flaky_job, approvals, deadline)
+               flaky_job, approvals, deadline,
+               cancel_then_step)
     w.run()

@@ -265,6 +265,16 @@ class StepErrors(unittest.TestCase):
         self.assertEqual(ops[1]["error"]["type"], "approval_timeout")
         self.assertEqual(self.c.approvals(run=r["id"], status="expired")[0]["name"], "late")
 
+    def test_step_after_cancellation_is_not_run(self):
+        r = self.c.start("extra.cancel_then_step", None, queue=self.queue)
+        wait_status(self.c, r["id"], "waiting")
+        self.c.cancel(r["id"])
+        run = self.c.result(r["id"], timeout=20)
+        self.assertEqual(run["status"], "cancelled")
+        ops = ops_of(self.c, r["id"])
+        self.assertEqual((ops[1]["name"], ops[1]["done"], ops[1]["attempts"], ops[1]["error"]["type"]),
+                         ("not_run", True, 0, "cancelled"))
+
     def test_run_deadline(self):
         at = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1.5)).isoformat().replace("+00:00", "Z")
         r = self.c.start("extra.deadline", None, queue=self.queue, deadline=at)

@@ -626,9 +626,8 @@ class _StepCall:
         self.fail_reported = False
 
     def op(self) -> Op:
-        # A step that ends before its first attempt (the run was cancelled)
-        # records 1 attempt: the protocol refuses 0 (Go's engine records 0).
-        return Op(self.pos, "step", self.name, False, None, None, max(self.attempt, 1), self.started)
+        # (0 attempts for a step that ends before its first one, as Go's)
+        return Op(self.pos, "step", self.name, False, None, None, self.attempt, self.started)
 
     def _duration_ms(self, end) -> float:
         if self.attempt_start is None:
