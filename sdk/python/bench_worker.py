@@ -23,11 +23,18 @@ async def noop():
     return PAYLOAD
 
 
+def noop_sync():
+    return PAYLOAD
+
+
+STEP = noop  # --sync-steps: noop_sync, run on the worker's step threads
+
+
 @trellis.workflow("bench-3-steps")
 async def three_steps(ctx, _):
     out = ""
     for name in ("a", "b", "c"):
-        out = await ctx.step.run(name, noop)
+        out = await ctx.step.run(name, STEP)
     return out[:8]
 
 
@@ -38,8 +45,12 @@ def main():
     ap.add_argument("--namespace", default="bench")
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--name", default=None)
+    ap.add_argument("--sync-steps", action="store_true", help="plain (not async) step functions, run on threads")
     ap.add_argument("--profile", default=None, help="write a cProfile of the worker to this file")
     a = ap.parse_args()
+    global STEP
+    if a.sync_steps:
+        STEP = noop_sync
     w = trellis.Worker(a.server, a.token, namespace=a.namespace, queues=["default"], concurrency=a.concurrency,
                        name=a.name)
     w.register(three_steps)
