@@ -22,7 +22,6 @@ import inspect
 import json
 import random as _random
 import threading
-import time
 import uuid as _uuid
 
 from . import _wire
@@ -1568,5 +1567,3 @@ async def _job_save(rs: RunState, p: dict) -> str:
         return ""
     return p["status"]
 
-
-_ = time  # (kept for profiling hooks)

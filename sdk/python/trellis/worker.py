@@ -31,7 +31,7 @@ import threading
 import time
 
 from . import _engine
-from ._wire import ConnectClient, error_from_json, fmt_duration, fmt_time
+from ._wire import ConnectClient, fmt_duration, fmt_time
 from .errors import ProtocolError
 from .workflow import Workflow
 
@@ -297,6 +297,8 @@ class Worker:
                     "worker": self.name, "credit": credit, "leaseDuration": fmt_duration(self.lease_seconds),
                     "wait": "30s"})
                 self._streams.add(s)
+                if self._stopping:  # the stop closed the streams before this one was open
+                    s.close()
                 try:
                     for msg in s:
                         runs = msg.get("runs") or ()
@@ -329,6 +331,8 @@ class Worker:
             try:
                 s = self._rpc.stream("Subscribe", {"namespace": self.namespace, "topic": "cancel"})
                 self._streams.add(s)
+                if self._stopping:
+                    s.close()
                 try:
                     for msg in s:
                         if msg.get("reconnect"):
@@ -394,5 +398,3 @@ class Worker:
             if ent is not None:
                 ent[0].request_cancel()
 
-
-_ = error_from_json
