@@ -108,11 +108,23 @@ async def cancel_then_step(ctx, _):
         raise
 
 
+@trellis.workflow("extra.stubborn")
+async def stubborn(ctx, _):
+    def ignores_its_signal():
+        import time
+
+        time.sleep(30)
+        return "late"
+
+    return await ctx.step.run("stubborn", ignores_its_signal)
+
+
 if __name__ == "__main__":
     env = os.environ
     w = trellis.Worker(env["TRELLIS_SERVER"], env.get("TRELLIS_TOKEN"), queues=[QUEUE],
-                       name=env.get("TRELLIS_WORKER_NAME"), lease_seconds=float(env.get("TRELLIS_LEASE_SECONDS", "10")))
+                       name=env.get("TRELLIS_WORKER_NAME"), lease_seconds=float(env.get("TRELLIS_LEASE_SECONDS", "10")),
+                       shutdown_grace=float(env.get("TRELLIS_SHUTDOWN_GRACE", "10")))
     w.register(unencodable, non_retryable, reserved_emit, fails, child_fails, maybe_fail, map_fails, patched_backoff,
                flaky_job, approvals, deadline,
-               cancel_then_step)
+               cancel_then_step, stubborn)
     w.run()

@@ -126,6 +126,19 @@ class Crashes(unittest.TestCase):
                          [("before", 1), ("slow", 1), ("after", 1)])
 
 
+    def test_stop_does_not_wait_for_a_stubborn_step(self):
+        w = WorkerProcess(self.srv, self.queue, script=os.path.join(os.path.dirname(__file__), "extra_worker.py"),
+                          extra_env={"TRELLIS_SHUTDOWN_GRACE": "0.3"}).wait_live()
+        self.workers.append(w)
+        r = self.c.start("extra.stubborn", None, queue=self.queue)
+        wait_status(self.c, r["id"], "running")
+        time.sleep(0.3)
+        t0 = time.time()
+        self.assertEqual(w.terminate(timeout=10), 0)
+        self.assertLess(time.time() - t0, 5)
+        self.assertEqual(self.c.get(r["id"])["status"], "pending")  # handed back
+
+
 class BadInput(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

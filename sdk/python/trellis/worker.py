@@ -24,6 +24,7 @@ import concurrent.futures
 import http.client
 import logging
 import os
+import queue
 import random
 import signal
 import socket
@@ -38,6 +39,53 @@ from .workflow import Workflow
 log = logging.getLogger("trellis.worker")
 
 _RETRY_CODES = ("unavailable", "resource_exhausted", "unknown")
+
+
+class _StepPool(concurrent.futures.Executor):
+    """The threads of synchronous steps: daemon threads, started as needed up to
+    `size`, so that a step that ignores its `cancelled` event past its grace
+    cannot hold the process at exit (ThreadPoolExecutor's threads are joined
+    then)."""
+
+    def __init__(self, size: int):
+        self._size, self._threads, self._idle = size, 0, 0
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn, /, *args, **kwargs):
+        f = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the step pool is shut down")
+            self._q.put((f, fn, args, kwargs))
+            if self._idle == 0 and self._threads < self._size:
+                self._threads += 1
+                threading.Thread(target=self._work, name=f"trellis-step-{self._threads}", daemon=True).start()
+            else:
+                self._idle -= 1
+        return f
+
+    def _work(self):
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            f, fn, args, kwargs = item
+            if f.set_running_or_notify_cancel():
+                try:
+                    f.set_result(fn(*args, **kwargs))
+                except BaseException as e:  # noqa: BLE001 - handed to the waiting step
+                    f.set_exception(e)
+            with self._lock:
+                self._idle += 1
+
+    def shutdown(self, wait=True, *, cancel_futures=False):
+        with self._lock:
+            self._closed = True
+            n = self._threads
+        for _ in range(n):
+            self._q.put(None)
 
 
 class Worker:
@@ -69,7 +117,7 @@ class Worker:
         self.version = version
         self._rpc = ConnectClient(server, token, timeout=max(60.0, self.lease_seconds * 2))
         self._workflows: dict[str, Workflow] = {}
-        self.step_pool = concurrent.futures.ThreadPoolExecutor(step_threads, thread_name_prefix="trellis-step")
+        self.step_pool = _StepPool(step_threads)
         self._io = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="trellis-io")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._active: dict[str, tuple] = {}
