@@ -301,8 +301,13 @@ class Worker:
             task = asyncio.ensure_future(self.release(rs))
         else:
             task = asyncio.ensure_future(self._execute(rs, defn))
+        old = self._active.get(rs.run_id)
+        if old is not None:
+            # Claimed again (its lease had expired here): the old execution's
+            # writes are refused from now on; it stops at its next op.
+            old[0].stop("lost")
         self._active[rs.run_id] = (rs, task)
-        task.add_done_callback(lambda _t, rid=rs.run_id: self._ended(rid))
+        task.add_done_callback(lambda _t, r=rs: self._ended(r))
 
     async def _execute(self, rs, defn):
         try:
@@ -311,8 +316,9 @@ class Worker:
             log.exception("executing run %s", rs.run_id)
             return ""
 
-    def _ended(self, run_id: str):
-        self._active.pop(run_id, None)
+    def _ended(self, rs):
+        if self._active.get(rs.run_id, (None,))[0] is rs:
+            del self._active[rs.run_id]
         with self._cond:
             self._busy -= 1
             self._cond.notify_all()
