@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import time
 import unittest
 
@@ -77,6 +78,25 @@ class Crashes(unittest.TestCase):
                          [("before", True, None), ("slow", True, "cancelled")])
         evs = [(e["event"], e["data"].get("final")) for e in self.c.stream(r["id"], timeout=10)]
         self.assertEqual(evs[-2:], [("step.failed", True), ("run.cancelled", None)])
+
+    def test_paused_worker_loses_its_lease_and_writes_nothing(self):
+        w1 = self.worker()
+        r = self.c.start("conformance.takeover", {}, queue=self.queue)
+        self.wait_step(r["id"], "slow")
+        os.killpg(w1.proc.pid, signal.SIGSTOP)
+        try:
+            self.worker()  # takes the run over once the 5 s lease expires
+            time.sleep(6.5)
+        finally:
+            os.killpg(w1.proc.pid, signal.SIGCONT)
+        run = self.c.result(r["id"], timeout=30)
+        self.assertEqual((run["status"], run["output"]), ("succeeded", "survived"))
+        self.assertEqual([(o["name"], o["attempts"]) for o in ops_of(self.c, r["id"])],
+                         [("before", 1), ("slow", 1), ("after", 1)])
+        time.sleep(0.5)
+        self.assertIsNone(w1.proc.poll())  # the first worker lives on, its writes refused
+        completed = [e["data"]["name"] for e in self.c.stream(r["id"], timeout=10) if e["event"] == "step.completed"]
+        self.assertEqual(completed, ["before", "slow", "after"])
 
     def test_replay_after_worker_and_server_restart(self):
         w1 = self.worker()
