@@ -55,7 +55,7 @@ def cleanup_bin():
 def _pg_store(schema: str) -> str:
     base = os.environ.get("TRELLIS_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
     sep = "&" if "?" in base else "?"
-    return f"{base}{sep}search_path={schema}"
+    return f"{base}{sep}schema={schema}"
 
 
 class Server:
@@ -67,8 +67,6 @@ class Server:
         if store is None:
             if os.environ.get("TRELLIS_TEST_STORE") == "postgres":
                 self.schema = "pysdk_" + uuid.uuid4().hex[:12]
-                subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc",
-                                f"CREATE SCHEMA {self.schema}"], check=True)
                 store = _pg_store(self.schema)
             else:
                 store = "sqlite:" + os.path.join(self.dir, "t.db")
@@ -80,11 +78,10 @@ class Server:
 
     def start(self, listen: str = "127.0.0.1:0"):
         if self.token is None:
-            # A token of our own, named uniquely: on Postgres, tokens are shared
-            # by the schemas of a database (and the server makes a first admin
-            # token only when there is none).
+            # A token of our own (the server makes a first admin token only
+            # when the store has none, and writes it after it listens).
             subprocess.run([trellis_bin(), "migrate", "--store", self.store], check=True, capture_output=True)
-            out = subprocess.run([trellis_bin(), "tokens", "create", "--store", self.store, "--name", "pytest-" + uuid.uuid4().hex[:12],
+            out = subprocess.run([trellis_bin(), "tokens", "create", "--store", self.store, "--name", "pytest",
                                   "--grant", "admin:*"], check=True, capture_output=True, text=True)
             self.token = out.stdout.strip().splitlines()[-1]
         args = [trellis_bin(), "server", "--store", self.store, "--listen", listen, "--access-log=false"]
