@@ -31,6 +31,14 @@ class Crashes(unittest.TestCase):
         self.workers.append(w)
         return w
 
+    def assert_server_alive(self):
+        if self.srv.proc.poll() is not None:
+            with open(os.path.join(self.srv.dir, "server.log"), errors="replace") as f:
+                lines = f.read().splitlines()
+            crash = [ln for ln in lines if ln.startswith(("fatal error", "panic"))] + \
+                [ln.strip() for ln in lines if "/server/" in ln][:3]
+            self.fail(f"the server died (exit {self.srv.proc.returncode}): {crash}")
+
     def wait_step(self, run_id, name, timeout=15):
         """Waits until the run's lease reports step `name` under way."""
         end = time.time() + timeout
@@ -89,6 +97,8 @@ class Crashes(unittest.TestCase):
             time.sleep(6.5)
         finally:
             os.killpg(w1.proc.pid, signal.SIGCONT)
+        time.sleep(1)  # the first worker's late checkpoint reaches the server
+        self.assert_server_alive()
         run = self.c.result(r["id"], timeout=30)
         self.assertEqual((run["status"], run["output"]), ("succeeded", "survived"))
         self.assertEqual([(o["name"], o["attempts"]) for o in ops_of(self.c, r["id"])],
