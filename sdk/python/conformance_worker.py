@@ -76,7 +76,8 @@ async def double(ctx, inp):
 
 @trellis.workflow("conformance.child")
 async def child(ctx, inp):
-    return await ctx.child("conformance.double", {"n": inp["n"]}, queue=QUEUE)
+    # queue, when given, is another worker's queue, of any language (docs/conformance.md)
+    return await ctx.child("conformance.double", {"n": inp["n"]}, queue=inp.get("queue") or QUEUE)
 
 
 @trellis.workflow("conformance.map")

@@ -47,6 +47,27 @@ def trellis_bin() -> str:
         return out
 
 
+_goworker = None
+
+
+def goworker_bin() -> str:
+    """The Go SDK's kit worker (conformance/goworker): $TRELLIS_GOWORKER, else
+    built once next to the server binary."""
+    global _goworker, _bin_dir
+    with _bin_lock:
+        if _goworker:
+            return _goworker
+        if os.environ.get("TRELLIS_GOWORKER"):
+            _goworker = os.environ["TRELLIS_GOWORKER"]
+            return _goworker
+        if _bin_dir is None:
+            _bin_dir = tempfile.mkdtemp(prefix="trellis-pytest-bin-")
+        out = os.path.join(_bin_dir, "goworker")
+        subprocess.run(["go", "build", "-o", out, "./conformance/goworker"], cwd=REPO, check=True)
+        _goworker = out
+        return out
+
+
 def cleanup_bin():
     if _bin_dir:
         shutil.rmtree(_bin_dir, ignore_errors=True)
@@ -150,9 +171,11 @@ class WorkerProcess:
         env.update(extra_env or {})
         self.logpath = os.path.join(server.dir, f"worker-{self.name}.log")
         self._log = open(self.logpath, "wb")
-        script_path = script if os.path.isabs(script) else os.path.join(SDK, script)
-        self.proc = subprocess.Popen([sys.executable, script_path], env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        if script == "go":  # the Go SDK's kit worker
+            argv = [goworker_bin()]
+        else:
+            argv = [sys.executable, script if os.path.isabs(script) else os.path.join(SDK, script)]
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         self.server = server
 
     def wait_live(self, timeout=15):
