@@ -120,6 +120,23 @@ class Crashes(unittest.TestCase):
         ops = ops_of(self.c, r["id"])
         self.assertEqual([(o["kind"], o["done"]) for o in ops], [("timer", True), ("step", True)])
 
+    def test_stream_iterator_survives_a_server_restart(self):
+        self.worker()
+        r = self.c.start("conformance.event_wait", {}, queue=self.queue)
+        wait_status(self.c, r["id"], "waiting")
+        got = []
+        it = self.c.stream(r["id"], timeout=30)
+        got.append(next(it))  # run.started
+        got.append(next(it))  # run.waiting
+        self.srv.restart()
+        self.c.close()
+        self.c.send_event(r["id"], "go", 1)
+        got.extend(it)
+        self.assertEqual([e["event"] for e in got],
+                         ["run.started", "run.waiting", "run.resumed", "run.waiting", "run.resumed", "run.succeeded"])
+        ids = [int(e["id"]) for e in got]
+        self.assertEqual(ids, sorted(set(ids)))
+
     def test_worker_reconnects_after_server_restart(self):
         self.worker()
         r = self.c.start("conformance.event_wait", {}, queue=self.queue)

@@ -173,10 +173,38 @@ class Client:
 
     # --- streams ---
 
-    def stream(self, run_id: str, after=None, timeout: float | None = None):
+    def stream(self, run_id: str, after=None, timeout: float | None = None, reconnect: int = 5):
         """The run's stream events from the SSE route, as dicts {"id", "event",
-        "data"} (data decoded from JSON), until its final event. A new
-        connection each call; close the generator to stop early."""
+        "data"} (data decoded from JSON), until its final event (run.succeeded,
+        run.failed, run.cancelled). A connection that breaks before it (a
+        server restart) is made again from the last event's id, up to
+        `reconnect` times in a row. Close the generator to stop early."""
+        import time as _t
+
+        tries = 0
+        while True:
+            got_final = False
+            try:
+                for ev in self._stream_once(run_id, after, timeout):
+                    tries = 0
+                    if ev.get("id"):
+                        after = ev["id"]
+                    got_final = ev.get("event") in ("run.succeeded", "run.failed", "run.cancelled")
+                    yield ev
+                    if got_final:
+                        return
+            except TimeoutError:
+                raise  # the caller's timeout: no event for that long
+            except (OSError, http.client.HTTPException):
+                pass
+            if got_final:
+                return
+            tries += 1
+            if tries > reconnect:
+                raise APIError(0, "unavailable", f"the stream of run {run_id} broke {tries} times")
+            _t.sleep(min(0.1 * 2 ** tries, 2.0))
+
+    def _stream_once(self, run_id, after, timeout):
         c = self._ep.connect(timeout=timeout)
         try:
             path = self._path("runs", run_id, "stream", query={"after": after})
