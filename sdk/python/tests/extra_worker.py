@@ -3,8 +3,10 @@ with the kit's environment variables."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -119,6 +121,37 @@ async def stubborn(ctx, _):
     return await ctx.step.run("stubborn", ignores_its_signal)
 
 
+@trellis.workflow("extra.parallel")
+async def parallel(ctx, _):
+    async def slow(info):
+        await asyncio.sleep(1)
+        return info.step
+
+    def slow_sync(info):
+        time.sleep(1)
+        return info.step
+
+    out = await asyncio.gather(ctx.step.run("a", slow), ctx.step.run("b", slow_sync), ctx.step.run("c", slow))
+    await ctx.sleep(2.5)  # released: the replay takes a, b and c from history
+    return out
+
+
+@trellis.workflow("extra.parallel_backoff")
+async def parallel_backoff(ctx, _):
+    def flaky(info):
+        if info.attempt == 1:
+            raise RuntimeError("first attempt fails")
+        return "x" + str(info.attempt)
+
+    async def slow(info):
+        await asyncio.sleep(1)
+        return "y"
+
+    return await asyncio.gather(
+        ctx.step.run("x", flaky, retry=trellis.Retry(max_attempts=2, initial=2.5, jitter=0)),
+        ctx.step.run("y", slow))
+
+
 if __name__ == "__main__":
     env = os.environ
     w = trellis.Worker(env["TRELLIS_SERVER"], env.get("TRELLIS_TOKEN"), queues=[QUEUE],
@@ -126,5 +159,5 @@ if __name__ == "__main__":
                        shutdown_grace=float(env.get("TRELLIS_SHUTDOWN_GRACE", "10")))
     w.register(unencodable, non_retryable, reserved_emit, fails, child_fails, maybe_fail, map_fails, patched_backoff,
                flaky_job, approvals, deadline,
-               cancel_then_step, stubborn)
+               cancel_then_step, stubborn, parallel, parallel_backoff)
     w.run()

@@ -335,6 +335,29 @@ class StepErrors(unittest.TestCase):
         self.assertEqual((ops[1]["name"], ops[1]["done"], ops[1]["attempts"], ops[1]["error"]["type"]),
                          ("not_run", True, 0, "cancelled"))
 
+    def test_parallel_steps(self):
+        run = self.run_wf("extra.parallel")
+        self.assertEqual(run["output"], ["a", "b", "c"])
+        ops = ops_of(self.c, run["id"])
+        self.assertEqual([(o["position"], o["kind"], o["name"]) for o in ops],
+                         [(0, "step", "a"), (1, "step", "b"), (2, "step", "c"), (3, "timer", "")])
+        steps = [(trellis.parse_time(o["started_at"]), trellis.parse_time(o["finished_at"])) for o in ops[:3]]
+        self.assertLess((max(e for _, e in steps) - min(s for s, _ in steps)).total_seconds(), 1.8)
+        evs = [e["event"] for e in self.c.stream(run["id"], timeout=10)]
+        self.assertEqual(evs, ["run.started", "step.completed", "step.completed", "step.completed", "run.waiting",
+                               "run.resumed", "run.succeeded"])
+
+    def test_parallel_step_released_for_its_backoff(self):
+        run = self.run_wf("extra.parallel_backoff")
+        self.assertEqual(run["output"], ["x2", "y"])
+        ops = ops_of(self.c, run["id"])
+        self.assertEqual([(o["name"], o["attempts"]) for o in ops], [("x", 2), ("y", 1)])
+        evs = [(e["event"], e["data"].get("name")) for e in self.c.stream(run["id"], timeout=10)]
+        # y ended before the run was released: its outcome went with the wait
+        self.assertEqual(evs, [("run.started", None), ("step.failed", "x"), ("step.completed", "y"),
+                               ("run.waiting", None), ("run.resumed", None), ("step.completed", "x"),
+                               ("run.succeeded", None)])
+
     def test_run_deadline(self):
         at = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1.5)).isoformat().replace("+00:00", "Z")
         r = self.c.start("extra.deadline", None, queue=self.queue, deadline=at)

@@ -287,6 +287,11 @@ class RunState:
         self.wait_events: list[str] = []
         self.wait_reason = ""
         self.ck_seq = 0
+        self.ck_lock = asyncio.Lock()
+        # Tasks of the workflow's own (asyncio.gather of steps) executing an op:
+        # the run's state is saved once they are over, as Go waits for async steps.
+        self.main_task: asyncio.Task | None = None
+        self.inflight: set = set()
         # Signals from the worker: stop (lease lost: "lost"; worker stopping:
         # "shutdown") and the run's cancellation.
         self.stopped: str | None = None
@@ -339,6 +344,11 @@ class RunState:
         elif kind == SUSPEND and self.unwind == SUSPEND:
             if wake_at is not None and (self.wake_at is None or wake_at < self.wake_at):
                 self.wake_at, self.wait_reason = wake_at, reason
+
+    def check_stopped(self):
+        if self.stopped:
+            self.request_unwind(ABANDON if self.stopped == "lost" else HANDBACK)
+            raise _Unwind()
 
     def check_unwind(self):
         if self.stopped:
@@ -409,6 +419,12 @@ class RunState:
     async def checkpoint(self, p: dict, force: bool) -> dict:
         """Saves the queued writes with the state p (wire fields: status,
         output, error, waitReason...). Raises ProtocolError when refused."""
+        # One checkpoint at a time per run, in seq order (steps running in
+        # parallel, asyncio.gather, each flush): the next waits for the answer.
+        async with self.ck_lock:
+            return await self._checkpoint(p, force)
+
+    async def _checkpoint(self, p: dict, force: bool) -> dict:
         q, self.pending = self.pending, _Queued()
         if not force and q.empty():
             return {}
@@ -464,12 +480,17 @@ class RunState:
         self.request_unwind(SUSPEND, None, wake_at, reason)
         raise _Unwind()
 
-    async def sleep(self, seconds: float, detached: bool):
-        """Waits in place, or until the run is cancelled (unless detached) or stopped."""
+    async def sleep(self, seconds: float, detached: bool, unwind: bool = True):
+        """Waits in place, or until the run is cancelled (unless detached) or
+        stopped; then stops the caller if the run unwinds (with unwind=False, a
+        step's backoff, only if it is stopped)."""
         if seconds > 0:
             evs = [self.stop_evt] if detached else [self.stop_evt, self.cancel_evt]
             await _wait_events(evs, seconds)
-        self.check_unwind()
+        if unwind:
+            self.check_unwind()
+        else:
+            self.check_stopped()
 
     async def await_any(self, ws, detached: bool) -> int:
         for i, w in enumerate(ws):
@@ -644,7 +665,9 @@ class _StepCall:
     async def execute(self) -> Op:
         rs = self.rs
         while True:
-            rs.check_unwind()
+            # Only the lease and the worker stop a step under way: another op's
+            # unwind (a sibling's wait) lets it finish and record its outcome.
+            rs.check_stopped()
             err = rs.interrupted(self.detached)
             if err is not None:
                 return self.finish(None, err)
@@ -660,7 +683,7 @@ class _StepCall:
                 ok, v = await self._attempt_once()
             finally:
                 rs.current_step = None
-            rs.check_unwind()
+            rs.check_stopped()
             if ok:
                 try:
                     res = dumps(v)
@@ -775,7 +798,7 @@ class _StepCall:
             rs.request_unwind(SUSPEND, None, wake,
                               f"retry backoff: step {_quote(self.name)} attempt {self.attempt + 1} at {reason_time(wake)}")
             raise _Unwind()
-        await rs.sleep(delay, self.detached)
+        await rs.sleep(delay, self.detached, unwind=False)
         return None
 
     def finish(self, result: bytes | None, err: BaseException | None) -> Op:
@@ -1233,7 +1256,15 @@ class _Steps:
         pos, rec = rs.next("step", name)
         if rec is None or not rec.done:
             call = _StepCall(rs, name, pos, rec, fn, retry or DEFAULT_RETRY, timeout, ctx._detached)
-            rec = await call.execute()
+            task = asyncio.current_task()
+            if task is rs.main_task:
+                rec = await call.execute()
+            else:  # a step in parallel with others (asyncio.gather, create_task)
+                rs.inflight.add(task)
+                try:
+                    rec = await call.execute()
+                finally:
+                    rs.inflight.discard(task)
         if rec.error:
             raise_op_error(rec)
         return decode(rec.result)
@@ -1466,20 +1497,27 @@ async def execute(host, rs: RunState, defn) -> str:
     if rs.deadline is not None and utcnow() >= rs.deadline:
         rs.deadline_hit = True
         return await rs.finish(None, DeadlineExceeded())
+    rs.main_task = asyncio.current_task()
+    out = err = None
+    unwound = False
     try:
         inp = decode(_wire.unb64(rs.run.get("input")))
         out = await defn.fn(ctx, inp)
-        try:
-            b = dumps(out)
-        except (TypeError, ValueError) as e:
-            return await rs.finish(None, Failure(f"encoding the output: {e}", "encoding"))
-        return await rs.finish(b, None)
     except _Unwind:
-        return await rs.save_unwind()
+        unwound = True
     except Exception as e:  # noqa: BLE001 - the workflow's failure, recorded
-        if rs.unwind is not None:  # an op raised after an unwind was requested
-            return await rs.save_unwind()
-        return await rs.finish(None, e)
+        err = e
+    if rs.inflight:  # steps still running in parallel: their outcomes go with the save
+        await asyncio.wait(list(rs.inflight))
+    if unwound or rs.unwind is not None:  # (an op may raise after an unwind was requested)
+        return await rs.save_unwind()
+    if err is not None:
+        return await rs.finish(None, err)
+    try:
+        b = dumps(out)
+    except (TypeError, ValueError) as e:
+        return await rs.finish(None, Failure(f"encoding the output: {e}", "encoding"))
+    return await rs.finish(b, None)
 
 
 async def execute_job(host, rs: RunState, defn) -> str:
