@@ -152,6 +152,11 @@ async def parallel_backoff(ctx, _):
         ctx.step.run("y", slow))
 
 
+@trellis.workflow("extra.detached_child")
+async def detached_child(ctx, _):
+    return await ctx.start_child("extra.maybe_fail", 5, queue=QUEUE, detached=True)
+
+
 if __name__ == "__main__":
     env = os.environ
     w = trellis.Worker(env["TRELLIS_SERVER"], env.get("TRELLIS_TOKEN"), queues=[QUEUE],
@@ -159,5 +164,6 @@ if __name__ == "__main__":
                        shutdown_grace=float(env.get("TRELLIS_SHUTDOWN_GRACE", "10")))
     w.register(unencodable, non_retryable, reserved_emit, fails, child_fails, maybe_fail, map_fails, patched_backoff,
                flaky_job, approvals, deadline,
-               cancel_then_step, stubborn, parallel, parallel_backoff)
+               cancel_then_step, stubborn, parallel, parallel_backoff,
+               detached_child)
     w.run()

@@ -358,6 +358,14 @@ class StepErrors(unittest.TestCase):
                                ("run.waiting", None), ("run.resumed", None), ("step.completed", "x"),
                                ("run.succeeded", None)])
 
+    def test_detached_child(self):
+        run = self.run_wf("extra.detached_child")
+        self.assertEqual(run["output"], run["id"] + ".0")
+        (op,) = ops_of(self.c, run["id"])
+        self.assertEqual((op["kind"], op["done"], op["result"]), ("child", True, {"run_id": run["id"] + ".0"}))
+        child = self.c.result(run["output"], timeout=20)
+        self.assertEqual((child["status"], child["output"]), ("succeeded", 5))
+
     def test_run_deadline(self):
         at = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1.5)).isoformat().replace("+00:00", "Z")
         r = self.c.start("extra.deadline", None, queue=self.queue, deadline=at)
