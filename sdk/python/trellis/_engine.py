@@ -597,9 +597,7 @@ class RunState:
             p["output"] = b64(out)
         else:
             p["error"] = _info_wire(info)
-            if p["status"] == "cancelled" and out is not None:
-                p["output"] = b64(out)
-                out = None
+            out = None
         if self.open_approvals:
             p["expireApprovals"] = sorted(self.open_approvals)
         p["stream"] = [final_event(p["status"], out, info)]
