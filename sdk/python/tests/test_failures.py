@@ -7,10 +7,13 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 import unittest
 
-from _harness import Server, WorkerProcess, new_queue, ops_of, trellis, wait_status
+from _harness import SDK, Server, WorkerProcess, new_queue, ops_of, trellis, wait_status
 
 
 class Crashes(unittest.TestCase):
@@ -208,6 +211,26 @@ class BadInput(unittest.TestCase):
         with self.assertRaises(trellis.ProtocolError) as e:
             w.run()
         self.assertEqual(e.exception.code, "unauthenticated")
+
+    def test_quick_start_example(self):
+        env = dict(os.environ, TRELLIS_SERVER=self.srv.url, TRELLIS_TOKEN=self.srv.token)
+        out = subprocess.run([sys.executable, os.path.join(SDK, "examples", "greet.py")], env=env, capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual((out.returncode, out.stdout.strip()), (0, "HELLO ADA"), out.stderr)
+
+    def test_stop_before_run(self):
+        w = trellis.Worker(self.srv.url, self.srv.token, name="early-stop-" + new_queue())
+
+        @trellis.workflow("y")
+        async def y(ctx, inp):
+            return 1
+
+        w.register(y)
+        w.stop()
+        t = threading.Thread(target=w.run)
+        t.start()
+        t.join(15)
+        self.assertFalse(t.is_alive())
 
     def test_registration_errors(self):
         with self.assertRaises(TypeError):

@@ -124,6 +124,7 @@ class Worker:
         self._cond = threading.Condition()
         self._busy = 0  # runs pushed to this worker and not yet ended (guarded by _cond)
         self._stopping = False
+        self._stop_requested = False
         self._stop_evt: asyncio.Event | None = None
         self._extend_now: asyncio.Event | None = None
         self._streams: set = set()
@@ -150,16 +151,21 @@ class Worker:
         asyncio.run(self.run_async(handle_signals=threading.current_thread() is threading.main_thread()))
 
     def stop(self) -> None:
-        """Asks the worker to stop gracefully (from any thread)."""
-        loop = self._loop
-        if loop is not None and self._stop_evt is not None:
-            loop.call_soon_threadsafe(self._stop_evt.set)
+        """Asks the worker to stop gracefully (from any thread; before it runs too)."""
+        with self._cond:
+            self._stop_requested = True
+            loop, evt = self._loop, self._stop_evt
+        if loop is not None and evt is not None:
+            loop.call_soon_threadsafe(evt.set)
 
     async def run_async(self, handle_signals: bool = False) -> None:
         if not self._workflows:
             raise ValueError("register workflows before running the worker")
-        self._loop = asyncio.get_running_loop()
-        self._stop_evt = asyncio.Event()
+        with self._cond:
+            self._loop = asyncio.get_running_loop()
+            self._stop_evt = asyncio.Event()
+            if self._stop_requested:
+                self._stop_evt.set()
         self._extend_now = asyncio.Event()
         if handle_signals:
             for s in (signal.SIGTERM, signal.SIGINT):
