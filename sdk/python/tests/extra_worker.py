@@ -1,0 +1,169 @@
+"""A worker of the tests' own workflows (beyond the kit), started as a process
+with the kit's environment variables."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import trellis  # noqa: E402
+
+QUEUE = os.environ.get("TRELLIS_QUEUE", "default")
+
+
+@trellis.workflow("extra.unencodable")
+async def unencodable(ctx, _):
+    return await ctx.step.run("bad", lambda: object(), retry=trellis.Retry(max_attempts=1))
+
+
+@trellis.workflow("extra.non_retryable")
+async def non_retryable(ctx, _):
+    def declined():
+        raise trellis.NonRetryable("card declined", type="declined")
+
+    return await ctx.step.run("charge", declined, retry=trellis.Retry(max_attempts=5, initial=0.01))
+
+
+@trellis.workflow("extra.reserved_emit")
+async def reserved_emit(ctx, _):
+    ctx.emit("run.fake", {})
+
+
+@trellis.workflow("extra.fails")
+async def fails(ctx, _):
+    raise RuntimeError("boom")
+
+
+@trellis.workflow("extra.child_fails")
+async def child_fails(ctx, _):
+    try:
+        await ctx.child("extra.fails", None, queue=QUEUE)
+    except trellis.ChildFailed as e:
+        return {"type": e.type, "status": e.status, "run_id": e.run_id}
+
+
+@trellis.workflow("extra.maybe_fail")
+async def maybe_fail(ctx, n):
+    if n == 1:
+        raise RuntimeError("item 1 fails")
+    return n
+
+
+@trellis.workflow("extra.map_fails")
+async def map_fails(ctx, _):
+    try:
+        await ctx.map("extra.maybe_fail", [0, 1, 2], queue=QUEUE)
+    except trellis.MapFailed as e:
+        return {"failed": [f["index"] for f in e.failed]}
+
+
+@trellis.workflow("extra.patched_backoff")
+async def patched_backoff(ctx, _):
+    p = ctx.patched("v2")
+
+    def flaky(info):
+        if info.attempt == 1:
+            raise RuntimeError("first")
+        return f"ok {info.attempt}"
+
+    v = await ctx.step.run("flaky", flaky, retry=trellis.Retry(max_attempts=2, initial=2.5, jitter=0))
+    return {"patched": p, "value": v}
+
+
+@trellis.job("extra.flaky_job", retry=trellis.Retry(max_attempts=3, initial=0.1, jitter=0))
+def flaky_job(inp, info):
+    if info.attempt <= inp["fail"]:
+        raise RuntimeError(f"job failure {info.attempt}")
+    return f"job ok {info.attempt}"
+
+
+@trellis.workflow("extra.approvals")
+async def approvals(ctx, _):
+    d = await ctx.approval("ship", subject="ship it?", details={"order": 7})
+    try:
+        await ctx.approval("late", timeout=0.5)
+        late = "decided"
+    except trellis.ApprovalTimeout as e:
+        late = e.type
+    return {"approved": d["approved"], "comment": d.get("comment"), "late": late}
+
+
+@trellis.workflow("extra.deadline")
+async def deadline(ctx, _):
+    await ctx.sleep(30)
+    return "too late"
+
+
+@trellis.workflow("extra.cancel_then_step")
+async def cancel_then_step(ctx, _):
+    try:
+        await ctx.wait_for_event("never")
+    except trellis.Cancelled:
+        try:
+            await ctx.step.run("not_run", lambda: "ran")  # not detached: ends at once, cancelled
+        except trellis.Cancelled:
+            pass
+        raise
+
+
+@trellis.workflow("extra.stubborn")
+async def stubborn(ctx, _):
+    def ignores_its_signal():
+        import time
+
+        time.sleep(30)
+        return "late"
+
+    return await ctx.step.run("stubborn", ignores_its_signal)
+
+
+@trellis.workflow("extra.parallel")
+async def parallel(ctx, _):
+    async def slow(info):
+        await asyncio.sleep(1)
+        return info.step
+
+    def slow_sync(info):
+        time.sleep(1)
+        return info.step
+
+    out = await asyncio.gather(ctx.step.run("a", slow), ctx.step.run("b", slow_sync), ctx.step.run("c", slow))
+    await ctx.sleep(2.5)  # released: the replay takes a, b and c from history
+    return out
+
+
+@trellis.workflow("extra.parallel_backoff")
+async def parallel_backoff(ctx, _):
+    def flaky(info):
+        if info.attempt == 1:
+            raise RuntimeError("first attempt fails")
+        return "x" + str(info.attempt)
+
+    async def slow(info):
+        await asyncio.sleep(1)
+        return "y"
+
+    return await asyncio.gather(
+        ctx.step.run("x", flaky, retry=trellis.Retry(max_attempts=2, initial=2.5, jitter=0)),
+        ctx.step.run("y", slow))
+
+
+@trellis.workflow("extra.detached_child")
+async def detached_child(ctx, _):
+    return await ctx.start_child("extra.maybe_fail", 5, queue=QUEUE, detached=True)
+
+
+if __name__ == "__main__":
+    env = os.environ
+    w = trellis.Worker(env["TRELLIS_SERVER"], env.get("TRELLIS_TOKEN"), queues=[QUEUE],
+                       name=env.get("TRELLIS_WORKER_NAME"), lease_seconds=float(env.get("TRELLIS_LEASE_SECONDS", "10")),
+                       shutdown_grace=float(env.get("TRELLIS_SHUTDOWN_GRACE", "10")))
+    w.register(unencodable, non_retryable, reserved_emit, fails, child_fails, maybe_fail, map_fails, patched_backoff,
+               flaky_job, approvals, deadline,
+               cancel_then_step, stubborn, parallel, parallel_backoff,
+               detached_child)
+    w.run()
