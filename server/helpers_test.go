@@ -83,7 +83,9 @@ type env struct {
 func storeURLs(t *testing.T) map[string]func(t *testing.T) string {
 	return map[string]func(t *testing.T) string{
 		// A fuzz input's test name, and so its TempDir, holds '#' (URL: %23).
-		"sqlite":   func(t *testing.T) string { return "sqlite://" + strings.ReplaceAll(filepath.Join(t.TempDir(), "trellis.db"), "#", "%23") },
+		"sqlite": func(t *testing.T) string {
+			return "sqlite://" + strings.ReplaceAll(filepath.Join(t.TempDir(), "trellis.db"), "#", "%23")
+		},
 		"postgres": func(t *testing.T) string { return pgtest.SchemaURL(t) },
 	}
 }
