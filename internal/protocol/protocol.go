@@ -20,6 +20,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/trellis-dev/trellis/store"
@@ -303,3 +304,22 @@ func isObject(b []byte) string {
 	}
 	return ""
 }
+
+// unchecked turns the server's checks off (SkipChecksForTests).
+var unchecked atomic.Bool
+
+// SkipChecksForTests makes Checked report false until the returned function
+// is called: the servers of the process then apply checkpoints unchecked. It
+// is for the tests of the storage contract through a server
+// (store/storeremote runs store/storetest's suite over the worker protocol),
+// whose checkpoints exercise the store with writes no worker makes (bare ops,
+// waits without a wake, run-store writes without their ops); nothing else
+// calls it. The protocol's own tests hold the server to the rules.
+func SkipChecksForTests() (restore func()) {
+	unchecked.Store(true)
+	return func() { unchecked.Store(false) }
+}
+
+// Checked reports whether servers check checkpoints (always, but in the
+// tests that SkipChecksForTests).
+func Checked() bool { return !unchecked.Load() }

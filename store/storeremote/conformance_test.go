@@ -8,6 +8,7 @@ import (
 
 	"github.com/trellis-dev/trellis/internal/pgtest"
 	"github.com/trellis-dev/trellis/internal/pgtest/pgstore"
+	"github.com/trellis-dev/trellis/internal/protocol"
 	"github.com/trellis-dev/trellis/internal/secrets"
 	"github.com/trellis-dev/trellis/server"
 	"github.com/trellis-dev/trellis/store"
@@ -70,7 +71,16 @@ func handed(t *testing.T, backend store.Store, rs *storeremote.Store) store.Stor
 	return storetest.WithHandedWorker(backend, rs, keys.Leases().SignClaimed)
 }
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain runs the package's tests with the servers' protocol checks off: the
+// storage contract's suite writes checkpoints no worker makes (bare ops, waits
+// without a wake, run-store writes without their ops) to test what the store
+// does with them, and this package tests that the worker protocol carries the
+// contract whole. What a server lets a worker write is tested in server and
+// internal/protocol.
+func TestMain(m *testing.M) {
+	protocol.SkipChecksForTests()
+	pgtest.Main(m)
+}
 
 // The same through a server on Postgres.
 func TestConformancePostgres(t *testing.T) {

@@ -84,8 +84,8 @@ function lifecycle(name, obj) {
   return { name, data: encode(obj) };
 }
 
-/** The recorded step retry policy, defaults applied. */
-function retryPolicy(opts, queueRetry) {
+/** The recorded step retry policy, defaults applied (a step's, or a job's). */
+export function retryPolicy(opts, queueRetry) {
   const r = opts?.retry ?? {};
   let maxAttempts = r.maxAttempts;
   let initial = r.initialInterval;

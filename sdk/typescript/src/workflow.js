@@ -1,5 +1,7 @@
 // Definitions of workflows and jobs.
 
+import { retryPolicy } from './run.js';
+
 function checkDef(what, name, fn) {
   if (typeof name !== 'string' || name.length === 0) throw new TypeError(`${what}: a name (a non-empty string) is required, got ${JSON.stringify(name)}`);
   if (typeof fn !== 'function') throw new TypeError(`${what} ${JSON.stringify(name)}: a function is required, got ${typeof fn}`);
@@ -23,23 +25,6 @@ export function defineWorkflow(name, fn, opts = {}) {
  */
 export function defineJob(name, fn, opts = {}) {
   checkDef('defineJob', name, fn);
-  const r = opts.retry ?? {};
-  const policy = (queueRetry) => {
-    let maxAttempts = r.maxAttempts;
-    let initial = r.initialInterval;
-    let coefficient = r.backoffCoefficient ?? 2;
-    let maxInterval = r.maxInterval ?? 60_000;
-    if (maxAttempts === undefined && queueRetry && queueRetry.maxAttempts > 0n) maxAttempts = Number(queueRetry.maxAttempts);
-    if (initial === undefined && queueRetry?.initialBackoff) {
-      initial = Number(queueRetry.initialBackoff.seconds) * 1000 + queueRetry.initialBackoff.nanos / 1e6;
-      maxInterval = queueRetry.maxBackoff ? Number(queueRetry.maxBackoff.seconds) * 1000 + queueRetry.maxBackoff.nanos / 1e6 : Infinity;
-      coefficient = 2;
-    }
-    return {
-      maxAttempts: maxAttempts ?? 3,
-      delay: (n) => Math.min((initial ?? 1000) * coefficient ** Math.max(n - 1, 0), maxInterval),
-      nonRetryableTypes: r.nonRetryableTypes ?? [],
-    };
-  };
+  const policy = (queueRetry) => retryPolicy(opts, queueRetry);
   return Object.freeze({ kind: 'job', name, fn, opts: { ...opts }, policy });
 }
