@@ -53,6 +53,11 @@ class Values(unittest.TestCase):
         own = trellis.Retry(max_attempts=2)
         self.assertIs(own.with_queue({"max_attempts": "7"}), own)
 
+    def test_worker_record_names_the_sdk(self):
+        # The Workers page shows each worker's version: the SDK's unless given.
+        self.assertEqual(trellis.Worker("http://127.0.0.1:1", "t").version, f"trellis-py/{trellis.__version__}")
+        self.assertEqual(trellis.Worker("http://127.0.0.1:1", "t", version="deploy-7").version, "deploy-7")
+
     def test_child_run_ids_as_go(self):
         self.assertEqual(trellis.child_run_id("r1", 3), "r1.3")
         self.assertEqual(trellis.child_run_id("r1", 3, 0), "r1.3.0")

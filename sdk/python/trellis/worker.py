@@ -114,7 +114,9 @@ class Worker:
         self.shutdown_grace = shutdown_grace
         self.max_inline_backoff = max_inline_backoff
         self.max_payload_bytes = max_payload_bytes
-        self.version = version
+        # The worker record's version (the Workers page): the deploy's, else the
+        # SDK's, as the Go and TypeScript workers show theirs.
+        self.version = version or f"trellis-py/{_sdk_version()}"
         self._rpc = ConnectClient(server, token, timeout=max(60.0, self.lease_seconds * 2))
         self._workflows: dict[str, Workflow] = {}
         self.step_pool = _StepPool(step_threads)
@@ -458,3 +460,7 @@ class Worker:
             if ent is not None:
                 ent[0].request_cancel()
 
+
+def _sdk_version() -> str:
+    from . import __version__
+    return __version__
