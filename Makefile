@@ -1,5 +1,5 @@
 # Trellis developer tasks. `make help` lists them.
-.PHONY: help test test-short lint bench ci dev proto build build-cgo
+.PHONY: help test test-short lint bench ci dev proto proto-ts build build-cgo sdk-ts sdk-py
 
 STORE ?= sqlite://$(CURDIR)/bench.db
 
@@ -33,3 +33,12 @@ dev: ## run the demo on ./trellis.db
 
 proto: ## regenerate the worker protocol's Go code (internal/gen) from proto/ with buf (go tool)
 	go generate ./proto
+
+proto-ts: ## regenerate the TypeScript SDK's protocol code (sdk/typescript/gen; after npm ci there)
+	cd sdk/typescript && npm run generate
+
+sdk-ts: build ## the TypeScript SDK's tests against ./trellis (npm ci first)
+	cd sdk/typescript && npm ci --no-audit --no-fund && TRELLIS_BIN=$(CURDIR)/trellis npm test
+
+sdk-py: build ## the Python SDK's tests against ./trellis
+	cd sdk/python && TRELLIS_BIN=$(CURDIR)/trellis python3 -m unittest discover -s tests
