@@ -3,6 +3,7 @@ package trellis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,5 +56,28 @@ func TestCancelDuringInlineBackoffRunsNoFurtherAttempt(t *testing.T) {
 				t.Fatalf("%d attempts ran, want 1", n)
 			}
 		})
+	}
+}
+
+// A workflow that returns an error wrapping ErrCancelled (another run's, a
+// step's) without its own cancellation asked for fails: only a requested
+// cancellation ends a run cancelled (the protocol's rule, which the server
+// holds remote workers to).
+func TestErrCancelledWithoutRequestFails(t *testing.T) {
+	t.Parallel()
+	wf := trellis.NewWorkflow("wraps-cancelled", func(wc *trellis.Context, _ int) (int, error) {
+		return trellis.Step(wc, "other", func(context.Context) (int, error) {
+			return 0, trellis.NonRetryable(fmt.Errorf("the order's run: %w", trellis.ErrCancelled))
+		})
+	})
+	c := open(t, storeURL(t))
+	register(t, c, wf)
+	h := must[*trellis.Handle[int]](t)(trellis.Start(ctxT(t), c, wf, 0))
+	if _, err := h.Result(ctxT(t)); err == nil {
+		t.Fatal("the run succeeded")
+	}
+	run, err := c.Get(ctxT(t), h.RunID())
+	if err != nil || run.Status != trellis.StatusFailed {
+		t.Fatalf("run %v (%v), want failed", run, err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/internal/pgtest"
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storesqlite"
 	"go.uber.org/goleak"
 )
 
@@ -81,7 +82,7 @@ func storeURL(t testing.TB) string {
 // sqliteURL returns a fresh SQLite store URL, whatever envTestStore says.
 func sqliteURL(t testing.TB) string {
 	t.Helper()
-	return "sqlite://" + filepath.Join(t.TempDir(), "trellis.db")
+	return storesqlite.URL(filepath.Join(t.TempDir(), "trellis.db"))
 }
 
 // open opens a client on url with fast test settings and closes it at cleanup.

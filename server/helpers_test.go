@@ -16,6 +16,7 @@ import (
 	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/internal/pgtest"
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storesqlite"
 	"go.uber.org/goleak"
 )
 
@@ -82,10 +83,8 @@ type env struct {
 // storeURLs names the stores the API tests run on.
 func storeURLs(t *testing.T) map[string]func(t *testing.T) string {
 	return map[string]func(t *testing.T) string{
-		// A fuzz input's test name, and so its TempDir, holds '#' (URL: %23).
-		"sqlite": func(t *testing.T) string {
-			return "sqlite://" + strings.ReplaceAll(filepath.Join(t.TempDir(), "trellis.db"), "#", "%23")
-		},
+		// A fuzz input's test name, and so its TempDir, holds '#'.
+		"sqlite":   func(t *testing.T) string { return storesqlite.URL(filepath.Join(t.TempDir(), "trellis.db")) },
 		"postgres": func(t *testing.T) string { return pgtest.SchemaURL(t) },
 	}
 }

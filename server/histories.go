@@ -17,7 +17,9 @@ import (
 // applies. A lease first seen in a write (its claim came through another
 // server, or this one restarted or dropped the entry) reads the run's history
 // once; so does a write whose seq says that earlier writes of the lease went
-// through another server.
+// through another server, and every unguarded write (seq 0). Two writes of one
+// lease sent at once through two servers are each checked against what their
+// server knew (a worker makes one write at a time per lease: seq).
 //
 // Entries end with their lease (a checkpoint that leaves the run in another
 // state than running, a release) or, for a worker that vanished, when they
@@ -117,12 +119,17 @@ func later(a, b time.Time) time.Time {
 // the run's history, reading the history from st when this entry does not
 // know it or may be behind. A retry of a write applied already (seq at or
 // below the last applied) is not checked: the store answers it as applied,
-// or refuses it when it differs.
+// or refuses it when it differs; one whose application this record did not
+// see (through another server, or before a restart) finds its ops recorded
+// as they are, which the rules accept (an identical op again).
 func (e *leaseHistory) check(ctx context.Context, st store.Store, p *store.CheckpointParams, seq int64) error {
 	if seq > 0 && seq <= e.seq || !protocol.Checked() {
 		return nil
 	}
-	if e.rec == nil || seq > 0 && seq != e.seq+1 {
+	// Read the history when this record may be behind the store: not known
+	// here, a write whose seq says earlier ones went through another server,
+	// or an unguarded write (seq 0), which says nothing of the writes before it.
+	if e.rec == nil || seq != e.seq+1 {
 		ops, err := st.HistoryList(ctx, &store.HistoryListParams{Namespace: p.Lease.Namespace, Ref: p.Lease.RunID})
 		if err != nil {
 			return err

@@ -204,3 +204,42 @@ func TestCheckpointOfATakenOverLease(t *testing.T) {
 		t.Fatalf("the new lease's checkpoint: %v", err)
 	}
 }
+
+// A checkpoint retried after its answer was lost (the same seq, the same
+// request) is answered as applied, not refused for writing its own ops again:
+// through the same server after the write ended the lease, and through
+// another server of the store, which learns the run's history from the store.
+func TestRetriedCheckpointIsReplayed(t *testing.T) {
+	t.Parallel()
+	url := storeURLs(t)["sqlite"](t)
+	auth := func(c *Config) { c.Authenticator = boundaryTokens() }
+	a := newEnv(t, url, auth)
+	b := newEnv(t, url, auth)
+	for i, through := range []*env{a, b} {
+		id := fmt.Sprintf("retried-%d", i)
+		a.remoteRun(id, "default")
+		cr := a.claimAs("worker", "default")
+		now := timestamppb.Now()
+		step := func(pos int64, name string) *pb.Op {
+			return &pb.Op{Position: pos, Kind: "step", Name: name, Done: true, Result: []byte(`1`), Attempts: 1, StartedAt: now, FinishedAt: now}
+		}
+		first := &pb.CheckpointItem{Lease: leaseOf(cr), Seq: 1, Status: "running", Ops: []*pb.Op{step(0, "a")}}
+		final := &pb.CheckpointItem{Lease: leaseOf(cr), Seq: 2, Status: "succeeded", Output: []byte(`1`), Ops: []*pb.Op{step(1, "b")},
+			Stream: []*pb.StreamWrite{{Name: "run.succeeded", Data: []byte(`{"result":1}`)}}}
+		// The first send through a (i = 0, which pushed the claim) or b (i = 1:
+		// it knows nothing of the run), the retries through b.
+		for k, it := range []*pb.CheckpointItem{first, first, final, final} {
+			res, err := through.workerClient("worker").Checkpoint(t.Context(), connect.NewRequest(&pb.CheckpointRequest{Checkpoints: []*pb.CheckpointItem{it}}))
+			if err != nil || res.Msg.Results[0].Error != nil {
+				t.Fatalf("run %d, send %d (seq %d): %v %v", i, k, it.Seq, err, res.Msg.Results[0].Error)
+			}
+			if retry := k%2 == 1; res.Msg.Results[0].Replayed != retry {
+				t.Fatalf("run %d, send %d (seq %d): replayed %v, want %v", i, k, it.Seq, res.Msg.Results[0].Replayed, retry)
+			}
+			through = b
+		}
+		if run, err := a.st.RunGet(t.Context(), &store.RunGetParams{Namespace: "default", Ref: id}); err != nil || run.Status != store.StatusSucceeded {
+			t.Fatalf("run %s: %v %v", id, run, err)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/clock"
+	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
 // TB is the part of testing.TB the kit uses; *testing.T and *testing.B
@@ -79,7 +80,7 @@ func New(t TB, o Options) *Env {
 		e.OverrideStep(name, fn)
 	}
 	cfg := trellis.Config{
-		Store:     "sqlite://" + filepath.Join(t.TempDir(), "trellis.db"),
+		Store:     storesqlite.URL(filepath.Join(t.TempDir(), "trellis.db")), // a test's name may hold '#'
 		Namespace: o.Namespace, Codec: o.Codec, Logger: o.Logger,
 		Clock: e.clk, StepOverride: e.stepOverride,
 	}

@@ -176,7 +176,9 @@ func (rs *RunState) finish(out []byte, err error) *store.Run {
 	switch {
 	case deadline:
 		p.Status, p.Output, p.Error = store.StatusFailed, nil, rs.errorInfo(ErrDeadlineExceeded)
-	case err != nil && (cancelled || errors.Is(err, ErrCancelled)):
+	case err != nil && (cancelled || errors.Is(err, ErrCancelled) && rs.Cancelled()):
+		// Cancelled only when the run's cancellation was asked for: an error
+		// that wraps ErrCancelled otherwise (another run's, a step's) fails it.
 		p.Status, p.Error = store.StatusCancelled, rs.errorInfo(err)
 		p.Error.Type = TypeCancelled
 	case err != nil:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -101,6 +102,11 @@ func (ps positions) get(ops []*store.Op, pos int) (int, bool) {
 func checkAgainst(i int, op *store.Op, rec *Recorded, n int) *Error {
 	r, ok := rec.ops[op.Position]
 	switch {
+	case ok && r.done && r.sum == opSum(op) && r.kind == op.Kind && r.name == op.Name:
+		// The same op again: a checkpoint retried after its answer was lost
+		// (through another server, or after a restart), which the store
+		// answers as applied (seq) or writes as it was.
+		return nil
 	case ok && r.done:
 		return opErr(i, op, "position", "rewrites the op recorded there (%s), which is done: a recorded op is never written again", describeRec(r))
 	case ok && (r.kind != op.Kind || r.name != op.Name):
@@ -181,6 +187,7 @@ func checkStream(p *store.CheckpointParams, byPos positions) *Error {
 		}
 	}
 	sortByPosition(p.Ops, emits)
+	var steps map[string]stepFacts // made at the first step event
 	next := 0
 	for k, w := range p.Stream {
 		field := streamField(k)
@@ -198,7 +205,10 @@ func checkStream(p *store.CheckpointParams, byPos positions) *Error {
 			next++
 			continue
 		}
-		if e := checkLifecycle(p, byPos, k, w); e != nil {
+		if steps == nil && (w.Name == store.StreamStepCompleted || w.Name == store.StreamStepFailed) {
+			steps = stepsOf(p)
+		}
+		if e := checkLifecycle(p, steps, k, w); e != nil {
 			return e
 		}
 	}
@@ -219,11 +229,7 @@ func reserved(name string) bool {
 }
 
 func sortByPosition(ops []*store.Op, idx []int) {
-	for a := 1; a < len(idx); a++ {
-		for b := a; b > 0 && ops[idx[b]].Position < ops[idx[b-1]].Position; b-- {
-			idx[b], idx[b-1] = idx[b-1], idx[b]
-		}
-	}
+	slices.SortStableFunc(idx, func(a, b int) int { return ops[a].Position - ops[b].Position })
 }
 
 // lifecycleStatus is the status a checkpoint must have to carry an event.
@@ -235,7 +241,31 @@ var lifecycleStatus = map[string]store.Status{
 	store.StreamRunCancelled: store.StatusCancelled,
 }
 
-func checkLifecycle(p *store.CheckpointParams, byPos positions, k int, w store.StreamWrite) *Error {
+// stepFacts are what a checkpoint records of the steps of a name, for their
+// lifecycle events.
+type stepFacts struct{ completed, failed bool }
+
+// stepsOf gathers the facts of every step name of p, in one pass over its
+// ops and attempts (so that checking many events costs no more than that).
+func stepsOf(p *store.CheckpointParams) map[string]stepFacts {
+	attempted := make(map[int]bool, len(p.Attempts))
+	for _, a := range p.Attempts {
+		attempted[a.Position] = true
+	}
+	m := make(map[string]stepFacts)
+	for _, op := range p.Ops {
+		if op.Kind != store.OpStep {
+			continue
+		}
+		f := m[op.Name]
+		f.completed = f.completed || op.Done && op.Error == nil
+		f.failed = f.failed || op.Error != nil || attempted[op.Position]
+		m[op.Name] = f
+	}
+	return m
+}
+
+func checkLifecycle(p *store.CheckpointParams, steps map[string]stepFacts, k int, w store.StreamWrite) *Error {
 	field := streamField(k)
 	step := w.Name == store.StreamStepCompleted || w.Name == store.StreamStepFailed
 	// (A step event's data is decoded below, which checks it is JSON.)
@@ -256,16 +286,9 @@ func checkLifecycle(p *store.CheckpointParams, byPos positions, k int, w store.S
 			return fieldErr(field, "%s: its data names the step (name)", w.Name)
 		}
 		name := data.Name
-		for _, op := range p.Ops {
-			if op.Kind != store.OpStep || op.Name != name {
-				continue
-			}
-			if w.Name == store.StreamStepCompleted && op.Done && op.Error == nil {
-				return nil
-			}
-			if w.Name == store.StreamStepFailed && (op.Error != nil || hasAttempt(p, op.Position)) {
-				return nil
-			}
+		f := steps[name]
+		if w.Name == store.StreamStepCompleted && f.completed || w.Name == store.StreamStepFailed && f.failed {
+			return nil
 		}
 		what := "a completed step op"
 		if w.Name == store.StreamStepFailed {
@@ -279,6 +302,9 @@ func checkLifecycle(p *store.CheckpointParams, byPos positions, k int, w store.S
 	}
 	if p.Status != want {
 		return fieldErr(field, "%s goes with status %s, not %q", w.Name, want, p.Status)
+	}
+	if k != len(p.Stream)-1 {
+		return fieldErr(field, "%s is the checkpoint's last event", w.Name)
 	}
 	return nil
 }
@@ -297,15 +323,6 @@ var streamFields = func() (f [8]string) {
 	}
 	return f
 }()
-
-func hasAttempt(p *store.CheckpointParams, pos int) bool {
-	for _, a := range p.Attempts {
-		if a.Position == pos {
-			return true
-		}
-	}
-	return false
-}
 
 // checkChildren: a group of child runs goes with its child op in the
 // checkpoint, runs of the op's workflow, with the run IDs derived from the
@@ -353,6 +370,9 @@ func checkApprovals(p *store.CheckpointParams, byPos positions) *Error {
 		}
 		if op := p.Ops[i]; a.Name != op.Name {
 			return opErr(i, op, field, "request %q names %q, not the op's %q", a.ID, a.Name, op.Name)
+		}
+		if want := p.Lease.RunID + ".approval." + strconv.Itoa(a.Position); a.ID != want {
+			return opErr(i, p.Ops[i], field, "request ID %q: an approval request's ID is %s (RUN.approval.POSITION)", a.ID, want)
 		}
 	}
 	return nil

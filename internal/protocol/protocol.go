@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"strconv"
 	"strings"
@@ -30,7 +31,7 @@ import (
 // checkpoint's own ops) a new op may be: positions are taken in order, but an
 // op may be recorded after later ones while it is in flight (an async step),
 // so a checkpoint may leave gaps that a later one fills.
-const MaxAhead = 1024
+const MaxAhead = 1 << 16
 
 // Reserved prefixes of stream event names: the run's lifecycle.
 var reservedPrefixes = []string{"run.", "step."}
@@ -49,6 +50,7 @@ type recordedOp struct {
 	kind store.OpKind
 	name string
 	done bool
+	sum  uint64 // opSum: what the op holds, to tell a retry's identical write
 }
 
 // NewRecorded returns the record of a run's history ops.
@@ -61,7 +63,7 @@ func NewRecorded(history []*store.Op, cancelRequested bool) *Recorded {
 }
 
 func (r *Recorded) add(op *store.Op) {
-	r.ops[op.Position] = recordedOp{kind: op.Kind, name: op.Name, done: op.Done}
+	r.ops[op.Position] = recordedOp{kind: op.Kind, name: op.Name, done: op.Done, sum: opSum(op)}
 	r.high = max(r.high, op.Position)
 }
 
@@ -70,6 +72,37 @@ func (r *Recorded) Apply(p *store.CheckpointParams) {
 	for _, op := range p.Ops {
 		r.add(op)
 	}
+}
+
+// seed keys opSum within this process (sums are compared here, never kept).
+var seed = maphash.MakeSeed()
+
+// opSum sums what an op holds that a rewrite could change: kind, name, done,
+// result, error and attempts (not its times).
+func opSum(op *store.Op) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	h.WriteString(string(op.Kind))
+	h.WriteByte(0)
+	h.WriteString(op.Name)
+	h.WriteByte(0)
+	if op.Done {
+		h.WriteByte(1)
+	}
+	h.WriteByte(0)
+	h.Write(op.Result)
+	h.WriteByte(0)
+	if e := op.Error; e != nil {
+		h.WriteString(e.Message)
+		h.WriteByte(0)
+		h.WriteString(e.Type)
+		if e.NonRetryable {
+			h.WriteByte(1)
+		}
+	}
+	h.WriteByte(0)
+	h.WriteString(strconv.Itoa(op.Attempts))
+	return h.Sum64()
 }
 
 // Error is a violation of the protocol by a checkpoint: it names the op (or

@@ -67,7 +67,7 @@ func valid() *store.CheckpointParams {
 			{Position: 4, Kind: store.OpSet, Name: "k", Done: true, Result: []byte(`1`), Attempts: 1, StartedAt: t0},
 			{Position: 5, Kind: store.OpEmit, Name: "progress", Done: true, Attempts: 1, StartedAt: t0},
 			{Position: 6, Kind: store.OpChild, Name: "double", Result: []byte(`{"run_id":"r1.6"}`), Attempts: 1, StartedAt: t0},
-			{Position: 7, Kind: store.OpApproval, Name: "boss", Result: []byte(`{"id":"a1"}`), Attempts: 1, StartedAt: t0},
+			{Position: 7, Kind: store.OpApproval, Name: "boss", Result: []byte(`{"id":"r1.approval.7"}`), Attempts: 1, StartedAt: t0},
 			{Position: 8, Kind: store.OpTimer, Result: []byte(`"2030-01-01T01:00:00Z"`), Attempts: 1, StartedAt: t0},
 		},
 		Attempts: []store.Attempt{{Position: 0, Attempt: 1, Error: store.ErrorInfo{Message: "declined"}, StartedAt: t0, FinishedAt: t0.Add(time.Second / 4)}},
@@ -79,7 +79,7 @@ func valid() *store.CheckpointParams {
 			{Name: "progress", Data: []byte(`{"pct":50}`)},
 		},
 		Children:  []*store.ChildGroup{{Position: 6, Runs: []*store.RunCreateParams{{ID: "r1.6", Workflow: "double"}}}},
-		Approvals: []*store.ApprovalRequest{{ID: "a1", Position: 7, Name: "boss"}},
+		Approvals: []*store.ApprovalRequest{{ID: "r1.approval.7", Position: 7, Name: "boss"}},
 	}
 }
 
@@ -97,6 +97,13 @@ func TestCheckAcceptsValid(t *testing.T) {
 		Stream: []store.StreamWrite{store.FinalEvent(store.StatusSucceeded, []byte(`"ok"`), nil)}}
 	if err := protocol.Check(p, rec); err != nil {
 		t.Fatal(err)
+	}
+	// The same done op again (a checkpoint retried through another server):
+	// accepted; the store answers it as applied.
+	done := &store.Op{Position: 0, Kind: store.OpStep, Name: "a", Done: true, Result: []byte(`7`), Attempts: 1, StartedAt: t0, FinishedAt: &t0}
+	if err := protocol.Check(&store.CheckpointParams{Status: store.StatusRunning, Ops: []*store.Op{done}},
+		protocol.NewRecorded([]*store.Op{done}, false)); err != nil {
+		t.Fatalf("an identical rewrite: %v", err)
 	}
 	// A timer recorded in progress and completed in the same checkpoint (it
 	// was due already): the later write completes the earlier.
@@ -163,7 +170,7 @@ func TestCheckRefuses(t *testing.T) {
 			p.Ops, p.KV, p.Stream, p.Children, p.Approvals, p.Attempts = []*store.Op{{Position: 1, Kind: store.OpEvent, Name: "stop", Done: true, Attempts: 1, StartedAt: t0, FinishedAt: &t0}}, nil, nil, nil, nil, nil
 		}, true, `the op recorded there is event "go"`},
 		{"skip ahead", func(p *store.CheckpointParams) {
-			p.Ops, p.KV, p.Stream, p.Children, p.Approvals, p.Attempts = []*store.Op{{Position: 5000, Kind: store.OpNow, Done: true, Result: []byte(`"2030-01-01T00:00:00Z"`), Attempts: 1, StartedAt: t0}}, nil, nil, nil, nil, nil
+			p.Ops, p.KV, p.Stream, p.Children, p.Approvals, p.Attempts = []*store.Op{{Position: 1 << 20, Kind: store.OpNow, Done: true, Result: []byte(`"2030-01-01T00:00:00Z"`), Attempts: 1, StartedAt: t0}}, nil, nil, nil, nil, nil
 		}, true, "skips ahead: the highest recorded position is 1"},
 		{"attempt without its op", func(p *store.CheckpointParams) { p.Attempts[0].Position = 9 }, false, "attempts[0]: position 9"},
 		{"attempt beyond the op's", func(p *store.CheckpointParams) { p.Attempts[0].Attempt = 3 }, false, "attempt 3 of a step at attempt 2"},
@@ -190,6 +197,11 @@ func TestCheckRefuses(t *testing.T) {
 		{"child of another workflow", func(p *store.CheckpointParams) { p.Children[0].Runs[0].Workflow = "other" }, false, `run 0 is of workflow "other", not the op's "double"`},
 		{"child with a chosen ID", func(p *store.CheckpointParams) { p.Children[0].Runs[0].ID = "victim" }, false, `run 0 has ID "victim"`},
 		{"approval without op", func(p *store.CheckpointParams) { p.Approvals[0].Position = 6 }, false, "approvals[0]: position 6"},
+		{"approval with a chosen ID", func(p *store.CheckpointParams) { p.Approvals[0].ID = "victim.approval.7" }, false, `request ID "victim.approval.7": an approval request's ID is r1.approval.7`},
+		{"final event not last", func(p *store.CheckpointParams) {
+			p.Status, p.Output = store.StatusSucceeded, []byte(`1`)
+			p.Stream = append([]store.StreamWrite{p.Stream[0], store.FinalEvent(store.StatusSucceeded, []byte(`1`), nil)}, p.Stream[1:]...)
+		}, false, "run.succeeded is the checkpoint's last event"},
 		{"unknown status", func(p *store.CheckpointParams) { p.Status = "done" }, false, `status: "done" is not a status a worker writes`},
 		{"running with output", func(p *store.CheckpointParams) { p.Output = []byte(`1`) }, false, "status: running: no output or error"},
 		{"waiting without wake", func(p *store.CheckpointParams) { p.Status = store.StatusWaiting }, false, "needs wake_at or wait_events"},
@@ -272,6 +284,30 @@ func BenchmarkCheckStep(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := protocol.Check(p, rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCheckLarge is the check of a large checkpoint built to make the
+// rules slow: thousands of step events, steps and failed attempts, and emit
+// ops out of position order. The check is linear in its size (it took 20 s
+// when each step event scanned the ops and their attempts).
+func BenchmarkCheckLarge(b *testing.B) {
+	p := &store.CheckpointParams{Status: store.StatusRunning}
+	const n = 2000
+	for i := range n {
+		p.Ops = append(p.Ops, &store.Op{Position: i, Kind: store.OpStep, Name: "s", Attempts: 2, StartedAt: t0})
+		p.Attempts = append(p.Attempts, store.Attempt{Position: i, Attempt: 1, Error: store.ErrorInfo{Message: "x"}, StartedAt: t0, FinishedAt: t0})
+		p.Stream = append(p.Stream, store.StreamWrite{Name: store.StreamStepFailed, Data: []byte(`{"name":"s"}`)})
+	}
+	for i := range 20 * n {
+		p.Ops = append(p.Ops, &store.Op{Position: n + 20*n - i, Kind: store.OpEmit, Name: "e", Done: true, Attempts: 1, StartedAt: t0})
+		p.Stream = append(p.Stream, store.StreamWrite{Name: "e", Data: []byte(`1`)})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := protocol.Check(p, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

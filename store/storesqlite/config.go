@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,6 +101,16 @@ func (c Config) validate() error {
 		return fmt.Errorf("Config.WALPreallocate %d: must not be negative", c.WALPreallocate)
 	}
 	return nil
+}
+
+// URL returns the store URL of the database file at path (absolute, or
+// relative to the working directory), escaped so that ParseURL reads the path
+// back whatever it holds ('#', '%', spaces).
+func URL(path string) string {
+	if filepath.IsAbs(path) {
+		return (&url.URL{Scheme: "sqlite", Path: path}).String()
+	}
+	return "sqlite:" + (&url.URL{Path: path}).EscapedPath()
 }
 
 // ParseURL parses a store URL into a Config:

@@ -61,6 +61,17 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+// URL escapes what a path may hold, and ParseURL reads the path back.
+func TestURLOfPath(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"/tmp/t.db", "/tmp/seed#0/t.db", "/tmp/100%/a b.db", "rel/t.db", "rel/#1/t.db"} {
+		cfg, err := ParseURL(URL(p))
+		if err != nil || cfg.Path != p {
+			t.Errorf("ParseURL(URL(%q)) = %q, %v", p, cfg.Path, err)
+		}
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
