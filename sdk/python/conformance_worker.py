@@ -7,12 +7,27 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import trellis  # noqa: E402
 
 QUEUE = os.environ.get("TRELLIS_QUEUE", "default")
+
+
+def mark(info, what: str) -> None:
+    """Not part of the kit's contract: for the SDK's own tests (their harness
+    sets TRELLIS_TEST_MARKERS), a step leaves a file saying when it reached
+    `what` ("started", "cancelled"), so that a test waits for the step itself
+    rather than guessing how long it takes to start."""
+    d = os.environ.get("TRELLIS_TEST_MARKERS")
+    if not d:
+        return
+    path = os.path.join(d, f"{info.run_id}.{info.step}.{info.attempt}.{what}")
+    with open(path + ".tmp", "w") as f:
+        f.write(repr(time.time()))
+    os.replace(path + ".tmp", path)
 
 
 @trellis.workflow("conformance.three_steps")
@@ -141,7 +156,12 @@ async def takeover(ctx, inp):
     await ctx.step.run("before", lambda: "b")
 
     async def slow(info):
-        await asyncio.sleep(4)
+        mark(info, "started")
+        try:
+            await asyncio.sleep(4)
+        except asyncio.CancelledError:
+            mark(info, "cancelled")
+            raise
         return "s"
 
     await ctx.step.run("slow", slow)

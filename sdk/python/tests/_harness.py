@@ -92,6 +92,9 @@ class Server:
             else:
                 store = "sqlite:" + os.path.join(self.dir, "t.db")
         self.store = store
+        # Where the tests' steps leave their markers (see wait_marker).
+        self.markers = os.path.join(self.dir, "markers")
+        os.makedirs(self.markers, exist_ok=True)
         self.proc = None
         self.url = None
         self.token = None
@@ -167,7 +170,7 @@ class WorkerProcess:
         self.name = name or "pyw-" + uuid.uuid4().hex[:8]
         env = dict(os.environ, TRELLIS_SERVER=server.url, TRELLIS_TOKEN=server.token, TRELLIS_NAMESPACE="default",
                    TRELLIS_QUEUE=queue, TRELLIS_WORKER_NAME=self.name, TRELLIS_LEASE_SECONDS=str(lease_seconds),
-                   PYTHONUNBUFFERED="1")
+                   TRELLIS_TEST_MARKERS=server.markers, PYTHONUNBUFFERED="1")
         env.update(extra_env or {})
         self.logpath = os.path.join(server.dir, f"worker-{self.name}.log")
         self._log = open(self.logpath, "wb")
@@ -180,14 +183,17 @@ class WorkerProcess:
 
     def wait_live(self, timeout=15):
         c = self.server.client()
-        end = time.time() + timeout
-        while time.time() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"worker exited: {self.output()}")
-            if any(w["name"] == self.name and w.get("live") for w in c.workers()):
-                return self
-            time.sleep(0.05)
-        raise RuntimeError(f"worker {self.name} not live: {self.output()}")
+        try:
+            end = time.time() + timeout
+            while time.time() < end:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"worker exited: {self.output()}")
+                if any(w["name"] == self.name and w.get("live") for w in c.workers()):
+                    return self
+                time.sleep(0.05)
+            raise RuntimeError(f"worker {self.name} not live: {self.output()}")
+        finally:
+            c.close()
 
     def output(self) -> str:
         self._log.flush()
@@ -218,6 +224,21 @@ def wait_status(c: trellis.Client, run_id: str, status: str, timeout: float = 15
             return r
         time.sleep(0.05)
     raise AssertionError(f"run {run_id} is {r and r['status']}, not {status}: {json.dumps(r)}")
+
+
+def wait_marker(server: Server, run_id: str, step: str, what: str = "started", timeout: float = 15) -> float:
+    """Waits for the marker a step of the tests' workers leaves (trellis_marks:
+    when it started, when it saw its cancelled event...) and returns the time
+    the step wrote in it (time.time() of the worker's clock, the same machine's)."""
+    end = time.time() + timeout
+    prefix = f"{run_id}.{step}."
+    while time.time() < end:
+        for f in os.listdir(server.markers):
+            if f.startswith(prefix) and f.endswith("." + what):
+                with open(os.path.join(server.markers, f)) as fh:
+                    return float(fh.read())
+        time.sleep(0.02)
+    raise AssertionError(f"step {step} of run {run_id} left no {what!r} marker in {timeout} s")
 
 
 def ops_of(c: trellis.Client, run_id: str) -> list:

@@ -11,6 +11,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import trellis  # noqa: E402
+from conformance_worker import mark  # noqa: E402
 
 QUEUE = os.environ.get("TRELLIS_QUEUE", "default")
 
@@ -112,9 +113,8 @@ async def cancel_then_step(ctx, _):
 
 @trellis.workflow("extra.stubborn")
 async def stubborn(ctx, _):
-    def ignores_its_signal():
-        import time
-
+    def ignores_its_signal(info):
+        mark(info, "started")
         time.sleep(30)
         return "late"
 
