@@ -152,6 +152,20 @@ async def parallel_backoff(ctx, _):
         ctx.step.run("y", slow))
 
 
+@trellis.workflow("extra.parallel_cancel")
+async def parallel_cancel(ctx, _):
+    # Two steps at once, each waiting for its cancelled event: a cancellation
+    # of the run must reach both, not only the one started last.
+    def waits(info):
+        mark(info, "started")
+        if info.cancelled.wait(30):
+            mark(info, "cancelled")
+            raise RuntimeError("saw the cancellation")
+        return "not cancelled"
+
+    return await asyncio.gather(ctx.step.run("a", waits), ctx.step.run("b", waits))
+
+
 @trellis.workflow("extra.detached_child")
 async def detached_child(ctx, _):
     return await ctx.start_child("extra.maybe_fail", 5, queue=QUEUE, detached=True)
@@ -164,6 +178,6 @@ if __name__ == "__main__":
                        shutdown_grace=float(env.get("TRELLIS_SHUTDOWN_GRACE", "10")))
     w.register(unencodable, non_retryable, reserved_emit, fails, child_fails, maybe_fail, map_fails, patched_backoff,
                flaky_job, approvals, deadline,
-               cancel_then_step, stubborn, parallel, parallel_backoff,
+               cancel_then_step, stubborn, parallel, parallel_backoff, parallel_cancel,
                detached_child)
     w.run()

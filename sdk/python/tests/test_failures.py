@@ -377,6 +377,21 @@ class StepErrors(unittest.TestCase):
                                ("run.waiting", None), ("run.resumed", None), ("step.completed", "x"),
                                ("run.succeeded", None)])
 
+    def test_cancel_reaches_every_parallel_step(self):
+        r = self.c.start("extra.parallel_cancel", None, queue=self.queue)
+        wait_marker(self.srv, r["id"], "a")
+        wait_marker(self.srv, r["id"], "b")
+        t0 = time.time()
+        self.c.cancel(r["id"])
+        # each step sees its cancelled event promptly (else it waits 30 s)
+        for step in ("a", "b"):
+            self.assertLess(wait_marker(self.srv, r["id"], step, "cancelled", timeout=10) - t0, 5, step)
+        run = self.c.result(r["id"], timeout=10)
+        self.assertEqual((run["status"], run["error"]["type"]), ("cancelled", "cancelled"))
+        ops = ops_of(self.c, r["id"])
+        self.assertEqual([(o["name"], o["done"], o["error"]["type"]) for o in ops],
+                         [("a", True, "cancelled"), ("b", True, "cancelled")])
+
     def test_detached_child(self):
         run = self.run_wf("extra.detached_child")
         self.assertEqual(run["output"], run["id"] + ".0")

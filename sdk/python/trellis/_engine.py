@@ -239,6 +239,21 @@ class StepInfo:
         self.cancelled = threading.Event()
 
 
+class _Running:
+    """A step attempt under way: its StepInfo, whether it is detached (deaf to
+    the run's cancellation), and what wakes its watcher (_StepCall._watch)."""
+
+    __slots__ = ("info", "detached", "wake")
+
+    def __init__(self, info: StepInfo, detached: bool):
+        self.info, self.detached, self.wake = info, detached, None
+
+    def signal(self):
+        self.info.cancelled.set()
+        if self.wake is not None:
+            self.wake()
+
+
 def _arity(fn) -> int:
     code = getattr(fn, "__code__", None)
     if code is not None and not inspect.ismethod(fn):
@@ -298,9 +313,9 @@ class RunState:
         self.stop_evt = asyncio.Event()
         self.cancel_evt = asyncio.Event()
         self.current_step: tuple | None = None  # (name, attempt, since) for heartbeats
-        self._step_signal: StepInfo | None = None
-        self._step_detached = False
-        self._step_wake = None  # wakes the attempt being watched (_StepCall._watch)
+        # The step attempts under way (several with asyncio.gather): each is
+        # told of a cancellation (unless detached) and of a stop.
+        self.attempts_running: set[_Running] = set()
         if run.get("cancel_requested"):
             self.cancel_evt.set()
 
@@ -309,20 +324,17 @@ class RunState:
     def request_cancel(self):
         if not self.cancel_evt.is_set():
             self.cancel_evt.set()
-            if self._step_signal is not None and not self._step_detached:
-                self._step_signal.cancelled.set()
-                if self._step_wake is not None:
-                    self._step_wake()
+            for a in list(self.attempts_running):
+                if not a.detached:
+                    a.signal()
 
     def stop(self, why: str):
         """The lease is lost ("lost") or the worker stops ("shutdown")."""
         if self.stopped != "lost":
             self.stopped = why
         self.stop_evt.set()
-        if self._step_signal is not None:
-            self._step_signal.cancelled.set()
-        if self._step_wake is not None:
-            self._step_wake()
+        for a in list(self.attempts_running):
+            a.signal()
 
     # -- positions --
 
@@ -702,7 +714,8 @@ class _StepCall:
         """Runs one attempt: (True, value) or (False, exception)."""
         rs = self.rs
         info = StepInfo(rs.run_id, self.name, self.pos, self.attempt)
-        rs._step_signal, rs._step_detached = info, self.detached
+        running = _Running(info, self.detached)
+        rs.attempts_running.add(running)
         fn = self.fn
         try:
             args = (info,) if _arity(fn) >= 1 else ()
@@ -710,11 +723,11 @@ class _StepCall:
                 fut = asyncio.ensure_future(fn(*args))
             else:
                 fut = asyncio.get_running_loop().run_in_executor(rs.host.step_pool, _call_sync, fn, args)
-            return await self._watch(fut, info)
+            return await self._watch(fut, running)
         finally:
-            rs._step_signal = None
+            rs.attempts_running.discard(running)
 
-    async def _watch(self, fut, info: StepInfo):
+    async def _watch(self, fut, running: _Running):
         """Waits for the attempt's outcome, or for what must stop it: its
         timeout, the run's deadline, cancellation (unless detached), the
         worker's stop. One future and a timer, woken by callbacks: no task per
@@ -738,17 +751,17 @@ class _StepCall:
 
             fut.add_done_callback(wake)
             timer = loop.call_later(timeout, wake) if timeout is not None else None
-            rs._step_wake = wake
+            running.wake = wake
             try:
                 await woken
             finally:
-                rs._step_wake = None
+                running.wake = None
                 if timer is not None:
                     timer.cancel()
             if not fut.done():
                 cause = self._cause()
         if cause is not None:
-            info.cancelled.set()
+            running.info.cancelled.set()
             if isinstance(fut, asyncio.Task):
                 fut.cancel()
             await asyncio.wait([fut], timeout=STEP_ABANDON_GRACE)
