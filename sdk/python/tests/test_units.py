@@ -4,6 +4,7 @@ envelopes read from a real socket pair."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 import json
@@ -70,6 +71,34 @@ class Values(unittest.TestCase):
         self.assertEqual((e.code, e.reason), ("aborted", "LEASE_LOST"))
         e = _wire.error_from_json({"code": "internal", "details": [{"type": "x", "value": "!!"}]})
         self.assertEqual(e.reason, "")
+
+
+class Events(unittest.TestCase):
+    """What an event wait records, from a claimed run's inbox."""
+
+    def take(self, name):
+        null = base64.b64encode(b"null").decode()
+        rs = _engine.RunState(None, {"run": {"id": "r1"}, "inbox": [
+            {"seq": "1", "name": "bare"}, {"seq": "2", "name": "null", "payload": null}]})
+        w = _engine.EventWait(rs, False, name, None)
+        self.assertTrue(asyncio.run(w.try_()))
+        return rs, w
+
+    def test_event_without_payload_is_recorded_without_result(self):
+        # as the Go engine records it: the op has no result (not a JSON null)
+        rs, w = self.take("bare")
+        self.assertEqual(rs.pending.consume, [1])
+        self.assertIsNone(w.op.result)
+        wire = w.op.wire()
+        self.assertEqual((wire["kind"], wire["name"], wire.get("done")), ("event", "bare", True))
+        self.assertNotIn("result", wire)
+        self.assertIsNone(w.value())
+
+    def test_event_with_a_null_payload_keeps_it(self):
+        rs, w = self.take("null")
+        self.assertEqual(rs.pending.consume, [2])
+        self.assertEqual(w.op.result, b"null")
+        self.assertEqual(base64.b64decode(w.op.wire()["result"]), b"null")
 
 
 class Envelopes(unittest.TestCase):

@@ -476,12 +476,15 @@ class RunState:
 
     # -- events --
 
-    def take_event(self, name: str):
-        for seq, n, payload in self.inbox:
-            if n == name and seq not in self.consumed:
-                self.consumed.add(seq)
-                self.pending.consume.append(seq)
-                return payload if payload is not None else b"null"
+    def take_event(self, name: str) -> tuple | None:
+        """Consumes the next event `name` of the inbox: (seq, name, payload),
+        the payload None when the event has none; None when there is no such
+        event."""
+        for e in self.inbox:
+            if e[1] == name and e[0] not in self.consumed:
+                self.consumed.add(e[0])
+                self.pending.consume.append(e[0])
+                return e
         return None
 
     # -- waiting --
@@ -951,9 +954,10 @@ class EventWait(Waitable):
 
     async def try_(self):
         rs = self._rs
-        payload = rs.take_event(self.name)
-        if payload is not None:
-            self.op = rs.record_wait(self._pos, "event", self.name, True, payload)
+        e = rs.take_event(self.name)
+        if e is not None:
+            # An event without a payload is recorded without a result, as Go does.
+            self.op = rs.record_wait(self._pos, "event", self.name, True, e[2])
             return True
         if self.deadline is not None and utcnow() >= self.deadline:
             rs.pending.no_events.append(self.name)
@@ -1024,11 +1028,13 @@ class ApprovalWait(Waitable):
     async def try_(self):
         rs = self._rs
         event = "trellis.approval." + self.id
-        payload = rs.take_event(event)
-        if payload is not None:
+        e = rs.take_event(event)
+        if e is not None:
             try:
-                a = json.loads(payload)
+                a = json.loads(e[2] or b"{}")
             except ValueError:
+                a = None
+            if not isinstance(a, dict):
                 a = {}
             d = {"approved": a.get("status") == "approved", "principal": a.get("principal", "")}
             if a.get("comment"):
@@ -1181,12 +1187,14 @@ class MapWait(Waitable):
 
     async def try_(self):
         rs = self._rs
-        payload = rs.take_event(f"trellis.group.{self._pos}")
-        if payload is None:
+        e = rs.take_event(f"trellis.group.{self._pos}")
+        if e is None:
             return False
         try:
-            outcome = json.loads(payload)
+            outcome = json.loads(e[2] or b"{}")
         except ValueError:
+            outcome = None
+        if not isinstance(outcome, dict):
             outcome = {}
         self.state["outcome"] = outcome
         runs = await rs.host.list_children(rs, self._pos)
