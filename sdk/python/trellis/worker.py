@@ -180,7 +180,7 @@ class Worker:
         try:
             await self._call("ResumeBlocked", {"namespace": self.namespace, "workflows": list(self._workflows),
                                                "queues": self.queues})
-        except ProtocolError as e:
+        except Exception as e:  # noqa: BLE001 - best effort: blocked runs wait for the next deploy
             log.warning("resuming blocked runs: %s", e)
         hb = asyncio.ensure_future(self._heartbeats())
         self._start_thread(self._claim_thread, "trellis-claim")
@@ -216,7 +216,7 @@ class Worker:
         hb.cancel()
         try:
             await self._call("RemoveWorker", {"namespace": self.namespace, "name": self.name})
-        except (ProtocolError, OSError) as e:
+        except Exception as e:  # noqa: BLE001 - the record expires with its ttl
             log.warning("removing the worker's record: %s", e)
         for t in self._threads:
             await asyncio.get_running_loop().run_in_executor(None, t.join, 5.0)
@@ -291,7 +291,7 @@ class Worker:
     async def release(self, rs) -> None:
         try:
             await self._call("ReleaseLease", {"lease": rs.lease, "seq": rs.ck_seq + 1}, retry_for=self.lease_seconds)
-        except (ProtocolError, OSError) as e:
+        except Exception as e:  # noqa: BLE001 - the lease expires
             log.warning("releasing run %s: %s", rs.run_id, e)
 
     def log(self, msg: str):
@@ -376,11 +376,10 @@ class Worker:
                     self._streams.discard(s)
                 delay = 0.05
                 refill = got >= credit
-            except (OSError, http.client.HTTPException, ProtocolError, ValueError, AttributeError) as e:
+            except Exception as e:  # noqa: BLE001 - whatever the failure, the worker claims on
                 if self._stopping:
                     return
-                if not (isinstance(e, ProtocolError) and e.code == "unavailable"):
-                    log.warning("claim stream: %s", e)
+                _log_failure("claim stream", e)
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 5.0)
 
@@ -408,10 +407,10 @@ class Worker:
                 finally:
                     self._streams.discard(s)
                 delay = 0.05
-            except (OSError, http.client.HTTPException, ProtocolError, ValueError, AttributeError) as e:
+            except Exception as e:  # noqa: BLE001 - whatever the failure, the subscription goes on
                 if self._stopping:
                     return
-                log.debug("cancel subscription: %s", e)
+                _log_failure("cancel subscription", e, quiet=True)
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 5.0)
 
@@ -421,21 +420,31 @@ class Worker:
                 "start": start}
 
     async def _heartbeats(self):
+        """The worker's heartbeats and its runs' lease extensions: a failure
+        of one round is logged and the next goes on (this task ending would
+        let every lease expire while the runs execute)."""
         next_beat = time.monotonic() + self.heartbeat_seconds
+        delay = 0.05
         while True:
             try:
-                await asyncio.wait_for(self._extend_now.wait(), timeout=max(0.0, next_beat - time.monotonic()))
-            except asyncio.TimeoutError:
-                pass
-            self._extend_now.clear()
-            beat = time.monotonic() >= next_beat
-            if beat:
-                next_beat = time.monotonic() + self.heartbeat_seconds
                 try:
-                    await self._call("Heartbeat", self._heartbeat_msg(False))
-                except (ProtocolError, OSError, http.client.HTTPException) as e:
-                    log.warning("heartbeat: %s", e)
-            await self._extend()
+                    await asyncio.wait_for(self._extend_now.wait(), timeout=max(0.0, next_beat - time.monotonic()))
+                except asyncio.TimeoutError:
+                    pass
+                self._extend_now.clear()
+                beat = time.monotonic() >= next_beat
+                if beat:
+                    next_beat = time.monotonic() + self.heartbeat_seconds
+                    try:
+                        await self._call("Heartbeat", self._heartbeat_msg(False))
+                    except Exception as e:  # noqa: BLE001 - the record lives until its ttl
+                        _log_failure("heartbeat", e)
+                await self._extend()
+                delay = 0.05
+            except Exception:  # noqa: BLE001 - a bug of the SDK must not end the extensions
+                log.exception("heartbeats and lease extensions")
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, self.heartbeat_seconds)
 
     async def _extend(self):
         runs = [rs for rs, _ in self._active.values()]
@@ -448,8 +457,8 @@ class Worker:
         try:
             res = await self._call("ExtendLeases", {"leases": [rs.lease for rs in runs],
                                                     "duration": fmt_duration(self.lease_seconds), "steps": steps})
-        except (ProtocolError, OSError, http.client.HTTPException) as e:
-            log.warning("extending leases: %s", e)
+        except Exception as e:  # noqa: BLE001 - tried again at the next round
+            _log_failure("extending leases", e)
             return
         for rid in res.get("lost") or ():
             ent = self._active.get(rid)
@@ -459,6 +468,20 @@ class Worker:
             ent = self._active.get(rid)
             if ent is not None:
                 ent[0].request_cancel()
+
+
+def _log_failure(what: str, e: BaseException, quiet: bool = False) -> None:
+    """Logs a failed protocol call: a server away (unavailable) is expected
+    and logged quietly (with quiet, any protocol or connection failure),
+    other protocol and connection failures as warnings, anything else (an SDK
+    bug, a mangled answer) as a warning with its traceback."""
+    if isinstance(e, ProtocolError) and e.code == "unavailable" or \
+            quiet and isinstance(e, (ProtocolError, OSError, http.client.HTTPException)):
+        log.debug("%s: %s", what, e)
+    elif isinstance(e, (ProtocolError, OSError, http.client.HTTPException)):
+        log.warning("%s: %s", what, e)
+    else:
+        log.warning("%s: %r", what, e, exc_info=e)
 
 
 def _sdk_version() -> str:
