@@ -8,9 +8,12 @@ a real server."""
 from __future__ import annotations
 
 import asyncio
+import re
+import socket
 import threading
 import time
 import unittest
+import urllib.parse
 
 from _harness import Server, new_queue, ops_of, trellis, wait_status
 
@@ -66,6 +69,93 @@ def fail_first(obj, attr, method, times, opened=None):
 
     setattr(obj, attr, wrapped)
     return raised
+
+
+class StallingProxy:
+    """A TCP proxy in front of the server that can make the connections open
+    at one instant stall, as a half-open connection does: they stay open and
+    nothing more goes through either way (what was sent is dropped). Later
+    connections go through. It notes which worker protocol method each
+    request of each connection calls, and when."""
+
+    _METHOD = re.compile(rb"POST /trellis\.worker\.v1\.WorkerService/(\w+)")
+
+    def __init__(self, test, upstream: str):
+        u = urllib.parse.urlsplit(upstream)
+        self.upstream = (u.hostname, u.port)
+        self.lsock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.lsock.getsockname()[1]}"
+        self.lock = threading.Lock()
+        self.conns = []  # [client socket, upstream socket, stalled]
+        self.calls = []  # (time, connection number, method)
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+        test.addCleanup(self.close)
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(self.upstream)
+            ent = [c, u, False]
+            with self.lock:
+                if self.closed:
+                    c.close()
+                    u.close()
+                    return
+                n = len(self.conns)
+                self.conns.append(ent)
+            threading.Thread(target=self._pump, args=(ent, c, u, n), daemon=True).start()
+            threading.Thread(target=self._pump, args=(ent, u, c, None), daemon=True).start()
+
+    def _pump(self, ent, src, dst, n):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if ent[2]:
+                    continue  # stalled: swallowed
+                if n is not None:
+                    for m in self._METHOD.findall(data):
+                        with self.lock:
+                            self.calls.append((time.time(), n, m.decode()))
+                dst.sendall(data)
+        except OSError:
+            pass
+        for x in (src, dst):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            x.close()
+
+    def stall(self) -> int:
+        """Stalls every connection open now; returns how many there were."""
+        with self.lock:
+            for ent in self.conns:
+                ent[2] = True
+            return len(self.conns)
+
+    def calls_on_new(self, first: int, method: str) -> list:
+        """The times of the calls of `method` on connections numbered from `first`."""
+        with self.lock:
+            return [t for t, n, m in self.calls if n >= first and m == method]
+
+    def close(self):
+        with self.lock:
+            self.closed = True
+            conns, self.conns = self.conns, []
+        self.lsock.close()
+        for c, u, _ in conns:
+            for x in (c, u):
+                try:
+                    x.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                x.close()
 
 
 class LoopsSurvive(unittest.TestCase):
@@ -135,6 +225,60 @@ class LoopsSurvive(unittest.TestCase):
         self.assertTrue(any("injected failure of Subscribe" in ln for ln in logs.output), logs.output)
         self.assertEqual(run["status"], "cancelled")
         wait_status(self.c, r["id"], "cancelled")
+
+
+
+class Stalls(unittest.TestCase):
+    def setUp(self):
+        self.srv = Server()
+        self.addCleanup(self.srv.close)
+        self.c = self.srv.client()
+        self.addCleanup(self.c.close)
+        self.queue = new_queue()
+
+    def test_stalled_connections_are_given_up_and_made_again(self):
+        started = threading.Event()
+
+        @trellis.workflow("resilience.stall_long")
+        async def stall_long(ctx, _):
+            async def slow():
+                started.set()
+                await asyncio.sleep(8)
+                return "s"
+
+            return await ctx.step.run("slow", slow)
+
+        @trellis.workflow("resilience.stall_quick")
+        async def stall_quick(ctx, _):
+            return await ctx.step.run("quick", lambda: "q")
+
+        proxy = StallingProxy(self, self.srv.url)
+        # a 6 s lease: extended every 2 s, each call attempt bounded at 2 s
+        w = InProcessWorker(self, proxy.url, self.srv.token, self.queue, [stall_long, stall_quick], lease_seconds=6)
+        self.assertEqual(w.w.call_timeout, 2)
+        # (short stream bounds for the test: a 1 s claim wait, streams silent
+        # for 3 s given up; by default 30 s + 10 s and 5 min + 10 s)
+        w.w._claim_wait = 1.0
+        w.w._stream_read_timeouts = (3.0, 3.0)
+        w.start(self.c)
+        r = self.c.start("resilience.stall_long", None, queue=self.queue)
+        self.assertTrue(started.wait(15))
+        with self.assertLogs("trellis.worker", "DEBUG") as logs:
+            t0 = time.time()
+            n = proxy.stall()  # the Claim and Subscribe streams, the kept-alive unary connections
+            quick = self.c.start("resilience.stall_quick", None, queue=self.queue)
+            # a new Claim stream takes it (the stalled one is given up)
+            self.assertEqual(self.c.result(quick["id"], timeout=20).get("output"), "q")
+            run = self.c.result(r["id"], timeout=30)
+        self.assertIn("WARNING:trellis.worker:claim stream: timed out", logs.output)
+        self.assertEqual((run["status"], run["output"]), ("succeeded", "s"))
+        # the lease held through the stall: one execution, the step run once
+        self.assertEqual(run["attempts"], 1)
+        self.assertEqual([(o["name"], o["attempts"]) for o in ops_of(self.c, r["id"])], [("slow", 1)])
+        for method, within in (("Claim", 3 + 2), ("Subscribe", 3 + 2), ("ExtendLeases", 6)):
+            again = proxy.calls_on_new(n, method)
+            self.assertTrue(again, f"no {method} on a new connection")
+            self.assertLess(again[0] - t0, within, method)
 
 
 if __name__ == "__main__":

@@ -157,6 +157,32 @@ class Envelopes(unittest.TestCase):
             next(it)
         self.assertEqual(e.exception.code, "unauthenticated")
 
+    def test_silent_stream_times_out(self):
+        # a message, then silence on an open connection (half-open): the read
+        # gives up after read_timeout instead of blocking for ever
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        self.addCleanup(srv.close)
+        done = threading.Event()
+        self.addCleanup(done.set)
+
+        def run():
+            c, _ = srv.accept()
+            c.recv(65536)
+            msg = self.env(0, {"subscribed": True})
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/connect+json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      + b"%x\r\n%s\r\n" % (len(msg), msg))
+            done.wait(10)
+            c.close()
+
+        threading.Thread(target=run, daemon=True).start()
+        c = _wire.ConnectClient(f"http://127.0.0.1:{srv.getsockname()[1]}", "tok")
+        it = iter(c.stream("Subscribe", {}, read_timeout=0.3))
+        self.assertEqual(next(it), {"subscribed": True})
+        with self.assertRaises(TimeoutError):
+            next(it)
+
     def test_cut_stream(self):
         url = self.serve(self.env(0, {"a": 1})[:-2])
         c = _wire.ConnectClient(url, "tok")

@@ -224,13 +224,20 @@ class _Endpoint:
 
 class ConnectClient:
     """A client of WorkerService. Unary calls are safe from many threads: each
-    thread keeps its own keep-alive connection. Streams open a connection each."""
+    thread keeps its own keep-alive connection. Streams open a connection each.
+
+    `timeout` bounds each read of a unary call (and each connect): a call on a
+    connection that stopped answering (half-open) fails with TimeoutError
+    after it, and every kept-alive connection is then replaced (they lead to
+    the same peer), so that the caller's retry does not meet another stalled
+    one."""
 
     def __init__(self, url: str, token: str | None, timeout: float = 60.0):
         self.ep = _Endpoint(url, token, timeout)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._conns: list[http.client.HTTPConnection] = []
+        self._gen = 0  # connections opened before a timeout are not reused
 
     def close(self):
         with self._lock:
@@ -243,9 +250,13 @@ class ConnectClient:
 
     def _conn(self):
         c = getattr(self._local, "conn", None)
+        if c is not None and self._local.gen != self._gen:
+            self._drop()
+            c = None
         if c is None:
+            gen = self._gen
             c = self.ep.connect()
-            self._local.conn = c
+            self._local.conn, self._local.gen = c, gen
             with self._lock:
                 self._conns.append(c)
         return c
@@ -269,6 +280,13 @@ class ConnectClient:
                 c.request("POST", self.ep.base + SERVICE + method, body, self.ep.headers("application/json"))
                 r = c.getresponse()
                 data = r.read()
+            except TimeoutError:
+                # Stalled: give this connection up and the others kept alive
+                # with it; the caller decides whether to call again.
+                self._drop()
+                with self._lock:
+                    self._gen += 1
+                raise
             except (OSError, http.client.HTTPException):
                 self._drop()
                 # A kept-alive connection the server closed while idle: one retry
@@ -287,9 +305,12 @@ class ConnectClient:
             return _snake(json.loads(data)) if data else {}
         raise AssertionError("unreachable")
 
-    def stream(self, method: str, msg: dict) -> "ServerStream":
-        """Opens a server stream; iterate it for messages (snake_case keys)."""
-        return ServerStream(self.ep, method, msg)
+    def stream(self, method: str, msg: dict, read_timeout: float | None = None) -> "ServerStream":
+        """Opens a server stream; iterate it for messages (snake_case keys).
+        With read_timeout, a stream silent that long (its headers included)
+        raises TimeoutError: pass a little more than the longest silence the
+        server allows on it."""
+        return ServerStream(self.ep, method, msg, read_timeout)
 
 
 class ServerStream:
@@ -297,15 +318,20 @@ class ServerStream:
     message's error is raised as ProtocolError. close() from another thread
     ends a blocked read (the iteration then ends or raises OSError)."""
 
-    def __init__(self, ep: _Endpoint, method: str, msg: dict):
+    def __init__(self, ep: _Endpoint, method: str, msg: dict, read_timeout: float | None = None):
         self._closed = False
         body = dumps(msg)
         env = struct.pack(">BI", 0, len(body)) + body
-        # No read timeout: a stream waits as long as the server keeps it open.
+        # The server may be silent on a stream for long (a claim's wait, an idle
+        # subscription): each read waits read_timeout (None: for ever).
         self.conn = ep.connect(timeout=ep.timeout)
-        self.conn.sock.settimeout(None)
-        self.conn.request("POST", ep.base + SERVICE + method, env, ep.headers("application/connect+json"))
-        self.resp = self.conn.getresponse()
+        try:
+            self.conn.sock.settimeout(read_timeout)
+            self.conn.request("POST", ep.base + SERVICE + method, env, ep.headers("application/connect+json"))
+            self.resp = self.conn.getresponse()
+        except BaseException:
+            self.conn.close()
+            raise
         if self.resp.status != 200:
             data = self.resp.read()
             self.conn.close()

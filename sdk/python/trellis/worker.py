@@ -40,6 +40,15 @@ log = logging.getLogger("trellis.worker")
 
 _RETRY_CODES = ("unavailable", "resource_exhausted", "unknown")
 
+# How long the server may leave a stream silent: a Claim stream until its
+# wait is over (it then ends with next_due), a Subscribe stream for
+# server.Config.WorkerStreamIdleTimeout (5 minutes by default; it then ends
+# with reconnect). A stream silent for that plus STREAM_SLACK is taken for a
+# dead connection (half-open: no reset ever comes) and opened again.
+CLAIM_WAIT = 30.0
+SUBSCRIBE_IDLE = 300.0
+STREAM_SLACK = 10.0
+
 
 class _StepPool(concurrent.futures.Executor):
     """The threads of synchronous steps: daemon threads, started as needed up to
@@ -117,7 +126,15 @@ class Worker:
         # The worker record's version (the Workers page): the deploy's, else the
         # SDK's, as the Go and TypeScript workers show theirs.
         self.version = version or f"trellis-py/{_sdk_version()}"
-        self._rpc = ConnectClient(server, token, timeout=max(60.0, self.lease_seconds * 2))
+        # Each attempt of a unary call is bounded well within the lease: an
+        # extension sent a third of a lease after the last one, stalled, is
+        # given up and sent again on a new connection before the lease ends,
+        # and a stalled Checkpoint (the batch every run's checkpoints wait
+        # for) is tried again twice within the lease it may take.
+        self.call_timeout = min(self.lease_seconds, max(1.0, self.lease_seconds / 3))
+        self._rpc = ConnectClient(server, token, timeout=self.call_timeout)
+        self._claim_wait = CLAIM_WAIT
+        self._stream_read_timeouts = (CLAIM_WAIT + STREAM_SLACK, SUBSCRIBE_IDLE + STREAM_SLACK)
         self._workflows: dict[str, Workflow] = {}
         self.step_pool = _StepPool(step_threads)
         self._io = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="trellis-io")
@@ -357,7 +374,7 @@ class Worker:
                 s = self._rpc.stream("Claim", {
                     "namespace": self.namespace, "queues": self.queues, "workflows": list(self._workflows),
                     "worker": self.name, "credit": credit, "leaseDuration": fmt_duration(self.lease_seconds),
-                    "wait": "30s"})
+                    "wait": fmt_duration(self._claim_wait)}, read_timeout=self._stream_read_timeouts[0])
                 self._streams.add(s)
                 if self._stopping:  # the stop closed the streams before this one was open
                     s.close()
@@ -390,7 +407,8 @@ class Worker:
         first = True
         while not self._stopping:
             try:
-                s = self._rpc.stream("Subscribe", {"namespace": self.namespace, "topic": "cancel"})
+                s = self._rpc.stream("Subscribe", {"namespace": self.namespace, "topic": "cancel"},
+                                     read_timeout=self._stream_read_timeouts[1])
                 self._streams.add(s)
                 if self._stopping:
                     s.close()
@@ -435,16 +453,21 @@ class Worker:
                 beat = time.monotonic() >= next_beat
                 if beat:
                     next_beat = time.monotonic() + self.heartbeat_seconds
-                    try:
-                        await self._call("Heartbeat", self._heartbeat_msg(False))
-                    except Exception as e:  # noqa: BLE001 - the record lives until its ttl
-                        _log_failure("heartbeat", e)
-                await self._extend()
+                    # side by side: a stalled heartbeat does not delay the extensions
+                    await asyncio.gather(self._heartbeat(), self._extend())
+                else:
+                    await self._extend()
                 delay = 0.05
             except Exception:  # noqa: BLE001 - a bug of the SDK must not end the extensions
                 log.exception("heartbeats and lease extensions")
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, self.heartbeat_seconds)
+
+    async def _heartbeat(self):
+        try:
+            await self._call("Heartbeat", self._heartbeat_msg(False))
+        except Exception as e:  # noqa: BLE001 - the record lives until its ttl
+            _log_failure("heartbeat", e)
 
     async def _extend(self):
         runs = [rs for rs, _ in self._active.values()]
@@ -455,8 +478,10 @@ class Worker:
             cs = rs.current_step
             steps.append({} if cs is None else {"name": cs[0], "attempt": cs[1], "since": fmt_time(cs[2])})
         try:
+            # (sent again once after a stall, within the lease; see call_timeout)
             res = await self._call("ExtendLeases", {"leases": [rs.lease for rs in runs],
-                                                    "duration": fmt_duration(self.lease_seconds), "steps": steps})
+                                                    "duration": fmt_duration(self.lease_seconds), "steps": steps},
+                                   retry_for=self.call_timeout * 1.5)
         except Exception as e:  # noqa: BLE001 - tried again at the next round
             _log_failure("extending leases", e)
             return
