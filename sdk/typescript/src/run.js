@@ -17,6 +17,7 @@ import {
 import { create } from '@bufbuild/protobuf';
 import { LeaseSchema } from '../gen/trellis/worker/v1/worker_pb.js';
 import { ts, date, reasonOf } from './proto.js';
+import { longTimeout, clearLongTimeout } from './timer.js';
 
 /** Thrown inside the engine when the run unwinds; never reaches workflow code. */
 const UNWIND = Symbol('trellis.unwind');
@@ -48,11 +49,11 @@ function describe(kind, name) {
 function sleepFor(ms, signals) {
   return new Promise((resolve) => {
     const done = () => {
-      clearTimeout(t);
+      clearLongTimeout(t);
       for (const s of signals) s?.removeEventListener('abort', done);
       resolve();
     };
-    const t = setTimeout(done, Math.max(0, ms));
+    const t = longTimeout(done, ms);
     for (const s of signals) {
       if (!s) continue;
       if (s.aborted) { done(); return; }
@@ -930,8 +931,8 @@ class StepCall {
         settled = true;
         hooks.delete(onAbort);
         if (grace) clearTimeout(grace);
-        if (t1) clearTimeout(t1);
-        if (t2) clearTimeout(t2);
+        clearLongTimeout(t1);
+        clearLongTimeout(t2);
         if (!r.ok && signal.aborted) {
           const why = signal.reason;
           if (why instanceof CancelledError || why instanceof DeadlineExceededError || why instanceof StepTimeoutError) r.error = why;
@@ -944,8 +945,8 @@ class StepCall {
       };
       hooks.add(onAbort);
       if (ac) {
-        if (this.timeout > 0) t1 = setTimeout(() => onAbort(new StepTimeoutError(`step attempt timed out after ${fmtDuration(this.timeout)}`)), this.timeout);
-        if (rs.run.deadline) t2 = setTimeout(() => onAbort(new DeadlineExceededError()), Math.max(0, rs.run.deadline - rs.now()));
+        if (this.timeout > 0) t1 = longTimeout(() => onAbort(new StepTimeoutError(`step attempt timed out after ${fmtDuration(this.timeout)}`)), this.timeout);
+        if (rs.run.deadline) t2 = longTimeout(() => onAbort(new DeadlineExceededError()), rs.run.deadline - rs.now());
       }
       if (parent.aborted) onAbort();
       let p;

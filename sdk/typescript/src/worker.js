@@ -11,6 +11,7 @@ import { RunExec } from './run.js';
 import { encode, decode } from './codec.js';
 import { ApiError, CancelledError, DeadlineExceededError, StepTimeoutError, TrellisError, errorInfo } from './errors.js';
 import { fmtDuration } from './run.js';
+import { longTimeout, clearLongTimeout } from './timer.js';
 
 export const SDK_VERSION = 'trellis-ts/0.1.0';
 
@@ -405,8 +406,8 @@ class JobExec {
     if (this.cancelRequested) return this.save(this.outcome(prior, attempt, now, undefined, new CancelledError(), true));
     const timers = [];
     const timeout = this.def.opts.timeout ?? 0;
-    if (timeout > 0) timers.push(setTimeout(() => this.ac.abort(new StepTimeoutError(`step attempt timed out after ${fmtDuration(timeout)}`)), timeout));
-    if (this.run.deadline) timers.push(setTimeout(() => this.ac.abort(new DeadlineExceededError()), this.run.deadline - now));
+    if (timeout > 0) timers.push(longTimeout(() => this.ac.abort(new StepTimeoutError(`step attempt timed out after ${fmtDuration(timeout)}`)), timeout));
+    if (this.run.deadline) timers.push(longTimeout(() => this.ac.abort(new DeadlineExceededError()), this.run.deadline - now));
     this.currentStep = { name: this.run.workflow, attempt, since: now };
     let out; let err;
     try {
@@ -419,7 +420,7 @@ class JobExec {
     } catch (e) {
       err = e ?? new Error('job failed');
     } finally {
-      for (const t of timers) clearTimeout(t);
+      for (const t of timers) clearLongTimeout(t);
       this.currentStep = null;
     }
     if (err !== undefined && this.stopReason) {

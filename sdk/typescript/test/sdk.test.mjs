@@ -232,3 +232,30 @@ test('client: list runs, idempotent starts, stream from a cursor', async () => {
   assert.deepEqual(tail, all.slice(1).map((e) => e.sequence));
   await w.stop();
 });
+
+/** A step that waits briefly and fails with its signal's reason if that is aborted first. */
+const honoursSignal = async ({ signal }) => {
+  await new Promise((resolve, reject) => {
+    if (signal.aborted) { reject(signal.reason); return; }
+    const t = setTimeout(resolve, 50);
+    signal.addEventListener('abort', () => { clearTimeout(t); reject(signal.reason); }, { once: true });
+  });
+  return 'done';
+};
+const farDeadlineWf = defineWorkflow('t.fardeadline', async (ctx) => {
+  const a = await ctx.step.run('a', honoursSignal);
+  const b = await ctx.step.run('b', honoursSignal, { timeout: 30 * 24 * 3600_000 });
+  return [a, b];
+});
+const farDeadlineJob = defineJob('t.fardeadline.job', (_, info) => honoursSignal(info), { timeout: 30 * 24 * 3600_000 });
+
+test('a deadline or a step timeout beyond setTimeout\'s 24.8-day cap does not fire at once', async () => {
+  const q = freshQueue();
+  const w = await worker(q, [farDeadlineWf, farDeadlineJob]);
+  const deadline = new Date(Date.now() + 30 * 24 * 3600_000);
+  const run = await client.start('t.fardeadline', {}, { queue: q, deadline });
+  assert.deepEqual(await client.result(run.id, { timeout: 10_000 }), ['done', 'done']);
+  const job = await client.start('t.fardeadline.job', {}, { queue: q, deadline });
+  assert.equal(await client.result(job.id, { timeout: 10_000 }), 'done');
+  await w.stop();
+});
