@@ -180,11 +180,13 @@ export class Worker {
         leases: part.map((r) => r.lease), duration: duration(this.leaseMs),
         steps: part.map((r) => r.currentStep ? { name: r.currentStep.name, attempt: BigInt(r.currentStep.attempt), since: ts(r.currentStep.since) } : {}),
       });
+      // the executions whose leases were sent (not a newer claim of the same run)
+      const sent = new Map(part.map((r) => [r.lease.runId, r]));
       for (const id of res.lost) {
-        const r = this.active.get(id);
+        const r = sent.get(id);
         if (r) { this.log('warn', `lease of run ${id} lost: stopping it`); r.abort('lease_lost'); }
       }
-      for (const id of res.cancelRequested) this.active.get(id)?.requestCancel();
+      for (const id of res.cancelRequested) sent.get(id)?.requestCancel();
     }
   }
 
@@ -266,11 +268,19 @@ export class Worker {
       return;
     }
     const exec = def.kind === 'job' ? new JobExec(this, cr, def) : new RunExec(this, cr, def);
+    // Claimed again while an execution of it is still here (its lease expired
+    // before this worker saw it lost): that one's lease is gone, stop it so it
+    // writes nothing more, and let the new execution own the entry.
+    const old = this.active.get(cr.run.id);
+    if (old) {
+      this.log('warn', `run ${cr.run.id} claimed again: stopping its previous execution (lease lost)`);
+      old.abort('lease_lost');
+    }
     this.active.set(cr.run.id, exec);
     exec.execute()
       .catch((err) => this.log('error', `executing run ${cr.run.id}: ${err.stack ?? err}`))
       .finally(() => {
-        this.active.delete(cr.run.id);
+        if (this.active.get(cr.run.id) === exec) this.active.delete(cr.run.id);
         this.slotFreed();
       });
   }
