@@ -158,6 +158,12 @@ export interface WorkerOptions {
   handleSignals?: boolean;
   /** "2" (default) or "1.1". */
   httpVersion?: '2' | '1.1';
+  /** Timeout of each unary protocol call (and of a checkpoint attempt, within the lease); default leaseMs. */
+  callTimeoutMs?: number;
+  /** HTTP/2: PING the server every this many ms, idle or not; default 10000. */
+  pingIntervalMs?: number;
+  /** HTTP/2: a PING unanswered this long closes the connection (its calls fail and are retried); default 10000. */
+  pingTimeoutMs?: number;
   logger?: (level: 'debug' | 'info' | 'warn' | 'error', msg: string) => void;
 }
 

@@ -9,12 +9,18 @@ export { WorkerService, ConnectError, Code };
 /**
  * A client of WorkerService at baseUrl, sending the bearer token with every call.
  * httpVersion "1.1" or "2" (default "2": the streams share one connection).
+ * Over HTTP/2 the connection is checked with PING frames every pingIntervalMs,
+ * idle or not, and closed (its calls and streams failing) when a PING is not
+ * answered within pingTimeoutMs: a dead peer or a half-open connection is found
+ * instead of wedging the claim and cancel streams.
  */
-export function workerClient(baseUrl, token, { httpVersion = '2', useBinaryFormat = true } = {}) {
+export function workerClient(baseUrl, token, { httpVersion = '2', useBinaryFormat = true, pingIntervalMs = 10_000, pingTimeoutMs = 10_000 } = {}) {
+  const h2 = httpVersion === '2' ? { pingIntervalMs, pingTimeoutMs, pingIdleConnection: true } : {};
   const transport = createConnectTransport({
     baseUrl,
     httpVersion,
     useBinaryFormat,
+    ...h2,
     interceptors: [
       (next) => async (req) => {
         if (token) req.header.set('Authorization', `Bearer ${token}`);

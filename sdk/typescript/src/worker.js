@@ -68,7 +68,11 @@ export class Worker {
     this.maxCheckpointCalls = o.maxCheckpointCalls ?? 2;
     this.handleSignals = o.handleSignals ?? true;
     this.logger = o.logger ?? ((level, msg) => { if (level !== 'debug') console.error(`trellis worker ${this.name}: ${level}: ${msg}`); });
-    this.client = workerClient(this.server, o.token, { httpVersion: o.httpVersion ?? '2' });
+    // every unary call is bounded (a half-open connection must not wedge the worker)
+    this.callTimeoutMs = o.callTimeoutMs ?? this.leaseMs;
+    this.client = workerClient(this.server, o.token, {
+      httpVersion: o.httpVersion ?? '2', pingIntervalMs: o.pingIntervalMs ?? 10_000, pingTimeoutMs: o.pingTimeoutMs ?? 10_000,
+    });
     this.defs = new Map();
     this.active = new Map();
     this.ckQueue = [];
@@ -81,6 +85,9 @@ export class Worker {
   }
 
   log(level, msg) { this.logger(level, msg); }
+
+  /** The options of a unary protocol call: its timeout. */
+  callOpts() { return { timeoutMs: this.callTimeoutMs }; }
 
   /** Registers workflows and jobs (defineWorkflow, defineJob). */
   register(...defs) {
@@ -102,7 +109,7 @@ export class Worker {
     if (this.handleSignals) { process.once('SIGTERM', onSignal); process.once('SIGINT', onSignal); }
     await this.heartbeat(true);
     try {
-      await this.client.resumeBlocked({ namespace: this.namespace, workflows: [...this.defs.keys()], queues: this.queues });
+      await this.client.resumeBlocked({ namespace: this.namespace, workflows: [...this.defs.keys()], queues: this.queues }, this.callOpts());
     } catch (err) {
       this.log('warn', `resuming blocked runs: ${err.message}`);
     }
@@ -148,7 +155,7 @@ export class Worker {
         while (this.active.size > 0 && Date.now() < until) await sleep(20);
       }
       try {
-        await this.client.removeWorker({ namespace: this.namespace, name: this.name });
+        await this.client.removeWorker({ namespace: this.namespace, name: this.name }, this.callOpts());
       } catch (err) {
         this.log('warn', `removing the worker's record: ${err.message}`);
       }
@@ -168,7 +175,7 @@ export class Worker {
     await this.client.heartbeat({
       namespace: this.namespace, name: this.name, workflows: [...this.defs.keys()], queues: this.queues,
       version: SDK_VERSION, ttl: duration(this.leaseMs), start,
-    });
+    }, this.callOpts());
   }
 
   async extendLeases() {
@@ -179,7 +186,7 @@ export class Worker {
       const res = await this.client.extendLeases({
         leases: part.map((r) => r.lease), duration: duration(this.leaseMs),
         steps: part.map((r) => r.currentStep ? { name: r.currentStep.name, attempt: BigInt(r.currentStep.attempt), since: ts(r.currentStep.since) } : {}),
-      });
+      }, this.callOpts());
       // the executions whose leases were sent (not a newer claim of the same run)
       const sent = new Map(part.map((r) => [r.lease.runId, r]));
       for (const id of res.lost) {
@@ -264,7 +271,7 @@ export class Worker {
     const def = this.defs.get(cr.run.workflow);
     const lease = { namespace: cr.run.namespace, runId: cr.run.id, token: cr.leaseToken, queue: cr.run.queue, secret: cr.leaseSecret };
     if (!def || this.stopping) {
-      this.client.releaseLease({ lease, seq: 1n }).catch((e) => this.log('warn', `releasing run ${cr.run.id}: ${e.message}`));
+      this.client.releaseLease({ lease, seq: 1n }, this.callOpts()).catch((e) => this.log('warn', `releasing run ${cr.run.id}: ${e.message}`));
       return;
     }
     const exec = def.kind === 'job' ? new JobExec(this, cr, def) : new RunExec(this, cr, def);
@@ -312,7 +319,9 @@ export class Worker {
     for (;;) {
       try {
         const tc = performance.now();
-        const res = await this.client.checkpoint({ checkpoints: batch.map((b) => b.item) });
+        // an attempt is bounded by what is left of the lease; a retry sends the same seq numbers
+        const left = this.leaseMs - (Date.now() - t0);
+        const res = await this.client.checkpoint({ checkpoints: batch.map((b) => b.item) }, { timeoutMs: Math.max(1, Math.min(left, this.callTimeoutMs)) });
         if (this.stats) { this.stats.calls++; this.stats.items += batch.length; this.stats.ms += performance.now() - tc; }
         res.results.forEach((r, i) => {
           if (r.error) batch[i].reject(new ApiError(`checkpoint refused: ${r.error.reason}: ${r.error.message}`, { reason: r.error.reason, code: r.error.code }));
@@ -332,7 +341,7 @@ export class Worker {
   }
 
   async listChildren(namespace, parent, position) {
-    const res = await this.client.listChildren({ namespace, parent, position: BigInt(position) });
+    const res = await this.client.listChildren({ namespace, parent, position: BigInt(position) }, this.callOpts());
     return res.runs.map((r) => ({
       id: r.id, workflow: r.workflow, status: r.status, output: r.output,
       error: r.error ? { message: r.error.message, type: r.error.type, nonRetryable: r.error.nonRetryable } : undefined,
@@ -436,7 +445,7 @@ class JobExec {
     if (err !== undefined && this.stopReason) {
       if (this.stopReason === 'shutdown') {
         try {
-          await this.host.client.releaseLease({ lease: this.lease, seq: 1n });
+          await this.host.client.releaseLease({ lease: this.lease, seq: 1n }, this.host.callOpts());
           return 'pending';
         } catch (e) {
           this.host.log('warn', `handing back job ${this.run.id}: ${e.message}`);

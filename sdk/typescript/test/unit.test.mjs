@@ -2,8 +2,12 @@
 // replay of bad histories, timers, the client's stream parser, call timeouts.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Worker, defineJob } from '../src/index.js';
+import net from 'node:net';
+import http2 from 'node:http2';
+import { ConnectError, Code } from '@connectrpc/connect';
+import { Worker, defineJob, ApiError } from '../src/index.js';
 import { encode } from '../src/codec.js';
+import { workerClient } from '../src/proto.js';
 
 const tick = (ms = 10) => new Promise((r) => setTimeout(r, ms));
 
@@ -56,4 +60,61 @@ test('a lost lease reported for an execution a new claim replaced stops only the
   assert.equal(second.cancelRequested, false);
   second.abort('lease_lost');
   await tick();
+});
+
+/** A TCP server that accepts connections and never answers: a dead peer behind a live socket. */
+async function blackHole() {
+  const socks = new Set();
+  const srv = net.createServer((s) => { socks.add(s); s.on('error', () => {}); });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  return { url: `http://127.0.0.1:${srv.address().port}`, close: () => { for (const s of socks) s.destroy(); srv.close(); } };
+}
+
+test('protocol calls to a peer that never answers time out: unary calls after callTimeoutMs, a checkpoint within the lease', { timeout: 10_000 }, async (t) => {
+  const hole = await blackHole();
+  t.after(hole.close);
+  {
+    const w = new Worker({ server: hole.url, handleSignals: false, logger: () => {}, leaseMs: 600, callTimeoutMs: 300 });
+    let t0 = Date.now();
+    await assert.rejects(w.heartbeat(true), (e) => e instanceof ConnectError && e.code === Code.DeadlineExceeded);
+    assert.ok(Date.now() - t0 < 2000, `heartbeat took ${Date.now() - t0} ms`);
+    t0 = Date.now();
+    await assert.rejects(w.checkpoint({ lease: {}, seq: 1n }), (e) => e instanceof ApiError && e.code === 'DeadlineExceeded');
+    const took = Date.now() - t0;
+    assert.ok(took >= 550 && took < 2500, `the checkpoint gave up after ${took} ms (lease 600 ms)`);
+  }
+});
+
+test('a connection that stops answering (half-open) is found by HTTP/2 PINGs: the open stream fails', { timeout: 10_000 }, async (t) => {
+  // an HTTP/2 server that answers a stream's headers and then nothing, behind a
+  // proxy that can freeze (drop everything both ways, sockets left open)
+  const h2 = http2.createServer();
+  h2.on('stream', (stream) => { stream.respond({ ':status': 200, 'content-type': 'application/connect+proto' }); });
+  await new Promise((r) => h2.listen(0, '127.0.0.1', r));
+  let frozen = false;
+  const socks = new Set();
+  const proxy = net.createServer((c) => {
+    const u = net.connect(h2.address().port, '127.0.0.1');
+    socks.add(c); socks.add(u);
+    c.on('error', () => {}); u.on('error', () => {});
+    c.on('data', (d) => { if (!frozen) u.write(d); });
+    u.on('data', (d) => { if (!frozen) c.write(d); });
+  });
+  await new Promise((r) => proxy.listen(0, '127.0.0.1', r));
+  t.after(() => {
+    for (const s of socks) s.destroy();
+    proxy.close();
+    h2.close();
+  });
+  {
+    const client = workerClient(`http://127.0.0.1:${proxy.address().port}`, '', { pingIntervalMs: 200, pingTimeoutMs: 300 });
+    const it = client.subscribe({ namespace: 'default', topic: 'cancel' })[Symbol.asyncIterator]();
+    const next = it.next();
+    await tick(300);
+    frozen = true;
+    const t0 = Date.now();
+    const outcome = await Promise.race([next.then(() => 'message', () => 'failed'), tick(5000).then(() => 'still waiting')]);
+    assert.equal(outcome, 'failed');
+    assert.ok(Date.now() - t0 < 3000, `found after ${Date.now() - t0} ms`);
+  }
 });
