@@ -965,8 +965,8 @@ class StepCall {
     const rs = this.rs;
     const at = rs.now();
     const op = this.op();
-    // a step ended before any attempt (cancelled, past the deadline) counts one
-    op.attempts = Math.max(op.attempts, 1);
+    // a step ended before any attempt (cancelled, past the deadline) records 0
+    // attempts, as its step.failed event says (and as the Go engine records)
     op.done = true;
     op.result = result;
     op.finishedAt = at;

@@ -259,3 +259,27 @@ test('a deadline or a step timeout beyond setTimeout\'s 24.8-day cap does not fi
   assert.equal(await client.result(job.id, { timeout: 10_000 }), 'done');
   await w.stop();
 });
+
+const lateStepWf = defineWorkflow('t.latestep', async (ctx) => {
+  try {
+    await ctx.waitForEvent('never');
+  } catch (err) {
+    await ctx.step.run('late', async () => 'ran');
+  }
+});
+
+test('a step asked for after the cancellation records 0 attempts, as its step.failed event says', async () => {
+  const q = freshQueue();
+  const w = await worker(q, [lateStepWf]);
+  const run = await client.start('t.latestep', {}, { queue: q });
+  await eventually(async () => (await client.getRun(run.id)).status === 'waiting', 10_000, 'waiting');
+  await client.cancel(run.id);
+  assert.equal((await client.waitRun(run.id, { timeout: 10_000 })).status, 'cancelled');
+  const late = (await client.history(run.id)).ops.find((o) => o.name === 'late');
+  assert.equal(late.attempts, 0);
+  assert.equal(late.error.type, 'cancelled');
+  const failed = [];
+  for await (const ev of client.stream(run.id)) if (ev.name === 'step.failed') failed.push(ev.data);
+  assert.deepEqual(failed.map((d) => [d.name, d.attempt, d.final]), [['late', 0, true]]);
+  await w.stop();
+});
