@@ -476,35 +476,53 @@ export class RunExec {
 
   // ---- ops ----
 
-  internal(kind, gen) {
+  /**
+   * An engine op's value: on replay parse(recorded JSON), otherwise gen()'s JSON,
+   * recorded. A recorded value parse refuses blocks the run (non_determinism), as
+   * the Go engine does: the workflow never sees it.
+   */
+  internal(kind, gen, parse) {
     this.checkUnwind();
     const { pos, rec } = this.next(kind, '');
-    let raw;
     if (rec) {
-      raw = text(rec.result);
-    } else {
-      raw = gen();
-      this.recordInternal(pos, kind, '', encodeRaw(raw));
+      let v;
+      try {
+        v = parse(text(rec.result));
+      } catch {
+        this.block(new NonDeterminismError(pos, `undecodable ${kind}`, kind));
+      }
+      return v;
     }
-    return raw;
+    const raw = gen();
+    this.recordInternal(pos, kind, '', encodeRaw(raw));
+    return parse(raw);
   }
 
   now_() {
-    const raw = this.internal('now', () => JSON.stringify(this.now().toISOString()));
-    return new Date(JSON.parse(raw));
+    return this.internal('now', () => JSON.stringify(this.now().toISOString()), (raw) => {
+      const d = recordedTime(JSON.parse(raw));
+      if (!d) throw new TypeError('not a time');
+      return d;
+    });
   }
 
   uuid() {
-    return JSON.parse(this.internal('uuid', () => JSON.stringify(crypto.randomUUID())));
+    return this.internal('uuid', () => JSON.stringify(crypto.randomUUID()), (raw) => {
+      const v = JSON.parse(raw);
+      if (typeof v !== 'string') throw new TypeError('not a string');
+      return v;
+    });
   }
 
   random() {
-    const raw = this.internal('random', () => {
-      const b = crypto.getRandomValues(new BigUint64Array(1));
-      return b[0].toString();
+    const n = this.internal('random', () => crypto.getRandomValues(new BigUint64Array(1))[0].toString(), (raw) => {
+      // a JSON unsigned 64-bit integer, as Go decodes one into a uint64
+      const t = raw.trim();
+      if (!/^(0|[1-9][0-9]*)$/.test(t)) throw new TypeError('not an unsigned integer');
+      const v = BigInt(t);
+      if (v >= 2n ** 64n) throw new RangeError('out of range');
+      return v;
     });
-    let n;
-    try { n = BigInt(raw.trim()); } catch { this.block(new NonDeterminismError(this.nextPos - 1, 'undecodable random', 'random')); }
     return Number(n >> 11n) / 2 ** 53;
   }
 
@@ -624,9 +642,9 @@ export class RunExec {
     const { pos, rec } = this.next('timer', '');
     const t = new TimerWait(this, pos);
     if (rec) {
-      let at;
-      try { at = new Date(decode(rec.result)); } catch { at = new Date(NaN); }
-      if (Number.isNaN(at.getTime())) this.block(new NonDeterminismError(pos, 'timer without a due time', 'timer'));
+      let at = null;
+      try { at = recordedTime(decode(rec.result)); } catch { /* unreadable */ }
+      if (!at) this.block(new NonDeterminismError(pos, 'timer without a due time', 'timer'));
       t.at = at;
       t.done = rec.done;
       return t;
@@ -645,8 +663,13 @@ export class RunExec {
       w.op = rec;
     } else if (rec) {
       let st;
-      try { st = decode(rec.result) ?? {}; } catch { this.block(new NonDeterminismError(pos, `${describe(rec.kind, rec.name)} with unreadable state`, describe('event', name))); }
-      w.deadline = st.deadline ? new Date(st.deadline) : null;
+      try { st = decode(rec.result) ?? {}; } catch { st = null; }
+      // an object whose deadline, when there is one, is a time (Go's eventState)
+      const deadline = st && typeof st === 'object' && !Array.isArray(st) && st.deadline != null ? recordedTime(st.deadline) : undefined;
+      if (!st || typeof st !== 'object' || Array.isArray(st) || deadline === null) {
+        this.block(new NonDeterminismError(pos, `${describe(rec.kind, rec.name)} with unreadable state`, describe('event', name)));
+      }
+      w.deadline = deadline ?? null;
     } else {
       const st = {};
       if (timeoutMs > 0) {
@@ -770,7 +793,7 @@ export class RunExec {
       let i;
       try { i = decode(rec.result); } catch { i = -1; }
       if (!Number.isInteger(i) || i < 0 || i >= ws.length) {
-        this.block(new NonDeterminismError(pos, `select of case ${text(rec.result)}`, `select of ${ws.length} cases`));
+        this.block(new NonDeterminismError(pos, `select of case ${lossyText(rec.result)}`, `select of ${ws.length} cases`));
       }
       return i;
     }
@@ -778,6 +801,18 @@ export class RunExec {
     this.recordWait(pos, 'select', '', true, encode(i));
     return i;
   }
+}
+
+/** A recorded RFC 3339 time (as Go writes one, to the nanosecond) as a Date; null when v is none. */
+function recordedTime(v) {
+  if (typeof v !== 'string' || !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/.test(v)) return null;
+  const d = new Date(v);
+  return Number.isNaN(d.getTime()) ? null : d;
+}
+
+/** Recorded bytes as text for a message, whatever they hold. */
+function lossyText(b) {
+  return b ? new TextDecoder().decode(b) : '';
 }
 
 function flushFailure(err) {

@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import http2 from 'node:http2';
 import { ConnectError, Code } from '@connectrpc/connect';
-import { Worker, defineJob, ApiError } from '../src/index.js';
+import { Worker, defineJob, defineWorkflow, ApiError } from '../src/index.js';
+import { RunExec } from '../src/run.js';
 import { encode } from '../src/codec.js';
 import { workerClient } from '../src/proto.js';
 
@@ -117,4 +118,56 @@ test('a connection that stops answering (half-open) is found by HTTP/2 PINGs: th
     assert.equal(outcome, 'failed');
     assert.ok(Date.now() - t0 < 3000, `found after ${Date.now() - t0} ms`);
   }
+});
+
+/** Replays a run of fn over history (ops of the protocol) with a host that records its checkpoints. */
+async function replay(fn, history) {
+  const items = [];
+  const host = { checkpoint: async (item) => { items.push(item); return {}; }, maxPayloadBytes: 1 << 20, maxInlineBackoffMs: 2000, log: () => {} };
+  const ops = history.map(([kind, name, done, result], i) => ({ position: BigInt(i), kind, name, done, result: typeof result === 'string' ? new TextEncoder().encode(result) : result, attempts: 1n }));
+  const exec = new RunExec(host, claimed('r1', 'w', 'lease', { history: ops }), defineWorkflow('w', fn));
+  const status = await exec.execute();
+  return { status, last: items.at(-1) };
+}
+
+test('a recorded value that does not decode blocks the run (non_determinism), never reaching the workflow', async () => {
+  const due = '"2030-01-01T00:00:00.123456789Z"';
+  const cases = [
+    ['now', (ctx) => ctx.now(), [['now', '', true, '"garbage"']]],
+    ['now', (ctx) => ctx.now(), [['now', '', true, 'not json']]],
+    ['now', (ctx) => ctx.now(), [['now', '', true, '12345']]],
+    ['now', (ctx) => ctx.now(), [['now', '', true, new Uint8Array([0x22, 0xff, 0x22])]]],
+    ['uuid', (ctx) => ctx.uuid(), [['uuid', '', true, '5']]],
+    ['uuid', (ctx) => ctx.uuid(), [['uuid', '', true, '{']]],
+    ['random', (ctx) => ctx.random(), [['random', '', true, '"12"']]],
+    ['random', (ctx) => ctx.random(), [['random', '', true, '-1']]],
+    ['random', (ctx) => ctx.random(), [['random', '', true, '']]],
+    ['random', (ctx) => ctx.random(), [['random', '', true, '0x10']]],
+    ['random', (ctx) => ctx.random(), [['random', '', true, '18446744073709551616']]],
+    ['timer without a due time', (ctx) => ctx.sleep(10), [['timer', '', false, '5']]],
+    ['timer without a due time', (ctx) => ctx.sleep(10), [['timer', '', false, '"soon"']]],
+    ['unreadable state', (ctx) => ctx.waitForEvent('e'), [['event', 'e', false, '{"deadline":"garbage"}']]],
+    ['unreadable state', (ctx) => ctx.waitForEvent('e'), [['event', 'e', false, '5']]],
+    ['select of case 7', (ctx) => ctx.select(ctx.timer(10), ctx.event('e')), [['timer', '', false, due], ['event', 'e', false, '{}'], ['select', '', true, '7']]],
+    ['select of case', (ctx) => ctx.select(ctx.timer(10), ctx.event('e')), [['timer', '', false, due], ['event', 'e', false, '{}'], ['select', '', true, new Uint8Array([0xff])]]],
+  ];
+  for (const [want, op, history] of cases) {
+    const seen = [];
+    const { status, last } = await replay(async (ctx) => {
+      try { seen.push(await op(ctx)); } catch (err) { seen.push(err); throw err; }
+      return 'returned';
+    }, history);
+    const what = `${JSON.stringify(history.at(-1).slice(0, 2))} recording ${history.at(-1)[3]}`;
+    assert.equal(status, 'blocked', what);
+    assert.equal(last.error.type, 'non_determinism', what);
+    assert.ok(last.error.message.includes(want), `${what}: ${last.error.message}`);
+    assert.ok(seen.every((v) => v?.name === 'RunUnwound'), `${what}: the workflow saw ${seen}`);
+  }
+});
+
+test('recorded values that decode are replayed: a Go time to the nanosecond, a uuid, the largest random', async () => {
+  const { status, last } = await replay(async (ctx) => [ctx.now().toISOString(), ctx.uuid(), ctx.random()],
+    [['now', '', true, '"2024-05-06T07:08:09.123456789Z"'], ['uuid', '', true, '"u-1"'], ['random', '', true, '18446744073709551615']]);
+  assert.equal(status, 'succeeded');
+  assert.deepEqual(JSON.parse(new TextDecoder().decode(last.output)), ['2024-05-06T07:08:09.123Z', 'u-1', (2 ** 53 - 1) / 2 ** 53]);
 });
