@@ -15,9 +15,16 @@ import { longTimeout, clearLongTimeout } from './timer.js';
 
 export const SDK_VERSION = 'trellis-ts/0.1.0';
 
-const sleep = (ms, signal) => new Promise((resolve) => {
-  const t = setTimeout(resolve, ms);
-  signal?.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+/** Waits ms, or until signal aborts; leaves no listener on signal either way. */
+export const sleep = (ms, signal) => new Promise((resolve) => {
+  if (signal?.aborted) { resolve(); return; }
+  const done = () => {
+    clearTimeout(t);
+    signal?.removeEventListener('abort', done);
+    resolve();
+  };
+  const t = setTimeout(done, ms);
+  signal?.addEventListener('abort', done, { once: true });
 });
 
 function jitter(ms) { return ms * (0.8 + Math.random() * 0.4); }

@@ -7,6 +7,8 @@ import http2 from 'node:http2';
 import { ConnectError, Code } from '@connectrpc/connect';
 import { Worker, defineJob, defineWorkflow, ApiError } from '../src/index.js';
 import { RunExec } from '../src/run.js';
+import { sleep } from '../src/worker.js';
+import { getEventListeners } from 'node:events';
 import { encode } from '../src/codec.js';
 import { workerClient } from '../src/proto.js';
 
@@ -170,4 +172,16 @@ test('recorded values that decode are replayed: a Go time to the nanosecond, a u
     [['now', '', true, '"2024-05-06T07:08:09.123456789Z"'], ['uuid', '', true, '"u-1"'], ['random', '', true, '18446744073709551615']]);
   assert.equal(status, 'succeeded');
   assert.deepEqual(JSON.parse(new TextDecoder().decode(last.output)), ['2024-05-06T07:08:09.123Z', 'u-1', (2 ** 53 - 1) / 2 ** 53]);
+});
+
+test('the worker\'s sleep leaves no abort listener behind, whether its timer fires or the signal aborts', async () => {
+  const ac = new AbortController();
+  for (let i = 0; i < 20; i++) await sleep(1, ac.signal);
+  assert.equal(getEventListeners(ac.signal, 'abort').length, 0, 'after the timer fired');
+  const p = sleep(60_000, ac.signal);
+  assert.equal(getEventListeners(ac.signal, 'abort').length, 1);
+  ac.abort();
+  await p;
+  assert.equal(getEventListeners(ac.signal, 'abort').length, 0, 'after the abort');
+  await sleep(60_000, ac.signal); // already aborted: at once
 });
