@@ -182,7 +182,11 @@ export class Client {
   /**
    * The run's stream as an async iterator of {sequence, name, data}, from after
    * opts.after (a sequence, or "now"), to its final event. It reconnects from the
-   * last event it delivered when the connection drops.
+   * last event it delivered when the connection drops (or from the last position
+   * the server gave with an `id:` line of no data: a stream opened at "now" resumes
+   * there; without one, a reconnection before the first event asks for "now"
+   * again). An event whose data is not JSON is an ApiError (code
+   * "invalid_response"), not a dropped connection.
    */
   async *stream(id, opts = {}) {
     let after = opts.after;
@@ -218,10 +222,17 @@ export class Client {
             buf = buf.slice(nl + 1);
             if (line.endsWith('\r')) line = line.slice(0, -1);
             if (line === '') {
+              // an id moves the position a reconnection resumes from, with or
+              // without data; an event without one leaves it where it was
+              if (ev.id !== undefined) after = ev.id;
               if (ev.data.length > 0) {
-                const seq = Number(ev.id);
-                const out = { sequence: seq, name: ev.name, data: JSON.parse(ev.data.join('\n')) };
-                after = seq;
+                let data;
+                try {
+                  data = JSON.parse(ev.data.join('\n'));
+                } catch (err) {
+                  throw new ApiError(`stream of run ${id}: event ${ev.id ?? '(no id)'} ${JSON.stringify(ev.name)}: data is not JSON: ${err.message}`, { code: 'invalid_response' });
+                }
+                const out = { sequence: ev.id, name: ev.name, data };
                 failures = 0;
                 yield out;
                 if (FINAL.has(out.name)) return;
@@ -234,13 +245,16 @@ export class Client {
             const field = i < 0 ? line : line.slice(0, i);
             let value = i < 0 ? '' : line.slice(i + 1);
             if (value.startsWith(' ')) value = value.slice(1);
-            if (field === 'id') ev.id = value;
+            if (field === 'id') {
+              // a sequence; anything else is no position to resume from
+              if (/^(0|[1-9][0-9]*)$/.test(value) && Number.isSafeInteger(Number(value))) ev.id = Number(value);
+            }
             else if (field === 'event') ev.name = value;
             else if (field === 'data') ev.data.push(value);
           }
         }
       } catch (err) {
-        if (opts.signal?.aborted) throw err;
+        if (opts.signal?.aborted || err instanceof ApiError) throw err;
       }
       // the connection ended before the final event: resume after the last one
       if (++failures > 10) throw new ApiError(`stream of run ${id} ended before its final event`, { code: 'unavailable' });

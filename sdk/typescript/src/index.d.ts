@@ -205,6 +205,7 @@ export interface StartOptions {
   idempotencyKey?: string;
 }
 
+/** An event of a run's stream; sequence is undefined only for an event sent without an id (a Trellis server always sends one). */
 export interface StreamEvent { sequence: number; name: string; data: any }
 
 export class Client {

@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import http2 from 'node:http2';
 import { ConnectError, Code } from '@connectrpc/connect';
-import { Worker, defineJob, defineWorkflow, ApiError } from '../src/index.js';
+import http from 'node:http';
+import { Worker, Client, defineJob, defineWorkflow, ApiError } from '../src/index.js';
 import { RunExec } from '../src/run.js';
 import { sleep } from '../src/worker.js';
 import { getEventListeners } from 'node:events';
@@ -184,4 +185,41 @@ test('the worker\'s sleep leaves no abort listener behind, whether its timer fir
   await p;
   assert.equal(getEventListeners(ac.signal, 'abort').length, 0, 'after the abort');
   await sleep(60_000, ac.signal); // already aborted: at once
+});
+
+/** An SSE server answering its n-th request with bodies[n] (then closing it); records the requests. */
+async function sseServer(t, bodies) {
+  const reqs = [];
+  const srv = http.createServer((req, res) => {
+    reqs.push({ url: req.url, lastEventId: req.headers['last-event-id'] });
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.end(bodies[reqs.length - 1] ?? '');
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  t.after(() => srv.close());
+  return { client: new Client({ server: `http://127.0.0.1:${srv.address().port}` }), reqs };
+}
+
+async function collect(it) {
+  const out = [];
+  for await (const ev of it) out.push([ev.sequence, ev.name]);
+  return out;
+}
+
+test('stream: an event whose data is not JSON is an error, not a dropped connection', { timeout: 10_000 }, async (t) => {
+  const { client, reqs } = await sseServer(t, ['id: 1\nevent: progress\ndata: {not json\n\n', 'id: 1\nevent: run.succeeded\ndata: {}\n\n']);
+  await assert.rejects(collect(client.stream('r1')), (e) => e instanceof ApiError && e.code === 'invalid_response' && /data is not JSON/.test(e.message));
+  assert.equal(reqs.length, 1, 'not retried');
+});
+
+test('stream: an event without an id leaves the resume position where it was', { timeout: 10_000 }, async (t) => {
+  const { client, reqs } = await sseServer(t, ['event: progress\ndata: 1\n\n', 'id: 4\nevent: run.succeeded\ndata: {}\n\n']);
+  assert.deepEqual(await collect(client.stream('r1', { after: 3 })), [[undefined, 'progress'], [4, 'run.succeeded']]);
+  assert.deepEqual(reqs.map((r) => r.lastEventId), ['3', '3']);
+});
+
+test('stream: opened at "now", a reconnection before the first event resumes from the position the server gave', { timeout: 10_000 }, async (t) => {
+  const { client, reqs } = await sseServer(t, [': hello\nid: 7\n\n', 'id: 8\nevent: run.succeeded\ndata: {}\n\n']);
+  assert.deepEqual(await collect(client.stream('r1', { after: 'now' })), [[8, 'run.succeeded']]);
+  assert.deepEqual(reqs.map((r) => [r.url.endsWith('?after=now'), r.lastEventId]), [[true, undefined], [false, '7']]);
 });
