@@ -7,7 +7,7 @@ import {
   Client, Worker, defineWorkflow, defineJob, NonRetryableError, StepError, ChildError, MapError, ApiError,
   RunFailedError, CancelledError,
 } from '../src/index.js';
-import { startServer, eventually, freshQueue, sleep } from './helpers.mjs';
+import { startServer, eventually, freshQueue } from './helpers.mjs';
 
 let srv; let client;
 const workers = [];
@@ -143,9 +143,30 @@ test('children and maps: outputs, failures as ChildError and MapError; parallel 
   await w.stop();
 });
 
+/** A marker a test waits for: made by whichever of the test and the workflow gets to it first. */
+const markers = new Map();
+function marker(key) {
+  let m = markers.get(key);
+  if (!m) {
+    m = {};
+    m.reached = new Promise((resolve) => { m.set = resolve; });
+    markers.set(key, m);
+  }
+  return m;
+}
+/** Resolves once marker key is set; rejects after ms. */
+function reached(key, ms = 10_000) {
+  let t;
+  const late = new Promise((_, reject) => { t = setTimeout(() => reject(new Error(`timed out waiting for ${key}`)), ms); });
+  return Promise.race([marker(key).reached, late]).finally(() => clearTimeout(t));
+}
+
 const cancelStepWf = defineWorkflow('t.cancelstep', async (ctx) => {
   try {
-    await ctx.step.run('long', async ({ signal }) => new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason))));
+    await ctx.step.run('long', async ({ signal, runId }) => new Promise((_, reject) => {
+      signal.addEventListener('abort', () => reject(signal.reason));
+      marker(`long started:${runId}`).set();
+    }));
   } catch (err) {
     await ctx.detached().step.run('cleanup', async () => (err instanceof StepError ? err.type : err.name));
     throw new CancelledError();
@@ -156,8 +177,7 @@ test('cancellation aborts a running step\'s signal; detached cleanup still runs'
   const q = freshQueue();
   const w = await worker(q, [cancelStepWf]);
   const run = await client.start('t.cancelstep', {}, { queue: q });
-  await eventually(async () => (await client.getRun(run.id)).status === 'running', 10_000);
-  await sleep(200);
+  await reached(`long started:${run.id}`); // the step runs, listening to its signal
   await client.cancel(run.id);
   const done = await client.waitRun(run.id, { timeout: 10_000 });
   assert.equal(done.status, 'cancelled');
