@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/protocol"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -58,13 +59,13 @@ func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *work
 	}
 	now := e.cfg.Clock.Now()
 	if d := run.Deadline; d != nil && !now.Before(*d) {
-		final, oc = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, nil, ErrDeadlineExceeded, false))
+		final, oc = e.jobSave(ctx, cr, ctl, e.jobOutcome(run, job, prior, attempt, now, nil, ErrDeadlineExceeded, false))
 		return oc
 	}
 	select {
 	case <-ctl.CancelRequested():
 		// Cancelled while it waited (e.g. for a retry's backoff): no new attempt.
-		final, oc = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, nil, ErrCancelled, true))
+		final, oc = e.jobSave(ctx, cr, ctl, e.jobOutcome(run, job, prior, attempt, now, nil, ErrCancelled, true))
 		return oc
 	default:
 	}
@@ -83,7 +84,7 @@ func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *work
 	if err == nil && len(out) > e.cfg.MaxPayloadBytes {
 		err = fmt.Errorf("%w: output is %d bytes (limit %d)", ErrPayloadTooLarge, len(out), e.cfg.MaxPayloadBytes)
 	}
-	final, oc = e.jobSave(ctx, run, lease, e.jobOutcome(run, job, prior, attempt, now, out, err, cancelled))
+	final, oc = e.jobSave(ctx, cr, ctl, e.jobOutcome(run, job, prior, attempt, now, out, err, cancelled))
 	return oc
 }
 
@@ -178,11 +179,20 @@ func (e *Engine) jobOutcome(run *store.Run, job *Job, prior *store.Op, attempt i
 
 // jobSave writes a job's checkpoint and returns the run as saved when it
 // finished (nil otherwise), and what it saved (nothing when it failed).
-func (e *Engine) jobSave(ctx context.Context, run *store.Run, lease store.Lease, p *store.CheckpointParams) (*store.Run, Outcome) {
-	p.Lease, p.Seq = lease, 1 // a job's lease writes once (store.CheckpointParams.Seq)
+func (e *Engine) jobSave(ctx context.Context, cr *store.ClaimedRun, ctl *worker.Control, p *store.CheckpointParams) (*store.Run, Outcome) {
+	run := cr.Run
+	p.Lease, p.Seq = cr.Lease(), 1 // a job's lease writes once (store.CheckpointParams.Seq)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CheckpointTimeout)
 	defer cancel()
-	checkProtocol(run, nil, p)
+	if ProtocolViolation != nil {
+		asked := run.CancelRequested
+		select {
+		case <-ctl.CancelRequested():
+			asked = true
+		default:
+		}
+		checkProtocol(run, protocol.NewRecorded(cr.History, asked), p)
+	}
 	res, err := e.cfg.Store.Checkpoint(cctx, p)
 	if err != nil {
 		runLogger(e.cfg.Logger, run).Warn("saving job outcome", "status", p.Status, "err", err)
