@@ -281,3 +281,25 @@ func (e *env) until(id string, cond func() bool) {
 		}
 	}
 }
+
+// startServer starts a server of cfg and, at cleanup, shuts it down and closes
+// its store (cfg.Backend).
+func startServer(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	srv, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		cfg.Backend.Close()
+	})
+	return srv
+}

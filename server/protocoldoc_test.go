@@ -20,6 +20,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
 // The transcripts of docs/protocol/*.json (captured from a real `trellis
@@ -117,25 +118,11 @@ func TestProtocolTranscripts(t *testing.T) {
 // protocolServer starts a server on a fresh SQLite store, with no worker of
 // its own, and returns its URL.
 func protocolServer(t *testing.T) string {
-	st, err := trellis.OpenStore(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "t.db"), time.Now)
+	st, err := trellis.OpenStore(context.Background(), storesqlite.URL(filepath.Join(t.TempDir(), "t.db")), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(context.Background(), Config{Backend: st, Listen: "127.0.0.1:0", Authenticator: testTokens(), MaxWait: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		st.Close()
-	})
+	srv := startServer(t, Config{Backend: st, Listen: "127.0.0.1:0", Authenticator: testTokens(), MaxWait: 10 * time.Second})
 	return "http://" + srv.Addr().String()
 }
 

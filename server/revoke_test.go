@@ -42,21 +42,7 @@ func storeServer(t *testing.T, url string, mod ...func(*Config)) (*Server, strin
 	for _, m := range mod {
 		m(&cfg)
 	}
-	srv, err := New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		st.Close()
-	})
+	srv := startServer(t, cfg)
 	return srv, "http://" + srv.Addr().String()
 }
 

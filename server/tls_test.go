@@ -46,23 +46,9 @@ func newTLSEnv(t *testing.T) *tlsEnv {
 	e := &tlsEnv{t: t, st: st, ca: testcerts.NewCA(t, "test CA")}
 	certPEM, keyPEM := e.ca.Server(t, "server one")
 	e.certFile, e.keyFile = testcerts.Write(t, dir, "server.crt", certPEM), testcerts.Write(t, dir, "server.key", keyPEM)
-	srv, err := New(context.Background(), Config{Backend: st, Listen: "127.0.0.1:0",
+	srv := startServer(t, Config{Backend: st, Listen: "127.0.0.1:0",
 		TLSCertFile: e.certFile, TLSKeyFile: e.keyFile, ClientCAFile: testcerts.Write(t, dir, "ca.crt", e.ca.PEM),
 		Authenticator: storeauth.New(st, storeauth.Config{}), MaxWait: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		st.Close()
-	})
 	e.srv, e.base = srv, srv.URL()
 	if e.root, err = srv.BootstrapAdmin(context.Background()); err != nil || e.root == "" {
 		t.Fatalf("bootstrap: %q %v", e.root, err)
