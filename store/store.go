@@ -277,6 +277,15 @@ type RunStep struct {
 	Name    string    `json:"name"`
 	Attempt int       `json:"attempt"`
 	Since   time.Time `json:"since"`
+	// Position is the step's op position in the run's history. A claim that
+	// takes the run after its lease expired records the attempt the lease's
+	// last heartbeat reported (Position, Attempt) as lost or timed out
+	// (AttemptLost, AttemptTimedOut) unless it completed.
+	Position int `json:"position"`
+	// Timeout is the attempt's declared timeout (0: none). The store ends a
+	// lease whose step ran past Since + Timeout + a grace
+	// (LeasesExtendParams.TimeoutGrace) and records the attempt timed out.
+	Timeout time.Duration `json:"timeout,omitempty"`
 }
 
 // OpKind names the kind of an operation in history.
@@ -347,7 +356,8 @@ func (op *Op) SucceededAttempt() (a Attempt, ok bool) {
 // attempts precede it). A reader calls it once it has filled the AttemptLog.
 func (op *Op) TakeSucceededAttempt() {
 	n := len(op.AttemptLog)
-	if n == 0 || !op.Done || op.Error != nil || op.AttemptLog[n-1].Attempt != op.Attempts {
+	if n == 0 || !op.Done || op.Error != nil || op.AttemptLog[n-1].Attempt != op.Attempts ||
+		op.AttemptLog[n-1].Outcome != "" {
 		return
 	}
 	at := op.AttemptLog[n-1].StartedAt
@@ -358,14 +368,61 @@ func (op *Op) TakeSucceededAttempt() {
 	}
 }
 
-// Attempt is one failed attempt of a step, or (with an empty Error) the attempt
-// that completed a step after failed ones (Op.SucceededAttempt).
+// Attempt is one attempt of a step that did not complete it (failed, lost,
+// timed out, or started and not yet ended: see Outcome), or (with an empty
+// Error and Outcome) the attempt that completed a step after other attempts
+// (Op.SucceededAttempt). Stores keep one row per (run, position, attempt): a
+// write of an attempt that has a row replaces it (a started row by the
+// attempt's end).
 type Attempt struct {
 	Position   int       `json:"position"`
 	Attempt    int       `json:"attempt"`
 	Error      ErrorInfo `json:"error"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
+	// Outcome says how the attempt ended: AttemptFailed, AttemptLost,
+	// AttemptTimedOut, or AttemptStarted while it runs. Empty for the row of
+	// an attempt that completed its step. Readers report AttemptFailed for a
+	// row with an error and no outcome (rows written before outcomes were).
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// Outcomes of a step attempt (Attempt.Outcome).
+const (
+	// AttemptFailed: the step's function returned an error (or panicked, or
+	// its worker ended it at its timeout), and the worker recorded it.
+	AttemptFailed = "failed"
+	// AttemptLost: the attempt started (its worker's lease heartbeat reported
+	// it running), then the lease expired with nothing reported: the worker
+	// died or was cut off. Recorded by the claim that takes the run next.
+	AttemptLost = "lost"
+	// AttemptTimedOut: the store (or the server) ended the attempt because its
+	// declared timeout plus a grace passed while it still ran
+	// (RunStep.Timeout). Recorded by the claim that takes the run next.
+	AttemptTimedOut = "timed_out"
+	// AttemptStarted is a durable record that an attempt began, written before
+	// the step's function runs (at-most-once steps), and replaced by the
+	// attempt's real outcome when it ends.
+	AttemptStarted = "started"
+)
+
+// ValidAttemptOutcome reports whether o is an outcome a stored attempt row may
+// carry ("" included: a completing attempt's row, or a failed one written
+// without an outcome).
+func ValidAttemptOutcome(o string) bool {
+	switch o {
+	case "", AttemptFailed, AttemptLost, AttemptTimedOut, AttemptStarted:
+		return true
+	}
+	return false
+}
+
+// NormalizeOutcome sets the outcome a reader reports for a row stored without
+// one: AttemptFailed when it has an error.
+func (a *Attempt) NormalizeOutcome() {
+	if a.Outcome == "" && a.Error != (ErrorInfo{}) {
+		a.Outcome = AttemptFailed
+	}
 }
 
 // KVWrite is a write to a run's store; Delete removes the key.

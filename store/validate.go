@@ -55,6 +55,11 @@ func (p *RunCreateParams) validateSeed() error {
 		case !op.Done:
 			return fmt.Errorf("%w: History: op %d is not done", ErrInvalidParams, op.Position)
 		}
+		for _, a := range op.AttemptLog {
+			if !ValidAttemptOutcome(a.Outcome) {
+				return fmt.Errorf("%w: History: attempt %d of op %d has an unknown outcome %q", ErrInvalidParams, a.Attempt, op.Position, a.Outcome)
+			}
+		}
 		seen[op.Position] = true
 	}
 	return nil
@@ -96,6 +101,11 @@ func (p *CheckpointParams) Validate() error {
 	}
 	if p.Seq < 0 {
 		return fmt.Errorf("%w: Seq: %d is below 0", ErrInvalidParams, p.Seq)
+	}
+	for _, a := range p.Attempts {
+		if !ValidAttemptOutcome(a.Outcome) {
+			return fmt.Errorf("%w: Attempts: attempt %d of op %d has an unknown outcome %q", ErrInvalidParams, a.Attempt, a.Position, a.Outcome)
+		}
 	}
 	if len(p.Consume) > 1 {
 		seen := make(map[int64]bool, len(p.Consume))
@@ -231,6 +241,9 @@ func (p *LeasesExtendParams) Validate() error {
 	for _, s := range p.Steps {
 		if len(s.Name) > MaxNameLen || s.Attempt < 0 || (s.Name == "") != (s.Attempt == 0) {
 			return fmt.Errorf("%w: Steps: a step has a name of at most %d bytes and an attempt from 1, or neither", ErrInvalidParams, MaxNameLen)
+		}
+		if s.Position < 0 || s.Timeout < 0 {
+			return fmt.Errorf("%w: Steps: step %q has a negative position or timeout", ErrInvalidParams, s.Name)
 		}
 	}
 	return nil

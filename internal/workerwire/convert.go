@@ -96,9 +96,12 @@ func RunToPB(r *store.Run) *pb.Run {
 
 // StepToPB converts a step in progress (the zero RunStep: none).
 func StepToPB(s store.RunStep) *pb.RunStep {
-	st := &pb.RunStep{Name: s.Name, Attempt: int64(s.Attempt)}
+	st := &pb.RunStep{Name: s.Name, Attempt: int64(s.Attempt), Position: int64(s.Position)}
 	if !s.Since.IsZero() {
 		st.Since = Ts(s.Since)
+	}
+	if s.Timeout > 0 {
+		st.Timeout = Dur(s.Timeout)
 	}
 	return st
 }
@@ -108,7 +111,7 @@ func StepFromPB(s *pb.RunStep) store.RunStep {
 	if s == nil {
 		return store.RunStep{}
 	}
-	st := store.RunStep{Name: s.Name, Attempt: int(s.Attempt)}
+	st := store.RunStep{Name: s.Name, Attempt: int(s.Attempt), Position: int(s.Position), Timeout: Duration(s.Timeout)}
 	if s.Since != nil {
 		st.Since = Time(s.Since)
 	}
@@ -168,12 +171,12 @@ func RunsFromPB(rs []*pb.Run) []*store.Run {
 func attemptToPB(a store.Attempt) *pb.Attempt {
 	e := a.Error
 	return &pb.Attempt{Position: int64(a.Position), Attempt: int64(a.Attempt), Error: errInfo(&e),
-		StartedAt: Ts(a.StartedAt), FinishedAt: Ts(a.FinishedAt)}
+		StartedAt: Ts(a.StartedAt), FinishedAt: Ts(a.FinishedAt), Outcome: a.Outcome}
 }
 
 func attemptFromPB(a *pb.Attempt) store.Attempt {
 	out := store.Attempt{Position: int(a.Position), Attempt: int(a.Attempt),
-		StartedAt: Time(a.StartedAt), FinishedAt: Time(a.FinishedAt)}
+		StartedAt: Time(a.StartedAt), FinishedAt: Time(a.FinishedAt), Outcome: a.Outcome}
 	if e := errInfoFrom(a.Error); e != nil {
 		out.Error = *e
 	}

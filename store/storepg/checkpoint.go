@@ -123,10 +123,11 @@ const (
 	ON CONFLICT (run_seq, position) DO UPDATE SET kind = excluded.kind, name = excluded.name,
 		done = excluded.done, result = excluded.result, error = excluded.error,
 		attempts = excluded.attempts, started_at = excluded.started_at, finished_at = excluded.finished_at`
-	ckAttempts = `INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at)
+	ckAttempts = `INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at, outcome)
 	SELECT f.sequence, x.* FROM f, unnest({a}::int4[], {a}::int4[], {a}::text[], {a}::timestamptz[],
-		{a}::timestamptz[]) AS x
-	ON CONFLICT DO NOTHING`
+		{a}::timestamptz[], {a}::text[]) AS x
+	ON CONFLICT (run_seq, position, attempt) DO UPDATE SET error = excluded.error,
+		started_at = excluded.started_at, finished_at = excluded.finished_at, outcome = excluded.outcome`
 	ckKVSet = `INSERT INTO kv (run_seq, key, value)
 	SELECT f.sequence, x.* FROM f, unnest({a}::text[], {a}::bytea[]) AS x
 	ON CONFLICT (run_seq, key) DO UPDATE SET value = excluded.value`
@@ -186,7 +187,7 @@ func checkpointStmt(ck *ckReq) stmt {
 	}
 	if a := &ck.atts; len(a.pos) > 0 {
 		shape.parts += "A"
-		args = append(args, a.pos, a.n, a.errs, a.started, a.finished)
+		args = append(args, a.pos, a.n, a.errs, a.started, a.finished, a.outcomes)
 	}
 	if kv := &ck.kv; len(kv.setKeys) > 0 {
 		shape.parts += "S"

@@ -99,13 +99,14 @@ var ckCTEs = []struct{ name, body, stub string }{
 		attempts = excluded.attempts, started_at = excluded.started_at, finished_at = excluded.finished_at`,
 		`SELECT $11::int4[], $12::int4[], $13::text[], $14::text[], $15::bool[], $16::bytea[], $17::text[],
 		$18::int4[], $19::timestamptz[], $20::timestamptz[]`},
-	{"a", `	INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at)
-	SELECT f.sequence, x.position, x.attempt, x.error, x.started_at, x.finished_at
-	FROM unnest($21::int4[], $22::int4[], $23::int4[], $24::text[], $25::timestamptz[], $26::timestamptz[])
-		AS x(i, position, attempt, error, started_at, finished_at)
+	{"a", `	INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at, outcome)
+	SELECT f.sequence, x.position, x.attempt, x.error, x.started_at, x.finished_at, x.outcome
+	FROM unnest($21::int4[], $22::int4[], $23::int4[], $24::text[], $25::timestamptz[], $26::timestamptz[], $39::text[])
+		AS x(i, position, attempt, error, started_at, finished_at, outcome)
 	JOIN f ON f.i = x.i
-	ON CONFLICT DO NOTHING`,
-		`SELECT $21::int4[], $22::int4[], $23::int4[], $24::text[], $25::timestamptz[], $26::timestamptz[]`},
+	ON CONFLICT (run_seq, position, attempt) DO UPDATE SET error = excluded.error,
+		started_at = excluded.started_at, finished_at = excluded.finished_at, outcome = excluded.outcome`,
+		`SELECT $21::int4[], $22::int4[], $23::int4[], $24::text[], $25::timestamptz[], $26::timestamptz[], $39::text[]`},
 	{"s", `	INSERT INTO kv (run_seq, key, value)
 	SELECT f.sequence, x.key, x.value
 	FROM unnest($27::int4[], $28::text[], $29::bytea[]) AS x(i, key, value) JOIN f ON f.i = x.i
@@ -284,9 +285,11 @@ func (c *ckColumns) args() []any {
 		orEmpty(c.opI)}
 	args = append(args, c.ops.args()...)
 	args = append(args, orEmpty(c.attI))
-	args = append(args, c.atts.args()...)
+	atts := c.atts.args() // the attempts' outcomes came last, after the batch's other columns: $39
+	args = append(args, atts[:len(atts)-1]...)
 	args = append(args, orEmpty(c.setI), orEmpty(c.kv.setKeys), orEmpty(c.kv.vals), orEmpty(c.delI), orEmpty(c.kv.delKeys))
-	return append(args, orEmpty(c.evI), orEmpty(c.evK), orEmpty(c.evNames), orEmpty(c.evData), c.seq, c.fp, c.rseq)
+	args = append(args, orEmpty(c.evI), orEmpty(c.evK), orEmpty(c.evNames), orEmpty(c.evData), c.seq, c.fp, c.rseq)
+	return append(args, atts[len(atts)-1])
 }
 
 // opCols are ops as column arrays.
@@ -338,22 +341,29 @@ func (c *opCols) args() []any {
 		orEmpty(c.results), orEmpty(c.errs), orEmpty(c.atts), orEmpty(c.started), orEmpty(c.finished)}
 }
 
-// attCols are failed attempts as column arrays.
+// attCols are attempt rows as column arrays.
 type attCols struct {
 	pos, n            []int32
-	errs              []string
+	errs, outcomes    []string
 	started, finished []pgtype.Timestamptz
 }
 
-// add appends a checkpoint's attempts; of two writes of one attempt the first wins.
+// add appends a checkpoint's attempts; of two writes of one attempt the last
+// wins, as the upsert would have it (one statement may not write a row twice).
 func (c *attCols) add(in []store.Attempt) error {
 	type key struct{ pos, n int }
-	seen := make(map[key]bool, len(in))
-	for _, a := range in {
-		if seen[key{a.Position, a.Attempt}] {
+	last := make(map[key]int, len(in))
+	for i, a := range in {
+		last[key{a.Position, a.Attempt}] = i
+	}
+	for i, a := range in {
+		if last[key{a.Position, a.Attempt}] != i {
 			continue
 		}
-		seen[key{a.Position, a.Attempt}] = true
+		if !store.ValidAttemptOutcome(a.Outcome) {
+			return fmt.Errorf("%w: Attempts: attempt %d of op %d has an unknown outcome %q",
+				store.ErrInvalidParams, a.Attempt, a.Position, a.Outcome)
+		}
 		e, err := errJSON(&a.Error)
 		if err != nil {
 			return err
@@ -361,6 +371,7 @@ func (c *attCols) add(in []store.Attempt) error {
 		c.pos, c.n, c.errs = append(c.pos, int32(a.Position)), append(c.n, int32(a.Attempt)), append(c.errs, *e)
 		c.started = append(c.started, tsArg(timeArg(a.StartedAt)))
 		c.finished = append(c.finished, tsArg(timeArg(a.FinishedAt)))
+		c.outcomes = append(c.outcomes, a.Outcome)
 	}
 	return nil
 }
@@ -368,10 +379,13 @@ func (c *attCols) add(in []store.Attempt) error {
 func (c *attCols) concat(o *attCols) {
 	c.pos, c.n, c.errs = append(c.pos, o.pos...), append(c.n, o.n...), append(c.errs, o.errs...)
 	c.started, c.finished = append(c.started, o.started...), append(c.finished, o.finished...)
+	c.outcomes = append(c.outcomes, o.outcomes...)
 }
 
+// args are the columns in the order of the attempts table: position, attempt,
+// error, started_at, finished_at, outcome.
 func (c *attCols) args() []any {
-	return []any{orEmpty(c.pos), orEmpty(c.n), orEmpty(c.errs), orEmpty(c.started), orEmpty(c.finished)}
+	return []any{orEmpty(c.pos), orEmpty(c.n), orEmpty(c.errs), orEmpty(c.started), orEmpty(c.finished), orEmpty(c.outcomes)}
 }
 
 // kvCols are run-store writes: the keys set with their values, and the keys

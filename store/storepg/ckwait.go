@@ -66,9 +66,10 @@ const (
 	ON CONFLICT (run_seq, position) DO UPDATE SET kind = excluded.kind, name = excluded.name,
 		done = excluded.done, result = excluded.result, error = excluded.error,
 		attempts = excluded.attempts, started_at = excluded.started_at, finished_at = excluded.finished_at`
-	sqlWAttempts = `INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at)
-	SELECT $1, x.* FROM unnest($2::int4[], $3::int4[], $4::text[], $5::timestamptz[], $6::timestamptz[]) AS x
-	ON CONFLICT DO NOTHING`
+	sqlWAttempts = `INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at, outcome)
+	SELECT $1, x.* FROM unnest($2::int4[], $3::int4[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[]) AS x
+	ON CONFLICT (run_seq, position, attempt) DO UPDATE SET error = excluded.error,
+		started_at = excluded.started_at, finished_at = excluded.finished_at, outcome = excluded.outcome`
 	sqlWKVSet = `INSERT INTO kv (run_seq, key, value) SELECT $1, x.* FROM unnest($2::text[], $3::bytea[]) AS x
 	ON CONFLICT (run_seq, key) DO UPDATE SET value = excluded.value`
 	sqlWKVDelete = `DELETE FROM kv WHERE run_seq = $1 AND key = ANY($2::text[])`

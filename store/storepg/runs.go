@@ -359,11 +359,11 @@ const sqlRunSeed = `WITH f AS (SELECT sequence FROM runs WHERE namespace = $1 AN
 	o AS (INSERT INTO ops (run_seq, position, kind, name, done, result, error, attempts, started_at, finished_at)
 		SELECT f.sequence, x.* FROM f, unnest($3::int4[], $4::text[], $5::text[], $6::bool[], $7::bytea[],
 			$8::text[], $9::int4[], $10::timestamptz[], $11::timestamptz[]) AS x),
-	a AS (INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at)
+	a AS (INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at, outcome)
 		SELECT f.sequence, x.* FROM f, unnest($12::int4[], $13::int4[], $14::text[], $15::timestamptz[],
-			$16::timestamptz[]) AS x),
+			$16::timestamptz[], $17::text[]) AS x),
 	k AS (INSERT INTO kv (run_seq, key, value)
-		SELECT f.sequence, x.* FROM f, unnest($17::text[], $18::bytea[]) AS x)
+		SELECT f.sequence, x.* FROM f, unnest($18::text[], $19::bytea[]) AS x)
 	SELECT 1`
 
 // seedStmt is the statement that seeds a new run's history (see sqlRunSeed).

@@ -137,7 +137,7 @@ func historyJSON(seqExpr string) string {
 		'result', encode(o.result, 'base64'), 'error', o.error::json, 'attempts', o.attempts,
 		'started_at', o.started_at, 'finished_at', o.finished_at,
 		'log', (SELECT json_agg(json_build_object('attempt', a.attempt, 'error', a.error::json,
-				'started_at', a.started_at, 'finished_at', a.finished_at) ORDER BY a.attempt)
+				'started_at', a.started_at, 'finished_at', a.finished_at, 'outcome', a.outcome) ORDER BY a.attempt)
 			FROM attempts a WHERE a.run_seq = o.run_seq AND a.position = o.position)
 	) ORDER BY o.position), '[]') FROM ops o WHERE o.run_seq = ` + seqExpr + `)`
 }
@@ -158,6 +158,7 @@ type opJSON struct {
 		Error      store.ErrorInfo `json:"error"`
 		StartedAt  *time.Time      `json:"started_at"`
 		FinishedAt *time.Time      `json:"finished_at"`
+		Outcome    string          `json:"outcome"`
 	} `json:"log"`
 }
 
@@ -174,10 +175,12 @@ func decodeHistory(b []byte) ([]*store.Op, error) {
 			Error: o.Error, Attempts: o.Attempts, StartedAt: utc(o.StartedAt), FinishedAt: utcPtr(o.FinishedAt),
 		}
 		for _, a := range o.Log {
-			op.AttemptLog = append(op.AttemptLog, store.Attempt{
+			at := store.Attempt{
 				Position: o.Position, Attempt: a.Attempt, Error: a.Error,
-				StartedAt: utc(a.StartedAt), FinishedAt: utc(a.FinishedAt),
-			})
+				StartedAt: utc(a.StartedAt), FinishedAt: utc(a.FinishedAt), Outcome: a.Outcome,
+			}
+			at.NormalizeOutcome()
+			op.AttemptLog = append(op.AttemptLog, at)
 		}
 		op.TakeSucceededAttempt()
 		ops = append(ops, op)

@@ -17,8 +17,12 @@ const (
 	done = excluded.done, result = excluded.result, error = excluded.error,
 	attempts = excluded.attempts, started_at = excluded.started_at,
 	finished_at = excluded.finished_at`
-	sqlAttemptInsert = `INSERT INTO attempts (run_seq, position, attempt, error, started_at,
-	finished_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+	// sqlAttemptUpsert writes an attempt's row, replacing the one it has (a
+	// started row by the attempt's end).
+	sqlAttemptUpsert = `INSERT INTO attempts (run_seq, position, attempt, error, started_at,
+	finished_at, outcome) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_seq, position, attempt)
+	DO UPDATE SET error = excluded.error, started_at = excluded.started_at,
+	finished_at = excluded.finished_at, outcome = excluded.outcome`
 	sqlKVSet = `INSERT INTO kv (run_seq, key, value) VALUES (?, ?, ?)
 	ON CONFLICT (run_seq, key) DO UPDATE SET value = excluded.value`
 	sqlKVDelete = `DELETE FROM kv WHERE run_seq = ? AND key = ?`
@@ -243,8 +247,8 @@ func writeHistory(tx *wtx, seq int64, p *store.CheckpointParams) error {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.exec(sqlAttemptInsert, seq, a.Position, a.Attempt, e,
-			ns(a.StartedAt), ns(a.FinishedAt)); err != nil {
+		if _, err := tx.exec(sqlAttemptUpsert, seq, a.Position, a.Attempt, e,
+			ns(a.StartedAt), ns(a.FinishedAt), a.Outcome); err != nil {
 			return fmt.Errorf("saving attempt %d of op %d: %w", a.Attempt, a.Position, err)
 		}
 	}

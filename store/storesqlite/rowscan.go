@@ -38,7 +38,7 @@ func runByRef(ctx context.Context, q querier, namespace, ref string) (*store.Run
 const sqlOps = `SELECT position, kind, name, done, result, error, attempts, started_at,
 	finished_at FROM ops WHERE run_seq = ? ORDER BY position`
 
-const sqlAttempts = `SELECT position, attempt, error, started_at, finished_at
+const sqlAttempts = `SELECT position, attempt, error, started_at, finished_at, outcome
 	FROM attempts WHERE run_seq = ? ORDER BY position, attempt`
 
 // history loads a run's ops in position order, each with its attempt log.
@@ -105,7 +105,7 @@ func loadAttempts(ctx context.Context, q querier, runSeq int64) ([]store.Attempt
 			errText      string
 			started, fin sql.NullInt64
 		)
-		if err := rows.Scan(&a.Position, &a.Attempt, &errText, &started, &fin); err != nil {
+		if err := rows.Scan(&a.Position, &a.Attempt, &errText, &started, &fin, &a.Outcome); err != nil {
 			return nil, err
 		}
 		e, err := sqlstore.ErrFromJSON(sql.NullString{String: errText, Valid: true})
@@ -113,6 +113,7 @@ func loadAttempts(ctx context.Context, q querier, runSeq int64) ([]store.Attempt
 			return nil, err
 		}
 		a.Error, a.StartedAt, a.FinishedAt = *e, fromNS(started), fromNS(fin)
+		a.NormalizeOutcome()
 		atts = append(atts, a)
 	}
 	return atts, rows.Err()

@@ -13,6 +13,73 @@ var historyCases = []testCase{
 	{"EmptyForNewRun", historyEmpty},
 	{"RoundTripInPositionOrder", historyRoundTrip},
 	{"SucceededAttempt", historySucceededAttempt},
+	{"AttemptOutcomes", historyAttemptOutcomes},
+}
+
+// Attempt rows carry their outcome; a row written without one and with an
+// error reads as failed (rows written before outcomes were); a write of an
+// attempt that has a row replaces it (a started row by the attempt's end); a
+// checkpoint or a seeded create with an unknown outcome is refused.
+func historyAttemptOutcomes(t *testing.T, e *env) {
+	cr := e.start()
+	t0 := e.clk.Now()
+	at := func(d time.Duration) time.Time { return t0.Add(d * time.Second) }
+	att := func(n int, outcome, msg string) store.Attempt {
+		return store.Attempt{Position: 0, Attempt: n, Error: store.ErrorInfo{Message: msg},
+			StartedAt: at(time.Duration(n - 1)), FinishedAt: at(time.Duration(n)), Outcome: outcome}
+	}
+	op := &store.Op{Position: 0, Kind: store.OpStep, Name: "charge", Attempts: 4, StartedAt: t0}
+	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning, Ops: []*store.Op{op},
+		Attempts: []store.Attempt{att(1, "", "503"), att(2, store.AttemptLost, "lease expired"),
+			att(3, store.AttemptTimedOut, "timed out"), att(4, store.AttemptStarted, "")}})
+	got := e.history(cr.Run.ID)
+	want := []string{store.AttemptFailed, store.AttemptLost, store.AttemptTimedOut, store.AttemptStarted}
+	if len(got) != 1 || len(got[0].AttemptLog) != len(want) {
+		t.Fatalf("history = %+v, want 4 attempts", got)
+	}
+	for i, a := range got[0].AttemptLog {
+		if a.Attempt != i+1 || a.Outcome != want[i] {
+			t.Errorf("attempt %d = %+v, want outcome %q", i+1, a, want[i])
+		}
+	}
+	// The started attempt ends: its row is replaced, not added to.
+	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning, Ops: []*store.Op{op},
+		Attempts: []store.Attempt{att(4, store.AttemptFailed, "declined")}})
+	got = e.history(cr.Run.ID)
+	if n := len(got[0].AttemptLog); n != 4 || got[0].AttemptLog[3].Outcome != store.AttemptFailed ||
+		got[0].AttemptLog[3].Error.Message != "declined" {
+		t.Fatalf("attempt log after the started attempt failed = %+v, want its row replaced", got[0].AttemptLog)
+	}
+	// A started attempt that then completes the step: its row becomes the
+	// completing attempt's (AttemptStartedAt), not a failure.
+	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning, Ops: []*store.Op{op},
+		Attempts: []store.Attempt{att(5, store.AttemptStarted, "")}})
+	fin, started := at(6), at(5)
+	done := &store.Op{Position: 0, Kind: store.OpStep, Name: "charge", Done: true, Result: []byte(`1`), Attempts: 5,
+		StartedAt: t0, FinishedAt: &fin, AttemptStartedAt: &started}
+	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning, Ops: []*store.Op{done}})
+	got = e.history(cr.Run.ID)
+	if len(got[0].AttemptLog) != 4 || got[0].AttemptStartedAt == nil {
+		t.Fatalf("history after the step completed = %+v, want 4 attempts logged and AttemptStartedAt", got[0])
+	}
+	wantTimePtr(t, "AttemptStartedAt", got[0].AttemptStartedAt, started)
+	// Bad outcomes change nothing.
+	bad := store.CheckpointParams{Lease: cr.Lease(), Status: store.StatusRunning, Ops: []*store.Op{op},
+		Attempts: []store.Attempt{att(6, "exploded", "x")}}
+	_, err := e.st.Checkpoint(e.ctx, &bad)
+	wantErr(t, "Checkpoint with an unknown outcome", err, store.ErrInvalidParams)
+	if got := e.history(cr.Run.ID); len(got[0].AttemptLog) != 4 || !got[0].Done {
+		t.Fatalf("a refused checkpoint changed the history: %+v", got[0])
+	}
+	seed := &store.Op{Position: 0, Kind: store.OpStep, Name: "charge", Done: true, Attempts: 2, StartedAt: t0,
+		FinishedAt: &fin, AttemptLog: []store.Attempt{att(1, "weird", "x")}}
+	p := e.params()
+	p.History = []*store.Op{seed}
+	_, err = e.st.RunCreate(e.ctx, p)
+	wantErr(t, "RunCreate with a history holding an unknown outcome", err, store.ErrInvalidParams)
+	if runs := e.runsGet(store.RunsGetParams{Namespace: ns, IDs: []string{p.ID}}); len(runs) != 0 {
+		t.Fatalf("a refused seeded create made a run: %+v", runs)
+	}
 }
 
 // A step that succeeded at its third attempt: its failed attempts are its log,

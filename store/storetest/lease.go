@@ -129,14 +129,15 @@ func leaseExtendStep(t *testing.T, e *env) {
 		t.Fatalf("CurrentStep of a new claim = %+v, want none", r.CurrentStep)
 	}
 	since := e.clk.Now().Add(-time.Second).UTC()
-	step := store.RunStep{Name: "charge", Attempt: 2, Since: since}
+	step := store.RunStep{Name: "charge", Attempt: 2, Since: since, Position: 3, Timeout: 90 * time.Second}
 	p := &store.LeasesExtendParams{Duration: time.Minute, Leases: []store.Lease{cr.Lease(), other.Lease()},
 		Steps: []store.RunStep{step, {}}}
 	if _, err := e.st.LeasesExtend(e.ctx, p); err != nil {
 		t.Fatalf("LeasesExtend with steps: %v", err)
 	}
 	got := e.get(cr.Run.ID).CurrentStep
-	if got == nil || got.Name != "charge" || got.Attempt != 2 || !got.Since.Equal(since) {
+	if got == nil || got.Name != "charge" || got.Attempt != 2 || !got.Since.Equal(since) || got.Position != 3 ||
+		got.Timeout != 90*time.Second {
 		t.Fatalf("CurrentStep = %+v, want %+v", got, step)
 	}
 	if s := e.get(other.Run.ID).CurrentStep; s != nil {
@@ -181,6 +182,8 @@ func leaseExtendStepsBad(t *testing.T, e *env) {
 		"an attempt without name": {{Attempt: 1}},
 		"a negative attempt":      {{Name: "a", Attempt: -1}},
 		"a name too long":         {{Name: string(make([]byte, store.MaxNameLen+1)), Attempt: 1}},
+		"a negative position":     {{Name: "a", Attempt: 1, Position: -1}},
+		"a negative timeout":      {{Name: "a", Attempt: 1, Timeout: -time.Second}},
 	} {
 		_, err := e.st.LeasesExtend(e.ctx, &store.LeasesExtendParams{Duration: time.Hour,
 			Leases: []store.Lease{cr.Lease()}, Steps: steps})

@@ -131,10 +131,12 @@ func (s *runScan) release() {
 // token of the heartbeat that reported it: a later lease of the run (another
 // worker's claim) does not show its predecessor's step.
 type stepText struct {
-	Name    string    `json:"name"`
-	Attempt int       `json:"attempt"`
-	Since   time.Time `json:"since"`
-	Lease   int64     `json:"lease"`
+	Name     string        `json:"name"`
+	Attempt  int           `json:"attempt"`
+	Since    time.Time     `json:"since"`
+	Lease    int64         `json:"lease"`
+	Position int           `json:"position,omitempty"`
+	Timeout  time.Duration `json:"timeout,omitempty"` // nanoseconds
 }
 
 // StepText encodes the step a heartbeat of lease token reports for the
@@ -143,7 +145,8 @@ func StepText(s store.RunStep, token int64) any {
 	if s.Name == "" {
 		return nil
 	}
-	b, _ := json.Marshal(stepText{Name: s.Name, Attempt: s.Attempt, Since: s.Since.UTC(), Lease: token})
+	b, _ := json.Marshal(stepText{Name: s.Name, Attempt: s.Attempt, Since: s.Since.UTC(), Lease: token,
+		Position: s.Position, Timeout: s.Timeout})
 	return string(b)
 }
 
@@ -154,7 +157,7 @@ func StepFromText(text string, token int64) *store.RunStep {
 	if json.Unmarshal([]byte(text), &st) != nil || st.Lease != token || st.Name == "" {
 		return nil
 	}
-	return &store.RunStep{Name: st.Name, Attempt: st.Attempt, Since: st.Since}
+	return &store.RunStep{Name: st.Name, Attempt: st.Attempt, Since: st.Since, Position: st.Position, Timeout: st.Timeout}
 }
 
 // StepsOf returns the steps p reports, one per lease (zero when none).

@@ -403,10 +403,18 @@ func (x *Run) GetCurrentStep() *RunStep {
 
 // A step attempt in progress.
 type RunStep struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Attempt       int64                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Since         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Attempt int64                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Since   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	// position is the step's op position in the run's history: the claim that
+	// takes the run after its lease expired records this attempt as lost (or
+	// timed out) unless it completed.
+	Position int64 `protobuf:"varint,4,opt,name=position,proto3" json:"position,omitempty"`
+	// timeout is the attempt's declared timeout (unset or zero: none). The
+	// server ends the lease of a run whose step ran past since + timeout + its
+	// grace, and records the attempt as timed out.
+	Timeout       *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -462,13 +470,33 @@ func (x *RunStep) GetSince() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *RunStep) GetPosition() int64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *RunStep) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
 type Attempt struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Position      int64                  `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
-	Attempt       int64                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Error         *ErrorInfo             `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Position   int64                  `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
+	Attempt    int64                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Error      *ErrorInfo             `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	StartedAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// outcome is how the attempt ended: "failed", "lost", "timed_out",
+	// "started" (a record of its start, replaced by its end), or "" for the
+	// row of the attempt that completed its step. Workers write "" or "failed"
+	// (read as "failed" when the attempt has an error) or "started"; "lost" and
+	// "timed_out" are written by the server.
+	Outcome       string `protobuf:"bytes,6,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -536,6 +564,13 @@ func (x *Attempt) GetFinishedAt() *timestamppb.Timestamp {
 		return x.FinishedAt
 	}
 	return nil
+}
+
+func (x *Attempt) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
 }
 
 type Op struct {
@@ -2975,11 +3010,13 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\ftrace_parent\x18\x19 \x01(\tR\vtraceParent\x12=\n" +
 	"\fcurrent_step\x18\x1a \x01(\v2\x1a.trellis.worker.v1.RunStepR\vcurrentStepB\b\n" +
 	"\x06_inputB\t\n" +
-	"\a_output\"i\n" +
+	"\a_output\"\xba\x01\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x120\n" +
-	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xeb\x01\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1a\n" +
+	"\bposition\x18\x04 \x01(\x03R\bposition\x123\n" +
+	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x85\x02\n" +
 	"\aAttempt\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\x03R\bposition\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x122\n" +
@@ -2987,7 +3024,8 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
 	"started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
 	"\vfinished_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\"\xd3\x03\n" +
+	"finishedAt\x12\x18\n" +
+	"\aoutcome\x18\x06 \x01(\tR\aoutcome\"\xd3\x03\n" +
 	"\x02Op\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\x03R\bposition\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -3268,80 +3306,81 @@ var file_trellis_worker_v1_worker_proto_depIdxs = []int32{
 	40, // 7: trellis.worker.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
 	3,  // 8: trellis.worker.v1.Run.current_step:type_name -> trellis.worker.v1.RunStep
 	40, // 9: trellis.worker.v1.RunStep.since:type_name -> google.protobuf.Timestamp
-	1,  // 10: trellis.worker.v1.Attempt.error:type_name -> trellis.worker.v1.ErrorInfo
-	40, // 11: trellis.worker.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	40, // 12: trellis.worker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	1,  // 13: trellis.worker.v1.Op.error:type_name -> trellis.worker.v1.ErrorInfo
-	4,  // 14: trellis.worker.v1.Op.attempt_log:type_name -> trellis.worker.v1.Attempt
-	40, // 15: trellis.worker.v1.Op.started_at:type_name -> google.protobuf.Timestamp
-	40, // 16: trellis.worker.v1.Op.finished_at:type_name -> google.protobuf.Timestamp
-	40, // 17: trellis.worker.v1.Op.attempt_started_at:type_name -> google.protobuf.Timestamp
-	40, // 18: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
-	2,  // 19: trellis.worker.v1.ClaimedRun.run:type_name -> trellis.worker.v1.Run
-	40, // 20: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
-	5,  // 21: trellis.worker.v1.ClaimedRun.history:type_name -> trellis.worker.v1.Op
-	6,  // 22: trellis.worker.v1.ClaimedRun.inbox:type_name -> trellis.worker.v1.Event
-	8,  // 23: trellis.worker.v1.ClaimedRun.queue_retry:type_name -> trellis.worker.v1.QueueRetry
-	41, // 24: trellis.worker.v1.QueueRetry.initial_backoff:type_name -> google.protobuf.Duration
-	41, // 25: trellis.worker.v1.QueueRetry.max_backoff:type_name -> google.protobuf.Duration
-	40, // 26: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
-	11, // 27: trellis.worker.v1.ChildGroup.runs:type_name -> trellis.worker.v1.ChildRun
-	40, // 28: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 29: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	41, // 30: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	7,  // 31: trellis.worker.v1.ClaimResponse.runs:type_name -> trellis.worker.v1.ClaimedRun
-	40, // 32: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
-	9,  // 33: trellis.worker.v1.ExtendLeasesRequest.leases:type_name -> trellis.worker.v1.Lease
-	41, // 34: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
-	3,  // 35: trellis.worker.v1.ExtendLeasesRequest.steps:type_name -> trellis.worker.v1.RunStep
-	9,  // 36: trellis.worker.v1.ReleaseLeaseRequest.lease:type_name -> trellis.worker.v1.Lease
-	9,  // 37: trellis.worker.v1.CheckpointItem.lease:type_name -> trellis.worker.v1.Lease
-	5,  // 38: trellis.worker.v1.CheckpointItem.ops:type_name -> trellis.worker.v1.Op
-	4,  // 39: trellis.worker.v1.CheckpointItem.attempts:type_name -> trellis.worker.v1.Attempt
-	10, // 40: trellis.worker.v1.CheckpointItem.kv:type_name -> trellis.worker.v1.KVWrite
-	1,  // 41: trellis.worker.v1.CheckpointItem.error:type_name -> trellis.worker.v1.ErrorInfo
-	40, // 42: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
-	12, // 43: trellis.worker.v1.CheckpointItem.children:type_name -> trellis.worker.v1.ChildGroup
-	13, // 44: trellis.worker.v1.CheckpointItem.approvals:type_name -> trellis.worker.v1.ApprovalRequest
-	21, // 45: trellis.worker.v1.CheckpointItem.stream:type_name -> trellis.worker.v1.StreamWrite
-	20, // 46: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
-	0,  // 47: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
-	40, // 48: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
-	23, // 49: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
-	5,  // 50: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
-	2,  // 51: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
-	40, // 52: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
-	40, // 53: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
-	40, // 54: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 55: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
-	33, // 56: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
-	14, // 57: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
-	16, // 58: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
-	18, // 59: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
-	22, // 60: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
-	25, // 61: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
-	27, // 62: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
-	29, // 63: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
-	31, // 64: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
-	34, // 65: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
-	36, // 66: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
-	38, // 67: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
-	15, // 68: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
-	17, // 69: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
-	19, // 70: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
-	24, // 71: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
-	26, // 72: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
-	28, // 73: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
-	30, // 74: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
-	32, // 75: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
-	35, // 76: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
-	37, // 77: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
-	39, // 78: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
-	68, // [68:79] is the sub-list for method output_type
-	57, // [57:68] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	41, // 10: trellis.worker.v1.RunStep.timeout:type_name -> google.protobuf.Duration
+	1,  // 11: trellis.worker.v1.Attempt.error:type_name -> trellis.worker.v1.ErrorInfo
+	40, // 12: trellis.worker.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	40, // 13: trellis.worker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	1,  // 14: trellis.worker.v1.Op.error:type_name -> trellis.worker.v1.ErrorInfo
+	4,  // 15: trellis.worker.v1.Op.attempt_log:type_name -> trellis.worker.v1.Attempt
+	40, // 16: trellis.worker.v1.Op.started_at:type_name -> google.protobuf.Timestamp
+	40, // 17: trellis.worker.v1.Op.finished_at:type_name -> google.protobuf.Timestamp
+	40, // 18: trellis.worker.v1.Op.attempt_started_at:type_name -> google.protobuf.Timestamp
+	40, // 19: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
+	2,  // 20: trellis.worker.v1.ClaimedRun.run:type_name -> trellis.worker.v1.Run
+	40, // 21: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
+	5,  // 22: trellis.worker.v1.ClaimedRun.history:type_name -> trellis.worker.v1.Op
+	6,  // 23: trellis.worker.v1.ClaimedRun.inbox:type_name -> trellis.worker.v1.Event
+	8,  // 24: trellis.worker.v1.ClaimedRun.queue_retry:type_name -> trellis.worker.v1.QueueRetry
+	41, // 25: trellis.worker.v1.QueueRetry.initial_backoff:type_name -> google.protobuf.Duration
+	41, // 26: trellis.worker.v1.QueueRetry.max_backoff:type_name -> google.protobuf.Duration
+	40, // 27: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
+	11, // 28: trellis.worker.v1.ChildGroup.runs:type_name -> trellis.worker.v1.ChildRun
+	40, // 29: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 30: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	41, // 31: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	7,  // 32: trellis.worker.v1.ClaimResponse.runs:type_name -> trellis.worker.v1.ClaimedRun
+	40, // 33: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
+	9,  // 34: trellis.worker.v1.ExtendLeasesRequest.leases:type_name -> trellis.worker.v1.Lease
+	41, // 35: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
+	3,  // 36: trellis.worker.v1.ExtendLeasesRequest.steps:type_name -> trellis.worker.v1.RunStep
+	9,  // 37: trellis.worker.v1.ReleaseLeaseRequest.lease:type_name -> trellis.worker.v1.Lease
+	9,  // 38: trellis.worker.v1.CheckpointItem.lease:type_name -> trellis.worker.v1.Lease
+	5,  // 39: trellis.worker.v1.CheckpointItem.ops:type_name -> trellis.worker.v1.Op
+	4,  // 40: trellis.worker.v1.CheckpointItem.attempts:type_name -> trellis.worker.v1.Attempt
+	10, // 41: trellis.worker.v1.CheckpointItem.kv:type_name -> trellis.worker.v1.KVWrite
+	1,  // 42: trellis.worker.v1.CheckpointItem.error:type_name -> trellis.worker.v1.ErrorInfo
+	40, // 43: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
+	12, // 44: trellis.worker.v1.CheckpointItem.children:type_name -> trellis.worker.v1.ChildGroup
+	13, // 45: trellis.worker.v1.CheckpointItem.approvals:type_name -> trellis.worker.v1.ApprovalRequest
+	21, // 46: trellis.worker.v1.CheckpointItem.stream:type_name -> trellis.worker.v1.StreamWrite
+	20, // 47: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
+	0,  // 48: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
+	40, // 49: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
+	23, // 50: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
+	5,  // 51: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
+	2,  // 52: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
+	40, // 53: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
+	40, // 54: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
+	40, // 55: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 56: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 57: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
+	14, // 58: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
+	16, // 59: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
+	18, // 60: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
+	22, // 61: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
+	25, // 62: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
+	27, // 63: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
+	29, // 64: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
+	31, // 65: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
+	34, // 66: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
+	36, // 67: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
+	38, // 68: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
+	15, // 69: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
+	17, // 70: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
+	19, // 71: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
+	24, // 72: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
+	26, // 73: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
+	28, // 74: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
+	30, // 75: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
+	32, // 76: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
+	35, // 77: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
+	37, // 78: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
+	39, // 79: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
+	69, // [69:80] is the sub-list for method output_type
+	58, // [58:69] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_trellis_worker_v1_worker_proto_init() }
