@@ -406,6 +406,70 @@ const (
 	AttemptStarted = "started"
 )
 
+// DefaultStepTimeoutGrace is the grace a store gives a step attempt past its
+// declared timeout (RunStep.Timeout) before it ends the attempt's lease
+// (LeasesExtendParams.StepTimeoutGrace, RunsClaimParams.StepTimeoutGrace when
+// 0). The lease owner enforces the timeout itself first (it cancels the
+// attempt's context); the grace leaves it time to do so and to record the
+// failure, and absorbs the skew between the worker's clock (RunStep.Since)
+// and the store's.
+const DefaultStepTimeoutGrace = 15 * time.Second
+
+// Error types of the attempt rows a store writes for attempts that ended
+// without their worker (Attempt.Error.Type).
+const (
+	// ErrorTypeAttemptLost is the type of a lost attempt's error.
+	ErrorTypeAttemptLost = "attempt_lost"
+	// ErrorTypeStepTimeout is the type of a timed-out attempt's error: the one
+	// a worker records for an attempt it ended at its timeout.
+	ErrorTypeStepTimeout = "step_timeout"
+)
+
+// PastDeadline reports whether step s, still running at now, ran past its
+// timeout plus grace (never for a step without a timeout).
+func (s RunStep) PastDeadline(now time.Time, grace time.Duration) bool {
+	return s.Timeout > 0 && s.Attempt > 0 && !now.Before(s.Since.Add(s.Timeout+grace))
+}
+
+// EndedAttempt returns the row a claim writes for step attempt s that was
+// still running when its lease expired, found at now: AttemptTimedOut when it
+// ran past its timeout plus grace, AttemptLost otherwise.
+func (s RunStep) EndedAttempt(now time.Time, grace time.Duration) Attempt {
+	a := Attempt{Position: s.Position, Attempt: s.Attempt, StartedAt: s.Since, FinishedAt: now,
+		Outcome: AttemptLost, Error: LostAttemptError}
+	if s.PastDeadline(now, grace) {
+		a.Outcome, a.Error = AttemptTimedOut, TimedOutAttemptError
+	}
+	return a
+}
+
+// The errors of the attempt rows EndedAttempt returns.
+var (
+	LostAttemptError = ErrorInfo{Type: ErrorTypeAttemptLost,
+		Message: "attempt lost: its worker's lease expired while it ran (the worker stopped or was cut off)"}
+	TimedOutAttemptError = ErrorInfo{Type: ErrorTypeStepTimeout,
+		Message: "attempt timed out: it ran past its timeout plus the grace, and the store ended its worker's lease"}
+)
+
+// StepTimeoutGraceOr returns grace, or DefaultStepTimeoutGrace when it is 0.
+func StepTimeoutGraceOr(grace time.Duration) time.Duration {
+	if grace == 0 {
+		return DefaultStepTimeoutGrace
+	}
+	return grace
+}
+
+// EndedAttemptInfo is a step attempt a claim recorded as lost or timed out
+// (RunsClaimResult.EndedAttempts).
+type EndedAttemptInfo struct {
+	Namespace string
+	RunID     string
+	Workflow  string
+	Position  int
+	Attempt   int
+	Outcome   string
+}
+
 // ValidAttemptOutcome reports whether o is an outcome a stored attempt row may
 // carry ("" included: a completing attempt's row, or a failed one written
 // without an outcome).
@@ -573,6 +637,11 @@ type RunsClaimParams struct {
 	Worker        string        `json:"worker"`
 	Max           int           `json:"max"`
 	LeaseDuration time.Duration `json:"lease_duration"`
+	// StepTimeoutGrace is the grace past a step attempt's timeout after which
+	// an attempt whose lease expired is recorded timed out rather than lost
+	// (RunStep.EndedAttempt); 0 is DefaultStepTimeoutGrace. Set by the store's
+	// caller (a server sets its own, whatever its workers send: no JSON).
+	StepTimeoutGrace time.Duration `json:"-"`
 }
 
 // ClaimedRun is a run claimed by a worker, with its lease and history.
@@ -611,6 +680,16 @@ type RunsClaimResult struct {
 	// then unless woken earlier by TopicReady. A claim that leased Max runs leaves
 	// it nil: its caller has no slot left to fill, and claims again when it has.
 	NextDue *time.Time `json:"next_due,omitempty"`
+	// EndedAttempts lists the step attempts the claim recorded as lost or timed
+	// out. A claim first takes back every run of its namespace whose lease
+	// expired (whatever its workflow or queue); for each whose last heartbeat
+	// of that lease reported a step attempt running (Run.CurrentStep) that
+	// did not complete, it writes, in its transaction, the attempt's row with
+	// outcome AttemptLost or AttemptTimedOut (RunStep.EndedAttempt) and the
+	// step's op (not done, Attempts that attempt) when it has none, so the
+	// next attempt is numbered after it. For metrics: it stays in this process
+	// (no JSON).
+	EndedAttempts []EndedAttemptInfo `json:"-"`
 }
 
 // Lease identifies a worker's claim on a run.
@@ -640,7 +719,16 @@ type LeasesExtendParams struct {
 	// is executing now (a zero RunStep when none), stored with the lease so that
 	// readers see it as Run.CurrentStep. The heartbeat carries it: a step costs
 	// no write of its own. When empty, every lease's run reports no step.
+	//
+	// A lease whose step ran past its timeout plus StepTimeoutGrace
+	// (RunStep.PastDeadline, on the store's clock) is not extended: the store
+	// ends it at once (the run is claimable now) and reports it Lost; the
+	// claim that takes the run records the attempt timed out.
 	Steps []RunStep `json:"steps,omitempty"`
+	// StepTimeoutGrace is the grace past a step's timeout; 0 is
+	// DefaultStepTimeoutGrace. Set by the store's caller (a server sets its
+	// own, whatever its workers send: no JSON).
+	StepTimeoutGrace time.Duration `json:"-"`
 }
 
 // LeasesExtendResult is the result of LeasesExtend.

@@ -226,6 +226,8 @@ func (p *RunsClaimParams) Validate() error {
 		return fmt.Errorf("%w: Max must be positive", ErrInvalidParams)
 	case p.LeaseDuration <= 0:
 		return fmt.Errorf("%w: LeaseDuration must be positive", ErrInvalidParams)
+	case p.StepTimeoutGrace < 0:
+		return fmt.Errorf("%w: StepTimeoutGrace must not be negative", ErrInvalidParams)
 	}
 	return nil
 }
@@ -234,6 +236,9 @@ func (p *RunsClaimParams) Validate() error {
 func (p *LeasesExtendParams) Validate() error {
 	if p.Duration <= 0 {
 		return fmt.Errorf("%w: Duration must be positive", ErrInvalidParams)
+	}
+	if p.StepTimeoutGrace < 0 {
+		return fmt.Errorf("%w: StepTimeoutGrace must not be negative", ErrInvalidParams)
 	}
 	if len(p.Steps) != 0 && len(p.Steps) != len(p.Leases) {
 		return fmt.Errorf("%w: %d Steps for %d Leases (one per lease, or none)", ErrInvalidParams, len(p.Steps), len(p.Leases))

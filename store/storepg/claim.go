@@ -31,9 +31,49 @@ var (
 	WHERE sequence IN (SELECT sequence FROM runs WHERE namespace = $2 AND status = 'waiting'
 		AND available_at IS NOT NULL AND available_at <= $1 FOR UPDATE SKIP LOCKED)`
 	// sqlExpireLeases makes pending the running runs whose lease expired.
-	sqlExpireLeases = `UPDATE runs SET status = 'pending', lease_owner = '', lease_expires_at = NULL,
+	//
+	// Of those runs, it records the step attempt each was running, as its
+	// lease's last heartbeat reported it (current_step under lease_token), as
+	// lost or timed out (timed out when it ran past since + timeout + $3, the
+	// grace in nanoseconds), unless it completed: its op is done (or not a
+	// step), or it has a row other than a started one, or the op counts it and
+	// it has no started row. The attempt's row ($4 and $5 are the errors of a
+	// lost and a timed-out one) and the step's op (not done, counting the
+	// attempt) are written; it returns the attempts it recorded
+	// (store.RunsClaimResult.EndedAttempts). Only runs whose lease expired are
+	// read: a claim that takes back none reads nothing more.
+	sqlExpireLeases = `WITH x AS (
+	UPDATE runs SET status = 'pending', lease_owner = '', lease_expires_at = NULL,
 	updated_at = $1 WHERE sequence IN (SELECT sequence FROM runs WHERE namespace = $2
-		AND status = 'running' AND lease_expires_at <= $1 FOR UPDATE SKIP LOCKED)`
+		AND status = 'running' AND lease_expires_at <= $1 FOR UPDATE SKIP LOCKED)
+	RETURNING sequence, id, workflow, lease_token, current_step
+), s AS (
+	SELECT x.sequence AS run_seq, x.id, x.workflow, j.name, j.attempt, COALESCE(j.position, 0) AS position,
+		j.since, COALESCE(j.timeout, 0) AS timeout
+	FROM x CROSS JOIN LATERAL jsonb_to_record(x.current_step::jsonb)
+		AS j(name text, attempt int4, position int4, since timestamptz, timeout int8, lease int8)
+	WHERE x.current_step IS NOT NULL AND j.lease = x.lease_token AND j.attempt > 0 AND j.name <> ''
+), l AS (
+	SELECT s.*, CASE WHEN s.timeout > 0 AND s.since + make_interval(secs => (s.timeout + $3::int8) / 1e9) <= $1
+		THEN 'timed_out' ELSE 'lost' END AS outcome
+	FROM s
+	WHERE NOT EXISTS (SELECT 1 FROM attempts a WHERE a.run_seq = s.run_seq AND a.position = s.position
+			AND a.attempt = s.attempt AND a.outcome <> 'started')
+		AND NOT EXISTS (SELECT 1 FROM ops o WHERE o.run_seq = s.run_seq AND o.position = s.position
+			AND (o.done OR o.kind <> 'step' OR (o.attempts >= s.attempt AND NOT EXISTS (SELECT 1 FROM attempts a
+				WHERE a.run_seq = s.run_seq AND a.position = s.position AND a.attempt = s.attempt))))
+), a AS (
+	INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at, outcome)
+	SELECT run_seq, position, attempt, CASE outcome WHEN 'lost' THEN $4 ELSE $5 END, since, $1, outcome FROM l
+	ON CONFLICT (run_seq, position, attempt) DO UPDATE SET error = excluded.error,
+		started_at = excluded.started_at, finished_at = excluded.finished_at, outcome = excluded.outcome
+), o AS (
+	INSERT INTO ops (run_seq, position, kind, name, done, attempts, started_at)
+	SELECT run_seq, position, 'step', name, false, attempt, since FROM l
+	ON CONFLICT (run_seq, position) DO UPDATE SET attempts = GREATEST(ops.attempts, excluded.attempts)
+		WHERE NOT ops.done
+)
+SELECT id, workflow, position, attempt, outcome FROM l`
 	// sqlClaim leases up to $5 due pending runs in claim order. It walks
 	// runs_pending in that order and skips rows other claimers hold. The new token
 	// is above every token issued before and above the clock in microseconds ($8),
@@ -107,7 +147,18 @@ func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store
 	_, err := s.claimWrite(ctx,
 		stmt{sql: sqlClaimPlan},
 		stmt{sql: sqlWakeDue, args: []any{now, p.Namespace}},
-		stmt{sql: sqlExpireLeases, args: []any{now, p.Namespace}},
+		stmt{sql: sqlExpireLeases, args: []any{now, p.Namespace, int64(store.StepTimeoutGraceOr(p.StepTimeoutGrace)),
+			lostAttemptJSON, timedOutAttemptJSON}, rows: func(rows pgx.Rows) error {
+			res.EndedAttempts = res.EndedAttempts[:0] // a retried batch reads its rows again
+			for rows.Next() {
+				e := store.EndedAttemptInfo{Namespace: p.Namespace}
+				if err := rows.Scan(&e.RunID, &e.Workflow, &e.Position, &e.Attempt, &e.Outcome); err != nil {
+					return err
+				}
+				res.EndedAttempts = append(res.EndedAttempts, e)
+			}
+			return rows.Err()
+		}},
 		stmt{sql: sqlLimited, args: []any{p.Namespace}, rows: func(rows pgx.Rows) error {
 			limited = false
 			if rows.Next() {
@@ -271,11 +322,19 @@ func (s *Store) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (
 	if len(p.Leases) == 0 {
 		return &store.LeasesExtendResult{}, nil
 	}
-	expires := s.now().Add(p.Duration)
+	now := s.now()
+	expires := now.Add(p.Duration)
 	held := map[store.Lease]bool{}
 	cancel := map[store.Lease]bool{}
 	leases, steps := p.Leases, sqlstore.StepsOf(p)
-	skipped, err := s.extend(ctx, expires, leases, steps, held, cancel, false)
+	var err error
+	if leases, steps, err = s.endTimedOut(ctx, now, leases, steps, store.StepTimeoutGraceOr(p.StepTimeoutGrace)); err != nil {
+		return nil, fmt.Errorf("extending leases: %w", err)
+	}
+	var skipped []int
+	if len(leases) > 0 {
+		skipped, err = s.extend(ctx, expires, leases, steps, held, cancel, false)
+	}
 	if err == nil && len(skipped) > 0 {
 		// The runs another transaction held: wait for them on their own.
 		ls, ss := make([]store.Lease, len(skipped)), make([]store.RunStep, len(skipped))
@@ -362,6 +421,50 @@ func (s *Store) extend(ctx context.Context, expires time.Time, leases []store.Le
 	return skipped, nil
 }
 
+// sqlEndLeases ends the leases ($2 namespaces, $3 IDs, $4 tokens) now ($1),
+// keeping the steps ($5) their heartbeat reported: LeasesExtend's for steps
+// that ran past their timeout plus the grace. The claim that takes the runs
+// records those attempts as timed out.
+const sqlEndLeases = `UPDATE runs r SET lease_expires_at = $1, current_step = l.step
+	FROM unnest($2::text[], $3::text[], $4::int8[], $5::text[]) AS l(namespace, id, token, step)
+	WHERE r.namespace = l.namespace AND r.id = l.id AND r.status = 'running' AND r.lease_token = l.token`
+
+// endTimedOut ends the leases whose step ran past its deadline
+// (store.RunStep.PastDeadline) and returns the others, with their steps. In the
+// common case (none past) it writes nothing and returns leases and steps.
+func (s *Store) endTimedOut(ctx context.Context, now time.Time, leases []store.Lease, steps []store.RunStep,
+	grace time.Duration) ([]store.Lease, []store.RunStep, error) {
+	past := -1
+	for i := range steps {
+		if steps[i].PastDeadline(now, grace) {
+			past = i
+			break
+		}
+	}
+	if past < 0 {
+		return leases, steps, nil
+	}
+	var (
+		nss, ids, texts []string
+		tokens          []int64
+		topics          = []string{store.TopicReady}
+		keepL           = slices.Clone(leases[:past])
+		keepS           = slices.Clone(steps[:past])
+	)
+	for i := past; i < len(leases); i++ {
+		l := leases[i]
+		if !steps[i].PastDeadline(now, grace) {
+			keepL, keepS = append(keepL, l), append(keepS, steps[i])
+			continue
+		}
+		text, _ := sqlstore.StepText(steps[i], l.Token).(string)
+		nss, ids, tokens, texts = append(nss, l.Namespace), append(ids, l.RunID), append(tokens, l.Token), append(texts, text)
+		topics = append(topics, store.RunTopic(l.Namespace, l.RunID))
+	}
+	_, err := s.write(ctx, topics, stmt{sql: sqlEndLeases, args: []any{now, nss, ids, tokens, texts}})
+	return keepL, keepS, err
+}
+
 var sqlRelease = `UPDATE runs SET status = 'pending', available_at = $1, lease_owner = '',
 	lease_expires_at = NULL, updated_at = $1, ` + releaseGuardSet + `
 	WHERE sequence = ` + seqOf("$2", "$3") + ` AND status = 'running' AND lease_token = $4` + releaseGuardWhere
@@ -392,4 +495,16 @@ func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) e
 		return fmt.Errorf("releasing lease: %w", err)
 	}
 	return nil
+}
+
+// lostAttemptJSON and timedOutAttemptJSON are the errors sqlExpireLeases
+// writes on the attempts it records.
+var lostAttemptJSON, timedOutAttemptJSON = mustErrJSON(store.LostAttemptError), mustErrJSON(store.TimedOutAttemptError)
+
+func mustErrJSON(e store.ErrorInfo) string {
+	s, err := errJSON(&e)
+	if err != nil {
+		panic(err)
+	}
+	return *s
 }

@@ -130,7 +130,8 @@ func runsClaim(tx *wtx, p *store.RunsClaimParams, wfs, queues string) (*store.Ru
 	if _, err := tx.exec(sqlWakeDue, now, p.Namespace); err != nil {
 		return nil, nil, fmt.Errorf("waking due runs: %w", err)
 	}
-	if _, err := tx.exec(sqlExpireLeases, now, p.Namespace); err != nil {
+	ended, err := expireLeases(tx, p.Namespace, store.StepTimeoutGraceOr(p.StepTimeoutGrace))
+	if err != nil {
 		return nil, nil, fmt.Errorf("expiring leases: %w", err)
 	}
 	lqs, err := shared.LimitedQueues(tx, p.Namespace)
@@ -149,7 +150,7 @@ func runsClaim(tx *wtx, p *store.RunsClaimParams, wfs, queues string) (*store.Ru
 	if err != nil {
 		return nil, nil, fmt.Errorf("selecting runs: %w", err)
 	}
-	res := &store.RunsClaimResult{}
+	res := &store.RunsClaimResult{EndedAttempts: ended}
 	var ls *leases
 	if len(seqs) > 0 {
 		if ls, err = leaseRuns(tx, p.Worker, tx.now.Add(p.LeaseDuration), seqs); err != nil {
@@ -348,7 +349,19 @@ func leasesExtend(tx *wtx, p *store.LeasesExtendParams) (*store.LeasesExtendResu
 	res := &store.LeasesExtendResult{}
 	expires := tx.now.Add(p.Duration).UnixNano()
 	steps := sqlstore.StepsOf(p)
+	grace := store.StepTimeoutGraceOr(p.StepTimeoutGrace)
 	for i, l := range p.Leases {
+		if steps[i].PastDeadline(tx.now, grace) {
+			// The step ran past its timeout: the lease ends now, with the step
+			// kept for the claim that takes the run to record as timed out.
+			if _, err := tx.exec(sqlExtend, tx.now.UnixNano(), l.Namespace, l.RunID, l.Token,
+				sqlstore.StepText(steps[i], l.Token)); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return nil, err
+			}
+			tx.publish(store.RunTopic(l.Namespace, l.RunID), store.TopicReady)
+			res.Lost = append(res.Lost, l.RunID)
+			continue
+		}
 		var cancel bool
 		err := tx.queryRow(sqlExtend, expires, l.Namespace, l.RunID, l.Token, sqlstore.StepText(steps[i], l.Token)).Scan(&cancel)
 		switch {

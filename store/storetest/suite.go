@@ -74,6 +74,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Batch", batchCases},
 		{"Retention", retentionCases},
 		{"WorkflowID", workflowIDCases},
+		{"EndedAttempts", endedAttemptCases},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {
