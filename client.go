@@ -85,6 +85,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 			LeaseDuration: cfg.Worker.LeaseDuration, HeartbeatInterval: cfg.Worker.HeartbeatInterval,
 			ShutdownGrace: cfg.Worker.ShutdownGrace, PollInterval: cfg.Worker.PollInterval,
 			Logger: cfg.Logger, Clock: cfg.Clock, OnClaim: cfg.onClaim(),
+			OnEndedAttempts: cfg.onEndedAttempts(), StepTimeoutGrace: cfg.Worker.StepTimeoutGrace,
 		}, &executor{eng: c.engine, chain: c.chain, queues: c.queueDefaults()})
 		if err != nil {
 			c.results.Stop()

@@ -122,6 +122,14 @@ type WorkerOptions struct {
 	// HeartbeatInterval is how often leases are extended (in one batched call) and
 	// the worker's record refreshed; default LeaseDuration/3.
 	HeartbeatInterval time.Duration
+	// StepTimeoutGrace is how long a step attempt may run past its timeout
+	// (StepOptions.Timeout) while this worker's heartbeat still reports it,
+	// before the store ends the run's lease (another worker then retries the
+	// step by its policy; the attempt is recorded timed out). The worker
+	// cancels the attempt's context at its timeout itself; the grace is for a
+	// step that ignores its context. Default 15s (store.DefaultStepTimeoutGrace).
+	// Through a server, the server's own (--step-timeout-grace) applies.
+	StepTimeoutGrace time.Duration
 	// ShutdownGrace is how long Close lets active runs finish before handing them
 	// back; default 10s (worker.DefaultShutdownGrace).
 	ShutdownGrace time.Duration
@@ -206,6 +214,8 @@ func (c Config) validate() error {
 		return errors.New("trellis config: Worker.HeartbeatInterval must be shorter than Worker.LeaseDuration")
 	case c.Worker.Concurrency < 0:
 		return errors.New("trellis config: Worker.Concurrency must not be negative")
+	case c.Worker.StepTimeoutGrace < 0:
+		return errors.New("trellis config: Worker.StepTimeoutGrace must not be negative")
 	}
 	return nil
 }

@@ -326,3 +326,11 @@ func (c Config) onClaim() func(time.Duration, int) {
 	m := c.Metrics // not the whole Config in the closure
 	return func(d time.Duration, _ int) { m.ObserveClaim(d) }
 }
+
+// onEndedAttempts is the worker's OnEndedAttempts: nil without metrics.
+func (c Config) onEndedAttempts() func([]store.EndedAttemptInfo) {
+	if c.Metrics == nil {
+		return nil
+	}
+	return c.Metrics.ObserveEndedAttempts
+}

@@ -93,7 +93,7 @@ func NewMetrics() *Metrics {
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_run_attempts_total",
 			Help: "Executions (claims) of runs by this worker (on a server, also by its remote workers), by the status each left the run in (\"lost\" when none was saved)."}, []string{"workflow", "status"}),
 		stepAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_step_attempts_total",
-			Help: "Step attempts executed, by outcome (ok, error)."}, []string{"workflow", "outcome"}),
+			Help: "Step attempts executed, by outcome (ok, error; lost and timed_out: ended without their worker, recorded by the claim that took the run back)."}, []string{"workflow", "outcome"}),
 		stepSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "trellis_step_attempt_duration_seconds",
 			Help: "Duration of step attempts.", Buckets: secs}, []string{"workflow"}),
 		commitSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trellis_store_commit_batch_size",
@@ -303,6 +303,16 @@ func (m *Metrics) ObserveStore(o ObservedStore) (stop func()) {
 // of its remote workers. Embedded workers' claims are recorded without it.
 func (m *Metrics) ObserveClaim(d time.Duration) { m.claimSecs.Observe(d.Seconds()) }
 
+// ObserveEndedAttempts counts step attempts that a claim recorded as lost or
+// timed out (trellis_step_attempts_total, outcome "lost" or "timed_out"):
+// their workers could not. Embedded workers count those of their own claims;
+// `trellis server` calls it for the claims of its remote workers.
+func (m *Metrics) ObserveEndedAttempts(ended []store.EndedAttemptInfo) {
+	for _, a := range ended {
+		m.stepAttempts.WithLabelValues(a.Workflow, a.Outcome).Inc()
+	}
+}
+
 // ObserveRemoteCheckpoint counts what a checkpoint a remote worker made
 // through this process wrote, as the worker's own metrics count it: its step
 // attempts (trellis_step_attempts_total and their durations: each failed
@@ -315,6 +325,9 @@ func (m *Metrics) ObserveRemoteCheckpoint(workflow string, p *store.CheckpointPa
 	w := m.workflow(workflow)
 	for i := range p.Attempts {
 		a := &p.Attempts[i]
+		if a.Outcome == store.AttemptStarted {
+			continue // an attempt's start, not its end
+		}
 		w.stepEnded(false, a.FinishedAt.Sub(a.StartedAt))
 	}
 	for _, op := range p.Ops {

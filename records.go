@@ -97,6 +97,8 @@ type CurrentStep struct {
 	Name    string    `json:"name"`
 	Attempt int       `json:"attempt"`
 	Since   time.Time `json:"since"`
+	// Position is the step's position in the run's history.
+	Position int `json:"position"`
 }
 
 // RunPage is one page of Client.List.
@@ -137,7 +139,8 @@ type Op struct {
 	Error  *ErrorInfo `json:"error,omitempty"`
 	// Attempts counts a step's attempts.
 	Attempts int `json:"attempts"`
-	// AttemptLog lists a step's failed attempts, oldest first.
+	// AttemptLog lists the attempts of a step that did not complete it
+	// (failed, lost, timed out: Attempt.Outcome), oldest first.
 	AttemptLog []Attempt  `json:"attempt_log,omitempty"`
 	StartedAt  time.Time  `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
@@ -147,13 +150,31 @@ type Op struct {
 	AttemptStartedAt *time.Time `json:"attempt_started_at,omitempty"`
 }
 
-// Attempt is one failed attempt of a step.
+// Attempt is one attempt of a step that did not complete it.
 type Attempt struct {
 	Attempt    int       `json:"attempt"`
 	Error      ErrorInfo `json:"error"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
+	// Outcome says how it ended: AttemptFailed (its function returned an
+	// error, panicked or ran out of time, as its worker recorded),
+	// AttemptLost (its worker's lease expired while it ran: the worker died
+	// or was cut off, and nothing was reported), AttemptTimedOut (it ran past
+	// its timeout plus a grace and the store or server ended its lease), or
+	// AttemptStarted (a record of an attempt's start, while it runs). Empty
+	// in histories exported before outcomes existed: failed.
+	Outcome string `json:"outcome,omitempty"`
 }
+
+// Outcomes of a step attempt (Attempt.Outcome). A lost or timed-out attempt
+// counts against the step's MaxAttempts as a failed one does; the next
+// attempt starts when another worker claims the run, without the backoff.
+const (
+	AttemptFailed   = store.AttemptFailed
+	AttemptLost     = store.AttemptLost
+	AttemptTimedOut = store.AttemptTimedOut
+	AttemptStarted  = store.AttemptStarted
+)
 
 // ApprovalStatus is the state of an approval request.
 type ApprovalStatus string
@@ -219,7 +240,7 @@ func currentStepFromStore(s *store.RunStep) *CurrentStep {
 	if s == nil {
 		return nil
 	}
-	return &CurrentStep{Name: s.Name, Attempt: s.Attempt, Since: s.Since}
+	return &CurrentStep{Name: s.Name, Attempt: s.Attempt, Since: s.Since, Position: s.Position}
 }
 
 func runsFromStore(rs []*store.Run) []*Run {
@@ -238,7 +259,7 @@ func opsFromStore(ops []*store.Op) []*Op {
 			AttemptStartedAt: o.AttemptStartedAt}
 		for _, a := range o.AttemptLog {
 			op.AttemptLog = append(op.AttemptLog, Attempt{Attempt: a.Attempt, Error: *errorFromStore(&a.Error),
-				StartedAt: a.StartedAt, FinishedAt: a.FinishedAt})
+				StartedAt: a.StartedAt, FinishedAt: a.FinishedAt, Outcome: a.Outcome})
 		}
 		out[i] = op
 	}

@@ -57,6 +57,10 @@ func TestCrashedWorkersRunIsTakenOver(t *testing.T) {
 	proc := startTestProcess(t, "TestTakeoverWorkerProcess", envTakeoverStore+"="+url)
 	defer proc.kill(t)
 	held := waitStatus(t, client, h.RunID(), trellis.StatusRunning)
+	for held.CurrentStep == nil { // its heartbeat reports the step: the attempt is seen
+		time.Sleep(50 * time.Millisecond)
+		held = must[*trellis.Run](t)(client.Get(ctxT(t), h.RunID()))
+	}
 
 	proc.kill(t)
 	killed := time.Now()
@@ -79,10 +83,12 @@ func TestCrashedWorkersRunIsTakenOver(t *testing.T) {
 	}
 	run = must[*trellis.Run](t)(client.Get(ctxT(t), h.RunID()))
 	hist := must[[]*trellis.Op](t)(client.History(ctxT(t), h.RunID()))
-	if run.Attempts != 2 || len(hist) != 1 || hist[0].Kind != trellis.OpStep {
-		t.Fatalf("run after takeover: %d attempts, history %+v", run.Attempts, hist)
+	if run.Attempts != 2 || len(hist) != 1 || hist[0].Kind != trellis.OpStep || hist[0].Attempts != 2 ||
+		len(hist[0].AttemptLog) != 1 || hist[0].AttemptLog[0].Outcome != trellis.AttemptLost || hist[0].AttemptStartedAt == nil {
+		t.Fatalf("run after takeover: %d attempts, history %+v; want the dead worker's attempt lost, the step done at attempt 2",
+			run.Attempts, hist)
 	}
-	took := hist[0].StartedAt // the step started by the new owner
+	took := *hist[0].AttemptStartedAt // the step's attempt started by the new owner
 	if took.Before(expires) {
 		t.Fatalf("run taken over at %v, before the dead worker's lease expired at %v", took, expires)
 	}

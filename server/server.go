@@ -148,6 +148,14 @@ type Config struct {
 	// client has gone (a closed connection), to end them and free their
 	// connection at once rather than at their next write; default 2s.
 	StreamProbeInterval time.Duration
+	// StepTimeoutGrace is how long a remote worker's step attempt may run past
+	// its declared timeout, as the worker's heartbeat reports it, before the
+	// server ends the run's lease (the attempt is recorded timed out and
+	// another worker retries it by the step's policy; the hung worker's later
+	// writes are refused). It also decides, when a lease expired while a step
+	// ran, whether the attempt is recorded timed out or lost. Default
+	// store.DefaultStepTimeoutGrace (15s); --step-timeout-grace.
+	StepTimeoutGrace time.Duration
 	// RetentionInterval is how often the server looks for finished runs past
 	// their namespace's retention period and deletes them, in small batches
 	// in the background (internal/retention, docs/retention.md); default
@@ -277,6 +285,8 @@ func (c Config) validate() error {
 		return errors.New("server config: ClientCAFile (--client-ca) needs TLS: set TLSCertFile and TLSKeyFile")
 	case c.ClientCAFile != "" && c.Insecure:
 		return errors.New("server config: ClientCAFile (--client-ca) maps certificates to tokens, and Insecure turns tokens off")
+	case c.StepTimeoutGrace < 0:
+		return fmt.Errorf("server config: StepTimeoutGrace (--step-timeout-grace) must not be negative, not %s", c.StepTimeoutGrace)
 	}
 	for _, p := range c.TrustedProxies {
 		if !p.IsValid() {

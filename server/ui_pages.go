@@ -377,8 +377,15 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 		}
 		for _, a := range op.AttemptLog {
 			x, wd := scale(a.StartedAt, a.FinishedAt)
-			msg := fmt.Sprintf("attempt %d failed after %s: %s", a.Attempt, humanDuration(a.FinishedAt.Sub(a.StartedAt)), a.Error.Message)
-			row.Bars = append(row.Bars, bar{X: x, W: wd, Class: "fail", Title: msg})
+			verb, class := "failed", "fail"
+			switch a.Outcome {
+			case trellis.AttemptLost:
+				verb, class = "was lost (its worker's lease expired)", "lost"
+			case trellis.AttemptTimedOut:
+				verb, class = "timed out (the server ended its lease)", "lost"
+			}
+			msg := fmt.Sprintf("attempt %d %s after %s: %s", a.Attempt, verb, humanDuration(a.FinishedAt.Sub(a.StartedAt)), a.Error.Message)
+			row.Bars = append(row.Bars, bar{X: x, W: wd, Class: class, Title: msg})
 			row.Failures = append(row.Failures, msg)
 			if a.FinishedAt.After(start) {
 				start = a.FinishedAt

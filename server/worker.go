@@ -375,9 +375,11 @@ func claimAfterReady(now, last time.Time) (claimNow bool, wait time.Duration) {
 // claim claims runs for a worker, its latency recorded in trellis_claim_seconds.
 func (h *workerService) claim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
 	t0 := time.Now()
+	p.StepTimeoutGrace = h.s.cfg.StepTimeoutGrace // the server's, never a worker's
 	res, err := h.s.store.RunsClaim(ctx, p)
 	if err == nil { // as the embedded workers count them
 		h.s.cfg.Metrics.ObserveClaim(time.Since(t0))
+		h.s.cfg.Metrics.ObserveEndedAttempts(res.EndedAttempts)
 	}
 	return res, err
 }
@@ -436,7 +438,7 @@ func (h *workerService) ExtendLeases(ctx context.Context, req *connect.Request[p
 		return nil, fail(err)
 	}
 	// Leases without their secret are lost; the store sees only the others.
-	p := &store.LeasesExtendParams{Duration: ww.Duration(m.Duration)}
+	p := &store.LeasesExtendParams{Duration: ww.Duration(m.Duration), StepTimeoutGrace: h.s.cfg.StepTimeoutGrace}
 	var lost []string
 	for i, l := range leases {
 		if !valid[i] {

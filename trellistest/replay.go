@@ -171,7 +171,7 @@ func storeOp(h trellis.HistoryOp) *store.Op {
 		AttemptStartedAt: h.AttemptStartedAt}
 	for _, a := range h.AttemptLog {
 		op.AttemptLog = append(op.AttemptLog, store.Attempt{Position: h.Position, Attempt: a.Attempt,
-			Error: *storeError(&a.Error), StartedAt: a.StartedAt, FinishedAt: a.FinishedAt})
+			Error: *storeError(&a.Error), StartedAt: a.StartedAt, FinishedAt: a.FinishedAt, Outcome: a.Outcome})
 	}
 	return op
 }

@@ -129,8 +129,8 @@ func printHistory(w io.Writer, r *trellis.Run, ops []*trellis.Op) error {
 	for _, op := range ops {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", op.Position, op.Kind, orDash(op.Name), stepAttempts(op), opOutcome(op))
 		for _, a := range op.AttemptLog {
-			fmt.Fprintf(tw, "\t\t\t\t  attempt %d failed at %s: %s\n",
-				a.Attempt, timeText(&a.FinishedAt), oneLine(a.Error.Message, resultWidth))
+			fmt.Fprintf(tw, "\t\t\t\t  attempt %d %s at %s: %s\n",
+				a.Attempt, attemptVerb(a.Outcome), timeText(&a.FinishedAt), oneLine(a.Error.Message, resultWidth))
 		}
 		if a := op.AttemptStartedAt; a != nil && op.FinishedAt != nil {
 			fmt.Fprintf(tw, "\t\t\t\t  attempt %d started at %s, succeeded in %s\n",
@@ -138,6 +138,19 @@ func printHistory(w io.Writer, r *trellis.Run, ops []*trellis.Op) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// attemptVerb says how an attempt of a step's log ended.
+func attemptVerb(outcome string) string {
+	switch outcome {
+	case trellis.AttemptLost:
+		return "lost (lease expired)"
+	case trellis.AttemptTimedOut:
+		return "timed out (lease ended)"
+	case trellis.AttemptStarted:
+		return "started, not ended,"
+	}
+	return "failed"
 }
 
 // stepAttempts is how many times a step's function ran; "-" for other ops.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/server"
+	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/storesqlite"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -210,6 +211,7 @@ type serverLimits struct {
 	streams    int
 	workerIdle time.Duration
 	proxies    proxiesFlag
+	stepGrace  time.Duration
 }
 
 func (l *serverLimits) flags(fs *flag.FlagSet) {
@@ -217,12 +219,14 @@ func (l *serverLimits) flags(fs *flag.FlagSet) {
 	fs.IntVar(&l.burst, "principal-burst", 0, fmt.Sprintf("the burst of --principal-rate (default %d)", server.DefaultPrincipalBurst))
 	fs.IntVar(&l.streams, "principal-streams", 0, fmt.Sprintf("streams one principal may hold open on this server: SSE, Claim and Subscribe together; -1: no cap (default %d)", server.DefaultMaxStreamsPerPrincipal))
 	fs.DurationVar(&l.workerIdle, "worker-stream-idle", 0, fmt.Sprintf("end a worker's Subscribe stream that delivered nothing for this long, with a reconnect (default %s)", server.DefaultWorkerStreamIdleTimeout))
+	fs.DurationVar(&l.stepGrace, "step-timeout-grace", 0, fmt.Sprintf("how long a remote worker's step may run past its timeout before the server ends its lease and has it retried elsewhere (default %s)", store.DefaultStepTimeoutGrace))
 	fs.Var(&l.proxies, "trusted-proxy", "a reverse proxy's `CIDR` or address, whose X-Forwarded-Proto and X-Forwarded-For the server believes (repeatable)")
 }
 
 func (l *serverLimits) apply(cfg *server.Config) {
 	cfg.PrincipalRate, cfg.PrincipalBurst, cfg.MaxStreamsPerPrincipal = l.rate, l.burst, l.streams
 	cfg.WorkerStreamIdleTimeout, cfg.TrustedProxies = l.workerIdle, l.proxies
+	cfg.StepTimeoutGrace = l.stepGrace
 }
 
 // proxiesFlag collects repeated --trusted-proxy CIDR flags.

@@ -48,8 +48,9 @@ func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *work
 			e.cfg.OnEnd(run.ID, final)
 		}
 	}()
-	// The attempt number comes from the recorded op: a claim lost to a crash or
-	// handed back at shutdown costs no attempt. History is only read on claims
+	// The attempt number comes from the recorded op: a claim handed back at
+	// shutdown costs no attempt; one lost to a crash while the job ran costs
+	// one (the claim that took the run back recorded it lost). History is only read on claims
 	// after the first, so a first attempt reads nothing.
 	attempt, prior := 1, (*store.Op)(nil)
 	for _, op := range cr.History {
@@ -58,6 +59,12 @@ func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *work
 		}
 	}
 	now := e.cfg.Clock.Now()
+	if a := endedAttempt(prior); a != nil && (a.Attempt >= job.Options.MaxAttempts || slices.Contains(job.Options.NonRetryableTypes, a.Error.Type)) {
+		// Its last attempt was lost or timed out (recorded by the claim) and
+		// was the last the policy allows: the job fails with its error.
+		final, oc = e.jobSave(ctx, cr, ctl, e.jobEnded(run, prior, a))
+		return oc
+	}
 	if d := run.Deadline; d != nil && !now.Before(*d) {
 		final, oc = e.jobSave(ctx, cr, ctl, e.jobOutcome(run, job, prior, attempt, now, nil, ErrDeadlineExceeded, false))
 		return oc
@@ -109,7 +116,7 @@ func (e *Engine) jobAttempt(ctx context.Context, run *store.Run, ctl *worker.Con
 		RunID: run.ID, Step: run.Workflow, Position: jobPosition, Attempt: attempt,
 		IdempotencyKey: run.ID + "/" + strconv.Itoa(jobPosition),
 	}})
-	cur := ctl.StepStarted(run.Workflow, attempt, e.cfg.Clock.Now())
+	cur := ctl.StepStarted(run.Workflow, jobPosition, attempt, e.cfg.Clock.Now(), job.Options.Timeout)
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -175,6 +182,29 @@ func (e *Engine) jobOutcome(run *store.Run, job *Job, prior *store.Op, attempt i
 		p.Error.Type = TypeCancelled
 	}
 	return p
+}
+
+// endedAttempt is op's last attempt when it ended without its worker (lost or
+// timed out, recorded by a claim); nil otherwise.
+func endedAttempt(op *store.Op) *store.Attempt {
+	if op == nil || len(op.AttemptLog) == 0 {
+		return nil
+	}
+	a := &op.AttemptLog[len(op.AttemptLog)-1]
+	if a.Attempt != op.Attempts || (a.Outcome != store.AttemptLost && a.Outcome != store.AttemptTimedOut) {
+		return nil
+	}
+	return a
+}
+
+// jobEnded is the checkpoint that fails a job whose last attempt, lost or
+// timed out, used up its attempts: its op done with that attempt's error.
+func (e *Engine) jobEnded(run *store.Run, prior *store.Op, a *store.Attempt) *store.CheckpointParams {
+	end := e.cfg.Clock.Now()
+	info := a.Error
+	op := &store.Op{Position: jobPosition, Kind: store.OpStep, Name: run.Workflow, Attempts: prior.Attempts,
+		StartedAt: prior.StartedAt, Done: true, Error: &info, FinishedAt: &end}
+	return &store.CheckpointParams{Ops: []*store.Op{op}, Status: store.StatusFailed, Error: &info}
 }
 
 // jobSave writes a job's checkpoint and returns the run as saved when it

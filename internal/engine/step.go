@@ -211,14 +211,39 @@ type stepCall struct {
 	// step.failed.
 	attemptStart time.Time
 	failReported bool
+	// ended is the step's last attempt when it ended without its worker
+	// (store.AttemptLost, store.AttemptTimedOut: recorded by the claim that
+	// took the run), nil otherwise.
+	ended *store.Attempt
 }
 
 func (rs *RunState) newStepCall(name string, pos int, rec *store.Op, fn func(context.Context) (any, error), o StepOptions, detached bool) *stepCall {
 	sc := &stepCall{rs: rs, detached: detached, name: name, pos: pos, started: rs.now(), opts: o.withQueue(rs.queueRetry), fn: fn}
 	if rec != nil {
 		sc.attempt, sc.started = rec.Attempts, rec.StartedAt
+		if n := len(rec.AttemptLog); n > 0 {
+			if a := &rec.AttemptLog[n-1]; a.Attempt == rec.Attempts &&
+				(a.Outcome == store.AttemptLost || a.Outcome == store.AttemptTimedOut) {
+				sc.ended = a
+			}
+		}
 	}
 	return sc
+}
+
+// endedFinal returns the error that ends the step without another attempt when
+// its last attempt ended without its worker (lost or timed out) and may not be
+// retried: it was the last the policy allows (a lost or timed-out attempt
+// counts as one), or its error type is non-retryable. The step then fails as
+// if that attempt had failed with that error. nil otherwise: the next attempt
+// starts at once (the lease's expiry, or the timeout and its grace, already
+// separated the two; the policy's backoff is not waited).
+func (sc *stepCall) endedFinal() error {
+	a := sc.ended
+	if a == nil || (sc.attempt < sc.opts.MaxAttempts && !slices.Contains(sc.opts.NonRetryableTypes, a.Error.Type)) {
+		return nil
+	}
+	return &TypedError{Msg: a.Error.Message, Type: a.Error.Type}
 }
 
 // execute runs attempts until one succeeds, the error is final, or the run must stop.
@@ -231,6 +256,9 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 		// that the next owner of the run enforces it after a crash.
 		rs.record(sc.op(), nil)
 	}
+	if err := sc.endedFinal(); err != nil {
+		return sc.finish(nil, err), true
+	}
 	for {
 		if op, stop, ok := sc.mayStart(); stop {
 			return op, ok
@@ -238,7 +266,7 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 		sc.attempt++
 		t0 := rs.now()
 		sc.attemptStart = t0
-		cur := rs.ctl.StepStarted(sc.name, sc.attempt, t0)
+		cur := rs.ctl.StepStarted(sc.name, sc.pos, sc.attempt, t0, sc.opts.Timeout)
 		recorded, res, err, stopErr := sc.attemptOnce()
 		rs.ctl.StepEnded(cur)
 		if stopErr != nil {

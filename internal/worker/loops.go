@@ -74,10 +74,13 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 	gen0 := w.cancelGen.Load()
 	res, err := w.cfg.Store.RunsClaim(ctx, &store.RunsClaimParams{
 		Namespace: w.cfg.Namespace, Queues: w.cfg.Queues, Workflows: names,
-		Worker: w.cfg.Name, Max: n, LeaseDuration: w.cfg.LeaseDuration,
+		Worker: w.cfg.Name, Max: n, LeaseDuration: w.cfg.LeaseDuration, StepTimeoutGrace: w.cfg.StepTimeoutGrace,
 	})
 	if w.cfg.OnClaim != nil && err == nil {
 		w.cfg.OnClaim(time.Since(t0), len(res.Runs))
+	}
+	if w.cfg.OnEndedAttempts != nil && err == nil && len(res.EndedAttempts) > 0 {
+		w.cfg.OnEndedAttempts(res.EndedAttempts)
 	}
 	if err != nil {
 		if !w.stopped() {
@@ -290,7 +293,8 @@ func (w *Worker) extendLeases(ctx context.Context) {
 	if !running {
 		steps = nil // none to report: the call is smaller
 	}
-	res, err := w.cfg.Store.LeasesExtend(ctx, &store.LeasesExtendParams{Leases: leases, Duration: w.cfg.LeaseDuration, Steps: steps})
+	res, err := w.cfg.Store.LeasesExtend(ctx, &store.LeasesExtendParams{Leases: leases, Duration: w.cfg.LeaseDuration,
+		Steps: steps, StepTimeoutGrace: w.cfg.StepTimeoutGrace})
 	if err != nil {
 		w.cfg.Logger.Warn("extending leases", "err", err)
 		return

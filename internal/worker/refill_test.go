@@ -391,7 +391,7 @@ func TestCancelDuringClaim(t *testing.T) {
 func TestStepStartedKeepsHeartbeatValid(t *testing.T) {
 	c := NewControl(store.Lease{Namespace: "ns", RunID: "r", Token: 1})
 	long := strings.Repeat("é", store.MaxNameLen) // 2 bytes each
-	c.StepStarted(long, 0, time.Now())
+	c.StepStarted(long, 0, 0, time.Now(), 0)
 	p := &store.LeasesExtendParams{Duration: time.Minute, Leases: []store.Lease{c.Lease}, Steps: []store.RunStep{c.Step()}}
 	if err := p.Validate(); err != nil {
 		t.Fatalf("the step reported for a long name: %v", err)
@@ -399,6 +399,41 @@ func TestStepStartedKeepsHeartbeatValid(t *testing.T) {
 	if s := c.Step(); !utf8.ValidString(s.Name) || s.Attempt != 1 {
 		t.Fatalf("reported %q attempt %d", s.Name, s.Attempt)
 	}
+}
+
+// Of parallel step attempts, the heartbeat reports the one whose deadline comes
+// first (those without a timeout last, the oldest first), and the next one
+// once it ends.
+func TestStepReportedEarliestDeadline(t *testing.T) {
+	c := NewControl(store.Lease{Namespace: "ns", RunID: "r", Token: 1})
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	want := func(name string) {
+		t.Helper()
+		if got := c.Step().Name; got != name {
+			t.Fatalf("reported step = %q, want %q", got, name)
+		}
+	}
+	a := c.StepStarted("a", 1, 1, t0, 0)
+	want("a")
+	b := c.StepStarted("b", 2, 1, t0.Add(time.Second), 0) // no timeout, younger
+	want("a")
+	d := c.StepStarted("d", 3, 2, t0.Add(2*time.Second), time.Minute)
+	want("d")
+	e := c.StepStarted("e", 4, 1, t0.Add(3*time.Second), time.Second) // deadline t0+4s, before d's
+	want("e")
+	if s := c.Step(); s.Position != 4 || s.Timeout != time.Second || s.Attempt != 1 {
+		t.Fatalf("reported %+v, want position 4 and its timeout", s)
+	}
+	c.StepEnded(e)
+	want("d")
+	c.StepEnded(a) // not the one reported: no change
+	want("d")
+	c.StepEnded(d)
+	want("b")
+	c.StepEnded(b)
+	want("")
+	c.StepEnded(b) // twice: a no-op
+	want("")
 }
 
 // pushClaims serves claim streams from a real store, as a server would: a

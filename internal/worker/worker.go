@@ -34,28 +34,74 @@ type Control struct {
 	cancelReq chan struct{}
 	once      sync.Once
 	mu        sync.Mutex
-	onCancel  func() // called once by RequestCancel (see OnCancel)
-	step      atomic.Pointer[store.RunStep]
+	onCancel  func()                        // called once by RequestCancel (see OnCancel)
+	step      atomic.Pointer[store.RunStep] // the one of steps the heartbeat reports
+	steps     []*store.RunStep              // the step attempts running, under mu
 }
 
-// StepStarted records that a step attempt of the run started; the worker's
-// next heartbeat reports it with the lease (store.Run.CurrentStep), so a step
-// costs no write of its own. Pass what it returns to StepEnded. When steps run
-// in parallel, the one started last is reported.
-func (c *Control) StepStarted(name string, attempt int, since time.Time) *store.RunStep {
+// StepStarted records that a step attempt of the run started (the step at
+// position pos, with its declared timeout, 0 for none); the worker's next
+// heartbeat reports it with the lease (store.Run.CurrentStep), so a step costs
+// no write of its own. Pass what it returns to StepEnded.
+//
+// When steps of the run run in parallel (async steps), the heartbeat carries
+// one of them: the one whose deadline (Since + Timeout) comes first, steps
+// without a timeout after all others, the oldest first. That is the one the
+// store ends first when it runs past its timeout, and the one a claim records
+// lost if the worker goes away; the others running with it are not seen (see
+// docs/durability.md).
+func (c *Control) StepStarted(name string, pos, attempt int, since time.Time, timeout time.Duration) *store.RunStep {
 	if len(name) > store.MaxNameLen { // what the lease call accepts: cut, never refused
 		name = strings.ToValidUTF8(name[:store.MaxNameLen], "")
 	}
-	s := &store.RunStep{Name: name, Attempt: max(attempt, 1), Since: since}
-	c.step.Store(s)
+	s := &store.RunStep{Name: name, Attempt: max(attempt, 1), Since: since, Position: max(pos, 0), Timeout: max(timeout, 0)}
+	c.mu.Lock()
+	c.steps = append(c.steps, s)
+	if len(c.steps) == 1 || reportsBefore(s, c.step.Load()) {
+		c.step.Store(s)
+	}
+	c.mu.Unlock()
 	return s
 }
 
-// StepEnded records that the attempt StepStarted returned s for ended (a no-op
-// when another step was reported since).
-func (c *Control) StepEnded(s *store.RunStep) { c.step.CompareAndSwap(s, nil) }
+// reportsBefore reports whether the heartbeat reports running step a rather
+// than b (see StepStarted).
+func reportsBefore(a, b *store.RunStep) bool {
+	switch {
+	case b == nil:
+		return true
+	case (a.Timeout > 0) != (b.Timeout > 0):
+		return a.Timeout > 0
+	case a.Timeout > 0:
+		return a.Since.Add(a.Timeout).Before(b.Since.Add(b.Timeout))
+	default:
+		return a.Since.Before(b.Since)
+	}
+}
 
-// Step returns the step attempt in progress, the zero RunStep when none.
+// StepEnded records that the attempt StepStarted returned s for ended.
+func (c *Control) StepEnded(s *store.RunStep) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(c.steps, s)
+	if i < 0 {
+		return
+	}
+	c.steps = slices.Delete(c.steps, i, i+1)
+	if c.step.Load() != s {
+		return
+	}
+	var next *store.RunStep
+	for _, o := range c.steps {
+		if reportsBefore(o, next) {
+			next = o
+		}
+	}
+	c.step.Store(next)
+}
+
+// Step returns the step attempt the heartbeat reports, the zero RunStep when
+// none runs.
 func (c *Control) Step() store.RunStep {
 	if s := c.step.Load(); s != nil {
 		return *s
@@ -127,10 +173,17 @@ type Pusher interface {
 type Config struct {
 	// OnClaim, when set, is told of every claim query: how long it took (wall
 	// time) and how many runs it claimed (metrics).
-	OnClaim   func(elapsed time.Duration, runs int)
-	Store     Store
-	Namespace string
-	Queues    []string
+	OnClaim func(elapsed time.Duration, runs int)
+	// OnEndedAttempts, when set, is told of the step attempts a claim of this
+	// worker recorded as lost or timed out (store.RunsClaimResult.EndedAttempts).
+	OnEndedAttempts func([]store.EndedAttemptInfo)
+	// StepTimeoutGrace is the grace past a step attempt's declared timeout
+	// after which the store ends its lease (store.LeasesExtendParams); 0 is
+	// store.DefaultStepTimeoutGrace. A server ignores it and applies its own.
+	StepTimeoutGrace time.Duration
+	Store            Store
+	Namespace        string
+	Queues           []string
 	// Workflows returns the workflow names this worker can run.
 	Workflows func() []string
 	// Name identifies the worker as lease owner. Required.

@@ -156,7 +156,7 @@ func endedCompleted(t *testing.T, e *env) {
 		{"failed", func(*store.ClaimedRun) store.CheckpointParams {
 			t0 := e.clk.Now()
 			return store.CheckpointParams{Status: store.StatusRunning,
-				Ops: []*store.Op{{Position: 0, Kind: store.OpStep, Name: "charge", Attempts: 1, StartedAt: t0}},
+				Ops:      []*store.Op{{Position: 0, Kind: store.OpStep, Name: "charge", Attempts: 1, StartedAt: t0}},
 				Attempts: []store.Attempt{{Position: 0, Attempt: 1, Error: store.ErrorInfo{Message: "503"}, StartedAt: t0, FinishedAt: t0}}}
 		}},
 	} {
