@@ -43,7 +43,7 @@ func check(p *store.CheckpointParams, rec *Recorded) *Error {
 			}
 		}
 	}
-	if e := checkAttempts(p, byPos); e != nil {
+	if e := checkAttempts(p, byPos, rec); e != nil {
 		return e
 	}
 	if e := checkKV(p); e != nil {
@@ -113,6 +113,11 @@ func checkAgainst(i int, op *store.Op, rec *Recorded, n int) *Error {
 		return opErr(i, op, "position", "the op recorded there is %s: only that op, in progress, may be written there", describeRec(r))
 	case !ok && op.Position > rec.high+n+MaxAhead:
 		return opErr(i, op, "position", "skips ahead: the highest recorded position is %d (at most %d ops in flight)", rec.high, MaxAhead)
+	case ok && op.Attempts < r.attempts:
+		return opErr(i, op, "attempts", "%d: the history holds %d attempts of this step, and attempts never go back", op.Attempts, r.attempts)
+	case ok && r.ended && op.Attempts == r.attempts && (!op.Done || op.Error == nil):
+		return opErr(i, op, "attempts", "%d: attempt %d was lost or timed out (recorded by the server); the next attempt is %d, or the step fails with attempts %d",
+			op.Attempts, r.attempts, r.attempts+1, r.attempts)
 	}
 	return nil
 }
@@ -126,7 +131,7 @@ func describeRec(r recordedOp) string {
 
 // checkAttempts: each failed attempt goes with its step's op in the same
 // checkpoint, numbered within its attempts, with the error it failed with.
-func checkAttempts(p *store.CheckpointParams, byPos positions) *Error {
+func checkAttempts(p *store.CheckpointParams, byPos positions, rec *Recorded) *Error {
 	for k, a := range p.Attempts {
 		field := fmt.Sprintf("attempts[%d]", k)
 		i, ok := byPos.get(p.Ops, a.Position)
@@ -135,6 +140,13 @@ func checkAttempts(p *store.CheckpointParams, byPos positions) *Error {
 		}
 		op := p.Ops[i]
 		switch {
+		case a.Outcome == store.AttemptLost || a.Outcome == store.AttemptTimedOut:
+			return opErr(i, op, field, "outcome %q is the server's to record, not a worker's", a.Outcome)
+		case !store.ValidAttemptOutcome(a.Outcome):
+			return opErr(i, op, field, "unknown outcome %q", a.Outcome)
+		case rec != nil && rec.ops[a.Position].ended && a.Attempt <= rec.ops[a.Position].attempts:
+			return opErr(i, op, field, "attempt %d: the history's attempt %d was lost or timed out; the next is numbered after it",
+				a.Attempt, rec.ops[a.Position].attempts)
 		case a.Attempt < 1 || a.Attempt > op.Attempts:
 			return opErr(i, op, field, "attempt %d of a step at attempt %d", a.Attempt, op.Attempts)
 		case a.Error.Message == "":

@@ -51,6 +51,11 @@ type recordedOp struct {
 	name string
 	done bool
 	sum  uint64 // opSum: what the op holds, to tell a retry's identical write
+	// attempts is a step's recorded attempts; ended is set when the last of
+	// them ended without its worker (lost or timed out, written by the store):
+	// the next attempt is numbered after it.
+	attempts int
+	ended    bool
 }
 
 // NewRecorded returns the record of a run's history ops.
@@ -63,7 +68,12 @@ func NewRecorded(history []*store.Op, cancelRequested bool) *Recorded {
 }
 
 func (r *Recorded) add(op *store.Op) {
-	r.ops[op.Position] = recordedOp{kind: op.Kind, name: op.Name, done: op.Done, sum: opSum(op)}
+	ro := recordedOp{kind: op.Kind, name: op.Name, done: op.Done, sum: opSum(op), attempts: op.Attempts}
+	if n := len(op.AttemptLog); n > 0 {
+		a := op.AttemptLog[n-1]
+		ro.ended = a.Attempt == op.Attempts && (a.Outcome == store.AttemptLost || a.Outcome == store.AttemptTimedOut)
+	}
+	r.ops[op.Position] = ro
 	r.high = max(r.high, op.Position)
 }
 

@@ -312,3 +312,62 @@ func BenchmarkCheckLarge(b *testing.B) {
 		}
 	}
 }
+
+// A step whose attempt the server recorded lost or timed out: the history is
+// valid; the worker's next attempt is numbered after it (or the step fails at
+// that count); a worker may not write those outcomes, nor renumber or rewrite
+// the recorded attempt.
+func TestCheckEndedAttempts(t *testing.T) {
+	for _, outcome := range []string{store.AttemptLost, store.AttemptTimedOut} {
+		recorded := &store.Op{Position: 0, Kind: store.OpStep, Name: "charge", Attempts: 1, StartedAt: t0,
+			AttemptLog: []store.Attempt{{Position: 0, Attempt: 1, Outcome: outcome, StartedAt: t0, FinishedAt: t0.Add(time.Second),
+				Error: store.ErrorInfo{Message: "attempt lost", Type: store.ErrorTypeAttemptLost}}}}
+		if err := protocol.CheckHistory([]*store.Op{recorded}); err != nil {
+			t.Fatalf("%s: a history with the recorded attempt: %v", outcome, err)
+		}
+		rec := func() *protocol.Recorded { return protocol.NewRecorded([]*store.Op{recorded}, false) }
+		step := func(attempts int, done bool, err *store.ErrorInfo) *store.Op {
+			op := &store.Op{Position: 0, Kind: store.OpStep, Name: "charge", Attempts: attempts, Done: done, Error: err, StartedAt: t0}
+			if done {
+				op.FinishedAt = tp(t0.Add(3 * time.Second))
+				if err == nil {
+					op.Result = []byte(`1`)
+					op.AttemptStartedAt = tp(t0.Add(2 * time.Second))
+				}
+			}
+			return op
+		}
+		failed := func(n int, outcome string) store.Attempt {
+			return store.Attempt{Position: 0, Attempt: n, Outcome: outcome, StartedAt: t0.Add(2 * time.Second),
+				FinishedAt: t0.Add(3 * time.Second), Error: store.ErrorInfo{Message: "503"}}
+		}
+		lease := store.Lease{Namespace: "default", RunID: "r1", Token: 8, Queue: "default"}
+		ok := map[string]*store.CheckpointParams{
+			"the next attempt succeeds": {Status: store.StatusRunning, Ops: []*store.Op{step(2, true, nil)}},
+			"the next attempt fails":    {Status: store.StatusRunning, Ops: []*store.Op{step(2, false, nil)}, Attempts: []store.Attempt{failed(2, store.AttemptFailed)}},
+			"the step fails with it":    {Status: store.StatusRunning, Ops: []*store.Op{step(1, true, &store.ErrorInfo{Message: "attempt lost"})}},
+			"no outcome is failed":      {Status: store.StatusRunning, Ops: []*store.Op{step(2, false, nil)}, Attempts: []store.Attempt{failed(2, "")}},
+		}
+		for name, p := range ok {
+			p.Lease = lease
+			if err := protocol.Check(p, rec()); err != nil {
+				t.Errorf("%s: %s: %v", outcome, name, err)
+			}
+		}
+		bad := map[string]*store.CheckpointParams{
+			"the same attempt again":    {Status: store.StatusRunning, Ops: []*store.Op{step(1, true, nil)}},
+			"attempts going back":       {Status: store.StatusRunning, Ops: []*store.Op{step(0, true, &store.ErrorInfo{Message: "x"})}},
+			"the ended attempt's row":   {Status: store.StatusRunning, Ops: []*store.Op{step(2, false, nil)}, Attempts: []store.Attempt{failed(1, store.AttemptFailed)}},
+			"a worker's lost attempt":   {Status: store.StatusRunning, Ops: []*store.Op{step(2, false, nil)}, Attempts: []store.Attempt{failed(2, store.AttemptLost)}},
+			"a worker's timed-out one":  {Status: store.StatusRunning, Ops: []*store.Op{step(2, false, nil)}, Attempts: []store.Attempt{failed(2, store.AttemptTimedOut)}},
+			"an unknown outcome":        {Status: store.StatusRunning, Ops: []*store.Op{step(2, false, nil)}, Attempts: []store.Attempt{failed(2, "vanished")}},
+			"the step in progress at 1": {Status: store.StatusRunning, Ops: []*store.Op{step(1, false, nil)}},
+		}
+		for name, p := range bad {
+			p.Lease = lease
+			if err := protocol.Check(p, rec()); err == nil {
+				t.Errorf("%s: %s: accepted", outcome, name)
+			}
+		}
+	}
+}
