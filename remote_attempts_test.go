@@ -169,4 +169,3 @@ func TestRemoteLostAttempt(t *testing.T) {
 		})
 	}
 }
-
