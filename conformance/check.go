@@ -74,6 +74,7 @@ type Attempt struct {
 	Error      *ErrorInfo `json:"error"`
 	StartedAt  time.Time  `json:"started_at"`
 	FinishedAt time.Time  `json:"finished_at"`
+	Outcome    string     `json:"outcome"`
 }
 
 // StreamEvent is an event of a run's stream.
@@ -288,7 +289,10 @@ func (ch *Check) run(ctx context.Context, h *History, c *Case, src Source, f Fac
 		}
 		return MatchStream(ch.Events, evs)
 	case CheckTakeover:
-		return checkTakeover(h, f, ch.MaxSecondsAfterKill)
+		if err := checkTakeover(h, f, ch.MaxSecondsAfterKill); err != nil || ch.Step == "" {
+			return err
+		}
+		return checkLostAttempts(h, ch.Step)
 	case CheckRecorded:
 		return checkRecorded(h)
 	}
@@ -451,6 +455,28 @@ func checkTakeover(h *History, f Facts, maxSeconds float64) error {
 		return fmt.Errorf("the run ended %s after the kill, want at most %gs", d.Round(time.Millisecond), maxSeconds)
 	}
 	return nil
+}
+
+// checkLostAttempts: the step a kill interrupted logged only lost attempts,
+// numbered 1 to n (n is 0 when the worker's heartbeat had not reported the step
+// before the kill), and the attempt that completed it is numbered n+1: the
+// worker numbered its attempt after those the server recorded.
+func checkLostAttempts(h *History, step string) error {
+	for _, op := range h.Ops {
+		if op.Kind != "step" || op.Name != step {
+			continue
+		}
+		for i, a := range op.AttemptLog {
+			if a.Attempt != i+1 || a.Outcome != "lost" {
+				return fmt.Errorf("step %q: attempt_log[%d] is attempt %d with outcome %q, want attempt %d lost", step, i, a.Attempt, orNone(a.Outcome), i+1)
+			}
+		}
+		if want := len(op.AttemptLog) + 1; op.Attempts != want {
+			return fmt.Errorf("step %q: %d attempts with %d lost, want %d: the next attempt is numbered after the lost ones", step, op.Attempts, len(op.AttemptLog), want)
+		}
+		return nil
+	}
+	return fmt.Errorf("no step %q", step)
 }
 
 // checkRecorded: the output's now and uuid are the recorded now and uuid ops'

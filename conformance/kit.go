@@ -129,7 +129,11 @@ type Check struct {
 	Absent bool            `json:"absent,omitempty"`
 	// stream: the run's stream holds exactly these events, in order.
 	Events []StreamPattern `json:"events,omitempty"`
-	// takeover: the run ended at most this long after the worker was killed.
+	// takeover: the run ended at most this long after the worker was killed;
+	// with Step, the step the kill interrupted logged only lost attempts
+	// (recorded by the server once the worker's heartbeat had reported the
+	// step), numbered from 1, and its attempts count them and the one that
+	// completed it.
 	MaxSecondsAfterKill float64 `json:"max_seconds_after_kill,omitempty"`
 }
 

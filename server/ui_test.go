@@ -717,3 +717,42 @@ func TestUIStream(t *testing.T) {
 		t.Fatalf("stream without a session: %d", r.status)
 	}
 }
+
+// An attempt recorded lost (its worker's lease expired while the heartbeat
+// reported it running) shows in the run page's timeline as lost, and in the
+// API's history with its outcome.
+func TestUILostAttempt(t *testing.T) {
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, url(t))
+			u := e.uiSession("admin")
+			run := e.start("ui-lost", nil, nil)
+			ctx := context.Background()
+			p := &store.RunsClaimParams{Namespace: "default", Workflows: []string{"ui-lost"}, Worker: "gone", Max: 1,
+				LeaseDuration: 100 * time.Millisecond}
+			res, err := e.st.RunsClaim(ctx, p)
+			if err != nil || len(res.Runs) != 1 {
+				t.Fatalf("claim: %v, %+v", err, res)
+			}
+			if _, err := e.st.LeasesExtend(ctx, &store.LeasesExtendParams{Duration: 100 * time.Millisecond,
+				Leases: []store.Lease{res.Runs[0].Lease()}, Steps: []store.RunStep{{Name: "charge", Attempt: 1, Since: time.Now()}}}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			p.Worker, p.LeaseDuration = "next", time.Minute
+			// (Any claim in the namespace takes the run back and records the
+			// attempt: the env's own worker may have.)
+			if res, err = e.st.RunsClaim(ctx, p); err != nil || len(res.Runs) != 1 {
+				t.Fatalf("claim after the lease expired: %v, %+v", err, res)
+			}
+			page := string(u.get("/ui/default/runs/" + run.ID).body)
+			if !strings.Contains(page, "attempt 1 was lost") || !strings.Contains(page, `class="lost"`) {
+				t.Errorf("run page lacks the lost attempt: %s", page)
+			}
+			hist := string(e.do("GET", "/v1/namespaces/default/runs/"+run.ID+"/history", "reader", nil).want(t, 200).body)
+			if !strings.Contains(hist, `"outcome":"lost"`) {
+				t.Errorf("API history lacks the lost attempt's outcome: %s", hist)
+			}
+		})
+	}
+}

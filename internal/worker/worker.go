@@ -49,7 +49,7 @@ type Control struct {
 // without a timeout after all others, the oldest first. That is the one the
 // store ends first when it runs past its timeout, and the one a claim records
 // lost if the worker goes away; the others running with it are not seen (see
-// docs/durability.md).
+// docs/worker-protocol.md, "Lost and timed-out attempts").
 func (c *Control) StepStarted(name string, pos, attempt int, since time.Time, timeout time.Duration) *store.RunStep {
 	if len(name) > store.MaxNameLen { // what the lease call accepts: cut, never refused
 		name = strings.ToValidUTF8(name[:store.MaxNameLen], "")

@@ -163,19 +163,30 @@ class Op:
     """One history entry (store.Op)."""
 
     __slots__ = ("position", "kind", "name", "done", "result", "error", "attempts", "started_at", "finished_at",
-                 "attempt_started_at")
+                 "attempt_started_at", "ended")
 
     def __init__(self, position, kind, name="", done=False, result=None, error=None, attempts=1, started_at=None,
                  finished_at=None, attempt_started_at=None):
         self.position, self.kind, self.name, self.done = position, kind, name, done
         self.result, self.error, self.attempts = result, error, attempts
         self.started_at, self.finished_at, self.attempt_started_at = started_at, finished_at, attempt_started_at
+        # (message, type) of the last attempt when the server recorded it lost
+        # or timed out (its worker never reported it): it counts against the
+        # step's attempts, and the next is numbered after it.
+        self.ended = None
 
     @classmethod
     def from_wire(cls, d: dict) -> "Op":
-        return cls(_wire.as_int(d.get("position")), d.get("kind", ""), d.get("name", ""), bool(d.get("done")),
-                   _wire.unb64(d.get("result")), d.get("error"), _wire.as_int(d.get("attempts"), 1),
-                   parse_time(d.get("started_at")), parse_time(d.get("finished_at")))
+        op = cls(_wire.as_int(d.get("position")), d.get("kind", ""), d.get("name", ""), bool(d.get("done")),
+                 _wire.unb64(d.get("result")), d.get("error"), _wire.as_int(d.get("attempts"), 1),
+                 parse_time(d.get("started_at")), parse_time(d.get("finished_at")))
+        log = d.get("attempt_log") or d.get("attemptLog") or []
+        if log:
+            a = log[-1]
+            if _wire.as_int(a.get("attempt")) == op.attempts and a.get("outcome") in ("lost", "timed_out"):
+                e = a.get("error") or {}
+                op.ended = (e.get("message") or f"attempt {a.get('outcome')}", e.get("type") or "")
+        return op
 
     def wire(self) -> dict:
         d = {"position": self.position, "kind": self.kind, "attempts": self.attempts}
@@ -655,6 +666,7 @@ class _StepCall:
         self.retry = retry.with_queue(rs.queue_retry)
         self.attempt = rec.attempts if rec is not None else 0
         self.started = rec.started_at if rec is not None and rec.started_at else utcnow()
+        self.ended = rec.ended if rec is not None else None
         self.attempt_start = None
         self.fail_reported = False
 
@@ -677,6 +689,11 @@ class _StepCall:
 
     async def execute(self) -> Op:
         rs = self.rs
+        if self.ended is not None and (self.attempt >= self.retry.max_attempts
+                                       or self.ended[1] in self.retry.non_retryable_types):
+            # its last attempt was lost or timed out and may not be retried: the
+            # step fails with its error (the Go engine's endedFinal)
+            return self.finish(None, StepError(self.ended[0], self.ended[1]))
         while True:
             # Only the lease and the worker stop a step under way: another op's
             # unwind (a sibling's wait) lets it finish and record its outcome.
@@ -691,7 +708,7 @@ class _StepCall:
             self.attempt += 1
             t0 = utcnow()
             self.attempt_start = t0
-            rs.current_step = (self.name, self.attempt, t0)
+            rs.current_step = (self.name, self.attempt, t0, self.pos, self.timeout)
             try:
                 ok, v = await self._attempt_once()
             finally:
@@ -1548,6 +1565,13 @@ async def execute_job(host, rs: RunState, defn) -> str:
         prior, attempt = rec, rec.attempts + 1
     t0 = utcnow()
     name = rs.run.get("workflow", "")
+    if prior is not None and prior.ended is not None and (
+            prior.attempts >= retry.max_attempts or prior.ended[1] in retry.non_retryable_types):
+        # its last attempt was lost or timed out, and was the last allowed: the
+        # job fails with its error
+        info = {"message": prior.ended[0], "type": prior.ended[1]}
+        op = Op(0, "step", name, True, None, info, prior.attempts, prior.started_at, t0)
+        return await _job_save(rs, {"status": "failed", "error": _info_wire(info), "ops": [op.wire()]})
     out, err, cancelled = None, None, False
     if rs.deadline is not None and t0 >= rs.deadline:
         err = DeadlineExceeded()
@@ -1561,7 +1585,7 @@ async def execute_job(host, rs: RunState, defn) -> str:
         call.fn = (lambda info: fn(inp, info)) if _arity(fn) >= 2 else (lambda info: fn(inp))
         if inspect.iscoroutinefunction(fn):
             call.fn = _async_job(fn, inp)
-        rs.current_step = (name, attempt, t0)
+        rs.current_step = (name, attempt, t0, 0, defn.timeout)
         ok, v = await call._attempt_once()
         rs.current_step = None
         if rs.stopped:

@@ -476,7 +476,7 @@ class Worker:
         steps = []
         for rs in runs:
             cs = rs.current_step
-            steps.append({} if cs is None else {"name": cs[0], "attempt": cs[1], "since": fmt_time(cs[2])})
+            steps.append({} if cs is None else _step_wire(cs))
         try:
             # (sent again once after a stall, within the lease; see call_timeout)
             res = await self._call("ExtendLeases", {"leases": [rs.lease for rs in runs],
@@ -512,3 +512,15 @@ def _log_failure(what: str, e: BaseException, quiet: bool = False) -> None:
 def _sdk_version() -> str:
     from . import __version__
     return __version__
+
+
+def _step_wire(cs: tuple) -> dict:
+    """The step attempt a heartbeat reports for a run (name, attempt, since,
+    position, declared timeout in seconds): the server ends the lease of a step
+    past its timeout plus its grace, and records the attempt lost if the worker
+    goes away while it runs (docs/worker-protocol.md, "Leases")."""
+    name, attempt, since, pos, timeout = cs
+    d = {"name": name, "attempt": attempt, "since": fmt_time(since), "position": pos}
+    if timeout:
+        d["timeout"] = fmt_duration(timeout)
+    return d

@@ -67,8 +67,20 @@ function opOf(o) {
   return {
     position: Number(o.position), kind: o.kind, name: o.name, done: o.done,
     result: o.result, error: o.error ? { message: o.error.message, type: o.error.type, nonRetryable: o.error.nonRetryable } : undefined,
-    attempts: Number(o.attempts), startedAt: date(o.startedAt) ?? new Date(),
+    attempts: Number(o.attempts), startedAt: date(o.startedAt) ?? new Date(), ended: endedAttempt(o),
   };
+}
+
+/**
+ * A step's last attempt when it ended without its worker: recorded by the
+ * server as lost (its lease expired) or timed out, numbered as the op's
+ * attempts. It counts against the step's attempts; the next one starts at once.
+ */
+export function endedAttempt(o) {
+  const log = o.attemptLog ?? [];
+  const a = log[log.length - 1];
+  if (!a || a.attempt !== o.attempts || (a.outcome !== 'lost' && a.outcome !== 'timed_out')) return undefined;
+  return { message: a.error?.message ?? `attempt ${a.outcome}`, type: a.error?.type ?? '' };
 }
 
 function emptyQueue() {
@@ -850,6 +862,7 @@ class StepCall {
     this.timeout = opts.timeout ?? 0;
     this.attempt = rec ? rec.attempts : 0;
     this.started = rec ? rec.startedAt : rs.now();
+    this.ended = rec?.ended;
     this.attemptStart = null;
     this.attemptT0 = 0;
     this.failReported = false;
@@ -873,6 +886,11 @@ class StepCall {
 
   async execute() {
     const rs = this.rs;
+    // The last attempt was lost or timed out and may not be retried: the step
+    // fails with its error (internal/engine/step.go endedFinal).
+    if (this.ended && (this.attempt >= this.policy.maxAttempts || this.policy.nonRetryableTypes.includes(this.ended.type))) {
+      return this.finish(undefined, new TrellisError(this.ended.message, { type: this.ended.type }));
+    }
     for (;;) {
       // may the next attempt start?
       if (rs.stop.signal.aborted) { rs.requestUnwind(rs.ctxKind(), null, null, ''); throw UNWIND; }
@@ -891,7 +909,7 @@ class StepCall {
       const t0 = rs.now();
       this.attemptStart = t0;
       this.attemptT0 = performance.now();
-      rs.currentStep = { name: this.name, attempt: this.attempt, since: t0 };
+      rs.currentStep = { name: this.name, attempt: this.attempt, since: t0, position: this.pos, timeout: this.timeout };
       const { ok, value, error } = await this.runAttempt();
       rs.currentStep = null;
       if (rs.stop.signal.aborted) { rs.requestUnwind(rs.ctxKind(), null, null, ''); throw UNWIND; }

@@ -7,11 +7,23 @@
 import os from 'node:os';
 import { ConnectError, Code } from '@connectrpc/connect';
 import { workerClient, reasonOf, duration, date, ts } from './proto.js';
-import { RunExec } from './run.js';
+import { RunExec, endedAttempt } from './run.js';
 import { encode, decode } from './codec.js';
 import { ApiError, CancelledError, DeadlineExceededError, StepTimeoutError, TrellisError, errorInfo } from './errors.js';
 import { fmtDuration } from './run.js';
 import { longTimeout, clearLongTimeout } from './timer.js';
+
+/**
+ * The step attempt a heartbeat reports for a run: its name, attempt, start,
+ * position and declared timeout (docs/worker-protocol.md, "Leases"). The
+ * server ends the lease of a step past its timeout plus its grace, and records
+ * the attempt lost if the worker goes away while it runs.
+ */
+function stepPB(s) {
+  const st = { name: s.name, attempt: BigInt(s.attempt), since: ts(s.since), position: BigInt(s.position ?? 0) };
+  if (s.timeout > 0) st.timeout = duration(s.timeout);
+  return st;
+}
 
 export const SDK_VERSION = 'trellis-ts/0.1.0';
 
@@ -192,7 +204,7 @@ export class Worker {
       const part = runs.slice(i, i + 1000);
       const res = await this.client.extendLeases({
         leases: part.map((r) => r.lease), duration: duration(this.leaseMs),
-        steps: part.map((r) => r.currentStep ? { name: r.currentStep.name, attempt: BigInt(r.currentStep.attempt), since: ts(r.currentStep.since) } : {}),
+        steps: part.map((r) => r.currentStep ? stepPB(r.currentStep) : {}),
       }, this.callOpts());
       // the executions whose leases were sent (not a newer claim of the same run)
       const sent = new Map(part.map((r) => [r.lease.runId, r]));
@@ -424,17 +436,28 @@ class JobExec {
   async execute() {
     let attempt = 1;
     let prior = null;
+    let ended;
     for (const o of this.cr.history) {
-      if (Number(o.position) === 0 && o.kind === 'step') { prior = { startedAt: date(o.startedAt) }; attempt = Number(o.attempts) + 1; }
+      if (Number(o.position) === 0 && o.kind === 'step') {
+        prior = { startedAt: date(o.startedAt) }; attempt = Number(o.attempts) + 1;
+        ended = endedAttempt({ attempts: Number(o.attempts), attemptLog: o.attemptLog.map((a) => ({ ...a, attempt: Number(a.attempt) })) });
+      }
     }
     const now = new Date();
+    const policy = this.def.policy(this.cr.queueRetry);
+    if (ended && (attempt > policy.maxAttempts || policy.nonRetryableTypes.includes(ended.type))) {
+      // its last attempt was lost or timed out, and was the last allowed: the job fails with its error
+      const info = { message: ended.message, type: ended.type };
+      return this.save({ status: 'failed', error: info, ops: [{ position: 0n, kind: 'step', name: this.run.workflow, done: true,
+        error: info, attempts: BigInt(attempt - 1), startedAt: ts(prior.startedAt), finishedAt: ts(new Date()) }] });
+    }
     if (this.run.deadline && now >= this.run.deadline) return this.save(this.outcome(prior, attempt, now, undefined, new DeadlineExceededError(), false));
     if (this.cancelRequested) return this.save(this.outcome(prior, attempt, now, undefined, new CancelledError(), true));
     const timers = [];
     const timeout = this.def.opts.timeout ?? 0;
     if (timeout > 0) timers.push(longTimeout(() => this.ac.abort(new StepTimeoutError(`step attempt timed out after ${fmtDuration(timeout)}`)), timeout));
     if (this.run.deadline) timers.push(longTimeout(() => this.ac.abort(new DeadlineExceededError()), this.run.deadline - now));
-    this.currentStep = { name: this.run.workflow, attempt, since: now };
+    this.currentStep = { name: this.run.workflow, attempt, since: now, position: 0, timeout };
     let out; let err;
     try {
       const input = decode(this.run.input);

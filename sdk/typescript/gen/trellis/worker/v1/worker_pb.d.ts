@@ -243,6 +243,24 @@ export declare type RunStep = Message<"trellis.worker.v1.RunStep"> & {
    * @generated from field: google.protobuf.Timestamp since = 3;
    */
   since?: Timestamp | undefined;
+
+  /**
+   * position is the step's op position in the run's history: the claim that
+   * takes the run after its lease expired records this attempt as lost (or
+   * timed out) unless it completed.
+   *
+   * @generated from field: int64 position = 4;
+   */
+  position: bigint;
+
+  /**
+   * timeout is the attempt's declared timeout (unset or zero: none). The
+   * server ends the lease of a run whose step ran past since + timeout + its
+   * grace, and records the attempt as timed out.
+   *
+   * @generated from field: google.protobuf.Duration timeout = 5;
+   */
+  timeout?: Duration | undefined;
 };
 
 /**
@@ -279,6 +297,17 @@ export declare type Attempt = Message<"trellis.worker.v1.Attempt"> & {
    * @generated from field: google.protobuf.Timestamp finished_at = 5;
    */
   finishedAt?: Timestamp | undefined;
+
+  /**
+   * outcome is how the attempt ended: "failed", "lost", "timed_out",
+   * "started" (a record of its start, replaced by its end), or "" for the
+   * row of the attempt that completed its step. Workers write "" or "failed"
+   * (read as "failed" when the attempt has an error) or "started"; "lost" and
+   * "timed_out" are written by the server.
+   *
+   * @generated from field: string outcome = 6;
+   */
+  outcome: string;
 };
 
 /**
