@@ -32,7 +32,11 @@ type JobOptions struct {
 	// wait for its backoff in the store, freeing the worker's slot.
 	Retry RetryPolicy
 	// Timeout bounds each attempt; 0 means no limit. The function must return
-	// once its context is done.
+	// once its context is done: one that does not holds its worker's slot, and
+	// once the timeout plus the store's grace (WorkerOptions.StepTimeoutGrace,
+	// a server's --step-timeout-grace) passed, the store ends the run's lease,
+	// records the attempt timed out and the job is retried by its policy,
+	// here or on another worker; the hung attempt's outcome is then refused.
 	Timeout time.Duration
 }
 

@@ -54,6 +54,9 @@ func (b FixedBackoff) Delay(int) time.Duration { return time.Duration(b) }
 // exponential backoff from 1s, doubling, capped at 1 minute.
 type RetryPolicy struct {
 	// MaxAttempts counts the first attempt: 1 disables retries. 0 means 3.
+	// An attempt that ended without its worker (lost: the worker died or was
+	// cut off while it ran; timed out: the store ended it past its timeout
+	// plus a grace) counts as one; the next starts without the backoff.
 	MaxAttempts int
 	// Backoff between attempts. nil means Exponential(time.Second, 2, time.Minute).
 	Backoff Backoff

@@ -284,7 +284,7 @@ type RunStep struct {
 	Position int `json:"position"`
 	// Timeout is the attempt's declared timeout (0: none). The store ends a
 	// lease whose step ran past Since + Timeout + a grace
-	// (LeasesExtendParams.TimeoutGrace) and records the attempt timed out.
+	// (LeasesExtendParams.StepTimeoutGrace) and records the attempt timed out.
 	Timeout time.Duration `json:"timeout,omitempty"`
 }
 
