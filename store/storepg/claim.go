@@ -35,9 +35,10 @@ var (
 	// Of those runs, it records the step attempt each was running, as its
 	// lease's last heartbeat reported it (current_step under lease_token), as
 	// lost or timed out (timed out when it ran past since + timeout + $3, the
-	// grace in nanoseconds), unless it completed: its op is done (or not a
-	// step), or it has a row other than a started one, or the op counts it and
-	// it has no started row. The attempt's row ($4 and $5 are the errors of a
+	// grace in nanoseconds), unless it completed: its op is done (or not that
+	// step: another kind or name, as a heartbeat without a position reports
+	// position 0), or it has a row other than a started one, or the op counts
+	// it and it has no started row. The attempt's row ($4 and $5 are the errors of a
 	// lost and a timed-out one) and the step's op (not done, counting the
 	// attempt) are written; it returns the attempts it recorded
 	// (store.RunsClaimResult.EndedAttempts). Only runs whose lease expired are
@@ -60,7 +61,7 @@ var (
 	WHERE NOT EXISTS (SELECT 1 FROM attempts a WHERE a.run_seq = s.run_seq AND a.position = s.position
 			AND a.attempt = s.attempt AND a.outcome <> 'started')
 		AND NOT EXISTS (SELECT 1 FROM ops o WHERE o.run_seq = s.run_seq AND o.position = s.position
-			AND (o.done OR o.kind <> 'step' OR (o.attempts >= s.attempt AND NOT EXISTS (SELECT 1 FROM attempts a
+			AND (o.done OR o.kind <> 'step' OR o.name <> s.name OR (o.attempts >= s.attempt AND NOT EXISTS (SELECT 1 FROM attempts a
 				WHERE a.run_seq = s.run_seq AND a.position = s.position AND a.attempt = s.attempt))))
 ), a AS (
 	INSERT INTO attempts (run_seq, position, attempt, error, started_at, finished_at, outcome)

@@ -19,7 +19,7 @@ const (
 	sqlExpireLeasesReturning = sqlExpireLeases + ` RETURNING sequence, id, workflow, lease_token, current_step`
 	// sqlEndedOp reads the op at a step's position and whether its attempt
 	// has a row that is not a started one.
-	sqlEndedOp = `SELECT (SELECT kind FROM ops WHERE run_seq = ?1 AND position = ?2),
+	sqlEndedOp = `SELECT (SELECT kind || '/' || name FROM ops WHERE run_seq = ?1 AND position = ?2),
 	(SELECT done FROM ops WHERE run_seq = ?1 AND position = ?2),
 	(SELECT attempts FROM ops WHERE run_seq = ?1 AND position = ?2),
 	(SELECT outcome FROM attempts WHERE run_seq = ?1 AND position = ?2 AND attempt = ?3)`
@@ -79,8 +79,9 @@ func expireLeases(tx *wtx, namespace string, grace time.Duration) ([]store.Ended
 }
 
 // endAttempt records step attempt st of run seq as lost or timed out unless
-// it completed: its op is done (or not a step), or it has a row other than a
-// started one, or the op counts it and it has no started row.
+// it completed: its op is done (or not that step: another kind or name, as a
+// heartbeat without a position reports position 0), or it has a row other than
+// a started one, or the op counts it and it has no started row.
 func endAttempt(tx *wtx, seq int64, st *store.RunStep, grace time.Duration) (store.Attempt, bool, error) {
 	var (
 		kind, outcome sql.NullString
@@ -92,7 +93,7 @@ func endAttempt(tx *wtx, seq int64, st *store.RunStep, grace time.Duration) (sto
 	}
 	started := outcome.Valid && outcome.String == store.AttemptStarted
 	switch {
-	case kind.Valid && (kind.String != string(store.OpStep) || done.Bool):
+	case kind.Valid && (kind.String != string(store.OpStep)+"/"+st.Name || done.Bool):
 		return store.Attempt{}, false, nil
 	case outcome.Valid && !started:
 		return store.Attempt{}, false, nil

@@ -18,6 +18,7 @@ var endedAttemptCases = []testCase{
 	{"LostAfterFailed", endedLostAfterFailed},
 	{"CompletedNotRecorded", endedCompleted},
 	{"StartedReplaced", endedStartedReplaced},
+	{"OtherOpAtPosition", endedOtherOp},
 	{"OnlyThatLease", endedOnlyThatLease},
 	{"ExtendEndsTimedOut", endedExtendTimedOut},
 	{"HeartbeatStoppedPastDeadline", endedHeartbeatStopped},
@@ -170,6 +171,21 @@ func endedCompleted(t *testing.T, e *env) {
 		if n := len(again.History[0].AttemptLog); (c.name == "done") != (n == 0) {
 			t.Fatalf("%s: attempt log %+v", c.name, again.History[0].AttemptLog)
 		}
+	}
+}
+
+// A reported step whose position holds another op (another step's, or a
+// heartbeat of a worker that sends no position, read as 0) is not recorded.
+func endedOtherOp(t *testing.T, e *env) {
+	cr := e.start()
+	t0 := e.clk.Now()
+	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning,
+		Ops: []*store.Op{{Position: 0, Kind: store.OpStep, Name: "reserve", Attempts: 1, StartedAt: t0}},
+		Attempts: []store.Attempt{{Position: 0, Attempt: 1, Error: store.ErrorInfo{Message: "503"}, StartedAt: t0, FinishedAt: t0}}})
+	e.report(cr, leaseDur, store.RunStep{Name: "charge", Attempt: 2, Since: t0}, 0)
+	again, ended := e.reclaim(cr)
+	if len(ended) != 0 || len(again.History) != 1 || again.History[0].Attempts != 1 || len(again.History[0].AttemptLog) != 1 {
+		t.Fatalf("ended %+v, history %+v; want nothing recorded for another step's position", ended, again.History)
 	}
 }
 
