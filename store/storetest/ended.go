@@ -180,7 +180,7 @@ func endedOtherOp(t *testing.T, e *env) {
 	cr := e.start()
 	t0 := e.clk.Now()
 	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning,
-		Ops: []*store.Op{{Position: 0, Kind: store.OpStep, Name: "reserve", Attempts: 1, StartedAt: t0}},
+		Ops:      []*store.Op{{Position: 0, Kind: store.OpStep, Name: "reserve", Attempts: 1, StartedAt: t0}},
 		Attempts: []store.Attempt{{Position: 0, Attempt: 1, Error: store.ErrorInfo{Message: "503"}, StartedAt: t0, FinishedAt: t0}}})
 	e.report(cr, leaseDur, store.RunStep{Name: "charge", Attempt: 2, Since: t0}, 0)
 	again, ended := e.reclaim(cr)
