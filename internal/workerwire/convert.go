@@ -100,7 +100,7 @@ func StepToPB(s store.RunStep) *pb.RunStep {
 	if !s.Since.IsZero() {
 		st.Since = Ts(s.Since)
 	}
-	if s.Timeout > 0 {
+	if s.Timeout != 0 { // (a negative one is sent, for the server to refuse)
 		st.Timeout = Dur(s.Timeout)
 	}
 	return st
