@@ -50,7 +50,11 @@ class Crashes(unittest.TestCase):
         w1 = self.worker()
         r = self.c.start("conformance.takeover", {}, queue=self.queue)
         self.wait_step(r["id"], "slow")
-        time.sleep(0.8)
+        # once a heartbeat reported step slow: the server records its attempt lost
+        deadline = time.time() + 15
+        while (self.c.get(r["id"]).get("current_step") or {}).get("name") != "slow":
+            self.assertLess(time.time(), deadline, "step slow never reported")
+            time.sleep(0.05)
         w1.kill()
         killed = time.time()
         self.worker()
@@ -59,7 +63,9 @@ class Crashes(unittest.TestCase):
         self.assertLess(time.time() - killed, 5 + 4 + 4)
         ops = ops_of(self.c, r["id"])
         self.assertEqual([(o["name"], o["result"], o["attempts"]) for o in ops],
-                         [("before", "b", 1), ("slow", "s", 1), ("after", "a", 1)])
+                         [("before", "b", 1), ("slow", "s", 2), ("after", "a", 1)])
+        self.assertEqual([(a["attempt"], a["outcome"], a["error"]["type"]) for a in ops[1]["attempt_log"]],
+                         [(1, "lost", "attempt_lost")])
         self.assertEqual(run["attempts"], 2)
         evs = [e["event"] for e in self.c.stream(r["id"], timeout=10)]
         self.assertEqual(evs, ["run.started", "step.completed", "run.resumed", "step.completed", "step.completed",
@@ -101,8 +107,13 @@ class Crashes(unittest.TestCase):
         self.assert_server_alive()
         run = self.c.result(r["id"], timeout=30)
         self.assertEqual((run["status"], run["output"]), ("succeeded", "survived"))
-        self.assertEqual([(o["name"], o["attempts"]) for o in ops_of(self.c, r["id"])],
-                         [("before", 1), ("slow", 1), ("after", 1)])
+        ops = ops_of(self.c, r["id"])
+        # slow's frozen attempt is in the history as lost when a heartbeat had
+        # reported it before the SIGSTOP; the next attempt is numbered after it
+        lost = [a["attempt"] for a in ops[1].get("attempt_log") or () if a.get("outcome") == "lost"]
+        self.assertEqual(lost, list(range(1, len(lost) + 1)))
+        self.assertEqual([(o["name"], o["attempts"]) for o in ops],
+                         [("before", 1), ("slow", 1 + len(lost)), ("after", 1)])
         time.sleep(0.5)
         self.assertIsNone(w1.proc.poll())  # the first worker lives on, its writes refused
         completed = [e["data"]["name"] for e in self.c.stream(r["id"], timeout=10) if e["event"] == "step.completed"]

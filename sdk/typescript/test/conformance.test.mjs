@@ -187,9 +187,9 @@ test('recorded', async () => {
 
 test('takeover: a SIGKILLed worker\'s run is taken over, each step recorded once', async () => {
   const run = await start('conformance.takeover', {});
-  // ~1 s into step slow
+  // once a heartbeat reported step slow (so the server records its attempt lost)
   await eventually(async () => (await ops(run.id)).some((o) => o.name === 'before' && o.done), 15_000, 'step before');
-  await sleep(1000);
+  await eventually(async () => (await client.getRun(run.id)).current_step?.name === 'slow', 15_000, 'step slow reported');
   await worker.kill();
   const t0 = Date.now();
   worker = await startWorker(srv, { queue });
@@ -198,5 +198,7 @@ test('takeover: a SIGKILLed worker\'s run is taken over, each step recorded once
   assert.equal(done.output, 'survived');
   assert.ok(Date.now() - t0 < 5000 + 4000 + 5000, 'within lease + 4 s + slack');
   const h = await ops(run.id);
-  assert.deepEqual(h.map((o) => [o.name, o.attempts]), [['before', 1], ['slow', 1], ['after', 1]]);
+  // slow's interrupted attempt is in its history, lost; the new worker's is 2
+  assert.deepEqual(h.map((o) => [o.name, o.attempts]), [['before', 1], ['slow', 2], ['after', 1]]);
+  assert.deepEqual(h[1].attempt_log.map((a) => [a.attempt, a.outcome, a.error.type]), [[1, 'lost', 'attempt_lost']]);
 });
