@@ -173,9 +173,9 @@ func TestCheckpointOfATakenOverLease(t *testing.T) {
 	t.Parallel()
 	e := newBoundaryEnv(t)
 	e.remoteRun("taken", "default")
-	claim := func() *pb.ClaimedRun {
+	claim := func(lease time.Duration) *pb.ClaimedRun {
 		s, err := e.workerClient("worker").Claim(t.Context(), connect.NewRequest(&pb.ClaimRequest{Namespace: "default",
-			Queues: []string{"default"}, Workflows: []string{"remote"}, Worker: "worker", Credit: 1, LeaseDuration: durationpb.New(50 * time.Millisecond)}))
+			Queues: []string{"default"}, Workflows: []string{"remote"}, Worker: "worker", Credit: 1, LeaseDuration: durationpb.New(lease)}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,9 +189,12 @@ func TestCheckpointOfATakenOverLease(t *testing.T) {
 		}
 		return runs[0]
 	}
-	old := claim()
+	old := claim(50 * time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // the lease expires
-	cur := claim()
+	// The new lease outlives the test: a 50 ms one could expire before its
+	// checkpoint on a loaded machine, and any claim in the namespace (the
+	// env's worker polls) would take the run back.
+	cur := claim(time.Minute)
 	step := func(cr *pb.ClaimedRun, name string, pos int64) *pb.CheckpointItem {
 		now := timestamppb.Now()
 		return &pb.CheckpointItem{Lease: leaseOf(cr), Seq: 1, Status: "running", Ops: []*pb.Op{{Position: pos, Kind: "step", Name: name,
