@@ -53,6 +53,13 @@ var (
 	// ErrStepTotalTimeout: a step ran out of StepOptions.TotalTimeout across its
 	// attempts and backoffs; it is not retried. It is also an ErrStepTimeout.
 	ErrStepTotalTimeout = engine.ErrStepTotalTimeout
+	// ErrStepOutcomeUnknown: an attempt of an at-most-once step
+	// (StepOptions.AtMostOnce) started and its outcome was never recorded (its
+	// worker crashed, its lease expired, it was ended after its timeout), so
+	// the step is not run again. The step's error (a *StepError of type
+	// "step_outcome_unknown") is it, and so is the run's when the step's
+	// OnUnknown policy fails the run.
+	ErrStepOutcomeUnknown = engine.ErrStepOutcomeUnknown
 	// ErrClosed: the client, or the store under it, was closed.
 	ErrClosed = store.ErrClosed
 	// ErrNamespaceNotFound: the namespace has no record (see docs/queues.md).
@@ -94,8 +101,8 @@ type NonDeterminismError = engine.NonDeterminismError
 // StepError is the error a step returns to its workflow once its retries are
 // exhausted or the error is non-retryable. It carries the recorded message and type
 // rather than the original error, so that a replay sees exactly the same error.
-// It unwraps to ErrCancelled, ErrDeadlineExceeded or ErrPayloadTooLarge when the
-// step ended for that reason.
+// It unwraps to ErrCancelled, ErrDeadlineExceeded, ErrPayloadTooLarge or
+// ErrStepOutcomeUnknown when the step ended for that reason.
 type StepError struct {
 	Step     string
 	Attempts int
@@ -145,6 +152,8 @@ func sentinelFor(typ string) error {
 		return ErrApprovalTimeout
 	case engine.TypeTotalTimeout:
 		return ErrStepTotalTimeout
+	case engine.TypeOutcomeUnknown:
+		return ErrStepOutcomeUnknown
 	}
 	return nil
 }

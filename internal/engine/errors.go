@@ -20,6 +20,10 @@ var (
 	ErrApprovalTimeout  = errors.New("approval timed out")
 	// ErrStepTotalTimeout is also an ErrStepTimeout (errors.Is matches both).
 	ErrStepTotalTimeout error = &childSentinel{msg: "step timed out across its attempts", parent: ErrStepTimeout}
+	// ErrStepOutcomeUnknown: an attempt of an at-most-once step started (its
+	// start is recorded) and its outcome was never recorded, so the engine
+	// does not know whether its effect happened and does not run it again.
+	ErrStepOutcomeUnknown = errors.New("step outcome unknown")
 )
 
 // childSentinel is a sentinel error that is also another one.
@@ -42,6 +46,7 @@ const (
 	TypeNonDeterminism  = "non_determinism"
 	TypeEventTimeout    = "event_timeout"
 	TypeApprovalTimeout = "approval_timeout"
+	TypeOutcomeUnknown  = "step_outcome_unknown"
 )
 
 // NonDeterminismError reports that workflow code asked for a different op than the
@@ -101,6 +106,8 @@ func errorInfo(err error, typeOf func(error) (string, bool)) *store.ErrorInfo {
 		info.Type = te.Type
 	case errors.As(err, &pe):
 		info.Type = TypePanic
+	case errors.Is(err, ErrStepOutcomeUnknown):
+		info.Type, info.NonRetryable = TypeOutcomeUnknown, true
 	case errors.Is(err, ErrStepTotalTimeout):
 		info.Type, info.NonRetryable = TypeTotalTimeout, true
 	case errors.Is(err, ErrStepTimeout):

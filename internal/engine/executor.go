@@ -66,6 +66,12 @@ func (e *Engine) ExecuteOutcome(ctx context.Context, cr *store.ClaimedRun, ctl *
 	}
 	out, err, returned := rs.runWorkflow(def)
 	rs.inflight.Wait()
+	if ferr := rs.failure(); ferr != nil {
+		// Whether or not the function returned: an at-most-once step failed
+		// the run (StepOptions.FailRunOnUnknown).
+		final = rs.finish(nil, ferr)
+		return oc
+	}
 	if !returned {
 		oc.Status = rs.saveUnwind()
 		return oc

@@ -24,6 +24,7 @@ const (
 	unwindSuspend             // a long wait: save waiting, release the run
 	unwindHandBack            // worker shutdown: save pending
 	unwindAbandon             // lease lost or store failing: write nothing more
+	unwindFail                // fail the run with unwindErr (an at-most-once step's unknown outcome)
 )
 
 // RunState is one claimed run being executed: its history, the ops not yet
@@ -354,6 +355,8 @@ func (rs *RunState) requestUnwind(k unwindKind, err error, wakeAt *time.Time, re
 	switch {
 	case rs.unwind == unwindNone:
 	case k == unwindAbandon && rs.unwind != unwindAbandon:
+	case k == unwindFail && (rs.unwind == unwindSuspend || rs.unwind == unwindHandBack):
+		// What is queued is saved with the run's failure instead.
 	case k == unwindSuspend && rs.unwind == unwindSuspend:
 		// Wake for the earliest need of every suspended op.
 		if wakeAt != nil && (rs.wakeAt == nil || wakeAt.Before(*rs.wakeAt)) {
@@ -367,6 +370,20 @@ func (rs *RunState) requestUnwind(k unwindKind, err error, wakeAt *time.Time, re
 		close(rs.unwinding)
 	}
 	rs.unwind, rs.unwindErr, rs.wakeAt, rs.waitReason = k, err, wakeAt, reason
+}
+
+// failRun asks for the run to fail with err once the workflow goroutine and
+// its async steps have stopped (ExecuteOutcome), saving what is queued.
+func (rs *RunState) failRun(err error) { rs.requestUnwind(unwindFail, err, nil, "") }
+
+// failure returns the error the run must fail with (failRun), nil when none.
+func (rs *RunState) failure() error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.unwind != unwindFail {
+		return nil
+	}
+	return rs.unwindErr
 }
 
 // stopNow ends the workflow goroutine after in-flight async steps settle. It runs

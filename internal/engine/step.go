@@ -44,6 +44,22 @@ type StepOptions struct {
 	// recorded, across attempts and backoffs; 0 means no limit. When it passes,
 	// the step fails with ErrStepTotalTimeout and is not retried.
 	TotalTimeout time.Duration
+	// AtMostOnce makes each attempt's start durable before fn runs (one
+	// checkpoint per attempt, with an attempt row of outcome store.AttemptStarted
+	// that the attempt's final record replaces). A step found, on replay, with
+	// its last attempt started, lost or timed out and no outcome recorded is not
+	// run again: it ends with ErrStepOutcomeUnknown (see outcomeUnknown). A
+	// failure an attempt reported is retried by the policy as usual. Ignored by
+	// a transactional step, whose effects commit with its record.
+	AtMostOnce bool
+	// FailRunOnUnknown (with AtMostOnce) fails the run with the step's
+	// ErrStepOutcomeUnknown instead of returning it to the workflow.
+	FailRunOnUnknown bool
+	// KeyPosition, when KeyPositionSet, is the position the attempts'
+	// idempotency key names instead of the step's own: a step run again after
+	// an unknown outcome keeps the key of the step it repeats.
+	KeyPosition    int
+	KeyPositionSet bool
 	// AttemptsDefault and BackoffDefault say that MaxAttempts and Backoff are
 	// the SDK's defaults, not the caller's: the default retry policy of the
 	// run's queue (store.ClaimedRun.QueueRetry), when it has one, replaces them.
@@ -114,6 +130,10 @@ func (rs *RunState) Step(name string, fn func(context.Context) (any, error), o S
 	rs.checkUnwind()
 	pos, rec := rs.next(store.OpStep, name)
 	if rec != nil && rec.Done {
+		if o.FailRunOnUnknown && IsOutcomeUnknown(rec) {
+			rs.failRun(&outcomeUnknownError{msg: rec.Error.Message})
+			rs.checkUnwind()
+		}
 		return rec
 	}
 	op, ok := rs.newStepCall(name, pos, rec, fn, o, detached).execute()
@@ -138,6 +158,10 @@ func (rs *RunState) Async(f *StepFuture, name string, fn func(context.Context) (
 	pos, rec := rs.next(store.OpStep, name)
 	f.rs, f.done = rs, make(chan struct{})
 	if rec != nil && rec.Done {
+		if o.FailRunOnUnknown && IsOutcomeUnknown(rec) {
+			rs.failRun(&outcomeUnknownError{msg: rec.Error.Message})
+			rs.checkUnwind()
+		}
 		f.op = rec
 		close(f.done)
 		return
@@ -151,6 +175,14 @@ func (rs *RunState) Async(f *StepFuture, name string, fn func(context.Context) (
 			f.op = op
 		}
 	}()
+}
+
+// Settle makes f a future already settled with op, which is not recorded:
+// for a step refused before it started (its options are invalid), so that
+// waiting on f (Get, Select) returns at once.
+func (f *StepFuture) Settle(rs *RunState, op *store.Op) {
+	f.rs, f.op, f.done = rs, op, make(chan struct{})
+	close(f.done)
 }
 
 // Wait waits for the step and returns its op, done.
@@ -215,6 +247,10 @@ type stepCall struct {
 	// (store.AttemptLost, store.AttemptTimedOut: recorded by the claim that
 	// took the run), nil otherwise.
 	ended *store.Attempt
+	// unknown, for an at-most-once step, is its last recorded attempt when
+	// that attempt's outcome is unknown (see outcomeUnknown): it takes
+	// precedence over ended, which a plain step retries.
+	unknown *store.Attempt
 }
 
 func (rs *RunState) newStepCall(name string, pos int, rec *store.Op, fn func(context.Context) (any, error), o StepOptions, detached bool) *stepCall {
@@ -226,6 +262,9 @@ func (rs *RunState) newStepCall(name string, pos int, rec *store.Op, fn func(con
 				(a.Outcome == store.AttemptLost || a.Outcome == store.AttemptTimedOut) {
 				sc.ended = a
 			}
+		}
+		if o.AtMostOnce {
+			sc.unknown = unknownAttempt(rec)
 		}
 	}
 	return sc
@@ -251,6 +290,9 @@ func (sc *stepCall) endedFinal() error {
 // run is unwinding and the step's outcome is not to be recorded.
 func (sc *stepCall) execute() (op *store.Op, ok bool) {
 	rs := sc.rs
+	if sc.unknown != nil {
+		return sc.outcomeUnknown()
+	}
 	if sc.opts.TotalTimeout > 0 && sc.attempt == 0 {
 		// The total timeout runs from the first attempt's start as recorded, so
 		// that the next owner of the run enforces it after a crash.
@@ -263,9 +305,11 @@ func (sc *stepCall) execute() (op *store.Op, ok bool) {
 		if op, stop, ok := sc.mayStart(); stop {
 			return op, ok
 		}
-		sc.attempt++
-		t0 := rs.now()
-		sc.attemptStart = t0
+		if !sc.atMostOnce() { // an at-most-once attempt began in mayStart
+			sc.attempt++
+			sc.attemptStart = rs.now()
+		}
+		t0 := sc.attemptStart
 		cur := rs.ctl.StepStarted(sc.name, sc.pos, sc.attempt, t0, sc.opts.Timeout)
 		recorded, res, err, stopErr := sc.attemptOnce()
 		rs.ctl.StepEnded(cur)
@@ -304,6 +348,9 @@ func (sc *stepCall) mayStart() (op *store.Op, stop, ok bool) {
 	if err := sc.pastTotal(0); err != nil {
 		return sc.finish(nil, err), true, true
 	}
+	if sc.atMostOnce() {
+		return sc.begin()
+	}
 	if err := sc.flush(); err != nil {
 		rs.requestUnwind(flushFailure(err), err, nil, "")
 		return nil, true, false
@@ -314,6 +361,104 @@ func (sc *stepCall) mayStart() (op *store.Op, stop, ok bool) {
 		return sc.finish(nil, err), true, true
 	}
 	return nil, false, false
+}
+
+func (sc *stepCall) atMostOnce() bool { return sc.opts.AtMostOnce && sc.txFn == nil }
+
+// msgStarted is the error message of an attempt row of outcome started: what
+// the history says of an attempt whose outcome was never recorded.
+const msgStarted = "the attempt started; its outcome was not recorded"
+
+// begin starts the next attempt of an at-most-once step: it checkpoints, with
+// what precedes the step, the step's op (not done) at the new attempt and an
+// attempt row of outcome started, so that a replay after a crash knows the
+// attempt may have run. This checkpoint takes the place of the flush of
+// mayStart: an at-most-once attempt costs one checkpoint more than a plain one
+// only when nothing preceded it. The attempt's final record (a failed attempt
+// row, the succeeded attempt row of the done op, see setAttemptStart) replaces
+// the row; the store upserts attempt rows by (run, position, attempt).
+func (sc *stepCall) begin() (op *store.Op, stop, ok bool) {
+	rs := sc.rs
+	sc.attempt++
+	t0 := rs.now()
+	sc.attemptStart = t0
+	att := store.Attempt{Position: sc.pos, Attempt: sc.attempt, Outcome: store.AttemptStarted,
+		Error: store.ErrorInfo{Message: msgStarted}, StartedAt: t0, FinishedAt: t0}
+	rs.mu.Lock()
+	rs.pending.ops = append(rs.pending.ops, sc.op())
+	rs.pending.atts = append(rs.pending.atts, att)
+	rs.mu.Unlock()
+	if _, err := rs.checkpoint(&store.CheckpointParams{Status: store.StatusRunning}, false); err != nil {
+		// Not written (or not known to be): the attempt does not run.
+		rs.requestUnwind(flushFailure(err), err, nil, "")
+		return nil, true, false
+	}
+	// The checkpoint may have learnt of a cancellation: the attempt whose
+	// start it recorded does not run, and its row says why (a known outcome).
+	if err := rs.interrupted(sc.detached); err != nil {
+		att.Outcome, att.Error, att.FinishedAt = store.AttemptFailed, *rs.errorInfo(err), rs.now()
+		sc.failReported = true
+		rs.recordAttempt(sc.op(), att, sc.failedEvent(&att.Error, att.FinishedAt, true))
+		return sc.finish(nil, err), true, true
+	}
+	return nil, false, false
+}
+
+// unknownAttempt returns rec's last attempt when its outcome is unknown: its
+// row says it started (the worker died before recording how it ended), was
+// lost (its lease expired while it ran) or timed out (ended by the store after
+// its timeout); nil otherwise.
+func unknownAttempt(rec *store.Op) *store.Attempt {
+	if rec.Done || len(rec.AttemptLog) == 0 {
+		return nil
+	}
+	a := rec.AttemptLog[len(rec.AttemptLog)-1]
+	if a.Attempt != rec.Attempts {
+		return nil
+	}
+	switch a.Outcome {
+	case store.AttemptStarted, store.AttemptLost, store.AttemptTimedOut:
+		return &a
+	}
+	return nil
+}
+
+// IsOutcomeUnknown reports whether op is a step that ended with
+// ErrStepOutcomeUnknown.
+func IsOutcomeUnknown(op *store.Op) bool {
+	return op.Kind == store.OpStep && op.Done && op.Error != nil && op.Error.Type == TypeOutcomeUnknown
+}
+
+// outcomeUnknownError is ErrStepOutcomeUnknown with what the history says of
+// the attempt.
+type outcomeUnknownError struct{ msg string }
+
+func (e *outcomeUnknownError) Error() string { return e.msg }
+func (e *outcomeUnknownError) Unwrap() error { return ErrStepOutcomeUnknown }
+
+// outcomeUnknown ends an at-most-once step whose last attempt has no recorded
+// outcome (sc.unknown) without running it again: the step is recorded done
+// with ErrStepOutcomeUnknown (type step_outcome_unknown), so that every later
+// replay returns the same; with FailRunOnUnknown the run then fails with it.
+// The message is made of what history holds only, so a replay that repeats
+// this (the checkpoint was not made) records the same.
+func (sc *stepCall) outcomeUnknown() (*store.Op, bool) {
+	a := sc.unknown
+	why := "its worker stopped before recording how it ended"
+	switch a.Outcome {
+	case store.AttemptLost:
+		why = "its lease expired while it ran"
+	case store.AttemptTimedOut:
+		why = "it was ended after its timeout"
+	}
+	err := &outcomeUnknownError{msg: fmt.Sprintf("%s: attempt %d of at-most-once step %q started at %s and %s; it is not run again",
+		ErrStepOutcomeUnknown, a.Attempt, sc.name, a.StartedAt.UTC().Format(time.RFC3339Nano), why)}
+	op := sc.finish(nil, err)
+	if sc.opts.FailRunOnUnknown {
+		sc.rs.failRun(err)
+		return nil, false
+	}
+	return op, true
 }
 
 // failed records a failed attempt (started at t0) and, unless the step ends
@@ -457,12 +602,19 @@ func (sc *stepCall) finish(result []byte, err error) *store.Op {
 }
 
 // setAttemptStart gives a step that an attempt completed after failed ones
-// (op, done without an error) the start of that attempt, which the store
+// (op, done without an error), or any at-most-once step an attempt completed,
+// the start of that attempt, which the store
 // records with the op (store.Op.AttemptStartedAt). It leaves op unchanged for a
 // step that failed, succeeded at its first attempt or was not completed by an
 // attempt of this execution.
 func (sc *stepCall) setAttemptStart(op *store.Op) {
-	if op.Error != nil || sc.attempt < 2 || sc.attemptStart.IsZero() {
+	// An at-most-once step records it from its first attempt on: the row
+	// replaces the attempt's started row.
+	first := 2
+	if sc.atMostOnce() {
+		first = 1
+	}
+	if op.Error != nil || sc.attempt < first || sc.attemptStart.IsZero() {
 		return
 	}
 	t0 := sc.attemptStart
@@ -473,9 +625,13 @@ func (sc *stepCall) setAttemptStart(op *store.Op) {
 func (sc *stepCall) attemptContext() (context.Context, stepStopper) {
 	rs := sc.rs
 	ctx, stop := rs.stepContext(sc.detached, sc.opts.Timeout, sc.totalAt())
+	keyPos := sc.pos
+	if sc.opts.KeyPositionSet {
+		keyPos = sc.opts.KeyPosition
+	}
 	ctx = context.WithValue(ctx, stepInfoKey{}, &stepValue{rs: rs, StepAttempt: StepAttempt{
 		RunID: rs.run.ID, Step: sc.name, Position: sc.pos, Attempt: sc.attempt,
-		IdempotencyKey: rs.run.ID + "/" + strconv.Itoa(sc.pos),
+		IdempotencyKey: rs.run.ID + "/" + strconv.Itoa(keyPos),
 	}})
 	return ctx, stop
 }

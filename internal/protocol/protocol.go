@@ -238,8 +238,10 @@ func checkOp(i int, op *store.Op, read bool) *Error {
 		return opErr(i, op, "started_at", "required")
 	case op.FinishedAt != nil && !op.Done:
 		return opErr(i, op, "finished_at", "an op in progress has not finished")
-	case op.AttemptStartedAt != nil && (op.Kind != store.OpStep || !op.Done || op.Error != nil || op.Attempts < 2):
-		return opErr(i, op, "attempt_started_at", "only for a step that completed after failed attempts")
+	case op.AttemptStartedAt != nil && (op.Kind != store.OpStep || !op.Done || op.Error != nil || op.Attempts < 1):
+		// An at-most-once step's succeeded attempt row replaces the row that
+		// recorded its start, from its first attempt on.
+		return opErr(i, op, "attempt_started_at", "only for a step that an attempt completed (after failed attempts, or at most once)")
 	case op.AttemptStartedAt != nil && op.FinishedAt != nil && op.AttemptStartedAt.After(*op.FinishedAt):
 		return opErr(i, op, "attempt_started_at", "after the step finished")
 	case len(op.AttemptLog) > 0 && !read:
