@@ -130,7 +130,11 @@ func describeRec(r recordedOp) string {
 }
 
 // checkAttempts: each failed attempt goes with its step's op in the same
-// checkpoint, numbered within its attempts, with the error it failed with.
+// checkpoint, numbered within its attempts, with the error it failed with. A
+// worker writes the outcomes "" and failed (an attempt that failed) and
+// started (an at-most-once step's record that its attempt began, with the op
+// in progress at that attempt: the last write of the position, so that the
+// op and its row say the same); lost and timed_out are the server's.
 func checkAttempts(p *store.CheckpointParams, byPos positions, rec *Recorded) *Error {
 	for k, a := range p.Attempts {
 		field := fmt.Sprintf("attempts[%d]", k)
@@ -153,6 +157,10 @@ func checkAttempts(p *store.CheckpointParams, byPos positions, rec *Recorded) *E
 			return opErr(i, op, field, "a failed attempt needs its error's message")
 		case a.StartedAt.IsZero() || a.FinishedAt.Before(a.StartedAt):
 			return opErr(i, op, field, "needs started_at, and finished_at not before it")
+		}
+		if a.Outcome == store.AttemptStarted && (op.Done || a.Attempt != op.Attempts) {
+			return opErr(i, op, field, "a started attempt goes with its step in progress at that attempt (done false, attempts %d), not %s at attempt %d",
+				a.Attempt, map[bool]string{true: "done", false: "in progress"}[op.Done], op.Attempts)
 		}
 	}
 	return nil

@@ -105,6 +105,33 @@ func TestCheckAcceptsValid(t *testing.T) {
 		protocol.NewRecorded([]*store.Op{done}, false)); err != nil {
 		t.Fatalf("an identical rewrite: %v", err)
 	}
+	// An at-most-once step's started attempt: the op in progress at that
+	// attempt, with what preceded it. The attempt's end replaces the row: a
+	// failed one, or the step done with its attempt_started_at (at attempt 1
+	// too).
+	started := &store.CheckpointParams{Status: store.StatusRunning,
+		Ops: []*store.Op{{Position: 1, Kind: store.OpStep, Name: "pay", Attempts: 1, StartedAt: t0}},
+		Attempts: []store.Attempt{{Position: 1, Attempt: 1, Outcome: store.AttemptStarted,
+			Error: store.ErrorInfo{Message: "the attempt started; its outcome was not recorded"}, StartedAt: t0, FinishedAt: t0}}}
+	amo := protocol.NewRecorded([]*store.Op{{Position: 0, Kind: store.OpStep, Name: "a", Done: true, Attempts: 1}}, false)
+	if err := protocol.Check(started, amo); err != nil {
+		t.Fatalf("a started attempt: %v", err)
+	}
+	amo.Apply(started)
+	paid := &store.CheckpointParams{Status: store.StatusRunning,
+		Ops:    []*store.Op{{Position: 1, Kind: store.OpStep, Name: "pay", Done: true, Result: []byte(`1`), Attempts: 1, StartedAt: t0, FinishedAt: tp(t0.Add(time.Second)), AttemptStartedAt: &t0}},
+		Stream: []store.StreamWrite{{Name: store.StreamStepCompleted, Data: []byte(`{"name":"pay","attempt":1,"duration_ms":1000}`)}}}
+	if err := protocol.Check(paid, amo); err != nil {
+		t.Fatalf("an at-most-once step done at its first attempt: %v", err)
+	}
+	// Its outcome unknown after a crash: done with the error, no attempt row.
+	unknown := &store.CheckpointParams{Status: store.StatusRunning,
+		Ops: []*store.Op{{Position: 1, Kind: store.OpStep, Name: "pay", Done: true, Attempts: 1, StartedAt: t0, FinishedAt: &t0,
+			Error: &store.ErrorInfo{Message: "step outcome unknown: …", Type: "step_outcome_unknown", NonRetryable: true}}},
+		Stream: []store.StreamWrite{{Name: store.StreamStepFailed, Data: []byte(`{"name":"pay","attempt":1,"duration_ms":0,"final":true}`)}}}
+	if err := protocol.Check(unknown, amo); err != nil {
+		t.Fatalf("an unknown outcome: %v", err)
+	}
 	// A timer recorded in progress and completed in the same checkpoint (it
 	// was due already): the later write completes the earlier.
 	p = &store.CheckpointParams{Status: store.StatusRunning, Ops: []*store.Op{
@@ -175,6 +202,12 @@ func TestCheckRefuses(t *testing.T) {
 		{"attempt without its op", func(p *store.CheckpointParams) { p.Attempts[0].Position = 9 }, false, "attempts[0]: position 9"},
 		{"attempt beyond the op's", func(p *store.CheckpointParams) { p.Attempts[0].Attempt = 3 }, false, "attempt 3 of a step at attempt 2"},
 		{"attempt without error", func(p *store.CheckpointParams) { p.Attempts[0].Error.Message = "" }, false, "needs its error's message"},
+		{"started attempt of a done step", func(p *store.CheckpointParams) { p.Attempts[0].Attempt, p.Attempts[0].Outcome = 2, store.AttemptStarted }, false,
+			"a started attempt goes with its step in progress at that attempt (done false, attempts 2), not done"},
+		{"started attempt before the step's last", func(p *store.CheckpointParams) {
+			op(p, 0).Done, op(p, 0).Result, op(p, 0).FinishedAt, op(p, 0).AttemptStartedAt = false, nil, nil, nil
+			p.Attempts[0].Outcome = store.AttemptStarted
+		}, false, "a started attempt goes with its step in progress at that attempt (done false, attempts 1), not in progress at attempt 2"},
 		{"kv without op", func(p *store.CheckpointParams) { p.KV = append(p.KV, store.KVWrite{Key: "z", Value: []byte(`1`)}) }, false, `kv[1]: run-store write of key "z" without its set or delete op`},
 		{"set without kv", func(p *store.CheckpointParams) { p.KV = nil }, false, `set "k") kv: has no run-store write`},
 		{"set with another value", func(p *store.CheckpointParams) { p.KV[0].Value = []byte(`2`) }, false, "a set op's write sets the op's result"},
