@@ -202,7 +202,9 @@ func TestCheckRefuses(t *testing.T) {
 		{"attempt without its op", func(p *store.CheckpointParams) { p.Attempts[0].Position = 9 }, false, "attempts[0]: position 9"},
 		{"attempt beyond the op's", func(p *store.CheckpointParams) { p.Attempts[0].Attempt = 3 }, false, "attempt 3 of a step at attempt 2"},
 		{"attempt without error", func(p *store.CheckpointParams) { p.Attempts[0].Error.Message = "" }, false, "needs its error's message"},
-		{"started attempt of a done step", func(p *store.CheckpointParams) { p.Attempts[0].Attempt, p.Attempts[0].Outcome = 2, store.AttemptStarted }, false,
+		{"started attempt of a done step", func(p *store.CheckpointParams) {
+			p.Attempts[0].Attempt, p.Attempts[0].Outcome = 2, store.AttemptStarted
+		}, false,
 			"a started attempt goes with its step in progress at that attempt (done false, attempts 2), not done"},
 		{"started attempt before the step's last", func(p *store.CheckpointParams) {
 			op(p, 0).Done, op(p, 0).Result, op(p, 0).FinishedAt, op(p, 0).AttemptStartedAt = false, nil, nil, nil
