@@ -19,6 +19,16 @@ export interface StepOptions {
   retry?: RetryPolicy;
   /** Bound of each attempt in ms (StepTimeoutError, type step_timeout). */
   timeout?: number;
+  /**
+   * At most once: each attempt's start is checkpointed before fn runs, and an
+   * attempt that started and never recorded its end (its worker died, its lease
+   * expired, the server ended it after its timeout) is not run again: the step
+   * ends with a StepError of type "step_outcome_unknown". A failure fn reports
+   * is retried by `retry` as usual. One checkpoint more per attempt.
+   */
+  atMostOnce?: boolean;
+  /** With atMostOnce: 'error' (the default) throws the StepError; 'failRun' fails the run with it. */
+  onUnknown?: 'error' | 'failRun';
 }
 
 export interface StepInfo {

@@ -27,7 +27,8 @@ const NEVER = new Promise(() => {});
 const STEP_ABANDON_GRACE_MS = 200;
 const textEnc = new TextEncoder();
 
-const U = { none: 0, blocked: 1, suspend: 2, handBack: 3, abandon: 4 };
+// fail: an at-most-once step's unknown outcome fails the run (onUnknown 'failRun').
+const U = { none: 0, blocked: 1, suspend: 2, handBack: 3, abandon: 4, fail: 5 };
 
 /** A Go time.Duration's String form for the durations errors name (ms precision). */
 export function fmtDuration(ms) {
@@ -68,6 +69,7 @@ function opOf(o) {
     position: Number(o.position), kind: o.kind, name: o.name, done: o.done,
     result: o.result, error: o.error ? { message: o.error.message, type: o.error.type, nonRetryable: o.error.nonRetryable } : undefined,
     attempts: Number(o.attempts), startedAt: date(o.startedAt) ?? new Date(), ended: endedAttempt(o),
+    attemptLog: (o.attemptLog ?? []).map((a) => ({ attempt: Number(a.attempt), outcome: a.outcome ?? '', startedAt: date(a.startedAt) })),
   };
 }
 
@@ -81,6 +83,25 @@ export function endedAttempt(o) {
   const a = log[log.length - 1];
   if (!a || a.attempt !== o.attempts || (a.outcome !== 'lost' && a.outcome !== 'timed_out')) return undefined;
   return { message: a.error?.message ?? `attempt ${a.outcome}`, type: a.error?.type ?? '' };
+}
+
+/**
+ * The last attempt of rec, a step op in progress, when its outcome is unknown:
+ * it started and never recorded its end (outcome "started"), or, for an
+ * at-most-once step, its lease expired while it ran ("lost") or the server
+ * ended it after its timeout ("timed_out"). null otherwise. Such a step is not
+ * run again (docs/worker-protocol.md, "At-most-once steps").
+ */
+function unknownAttempt(rec, atMostOnce) {
+  if (rec.done || rec.attemptLog.length === 0) return null;
+  const a = rec.attemptLog[rec.attemptLog.length - 1];
+  if (a.attempt !== rec.attempts) return null;
+  if (a.outcome === 'started' || (atMostOnce && (a.outcome === 'lost' || a.outcome === 'timed_out'))) return a;
+  return null;
+}
+
+function isOutcomeUnknown(op) {
+  return op.kind === 'step' && op.done && op.error?.type === 'step_outcome_unknown';
 }
 
 function emptyQueue() {
@@ -218,6 +239,8 @@ export class RunExec {
       // first reason wins
     } else if (kind === U.abandon && u.kind !== U.abandon) {
       // a lost lease overrides everything
+    } else if (kind === U.fail && (u.kind === U.suspend || u.kind === U.handBack)) {
+      // what is queued is saved with the run's failure instead
     } else if (kind === U.suspend && u.kind === U.suspend) {
       if (wakeAt && (!u.wakeAt || wakeAt < u.wakeAt)) { u.wakeAt = wakeAt; u.reason = reason; }
       if (events) u.events.push(...events);
@@ -386,6 +409,7 @@ export class RunExec {
       this.unwinding.then(() => ({ returned: false })),
     ]);
     await this.settleInflight();
+    if (this.unwind.kind === U.fail) return this.finish(undefined, this.unwind.err);
     if (!outcome.returned || outcome.e === UNWIND || (this.unwound && outcome.e instanceof RunUnwound)) return this.saveUnwind();
     if (outcome.e !== undefined) return this.finish(undefined, outcome.e);
     let out;
@@ -603,7 +627,13 @@ export class RunExec {
   async step(name, fn, opts, detached) {
     this.checkUnwind();
     const { pos, rec } = this.next('step', name);
-    if (rec && rec.done) return rec;
+    if (rec && rec.done) {
+      if (opts?.atMostOnce && opts.onUnknown === 'failRun' && isOutcomeUnknown(rec)) {
+        this.requestUnwind(U.fail, new TrellisError(rec.error.message, { type: 'step_outcome_unknown', nonRetryable: true }), null, '');
+        throw UNWIND;
+      }
+      return rec;
+    }
     const call = new StepCall(this, name, pos, rec, fn, opts ?? {}, detached);
     const p = call.execute();
     this.inflight.add(p);
@@ -846,7 +876,7 @@ function opPB(op) {
 }
 
 function attemptPB(a) {
-  return { position: BigInt(a.position), attempt: BigInt(a.attempt), error: a.error, startedAt: ts(a.startedAt), finishedAt: ts(a.finishedAt) };
+  return { position: BigInt(a.position), attempt: BigInt(a.attempt), error: a.error, startedAt: ts(a.startedAt), finishedAt: ts(a.finishedAt), outcome: a.outcome ?? '' };
 }
 
 /** One step's attempts (internal/engine/step.go stepCall). */
@@ -866,6 +896,8 @@ class StepCall {
     this.attemptStart = null;
     this.attemptT0 = 0;
     this.failReported = false;
+    this.atMostOnce = opts.atMostOnce === true;
+    this.unknown = rec ? unknownAttempt(rec, this.atMostOnce) : null;
   }
 
   op() {
@@ -886,6 +918,7 @@ class StepCall {
 
   async execute() {
     const rs = this.rs;
+    if (this.unknown) return this.outcomeUnknown();
     // The last attempt was lost or timed out and may not be retried: the step
     // fails with its error (internal/engine/step.go endedFinal).
     if (this.ended && (this.attempt >= this.policy.maxAttempts || this.policy.nonRetryableTypes.includes(this.ended.type))) {
@@ -896,18 +929,22 @@ class StepCall {
       if (rs.stop.signal.aborted) { rs.requestUnwind(rs.ctxKind(), null, null, ''); throw UNWIND; }
       let err = rs.interrupted(this.detached);
       if (err) return this.finish(undefined, err);
-      try {
-        if (!rs.onlyDerivable(false)) await rs.flush();
-      } catch (e) {
-        rs.requestUnwind(flushFailure(e), e, null, '');
-        throw UNWIND;
+      if (this.atMostOnce) {
+        const done = await this.begin();
+        if (done) return done;
+      } else {
+        try {
+          if (!rs.onlyDerivable(false)) await rs.flush();
+        } catch (e) {
+          rs.requestUnwind(flushFailure(e), e, null, '');
+          throw UNWIND;
+        }
+        err = rs.interrupted(this.detached);
+        if (err) return this.finish(undefined, err);
+        this.attempt++;
+        this.attemptStart = rs.now();
       }
-      err = rs.interrupted(this.detached);
-      if (err) return this.finish(undefined, err);
-
-      this.attempt++;
-      const t0 = rs.now();
-      this.attemptStart = t0;
+      const t0 = this.attemptStart;
       this.attemptT0 = performance.now();
       rs.currentStep = { name: this.name, attempt: this.attempt, since: t0, position: this.pos, timeout: this.timeout };
       const { ok, value, error } = await this.runAttempt();
@@ -945,6 +982,59 @@ class StepCall {
       }
       await sleepFor(delay, [this.detached ? null : rs.cancel.signal, rs.stop.signal]);
     }
+  }
+
+  /**
+   * Starts the next attempt of an at-most-once step: a checkpoint (with what
+   * the run queued) of the op in progress at the new attempt and its attempt
+   * row of outcome "started", before the function runs. The attempt's end
+   * replaces the row. Returns the op, done, when the step ends without the
+   * attempt (a cancellation learnt from the checkpoint), else null.
+   */
+  async begin() {
+    const rs = this.rs;
+    this.attempt++;
+    const t0 = rs.now();
+    this.attemptStart = t0;
+    const att = { position: this.pos, attempt: this.attempt, outcome: 'started',
+      error: { message: 'the attempt started; its outcome was not recorded' }, startedAt: t0, finishedAt: t0 };
+    rs.pushOp(this.op());
+    rs.pending.atts.push(att);
+    try {
+      await rs.checkpoint({ status: 'running' }, false);
+    } catch (e) {
+      rs.requestUnwind(flushFailure(e), e, null, '');
+      throw UNWIND;
+    }
+    const err = rs.interrupted(this.detached);
+    if (!err) return null;
+    const info = errorInfo(err);
+    rs.pushOp(this.op());
+    rs.pending.atts.push({ ...att, outcome: 'failed', error: info, finishedAt: rs.now() });
+    rs.pending.stream.push(this.stepEvent('step.failed', info, true));
+    this.failReported = true;
+    return this.finish(undefined, err);
+  }
+
+  /**
+   * Ends a step whose last attempt's outcome is unknown without running it
+   * again: done with an error of type step_outcome_unknown (made of what
+   * history holds, so a replay that redoes it records the same), and, with
+   * onUnknown 'failRun', the run failed with it.
+   */
+  outcomeUnknown() {
+    const a = this.unknown;
+    let why = 'its worker stopped before recording how it ended';
+    if (a.outcome === 'lost') why = 'its lease expired while it ran';
+    if (a.outcome === 'timed_out') why = 'it was ended after its timeout';
+    const err = new TrellisError(`step outcome unknown: attempt ${a.attempt} of at-most-once step ${JSON.stringify(this.name)} started at ${a.startedAt?.toISOString()} and ${why}; it is not run again`,
+      { type: 'step_outcome_unknown', nonRetryable: true });
+    const op = this.finish(undefined, err);
+    if (this.atMostOnce && this.opts.onUnknown === 'failRun') {
+      this.rs.requestUnwind(U.fail, err, null, '');
+      throw UNWIND;
+    }
+    return op;
   }
 
   retryable(err, info) {
@@ -1024,7 +1114,8 @@ class StepCall {
     op.result = result;
     op.finishedAt = at;
     if (err !== undefined) op.error = errorInfo(err);
-    if (err === undefined && this.attempt >= 2 && this.attemptStart) op.attemptStartedAt = this.attemptStart;
+    // an at-most-once step's succeeded row replaces its started row from the first attempt on
+    if (err === undefined && this.attempt >= (this.atMostOnce ? 1 : 2) && this.attemptStart) op.attemptStartedAt = this.attemptStart;
     let ev = null;
     if (err === undefined) ev = this.stepEvent('step.completed');
     else if (!this.failReported) ev = this.stepEvent('step.failed', op.error, true);
@@ -1251,6 +1342,9 @@ export class WorkflowContext {
     checkName('step name', name);
     if (typeof fn !== 'function') throw new TypeError(`step ${JSON.stringify(name)}: fn must be a function, got ${typeof fn}`);
     if (opts?.timeout !== undefined && !(opts.timeout >= 0)) throw new TypeError(`step ${JSON.stringify(name)}: timeout must be milliseconds >= 0`);
+    if (opts?.atMostOnce !== undefined && typeof opts.atMostOnce !== 'boolean') throw new TypeError(`step ${JSON.stringify(name)}: atMostOnce must be a boolean`);
+    if (opts?.onUnknown !== undefined && opts.onUnknown !== 'error' && opts.onUnknown !== 'failRun') throw new TypeError(`step ${JSON.stringify(name)}: onUnknown must be 'error' or 'failRun'`);
+    if (opts?.onUnknown !== undefined && !opts.atMostOnce) throw new TypeError(`step ${JSON.stringify(name)}: onUnknown applies to at-most-once steps only (set atMostOnce)`);
     const rs = this._rs;
     return guard((async () => {
       const op = await rs.step(name, fn, opts, this._detached);
