@@ -166,6 +166,52 @@ async def parallel_cancel(ctx, _):
     return await asyncio.gather(ctx.step.run("a", waits), ctx.step.run("b", waits))
 
 
+def _charge(ctx, on_unknown):
+    # An at-most-once step that records its effect, then (with TRELLIS_AMO_HANG
+    # set) blocks until its process is killed.
+    def charge(info):
+        with open(os.environ["TRELLIS_AMO_EFFECTS"], "a") as f:
+            f.write(f"{info.run_id} {info.attempt}\n")
+        mark(info, "started")
+        if os.environ.get("TRELLIS_AMO_HANG"):
+            time.sleep(3600)
+        return "receipt"
+
+    return ctx.step.run("charge", charge, at_most_once=True, on_unknown=on_unknown)
+
+
+@trellis.workflow("extra.amo_error")
+async def amo_error(ctx, _):
+    try:
+        return await _charge(ctx, "error")
+    except trellis.StepError as e:
+        return {"type": e.type}
+
+
+@trellis.workflow("extra.amo_fail")
+async def amo_fail(ctx, _):
+    return {"returned": await _charge(ctx, "fail_run")}
+
+
+@trellis.workflow("extra.amo_retry")
+async def amo_retry(ctx, _):
+    def flaky(info):
+        if info.attempt == 1:
+            raise RuntimeError("declined for now")
+        return "b" + str(info.attempt)
+
+    a = await ctx.step.run("once", lambda: "a", at_most_once=True)
+    b = await ctx.step.run("flaky", flaky, at_most_once=True, on_unknown="fail_run",
+                           retry=trellis.Retry(max_attempts=2, initial=0.01, jitter=0))
+    return a + b
+
+
+@trellis.workflow("extra.amo_bad")
+async def amo_bad(ctx, i):
+    opts = [{"on_unknown": "fail_run"}, {"at_most_once": True, "on_unknown": "retry"}, {"at_most_once": "yes"}][i]
+    return await ctx.step.run("s", lambda: 1, **opts)
+
+
 @trellis.workflow("extra.detached_child")
 async def detached_child(ctx, _):
     return await ctx.start_child("extra.maybe_fail", 5, queue=QUEUE, detached=True)
@@ -179,5 +225,5 @@ if __name__ == "__main__":
     w.register(unencodable, non_retryable, reserved_emit, fails, child_fails, maybe_fail, map_fails, patched_backoff,
                flaky_job, approvals, deadline,
                cancel_then_step, stubborn, parallel, parallel_backoff, parallel_cancel,
-               detached_child)
+               detached_child, amo_error, amo_fail, amo_retry, amo_bad)
     w.run()

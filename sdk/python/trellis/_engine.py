@@ -42,6 +42,8 @@ from .errors import (
 
 # unwind kinds (the Go engine's unwindKind)
 BLOCKED, SUSPEND, HANDBACK, ABANDON = "blocked", "suspend", "handback", "abandon"
+FAIL = "fail"  # an at-most-once step's unknown outcome fails the run (on_unknown="fail_run")
+STARTED_MESSAGE = "the attempt started; its outcome was not recorded"
 
 STEP_ABANDON_GRACE = 0.2  # how long a step whose signal is set may take to return
 
@@ -163,7 +165,7 @@ class Op:
     """One history entry (store.Op)."""
 
     __slots__ = ("position", "kind", "name", "done", "result", "error", "attempts", "started_at", "finished_at",
-                 "attempt_started_at", "ended")
+                 "attempt_started_at", "ended", "last_attempt")
 
     def __init__(self, position, kind, name="", done=False, result=None, error=None, attempts=1, started_at=None,
                  finished_at=None, attempt_started_at=None):
@@ -174,6 +176,9 @@ class Op:
         # or timed out (its worker never reported it): it counts against the
         # step's attempts, and the next is numbered after it.
         self.ended = None
+        # (attempt, outcome, started_at) of the last attempt row read with the
+        # op (its attempt log), or None: an at-most-once step's replay needs it.
+        self.last_attempt = None
 
     @classmethod
     def from_wire(cls, d: dict) -> "Op":
@@ -186,7 +191,25 @@ class Op:
             if _wire.as_int(a.get("attempt")) == op.attempts and a.get("outcome") in ("lost", "timed_out"):
                 e = a.get("error") or {}
                 op.ended = (e.get("message") or f"attempt {a.get('outcome')}", e.get("type") or "")
+            op.last_attempt = (_wire.as_int(a.get("attempt")), a.get("outcome") or "",
+                               parse_time(a.get("started_at") or a.get("startedAt")))
         return op
+
+    def unknown_attempt(self, at_most_once: bool):
+        """The last attempt of this step op in progress when its outcome is
+        unknown: it started and never recorded its end ("started"), or, for an
+        at-most-once step, its lease expired while it ran ("lost") or the server
+        ended it after its timeout ("timed_out"); None otherwise. Such a step is
+        not run again (docs/worker-protocol.md, "At-most-once steps")."""
+        a = self.last_attempt
+        if self.done or a is None or a[0] != self.attempts:
+            return None
+        if a[1] == "started" or (at_most_once and a[1] in ("lost", "timed_out")):
+            return a
+        return None
+
+    def outcome_unknown(self) -> bool:
+        return self.kind == "step" and self.done and bool(self.error) and self.error.get("type") == "step_outcome_unknown"
 
     def wire(self) -> dict:
         d = {"position": self.position, "kind": self.kind, "attempts": self.attempts}
@@ -362,7 +385,8 @@ class RunState:
         raise _Unwind()
 
     def request_unwind(self, kind, err=None, wake_at=None, reason=""):
-        if self.unwind is None or (kind == ABANDON and self.unwind != ABANDON):
+        if self.unwind is None or (kind == ABANDON and self.unwind != ABANDON) or \
+                (kind == FAIL and self.unwind in (SUSPEND, HANDBACK)):  # saved with the failure instead
             self.unwind, self.unwind_err, self.wake_at, self.wait_reason = kind, err, wake_at, reason
         elif kind == SUSPEND and self.unwind == SUSPEND:
             if wake_at is not None and (self.wake_at is None or wake_at < self.wake_at):
@@ -661,7 +685,8 @@ async def _wait_events(events, timeout=None):
 class _StepCall:
     """Executes one step's attempts (the Go engine's stepCall)."""
 
-    def __init__(self, rs: RunState, name, pos, rec, fn, retry: Retry, timeout, detached):
+    def __init__(self, rs: RunState, name, pos, rec, fn, retry: Retry, timeout, detached,
+                 at_most_once=False, on_unknown="error"):
         self.rs, self.name, self.pos, self.fn, self.timeout, self.detached = rs, name, pos, fn, timeout, detached
         self.retry = retry.with_queue(rs.queue_retry)
         self.attempt = rec.attempts if rec is not None else 0
@@ -669,6 +694,8 @@ class _StepCall:
         self.ended = rec.ended if rec is not None else None
         self.attempt_start = None
         self.fail_reported = False
+        self.at_most_once, self.on_unknown = at_most_once, on_unknown
+        self.unknown = rec.unknown_attempt(at_most_once) if rec is not None else None
 
     def op(self) -> Op:
         # (0 attempts for a step that ends before its first one, as Go's)
@@ -689,6 +716,8 @@ class _StepCall:
 
     async def execute(self) -> Op:
         rs = self.rs
+        if self.unknown is not None:
+            return self.outcome_unknown()
         if self.ended is not None and (self.attempt >= self.retry.max_attempts
                                        or self.ended[1] in self.retry.non_retryable_types):
             # its last attempt was lost or timed out and may not be retried: the
@@ -701,13 +730,18 @@ class _StepCall:
             err = rs.interrupted(self.detached)
             if err is not None:
                 return self.finish(None, err)
-            await rs.flush()
-            err = rs.interrupted(self.detached)
-            if err is not None:
-                return self.finish(None, err)
-            self.attempt += 1
-            t0 = utcnow()
-            self.attempt_start = t0
+            if self.at_most_once:
+                op = await self.begin()
+                if op is not None:
+                    return op
+            else:
+                await rs.flush()
+                err = rs.interrupted(self.detached)
+                if err is not None:
+                    return self.finish(None, err)
+                self.attempt += 1
+                self.attempt_start = utcnow()
+            t0 = self.attempt_start
             rs.current_step = (self.name, self.attempt, t0, self.pos, self.timeout)
             try:
                 ok, v = await self._attempt_once()
@@ -729,6 +763,49 @@ class _StepCall:
             op = await self.failed(v, t0)
             if op is not None:
                 return op
+
+    async def begin(self):
+        """Starts the next attempt of an at-most-once step: a checkpoint (with
+        what the run queued) of the op in progress at the new attempt and its
+        attempt row of outcome "started", before the function runs. The
+        attempt's end replaces the row. Returns the op, done, when the step ends
+        without the attempt (a cancellation learnt from the checkpoint)."""
+        rs = self.rs
+        self.attempt += 1
+        t0 = utcnow()
+        self.attempt_start = t0
+        att = {"position": self.pos, "attempt": self.attempt, "outcome": "started",
+               "error": {"message": STARTED_MESSAGE}, "startedAt": fmt_time(t0), "finishedAt": fmt_time(t0)}
+        rs.pending.ops.append(self.op())
+        rs.pending.atts.append(att)
+        await rs._flush_or_unwind()
+        err = rs.interrupted(self.detached)
+        if err is None:
+            return None
+        end = utcnow()
+        info = error_info(err)
+        rs.pending.ops.append(self.op())
+        rs.pending.atts.append({**att, "outcome": "failed", "error": _info_wire(info), "finishedAt": fmt_time(end)})
+        rs.pending.stream.append(self._event("step.failed", end, info, True))
+        self.fail_reported = True
+        return self.finish(None, err)
+
+    def outcome_unknown(self) -> Op:
+        """Ends a step whose last attempt's outcome is unknown without running
+        it again: done with an error of type step_outcome_unknown (made of what
+        history holds, so a replay that redoes it records the same), and, with
+        on_unknown="fail_run", the run failed with it."""
+        n, outcome, started = self.unknown
+        why = {"lost": "its lease expired while it ran", "timed_out": "it was ended after its timeout"}.get(
+            outcome, "its worker stopped before recording how it ended")
+        at = fmt_time(started) if started is not None else "an unknown time"
+        err = StepError(f"step outcome unknown: attempt {n} of at-most-once step {_quote(self.name)} started at {at} "
+                        f"and {why}; it is not run again", "step_outcome_unknown", non_retryable=True)
+        op = self.finish(None, err)
+        if self.at_most_once and self.on_unknown == "fail_run":
+            self.rs.request_unwind(FAIL, err)
+            raise _Unwind()
+        return op
 
     async def _attempt_once(self):
         """Runs one attempt: (True, value) or (False, exception)."""
@@ -844,7 +921,8 @@ class _StepCall:
                 ev = self._event("step.failed", at, op.error, True)
         else:
             ev = self._event("step.completed", at)
-            if self.attempt >= 2 and self.attempt_start is not None:
+            # an at-most-once step's succeeded row replaces its started row from its first attempt on
+            if self.attempt >= (1 if self.at_most_once else 2) and self.attempt_start is not None:
                 op.attempt_started_at = self.attempt_start
         rs.pending.ops.append(op)
         if ev is not None:
@@ -1279,19 +1357,38 @@ class _Steps:
     def __init__(self, ctx):
         self._ctx = ctx
 
-    async def run(self, name: str, fn, *, retry: Retry | None = None, timeout: float | None = None):
+    async def run(self, name: str, fn, *, retry: Retry | None = None, timeout: float | None = None,
+                  at_most_once: bool = False, on_unknown: str = "error"):
         """Runs fn as the step `name` and returns its result (a JSON value):
         from history on replay, else by calling fn (sync: on a thread; async:
         awaited) with a StepInfo when it takes an argument. Failed attempts are
         retried per `retry` (default: 3 attempts, 1 s doubling); `timeout`
         bounds each attempt (seconds). A step that fails for good raises
-        StepError (StepTimeout, Cancelled...)."""
+        StepError (StepTimeout, Cancelled...).
+
+        With at_most_once=True each attempt's start is checkpointed before fn
+        runs, and an attempt that started and never recorded its end (its
+        worker died, its lease expired, the server ended it after its timeout)
+        is not run again: the step ends with a StepError of type
+        "step_outcome_unknown" (on_unknown="error", the default), or the run
+        fails with it (on_unknown="fail_run"). A failure fn reports is retried
+        by `retry` as usual. One checkpoint more per attempt."""
+        if not isinstance(at_most_once, bool):
+            raise TypeError(f"step {name!r}: at_most_once must be a bool")
+        if on_unknown not in ("error", "fail_run"):
+            raise ValueError(f"step {name!r}: on_unknown must be 'error' or 'fail_run', not {on_unknown!r}")
+        if on_unknown != "error" and not at_most_once:
+            raise ValueError(f"step {name!r}: on_unknown applies to at-most-once steps only (set at_most_once)")
         ctx = self._ctx
         rs = ctx._rs
         rs.check_unwind()
         pos, rec = rs.next("step", name)
+        if rec is not None and rec.done and at_most_once and on_unknown == "fail_run" and rec.outcome_unknown():
+            rs.request_unwind(FAIL, StepError(rec.error.get("message", ""), "step_outcome_unknown", non_retryable=True))
+            raise _Unwind()
         if rec is None or not rec.done:
-            call = _StepCall(rs, name, pos, rec, fn, retry or DEFAULT_RETRY, timeout, ctx._detached)
+            call = _StepCall(rs, name, pos, rec, fn, retry or DEFAULT_RETRY, timeout, ctx._detached,
+                             at_most_once, on_unknown)
             task = asyncio.current_task()
             if task is rs.main_task:
                 rec = await call.execute()
@@ -1545,6 +1642,8 @@ async def execute(host, rs: RunState, defn) -> str:
         err = e
     if rs.inflight:  # steps still running in parallel: their outcomes go with the save
         await asyncio.wait(list(rs.inflight))
+    if rs.unwind == FAIL:  # an at-most-once step's unknown outcome (on_unknown="fail_run")
+        return await rs.finish(None, rs.unwind_err)
     if unwound or rs.unwind is not None:  # (an op may raise after an unwind was requested)
         return await rs.save_unwind()
     if err is not None:
