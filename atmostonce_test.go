@@ -32,6 +32,7 @@ const (
 // amoIn is the input of the at-most-once workflow: the step's policy.
 type amoIn struct {
 	Policy trellis.OnUnknown
+	Async  bool // the step is an Async one, awaited with Get
 }
 
 // amoWorkflow has one at-most-once step, "charge", which appends
@@ -41,7 +42,7 @@ type amoIn struct {
 // else "charged:" and the step's result.
 func amoWorkflow(effects string) *trellis.Workflow[amoIn, string] {
 	return trellis.NewWorkflow("amo", func(wc *trellis.Context, in amoIn) (string, error) {
-		r, err := trellis.Step(wc, "charge", func(ctx context.Context) (string, error) {
+		charge := func(ctx context.Context) (string, error) {
 			info := trellis.StepInfo(ctx)
 			if err := appendLine(effects, fmt.Sprintf("%s %s %d\n", info.RunID, info.IdempotencyKey, info.Attempt)); err != nil {
 				return "", err
@@ -50,7 +51,15 @@ func amoWorkflow(effects string) *trellis.Workflow[amoIn, string] {
 				time.Sleep(time.Hour) // until SIGKILL
 			}
 			return "receipt", nil
-		}, trellis.StepOptions{AtMostOnce: true, OnUnknown: in.Policy})
+		}
+		opts := trellis.StepOptions{AtMostOnce: true, OnUnknown: in.Policy}
+		var r string
+		var err error
+		if in.Async {
+			r, err = trellis.Async(wc, "charge", charge, opts).Get(wc)
+		} else {
+			r, err = trellis.Step(wc, "charge", charge, opts)
+		}
 		if errors.Is(err, trellis.ErrStepOutcomeUnknown) {
 			return "unknown", nil
 		}
@@ -174,16 +183,19 @@ func TestAtMostOnceCrashRemote(t *testing.T) {
 func atMostOnceCrash(t *testing.T, client *trellis.Client, effects string, hang func() *testProcess, takeover func()) {
 	ctx := ctxT(t)
 	wf := amoWorkflow(effects)
-	starts := map[string]trellis.OnUnknown{
-		"return-error": trellis.UnknownReturnError,
-		"fail-run":     trellis.UnknownFailRun,
-		"approve":      trellis.UnknownAskApproval,
-		"reject-done":  trellis.UnknownAskApproval,
-		"reject":       trellis.UnknownAskApproval,
+	starts := map[string]amoIn{
+		"return-error":  {Policy: trellis.UnknownReturnError},
+		"fail-run":      {Policy: trellis.UnknownFailRun},
+		"approve":       {Policy: trellis.UnknownAskApproval},
+		"reject-done":   {Policy: trellis.UnknownAskApproval},
+		"reject":        {Policy: trellis.UnknownAskApproval},
+		"async-error":   {Policy: trellis.UnknownReturnError, Async: true},
+		"async-fail":    {Policy: trellis.UnknownFailRun, Async: true},
+		"async-approve": {Policy: trellis.UnknownAskApproval, Async: true},
 	}
 	h := map[string]*trellis.Handle[string]{}
-	for id, p := range starts {
-		h[id] = must[*trellis.Handle[string]](t)(trellis.Start(ctx, client, wf, amoIn{Policy: p}, trellis.StartOptions{ID: id}))
+	for id, in := range starts {
+		h[id] = must[*trellis.Handle[string]](t)(trellis.Start(ctx, client, wf, in, trellis.StartOptions{ID: id}))
 	}
 	p := hang()
 	defer p.kill(t)
@@ -193,7 +205,7 @@ func atMostOnceCrash(t *testing.T, client *trellis.Client, effects string, hang 
 	takeover()
 	approvals := map[string]string{} // run ID → the approval request's ID
 	for id := range starts {
-		if starts[id] != trellis.UnknownAskApproval {
+		if starts[id].Policy != trellis.UnknownAskApproval {
 			continue
 		}
 		run := waitStatus(t, client, h[id].RunID(), trellis.StatusWaiting)
@@ -203,19 +215,26 @@ func atMostOnceCrash(t *testing.T, client *trellis.Client, effects string, hang 
 		approvals[id] = h[id].RunID() + ".approval.1"
 	}
 	must[*trellis.ApprovalRecord](t)(client.Approve(ctx, approvals["approve"], "ops", "not charged: run it again"))
+	must[*trellis.ApprovalRecord](t)(client.Approve(ctx, approvals["async-approve"], "ops", ""))
 	must[*trellis.ApprovalRecord](t)(client.Reject(ctx, approvals["reject-done"], "ops", "Done: the PSP shows the charge"))
 	must[*trellis.ApprovalRecord](t)(client.Reject(ctx, approvals["reject"], "ops", "cannot tell"))
 
-	want := map[string]string{"return-error": "unknown", "approve": "charged:receipt", "reject-done": "charged:", "reject": "unknown"}
+	want := map[string]string{"return-error": "unknown", "approve": "charged:receipt", "reject-done": "charged:", "reject": "unknown",
+		"async-error": "unknown", "async-approve": "charged:receipt"}
 	for id, out := range want {
 		if got := mustResult(t, h[id]); got != out {
 			t.Errorf("%s: result %q, want %q", id, got, out)
 		}
 	}
-	_, err := h["fail-run"].Result(ctx)
-	var re *trellis.RunError
-	if !errors.As(err, &re) || re.Status != trellis.StatusFailed || !errors.Is(err, trellis.ErrStepOutcomeUnknown) {
-		t.Errorf("fail-run: result error %v, want a failed run's ErrStepOutcomeUnknown", err)
+	for _, id := range []string{"fail-run", "async-fail"} {
+		_, err := h[id].Result(ctx)
+		var re *trellis.RunError
+		if !errors.As(err, &re) || re.Status != trellis.StatusFailed || !errors.Is(err, trellis.ErrStepOutcomeUnknown) {
+			t.Errorf("%s: result error %v, want a failed run's ErrStepOutcomeUnknown", id, err)
+		}
+		if n := len(amoEffects(t, effects)[h[id].RunID()]); n != 1 {
+			t.Errorf("%s: the step ran %d times, want 1", id, n)
+		}
 	}
 
 	// One effect per run (its first attempt), and a second for the approved
@@ -224,7 +243,7 @@ func atMostOnceCrash(t *testing.T, client *trellis.Client, effects string, hang 
 	for id := range want {
 		run := h[id].RunID()
 		n := 1
-		if id == "approve" {
+		if strings.HasSuffix(id, "approve") {
 			n = 2
 		}
 		if len(got[run]) != n {
@@ -236,9 +255,6 @@ func atMostOnceCrash(t *testing.T, client *trellis.Client, effects string, hang 
 				t.Errorf("%s: effect with idempotency key %q, want %s/0", id, key, run)
 			}
 		}
-	}
-	if len(got[h["fail-run"].RunID()]) != 1 {
-		t.Errorf("fail-run: the step ran %d times, want 1", len(got[h["fail-run"].RunID()]))
 	}
 
 	// The history: the step is done with the unknown outcome's error after
@@ -253,7 +269,7 @@ func atMostOnceCrash(t *testing.T, client *trellis.Client, effects string, hang 
 		if len(op.AttemptLog) != 1 || op.AttemptLog[0].Attempt != 1 {
 			t.Errorf("%s: attempt log %+v, want the unknown attempt 1", id, op.AttemptLog)
 		}
-		if id == "approve" && (len(ops) < 3 || ops[1].Kind != trellis.OpApproval || ops[2].Name != "charge" || !ops[2].Done || ops[2].Error != nil) {
+		if strings.HasSuffix(id, "approve") && (len(ops) < 3 || ops[1].Kind != trellis.OpApproval || ops[2].Name != "charge" || !ops[2].Done || ops[2].Error != nil) {
 			t.Errorf("approve: history %+v, want the approval then the step run again", ops)
 		}
 	}
