@@ -33,6 +33,8 @@ const (
 type amoIn struct {
 	Policy trellis.OnUnknown
 	Async  bool // the step is an Async one, awaited with Get
+	// ApprovalTimeout is the timeout of the approval UnknownAskApproval asks for.
+	ApprovalTimeout time.Duration
 }
 
 // amoWorkflow has one at-most-once step, "charge", which appends
@@ -52,7 +54,8 @@ func amoWorkflow(effects string) *trellis.Workflow[amoIn, string] {
 			}
 			return "receipt", nil
 		}
-		opts := trellis.StepOptions{AtMostOnce: true, OnUnknown: in.Policy}
+		opts := trellis.StepOptions{AtMostOnce: true, OnUnknown: in.Policy,
+			UnknownApproval: trellis.ApprovalOptions{Approvers: []string{"ops"}, Timeout: in.ApprovalTimeout}}
 		var r string
 		var err error
 		if in.Async {
@@ -192,6 +195,8 @@ func atMostOnceCrash(t *testing.T, client *trellis.Client, effects string, hang 
 		"async-error":   {Policy: trellis.UnknownReturnError, Async: true},
 		"async-fail":    {Policy: trellis.UnknownFailRun, Async: true},
 		"async-approve": {Policy: trellis.UnknownAskApproval, Async: true},
+		// nobody decides: the request expires, and the step returns its error
+		"approval-expires": {Policy: trellis.UnknownAskApproval, ApprovalTimeout: 300 * time.Millisecond},
 	}
 	h := map[string]*trellis.Handle[string]{}
 	for id, in := range starts {
@@ -205,7 +210,7 @@ func atMostOnceCrash(t *testing.T, client *trellis.Client, effects string, hang 
 	takeover()
 	approvals := map[string]string{} // run ID → the approval request's ID
 	for id := range starts {
-		if starts[id].Policy != trellis.UnknownAskApproval {
+		if starts[id].Policy != trellis.UnknownAskApproval || starts[id].ApprovalTimeout > 0 {
 			continue
 		}
 		run := waitStatus(t, client, h[id].RunID(), trellis.StatusWaiting)
@@ -220,7 +225,7 @@ func atMostOnceCrash(t *testing.T, client *trellis.Client, effects string, hang 
 	must[*trellis.ApprovalRecord](t)(client.Reject(ctx, approvals["reject"], "ops", "cannot tell"))
 
 	want := map[string]string{"return-error": "unknown", "approve": "charged:receipt", "reject-done": "charged:", "reject": "unknown",
-		"async-error": "unknown", "async-approve": "charged:receipt"}
+		"async-error": "unknown", "async-approve": "charged:receipt", "approval-expires": "unknown"}
 	for id, out := range want {
 		if got := mustResult(t, h[id]); got != out {
 			t.Errorf("%s: result %q, want %q", id, got, out)
@@ -271,6 +276,9 @@ func atMostOnceCrash(t *testing.T, client *trellis.Client, effects string, hang 
 		}
 		if strings.HasSuffix(id, "approve") && (len(ops) < 3 || ops[1].Kind != trellis.OpApproval || ops[2].Name != "charge" || !ops[2].Done || ops[2].Error != nil) {
 			t.Errorf("approve: history %+v, want the approval then the step run again", ops)
+		}
+		if id == "approval-expires" && (len(ops) != 2 || ops[1].Kind != trellis.OpApproval || ops[1].Error == nil || ops[1].Error.Type != "approval_timeout") {
+			t.Errorf("approval-expires: history %+v, want the expired approval", ops)
 		}
 	}
 }
