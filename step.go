@@ -181,7 +181,7 @@ func decidedDone(comment string) bool {
 // unknownApproval is the approval request for the unknown outcome of op.
 func unknownApproval(wc *Context, base ApprovalOptions, op *store.Op, keyPos int) ApprovalOptions {
 	if base.Subject == "" {
-		base.Subject = fmt.Sprintf("Step %q may or may not have taken effect: approve to run it again, reject to fail it, or reject with a comment starting with \"done\" to treat it as done", op.Name)
+		base.Subject = fmt.Sprintf("Step %q may or may not have taken effect: approve to run it again; reject with a comment starting with \"done\" to treat it as done; reject otherwise to end it with its unknown outcome (ErrStepOutcomeUnknown)", op.Name)
 	}
 	if base.Details == nil {
 		base.Details = map[string]any{
