@@ -20,13 +20,18 @@ var ErrTxNotSupported = engine.ErrTxNotSupported
 // the store's single write connection and other writes wait for it: keep it short.
 // fn must not keep tx or use it after returning.
 //
-// Retries follow opts as for Step. Unlike Step, fn runs to completion even past
+// Retries follow opts as for Step; StepOptions.AtMostOnce and OnUnknown are
+// ignored (a TxStep's writes are exactly once already). Unlike Step, fn runs to completion even past
 // its timeout (the transaction needs it to return), so it should honour ctx. If
 // the commit's outcome is unknown (the connection broke), the run stops here and
 // is replayed from what the store holds. A store without transactions (the remote
 // client) fails the step with ErrTxNotSupported. History records a TxStep as a
 // step: Step and TxStep may replace each other under running workflows.
 func TxStep[T any](wc *Context, name string, fn func(ctx context.Context, tx any) (T, error), opts ...StepOptions) (T, error) {
-	op := wc.rs.TxStep(name, func(ctx context.Context, tx any) (any, error) { return fn(ctx, tx) }, engineOptions(opts), wc.detached)
+	eo := engineOptions(opts)
+	// Its writes commit with its record, exactly once: StepOptions.AtMostOnce
+	// (and OnUnknown) have nothing to add, and are ignored.
+	eo.AtMostOnce, eo.FailRunOnUnknown = false, false
+	op := wc.rs.TxStep(name, func(ctx context.Context, tx any) (any, error) { return fn(ctx, tx) }, eo, wc.detached)
 	return decodeStep[T](wc.rs, op)
 }
