@@ -9,14 +9,14 @@ import (
 )
 
 // The embedded kit parses, passes its own checks and holds the sixteen
-// workflows of issue 36, by name.
+// workflows of issue 36 and the at-most-once step of issue 37, by name.
 func TestKitLoads(t *testing.T) {
 	k, err := Load()
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"three_steps", "retries", "step_timeout", "sleep", "event_wait", "approval", "child", "map",
-		"select", "cancel", "kv", "emit", "nondeterminism", "job_sum", "takeover", "recorded"}
+		"select", "cancel", "kv", "emit", "nondeterminism", "job_sum", "takeover", "at_most_once", "recorded"}
 	for i := range want {
 		want[i] = "conformance." + want[i]
 	}
@@ -26,7 +26,8 @@ func TestKitLoads(t *testing.T) {
 	if k.LeaseSeconds != 5 {
 		t.Errorf("lease %d", k.LeaseSeconds)
 	}
-	if kills := slices.DeleteFunc(slices.Clone(k.Cases), func(c *Case) bool { return !c.Kills() }); len(kills) != 1 || kills[0].Name != "conformance.takeover" {
+	if kills := slices.DeleteFunc(slices.Clone(k.Cases), func(c *Case) bool { return !c.Kills() }); len(kills) != 2 ||
+		kills[0].Name != "conformance.takeover" || kills[1].Name != "conformance.at_most_once" {
 		t.Errorf("cases that kill the worker: %v", kills)
 	}
 }

@@ -260,6 +260,26 @@ func (k *kit) all() []trellis.Registrable {
 			return "survived", nil
 		}),
 
+		wf(k, "conformance.at_most_once", func(wc *trellis.Context, _ none) (any, error) {
+			if _, err := trellis.Step(wc, "before", func(context.Context) (string, error) { return "b", nil }); err != nil {
+				return nil, err
+			}
+			c, err := trellis.Step(wc, "charge", func(ctx context.Context) (string, error) {
+				if err := waitCtx(ctx, 4*time.Second); err != nil {
+					return "", err
+				}
+				return "c", nil
+			}, trellis.StepOptions{AtMostOnce: true})
+			var se *trellis.StepError
+			if errors.As(err, &se) {
+				return map[string]string{"error_type": se.Type}, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			return map[string]string{"charged": c}, nil
+		}),
+
 		wf(k, "conformance.recorded", func(wc *trellis.Context, _ none) (any, error) {
 			now := wc.Now()
 			id := wc.UUID()

@@ -169,6 +169,22 @@ async def takeover(ctx, inp):
     return "survived"
 
 
+@trellis.workflow("conformance.at_most_once")
+async def at_most_once(ctx, inp):
+    await ctx.step.run("before", lambda: "b")
+
+    async def charge(info):
+        mark(info, "started")
+        await asyncio.sleep(4)
+        return "c"
+
+    try:
+        c = await ctx.step.run("charge", charge, at_most_once=True)
+    except trellis.StepError as e:
+        return {"error_type": e.type}
+    return {"charged": c}
+
+
 @trellis.workflow("conformance.recorded")
 async def recorded(ctx, inp):
     now = ctx.now()
@@ -178,7 +194,7 @@ async def recorded(ctx, inp):
 
 
 WORKFLOWS = [three_steps, retries, step_timeout, sleep, event_wait, approval, double, child, map_, select, cancel, kv,
-             emit, nondeterminism, job_sum, takeover, recorded]
+             emit, nondeterminism, job_sum, takeover, at_most_once, recorded]
 
 
 def main():

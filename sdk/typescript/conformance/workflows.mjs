@@ -1,4 +1,4 @@
-// The conformance kit's 16 workflows (docs: the env contract), as a
+// The conformance kit's 17 workflows (docs: the env contract), as a
 // TypeScript-SDK program writes them.
 import { defineWorkflow, defineJob, StepError, CancelledError, EventTimeoutError } from '../src/index.js';
 
@@ -111,6 +111,17 @@ export const takeover = defineWorkflow('conformance.takeover', async (ctx) => {
   return 'survived';
 });
 
+export const atMostOnce = defineWorkflow('conformance.at_most_once', async (ctx) => {
+  await ctx.step.run('before', async () => 'b');
+  try {
+    const c = await ctx.step.run('charge', async ({ signal }) => { await abortable(4000, signal); return 'c'; }, { atMostOnce: true });
+    return { charged: c };
+  } catch (err) {
+    if (err instanceof StepError) return { error_type: err.type };
+    throw err;
+  }
+});
+
 export const recorded = defineWorkflow('conformance.recorded', async (ctx) => {
   const now = ctx.now();
   const uuid = ctx.uuid();
@@ -119,4 +130,4 @@ export const recorded = defineWorkflow('conformance.recorded', async (ctx) => {
 });
 
 export const all = [threeSteps, retries, stepTimeout, sleep, eventWait, approval, double, child, map, select,
-  cancel, kv, emit, nondeterminism, jobSum, takeover, recorded];
+  cancel, kv, emit, nondeterminism, jobSum, takeover, atMostOnce, recorded];

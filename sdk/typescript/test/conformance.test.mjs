@@ -1,4 +1,4 @@
-// The kit's 16 workflows, run by the conformance worker (a separate process)
+// The kit's 17 workflows, run by the conformance worker (a separate process)
 // against a real server, checked as the kit's runner checks them: outputs,
 // histories, streams, and the takeover of a SIGKILLed worker's run.
 import { test, before, after } from 'node:test';
