@@ -395,3 +395,48 @@ func TestAtMostOnceBadOptions(t *testing.T) {
 		t.Error("a step with bad options ran")
 	}
 }
+
+// A worker that stops (Close) while an at-most-once attempt still runs past
+// its ShutdownGrace cancels it and hands the run back: the attempt may have
+// taken effect, so the next worker does not run it again either.
+func TestAtMostOnceShutdownPastGrace(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	started := make(chan struct{}, 1)
+	wf := trellis.NewWorkflow("amo-shutdown", func(wc *trellis.Context, _ int) (string, error) {
+		_, err := trellis.Step(wc, "send", func(ctx context.Context) (string, error) {
+			if runs.Add(1) == 1 {
+				started <- struct{}{}
+				<-ctx.Done() // past the grace: cancelled by the worker's stop
+				return "", ctx.Err()
+			}
+			return "sent", nil
+		}, trellis.StepOptions{AtMostOnce: true})
+		if errors.Is(err, trellis.ErrStepOutcomeUnknown) {
+			return "unknown", nil
+		}
+		return "sent", err
+	})
+	url := storeURL(t)
+	cfg := trellis.Config{Store: url}
+	cfg.Worker.ShutdownGrace = 100 * time.Millisecond
+	c1, err := trellis.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(t, c1, wf)
+	h := must[*trellis.Handle[string]](t)(trellis.Start(ctxT(t), c1, wf, 0))
+	<-started
+	if err := c1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c2 := open(t, url)
+	register(t, c2, wf)
+	h2 := must[*trellis.Handle[string]](t)(trellis.GetHandle(ctxT(t), c2, wf, h.ID()))
+	if got := mustResult(t, h2); got != "unknown" {
+		t.Errorf("result %q, want the unknown outcome", got)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the step ran %d times, want 1", n)
+	}
+}

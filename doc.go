@@ -75,7 +75,9 @@
 // list "step_timeout" in Retry.NonRetryableTypes. A crash between the started
 // checkpoint and the call of the function also leaves the outcome unknown: the
 // engine cannot tell it from a crash inside the function, and errs on the side
-// of not running it. The cost is one checkpoint more per attempt, for these
+// of not running it. So does a worker that stops (Close) while such an attempt
+// still runs past Config.Worker.ShutdownGrace: the attempt is cancelled, the
+// run handed back, and its outcome is unknown. The cost is one checkpoint more per attempt, for these
 // steps only: the started checkpoint also carries what the run queued before the
 // step, which a plain step's attempt checkpoints anyway when there is any. A
 // TxStep needs none of this (its writes commit with its record) and ignores the
