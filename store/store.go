@@ -237,8 +237,12 @@ type Run struct {
 	Queue      string `json:"queue"`
 	Priority   int    `json:"priority"`
 	Status     Status `json:"status"`
-	// Version is the workflow version the run was started with (pinned).
+	// Version is the workflow version the run was started with; the run keeps it.
 	Version int `json:"version"`
+	// Pinned: only a worker that serves Version of the workflow claims the run
+	// (RunsClaimParams.Versions). A run that is not pinned goes to any worker
+	// of its workflow, whatever its version.
+	Pinned bool `json:"pinned,omitempty"`
 	// Sequence is the run's global creation order.
 	Sequence int64      `json:"sequence"`
 	Input    []byte     `json:"input,omitempty"`
@@ -526,6 +530,8 @@ type RunCreateParams struct {
 	Deadline    *time.Time  `json:"deadline,omitempty"`
 	AvailableAt *time.Time  `json:"available_at,omitempty"`
 	Reuse       ReusePolicy `json:"reuse,omitempty"`
+	// Pinned pins the run to Version (1 to MaxVersion): see Run.Pinned.
+	Pinned bool `json:"pinned,omitempty"`
 	// ConcurrencyKey, when set, counts the run against its queue's KeyLimit: at
 	// most that many runs with one key run at once (see QueueStore).
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
@@ -633,6 +639,11 @@ type RunsClaimParams struct {
 	Queues []string `json:"queues,omitempty"`
 	// Workflows the worker can run; only runs of these are claimed.
 	Workflows []string `json:"workflows"`
+	// Versions maps a workflow of Workflows to the versions of it the worker
+	// serves: a pinned run (Run.Pinned) is claimed only by a worker that lists
+	// its version here. Runs that are not pinned are claimed whatever their
+	// version. A workflow without an entry gets none of its pinned runs.
+	Versions map[string][]int `json:"versions,omitempty"`
 	// Worker identifies the claiming worker (recorded as lease owner).
 	Worker        string        `json:"worker"`
 	Max           int           `json:"max"`

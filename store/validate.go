@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -19,6 +20,9 @@ func (p *RunCreateParams) Validate() error {
 	}
 	if len(p.ConcurrencyKey) > MaxNameLen {
 		return fmt.Errorf("%w: ConcurrencyKey is longer than %d bytes", ErrInvalidParams, MaxNameLen)
+	}
+	if p.Pinned && (p.Version < 1 || p.Version > MaxVersion) {
+		return fmt.Errorf("%w: a pinned run's Version is 1 to %d, not %d", ErrInvalidParams, MaxVersion, p.Version)
 	}
 	if c := p.Claim; c != nil && (c.Worker == "" || c.LeaseDuration <= 0) {
 		return fmt.Errorf("%w: Claim needs a Worker and a positive LeaseDuration", ErrInvalidParams)
@@ -228,6 +232,25 @@ func (p *RunsClaimParams) Validate() error {
 		return fmt.Errorf("%w: LeaseDuration must be positive", ErrInvalidParams)
 	case p.StepTimeoutGrace < 0:
 		return fmt.Errorf("%w: StepTimeoutGrace must not be negative", ErrInvalidParams)
+	}
+	return ValidateVersions(p.Versions)
+}
+
+// MaxVersion is the highest workflow version a run may be pinned to.
+const MaxVersion = math.MaxInt32
+
+// ValidateVersions checks a worker's served versions (RunsClaimParams.Versions,
+// WorkerHeartbeatParams.Versions): named workflows, versions 0 to MaxVersion.
+func ValidateVersions(vs map[string][]int) error {
+	for wf, list := range vs {
+		if wf == "" {
+			return fmt.Errorf("%w: Versions: empty workflow name", ErrInvalidParams)
+		}
+		for _, v := range list {
+			if v < 0 || v > MaxVersion {
+				return fmt.Errorf("%w: Versions: version %d of workflow %q is not 0 to %d", ErrInvalidParams, v, wf, MaxVersion)
+			}
+		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"slices"
 	"strconv"
 	"time"
 )
@@ -45,6 +46,16 @@ type EventClaim struct {
 	Workflows []string `json:"workflows"`
 	// Queues the worker serves; empty means all.
 	Queues []string `json:"queues,omitempty"`
+	// Versions the worker serves, as RunsClaimParams.Versions: a run pinned
+	// to a version is claimed only if it is listed for its workflow.
+	Versions map[string][]int `json:"versions,omitempty"`
+}
+
+// Takes reports whether the worker of c claims run: its workflow, queue and,
+// for a pinned run, version.
+func (c *EventClaim) Takes(run *Run) bool {
+	return slices.Contains(c.Workflows, run.Workflow) && (len(c.Queues) == 0 || slices.Contains(c.Queues, run.Queue)) &&
+		(!run.Pinned || slices.Contains(c.Versions[run.Workflow], run.Version))
 }
 
 // EventSendResult is the result of EventSend.

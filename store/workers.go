@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -42,6 +45,10 @@ type Worker struct {
 	Workflows []string `json:"workflows"`
 	// Queues are the queues it claims from; empty means every queue.
 	Queues []string `json:"queues"`
+	// Versions maps each workflow to the workflow versions the worker serves
+	// to runs pinned to a version (RunsClaimParams.Versions); a workflow
+	// without an entry gets none of its pinned runs.
+	Versions map[string][]int `json:"versions,omitempty"`
 	// Version is the version of the worker's binary or SDK, free text.
 	Version    string    `json:"version"`
 	StartedAt  time.Time `json:"started_at"`
@@ -60,13 +67,21 @@ func (w *Worker) Serves(wf, q string) bool {
 	return slices.Contains(w.Workflows, wf) && (len(w.Queues) == 0 || slices.Contains(w.Queues, q))
 }
 
+// ServesRun reports whether the worker claims run: its workflow from its queue
+// and, for a pinned run, its version.
+func (w *Worker) ServesRun(run *Run) bool {
+	return w.Serves(run.Workflow, run.Queue) && (!run.Pinned || slices.Contains(w.Versions[run.Workflow], run.Version))
+}
+
 // WorkerHeartbeatParams are the parameters of WorkerHeartbeat.
 type WorkerHeartbeatParams struct {
 	Namespace string   `json:"namespace"`
 	Name      string   `json:"name"`
 	Workflows []string `json:"workflows"`
 	Queues    []string `json:"queues,omitempty"`
-	Version   string   `json:"version,omitempty"`
+	// Versions are the workflow versions the worker serves (Worker.Versions).
+	Versions map[string][]int `json:"versions,omitempty"`
+	Version  string           `json:"version,omitempty"`
 	// TTL is how long the worker counts as live after this heartbeat; a worker
 	// passes its lease duration, after which its runs are taken over anyway.
 	TTL time.Duration `json:"ttl"`
@@ -92,7 +107,7 @@ func (p *WorkerHeartbeatParams) Validate() error {
 	case slices.Contains(p.Queues, ""):
 		return fmt.Errorf("%w: Queues: empty queue name", ErrInvalidParams)
 	}
-	return nil
+	return ValidateVersions(p.Versions)
 }
 
 // WorkerListParams are the parameters of WorkerList.
@@ -111,22 +126,52 @@ type WorkerRemoveParams struct {
 // UnservedReason is the wait reason of a pending run that no live worker among
 // workers (the records of the run's namespace) serves: `no live worker serves
 // workflow "x"`, or `... on queue "q"` when live workers serve the workflow on
-// other queues only. It is "" when a live worker serves the run.
+// other queues only, or, for a run pinned to a version (Run.Pinned) that the
+// live workers of its workflow and queue do not serve, `version 3 of workflow
+// "x" is served by no live worker; live workers serve version 2` (or "serve no
+// pinned version" when they list none). It is "" when a live worker serves the
+// run.
 func UnservedReason(run *Run, workers []*Worker) string {
-	onOtherQueues := false
+	onOtherQueues, onQueue := false, false
+	var versions []int
 	for _, w := range workers {
 		if !w.Live || w.Namespace != run.Namespace {
 			continue
 		}
-		if w.Serves(run.Workflow, run.Queue) {
+		if w.ServesRun(run) {
 			return ""
+		}
+		if w.Serves(run.Workflow, run.Queue) {
+			onQueue = true
+			versions = append(versions, w.Versions[run.Workflow]...)
 		}
 		onOtherQueues = onOtherQueues || slices.Contains(w.Workflows, run.Workflow)
 	}
-	if onOtherQueues {
+	switch {
+	case onQueue:
+		return fmt.Sprintf("version %d of workflow %q is served by no live worker; live workers serve %s",
+			run.Version, run.Workflow, versionList(versions))
+	case onOtherQueues:
 		return fmt.Sprintf("no live worker serves workflow %q on queue %q", run.Workflow, run.Queue)
 	}
 	return fmt.Sprintf("no live worker serves workflow %q", run.Workflow)
+}
+
+// versionList says which versions vs are: "version 2", "versions 1, 2 and 3",
+// "no pinned version".
+func versionList(vs []int) string {
+	vs = slices.Compact(slices.Sorted(slices.Values(vs)))
+	switch len(vs) {
+	case 0:
+		return "no pinned version"
+	case 1:
+		return "version " + strconv.Itoa(vs[0])
+	}
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = strconv.Itoa(v)
+	}
+	return "versions " + strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
 }
 
 // ExplainRun is ExplainPending for the result of a RunGet.
@@ -174,3 +219,34 @@ func ExplainPending(ctx context.Context, reg WorkerRegistry, namespace string, r
 }
 
 func unexplained(r *Run) bool { return r.Status == StatusPending && r.WaitReason == "" }
+
+// PinVersion is the version the run is pinned to, 0 when it is not pinned
+// (how the stores hold Pinned: a pin_version column).
+func (r *Run) PinVersion() int {
+	if r.Pinned {
+		return r.Version
+	}
+	return 0
+}
+
+// VersionsJSON encodes a worker's versions for a store's column: a JSON object
+// of workflow name to versions ("{}" for none).
+func VersionsJSON(vs map[string][]int) (string, error) {
+	if len(vs) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(vs)
+	return string(b), err
+}
+
+// VersionsFromJSON decodes a column that VersionsJSON wrote; nil for none.
+func VersionsFromJSON(text string) (map[string][]int, error) {
+	var vs map[string][]int
+	if err := json.Unmarshal([]byte(text), &vs); err != nil {
+		return nil, fmt.Errorf("decoding worker versions: %w", err)
+	}
+	if len(vs) == 0 {
+		return nil, nil
+	}
+	return vs, nil
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,11 +82,16 @@ SELECT id, workflow, position, attempt, outcome FROM l`
 	// so a token survives a lost claim. Each row carries its history and inbox as
 	// JSON. A claimed run waits for no event (see wait_events).
 	//
+	// Of the runs pinned to a version (store.Run.Pinned), it takes those whose
+	// "workflow@version" is in $9 (servedPins): the row is read for the queue
+	// already, and a run not pinned costs one comparison more.
+	//
 	// It claims nothing when a queue of the namespace limits claims
 	// (store.QueueStore): claimLimited does, and sqlLimited tells RunsClaim so.
 	sqlClaim = `WITH picked AS (
 		SELECT sequence FROM runs
 		WHERE namespace = $1 AND status = 'pending' AND available_at <= $2 AND ` + claimFilter + `
+		AND (pin_version = 0 OR (workflow || '@' || pin_version::text) = ANY($9::text[]))
 		AND NOT EXISTS (SELECT 1 FROM queues WHERE namespace = $1 AND ` + sqlstore.Restricted + `)
 		ORDER BY priority DESC, available_at ASC, sequence ASC
 		LIMIT $5 FOR UPDATE SKIP LOCKED
@@ -172,7 +178,7 @@ func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store
 		stmt{
 			sql: sqlClaim,
 			args: []any{p.Namespace, now, p.Workflows, queues, p.Max, p.Worker, expires,
-				now.UnixMicro()},
+				now.UnixMicro(), servedPins(p)},
 			rows: func(rows pgx.Rows) (err error) {
 				res.Runs, err = scanClaimed(rows, expires)
 				return err
@@ -508,4 +514,17 @@ func mustErrJSON(e store.ErrorInfo) string {
 		panic(err)
 	}
 	return *s
+}
+
+// servedPins lists the versions a claim serves (store.RunsClaimParams.Versions)
+// as sqlClaim's "workflow@version" texts. A version has no "@": a workflow
+// name that has one is still read unambiguously, up to its last "@".
+func servedPins(p *store.RunsClaimParams) []string {
+	out := []string{}
+	for _, wf := range p.Workflows {
+		for _, v := range p.Versions[wf] {
+			out = append(out, wf+"@"+strconv.Itoa(v))
+		}
+	}
+	return out
 }

@@ -30,12 +30,12 @@ var sqlRunCreates = runInsertCols + `
 		CASE WHEN q.restricted THEN 0 ELSE x.token END,
 		CASE WHEN q.restricted THEN NULL ELSE x.expires END,
 		CASE WHEN q.restricted THEN NULL ELSE x.started END,
-		x.version, x.input, x.deadline, x.avail, x.now, x.now, x.ckey, x.trace_parent
+		x.version, x.input, x.deadline, x.avail, x.now, x.now, x.ckey, x.trace_parent, x.pin
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int4[], $7::int4[],
 		$8::bytea[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::int4[],
-		$14::text[], $15::int8[], $16::timestamptz[], $17::timestamptz[], $18::text[], $19::text[])
+		$14::text[], $15::int8[], $16::timestamptz[], $17::timestamptz[], $18::text[], $19::text[], $20::int4[])
 		AS x(ns, id, workflow_id, workflow, queue, priority, version, input, deadline, avail, now,
-			status, attempts, owner, token, expires, started, ckey, trace_parent)
+			status, attempts, owner, token, expires, started, ckey, trace_parent, pin)
 	CROSS JOIN LATERAL (SELECT x.status = 'running' AND EXISTS (SELECT 1 FROM queues q
 		WHERE q.namespace = x.ns AND q.name = x.queue AND ` + sqlstore.Restricted + `) AS restricted OFFSET 0) q
 	WHERE ` + implicitFree("x.ns", "x.id", "x.workflow_id") + `
@@ -64,7 +64,7 @@ func createsStmt(crs []*crReq) stmt {
 	var (
 		ns, id, wid, wf, queue, status, owner, ckey, tp = make([]string, n), make([]string, n), make([]string, n),
 			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		priority, version, attempts         = make([]int32, n), make([]int32, n), make([]int32, n)
+		priority, version, attempts, pin    = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
 		input                               = make([][]byte, n)
 		deadline, avail, now, expires, strt = make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n),
 			make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
@@ -74,7 +74,7 @@ func createsStmt(crs []*crReq) stmt {
 	for i, c := range crs {
 		p := c.p
 		ns[i], id[i], wid[i], wf[i], queue[i] = p.Namespace, p.ID, p.WorkflowID, p.Workflow, p.Queue
-		priority[i], version[i], input[i] = int32(p.Priority), int32(p.Version), p.Input
+		priority[i], version[i], input[i], pin[i] = int32(p.Priority), int32(p.Version), p.Input, pinArg(p)
 		deadline[i], avail[i], now[i] = tsArg(timePtrArg(p.Deadline)), tsArg(&c.avail), tsArg(&c.now)
 		ckey[i], tp[i] = p.ConcurrencyKey, p.TraceParent
 		status[i] = string(store.StatusPending)
@@ -87,7 +87,7 @@ func createsStmt(crs []*crReq) stmt {
 	return stmt{
 		sql: sqlRunCreates,
 		args: []any{ns, id, wid, wf, queue, priority, version, input, deadline, avail, now,
-			status, attempts, owner, token, expires, strt, ckey, tp},
+			status, attempts, owner, token, expires, strt, ckey, tp, pin},
 		rows: func(rows pgx.Rows) error {
 			for _, c := range crs {
 				*c.res = nil

@@ -101,7 +101,8 @@ const (
 	eventRunSeq = `NULLIF(current_setting('trellis.event_run', true), '')::int8`
 	// eventClaimIf says whether sqlEventDeliver leases the run u it wakes.
 	eventClaimIf = `($4::bool AND u.workflow = ANY($8::text[])
-		AND (cardinality($9::text[]) = 0 OR u.queue = ANY($9::text[])))`
+		AND (cardinality($9::text[]) = 0 OR u.queue = ANY($9::text[]))
+		AND (u.pin_version = 0 OR (u.workflow || '@' || u.pin_version::text) = ANY($12::text[])))`
 )
 
 // EventSend implements store.Store.
@@ -120,9 +121,11 @@ func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store
 		expires     time.Time
 		worker      string
 		wfs, queues = []string{}, []string{}
+		pins        = []string{}
 	)
 	if claim {
 		expires, worker, wfs, queues = now.Add(c.LeaseDuration), c.Worker, orEmpty(c.Workflows), orEmpty(c.Queues)
+		pins = servedPins(&store.RunsClaimParams{Workflows: c.Workflows, Versions: c.Versions})
 	}
 	stmts := []stmt{
 		{sql: sqlEventLock, args: []any{p.Namespace, p.Ref}, rows: func(rows pgx.Rows) error {
@@ -136,7 +139,7 @@ func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store
 		}},
 		{sql: sqlEventFlag},
 		{sql: sqlEventDeliver, args: []any{now, p.Name, p.Payload, claim, worker, expires, now.UnixMicro(),
-			wfs, queues, s.channel, s.runPrefix()}, rows: func(rows pgx.Rows) error {
+			wfs, queues, s.channel, s.runPrefix(), pins}, rows: func(rows pgx.Rows) error {
 			seq, woken = 0, false
 			for rows.Next() {
 				if err := rows.Scan(&seq, &woken, nil, nil, nil); err != nil {

@@ -18,16 +18,16 @@ const (
 	// workers); a dead one (expired before $6, now) is taken over, as in
 	// SQLite's.
 	sqlWorkerUpsert = `INSERT INTO workers (namespace, name, workflows, queues, version,
-	started_at, last_seen_at, expires_at, owner) VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $9)
+	started_at, last_seen_at, expires_at, owner, versions) VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $9, $10::jsonb)
 	ON CONFLICT (namespace, name) DO UPDATE SET workflows = excluded.workflows,
-	queues = excluded.queues, version = excluded.version, last_seen_at = excluded.last_seen_at,
+	queues = excluded.queues, versions = excluded.versions, version = excluded.version, last_seen_at = excluded.last_seen_at,
 	expires_at = excluded.expires_at, owner = excluded.owner,
 	started_at = CASE WHEN $8::boolean THEN excluded.started_at ELSE workers.started_at END
 	WHERE $9 = '' OR workers.owner = $9 OR workers.expires_at < $6`
 	// sqlWorkersForget deletes a namespace's records dead since before $2.
 	sqlWorkersForget = `DELETE FROM workers WHERE namespace = $1 AND expires_at < $2`
 	sqlWorkerList    = `SELECT namespace, name, workflows, queues, version, started_at,
-	last_seen_at, expires_at, owner FROM workers WHERE namespace = $1 ORDER BY name`
+	last_seen_at, expires_at, owner, versions::text FROM workers WHERE namespace = $1 ORDER BY name`
 	// sqlWorkerRemove deletes the record unless another owner than $3 made it
 	// and it is live at $4 ($3 '': any owner) and returns whether such a
 	// record is left.
@@ -42,13 +42,17 @@ func (s *Store) WorkerHeartbeat(ctx context.Context, p *store.WorkerHeartbeatPar
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("recording worker heartbeat: %w", err)
 	}
+	versions, err := store.VersionsJSON(p.Versions)
+	if err != nil {
+		return fmt.Errorf("recording worker heartbeat: %w", err)
+	}
 	now := s.now()
 	var stmts []stmt
 	if p.Start {
 		stmts = append(stmts, stmt{sql: sqlWorkersForget, args: []any{p.Namespace, now.Add(-store.WorkerForgetAfter)}})
 	}
 	stmts = append(stmts, stmt{sql: sqlWorkerUpsert, args: []any{p.Namespace, p.Name,
-		orEmpty(p.Workflows), orEmpty(p.Queues), p.Version, now, now.Add(p.TTL), p.Start, p.Owner},
+		orEmpty(p.Workflows), orEmpty(p.Queues), p.Version, now, now.Add(p.TTL), p.Start, p.Owner, versions},
 		tag: func(tag pgconn.CommandTag) error {
 			if tag.RowsAffected() == 0 {
 				return fmt.Errorf("%w: %q in namespace %q", store.ErrWorkerOwned, p.Name, p.Namespace)
@@ -84,9 +88,15 @@ func (s *Store) workerList(ctx context.Context, namespace string) ([]*store.Work
 		return nil, err
 	}
 	ws, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Worker, error) {
-		var w store.Worker
+		var (
+			w        store.Worker
+			versions string
+		)
 		err := row.Scan(&w.Namespace, &w.Name, &w.Workflows, &w.Queues, &w.Version,
-			&w.StartedAt, &w.LastSeenAt, &w.ExpiresAt, &w.Owner)
+			&w.StartedAt, &w.LastSeenAt, &w.ExpiresAt, &w.Owner, &versions)
+		if err == nil {
+			w.Versions, err = store.VersionsFromJSON(versions)
+		}
 		w.StartedAt, w.LastSeenAt, w.ExpiresAt = w.StartedAt.UTC(), w.LastSeenAt.UTC(), w.ExpiresAt.UTC()
 		w.Workflows, w.Queues = orEmpty(w.Workflows), orEmpty(w.Queues)
 		w.Live = w.ExpiresAt.After(now)

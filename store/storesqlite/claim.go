@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/trellis-dev/trellis/store"
@@ -37,13 +38,15 @@ const (
 	sqlExpireLeases = `UPDATE OR FAIL runs SET status = 'pending', lease_owner = '', lease_expires_at = NULL,
 	updated_at = ?1 WHERE namespace = ?2 AND status = 'running' AND lease_expires_at <= ?1`
 	// sqlClaimable selects the due pending runs of one workflow (?3) in claim
-	// order. It walks runs_pending in that order and stops after LIMIT rows
+	// order: those not pinned to a version, and those pinned to one of the
+	// versions of the JSON list ?6 (store.RunsClaimParams.Versions). It walks runs_pending in that order and stops after LIMIT rows
 	// however large the backlog; left to itself the planner may prefer to
 	// range-scan available_at and sort every due run. The claim order's final
 	// "id ASC" is implied: sequence is unique.
 	sqlClaimable = `SELECT sequence, priority, available_at FROM runs INDEXED BY runs_pending
 	WHERE namespace = ?1 AND workflow = ?3 AND status = 'pending' AND available_at <= ?2
 	AND (?4 = '[]' OR queue IN (SELECT value FROM json_each(?4)))
+	AND (pin_version = 0 OR pin_version IN (SELECT value FROM json_each(?6)))
 	ORDER BY priority DESC, available_at ASC, sequence ASC LIMIT ?5`
 	// sqlLease leases runs. A run's new token is above every token it had before,
 	// even one whose claim was lost: claims are committed without fsync (see
@@ -182,7 +185,11 @@ type candidate struct {
 func claimable(tx *wtx, p *store.RunsClaimParams, now int64, queues string) ([]int64, error) {
 	var cands []candidate
 	for _, wf := range slices.Compact(slices.Sorted(slices.Values(p.Workflows))) {
-		rows, err := tx.query(sqlClaimable, p.Namespace, now, wf, queues, p.Max)
+		versions, err := versionList(p.Versions[wf])
+		if err != nil {
+			return nil, err
+		}
+		rows, err := tx.query(sqlClaimable, p.Namespace, now, wf, queues, p.Max, versions)
 		if err != nil {
 			return nil, err
 		}
@@ -403,4 +410,18 @@ func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) e
 		return fmt.Errorf("releasing lease: %w", err)
 	}
 	return nil
+}
+
+// versionList is a worker's versions of a workflow as the JSON list the claim
+// takes; a worker serves one version, most often, and a list of one number
+// needs no encoder.
+func versionList(vs []int) (string, error) {
+	switch len(vs) {
+	case 0:
+		return "[]", nil
+	case 1:
+		return "[" + strconv.Itoa(vs[0]) + "]", nil
+	}
+	b, err := json.Marshal(vs)
+	return string(b), err
 }

@@ -52,8 +52,7 @@ func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store
 			return err
 		}
 		res = &store.EventSendResult{Event: ev}
-		if c := p.Claim; woken && c != nil && slices.Contains(c.Workflows, run.Workflow) &&
-			(len(c.Queues) == 0 || slices.Contains(c.Queues, run.Queue)) {
+		if c := p.Claim; woken && c != nil && c.Takes(run) {
 			claimed, err := claimRuns(tx, c.Worker, tx.now.Add(c.LeaseDuration), []int64{run.Sequence})
 			if err != nil {
 				return err

@@ -18,16 +18,16 @@ const (
 	// that grants nothing, and a worker that comes back under a new token, or
 	// from before records had owners, is not locked out of its name.
 	sqlWorkerUpsert = `INSERT INTO workers (namespace, name, workflows, queues, version,
-	started_at, last_seen_at, expires_at, owner) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?9)
+	started_at, last_seen_at, expires_at, owner, versions) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?9, ?10)
 	ON CONFLICT (namespace, name) DO UPDATE SET workflows = excluded.workflows,
-	queues = excluded.queues, version = excluded.version, last_seen_at = excluded.last_seen_at,
+	queues = excluded.queues, versions = excluded.versions, version = excluded.version, last_seen_at = excluded.last_seen_at,
 	expires_at = excluded.expires_at, owner = excluded.owner,
 	started_at = CASE WHEN ?8 THEN excluded.started_at ELSE workers.started_at END
 	WHERE ?9 = '' OR workers.owner = ?9 OR workers.expires_at < ?6`
 	// sqlWorkersForget deletes a namespace's records dead since before ?2.
 	sqlWorkersForget = `DELETE FROM workers WHERE namespace = ?1 AND expires_at < ?2`
 	sqlWorkerList    = `SELECT namespace, name, workflows, queues, version, started_at,
-	last_seen_at, expires_at, owner FROM workers WHERE namespace = ?1 ORDER BY name`
+	last_seen_at, expires_at, owner, versions FROM workers WHERE namespace = ?1 ORDER BY name`
 	// sqlWorkerRemove deletes a record of owner ?3 (any owner when ?3 is '',
 	// or when it is dead at ?4); sqlWorkerOwner tells an absent record from
 	// another owner's.
@@ -49,6 +49,10 @@ func (s *Store) WorkerHeartbeat(ctx context.Context, p *store.WorkerHeartbeatPar
 	if err != nil {
 		return fmt.Errorf("recording worker heartbeat: %w", err)
 	}
+	versions, err := store.VersionsJSON(p.Versions)
+	if err != nil {
+		return fmt.Errorf("recording worker heartbeat: %w", err)
+	}
 	err = s.writeNoSync(ctx, func(tx *wtx) error {
 		now := tx.now.UnixNano()
 		if p.Start {
@@ -57,7 +61,7 @@ func (s *Store) WorkerHeartbeat(ctx context.Context, p *store.WorkerHeartbeatPar
 			}
 		}
 		res, err := tx.exec(sqlWorkerUpsert, p.Namespace, p.Name, wfs, queues, p.Version,
-			now, tx.now.Add(p.TTL).UnixNano(), boolInt(p.Start), p.Owner)
+			now, tx.now.Add(p.TTL).UnixNano(), boolInt(p.Start), p.Owner, versions)
 		if err != nil {
 			return err
 		}
@@ -106,11 +110,15 @@ func (s *Store) workerList(ctx context.Context, namespace string) ([]*store.Work
 func scanWorker(sc scanner) (*store.Worker, error) {
 	var (
 		w                        store.Worker
-		wfs, queues              string
+		wfs, queues, versions    string
 		started, seen, expiresAt int64
+		err                      error
 	)
-	if err := sc.Scan(&w.Namespace, &w.Name, &wfs, &queues, &w.Version, &started, &seen, &expiresAt, &w.Owner); err != nil {
+	if err := sc.Scan(&w.Namespace, &w.Name, &wfs, &queues, &w.Version, &started, &seen, &expiresAt, &w.Owner, &versions); err != nil {
 		return nil, err
+	}
+	if w.Versions, err = store.VersionsFromJSON(versions); err != nil {
+		return nil, fmt.Errorf("worker %q: %w", w.Name, err)
 	}
 	if err := json.Unmarshal([]byte(wfs), &w.Workflows); err != nil {
 		return nil, fmt.Errorf("decoding workflows of worker %q: %w", w.Name, err)

@@ -75,6 +75,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Retention", retentionCases},
 		{"WorkflowID", workflowIDCases},
 		{"EndedAttempts", endedAttemptCases},
+		{"Versions", versionCases},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -524,6 +525,11 @@ func (s *SQL) claimCandidates(tx Tx, p *store.RunsClaimParams, byName map[string
 	b.WriteString(`SELECT sequence, queue, concurrency_key, priority, available_at FROM runs ` + pendingIndex)
 	fmt.Fprintf(&b, ` WHERE namespace = %s AND workflow = %s`, a.add(p.Namespace), a.add(""))
 	fmt.Fprintf(&b, ` AND status = 'pending' AND available_at <= %s`, a.add(s.d.Time(tx.Now())))
+	// Runs pinned to a version the worker serves, and those pinned to none
+	// (store.RunsClaimParams.Versions): the list is the workflow's, set below.
+	verArg := a.add(nil)
+	verIdx := len(a.list) - 1
+	fmt.Fprintf(&b, ` AND (pin_version = 0 OR %s)`, s.d.InList("CAST(pin_version AS TEXT)", verArg))
 	if len(p.Queues) > 0 {
 		l, err := s.d.List(p.Queues)
 		if err != nil {
@@ -567,8 +573,17 @@ func (s *SQL) claimCandidates(tx Tx, p *store.RunsClaimParams, byName map[string
 	full := false
 	for _, wf := range slices.Compact(slices.Sorted(slices.Values(p.Workflows))) {
 		a.list[1] = wf
+		vs := make([]string, len(p.Versions[wf]))
+		for i, v := range p.Versions[wf] {
+			vs[i] = strconv.Itoa(v)
+		}
+		vl, err := s.d.List(vs)
+		if err != nil {
+			return nil, false, err
+		}
+		a.list[verIdx] = vl
 		n := 0
-		err := tx.Query(query, a.list, func(row Scanner) error {
+		err = tx.Query(query, a.list, func(row Scanner) error {
 			var (
 				c     claimCand
 				avail Time
