@@ -87,6 +87,9 @@ func (c *Client) startMany(ctx context.Context, reqs []StartRequest) ([]StartRes
 	p := &store.RunsCreateParams{Namespace: c.cfg.Namespace, Runs: make([]*store.RunCreateParams, len(reqs))}
 	for i, r := range reqs {
 		def, err := c.checkStart(r.Workflow, r.Input)
+		if err == nil {
+			err = checkVersion(r.Options)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
 		}
@@ -160,6 +163,9 @@ func (r *remote) startMany(ctx context.Context, reqs []StartRequest) ([]StartRes
 	for i, req := range reqs {
 		if len(req.Input) > 0 && !json.Valid(req.Input) {
 			return nil, fmt.Errorf("starting runs: item %d: %w: a server takes JSON inputs (Config.Codec must encode JSON)", i, ErrInvalidInput)
+		}
+		if err := checkVersion(req.Options); err != nil {
+			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
 		}
 		o := req.Options
 		runs[i] = startBodyOf(runParams("", &definition{name: req.Workflow}, uuid.Nil.String(), req.Input, o, ""), o)

@@ -80,7 +80,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if !cfg.Worker.Disabled {
 		w, err := worker.New(worker.Config{
 			Store: c.store, Namespace: cfg.Namespace, Queues: cfg.Worker.Queues,
-			Workflows: c.reg.names, Name: cfg.Worker.Name,
+			Workflows: c.reg.names, Versions: c.reg.versions, Name: cfg.Worker.Name,
 			Concurrency: cfg.Worker.Concurrency, ClaimBatch: cfg.Worker.ClaimBatch,
 			LeaseDuration: cfg.Worker.LeaseDuration, HeartbeatInterval: cfg.Worker.HeartbeatInterval,
 			ShutdownGrace: cfg.Worker.ShutdownGrace, PollInterval: cfg.Worker.PollInterval,

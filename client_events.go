@@ -32,7 +32,7 @@ func (c *Client) doSendEvent(ctx context.Context, ref, name string, payload any)
 	reserved := c.worker != nil && c.worker.Reserve()
 	if reserved {
 		p.Claim = &store.EventClaim{Worker: c.worker.Name(), LeaseDuration: c.worker.LeaseDuration(),
-			Workflows: c.reg.names(), Queues: c.cfg.Worker.Queues}
+			Workflows: c.reg.names(), Queues: c.cfg.Worker.Queues, Versions: c.reg.versions()}
 	}
 	res, err := c.store.EventSend(ctx, p)
 	switch {

@@ -16,7 +16,12 @@ type WorkerRecord struct {
 	Name      string   `json:"name"`
 	Workflows []string `json:"workflows"`
 	// Queues it claims from; empty means every queue.
-	Queues     []string  `json:"queues"`
+	Queues []string `json:"queues"`
+	// Versions maps each workflow to the versions of it the worker serves to
+	// runs pinned to a version (StartOptions.Version): its
+	// WorkflowOptions.Version and AlsoServes.
+	Versions map[string][]int `json:"versions,omitempty"`
+	// Version describes the worker's binary or SDK (free text).
 	Version    string    `json:"version,omitempty"`
 	StartedAt  time.Time `json:"started_at"`
 	LastSeenAt time.Time `json:"last_seen_at"`
@@ -50,7 +55,7 @@ func (c *Client) doWorkers(ctx context.Context) ([]*WorkerRecord, error) {
 	out := make([]*WorkerRecord, len(ws))
 	for i, w := range ws {
 		out[i] = &WorkerRecord{Namespace: w.Namespace, Name: w.Name, Workflows: nonNil(w.Workflows),
-			Queues: nonNil(w.Queues), Version: w.Version, StartedAt: w.StartedAt, LastSeenAt: w.LastSeenAt,
+			Queues: nonNil(w.Queues), Versions: w.Versions, Version: w.Version, StartedAt: w.StartedAt, LastSeenAt: w.LastSeenAt,
 			ExpiresAt: w.ExpiresAt, Live: w.Live, Owner: w.Owner}
 	}
 	return out, nil

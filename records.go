@@ -64,8 +64,12 @@ type Run struct {
 	Priority   int    `json:"priority"`
 	Status     Status `json:"status"`
 	// Version is the workflow version the run started with.
-	Version int        `json:"version"`
-	Input   Payload    `json:"input,omitempty"`
+	Version int `json:"version"`
+	// Pinned: the run was started with StartOptions.Version, and only a
+	// worker that serves that version of the workflow runs it
+	// (WorkflowOptions.Version and AlsoServes).
+	Pinned bool       `json:"pinned,omitempty"`
+	Input  Payload    `json:"input,omitempty"`
 	Output  Payload    `json:"output,omitempty"`
 	Error   *ErrorInfo `json:"error,omitempty"`
 	// WaitReason says why a pending, waiting or blocked run is not running.
@@ -227,7 +231,7 @@ func runFromStore(r *store.Run) *Run {
 	}
 	return &Run{
 		Namespace: r.Namespace, ID: r.ID, WorkflowID: r.WorkflowID, Workflow: r.Workflow, Queue: r.Queue,
-		Priority: r.Priority, Status: Status(r.Status), Version: r.Version, Input: r.Input, Output: r.Output,
+		Priority: r.Priority, Status: Status(r.Status), Version: r.Version, Pinned: r.Pinned, Input: r.Input, Output: r.Output,
 		Error: errorFromStore(r.Error), WaitReason: r.WaitReason, CancelRequested: r.CancelRequested,
 		Deadline: r.Deadline, AvailableAt: r.AvailableAt, Attempts: r.Attempts, LeaseOwner: r.LeaseOwner,
 		LeaseExpiresAt: r.LeaseExpiresAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,

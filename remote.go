@@ -154,6 +154,8 @@ type startBody struct {
 	Reuse       ReusePolicy     `json:"reuse,omitempty"`
 	// ConcurrencyKey is StartOptions.ConcurrencyKey.
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// Version is StartOptions.Version (0: not pinned).
+	Version int `json:"version,omitempty"`
 }
 
 func (r *remote) start(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
@@ -167,7 +169,8 @@ func (r *remote) start(ctx context.Context, def *definition, input []byte, o Sta
 // starts the run p describes (runParams of the same options o).
 func startBodyOf(p *store.RunCreateParams, o StartOptions) startBody {
 	return startBody{Workflow: p.Workflow, ID: o.ID, Input: p.Input, Queue: p.Queue, Priority: p.Priority,
-		AvailableAt: p.AvailableAt, Deadline: p.Deadline, Reuse: o.Reuse, ConcurrencyKey: p.ConcurrencyKey}
+		AvailableAt: p.AvailableAt, Deadline: p.Deadline, Reuse: o.Reuse, ConcurrencyKey: p.ConcurrencyKey,
+		Version: o.Version}
 }
 
 // startBatch starts runs with POST runs:batch and returns one result per run,

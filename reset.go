@@ -53,7 +53,7 @@ func (c *Client) doReset(ctx context.Context, ref, step string) (*Run, error) {
 	}
 	res, err := c.store.RunCreate(ctx, &store.RunCreateParams{
 		Namespace: c.cfg.Namespace, ID: uuid.Must(uuid.NewV7()).String(), WorkflowID: src.WorkflowID,
-		Workflow: src.Workflow, Queue: src.Queue, Priority: src.Priority, Version: src.Version,
+		Workflow: src.Workflow, Queue: src.Queue, Priority: src.Priority, Version: src.Version, Pinned: src.Pinned,
 		Input: src.Input, History: kept, KV: kv, Idempotency: idempotency(ctx, createdRun),
 	})
 	if err != nil {

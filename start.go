@@ -33,6 +33,23 @@ type StartOptions struct {
 	// limit (QueueSettings.KeyLimit): at most that many runs with one key run at
 	// once; the others wait, in order. Empty: no key. See docs/queues.md.
 	ConcurrencyKey string
+	// Version, when not 0, pins the run to this version of the workflow (1 to
+	// store.MaxVersion): the run's Version is this one instead of the
+	// registered workflow's, and only a worker that serves it (its
+	// WorkflowOptions.Version or AlsoServes) claims the run; while no live
+	// worker does, the run stays pending with a wait reason that says so. 0
+	// (the default): the run takes the registered workflow's version (0 when
+	// this client has not registered it) and any worker of the workflow runs
+	// it, whatever its version. See docs/versioning.md.
+	Version int
+}
+
+// checkVersion refuses a StartOptions.Version out of range.
+func checkVersion(o StartOptions) error {
+	if o.Version < 0 || o.Version > store.MaxVersion {
+		return fmt.Errorf("%w: version %d is not 1 to %d (or 0: not pinned)", ErrInvalidParams, o.Version, store.MaxVersion)
+	}
+	return nil
 }
 
 // Handle refers to a run started by Start or found by GetHandle.
@@ -139,6 +156,9 @@ func (c *Client) start(ctx context.Context, def *definition, input []byte, o Sta
 }
 
 func (c *Client) doStart(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
+	if err := checkVersion(o); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", def.name, err)
+	}
 	if c.remote != nil {
 		return c.remote.start(ctx, def, input, o)
 	}
@@ -185,6 +205,9 @@ func runParams(namespace string, def *definition, runID string, input []byte, o 
 		Queue: o.Queue, Priority: o.Priority, Version: def.opts.Version, Input: input, Reuse: store.ReusePolicy(o.Reuse),
 		ConcurrencyKey: o.ConcurrencyKey, TraceParent: traceParent,
 	}
+	if o.Version != 0 {
+		p.Version, p.Pinned = o.Version, true
+	}
 	if p.WorkflowID == "" {
 		p.WorkflowID = runID
 	}
@@ -219,15 +242,15 @@ func (c *Client) reserveSlot(ctx context.Context, p *store.RunCreateParams) hand
 		return localSlot{c}
 	}
 	if o := handoff.From(ctx); o != nil {
-		return o.Reserve(p.Namespace, p.Workflow, p.Queue)
+		return o.Reserve(p.Namespace, p.Workflow, p.Queue, p.PinVersion())
 	}
 	return nil
 }
 
-// servesLocally reports whether this client's worker runs the workflow and
-// queue of p.
+// servesLocally reports whether this client's worker runs the workflow,
+// queue and (for a pinned run) version of p.
 func (c *Client) servesLocally(p *store.RunCreateParams) bool {
-	if _, ok := c.reg.get(p.Workflow); !ok {
+	if !c.reg.serves(p) {
 		return false
 	}
 	qs := c.cfg.Worker.Queues

@@ -2,9 +2,12 @@ package trellis
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/trellis-dev/trellis/internal/engine"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // Workflow is a named, typed workflow function. Create one with NewWorkflow and
@@ -19,7 +22,16 @@ type Workflow[In, Out any] struct {
 type WorkflowOptions struct {
 	// Version is stamped on every run at start; the run keeps it for life, and
 	// Context.Version returns it, so code can branch on the version a run began with.
+	// It is also the version a worker that registered the workflow serves to
+	// runs pinned to a version (StartOptions.Version): such a run goes only to
+	// a worker that serves its version. 0 to store.MaxVersion.
 	Version int
+	// AlsoServes lists older versions (1 to store.MaxVersion) that this code
+	// still runs correctly, branching on Context.Version: a worker that
+	// registered the workflow also takes the runs pinned to them. Runs that
+	// are not pinned go to any worker of the workflow, whatever its version.
+	// See docs/versioning.md.
+	AlsoServes []int
 	// Queue is the default queue of its runs; "" means "default".
 	Queue string
 }
@@ -83,6 +95,29 @@ func (w *Workflow[In, Out]) definition() *definition {
 type registry struct {
 	mu   sync.RWMutex
 	defs map[string]*definition
+	// served maps each workflow to the versions the worker serves to pinned
+	// runs (its Version and AlsoServes). It is replaced, never changed, so
+	// that each claim reads it without a copy.
+	served map[string][]int
+}
+
+// servedVersions are the versions of d a worker serves: its Version, then
+// AlsoServes.
+func servedVersions(d *definition) ([]int, error) {
+	v := d.opts.Version
+	if v < 0 || v > store.MaxVersion {
+		return nil, fmt.Errorf("registering workflow %q: %w: Version %d is not 0 to %d", d.name, ErrInvalidParams, v, store.MaxVersion)
+	}
+	out := []int{v}
+	for _, o := range d.opts.AlsoServes {
+		if o < 1 || o > store.MaxVersion {
+			return nil, fmt.Errorf("registering workflow %q: %w: AlsoServes: version %d is not 1 to %d", d.name, ErrInvalidParams, o, store.MaxVersion)
+		}
+		if !slices.Contains(out, o) {
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }
 
 func (r *registry) add(d *definition) error {
@@ -97,8 +132,35 @@ func (r *registry) add(d *definition) error {
 	if _, dup := r.defs[d.name]; dup {
 		return fmt.Errorf("registering workflow %q: already registered", d.name)
 	}
+	vs, err := servedVersions(d)
+	if err != nil {
+		return err
+	}
 	r.defs[d.name] = d
+	served := maps.Clone(r.served)
+	if served == nil {
+		served = map[string][]int{}
+	}
+	served[d.name] = vs
+	r.served = served
 	return nil
+}
+
+// versions returns the versions served of each registered workflow
+// (worker.Config.Versions); the caller must not change the map.
+func (r *registry) versions() map[string][]int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.served
+}
+
+// serves reports whether a worker of these workflows takes the run p
+// creates: a registered workflow and, for a pinned run, a version it serves.
+func (r *registry) serves(p *store.RunCreateParams) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	vs, ok := r.served[p.Workflow]
+	return ok && (!p.Pinned || slices.Contains(vs, p.Version))
 }
 
 func (r *registry) get(name string) (*definition, bool) {

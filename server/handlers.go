@@ -26,6 +26,10 @@ type (
 		Reuse       trellis.ReusePolicy `json:"reuse,omitempty"`
 		// ConcurrencyKey counts the run against its queue's key limit.
 		ConcurrencyKey string `json:"concurrency_key,omitempty"`
+		// Version pins the run to this version of the workflow (1 to
+		// 2147483647): only a worker that serves it claims the run. Absent or
+		// 0: not pinned (trellis.StartOptions.Version).
+		Version int `json:"version,omitempty"`
 	}
 	// ResetRequest names the step a reset starts again from ("" or absent: the beginning).
 	ResetRequest struct {
@@ -96,7 +100,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *call) error
 // options checks a start request and turns it into StartOptions.
 func (req *StartRequest) options() (trellis.StartOptions, error) {
 	o := trellis.StartOptions{ID: req.ID, Queue: req.Queue, Priority: req.Priority, Reuse: req.Reuse,
-		ConcurrencyKey: req.ConcurrencyKey}
+		ConcurrencyKey: req.ConcurrencyKey, Version: req.Version}
 	if err := store.ValidateName("workflow", req.Workflow); err != nil {
 		return o, err
 	}
@@ -109,6 +113,9 @@ func (req *StartRequest) options() (trellis.StartOptions, error) {
 		if err := store.ValidateName("queue", req.Queue); err != nil {
 			return o, err
 		}
+	}
+	if req.Version < 0 || req.Version > store.MaxVersion {
+		return o, fmt.Errorf("%w: version: want 1 to %d (or absent: not pinned), got %d", ErrInvalidArgument, store.MaxVersion, req.Version)
 	}
 	switch req.Reuse {
 	case trellis.ReuseRejectActive, trellis.ReuseReject, trellis.ReuseReturnExisting:

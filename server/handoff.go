@@ -30,6 +30,7 @@ type claimStream struct {
 	ns        string
 	queues    []string // empty: every queue
 	workflows []string
+	versions  map[string][]int // the versions served to pinned runs, by workflow
 	claim     store.CreateClaim
 	offered   int  // credit a create may reserve
 	inflight  int  // reserved by creates that have not ended
@@ -44,7 +45,7 @@ type claimStream struct {
 // open registers a claim stream of credit at most maxCredit, offering nothing
 // yet.
 func (h *handoffs) open(p *store.RunsClaimParams, maxCredit int) *claimStream {
-	cs := &claimStream{h: h, ns: p.Namespace, queues: p.Queues, workflows: p.Workflows,
+	cs := &claimStream{h: h, ns: p.Namespace, queues: p.Queues, workflows: p.Workflows, versions: p.Versions,
 		claim: store.CreateClaim{Worker: p.Worker, LeaseDuration: p.LeaseDuration},
 		runs:  make(chan *store.ClaimedRun, maxCredit), wake: make(chan struct{}, 1)}
 	h.mu.Lock()
@@ -54,14 +55,15 @@ func (h *handoffs) open(p *store.RunsClaimParams, maxCredit int) *claimStream {
 }
 
 // Reserve implements handoff.Offer: it takes a slot of the stream that offers
-// the most for the run's namespace, workflow and queue.
-func (h *handoffs) Reserve(ns, workflow, queue string) handoff.Slot {
+// the most for the run's namespace, workflow, queue and pinned version.
+func (h *handoffs) Reserve(ns, workflow, queue string, pin int) handoff.Slot {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var best *claimStream
 	for _, cs := range h.streams {
 		if cs.offered > 0 && cs.ns == ns && (best == nil || cs.offered > best.offered) &&
-			slices.Contains(cs.workflows, workflow) && (len(cs.queues) == 0 || slices.Contains(cs.queues, queue)) {
+			slices.Contains(cs.workflows, workflow) && (len(cs.queues) == 0 || slices.Contains(cs.queues, queue)) &&
+			(pin == 0 || slices.Contains(cs.versions[workflow], pin)) {
 			best = cs
 		}
 	}

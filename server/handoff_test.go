@@ -107,7 +107,8 @@ func TestHandoff(t *testing.T) {
 }
 
 // A slot is offered only to a run the stream could claim: its namespace, one of
-// its workflows, one of its queues. A slot given back is offered again; a run
+// its workflows, one of its queues and, for a run pinned to a version, one of
+// the versions it serves of that workflow. A slot given back is offered again; a run
 // created claimed for a stream that has ended meanwhile is handed back to the
 // store at once.
 func TestHandoffSlots(t *testing.T) {
@@ -115,20 +116,23 @@ func TestHandoffSlots(t *testing.T) {
 	ctx := t.Context()
 	h := e.srv.handoffs
 	cs := h.open(&store.RunsClaimParams{Namespace: "default", Queues: []string{"q1"}, Workflows: []string{"handed"},
-		Worker: "hw", LeaseDuration: time.Minute}, 2)
+		Versions: map[string][]int{"handed": {4, 5}}, Worker: "hw", LeaseDuration: time.Minute}, 2)
 	if !cs.offer(1) {
 		t.Fatal("offer of 1 refused")
 	}
 	for _, c := range [][3]string{{"other", "handed", "q1"}, {"default", "unknown", "q1"}, {"default", "handed", "default"}} {
-		if h.Reserve(c[0], c[1], c[2]) != nil {
+		if h.Reserve(c[0], c[1], c[2], 0) != nil {
 			t.Fatalf("slot reserved for %v", c)
 		}
 	}
-	slot := h.Reserve("default", "handed", "q1")
+	if h.Reserve("default", "handed", "q1", 3) != nil {
+		t.Fatal("slot reserved for a run pinned to a version the stream does not serve")
+	}
+	slot := h.Reserve("default", "handed", "q1", 5)
 	if slot == nil {
 		t.Fatal("no slot")
 	}
-	if h.Reserve("default", "handed", "q1") != nil {
+	if h.Reserve("default", "handed", "q1", 0) != nil {
 		t.Fatal("a second slot out of one")
 	}
 	slot.Done(nil)
@@ -137,7 +141,7 @@ func TestHandoffSlots(t *testing.T) {
 	default:
 		t.Fatal("the stream was not woken when its slot came back")
 	}
-	if slot = h.Reserve("default", "handed", "q1"); slot == nil {
+	if slot = h.Reserve("default", "handed", "q1", 0); slot == nil {
 		t.Fatal("a slot given back was not offered again")
 	}
 	res, err := e.st.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: "handed-1", WorkflowID: "handed-1",

@@ -222,7 +222,7 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 		return fail(fmt.Errorf("%w: wait must be 0 to %s, not %s", store.ErrInvalidParams, maxClaimWait, wait))
 	}
 	cp := &store.RunsClaimParams{Namespace: m.Namespace, Queues: m.Queues, Workflows: m.Workflows,
-		Worker: m.Worker, LeaseDuration: ww.Duration(m.LeaseDuration)}
+		Versions: ww.VersionsFromPB(m.Versions), Worker: m.Worker, LeaseDuration: ww.Duration(m.LeaseDuration)}
 	if wait == 0 {
 		cp.Max = credit
 		res, err := h.claim(ctx, cp)
@@ -732,8 +732,8 @@ func (h *workerService) Heartbeat(ctx context.Context, req *connect.Request[pb.H
 		return nil, fail(err)
 	}
 	err = h.s.store.WorkerHeartbeat(ctx, &store.WorkerHeartbeatParams{Namespace: m.Namespace, Name: m.Name,
-		Workflows: m.Workflows, Queues: m.Queues, Version: m.Version, TTL: ww.Duration(m.Ttl), Start: m.Start,
-		Owner: p.Name})
+		Workflows: m.Workflows, Queues: m.Queues, Versions: ww.VersionsFromPB(m.Versions), Version: m.Version,
+		TTL: ww.Duration(m.Ttl), Start: m.Start, Owner: p.Name})
 	if err != nil {
 		return nil, fail(err)
 	}

@@ -250,3 +250,11 @@ func VersionsFromJSON(text string) (map[string][]int, error) {
 	}
 	return vs, nil
 }
+
+// PinVersion is the version the run p creates is pinned to, 0 when none.
+func (p *RunCreateParams) PinVersion() int {
+	if p.Pinned {
+		return p.Version
+	}
+	return 0
+}

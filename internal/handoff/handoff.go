@@ -16,8 +16,9 @@ import (
 // Offer finds a free slot for a new run.
 type Offer interface {
 	// Reserve returns a slot of a waiting claim stream that serves workflow in
-	// queue of namespace ns, or nil when none has one free.
-	Reserve(ns, workflow, queue string) Slot
+	// queue of namespace ns and, when pin is not 0 (a run pinned to a version,
+	// store.Run.Pinned), version pin of it; nil when none has one free.
+	Reserve(ns, workflow, queue string, pin int) Slot
 }
 
 // Slot is one free slot of a claim stream, reserved for one run being created.

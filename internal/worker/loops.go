@@ -73,7 +73,7 @@ func (w *Worker) claimOnce(force bool) (next *time.Time, again bool) {
 	}
 	gen0 := w.cancelGen.Load()
 	res, err := w.cfg.Store.RunsClaim(ctx, &store.RunsClaimParams{
-		Namespace: w.cfg.Namespace, Queues: w.cfg.Queues, Workflows: names,
+		Namespace: w.cfg.Namespace, Queues: w.cfg.Queues, Workflows: names, Versions: w.versions(),
 		Worker: w.cfg.Name, Max: n, LeaseDuration: w.cfg.LeaseDuration, StepTimeoutGrace: w.cfg.StepTimeoutGrace,
 	})
 	if w.cfg.OnClaim != nil && err == nil {
@@ -374,7 +374,7 @@ func (w *Worker) pushLoop(p Pusher) {
 			end() // registered meanwhile: Wake may have missed this stream
 		}
 		reconnect, err := p.ClaimPush(sctx, &store.RunsClaimParams{
-			Namespace: w.cfg.Namespace, Queues: w.cfg.Queues, Workflows: names,
+			Namespace: w.cfg.Namespace, Queues: w.cfg.Queues, Workflows: names, Versions: w.versions(),
 			Worker: w.cfg.Name, Max: n, LeaseDuration: w.cfg.LeaseDuration,
 		}, pushWait, func(cr *store.ClaimedRun) {
 			launched++

@@ -46,7 +46,7 @@ func (w *Worker) writeRecord(ctx context.Context, workflows []string) error {
 	defer r.mu.Unlock()
 	err := w.cfg.Store.WorkerHeartbeat(ctx, &store.WorkerHeartbeatParams{
 		Namespace: w.cfg.Namespace, Name: w.cfg.Name, Workflows: workflows, Queues: w.cfg.Queues,
-		Version: w.cfg.Version, TTL: w.cfg.LeaseDuration, Start: !r.registered,
+		Versions: w.versions(), Version: w.cfg.Version, TTL: w.cfg.LeaseDuration, Start: !r.registered,
 	})
 	if err != nil {
 		return fmt.Errorf("recording worker: %w", err)
@@ -133,3 +133,12 @@ func BuildVersion() string {
 }
 
 const trellisModule = "github.com/trellis-dev/trellis"
+
+// versions returns the versions the worker serves (Config.Versions), nil when
+// none.
+func (w *Worker) versions() map[string][]int {
+	if w.cfg.Versions == nil {
+		return nil
+	}
+	return w.cfg.Versions()
+}

@@ -186,6 +186,10 @@ type Config struct {
 	Queues           []string
 	// Workflows returns the workflow names this worker can run.
 	Workflows func() []string
+	// Versions, when set, returns the versions of each workflow the worker
+	// serves to runs pinned to a version (store.RunsClaimParams.Versions); the
+	// worker neither changes nor keeps the map. Nil: it serves no pinned run.
+	Versions func() map[string][]int
 	// Name identifies the worker as lease owner. Required.
 	Name string
 	// Concurrency caps the runs executing at once. Default DefaultConcurrency (256).

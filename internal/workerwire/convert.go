@@ -6,6 +6,9 @@
 package workerwire
 
 import (
+	"maps"
+	"math"
+	"slices"
 	"time"
 
 	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
@@ -90,7 +93,7 @@ func RunToPB(r *store.Run) *pb.Run {
 		Attempts: int64(r.Attempts), LeaseOwner: r.LeaseOwner, LeaseExpiresAt: TsPtr(r.LeaseExpiresAt),
 		CreatedAt: Ts(r.CreatedAt), StartedAt: TsPtr(r.StartedAt), UpdatedAt: Ts(r.UpdatedAt),
 		FinishedAt: TsPtr(r.FinishedAt), ParentId: r.ParentID, TraceParent: r.TraceParent,
-		CurrentStep: stepPtrToPB(r.CurrentStep),
+		CurrentStep: stepPtrToPB(r.CurrentStep), Pinned: r.Pinned,
 	}
 }
 
@@ -138,7 +141,7 @@ func RunFromPB(r *pb.Run) *store.Run {
 		Attempts: int(r.Attempts), LeaseOwner: r.LeaseOwner, LeaseExpiresAt: TimePtr(r.LeaseExpiresAt),
 		CreatedAt: Time(r.CreatedAt), StartedAt: TimePtr(r.StartedAt), UpdatedAt: Time(r.UpdatedAt),
 		FinishedAt: TimePtr(r.FinishedAt), ParentID: r.ParentId, TraceParent: r.TraceParent,
-		CurrentStep: stepPtrFromPB(r.CurrentStep),
+		CurrentStep: stepPtrFromPB(r.CurrentStep), Pinned: r.Pinned,
 	}
 }
 
@@ -375,7 +378,8 @@ func WorkersToPB(ws []*store.Worker) []*pb.Worker {
 	out := make([]*pb.Worker, len(ws))
 	for i, w := range ws {
 		out[i] = &pb.Worker{Namespace: w.Namespace, Name: w.Name, Workflows: w.Workflows, Queues: w.Queues, Version: w.Version,
-			StartedAt: Ts(w.StartedAt), LastSeenAt: Ts(w.LastSeenAt), ExpiresAt: Ts(w.ExpiresAt), Live: w.Live, Owner: w.Owner}
+			StartedAt: Ts(w.StartedAt), LastSeenAt: Ts(w.LastSeenAt), ExpiresAt: Ts(w.ExpiresAt), Live: w.Live, Owner: w.Owner,
+			Versions: VersionsToPB(w.Versions)}
 	}
 	return out
 }
@@ -385,7 +389,45 @@ func WorkersFromPB(ws []*pb.Worker) []*store.Worker {
 	out := make([]*store.Worker, len(ws))
 	for i, w := range ws {
 		out[i] = &store.Worker{Namespace: w.Namespace, Name: w.Name, Workflows: w.Workflows, Queues: w.Queues, Version: w.Version,
-			StartedAt: Time(w.StartedAt), LastSeenAt: Time(w.LastSeenAt), ExpiresAt: Time(w.ExpiresAt), Live: w.Live, Owner: w.Owner}
+			StartedAt: Time(w.StartedAt), LastSeenAt: Time(w.LastSeenAt), ExpiresAt: Time(w.ExpiresAt), Live: w.Live, Owner: w.Owner,
+			Versions: VersionsFromPB(w.Versions)}
+	}
+	return out
+}
+
+// VersionsToPB converts the versions a worker serves, by workflow name.
+func VersionsToPB(vs map[string][]int) []*pb.WorkflowVersions {
+	if len(vs) == 0 {
+		return nil
+	}
+	out := make([]*pb.WorkflowVersions, 0, len(vs))
+	for _, wf := range slices.Sorted(maps.Keys(vs)) {
+		v := &pb.WorkflowVersions{Workflow: wf, Versions: make([]int64, len(vs[wf]))}
+		for i, n := range vs[wf] {
+			v.Versions[i] = int64(n)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// VersionsFromPB converts the versions a worker serves back (nil for none). A
+// workflow listed twice serves the versions of both entries. A version out of
+// int's range becomes -1, which the store refuses (store.ValidateVersions).
+func VersionsFromPB(vs []*pb.WorkflowVersions) map[string][]int {
+	if len(vs) == 0 {
+		return nil
+	}
+	out := make(map[string][]int, len(vs))
+	for _, v := range vs {
+		list := out[v.Workflow]
+		for _, n := range v.Versions {
+			if n < 0 || n > math.MaxInt32 {
+				n = -1
+			}
+			list = append(list, int(n))
+		}
+		out[v.Workflow] = list
 	}
 	return out
 }

@@ -227,7 +227,8 @@ func (s *Store) claim(ctx context.Context, p *store.RunsClaimParams, wait time.D
 		return false, store.ErrClosed
 	}
 	stream, err := s.rpc.Claim(ctx, connect.NewRequest(&pb.ClaimRequest{Namespace: p.Namespace, Queues: p.Queues,
-		Workflows: p.Workflows, Worker: p.Worker, Credit: int64(p.Max), LeaseDuration: ww.Dur(p.LeaseDuration), Wait: ww.Dur(wait)}))
+		Workflows: p.Workflows, Versions: ww.VersionsToPB(p.Versions), Worker: p.Worker, Credit: int64(p.Max),
+		LeaseDuration: ww.Dur(p.LeaseDuration), Wait: ww.Dur(wait)}))
 	if err != nil {
 		return false, s.streamErr(ctx, err)
 	}
@@ -458,7 +459,7 @@ func (s *Store) RunChildren(ctx context.Context, p *store.RunChildrenParams) ([]
 // WorkerHeartbeat creates or refreshes a worker's record.
 func (s *Store) WorkerHeartbeat(ctx context.Context, p *store.WorkerHeartbeatParams) error {
 	_, err := call(s, ctx, s.rpc.Heartbeat, &pb.HeartbeatRequest{Namespace: p.Namespace, Name: p.Name, Workflows: p.Workflows,
-		Queues: p.Queues, Version: p.Version, Ttl: ww.Dur(p.TTL), Start: p.Start})
+		Queues: p.Queues, Versions: ww.VersionsToPB(p.Versions), Version: p.Version, Ttl: ww.Dur(p.TTL), Start: p.Start})
 	return err
 }
 

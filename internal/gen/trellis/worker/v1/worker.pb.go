@@ -184,7 +184,10 @@ type Run struct {
 	TraceParent string `protobuf:"bytes,25,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
 	// The step a running run is executing, as its lease heartbeat last reported
 	// it (store.Run.CurrentStep); unset when none.
-	CurrentStep   *RunStep `protobuf:"bytes,26,opt,name=current_step,json=currentStep,proto3" json:"current_step,omitempty"`
+	CurrentStep *RunStep `protobuf:"bytes,26,opt,name=current_step,json=currentStep,proto3" json:"current_step,omitempty"`
+	// pinned: the run was started pinned to `version` (store.Run.Pinned): only a
+	// worker that serves that version of the workflow claims it.
+	Pinned        bool `protobuf:"varint,27,opt,name=pinned,proto3" json:"pinned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -401,6 +404,66 @@ func (x *Run) GetCurrentStep() *RunStep {
 	return nil
 }
 
+func (x *Run) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
+// The versions of one workflow a worker serves to runs pinned to a version.
+type WorkflowVersions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workflow      string                 `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Versions      []int64                `protobuf:"varint,2,rep,packed,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkflowVersions) Reset() {
+	*x = WorkflowVersions{}
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkflowVersions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkflowVersions) ProtoMessage() {}
+
+func (x *WorkflowVersions) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkflowVersions.ProtoReflect.Descriptor instead.
+func (*WorkflowVersions) Descriptor() ([]byte, []int) {
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *WorkflowVersions) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *WorkflowVersions) GetVersions() []int64 {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
 // A step attempt in progress.
 type RunStep struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -421,7 +484,7 @@ type RunStep struct {
 
 func (x *RunStep) Reset() {
 	*x = RunStep{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +496,7 @@ func (x *RunStep) String() string {
 func (*RunStep) ProtoMessage() {}
 
 func (x *RunStep) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +509,7 @@ func (x *RunStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStep.ProtoReflect.Descriptor instead.
 func (*RunStep) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RunStep) GetName() string {
@@ -503,7 +566,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +578,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +591,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Attempt) GetPosition() int64 {
@@ -595,7 +658,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +670,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +683,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Op) GetPosition() int64 {
@@ -714,7 +777,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +789,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +802,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Event) GetSeq() int64 {
@@ -806,7 +869,7 @@ type ClaimedRun struct {
 
 func (x *ClaimedRun) Reset() {
 	*x = ClaimedRun{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +881,7 @@ func (x *ClaimedRun) String() string {
 func (*ClaimedRun) ProtoMessage() {}
 
 func (x *ClaimedRun) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +894,7 @@ func (x *ClaimedRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedRun.ProtoReflect.Descriptor instead.
 func (*ClaimedRun) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClaimedRun) GetRun() *Run {
@@ -897,7 +960,7 @@ type QueueRetry struct {
 
 func (x *QueueRetry) Reset() {
 	*x = QueueRetry{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +972,7 @@ func (x *QueueRetry) String() string {
 func (*QueueRetry) ProtoMessage() {}
 
 func (x *QueueRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +985,7 @@ func (x *QueueRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetry.ProtoReflect.Descriptor instead.
 func (*QueueRetry) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QueueRetry) GetMaxAttempts() int64 {
@@ -964,7 +1027,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1039,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1052,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Lease) GetNamespace() string {
@@ -1038,7 +1101,7 @@ type KVWrite struct {
 
 func (x *KVWrite) Reset() {
 	*x = KVWrite{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1113,7 @@ func (x *KVWrite) String() string {
 func (*KVWrite) ProtoMessage() {}
 
 func (x *KVWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1126,7 @@ func (x *KVWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWrite.ProtoReflect.Descriptor instead.
 func (*KVWrite) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KVWrite) GetKey() string {
@@ -1106,7 +1169,7 @@ type ChildRun struct {
 
 func (x *ChildRun) Reset() {
 	*x = ChildRun{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1181,7 @@ func (x *ChildRun) String() string {
 func (*ChildRun) ProtoMessage() {}
 
 func (x *ChildRun) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1194,7 @@ func (x *ChildRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildRun.ProtoReflect.Descriptor instead.
 func (*ChildRun) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ChildRun) GetId() string {
@@ -1210,7 +1273,7 @@ type ChildGroup struct {
 
 func (x *ChildGroup) Reset() {
 	*x = ChildGroup{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1285,7 @@ func (x *ChildGroup) String() string {
 func (*ChildGroup) ProtoMessage() {}
 
 func (x *ChildGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1298,7 @@ func (x *ChildGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildGroup.ProtoReflect.Descriptor instead.
 func (*ChildGroup) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ChildGroup) GetPosition() int64 {
@@ -1288,7 +1351,7 @@ type ApprovalRequest struct {
 
 func (x *ApprovalRequest) Reset() {
 	*x = ApprovalRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1363,7 @@ func (x *ApprovalRequest) String() string {
 func (*ApprovalRequest) ProtoMessage() {}
 
 func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1376,7 @@ func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ApprovalRequest) GetId() string {
@@ -1377,14 +1440,18 @@ type ClaimRequest struct {
 	Credit        int64                `protobuf:"varint,5,opt,name=credit,proto3" json:"credit,omitempty"`
 	LeaseDuration *durationpb.Duration `protobuf:"bytes,6,opt,name=lease_duration,json=leaseDuration,proto3" json:"lease_duration,omitempty"`
 	// wait: keep the stream open up to this long, pushing runs as they become due.
-	Wait          *durationpb.Duration `protobuf:"bytes,7,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,7,opt,name=wait,proto3" json:"wait,omitempty"`
+	// versions: the versions of each workflow the worker serves. A run pinned to
+	// a version (Run.pinned) is claimed only if its version is listed for its
+	// workflow; runs that are not pinned are claimed whatever their version.
+	Versions      []*WorkflowVersions `protobuf:"bytes,8,rep,name=versions,proto3" json:"versions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1463,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1476,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ClaimRequest) GetNamespace() string {
@@ -1461,6 +1528,13 @@ func (x *ClaimRequest) GetWait() *durationpb.Duration {
 	return nil
 }
 
+func (x *ClaimRequest) GetVersions() []*WorkflowVersions {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
 type ClaimResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Runs  []*ClaimedRun          `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
@@ -1474,7 +1548,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1560,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1573,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ClaimResponse) GetRuns() []*ClaimedRun {
@@ -1537,7 +1611,7 @@ type ExtendLeasesRequest struct {
 
 func (x *ExtendLeasesRequest) Reset() {
 	*x = ExtendLeasesRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1623,7 @@ func (x *ExtendLeasesRequest) String() string {
 func (*ExtendLeasesRequest) ProtoMessage() {}
 
 func (x *ExtendLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1636,7 @@ func (x *ExtendLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{16}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExtendLeasesRequest) GetLeases() []*Lease {
@@ -1596,7 +1670,7 @@ type ExtendLeasesResponse struct {
 
 func (x *ExtendLeasesResponse) Reset() {
 	*x = ExtendLeasesResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1682,7 @@ func (x *ExtendLeasesResponse) String() string {
 func (*ExtendLeasesResponse) ProtoMessage() {}
 
 func (x *ExtendLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1695,7 @@ func (x *ExtendLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{17}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExtendLeasesResponse) GetLost() []string {
@@ -1650,7 +1724,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1736,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1749,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{18}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReleaseLeaseRequest) GetLease() *Lease {
@@ -1700,7 +1774,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1786,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1799,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{19}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 // CheckpointItem is one run's checkpoint (store.CheckpointParams).
@@ -1763,7 +1837,7 @@ type CheckpointItem struct {
 
 func (x *CheckpointItem) Reset() {
 	*x = CheckpointItem{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1849,7 @@ func (x *CheckpointItem) String() string {
 func (*CheckpointItem) ProtoMessage() {}
 
 func (x *CheckpointItem) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1862,7 @@ func (x *CheckpointItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointItem.ProtoReflect.Descriptor instead.
 func (*CheckpointItem) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{20}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CheckpointItem) GetLease() *Lease {
@@ -1922,7 +1996,7 @@ type StreamWrite struct {
 
 func (x *StreamWrite) Reset() {
 	*x = StreamWrite{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2008,7 @@ func (x *StreamWrite) String() string {
 func (*StreamWrite) ProtoMessage() {}
 
 func (x *StreamWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2021,7 @@ func (x *StreamWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamWrite.ProtoReflect.Descriptor instead.
 func (*StreamWrite) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{21}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StreamWrite) GetName() string {
@@ -1973,7 +2047,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2059,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2072,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{22}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CheckpointRequest) GetCheckpoints() []*CheckpointItem {
@@ -2023,7 +2097,7 @@ type CheckpointResult struct {
 
 func (x *CheckpointResult) Reset() {
 	*x = CheckpointResult{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2109,7 @@ func (x *CheckpointResult) String() string {
 func (*CheckpointResult) ProtoMessage() {}
 
 func (x *CheckpointResult) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2122,7 @@ func (x *CheckpointResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResult.ProtoReflect.Descriptor instead.
 func (*CheckpointResult) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{23}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CheckpointResult) GetError() *ErrorDetail {
@@ -2089,7 +2163,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2175,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2188,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{24}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CheckpointResponse) GetResults() []*CheckpointResult {
@@ -2137,7 +2211,7 @@ type ResumeBlockedRequest struct {
 
 func (x *ResumeBlockedRequest) Reset() {
 	*x = ResumeBlockedRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2223,7 @@ func (x *ResumeBlockedRequest) String() string {
 func (*ResumeBlockedRequest) ProtoMessage() {}
 
 func (x *ResumeBlockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2236,7 @@ func (x *ResumeBlockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeBlockedRequest.ProtoReflect.Descriptor instead.
 func (*ResumeBlockedRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{25}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResumeBlockedRequest) GetNamespace() string {
@@ -2195,7 +2269,7 @@ type ResumeBlockedResponse struct {
 
 func (x *ResumeBlockedResponse) Reset() {
 	*x = ResumeBlockedResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2281,7 @@ func (x *ResumeBlockedResponse) String() string {
 func (*ResumeBlockedResponse) ProtoMessage() {}
 
 func (x *ResumeBlockedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2294,7 @@ func (x *ResumeBlockedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeBlockedResponse.ProtoReflect.Descriptor instead.
 func (*ResumeBlockedResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{26}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResumeBlockedResponse) GetResumed() int64 {
@@ -2240,7 +2314,7 @@ type ListHistoryRequest struct {
 
 func (x *ListHistoryRequest) Reset() {
 	*x = ListHistoryRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2326,7 @@ func (x *ListHistoryRequest) String() string {
 func (*ListHistoryRequest) ProtoMessage() {}
 
 func (x *ListHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2339,7 @@ func (x *ListHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHistoryRequest.ProtoReflect.Descriptor instead.
 func (*ListHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{27}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListHistoryRequest) GetNamespace() string {
@@ -2291,7 +2365,7 @@ type ListHistoryResponse struct {
 
 func (x *ListHistoryResponse) Reset() {
 	*x = ListHistoryResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2377,7 @@ func (x *ListHistoryResponse) String() string {
 func (*ListHistoryResponse) ProtoMessage() {}
 
 func (x *ListHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2390,7 @@ func (x *ListHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHistoryResponse.ProtoReflect.Descriptor instead.
 func (*ListHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{28}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListHistoryResponse) GetOps() []*Op {
@@ -2337,7 +2411,7 @@ type ListChildrenRequest struct {
 
 func (x *ListChildrenRequest) Reset() {
 	*x = ListChildrenRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2423,7 @@ func (x *ListChildrenRequest) String() string {
 func (*ListChildrenRequest) ProtoMessage() {}
 
 func (x *ListChildrenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2436,7 @@ func (x *ListChildrenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChildrenRequest.ProtoReflect.Descriptor instead.
 func (*ListChildrenRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{29}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListChildrenRequest) GetNamespace() string {
@@ -2395,7 +2469,7 @@ type ListChildrenResponse struct {
 
 func (x *ListChildrenResponse) Reset() {
 	*x = ListChildrenResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2481,7 @@ func (x *ListChildrenResponse) String() string {
 func (*ListChildrenResponse) ProtoMessage() {}
 
 func (x *ListChildrenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2494,7 @@ func (x *ListChildrenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChildrenResponse.ProtoReflect.Descriptor instead.
 func (*ListChildrenResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{30}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListChildrenResponse) GetRuns() []*Run {
@@ -2443,7 +2517,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2529,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2542,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{31}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SubscribeRequest) GetNamespace() string {
@@ -2497,7 +2571,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2583,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2596,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{32}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SubscribeResponse) GetSubscribed() bool {
@@ -2552,14 +2626,16 @@ type Worker struct {
 	Live       bool                   `protobuf:"varint,9,opt,name=live,proto3" json:"live,omitempty"`
 	// The principal whose heartbeat made the record ("" for a worker on the
 	// store itself): only it may refresh or remove the record.
-	Owner         string `protobuf:"bytes,10,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,10,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The versions of each workflow the worker serves (as it claims them).
+	Versions      []*WorkflowVersions `protobuf:"bytes,11,rep,name=versions,proto3" json:"versions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2647,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2660,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{33}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Worker) GetNamespace() string {
@@ -2657,22 +2733,31 @@ func (x *Worker) GetOwner() string {
 	return ""
 }
 
+func (x *Worker) GetVersions() []*WorkflowVersions {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Workflows     []string               `protobuf:"bytes,3,rep,name=workflows,proto3" json:"workflows,omitempty"`
-	Queues        []string               `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty"`
-	Version       string                 `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	Start         bool                   `protobuf:"varint,7,opt,name=start,proto3" json:"start,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Workflows []string               `protobuf:"bytes,3,rep,name=workflows,proto3" json:"workflows,omitempty"`
+	Queues    []string               `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty"`
+	Version   string                 `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
+	Ttl       *durationpb.Duration   `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Start     bool                   `protobuf:"varint,7,opt,name=start,proto3" json:"start,omitempty"`
+	// The versions of each workflow the worker serves (ClaimRequest.versions).
+	Versions      []*WorkflowVersions `protobuf:"bytes,8,rep,name=versions,proto3" json:"versions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2684,7 +2769,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2697,7 +2782,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{34}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *HeartbeatRequest) GetNamespace() string {
@@ -2749,6 +2834,13 @@ func (x *HeartbeatRequest) GetStart() bool {
 	return false
 }
 
+func (x *HeartbeatRequest) GetVersions() []*WorkflowVersions {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2757,7 +2849,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +2861,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +2874,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{35}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{36}
 }
 
 type ListWorkersRequest struct {
@@ -2794,7 +2886,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +2898,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +2911,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{36}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListWorkersRequest) GetNamespace() string {
@@ -2838,7 +2930,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +2942,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +2955,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{37}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -2883,7 +2975,7 @@ type RemoveWorkerRequest struct {
 
 func (x *RemoveWorkerRequest) Reset() {
 	*x = RemoveWorkerRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +2987,7 @@ func (x *RemoveWorkerRequest) String() string {
 func (*RemoveWorkerRequest) ProtoMessage() {}
 
 func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +3000,7 @@ func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{38}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RemoveWorkerRequest) GetNamespace() string {
@@ -2933,7 +3025,7 @@ type RemoveWorkerResponse struct {
 
 func (x *RemoveWorkerResponse) Reset() {
 	*x = RemoveWorkerResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[39]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2945,7 +3037,7 @@ func (x *RemoveWorkerResponse) String() string {
 func (*RemoveWorkerResponse) ProtoMessage() {}
 
 func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[39]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2958,7 +3050,7 @@ func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{39}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{40}
 }
 
 var File_trellis_worker_v1_worker_proto protoreflect.FileDescriptor
@@ -2973,7 +3065,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\tErrorInfo\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12#\n" +
-	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\"\xa4\b\n" +
+	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\"\xbc\b\n" +
 	"\x03Run\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1f\n" +
@@ -3008,9 +3100,13 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"finishedAt\x12\x1b\n" +
 	"\tparent_id\x18\x18 \x01(\tR\bparentId\x12!\n" +
 	"\ftrace_parent\x18\x19 \x01(\tR\vtraceParent\x12=\n" +
-	"\fcurrent_step\x18\x1a \x01(\v2\x1a.trellis.worker.v1.RunStepR\vcurrentStepB\b\n" +
+	"\fcurrent_step\x18\x1a \x01(\v2\x1a.trellis.worker.v1.RunStepR\vcurrentStep\x12\x16\n" +
+	"\x06pinned\x18\x1b \x01(\bR\x06pinnedB\b\n" +
 	"\x06_inputB\t\n" +
-	"\a_output\"\xba\x01\n" +
+	"\a_output\"J\n" +
+	"\x10WorkflowVersions\x12\x1a\n" +
+	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12\x1a\n" +
+	"\bversions\x18\x02 \x03(\x03R\bversions\"\xba\x01\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x120\n" +
@@ -3109,7 +3205,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAtB\n" +
 	"\n" +
-	"\b_details\"\x83\x02\n" +
+	"\b_details\"\xc4\x02\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06queues\x18\x02 \x03(\tR\x06queues\x12\x1c\n" +
@@ -3117,7 +3213,8 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\x06worker\x18\x04 \x01(\tR\x06worker\x12\x16\n" +
 	"\x06credit\x18\x05 \x01(\x03R\x06credit\x12@\n" +
 	"\x0elease_duration\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x12-\n" +
-	"\x04wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x97\x01\n" +
+	"\x04wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12?\n" +
+	"\bversions\x18\b \x03(\v2#.trellis.worker.v1.WorkflowVersionsR\bversions\"\x97\x01\n" +
 	"\rClaimResponse\x121\n" +
 	"\x04runs\x18\x01 \x03(\v2\x1d.trellis.worker.v1.ClaimedRunR\x04runs\x125\n" +
 	"\bnext_due\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\anextDue\x12\x1c\n" +
@@ -3191,7 +3288,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
 	"subscribed\x18\x01 \x01(\bR\n" +
 	"subscribed\x12\x1c\n" +
-	"\treconnect\x18\x02 \x01(\bR\treconnect\"\xe8\x02\n" +
+	"\treconnect\x18\x02 \x01(\bR\treconnect\"\xa9\x03\n" +
 	"\x06Worker\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -3206,7 +3303,8 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"expires_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x12\n" +
 	"\x04live\x18\t \x01(\bR\x04live\x12\x14\n" +
 	"\x05owner\x18\n" +
-	" \x01(\tR\x05owner\"\xd7\x01\n" +
+	" \x01(\tR\x05owner\x12?\n" +
+	"\bversions\x18\v \x03(\v2#.trellis.worker.v1.WorkflowVersionsR\bversions\"\x98\x02\n" +
 	"\x10HeartbeatRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -3214,7 +3312,8 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\x06queues\x18\x04 \x03(\tR\x06queues\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12+\n" +
 	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
-	"\x05start\x18\a \x01(\bR\x05start\"\x13\n" +
+	"\x05start\x18\a \x01(\bR\x05start\x12?\n" +
+	"\bversions\x18\b \x03(\v2#.trellis.worker.v1.WorkflowVersionsR\bversions\"\x13\n" +
 	"\x11HeartbeatResponse\"2\n" +
 	"\x12ListWorkersRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"J\n" +
@@ -3250,137 +3349,141 @@ func file_trellis_worker_v1_worker_proto_rawDescGZIP() []byte {
 	return file_trellis_worker_v1_worker_proto_rawDescData
 }
 
-var file_trellis_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_trellis_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_trellis_worker_v1_worker_proto_goTypes = []any{
 	(*ErrorDetail)(nil),           // 0: trellis.worker.v1.ErrorDetail
 	(*ErrorInfo)(nil),             // 1: trellis.worker.v1.ErrorInfo
 	(*Run)(nil),                   // 2: trellis.worker.v1.Run
-	(*RunStep)(nil),               // 3: trellis.worker.v1.RunStep
-	(*Attempt)(nil),               // 4: trellis.worker.v1.Attempt
-	(*Op)(nil),                    // 5: trellis.worker.v1.Op
-	(*Event)(nil),                 // 6: trellis.worker.v1.Event
-	(*ClaimedRun)(nil),            // 7: trellis.worker.v1.ClaimedRun
-	(*QueueRetry)(nil),            // 8: trellis.worker.v1.QueueRetry
-	(*Lease)(nil),                 // 9: trellis.worker.v1.Lease
-	(*KVWrite)(nil),               // 10: trellis.worker.v1.KVWrite
-	(*ChildRun)(nil),              // 11: trellis.worker.v1.ChildRun
-	(*ChildGroup)(nil),            // 12: trellis.worker.v1.ChildGroup
-	(*ApprovalRequest)(nil),       // 13: trellis.worker.v1.ApprovalRequest
-	(*ClaimRequest)(nil),          // 14: trellis.worker.v1.ClaimRequest
-	(*ClaimResponse)(nil),         // 15: trellis.worker.v1.ClaimResponse
-	(*ExtendLeasesRequest)(nil),   // 16: trellis.worker.v1.ExtendLeasesRequest
-	(*ExtendLeasesResponse)(nil),  // 17: trellis.worker.v1.ExtendLeasesResponse
-	(*ReleaseLeaseRequest)(nil),   // 18: trellis.worker.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),  // 19: trellis.worker.v1.ReleaseLeaseResponse
-	(*CheckpointItem)(nil),        // 20: trellis.worker.v1.CheckpointItem
-	(*StreamWrite)(nil),           // 21: trellis.worker.v1.StreamWrite
-	(*CheckpointRequest)(nil),     // 22: trellis.worker.v1.CheckpointRequest
-	(*CheckpointResult)(nil),      // 23: trellis.worker.v1.CheckpointResult
-	(*CheckpointResponse)(nil),    // 24: trellis.worker.v1.CheckpointResponse
-	(*ResumeBlockedRequest)(nil),  // 25: trellis.worker.v1.ResumeBlockedRequest
-	(*ResumeBlockedResponse)(nil), // 26: trellis.worker.v1.ResumeBlockedResponse
-	(*ListHistoryRequest)(nil),    // 27: trellis.worker.v1.ListHistoryRequest
-	(*ListHistoryResponse)(nil),   // 28: trellis.worker.v1.ListHistoryResponse
-	(*ListChildrenRequest)(nil),   // 29: trellis.worker.v1.ListChildrenRequest
-	(*ListChildrenResponse)(nil),  // 30: trellis.worker.v1.ListChildrenResponse
-	(*SubscribeRequest)(nil),      // 31: trellis.worker.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),     // 32: trellis.worker.v1.SubscribeResponse
-	(*Worker)(nil),                // 33: trellis.worker.v1.Worker
-	(*HeartbeatRequest)(nil),      // 34: trellis.worker.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 35: trellis.worker.v1.HeartbeatResponse
-	(*ListWorkersRequest)(nil),    // 36: trellis.worker.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),   // 37: trellis.worker.v1.ListWorkersResponse
-	(*RemoveWorkerRequest)(nil),   // 38: trellis.worker.v1.RemoveWorkerRequest
-	(*RemoveWorkerResponse)(nil),  // 39: trellis.worker.v1.RemoveWorkerResponse
-	(*timestamppb.Timestamp)(nil), // 40: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 41: google.protobuf.Duration
+	(*WorkflowVersions)(nil),      // 3: trellis.worker.v1.WorkflowVersions
+	(*RunStep)(nil),               // 4: trellis.worker.v1.RunStep
+	(*Attempt)(nil),               // 5: trellis.worker.v1.Attempt
+	(*Op)(nil),                    // 6: trellis.worker.v1.Op
+	(*Event)(nil),                 // 7: trellis.worker.v1.Event
+	(*ClaimedRun)(nil),            // 8: trellis.worker.v1.ClaimedRun
+	(*QueueRetry)(nil),            // 9: trellis.worker.v1.QueueRetry
+	(*Lease)(nil),                 // 10: trellis.worker.v1.Lease
+	(*KVWrite)(nil),               // 11: trellis.worker.v1.KVWrite
+	(*ChildRun)(nil),              // 12: trellis.worker.v1.ChildRun
+	(*ChildGroup)(nil),            // 13: trellis.worker.v1.ChildGroup
+	(*ApprovalRequest)(nil),       // 14: trellis.worker.v1.ApprovalRequest
+	(*ClaimRequest)(nil),          // 15: trellis.worker.v1.ClaimRequest
+	(*ClaimResponse)(nil),         // 16: trellis.worker.v1.ClaimResponse
+	(*ExtendLeasesRequest)(nil),   // 17: trellis.worker.v1.ExtendLeasesRequest
+	(*ExtendLeasesResponse)(nil),  // 18: trellis.worker.v1.ExtendLeasesResponse
+	(*ReleaseLeaseRequest)(nil),   // 19: trellis.worker.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),  // 20: trellis.worker.v1.ReleaseLeaseResponse
+	(*CheckpointItem)(nil),        // 21: trellis.worker.v1.CheckpointItem
+	(*StreamWrite)(nil),           // 22: trellis.worker.v1.StreamWrite
+	(*CheckpointRequest)(nil),     // 23: trellis.worker.v1.CheckpointRequest
+	(*CheckpointResult)(nil),      // 24: trellis.worker.v1.CheckpointResult
+	(*CheckpointResponse)(nil),    // 25: trellis.worker.v1.CheckpointResponse
+	(*ResumeBlockedRequest)(nil),  // 26: trellis.worker.v1.ResumeBlockedRequest
+	(*ResumeBlockedResponse)(nil), // 27: trellis.worker.v1.ResumeBlockedResponse
+	(*ListHistoryRequest)(nil),    // 28: trellis.worker.v1.ListHistoryRequest
+	(*ListHistoryResponse)(nil),   // 29: trellis.worker.v1.ListHistoryResponse
+	(*ListChildrenRequest)(nil),   // 30: trellis.worker.v1.ListChildrenRequest
+	(*ListChildrenResponse)(nil),  // 31: trellis.worker.v1.ListChildrenResponse
+	(*SubscribeRequest)(nil),      // 32: trellis.worker.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),     // 33: trellis.worker.v1.SubscribeResponse
+	(*Worker)(nil),                // 34: trellis.worker.v1.Worker
+	(*HeartbeatRequest)(nil),      // 35: trellis.worker.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 36: trellis.worker.v1.HeartbeatResponse
+	(*ListWorkersRequest)(nil),    // 37: trellis.worker.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),   // 38: trellis.worker.v1.ListWorkersResponse
+	(*RemoveWorkerRequest)(nil),   // 39: trellis.worker.v1.RemoveWorkerRequest
+	(*RemoveWorkerResponse)(nil),  // 40: trellis.worker.v1.RemoveWorkerResponse
+	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
 }
 var file_trellis_worker_v1_worker_proto_depIdxs = []int32{
 	1,  // 0: trellis.worker.v1.Run.error:type_name -> trellis.worker.v1.ErrorInfo
-	40, // 1: trellis.worker.v1.Run.deadline:type_name -> google.protobuf.Timestamp
-	40, // 2: trellis.worker.v1.Run.available_at:type_name -> google.protobuf.Timestamp
-	40, // 3: trellis.worker.v1.Run.lease_expires_at:type_name -> google.protobuf.Timestamp
-	40, // 4: trellis.worker.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	40, // 5: trellis.worker.v1.Run.started_at:type_name -> google.protobuf.Timestamp
-	40, // 6: trellis.worker.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
-	40, // 7: trellis.worker.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
-	3,  // 8: trellis.worker.v1.Run.current_step:type_name -> trellis.worker.v1.RunStep
-	40, // 9: trellis.worker.v1.RunStep.since:type_name -> google.protobuf.Timestamp
-	41, // 10: trellis.worker.v1.RunStep.timeout:type_name -> google.protobuf.Duration
+	41, // 1: trellis.worker.v1.Run.deadline:type_name -> google.protobuf.Timestamp
+	41, // 2: trellis.worker.v1.Run.available_at:type_name -> google.protobuf.Timestamp
+	41, // 3: trellis.worker.v1.Run.lease_expires_at:type_name -> google.protobuf.Timestamp
+	41, // 4: trellis.worker.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	41, // 5: trellis.worker.v1.Run.started_at:type_name -> google.protobuf.Timestamp
+	41, // 6: trellis.worker.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
+	41, // 7: trellis.worker.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
+	4,  // 8: trellis.worker.v1.Run.current_step:type_name -> trellis.worker.v1.RunStep
+	41, // 9: trellis.worker.v1.RunStep.since:type_name -> google.protobuf.Timestamp
+	42, // 10: trellis.worker.v1.RunStep.timeout:type_name -> google.protobuf.Duration
 	1,  // 11: trellis.worker.v1.Attempt.error:type_name -> trellis.worker.v1.ErrorInfo
-	40, // 12: trellis.worker.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	40, // 13: trellis.worker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	41, // 12: trellis.worker.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	41, // 13: trellis.worker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	1,  // 14: trellis.worker.v1.Op.error:type_name -> trellis.worker.v1.ErrorInfo
-	4,  // 15: trellis.worker.v1.Op.attempt_log:type_name -> trellis.worker.v1.Attempt
-	40, // 16: trellis.worker.v1.Op.started_at:type_name -> google.protobuf.Timestamp
-	40, // 17: trellis.worker.v1.Op.finished_at:type_name -> google.protobuf.Timestamp
-	40, // 18: trellis.worker.v1.Op.attempt_started_at:type_name -> google.protobuf.Timestamp
-	40, // 19: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
+	5,  // 15: trellis.worker.v1.Op.attempt_log:type_name -> trellis.worker.v1.Attempt
+	41, // 16: trellis.worker.v1.Op.started_at:type_name -> google.protobuf.Timestamp
+	41, // 17: trellis.worker.v1.Op.finished_at:type_name -> google.protobuf.Timestamp
+	41, // 18: trellis.worker.v1.Op.attempt_started_at:type_name -> google.protobuf.Timestamp
+	41, // 19: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
 	2,  // 20: trellis.worker.v1.ClaimedRun.run:type_name -> trellis.worker.v1.Run
-	40, // 21: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
-	5,  // 22: trellis.worker.v1.ClaimedRun.history:type_name -> trellis.worker.v1.Op
-	6,  // 23: trellis.worker.v1.ClaimedRun.inbox:type_name -> trellis.worker.v1.Event
-	8,  // 24: trellis.worker.v1.ClaimedRun.queue_retry:type_name -> trellis.worker.v1.QueueRetry
-	41, // 25: trellis.worker.v1.QueueRetry.initial_backoff:type_name -> google.protobuf.Duration
-	41, // 26: trellis.worker.v1.QueueRetry.max_backoff:type_name -> google.protobuf.Duration
-	40, // 27: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
-	11, // 28: trellis.worker.v1.ChildGroup.runs:type_name -> trellis.worker.v1.ChildRun
-	40, // 29: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 30: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	41, // 31: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	7,  // 32: trellis.worker.v1.ClaimResponse.runs:type_name -> trellis.worker.v1.ClaimedRun
-	40, // 33: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
-	9,  // 34: trellis.worker.v1.ExtendLeasesRequest.leases:type_name -> trellis.worker.v1.Lease
-	41, // 35: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
-	3,  // 36: trellis.worker.v1.ExtendLeasesRequest.steps:type_name -> trellis.worker.v1.RunStep
-	9,  // 37: trellis.worker.v1.ReleaseLeaseRequest.lease:type_name -> trellis.worker.v1.Lease
-	9,  // 38: trellis.worker.v1.CheckpointItem.lease:type_name -> trellis.worker.v1.Lease
-	5,  // 39: trellis.worker.v1.CheckpointItem.ops:type_name -> trellis.worker.v1.Op
-	4,  // 40: trellis.worker.v1.CheckpointItem.attempts:type_name -> trellis.worker.v1.Attempt
-	10, // 41: trellis.worker.v1.CheckpointItem.kv:type_name -> trellis.worker.v1.KVWrite
-	1,  // 42: trellis.worker.v1.CheckpointItem.error:type_name -> trellis.worker.v1.ErrorInfo
-	40, // 43: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
-	12, // 44: trellis.worker.v1.CheckpointItem.children:type_name -> trellis.worker.v1.ChildGroup
-	13, // 45: trellis.worker.v1.CheckpointItem.approvals:type_name -> trellis.worker.v1.ApprovalRequest
-	21, // 46: trellis.worker.v1.CheckpointItem.stream:type_name -> trellis.worker.v1.StreamWrite
-	20, // 47: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
-	0,  // 48: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
-	40, // 49: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
-	23, // 50: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
-	5,  // 51: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
-	2,  // 52: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
-	40, // 53: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
-	40, // 54: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
-	40, // 55: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 56: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
-	33, // 57: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
-	14, // 58: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
-	16, // 59: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
-	18, // 60: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
-	22, // 61: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
-	25, // 62: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
-	27, // 63: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
-	29, // 64: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
-	31, // 65: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
-	34, // 66: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
-	36, // 67: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
-	38, // 68: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
-	15, // 69: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
-	17, // 70: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
-	19, // 71: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
-	24, // 72: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
-	26, // 73: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
-	28, // 74: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
-	30, // 75: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
-	32, // 76: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
-	35, // 77: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
-	37, // 78: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
-	39, // 79: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
-	69, // [69:80] is the sub-list for method output_type
-	58, // [58:69] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	41, // 21: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
+	6,  // 22: trellis.worker.v1.ClaimedRun.history:type_name -> trellis.worker.v1.Op
+	7,  // 23: trellis.worker.v1.ClaimedRun.inbox:type_name -> trellis.worker.v1.Event
+	9,  // 24: trellis.worker.v1.ClaimedRun.queue_retry:type_name -> trellis.worker.v1.QueueRetry
+	42, // 25: trellis.worker.v1.QueueRetry.initial_backoff:type_name -> google.protobuf.Duration
+	42, // 26: trellis.worker.v1.QueueRetry.max_backoff:type_name -> google.protobuf.Duration
+	41, // 27: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
+	12, // 28: trellis.worker.v1.ChildGroup.runs:type_name -> trellis.worker.v1.ChildRun
+	41, // 29: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 30: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	42, // 31: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	3,  // 32: trellis.worker.v1.ClaimRequest.versions:type_name -> trellis.worker.v1.WorkflowVersions
+	8,  // 33: trellis.worker.v1.ClaimResponse.runs:type_name -> trellis.worker.v1.ClaimedRun
+	41, // 34: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
+	10, // 35: trellis.worker.v1.ExtendLeasesRequest.leases:type_name -> trellis.worker.v1.Lease
+	42, // 36: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
+	4,  // 37: trellis.worker.v1.ExtendLeasesRequest.steps:type_name -> trellis.worker.v1.RunStep
+	10, // 38: trellis.worker.v1.ReleaseLeaseRequest.lease:type_name -> trellis.worker.v1.Lease
+	10, // 39: trellis.worker.v1.CheckpointItem.lease:type_name -> trellis.worker.v1.Lease
+	6,  // 40: trellis.worker.v1.CheckpointItem.ops:type_name -> trellis.worker.v1.Op
+	5,  // 41: trellis.worker.v1.CheckpointItem.attempts:type_name -> trellis.worker.v1.Attempt
+	11, // 42: trellis.worker.v1.CheckpointItem.kv:type_name -> trellis.worker.v1.KVWrite
+	1,  // 43: trellis.worker.v1.CheckpointItem.error:type_name -> trellis.worker.v1.ErrorInfo
+	41, // 44: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
+	13, // 45: trellis.worker.v1.CheckpointItem.children:type_name -> trellis.worker.v1.ChildGroup
+	14, // 46: trellis.worker.v1.CheckpointItem.approvals:type_name -> trellis.worker.v1.ApprovalRequest
+	22, // 47: trellis.worker.v1.CheckpointItem.stream:type_name -> trellis.worker.v1.StreamWrite
+	21, // 48: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
+	0,  // 49: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
+	41, // 50: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
+	24, // 51: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
+	6,  // 52: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
+	2,  // 53: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
+	41, // 54: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
+	41, // 55: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
+	41, // 56: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
+	3,  // 57: trellis.worker.v1.Worker.versions:type_name -> trellis.worker.v1.WorkflowVersions
+	42, // 58: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 59: trellis.worker.v1.HeartbeatRequest.versions:type_name -> trellis.worker.v1.WorkflowVersions
+	34, // 60: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
+	15, // 61: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
+	17, // 62: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
+	19, // 63: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
+	23, // 64: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
+	26, // 65: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
+	28, // 66: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
+	30, // 67: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
+	32, // 68: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
+	35, // 69: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
+	37, // 70: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
+	39, // 71: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
+	16, // 72: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
+	18, // 73: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
+	20, // 74: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
+	25, // 75: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
+	27, // 76: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
+	29, // 77: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
+	31, // 78: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
+	33, // 79: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
+	36, // 80: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
+	38, // 81: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
+	40, // 82: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
+	72, // [72:83] is the sub-list for method output_type
+	61, // [61:72] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_trellis_worker_v1_worker_proto_init() }
@@ -3389,19 +3492,19 @@ func file_trellis_worker_v1_worker_proto_init() {
 		return
 	}
 	file_trellis_worker_v1_worker_proto_msgTypes[2].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[5].OneofWrappers = []any{}
 	file_trellis_worker_v1_worker_proto_msgTypes[6].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[10].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[7].OneofWrappers = []any{}
 	file_trellis_worker_v1_worker_proto_msgTypes[11].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[13].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[20].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[12].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[14].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[21].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_worker_v1_worker_proto_rawDesc), len(file_trellis_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
