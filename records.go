@@ -70,8 +70,8 @@ type Run struct {
 	// (WorkflowOptions.Version and AlsoServes).
 	Pinned bool       `json:"pinned,omitempty"`
 	Input  Payload    `json:"input,omitempty"`
-	Output  Payload    `json:"output,omitempty"`
-	Error   *ErrorInfo `json:"error,omitempty"`
+	Output Payload    `json:"output,omitempty"`
+	Error  *ErrorInfo `json:"error,omitempty"`
 	// WaitReason says why a pending, waiting or blocked run is not running.
 	WaitReason      string     `json:"wait_reason,omitempty"`
 	CancelRequested bool       `json:"cancel_requested,omitempty"`
