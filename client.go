@@ -97,7 +97,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		if !cfg.Scheduler.Disabled {
 			sch, err := schedule.New(schedule.Config{Store: c.store, Owner: w.Name(), Clock: cfg.Clock,
 				LeaseDuration: cfg.Scheduler.LeaseDuration, Interval: cfg.Scheduler.Interval,
-				Version: c.version, Logger: cfg.Logger})
+				Version: c.version, Started: c.scheduledStart, Logger: cfg.Logger})
 			if err != nil {
 				c.Close()
 				return nil, fmt.Errorf("opening trellis: %w", err)
@@ -165,9 +165,8 @@ func (c *Client) doRegister(ctx context.Context, wfs ...Registrable) error {
 		return fmt.Errorf("resuming blocked runs: %w", err)
 	}
 	// Once Register returns, every process on the store sees these workflows
-	// served: a schedule of them may be created at once (it is refused for a
-	// workflow no live worker serves), and their pending runs read no "no live
-	// worker" wait reason.
+	// served: their pending runs read no "no live worker" wait reason, and the
+	// CLI does not warn of a schedule of them.
 	if err := c.worker.Announce(ctx); err != nil {
 		return err
 	}

@@ -34,7 +34,8 @@ var (
 	// ErrApprovalDecided: the approval request was already decided, or expired.
 	ErrApprovalDecided = store.ErrApprovalDecided
 	// ErrUnknownWorkflow: no workflow with that name is registered. (StartRaw
-	// starts runs of unregistered workflows; see its doc.)
+	// starts runs of unregistered workflows, and CreateSchedule takes them; see
+	// their docs.)
 	ErrUnknownWorkflow = errors.New("unknown workflow")
 	// ErrInvalidInput: the input cannot be decoded into the workflow's input type.
 	ErrInvalidInput = errors.New("invalid workflow input")

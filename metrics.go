@@ -87,7 +87,7 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		runsStarted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_runs_started_total",
-			Help: "Runs started through this client (Start, StartRaw, StartMany, the server's start routes)."}, []string{"workflow"}),
+			Help: "Runs started through this client (Start, StartRaw, StartMany, the server's start routes) and by schedules (fired, triggered, backfilled)."}, []string{"workflow"}),
 		runsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_runs_ended_total",
 			Help: "Runs this client's worker ended, by final status; on a server, also those its remote workers ended through it."}, []string{"workflow", "status"}),
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_run_attempts_total",
@@ -344,6 +344,12 @@ func (m *Metrics) ObserveRemoteCheckpoint(workflow string, p *store.CheckpointPa
 		m.attemptEnded(w, Status(p.Status))
 	}
 }
+
+// ObserveStarted counts a run of workflow started by this process other than
+// through a client call (trellis_runs_started_total): `trellis server` calls
+// it for each run its scheduler fires. A client's own scheduler and its calls
+// count theirs without it.
+func (m *Metrics) ObserveStarted(workflow string) { m.workflow(workflow).started.Inc() }
 
 // ObserveRemoteRelease counts a run attempt that a remote worker ended by
 // handing its run back through this process (trellis_run_attempts_total,

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -55,8 +54,9 @@ const MaxBackfillRuns = schedule.MaxBackfill
 // ScheduleSpec is what a schedule does. In JSON, catchup_window is a Go duration
 // string such as "10m".
 type ScheduleSpec struct {
-	// Workflow is the workflow's name. It must be registered with this client
-	// or served by a worker of the namespace (live or not).
+	// Workflow is the workflow's name. It need not be served yet: as a start
+	// by name, the schedule's runs wait, pending, with a wait reason that says
+	// so, until a live worker serves the workflow.
 	Workflow string `json:"workflow"`
 	// Queue is the queue of the runs; default the registered workflow's, else
 	// "default".
@@ -163,9 +163,10 @@ func checkScheduleName(name string) error {
 	return nil
 }
 
-// storeSpec checks spec, applies its defaults, and returns it as stored. The
-// workflow must be known (registered here, or served by a worker record).
-func (c *Client) storeSpec(ctx context.Context, spec ScheduleSpec) (store.ScheduleSpec, error) {
+// storeSpec checks spec, applies its defaults, and returns it as stored. A
+// workflow registered here gets its input checked and its queue as default;
+// one that is not is taken as named (its runs wait until a worker serves it).
+func (c *Client) storeSpec(spec ScheduleSpec) (store.ScheduleSpec, error) {
 	out := store.ScheduleSpec{Workflow: spec.Workflow, Queue: spec.Queue, Input: spec.Input, Cron: spec.Cron,
 		TimeZone: spec.TimeZone, Overlap: store.Overlap(spec.Overlap), CatchupWindow: spec.CatchupWindow}
 	if out.TimeZone == "" {
@@ -203,15 +204,6 @@ func (c *Client) storeSpec(ctx context.Context, spec ScheduleSpec) (store.Schedu
 		if out.Queue == "" {
 			out.Queue = def.opts.Queue
 		}
-	} else {
-		ws, err := c.store.WorkerList(ctx, &store.WorkerListParams{Namespace: c.cfg.Namespace})
-		if err != nil {
-			return out, err
-		}
-		if !slices.ContainsFunc(ws, func(w *store.Worker) bool { return slices.Contains(w.Workflows, out.Workflow) }) {
-			return out, fmt.Errorf("%w: %q in namespace %q: not registered with this client and served by no worker of the namespace",
-				ErrUnknownWorkflow, out.Workflow, c.cfg.Namespace)
-		}
 	}
 	if out.Queue == "" {
 		out.Queue = "default"
@@ -238,8 +230,11 @@ func scheduleRecord(sc *store.Schedule) *Schedule {
 
 // CreateSchedule creates a schedule named name in the client's namespace. Its
 // first tick is the first after now. Invalid cron expressions, time zones,
-// overlap policies and windows are ErrInvalidParams, an unknown workflow
-// ErrUnknownWorkflow, a taken name ErrScheduleExists; nothing is created then.
+// overlap policies and windows are ErrInvalidParams, an input that a workflow
+// registered with this client cannot decode ErrInvalidInput, a taken name
+// ErrScheduleExists; nothing is created then. A workflow that no live worker
+// serves is accepted, as StartRaw accepts it: the runs wait, pending, with a
+// wait reason that says so, until a worker serves it.
 func (c *Client) CreateSchedule(ctx context.Context, name string, spec ScheduleSpec, opts ...CreateScheduleOptions) (*Schedule, error) {
 	return callV(ctx, c, ClientCall{Method: "CreateSchedule", Workflow: spec.Workflow, Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.doCreateSchedule(ctx, name, spec, opts...) })
 }
@@ -256,7 +251,7 @@ func (c *Client) doCreateSchedule(ctx context.Context, name string, spec Schedul
 	if err := checkScheduleName(name); err != nil {
 		return nil, fmt.Errorf("creating schedule: %w", err)
 	}
-	sp, err := c.storeSpec(ctx, spec)
+	sp, err := c.storeSpec(spec)
 	if err != nil {
 		return nil, fmt.Errorf("creating schedule %s: %w", name, err)
 	}
@@ -320,7 +315,7 @@ func (c *Client) doUpdateSchedule(ctx context.Context, name string, spec Schedul
 	if err := checkScheduleName(name); err != nil {
 		return nil, fmt.Errorf("updating schedule: %w", err)
 	}
-	sp, err := c.storeSpec(ctx, spec)
+	sp, err := c.storeSpec(spec)
 	if err != nil {
 		return nil, fmt.Errorf("updating schedule %s: %w", name, err)
 	}
@@ -392,6 +387,9 @@ func (c *Client) doTriggerSchedule(ctx context.Context, name string) (*Run, erro
 	if err != nil {
 		return nil, fmt.Errorf("triggering schedule %s: %w", name, err)
 	}
+	if res.Created {
+		c.scheduledStart(res.Run)
+	}
 	return runFromStore(res.Run), nil
 }
 
@@ -438,6 +436,11 @@ func (c *Client) doBackfillSchedule(ctx context.Context, name string, start, end
 	if err != nil {
 		return nil, fmt.Errorf("backfilling schedule %s: %w", name, err)
 	}
+	for i, r := range res.Runs {
+		if i < len(res.RunsCreated) && res.RunsCreated[i] {
+			c.scheduledStart(r)
+		}
+	}
 	return runsFromStore(res.Runs), nil
 }
 
@@ -459,4 +462,13 @@ func (c *Client) version(workflow string) int {
 		return def.opts.Version
 	}
 	return 0
+}
+
+// scheduledStart counts a run that a schedule of this client's store started
+// (its scheduler's fires, TriggerSchedule, BackfillSchedule) in the metrics'
+// trellis_runs_started_total, as a Start is counted.
+func (c *Client) scheduledStart(run *store.Run) {
+	if m := c.cfg.Metrics; m != nil {
+		m.ObserveStarted(run.Workflow)
+	}
 }

@@ -100,7 +100,6 @@ func TestScheduleBadInputChangesNothing(t *testing.T) {
 		{"invalid cron", with(func(s *trellis.ScheduleSpec) { s.Cron = "0 2 * *" }), trellis.ErrInvalidParams},
 		{"cron with a zone prefix", with(func(s *trellis.ScheduleSpec) { s.Cron = "CRON_TZ=UTC 0 2 * * *" }), trellis.ErrInvalidParams},
 		{"invalid time zone", with(func(s *trellis.ScheduleSpec) { s.TimeZone = "Europe/Atlantis" }), trellis.ErrInvalidParams},
-		{"unknown workflow", with(func(s *trellis.ScheduleSpec) { s.Workflow = "unknown" }), trellis.ErrUnknownWorkflow},
 		{"input of the wrong type", with(func(s *trellis.ScheduleSpec) { s.Input = trellis.Payload(`"x"`) }), trellis.ErrInvalidInput},
 		{"unknown overlap", with(func(s *trellis.ScheduleSpec) { s.Overlap = "queue" }), trellis.ErrInvalidParams},
 		{"negative window", with(func(s *trellis.ScheduleSpec) { s.CatchupWindow = -time.Minute }), trellis.ErrInvalidParams},
@@ -151,5 +150,56 @@ func TestScheduleBadInputChangesNothing(t *testing.T) {
 	page, _ := c.List(ctx, trellis.ListOptions{})
 	if len(list) != 1 || after.Spec.Cron != before.Spec.Cron || !after.UpdatedAt.Equal(paused.UpdatedAt) || len(page.Runs) != 0 {
 		t.Fatalf("refused calls changed something: %d schedules, %+v, %d runs", len(list), after, len(page.Runs))
+	}
+}
+
+// A schedule of a workflow that no worker serves yet is created (as a start
+// by name is): its runs wait, pending, with the unserved wait reason, until a
+// worker serves the workflow. Every run a schedule starts (fired, triggered,
+// backfilled; not one found existing) counts in trellis_runs_started_total.
+func TestScheduleBeforeWorkers(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC))
+	url := storeURL(t)
+	m := trellis.NewMetrics()
+	c := open(t, url, func(cfg *trellis.Config) { cfg.Clock, cfg.Metrics = clk, m })
+	register(t, c, trellis.NewWorkflow("other", func(*trellis.Context, int) (int, error) { return 0, nil }))
+	ctx := ctxT(t)
+	if _, err := c.CreateSchedule(ctx, "early", trellis.ScheduleSpec{Workflow: "later", Input: trellis.Payload("4"),
+		Cron: "0 13 * * *", Overlap: trellis.OverlapAllowAll}); err != nil {
+		t.Fatalf("schedule of a workflow no worker serves: %v", err)
+	}
+	started := func() float64 {
+		return metricValue(scrape(t, m), `trellis_runs_started_total{workflow="later"}`)
+	}
+	clk.Set(time.Date(2026, 5, 4, 13, 0, 0, 0, time.UTC))
+	id := "sched-early-20260504T130000Z"
+	var run *trellis.Run
+	waitFor(t, func() bool {
+		clk.Advance(100 * time.Millisecond) // the scheduler's loop waits on it
+		r, err := c.Get(ctx, id)
+		run = r
+		return err == nil
+	})
+	if want := `no live worker serves workflow "later"`; run.Status != trellis.StatusPending || run.WaitReason != want {
+		t.Fatalf("fired run: %s, %q; want pending, %q", run.Status, run.WaitReason, want)
+	}
+	waitFor(t, func() bool { return started() == 1 })
+	trig := must[*trellis.Run](t)(c.TriggerSchedule(ctx, "early"))
+	// The 3rd's tick is new, the 4th's was fired: one more start.
+	runs := must[[]*trellis.Run](t)(c.BackfillSchedule(ctx, "early", time.Date(2026, 5, 3, 0, 0, 0, 0, time.UTC), time.Date(2026, 5, 5, 0, 0, 0, 0, time.UTC)))
+	if len(runs) != 2 || runs[1].ID != id {
+		t.Fatalf("backfill: %+v", runs)
+	}
+	if got := started(); got != 3 {
+		t.Fatalf("trellis_runs_started_total of the schedule's workflow = %v, want 3 (fired, triggered, backfilled)", got)
+	}
+
+	w := open(t, url, func(cfg *trellis.Config) { cfg.Clock, cfg.Scheduler.Disabled = clk, true })
+	register(t, w, trellis.NewWorkflow("later", func(_ *trellis.Context, n int) (int, error) { return n * 10, nil }))
+	for _, ref := range []string{id, trig.ID, runs[0].ID} {
+		if r := waitRunEnded(t, c, clk, ref); r.Status != trellis.StatusSucceeded || string(r.Output) != "40" {
+			t.Fatalf("run %s once served: %s %s", ref, r.Status, r.Output)
+		}
 	}
 }

@@ -455,7 +455,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			owner = schedulerOwner()
 		}
 		sch, err := schedule.New(schedule.Config{Store: s.store, Owner: owner,
-			LeaseDuration: cfg.Scheduler.LeaseDuration, Interval: cfg.Scheduler.Interval, Logger: cfg.Logger})
+			LeaseDuration: cfg.Scheduler.LeaseDuration, Interval: cfg.Scheduler.Interval, Logger: cfg.Logger,
+			Started: func(run *store.Run) { cfg.Metrics.ObserveStarted(run.Workflow) }})
 		if err != nil {
 			if s.ownsStore {
 				s.store.Close()

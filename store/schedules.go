@@ -308,6 +308,8 @@ type ScheduleFireResult struct {
 	Created bool `json:"created"`
 	// Runs are the runs of Runs, in order (created or found).
 	Runs []*Run `json:"runs,omitempty"`
+	// RunsCreated reports, for each of Runs, whether this fire created it.
+	RunsCreated []bool `json:"runs_created,omitempty"`
 }
 
 // SchedulerLeaseParams are the parameters of SchedulerLeaseAcquire and

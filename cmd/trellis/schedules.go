@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
 )
 
 const schedulesUsage = `Usage: trellis schedules <subcommand> [arguments] --store URL|--server URL [--namespace NS]
@@ -119,11 +120,33 @@ func schedulesWrite(ctx context.Context, sub string, args []string, stdout, stde
 		if err != nil {
 			return err
 		}
+		warnUnserved(ctx, c, sc, stderr)
 		if asJSON {
 			return writeJSON(stdout, sc)
 		}
 		return printSchedule(stdout, sc)
 	})
+}
+
+// warnUnserved warns on stderr when no live worker serves the workflow of a
+// schedule just written (a typo, or workers not deployed yet): the schedule
+// is created anyway, and its runs wait, pending, with the same reason, as
+// the run of `runs start` does. When the worker records cannot be read (a
+// token without the reader role, say), it says nothing.
+func warnUnserved(ctx context.Context, c *trellis.Client, sc *trellis.Schedule, stderr io.Writer) {
+	ws, err := c.Workers(ctx)
+	if err != nil {
+		return
+	}
+	records := make([]*store.Worker, len(ws))
+	for i, w := range ws {
+		records[i] = &store.Worker{Namespace: w.Namespace, Name: w.Name, Workflows: w.Workflows, Queues: w.Queues,
+			Versions: w.Versions, Live: w.Live}
+	}
+	run := &store.Run{Namespace: sc.Namespace, Workflow: sc.Spec.Workflow, Queue: sc.Spec.Queue}
+	if reason := store.UnservedReason(run, records); reason != "" {
+		fmt.Fprintf(stderr, "warning: %s: the schedule's runs will wait, pending, until one does\n", reason)
+	}
 }
 
 // merge returns cur with the fields whose flags were given replaced.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // startArgs are the parsed arguments of runs start.
@@ -24,7 +25,8 @@ func parseStartArgs(args []string, stderr io.Writer) (*startArgs, *flag.FlagSet,
 	fs := newFlagSet("runs start", "runs start WORKFLOW --input JSON --store URL|--server URL [flags]",
 		"Start a run of a workflow by name. This process holds no workflow code: a worker that\n"+
 			"registered WORKFLOW runs it. An unregistered name's run goes to --queue (default\n"+
-			"\"default\") with version 0.", stderr)
+			"\"default\") with version 0. --version pins the run to a version: it waits until a\n"+
+			"worker that serves that version runs it.", stderr)
 	var sa startArgs
 	var startAt, deadline string
 	targetFlags(fs, &sa.target)
@@ -32,6 +34,7 @@ func parseStartArgs(args []string, stderr io.Writer) (*startArgs, *flag.FlagSet,
 	fs.StringVar(&sa.opts.ID, "id", "", "workflow `ID`, the caller's key for the run (default: the run ID)")
 	fs.StringVar(&sa.opts.Queue, "queue", "", "`queue` to start on (default: the workflow's, else \"default\")")
 	fs.IntVar(&sa.opts.Priority, "priority", 0, "higher runs are claimed first among due runs")
+	fs.IntVar(&sa.opts.Version, "version", 0, "pin the run to this workflow `version`: only a worker that serves it runs it (0: not pinned)")
 	fs.StringVar(&startAt, "start-at", "", "do not start the run before this `time` (RFC 3339, e.g. 2026-01-02T15:04:05Z)")
 	fs.StringVar(&deadline, "deadline", "", "fail the run if it has not finished by this `time` (RFC 3339)")
 	fs.BoolVar(&sa.asJSON, "json", false, "print the run as JSON")
@@ -45,6 +48,8 @@ func parseStartArgs(args []string, stderr io.Writer) (*startArgs, *flag.FlagSet,
 		return nil, fs, usagef(fs, "runs start: want one workflow name, got %d arguments", len(pos))
 	case !json.Valid([]byte(sa.input)):
 		return nil, fs, usagef(fs, "runs start: --input is not valid JSON: %s", sa.input)
+	case sa.opts.Version < 0 || sa.opts.Version > store.MaxVersion:
+		return nil, fs, usagef(fs, "runs start: --version %d: want 1 to %d (0: not pinned)", sa.opts.Version, store.MaxVersion)
 	}
 	sa.workflow = pos[0]
 	if sa.opts.StartAt, err = parseTimeFlag("start-at", startAt); err != nil {

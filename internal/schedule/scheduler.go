@@ -45,6 +45,9 @@ type Config struct {
 	// Version returns the version a run of workflow is started with (the
 	// registered workflow's); nil: 0.
 	Version func(workflow string) int
+	// Started, when set, is told of every run a fire created (not of a run a
+	// retried fire found existing): the metrics count it as a start.
+	Started func(run *store.Run)
 	Logger  *slog.Logger
 }
 
@@ -259,6 +262,9 @@ func (s *Scheduler) fire(ctx context.Context, sc *store.Schedule, p *store.Sched
 	}
 	if res.Run != nil && res.Created {
 		s.cfg.Logger.Info("schedule fired", "namespace", sc.Namespace, "schedule", sc.Name, "run_id", res.Run.ID, "workflow", res.Run.Workflow)
+		if s.cfg.Started != nil {
+			s.cfg.Started(res.Run)
+		}
 	}
 	return res, nil
 }

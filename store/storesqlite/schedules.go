@@ -129,7 +129,7 @@ func (s *Store) ScheduleFire(ctx context.Context, p *store.ScheduleFireParams) (
 			if i == 0 && p.Run != nil {
 				res.Run, res.Created = run, created
 			} else {
-				res.Runs = append(res.Runs, run)
+				res.Runs, res.RunsCreated = append(res.Runs, run), append(res.RunsCreated, created)
 			}
 		}
 		if err := shared.ScheduleFireEnd(tx, p, runID); err != nil {
