@@ -99,7 +99,7 @@ func newRemoteWorker(cfg Config) (*Worker, error) {
 	c.engine = eng
 	w, err := worker.New(worker.Config{
 		Store: rs, Namespace: cfg.Namespace, Queues: cfg.Worker.Queues,
-		Workflows: c.reg.names, Name: cfg.Worker.Name,
+		Workflows: c.reg.names, Versions: c.reg.versions, Name: cfg.Worker.Name,
 		Concurrency: cfg.Worker.Concurrency, ClaimBatch: cfg.Worker.ClaimBatch,
 		LeaseDuration: cfg.Worker.LeaseDuration, HeartbeatInterval: cfg.Worker.HeartbeatInterval,
 		ShutdownGrace: cfg.Worker.ShutdownGrace, PollInterval: cfg.Worker.PollInterval,
