@@ -1438,6 +1438,12 @@ class Context:
         return self._rs.run.get("queue", "")
 
     @property
+    def version(self) -> int:
+        """The workflow version the run was started with (a start's pinned
+        version, else the starter's)."""
+        return int(self._rs.run.get("version", 0) or 0)
+
+    @property
     def cancelled(self) -> bool:
         """Whether the run's cancellation is known."""
         return self._rs.cancel_evt.is_set()

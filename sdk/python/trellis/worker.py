@@ -373,7 +373,7 @@ class Worker:
             try:
                 s = self._rpc.stream("Claim", {
                     "namespace": self.namespace, "queues": self.queues, "workflows": list(self._workflows),
-                    "worker": self.name, "credit": credit, "leaseDuration": fmt_duration(self.lease_seconds),
+                    "versions": self._versions(), "worker": self.name, "credit": credit, "leaseDuration": fmt_duration(self.lease_seconds),
                     "wait": fmt_duration(self._claim_wait)}, read_timeout=self._stream_read_timeouts[0])
                 self._streams.add(s)
                 if self._stopping:  # the stop closed the streams before this one was open
@@ -432,9 +432,14 @@ class Worker:
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 5.0)
 
+    def _versions(self) -> list[dict]:
+        """The versions of each registered workflow the worker serves to runs
+        pinned to a version (ClaimRequest.versions)."""
+        return [{"workflow": w.name, "versions": w.served_versions()} for w in self._workflows.values()]
+
     def _heartbeat_msg(self, start: bool) -> dict:
         return {"namespace": self.namespace, "name": self.name, "workflows": list(self._workflows),
-                "queues": self.queues, "version": self.version, "ttl": fmt_duration(self.lease_seconds),
+                "versions": self._versions(), "queues": self.queues, "version": self.version, "ttl": fmt_duration(self.lease_seconds),
                 "start": start}
 
     async def _heartbeats(self):

@@ -79,7 +79,8 @@ export class Client {
   /**
    * Starts a run of workflow (a definition or its name) with input.
    * opts: id (workflow ID), queue, priority, deadline (Date), startAt (Date),
-   * reuse, idempotencyKey.
+   * reuse, idempotencyKey, version (pins the run to that workflow version:
+   * only a worker that serves it runs it; absent or 0: not pinned).
    */
   async start(workflow, input, opts = {}) {
     const name = typeof workflow === 'string' ? workflow : workflow?.name;
@@ -91,6 +92,7 @@ export class Client {
     if (opts.deadline) body.deadline = new Date(opts.deadline).toISOString();
     if (opts.startAt) body.available_at = new Date(opts.startAt).toISOString();
     if (opts.reuse) body.reuse = opts.reuse;
+    if (opts.version) body.version = opts.version;
     const { body: run } = await this.call('POST', `${this.ns()}/runs`, { body, key: opts.idempotencyKey });
     return run;
   }

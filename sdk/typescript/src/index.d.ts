@@ -52,6 +52,8 @@ export interface RunInfo {
   /** The run's claim count: 1 on its first execution. */
   attempt: number;
   parentId: string;
+  /** The workflow version the run was started with (pinned by a start's version, else the starter's). */
+  version: number;
 }
 
 export interface Decision {
@@ -123,7 +125,7 @@ export interface WorkflowDefinition<I = any, O = any> {
   readonly kind: 'workflow';
   readonly name: string;
   readonly fn: (ctx: WorkflowContext, input: I) => Promise<O>;
-  readonly opts: { version?: number };
+  readonly opts: { version?: number; alsoServes?: number[] };
 }
 
 export interface JobInfo {
@@ -140,7 +142,8 @@ export interface JobDefinition<I = any, O = any> {
   readonly opts: StepOptions;
 }
 
-export function defineWorkflow<I = any, O = any>(name: string, fn: (ctx: WorkflowContext, input: I) => Promise<O>, opts?: { version?: number }): WorkflowDefinition<I, O>;
+/** opts.version (default 0) and opts.alsoServes are the versions a worker serves to runs pinned to a version. */
+export function defineWorkflow<I = any, O = any>(name: string, fn: (ctx: WorkflowContext, input: I) => Promise<O>, opts?: { version?: number; alsoServes?: number[] }): WorkflowDefinition<I, O>;
 export function defineJob<I = any, O = any>(name: string, fn: (input: I, info: JobInfo) => Promise<O> | O, opts?: StepOptions): JobDefinition<I, O>;
 
 export interface WorkerOptions {
@@ -213,6 +216,8 @@ export interface StartOptions {
   startAt?: Date | string;
   reuse?: string;
   idempotencyKey?: string;
+  /** Pins the run to this workflow version (1 to 2147483647): only a worker that serves it runs it. */
+  version?: number;
 }
 
 /** An event of a run's stream; sequence is undefined only for an event sent without an id (a Trellis server always sends one). */

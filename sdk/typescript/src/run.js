@@ -152,7 +152,7 @@ export class RunExec {
     this.run = {
       namespace: r.namespace, id: r.id, workflowId: r.workflowId, workflow: r.workflow, queue: r.queue,
       attempt: Number(r.attempts), input: r.input, parentId: r.parentId, priority: Number(r.priority),
-      deadline: date(r.deadline), createdAt: date(r.createdAt),
+      version: Number(r.version), deadline: date(r.deadline), createdAt: date(r.createdAt),
     };
     // made once: every checkpoint and heartbeat carries it as it is
     this.lease = create(LeaseSchema, { namespace: r.namespace, runId: r.id, token: claimed.leaseToken, queue: r.queue, secret: claimed.leaseSecret });
@@ -1326,10 +1326,10 @@ export class WorkflowContext {
     };
   }
 
-  /** The run: id, workflowId, workflow, namespace, queue, attempt (its claim count), parentId. */
+  /** The run: id, workflowId, workflow, namespace, queue, attempt (its claim count), parentId, version. */
   get run() {
     const r = this._rs.run;
-    return { id: r.id, workflowId: r.workflowId, workflow: r.workflow, namespace: r.namespace, queue: r.queue, attempt: r.attempt, parentId: r.parentId };
+    return { id: r.id, workflowId: r.workflowId, workflow: r.workflow, namespace: r.namespace, queue: r.queue, attempt: r.attempt, parentId: r.parentId, version: r.version };
   }
 
   /** Whether the run's cancellation is known. */

@@ -8,6 +8,7 @@ import os from 'node:os';
 import { ConnectError, Code } from '@connectrpc/connect';
 import { workerClient, reasonOf, duration, date, ts } from './proto.js';
 import { RunExec, endedAttempt } from './run.js';
+import { servedVersions } from './workflow.js';
 import { encode, decode } from './codec.js';
 import { ApiError, CancelledError, DeadlineExceededError, StepTimeoutError, TrellisError, errorInfo } from './errors.js';
 import { fmtDuration } from './run.js';
@@ -190,10 +191,15 @@ export class Worker {
     this.stopped = this.stopped ?? Promise.resolve();
   }
 
+  /** The versions of each registered definition the worker serves (servedVersions). */
+  versions() {
+    return [...this.defs.values()].map((d) => ({ workflow: d.name, versions: servedVersions(d).map(BigInt) }));
+  }
+
   async heartbeat(start) {
     await this.client.heartbeat({
       namespace: this.namespace, name: this.name, workflows: [...this.defs.keys()], queues: this.queues,
-      version: SDK_VERSION, ttl: duration(this.leaseMs), start,
+      versions: this.versions(), version: SDK_VERSION, ttl: duration(this.leaseMs), start,
     }, this.callOpts());
   }
 
@@ -266,7 +272,7 @@ export class Worker {
       try {
         const stream = this.client.claim({
           namespace: this.namespace, queues: this.queues, workflows: [...this.defs.keys()], worker: this.name,
-          credit: BigInt(credit), leaseDuration: duration(this.leaseMs), wait: duration(this.claimWaitMs),
+          versions: this.versions(), credit: BigInt(credit), leaseDuration: duration(this.leaseMs), wait: duration(this.claimWaitMs),
         }, { signal: this.claimAbort.signal });
         if (this.stats) this.stats.claims++;
         for await (const res of stream) {

@@ -7,14 +7,42 @@ function checkDef(what, name, fn) {
   if (typeof fn !== 'function') throw new TypeError(`${what} ${JSON.stringify(name)}: a function is required, got ${typeof fn}`);
 }
 
+/** The highest workflow version a run may be pinned to. */
+export const MAX_VERSION = 2147483647;
+
+function checkVersions(what, name, opts) {
+  const ok = (v, lo) => Number.isInteger(v) && v >= lo && v <= MAX_VERSION;
+  if (opts.version !== undefined && !ok(opts.version, 0)) {
+    throw new TypeError(`${what} ${JSON.stringify(name)}: version must be an integer from 0 to ${MAX_VERSION}, got ${opts.version}`);
+  }
+  const older = opts.alsoServes ?? [];
+  if (!Array.isArray(older) || !older.every((v) => ok(v, 1))) {
+    throw new TypeError(`${what} ${JSON.stringify(name)}: alsoServes must be a list of integers from 1 to ${MAX_VERSION}`);
+  }
+}
+
+/**
+ * The versions a worker of definition d serves to runs pinned to a version
+ * (a start's version): opts.version (default 0), then opts.alsoServes.
+ */
+export function servedVersions(d) {
+  const out = [d.opts.version ?? 0];
+  for (const v of d.opts.alsoServes ?? []) if (!out.includes(v)) out.push(v);
+  return out;
+}
+
 /**
  * Defines a workflow: `fn(ctx, input)` is replayed from its history on every
  * execution, so it must reach the world only through ctx (steps, waits, ...).
  * opts.queue is the queue of its runs started as children (default: the
- * parent's queue); opts.version is recorded with its runs.
+ * parent's queue); opts.version is recorded with its children's runs, and it
+ * and opts.alsoServes (older versions the code still runs, branching on
+ * ctx.run.version) are the versions a worker serves to runs pinned to a
+ * version: such a run goes only to a worker that serves its version.
  */
 export function defineWorkflow(name, fn, opts = {}) {
   checkDef('defineWorkflow', name, fn);
+  checkVersions('defineWorkflow', name, opts);
   return Object.freeze({ kind: 'workflow', name, fn, opts: { ...opts } });
 }
 
@@ -25,6 +53,7 @@ export function defineWorkflow(name, fn, opts = {}) {
  */
 export function defineJob(name, fn, opts = {}) {
   checkDef('defineJob', name, fn);
+  checkVersions('defineJob', name, opts);
   const policy = (queueRetry) => retryPolicy(opts, queueRetry);
   return Object.freeze({ kind: 'job', name, fn, opts: { ...opts }, policy });
 }

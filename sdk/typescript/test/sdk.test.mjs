@@ -303,3 +303,27 @@ test('a step asked for after the cancellation records 0 attempts, as its step.fa
   assert.deepEqual(failed.map((d) => [d.name, d.attempt, d.final]), [['late', 0, true]]);
   await w.stop();
 });
+
+const versionWf = (version, alsoServes) => defineWorkflow('t.versioned', async (ctx) => ctx.run.version, { version, alsoServes });
+
+test('a start pinned to a version waits for a worker that serves it; one without a version goes to any', async () => {
+  const q = freshQueue();
+  const v2 = await worker(q, [versionWf(2)]);
+  const pinned = await client.start('t.versioned', null, { queue: q, version: 3 });
+  const two = await client.start('t.versioned', null, { queue: q, version: 2 });
+  const free = await client.start('t.versioned', null, { queue: q });
+  assert.equal(await client.result(two.id, { timeout: 10_000 }), 2);
+  assert.equal(await client.result(free.id, { timeout: 10_000 }), 0, 'a run without a version: version 0, any worker');
+  await new Promise((r) => setTimeout(r, 300));
+  const waiting = await client.getRun(pinned.id);
+  assert.equal(waiting.status, 'pending');
+  assert.equal(waiting.pinned, true);
+  assert.equal(waiting.attempts, 0);
+  assert.equal(waiting.wait_reason, 'version 3 of workflow "t.versioned" is served by no live worker; live workers serve version 2');
+  await worker(q, [versionWf(4, [3])]);
+  assert.equal(await client.result(pinned.id, { timeout: 10_000 }), 3);
+  await v2.stop();
+  assert.throws(() => defineWorkflow('t.bad', async () => 0, { alsoServes: [0] }), /alsoServes/);
+  assert.throws(() => defineWorkflow('t.bad', async () => 0, { version: -1 }), /version/);
+  await assert.rejects(client.start('t.versioned', null, { queue: q, version: -1 }), (e) => e instanceof ApiError && e.status === 400);
+});

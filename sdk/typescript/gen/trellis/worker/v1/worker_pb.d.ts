@@ -215,6 +215,14 @@ export declare type Run = Message<"trellis.worker.v1.Run"> & {
    * @generated from field: trellis.worker.v1.RunStep current_step = 26;
    */
   currentStep?: RunStep | undefined;
+
+  /**
+   * pinned: the run was started pinned to `version` (store.Run.Pinned): only a
+   * worker that serves that version of the workflow claims it.
+   *
+   * @generated from field: bool pinned = 27;
+   */
+  pinned: boolean;
 };
 
 /**
@@ -222,6 +230,29 @@ export declare type Run = Message<"trellis.worker.v1.Run"> & {
  * Use `create(RunSchema)` to create a new message.
  */
 export declare const RunSchema: GenMessage<Run>;
+
+/**
+ * The versions of one workflow a worker serves to runs pinned to a version.
+ *
+ * @generated from message trellis.worker.v1.WorkflowVersions
+ */
+export declare type WorkflowVersions = Message<"trellis.worker.v1.WorkflowVersions"> & {
+  /**
+   * @generated from field: string workflow = 1;
+   */
+  workflow: string;
+
+  /**
+   * @generated from field: repeated int64 versions = 2;
+   */
+  versions: bigint[];
+};
+
+/**
+ * Describes the message trellis.worker.v1.WorkflowVersions.
+ * Use `create(WorkflowVersionsSchema)` to create a new message.
+ */
+export declare const WorkflowVersionsSchema: GenMessage<WorkflowVersions>;
 
 /**
  * A step attempt in progress.
@@ -773,6 +804,15 @@ export declare type ClaimRequest = Message<"trellis.worker.v1.ClaimRequest"> & {
    * @generated from field: google.protobuf.Duration wait = 7;
    */
   wait?: Duration | undefined;
+
+  /**
+   * versions: the versions of each workflow the worker serves. A run pinned to
+   * a version (Run.pinned) is claimed only if its version is listed for its
+   * workflow; runs that are not pinned are claimed whatever their version.
+   *
+   * @generated from field: repeated trellis.worker.v1.WorkflowVersions versions = 8;
+   */
+  versions: WorkflowVersions[];
 };
 
 /**
@@ -1332,6 +1372,13 @@ export declare type Worker = Message<"trellis.worker.v1.Worker"> & {
    * @generated from field: string owner = 10;
    */
   owner: string;
+
+  /**
+   * The versions of each workflow the worker serves (as it claims them).
+   *
+   * @generated from field: repeated trellis.worker.v1.WorkflowVersions versions = 11;
+   */
+  versions: WorkflowVersions[];
 };
 
 /**
@@ -1378,6 +1425,13 @@ export declare type HeartbeatRequest = Message<"trellis.worker.v1.HeartbeatReque
    * @generated from field: bool start = 7;
    */
   start: boolean;
+
+  /**
+   * The versions of each workflow the worker serves (ClaimRequest.versions).
+   *
+   * @generated from field: repeated trellis.worker.v1.WorkflowVersions versions = 8;
+   */
+  versions: WorkflowVersions[];
 };
 
 /**
