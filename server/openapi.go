@@ -153,6 +153,8 @@ func schemaOf(t reflect.Type, schemas obj) obj {
 		return obj{"type": "number"}
 	case reflect.Slice:
 		return obj{"type": "array", "items": fieldSchema(t.Elem(), schemas)}
+	case reflect.Map:
+		return obj{"type": "object", "additionalProperties": fieldSchema(t.Elem(), schemas)}
 	case reflect.Struct:
 		return structSchema(t, schemas)
 	}
