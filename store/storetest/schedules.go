@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -405,7 +406,7 @@ func scheduleIdempotent(t *testing.T, e *env) {
 	f := &store.ScheduleFireParams{Namespace: ns, Name: "a", Idempotency: rec("k2"),
 		Runs: []*store.RunCreateParams{e.fireRun("a", e.clk.Now()), e.fireRun("a", e.clk.Now().Add(time.Minute))}}
 	res, err := e.st.ScheduleFire(e.ctx, f)
-	if err != nil || len(res.Runs) != 2 || res.Run != nil {
+	if err != nil || len(res.Runs) != 2 || res.Run != nil || !slices.Equal(res.RunsCreated, []bool{true, true}) {
 		t.Fatalf("backfill fire: %+v, %v", res, err)
 	}
 	if _, err := e.st.ScheduleFire(e.ctx, f); !errors.Is(err, store.ErrIdempotencyKeyUsed) {
@@ -414,7 +415,8 @@ func scheduleIdempotent(t *testing.T, e *env) {
 	// Without the key, the same backfill finds its runs and creates none.
 	f.Idempotency = nil
 	again, err := e.st.ScheduleFire(e.ctx, f)
-	if err != nil || len(again.Runs) != 2 || again.Runs[0].Sequence != res.Runs[0].Sequence {
+	if err != nil || len(again.Runs) != 2 || again.Runs[0].Sequence != res.Runs[0].Sequence ||
+		!slices.Equal(again.RunsCreated, []bool{false, false}) {
 		t.Fatalf("backfill again: %+v, %v", again, err)
 	}
 	if e.getSchedule("a").LastRunID != f.Runs[1].ID {
