@@ -84,7 +84,7 @@ func printRun(w io.Writer, r *trellis.Run) error {
 	rows := [][2]string{
 		{"ID", r.ID}, {"Workflow ID", r.WorkflowID}, {"Workflow", r.Workflow},
 		{"Namespace", r.Namespace}, {"Queue", r.Queue}, {"Priority", strconv.Itoa(r.Priority)},
-		{"Version", strconv.Itoa(r.Version)},
+		{"Version", versionText(r)},
 		{"Status", string(r.Status)}, {"Wait reason", r.WaitReason}, {"Error", errorText(r.Error)},
 		{"Cancel requested", strconv.FormatBool(r.CancelRequested)}, {"Claims", strconv.Itoa(r.Attempts) + " (times a worker took the run)"},
 		{"Deadline", timeText(r.Deadline)}, {"Available at", timeText(&r.AvailableAt)},
@@ -238,4 +238,12 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// versionText is a run's version, and whether the run is pinned to it.
+func versionText(r *trellis.Run) string {
+	if r.Pinned {
+		return strconv.Itoa(r.Version) + " (pinned: only a worker that serves it runs the run)"
+	}
+	return strconv.Itoa(r.Version)
 }

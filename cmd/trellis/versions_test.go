@@ -87,7 +87,7 @@ func versionsThroughServer(t *testing.T, url string) {
 		t.Fatalf("run pinned to 3 with a worker of 2 only: %+v, %v", run, err)
 	}
 	res := cli("runs", "get", v3.ID).ok(t)
-	contains(t, "runs get of a pinned run", res.stdout, "version 3 of workflow")
+	contains(t, "runs get of a pinned run", res.stdout, "version 3 of workflow", "3 (pinned")
 
 	// Bad versions: the CLI's usage error, the API's 400; nothing started.
 	res = cli("runs", "start", "versioned", "--version", "-2")
