@@ -83,7 +83,9 @@ func checkClaimPlans(t *testing.T, conn *pgx.Conn, analyzed bool) {
 			{"claim", sqlClaim},
 			{"next due", sqlNextDue},
 		} {
-			args := []any{"default", now, wfs, []string{}, 64, "w", now.Add(time.Minute), now.UnixMicro()}
+			// The versions served, as a worker of version 0 sends them.
+			args := []any{"default", now, wfs, []string{}, 64, "w", now.Add(time.Minute), now.UnixMicro(),
+				servedPins(&store.RunsClaimParams{Workflows: wfs, Versions: map[string][]int{wfs[0]: {0}}})}
 			if q.name == "next due" {
 				args = args[:4]
 			}
@@ -213,7 +215,7 @@ func TestRunCreatesPlanReadsQueuesOnce(t *testing.T) {
 	ints := []int32{0, 0}
 	times := []time.Time{now, now}
 	args := []any{texts, texts, texts, texts, texts, ints, ints, [][]byte{nil, nil}, times, times, times,
-		[]string{"running", "pending"}, ints, texts, []int64{1, 2}, times, times, texts, texts}
+		[]string{"running", "pending"}, ints, texts, []int64{1, 2}, times, times, texts, texts, ints}
 	plan := explain(t, conn, sqlRunCreates, args...)
 	if n := strings.Count(plan, "on queues"); n != 1 {
 		t.Errorf("the plan reads queues %d times, want once:\n%s", n, plan)
