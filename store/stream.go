@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -48,6 +49,11 @@ func StreamFinal(name string) bool {
 // not JSON, of another codec, as a base64 string), or run.failed or
 // run.cancelled with {"error"}.
 func FinalEvent(status Status, output []byte, e *ErrorInfo) StreamWrite {
+	if status == StatusSucceeded && bytes.HasPrefix(output, []byte(BlobRefPrefix)) {
+		// An output stored apart (package store/blobs): its reader resolves it
+		// and makes the event then.
+		return StreamWrite{Name: StreamRunSucceeded, Data: append([]byte(FinalResultRefPrefix), output...)}
+	}
 	// Structs, not maps: encoding a map sorts its keys by reflection.
 	name, v := StreamRunFailed, any(struct {
 		Error *ErrorInfo `json:"error"`
@@ -67,6 +73,15 @@ func FinalEvent(status Status, output []byte, e *ErrorInfo) StreamWrite {
 	b, _ := json.Marshal(v) // a RawMessage checked valid, bytes and an ErrorInfo always encode
 	return StreamWrite{Name: name, Data: b}
 }
+
+// BlobRefPrefix starts the reference that stands in a row for a payload
+// stored apart (package store/blobs); FinalResultRefPrefix starts the data of
+// a final stream event read from a run whose output is stored apart, followed
+// by the output's reference.
+const (
+	BlobRefPrefix        = "\x00trellis-blob\x00"
+	FinalResultRefPrefix = "\x00trellis-final\x00"
+)
 
 // StreamWrite is a stream event to append (CheckpointParams.Stream).
 type StreamWrite struct {

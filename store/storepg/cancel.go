@@ -10,7 +10,7 @@ import (
 // RunCancel implements store.Store. It runs in a transaction of its own: cancelling
 // a parent cancels its children, recursively, and a child that ends at once is
 // counted in its group (see txn.go).
-func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
+func (s *Store) runCancelRaw(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
 	if err := p.Idempotency.Validate(); err != nil {
 		return nil, fmt.Errorf("cancelling run: %w", err)
 	}

@@ -18,7 +18,7 @@ import (
 // Checkpoint implements store.Store. The writer merges the checkpoints of a batch
 // into one statement (see sqlCheckpoints). A blocking checkpoint takes the waiting
 // path: when the run's cancellation was requested it ends the run cancelled.
-func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
+func (s *Store) checkpointRaw(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
 	res, err := s.checkpoint(ctx, p)
 	if err != nil && p.Seq > 0 && errors.Is(err, store.ErrLeaseLost) {
 		// Perhaps a retry of a checkpoint that was applied (see

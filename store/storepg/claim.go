@@ -139,7 +139,7 @@ SELECT id, workflow, position, attempt, outcome FROM l`
 var claimedHistoryJSON = `CASE WHEN r.attempts > 1 THEN ` + historyJSON("r.sequence") + ` ELSE '[]' END`
 
 // RunsClaim implements store.Store.
-func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+func (s *Store) runsClaimRaw(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("claiming runs: %w", err)
 	}

@@ -1,6 +1,8 @@
 package storepg
 
 import (
+	"github.com/trellis-dev/trellis/store/blobs"
+
 	"errors"
 	"fmt"
 	"io"
@@ -53,6 +55,16 @@ type Config struct {
 	// neither creates the schema nor applies migrations, and fails with
 	// store.ErrNoStore when the schema is missing or is not a fully migrated store.
 	NoMigrate bool
+	// BlobThreshold is the size in bytes above which a payload (input,
+	// output, step result, event payload, run-store value) is stored apart from
+	// its row (docs/payloads.md). Default blobs.DefaultThreshold (256 KiB); at
+	// least blobs.MinThreshold. URL parameter blob_threshold.
+	BlobThreshold int
+	// Blobs, when set, is the URL of the S3-compatible object store that holds
+	// the payloads stored apart (s3://bucket/prefix?endpoint=host:port&...,
+	// package store/blobs/s3blobs, which the program must import); by default
+	// they are rows of the store's own table blobs. URL parameter blobs.
+	Blobs string
 }
 
 func (c Config) withDefaults() Config {
@@ -91,6 +103,8 @@ func (c Config) validate() error {
 		return errors.New("Config.URL is required")
 	case !schemaRE.MatchString(c.Schema):
 		return fmt.Errorf("Config.Schema %q: must be 1-63 lower-case letters, digits or '_', not starting with a digit", c.Schema)
+	case c.BlobThreshold != 0 && c.BlobThreshold < blobs.MinThreshold:
+		return fmt.Errorf("Config.BlobThreshold %d: must be at least %d bytes", c.BlobThreshold, blobs.MinThreshold)
 	case c.MaxBatch < 1:
 		return fmt.Errorf("Config.MaxBatch %d: must be positive", c.MaxBatch)
 	case c.Writers < 1 || c.Writers > 16:
@@ -110,7 +124,8 @@ func (c Config) validate() error {
 //	postgres://user:pass@host:5432/db?schema=trellis&sslmode=disable
 //	postgresql://...
 //
-// Trellis' own query parameters are schema, max_batch, writers and max_conns; they
+// Trellis' own query parameters are schema, max_batch, writers, max_conns,
+// blob_threshold and blobs (docs/payloads.md); they
 // are removed before the URL is handed to pgx, which interprets the others (an
 // unknown one is sent to the server as a run-time parameter, which rejects names
 // it does not know). A query that cannot be parsed is an error.
@@ -136,6 +151,15 @@ func ParseURL(u string) (Config, error) {
 		"max_batch": intParam(&cfg.MaxBatch),
 		"writers":   intParam(&cfg.Writers),
 		"max_conns": intParam(&cfg.MaxConns),
+		"blob_threshold": func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < blobs.MinThreshold {
+				return fmt.Errorf("%q: must be a number of bytes, at least %d", v, blobs.MinThreshold)
+			}
+			cfg.BlobThreshold = n
+			return nil
+		},
+		"blobs": func(v string) error { cfg.Blobs = v; return nil },
 	} {
 		vals, ok := q[key]
 		if !ok {

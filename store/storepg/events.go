@@ -106,7 +106,7 @@ const (
 )
 
 // EventSend implements store.Store.
-func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error) {
+func (s *Store) eventSendRaw(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("sending event: %w", err)
 	}

@@ -1,6 +1,11 @@
 package storepg
 
-import "time"
+import (
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
+)
 
 // MergeSingleCheckpoints makes s send even a lone checkpoint as the multi-row
 // statement of a batch (sqlCheckpoints), so the conformance suite covers it.
@@ -13,4 +18,16 @@ func ConnectTimeoutOf(t interface{ Fatal(...any) }, cfg Config) time.Duration {
 		t.Fatal(err)
 	}
 	return pc.ConnConfig.ConnectTimeout
+}
+
+// BlobRows counts the payloads stored apart in the table blobs.
+func BlobRows(t testing.TB, s *Store) int {
+	t.Helper()
+	var n int
+	if err := (readSource{s}).Read(t.Context(), func(q sqlstore.Querier) error {
+		return q.QueryRow(`SELECT COUNT(*) FROM blobs`).Scan(&n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

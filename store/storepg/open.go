@@ -1,6 +1,8 @@
 package storepg
 
 import (
+	"github.com/trellis-dev/trellis/store/blobs"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -50,6 +52,9 @@ type Store struct {
 
 	mergeSingle bool     // tests: a lone checkpoint also uses sqlCheckpoints
 	qualified   sync.Map // statement -> statement with schema-qualified tables
+
+	apart        *blobs.Payloads        // payloads stored apart (payloads.go)
+	trackedBlobs *sqlstore.TrackedBlobs // the object store's, when Config.Blobs names one
 }
 
 var _ store.Store = (*Store)(nil)
@@ -70,6 +75,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("opening postgres store: %w: %w", store.ErrInvalidParams, err)
 	}
+	obj, err := openObjectBlobs(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening postgres store: payloads stored apart: %w", err)
+	}
 	poolCfg, err := poolConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("opening postgres store: %w", err)
@@ -89,6 +98,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.pool.Close()
 		return nil, fmt.Errorf("opening postgres store: %w", err)
 	}
+	s.openBlobs(obj)
 	if s.lis, err = startListener(ctx, s, poolCfg.ConnConfig.Copy()); err != nil {
 		s.pool.Close()
 		return nil, fmt.Errorf("opening postgres store: %w", err)
@@ -212,6 +222,7 @@ func (s *Store) Close() error {
 		if s.lis != nil {
 			s.lis.stop()
 		}
+		s.closeErr = s.closeBlobs()
 		s.pool.Close()
 	})
 	return s.closeErr

@@ -18,13 +18,13 @@ var sqlHistory = `SELECT r.sequence, ` + historyJSON("r.sequence") + ` FROM (SEL
 func (s *Store) reads(ctx context.Context) querier { return querier{ctx: ctx, c: s.pool} }
 
 // RunGet implements store.Store.
-func (s *Store) RunGet(ctx context.Context, p *store.RunGetParams) (*store.Run, error) {
+func (s *Store) runGetRaw(ctx context.Context, p *store.RunGetParams) (*store.Run, error) {
 	r, err := shared.Reads(readSource{s}).RunGet(ctx, p)
 	return store.ExplainRun(ctx, s, p.Namespace, r, err)
 }
 
 // HistoryList implements store.Store.
-func (s *Store) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]*store.Op, error) {
+func (s *Store) historyListRaw(ctx context.Context, p *store.HistoryListParams) ([]*store.Op, error) {
 	if s.closed() {
 		return nil, fmt.Errorf("listing history: %w", store.ErrClosed)
 	}
@@ -49,17 +49,17 @@ func (s *Store) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]
 }
 
 // KVGet implements store.Store.
-func (s *Store) KVGet(ctx context.Context, p *store.KVGetParams) ([]byte, error) {
+func (s *Store) kvGetRaw(ctx context.Context, p *store.KVGetParams) ([]byte, error) {
 	return shared.Reads(readSource{s}).KVGet(ctx, p)
 }
 
 // StreamRead implements store.Store.
-func (s *Store) StreamRead(ctx context.Context, p *store.StreamReadParams) (*store.StreamReadResult, error) {
+func (s *Store) streamReadRaw(ctx context.Context, p *store.StreamReadParams) (*store.StreamReadResult, error) {
 	return shared.Reads(readSource{s}).StreamRead(ctx, p)
 }
 
 // RunList implements store.Store.
-func (s *Store) RunList(ctx context.Context, p *store.RunListParams) (*store.RunListResult, error) {
+func (s *Store) runListRaw(ctx context.Context, p *store.RunListParams) (*store.RunListResult, error) {
 	res, err := shared.Reads(readSource{s}).RunList(ctx, p)
 	return store.ExplainPage(ctx, s, p.Namespace, res, err)
 }

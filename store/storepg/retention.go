@@ -12,7 +12,7 @@ import (
 // retention.go); these run them in the driver's transactions.
 
 // RunsCreate implements store.BatchCreator: one transaction, one multi-row insert.
-func (s *Store) RunsCreate(ctx context.Context, p *store.RunsCreateParams) (*store.RunsCreateResult, error) {
+func (s *Store) runsCreateRaw(ctx context.Context, p *store.RunsCreateParams) (*store.RunsCreateResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating runs: %w", err)
 	}
@@ -34,7 +34,7 @@ func (s *Store) RunsCreate(ctx context.Context, p *store.RunsCreateParams) (*sto
 }
 
 // RunDelete implements store.RunDeleter.
-func (s *Store) RunDelete(ctx context.Context, p *store.RunDeleteParams) (*store.Run, error) {
+func (s *Store) runDeleteRaw(ctx context.Context, p *store.RunDeleteParams) (*store.Run, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("deleting run: %w", err)
 	}
@@ -56,7 +56,7 @@ func (s *Store) RunDelete(ctx context.Context, p *store.RunDeleteParams) (*store
 // RunsPurge implements store.RunDeleter: one short transaction on the pool,
 // beside the group-commit writer. The runs it deletes are finished, so no
 // checkpoint waits for their rows.
-func (s *Store) RunsPurge(ctx context.Context, p *store.RunsPurgeParams) (int, error) {
+func (s *Store) runsPurgeRaw(ctx context.Context, p *store.RunsPurgeParams) (int, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("purging runs: %w", err)
 	}

@@ -65,7 +65,7 @@ var (
 )
 
 // RunCreate implements store.Store.
-func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
+func (s *Store) runCreateRaw(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
 	st, cr, err := s.runCreateStmt(p)
 	if err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
@@ -272,7 +272,7 @@ func statusReader(dst *store.Status) func(pgx.Rows) error {
 func (s *Store) runPrefix() string { return s.id + "\n" + store.TopicReady + "\nrun:" }
 
 // RunResume implements store.Store.
-func (s *Store) RunResume(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
+func (s *Store) runResumeRaw(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
 	if err := p.Idempotency.Validate(); err != nil {
 		return nil, fmt.Errorf("resuming run: %w", err)
 	}

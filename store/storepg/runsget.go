@@ -21,7 +21,7 @@ const sqlRunsGet = `SELECT r.* FROM (SELECT DISTINCT unnest($2::text[])) AS x(id
 	WHERE cardinality($3::text[]) = 0 OR r.status = ANY($3::text[])`
 
 // RunsGet implements store.Store.
-func (s *Store) RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
+func (s *Store) runsGetRaw(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
 	if s.closed() {
 		return nil, fmt.Errorf("getting runs: %w", store.ErrClosed)
 	}

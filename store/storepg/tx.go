@@ -23,7 +23,7 @@ const txSender = "tx"
 // RunCreateTx implements store.TxStarter: tx is a pgx.Tx on the store's database.
 // The create statement and a NOTIFY run inside tx, so workers are woken when (and
 // only if) it commits.
-func (s *Store) RunCreateTx(ctx context.Context, tx any, p *store.RunCreateParams) (*store.RunCreateResult, error) {
+func (s *Store) runCreateTxRaw(ctx context.Context, tx any, p *store.RunCreateParams) (*store.RunCreateResult, error) {
 	ptx, ok := tx.(pgx.Tx)
 	if !ok {
 		return nil, fmt.Errorf("creating run in a transaction: %w: tx is %T, want pgx.Tx", store.ErrInvalidParams, tx)
@@ -57,7 +57,7 @@ func (s *Store) RunCreateTx(ctx context.Context, tx any, p *store.RunCreateParam
 // CheckpointTx implements store.TxCheckpointer: fn gets a pgx.Tx on a connection
 // of the store's pool; the fenced checkpoint follows fn's writes in that
 // transaction.
-func (s *Store) CheckpointTx(ctx context.Context, p *store.CheckpointParams, fn func(ctx context.Context, tx any) error) (*store.CheckpointResult, error) {
+func (s *Store) checkpointTxRaw(ctx context.Context, p *store.CheckpointParams, fn func(ctx context.Context, tx any) error) (*store.CheckpointResult, error) {
 	if _, err := newCkReq(s.now(), p); err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}

@@ -74,7 +74,7 @@ const (
 )
 
 // Checkpoint implements store.Store.
-func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
+func (s *Store) checkpointRaw(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}

@@ -63,6 +63,6 @@ func (tx *wtx) CancelGroup(parentSeq int64, position int) error {
 }
 
 // RunChildren implements store.Store.
-func (s *Store) RunChildren(ctx context.Context, p *store.RunChildrenParams) ([]*store.Run, error) {
+func (s *Store) runChildrenRaw(ctx context.Context, p *store.RunChildrenParams) ([]*store.Run, error) {
 	return shared.Reads(readSource{s}).RunChildren(ctx, p)
 }

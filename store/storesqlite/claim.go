@@ -90,7 +90,7 @@ const (
 // inboxes and histories are read on the read pool once the leases are
 // committed, so that the writer, which every claim and checkpoint waits for,
 // does not spend its time on them.
-func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+func (s *Store) runsClaimRaw(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("claiming runs: %w", err)
 	}

@@ -1,6 +1,8 @@
 package storesqlite
 
 import (
+	"github.com/trellis-dev/trellis/store/blobs"
+
 	"errors"
 	"fmt"
 	"io"
@@ -62,6 +64,16 @@ type Config struct {
 	// neither creates the file nor applies migrations, and fails with
 	// store.ErrNoStore when the file is missing or is not a fully migrated store.
 	NoMigrate bool
+	// BlobThreshold is the size in bytes above which a payload (input,
+	// output, step result, event payload, run-store value) is stored apart from
+	// its row (docs/payloads.md). Default blobs.DefaultThreshold (256 KiB); at
+	// least blobs.MinThreshold. URL parameter blob_threshold.
+	BlobThreshold int
+	// Blobs, when set, is the URL of the S3-compatible object store that holds
+	// the payloads stored apart (s3://bucket/prefix?endpoint=host:port&...,
+	// package store/blobs/s3blobs, which the program must import); by default
+	// they are rows of the store's own table blobs. URL parameter blobs.
+	Blobs string
 }
 
 func (c Config) withDefaults() Config {
@@ -93,6 +105,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("Config.Path %q: must not contain '?'", c.Path)
 	case c.Durability != DurabilityFsync && c.Durability != DurabilityRelaxed:
 		return fmt.Errorf("Config.Durability %q: must be %q or %q", c.Durability, DurabilityFsync, DurabilityRelaxed)
+	case c.BlobThreshold != 0 && c.BlobThreshold < blobs.MinThreshold:
+		return fmt.Errorf("Config.BlobThreshold %d: must be at least %d bytes", c.BlobThreshold, blobs.MinThreshold)
 	case c.MaxBatch < 1:
 		return fmt.Errorf("Config.MaxBatch %d: must be positive", c.MaxBatch)
 	case c.WALLimit < 1:
@@ -120,7 +134,8 @@ func URL(path string) string {
 //	sqlite://./relative/path.db     the same
 //
 // Query parameters: durability (fsync or relaxed), max_batch, wal_limit and
-// wal_preallocate (bytes). Any other parameter, or one that cannot be parsed,
+// wal_preallocate (bytes), blob_threshold (bytes) and blobs (an object store's
+// URL, escaped). Any other parameter, or one that cannot be parsed,
 // is an error.
 func ParseURL(u string) (Config, error) {
 	if strings.Contains(u, "#") {
@@ -204,6 +219,14 @@ func applyURLQuery(cfg *Config, q url.Values) error {
 				return fmt.Errorf("parameter wal_preallocate %q: must be a number of bytes, 0 or more", vals[0])
 			}
 			cfg.WALPreallocate = n
+		case "blob_threshold":
+			n, err := strconv.Atoi(vals[0])
+			if err != nil || n < blobs.MinThreshold {
+				return fmt.Errorf("parameter blob_threshold %q: must be a number of bytes, at least %d", vals[0], blobs.MinThreshold)
+			}
+			cfg.BlobThreshold = n
+		case "blobs":
+			cfg.Blobs = vals[0]
 		default:
 			unknown = append(unknown, key)
 		}

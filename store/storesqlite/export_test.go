@@ -1,6 +1,11 @@
 package storesqlite
 
-import "time"
+import (
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
+)
 
 // ForgetCommitMark drops the store's last reading of the foreign commit mark,
 // so that the next ForeignCommitMark reads it again.
@@ -16,4 +21,16 @@ func ReuseCommitMark(s *Store, d time.Duration) {
 	s.mark.mu.Lock()
 	defer s.mark.mu.Unlock()
 	s.mark.reuse = d
+}
+
+// BlobRows counts the payloads stored apart in the table blobs.
+func BlobRows(t testing.TB, s *Store) int {
+	t.Helper()
+	var n int
+	if err := (readSource{s}).Read(t.Context(), func(q sqlstore.Querier) error {
+		return q.QueryRow(`SELECT COUNT(*) FROM blobs`).Scan(&n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

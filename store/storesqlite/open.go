@@ -1,6 +1,8 @@
 package storesqlite
 
 import (
+	"github.com/trellis-dev/trellis/store/blobs"
+
 	"context"
 	"database/sql"
 	"errors"
@@ -43,6 +45,9 @@ type Store struct {
 	replays      atomic.Int64
 
 	mark commitMark // ForeignCommitMark's last reading
+
+	apart        *blobs.Payloads        // payloads stored apart (payloads.go)
+	trackedBlobs *sqlstore.TrackedBlobs // the object store's, when Config.Blobs names one
 }
 
 // commitMark is the last reading of ForeignCommitMark, shared by its callers
@@ -89,8 +94,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("opening sqlite store: %w at %s (trellis migrate creates one)", store.ErrNoStore, cfg.Path)
 		}
 	}
+	obj, err := openObjectBlobs(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening sqlite store: payloads stored apart: %w", err)
+	}
 	s := &Store{cfg: cfg, now: cfg.Now, log: cfg.Logger}
-	var err error
 	if s.ckpt, err = startWALCheckpointer(s, cfg); err != nil {
 		return nil, fmt.Errorf("opening sqlite store: %w", err)
 	}
@@ -111,6 +119,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("opening sqlite store: %w", err)
 	}
+	s.openBlobs(obj)
 	if n := min(cfg.WALPreallocate, cfg.WALLimit); n > 0 && !cfg.NoMigrate {
 		if err := s.preallocateWAL(ctx, n); err != nil {
 			s.log.Warn("storesqlite: preallocating the WAL", "bytes", n, "err", err)
@@ -240,6 +249,9 @@ func (s *Store) Close() error {
 			if err := s.ckpt.stop(); err != nil && s.closeErr == nil {
 				s.closeErr = err
 			}
+		}
+		if err := s.closeBlobs(); err != nil && s.closeErr == nil {
+			s.closeErr = err
 		}
 		if s.reads != nil {
 			s.reads.close()

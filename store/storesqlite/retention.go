@@ -13,7 +13,7 @@ import (
 
 // RunsCreate implements store.BatchCreator: one transaction of the writer, one
 // multi-row insert.
-func (s *Store) RunsCreate(ctx context.Context, p *store.RunsCreateParams) (*store.RunsCreateResult, error) {
+func (s *Store) runsCreateRaw(ctx context.Context, p *store.RunsCreateParams) (*store.RunsCreateResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating runs: %w", err)
 	}
@@ -35,7 +35,7 @@ func (s *Store) RunsCreate(ctx context.Context, p *store.RunsCreateParams) (*sto
 }
 
 // RunDelete implements store.RunDeleter.
-func (s *Store) RunDelete(ctx context.Context, p *store.RunDeleteParams) (*store.Run, error) {
+func (s *Store) runDeleteRaw(ctx context.Context, p *store.RunDeleteParams) (*store.Run, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("deleting run: %w", err)
 	}
@@ -58,7 +58,7 @@ func (s *Store) RunDelete(ctx context.Context, p *store.RunDeleteParams) (*store
 // (the next one deletes the same rows), so it commits without fsync; each call
 // is one short transaction of the writer, queued with checkpoints, never
 // holding them up for longer than its batch takes.
-func (s *Store) RunsPurge(ctx context.Context, p *store.RunsPurgeParams) (int, error) {
+func (s *Store) runsPurgeRaw(ctx context.Context, p *store.RunsPurgeParams) (int, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("purging runs: %w", err)
 	}

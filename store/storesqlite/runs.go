@@ -25,7 +25,7 @@ const sqlLatestByWorkflowID = `SELECT ` + runCols + ` FROM runs
 	WHERE namespace = ? AND workflow_id = ? ORDER BY sequence DESC LIMIT 1`
 
 // RunCreate implements store.Store.
-func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
+func (s *Store) runCreateRaw(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
 	}
@@ -137,7 +137,7 @@ const (
 const ()
 
 // RunCancel implements store.Store.
-func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
+func (s *Store) runCancelRaw(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
 	if err := p.Idempotency.Validate(); err != nil {
 		return nil, fmt.Errorf("cancelling run: %w", err)
 	}
@@ -189,7 +189,7 @@ func txRuns(tx *wtx, query string, args ...any) ([]*store.Run, error) {
 }
 
 // RunResume implements store.Store.
-func (s *Store) RunResume(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
+func (s *Store) runResumeRaw(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
 	if err := p.Idempotency.Validate(); err != nil {
 		return nil, fmt.Errorf("resuming run: %w", err)
 	}

@@ -16,7 +16,7 @@ const sqlRunsGet = `SELECT ` + runCols + ` FROM runs
 	AND (?3 = '[]' OR status IN (SELECT value FROM json_each(?3)))`
 
 // RunsGet implements store.Store.
-func (s *Store) RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
+func (s *Store) runsGetRaw(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
 	if s.closed() {
 		return nil, fmt.Errorf("getting runs: %w", store.ErrClosed)
 	}

@@ -16,7 +16,7 @@ var (
 // RunCreateTx implements store.TxStarter: tx is a *sql.Tx on the store's database
 // file. The store cannot see when tx commits, so no worker is woken: the run is
 // claimed at a worker's next poll (Worker.PollInterval).
-func (s *Store) RunCreateTx(ctx context.Context, tx any, p *store.RunCreateParams) (*store.RunCreateResult, error) {
+func (s *Store) runCreateTxRaw(ctx context.Context, tx any, p *store.RunCreateParams) (*store.RunCreateResult, error) {
 	stx, ok := tx.(*sql.Tx)
 	if !ok {
 		return nil, fmt.Errorf("creating run in a transaction: %w: tx is %T, want *sql.Tx", store.ErrInvalidParams, tx)
@@ -40,7 +40,7 @@ func (s *Store) RunCreateTx(ctx context.Context, tx any, p *store.RunCreateParam
 // CheckpointTx implements store.TxCheckpointer: fn gets a *sql.Tx on the write
 // connection, so it runs in the writer's goroutine with a transaction of its own,
 // and other writes wait for it: keep fn short.
-func (s *Store) CheckpointTx(ctx context.Context, p *store.CheckpointParams, fn func(ctx context.Context, tx any) error) (*store.CheckpointResult, error) {
+func (s *Store) checkpointTxRaw(ctx context.Context, p *store.CheckpointParams, fn func(ctx context.Context, tx any) error) (*store.CheckpointResult, error) {
 	if !p.Status.Valid() {
 		return nil, fmt.Errorf("checkpointing: %w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
 	}

@@ -76,6 +76,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"WorkflowID", workflowIDCases},
 		{"EndedAttempts", endedAttemptCases},
 		{"Versions", versionCases},
+		{"Payloads", payloadCases},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {

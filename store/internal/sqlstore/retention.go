@@ -86,6 +86,9 @@ func (s *SQL) deleteRuns(tx Tx, seqs []int64) error {
 	WHERE parent_seq IN ` + list); err != nil {
 		return fmt.Errorf("detaching children: %w", err)
 	}
+	if err := s.deleteRunBlobs(tx, list); err != nil {
+		return err
+	}
 	for _, o := range RunOwned {
 		if _, err := tx.Exec(`DELETE FROM ` + o.Table + ` WHERE ` + o.Column + ` IN ` + list); err != nil {
 			return fmt.Errorf("deleting %s: %w", o.Table, err)

@@ -1,0 +1,287 @@
+package blobs
+
+import (
+	"bytes"
+	"context"
+	"slices"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// The drivers call these at the edges of their store methods: the write
+// helpers before a write (they return the parameters with references in place
+// of the big payloads, a copy when anything changed: the caller's parameters
+// are never changed), the read helpers on what a read returns. With nothing
+// big, a write helper returns its argument and costs a length check a payload.
+
+// Create moves the big payloads of a run's creation apart (input, seeded
+// history, run store).
+func (p *Payloads) Create(ctx context.Context, c *store.RunCreateParams) (*store.RunCreateParams, error) {
+	if p == nil || !p.createBig(c) {
+		return c, nil
+	}
+	q := *c
+	var err error
+	if q.Input, err = p.put(ctx, c.Namespace, c.ID, c.Input); err != nil {
+		return nil, err
+	}
+	if q.History, err = p.cloneOps(ctx, c.Namespace, c.ID, c.History); err != nil {
+		return nil, err
+	}
+	if q.KV, err = p.cloneKV(ctx, c.Namespace, c.ID, c.KV); err != nil {
+		return nil, err
+	}
+	if c.Idempotency != nil && c.Idempotency.Response != nil {
+		// The key's response renders the run with its input, not the reference.
+		rec, render, input := *c.Idempotency, c.Idempotency.Response, c.Input
+		rec.Response = func(result any) (int, []byte, error) {
+			if r, ok := result.(*store.RunCreateResult); ok && r.Run != nil && IsRef(r.Run.Input) {
+				rc, run := *r, *r.Run
+				run.Input = input
+				rc.Run = &run
+				result = &rc
+			}
+			return render(result)
+		}
+		q.Idempotency = &rec
+	}
+	return &q, nil
+}
+
+// CreateDone puts the caller's input back in the run a creation returns.
+func (p *Payloads) CreateDone(c *store.RunCreateParams, res *store.RunCreateResult) {
+	if res == nil || res.Run == nil || !IsRef(res.Run.Input) {
+		return
+	}
+	if r, ok := ParseRef(res.Run.Input); ok && r.RunID == c.ID {
+		res.Run.Input = c.Input
+	}
+}
+
+// RunsCreate moves the big inputs of a batch apart.
+func (p *Payloads) RunsCreate(ctx context.Context, c *store.RunsCreateParams) (*store.RunsCreateParams, error) {
+	if p == nil {
+		return c, nil
+	}
+	var runs []*store.RunCreateParams
+	for i, r := range c.Runs {
+		if !p.Big(r.Input) {
+			continue
+		}
+		if runs == nil {
+			runs = slices.Clone(c.Runs)
+		}
+		ns := r.Namespace
+		if ns == "" {
+			ns = c.Namespace
+		}
+		rc := *r
+		var err error
+		if rc.Input, err = p.Put(ctx, ns, r.ID, r.Input); err != nil {
+			return nil, err
+		}
+		runs[i] = &rc
+	}
+	if runs == nil {
+		return c, nil
+	}
+	q := *c
+	q.Runs = runs
+	return &q, nil
+}
+
+// Checkpoint moves the big payloads of a checkpoint apart: op results, run
+// store values, the output, the inputs of the children it starts.
+func (p *Payloads) Checkpoint(ctx context.Context, c *store.CheckpointParams) (*store.CheckpointParams, error) {
+	if p == nil || !p.checkpointBig(c) {
+		return c, nil
+	}
+	ns, id := c.Lease.Namespace, c.Lease.RunID
+	q := *c
+	var err error
+	if q.Ops, err = p.cloneOps(ctx, ns, id, c.Ops); err != nil {
+		return nil, err
+	}
+	if q.KV, err = p.cloneKV(ctx, ns, id, c.KV); err != nil {
+		return nil, err
+	}
+	if q.Output, err = p.put(ctx, ns, id, c.Output); err != nil {
+		return nil, err
+	}
+	for i, w := range c.Stream {
+		if !p.Big(w.Data) {
+			continue
+		}
+		if i == 0 || &q.Stream[0] == &c.Stream[0] {
+			q.Stream = slices.Clone(c.Stream)
+		}
+		if q.Stream[i].Data, err = p.Put(ctx, ns, id, w.Data); err != nil {
+			return nil, err
+		}
+	}
+	cloned := false
+	for gi, g := range c.Children {
+		var runs []*store.RunCreateParams
+		for ri, r := range g.Runs {
+			if !p.Big(r.Input) {
+				continue
+			}
+			if runs == nil {
+				runs = slices.Clone(g.Runs)
+			}
+			rc := *r
+			if rc.Input, err = p.Put(ctx, ns, r.ID, r.Input); err != nil {
+				return nil, err
+			}
+			runs[ri] = &rc
+		}
+		if runs == nil {
+			continue
+		}
+		if !cloned {
+			q.Children, cloned = slices.Clone(c.Children), true
+		}
+		gc := *g
+		gc.Runs = runs
+		q.Children[gi] = &gc
+	}
+	return &q, nil
+}
+
+func (p *Payloads) checkpointBig(c *store.CheckpointParams) bool {
+	if p.Big(c.Output) {
+		return true
+	}
+	for _, op := range c.Ops {
+		if p.Big(op.Result) {
+			return true
+		}
+	}
+	for _, kv := range c.KV {
+		if p.Big(kv.Value) {
+			return true
+		}
+	}
+	for _, g := range c.Children {
+		for _, r := range g.Runs {
+			if p.Big(r.Input) {
+				return true
+			}
+		}
+	}
+	for _, w := range c.Stream {
+		if p.Big(w.Data) {
+			return true
+		}
+	}
+	return false
+}
+
+// Event moves a big event payload apart, as a payload of run runID (the run
+// the event's Ref names).
+func (p *Payloads) Event(ctx context.Context, c *store.EventSendParams, runID string) (*store.EventSendParams, error) {
+	if !p.Big(c.Payload) {
+		return c, nil
+	}
+	q := *c
+	var err error
+	if q.Payload, err = p.Put(ctx, c.Namespace, runID, c.Payload); err != nil {
+		return nil, err
+	}
+	return &q, nil
+}
+
+// Run resolves a run's input and output.
+func (p *Payloads) Run(ctx context.Context, r *store.Run) error {
+	if r == nil {
+		return nil
+	}
+	if err := p.resolve(ctx, r.Namespace, &r.Input); err != nil {
+		return err
+	}
+	return p.resolve(ctx, r.Namespace, &r.Output)
+}
+
+// Runs resolves runs' inputs and outputs.
+func (p *Payloads) Runs(ctx context.Context, rs []*store.Run) error {
+	for _, r := range rs {
+		if err := p.Run(ctx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Omit leaves the payloads stored apart out of runs read in a list (lazily:
+// a list does not load them; RunGet does).
+func Omit(rs []*store.Run) {
+	for _, r := range rs {
+		if IsRef(r.Input) {
+			r.Input = nil
+		}
+		if IsRef(r.Output) {
+			r.Output = nil
+		}
+	}
+}
+
+// Ops resolves op results.
+func (p *Payloads) Ops(ctx context.Context, namespace string, ops []*store.Op) error {
+	for _, op := range ops {
+		if err := p.resolve(ctx, namespace, &op.Result); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Events resolves event payloads.
+func (p *Payloads) Events(ctx context.Context, evs []*store.Event) error {
+	for _, e := range evs {
+		if err := p.resolve(ctx, e.Namespace, &e.Payload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Claimed resolves what a worker needs of a claimed run: its input, history
+// and inbox.
+func (p *Payloads) Claimed(ctx context.Context, c *store.ClaimedRun) error {
+	if c == nil {
+		return nil
+	}
+	if err := p.Run(ctx, c.Run); err != nil {
+		return err
+	}
+	if err := p.Ops(ctx, c.Run.Namespace, c.History); err != nil {
+		return err
+	}
+	return p.Events(ctx, c.Inbox)
+}
+
+// Value resolves one value (a run-store value).
+func (p *Payloads) Value(ctx context.Context, namespace string, v []byte) ([]byte, error) {
+	return p.Resolve(ctx, namespace, v)
+}
+
+// Stream resolves the output a run's final stream event carries.
+func (p *Payloads) Stream(ctx context.Context, namespace string, r *store.StreamReadResult) error {
+	if r == nil {
+		return nil
+	}
+	for _, e := range r.Events {
+		if bytes.HasPrefix(e.Data, []byte(store.FinalResultRefPrefix)) {
+			out, err := p.Resolve(ctx, namespace, e.Data[len(store.FinalResultRefPrefix):])
+			if err != nil {
+				return err
+			}
+			e.Data = store.FinalEvent(store.StatusSucceeded, out, nil).Data
+			continue
+		}
+		if err := p.resolve(ctx, namespace, &e.Data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
