@@ -1,6 +1,8 @@
 package trellis
 
 import (
+	"github.com/trellis-dev/trellis/store/blobs"
+
 	"context"
 	"errors"
 	"fmt"
@@ -228,7 +230,7 @@ func (c *Client) doGet(ctx context.Context, ref string) (*Run, error) {
 	if c.remote != nil {
 		return c.remote.get(ctx, ref)
 	}
-	r, err := c.store.RunGet(ctx, &store.RunGetParams{Namespace: c.cfg.Namespace, Ref: ref})
+	r, err := c.store.RunGet(ctx, &store.RunGetParams{Namespace: c.cfg.Namespace, Ref: ref, OmitLarge: blobs.OmitLarge(ctx)})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/trellis-dev/trellis/store/blobs"
+
 	"context"
 	"errors"
 	"fmt"
@@ -156,7 +158,13 @@ func (s *Server) authorizeScope(r *http.Request, sc scope, c *call) error {
 		if sc == scopeRunLazy && c.allowQueue("") == nil {
 			return nil // any run of the namespace is allowed: the handler reads it
 		}
-		run, err := c.client.Get(ctx, id)
+		gctx := ctx
+		if r.Method != http.MethodGet || !strings.HasSuffix(r.Pattern, "/runs/{id}") && !strings.HasSuffix(r.Pattern, "/runs/{id}/result") {
+			// The handler does not answer the run (its page or its result):
+			// its payloads stored apart are not read (docs/payloads.md).
+			gctx = blobs.WithOmitLarge(ctx)
+		}
+		run, err := c.client.Get(gctx, id)
 		if err != nil {
 			return absent(err, store.RunNotFound(c.ns, id))
 		}

@@ -138,7 +138,7 @@ func (e *leaseHistory) check(ctx context.Context, st store.Store, p *store.Check
 	}
 	if p.Status == store.StatusCancelled && !e.rec.CancelRequested {
 		// Requested since the claim, or not known here: the run says.
-		run, err := st.RunGet(ctx, &store.RunGetParams{Namespace: p.Lease.Namespace, Ref: p.Lease.RunID})
+		run, err := st.RunGet(ctx, &store.RunGetParams{Namespace: p.Lease.Namespace, Ref: p.Lease.RunID, OmitLarge: true})
 		if err != nil {
 			return err
 		}

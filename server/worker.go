@@ -532,7 +532,8 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 				store.ErrLeaseLost, p.Lease.RunID))}
 			return
 		}
-		if err := checkPayloads(p); err != nil {
+		_, limit := h.s.queues.Defaults(ctx, p.Lease.Namespace, p.Lease.Queue)
+		if err := checkPayloads(p, limit); err != nil {
 			out[i] = &pb.CheckpointResult{Error: errorDetail(err)}
 			return
 		}
@@ -594,7 +595,7 @@ func (h *workerService) workflowOf(ctx context.Context, l store.Lease, known str
 	if known != "" {
 		return known
 	}
-	run, err := h.s.store.RunGet(ctx, &store.RunGetParams{Namespace: l.Namespace, Ref: l.RunID})
+	run, err := h.s.store.RunGet(ctx, &store.RunGetParams{Namespace: l.Namespace, Ref: l.RunID, OmitLarge: true})
 	if err != nil {
 		return ""
 	}

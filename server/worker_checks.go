@@ -58,7 +58,7 @@ func (h *workerService) checkRun(ctx context.Context, p *auth.Principal, ns, ref
 	if ref == "" {
 		return fmt.Errorf("%w: run is required", store.ErrInvalidParams)
 	}
-	run, err := h.s.store.RunGet(ctx, &store.RunGetParams{Namespace: ns, Ref: ref})
+	run, err := h.s.store.RunGet(ctx, &store.RunGetParams{Namespace: ns, Ref: ref, OmitLarge: true})
 	if err != nil {
 		return err
 	}
@@ -138,11 +138,16 @@ func (h *workerService) checkTopic(ctx context.Context, p *auth.Principal, ns, t
 // in valid UTF-8 with each name once per object (jsonvalid), as the HTTP
 // API's are, since the API sends them back as JSON (a server takes JSON
 // payloads: trellis.Config.Codec must encode JSON). A refused checkpoint
-// writes nothing; the error names the payload.
-func checkPayloads(p *store.CheckpointParams) error {
+// writes nothing; the error names the payload. With a limit (the payload
+// limit of the run's queue), a payload above it is refused too
+// (payload_too_large): the worker should have failed its step or run.
+func checkPayloads(p *store.CheckpointParams, limit int) error {
 	bad := func(b []byte) error {
 		if len(b) == 0 { // none: the API shows it as null
 			return nil
+		}
+		if limit > 0 && len(b) > limit {
+			return fmt.Errorf("payload too large: %d bytes (queue %q limit %d)", len(b), p.Lease.Queue, limit)
 		}
 		return jsonvalid.Check(b)
 	}

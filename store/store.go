@@ -581,6 +581,10 @@ type RunGetParams struct {
 	Namespace string `json:"namespace"`
 	// Ref is a run ID or a workflow ID.
 	Ref string `json:"ref"`
+	// OmitLarge leaves the payloads the store keeps apart (docs/payloads.md)
+	// out of the run (nil Input or Output), unread: for a caller that needs
+	// only the run's record. A hint: a store may return them anyway.
+	OmitLarge bool `json:"omit_large,omitempty"`
 }
 
 // RunListParams are the parameters of RunList. Zero fields do not filter.
@@ -668,6 +672,11 @@ type ClaimedRun struct {
 	// fills it from the queue's record (read through a cache of a few seconds),
 	// and a server fills it in the runs it pushes to remote workers.
 	QueueRetry *QueueRetry `json:"queue_retry,omitempty"`
+	// PayloadLimit is the payload limit of the run's queue (Queue.PayloadLimit;
+	// 0: none), filled as QueueRetry is: every payload the run writes (step
+	// results, its output, run-store values, stream events) is held to it,
+	// below the process's own limit (docs/payloads.md).
+	PayloadLimit int `json:"payload_limit,omitempty"`
 	// LeaseSecret is the secret a server hands a remote worker with the lease
 	// (internal/secrets): the worker sends it back with every write of the
 	// lease, and the server refuses a write without it. Stores leave it "": a
@@ -854,6 +863,9 @@ type CheckpointResult struct {
 type HistoryListParams struct {
 	Namespace string `json:"namespace"`
 	Ref       string `json:"ref"`
+	// OmitLarge leaves the results the store keeps apart out of the ops (nil
+	// Result), unread, as RunGetParams.OmitLarge does.
+	OmitLarge bool `json:"omit_large,omitempty"`
 }
 
 // KVGetParams are the parameters of KVGet.

@@ -178,7 +178,7 @@ func (rs *RunState) finish(out []byte, err error) *store.Run {
 	cancelled, deadline, panicked := rs.cancelSeen, rs.deadlineHit, rs.panicked
 	rs.mu.Unlock()
 	p := &store.CheckpointParams{Status: store.StatusSucceeded, Output: out}
-	limit := rs.e.cfg.MaxPayloadBytes
+	limit := rs.limit
 	switch {
 	case deadline:
 		p.Status, p.Output, p.Error = store.StatusFailed, nil, rs.errorInfo(ErrDeadlineExceeded)
@@ -194,7 +194,7 @@ func (rs *RunState) finish(out []byte, err error) *store.Run {
 		}
 	case len(out) > limit:
 		p.Status, p.Output = store.StatusFailed, nil
-		p.Error = rs.errorInfo(fmt.Errorf("%w: output is %d bytes (limit %d)", ErrPayloadTooLarge, len(out), limit))
+		p.Error = rs.errorInfo(fmt.Errorf("%w: output is %d bytes (%slimit %d)", ErrPayloadTooLarge, len(out), rs.limitOf, limit))
 	}
 	rs.mu.Lock()
 	for id := range rs.openApprovals {

@@ -88,8 +88,8 @@ func (e *Engine) executeJob(ctx context.Context, cr *store.ClaimedRun, ctl *work
 		}
 		return oc
 	}
-	if err == nil && len(out) > e.cfg.MaxPayloadBytes {
-		err = fmt.Errorf("%w: output is %d bytes (limit %d)", ErrPayloadTooLarge, len(out), e.cfg.MaxPayloadBytes)
+	if limit, of := e.payloadLimit(cr); err == nil && len(out) > limit {
+		err = fmt.Errorf("%w: output is %d bytes (%slimit %d)", ErrPayloadTooLarge, len(out), of, limit)
 	}
 	final, oc = e.jobSave(ctx, cr, ctl, e.jobOutcome(run, job, prior, attempt, now, out, err, cancelled))
 	return oc

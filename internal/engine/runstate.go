@@ -41,8 +41,12 @@ type RunState struct {
 	ctl       *worker.Control
 	// queueRetry is the default retry policy of the run's queue (nil: none).
 	queueRetry *store.QueueRetry
-	history    map[int]*store.Op
-	lastPos    int // highest recorded position, -1 when none
+	// limit is the run's payload limit: the engine's, or its queue's when
+	// lower; limitOf says which, for errors.
+	limit   int
+	limitOf string
+	history map[int]*store.Op
+	lastPos int // highest recorded position, -1 when none
 
 	// inbox holds the events the run had when claimed; consumed marks those an op
 	// of this execution took.
@@ -88,6 +92,7 @@ func newRunState(e *Engine, cr *store.ClaimedRun, ctx context.Context, ctl *work
 		consumed:   make(map[int64]bool),
 		queueRetry: cr.QueueRetry,
 	}
+	rs.limit, rs.limitOf = e.payloadLimit(cr)
 	rs.runLog = e.cfg.Logger
 	if e.cfg.Logger.Handler() != slog.DiscardHandler { // no attributes for lines nobody reads
 		rs.runLog = runLogger(e.cfg.Logger, cr.Run)
@@ -448,8 +453,8 @@ func (rs *RunState) Encode(v any) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding value: %w", err)
 	}
-	if len(b) > rs.e.cfg.MaxPayloadBytes {
-		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrPayloadTooLarge, len(b), rs.e.cfg.MaxPayloadBytes)
+	if len(b) > rs.limit {
+		return nil, fmt.Errorf("%w: %d bytes (%slimit %d)", ErrPayloadTooLarge, len(b), rs.limitOf, rs.limit)
 	}
 	return b, nil
 }
@@ -460,4 +465,15 @@ func (rs *RunState) recordInternal(pos int, kind store.OpKind, name string, v an
 	b, _ := json.Marshal(v) // values of these ops always encode
 	at := rs.now()
 	rs.record(&store.Op{Position: pos, Kind: kind, Name: name, Done: true, Result: b, Attempts: 1, StartedAt: at, FinishedAt: &at}, nil)
+}
+
+// payloadLimit is the payload limit of a claimed run: the engine's
+// (Config.MaxPayloadBytes), or its queue's (store.ClaimedRun.PayloadLimit)
+// when lower, and the words that say which for an error ("queue \"q\" ", or
+// "").
+func (e *Engine) payloadLimit(cr *store.ClaimedRun) (int, string) {
+	if l := cr.PayloadLimit; l > 0 && l < e.cfg.MaxPayloadBytes {
+		return l, fmt.Sprintf("queue %q ", cr.Run.Queue)
+	}
+	return e.cfg.MaxPayloadBytes, ""
 }

@@ -106,4 +106,4 @@ type waitingEvent struct {
 }
 
 // MaxPayloadBytes is the limit of an encoded value of the run.
-func (rs *RunState) MaxPayloadBytes() int { return rs.e.cfg.MaxPayloadBytes }
+func (rs *RunState) MaxPayloadBytes() int { return rs.limit }

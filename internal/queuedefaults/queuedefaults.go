@@ -1,5 +1,5 @@
 // Package queuedefaults caches the default step retry policies of queues
-// (store.Queue.Retry) for the runs a worker executes, so that a run's steps
+// (store.Queue.Retry), and their payload limits, for the runs a worker executes, so that a run's steps
 // without a retry policy of their own take their queue's: one read of a queue's
 // record per TTL, whatever the number of runs. The client fills the runs its
 // worker claims; a server fills the runs it pushes to remote workers.
@@ -32,6 +32,7 @@ type Cache struct {
 
 type entry struct {
 	retry *store.QueueRetry // nil: no record, or no policy
+	limit int               // the queue's payload limit; 0: none
 	until time.Time
 	first *flight // the first read of the queue, while it is in flight
 }
@@ -43,6 +44,7 @@ type entry struct {
 type flight struct {
 	done  chan struct{} // closed when the read is over
 	retry *store.QueueRetry
+	limit int
 	ok    bool // the read answered (the record, or none); false: cut short
 }
 
@@ -54,6 +56,13 @@ func New(st store.QueueStore, log *slog.Logger) *Cache {
 // Retry returns the default retry policy of queue in namespace ns; nil when the
 // queue has none or its record cannot be read (the SDK's defaults then apply).
 func (q *Cache) Retry(ctx context.Context, ns, queue string) *store.QueueRetry {
+	r, _ := q.Defaults(ctx, ns, queue)
+	return r
+}
+
+// Defaults returns the default retry policy and the payload limit (0: none)
+// of queue in namespace ns, as Retry does.
+func (q *Cache) Defaults(ctx context.Context, ns, queue string) (*store.QueueRetry, int) {
 	key := [2]string{ns, queue}
 	now := q.now()
 	q.mu.Lock()
@@ -65,19 +74,19 @@ func (q *Cache) Retry(ctx context.Context, ns, queue string) *store.QueueRetry {
 		select {
 		case <-e.first.done:
 		case <-ctx.Done():
-			return nil
+			return nil, 0
 		}
 		if e.first.ok {
-			return e.first.retry
+			return e.first.retry, e.first.limit
 		}
-		return q.Retry(ctx, ns, queue) // that read was cut short: read again
+		return q.Defaults(ctx, ns, queue) // that read was cut short: read again
 	case ok && now.Before(e.until):
 		q.mu.Unlock()
-		return e.retry
+		return e.retry, e.limit
 	case ok:
 		// Expired: this caller reads the record again; the others go on with
 		// what is known until it has, rather than all reading at once.
-		q.entries[key] = entry{retry: e.retry, until: now.Add(TTL)}
+		q.entries[key] = entry{retry: e.retry, limit: e.limit, until: now.Add(TTL)}
 	default:
 		first = &flight{done: make(chan struct{})}
 		q.entries[key] = entry{first: first}
@@ -87,7 +96,7 @@ func (q *Cache) Retry(ctx context.Context, ns, queue string) *store.QueueRetry {
 	rec, err := q.st.QueueGet(ctx, &store.QueueGetParams{Namespace: ns, Name: queue})
 	switch {
 	case err == nil:
-		e.retry = rec.Retry
+		e.retry, e.limit = rec.Retry, rec.PayloadLimit
 	case ctx.Err() != nil:
 		if first != nil { // nothing known yet: the next caller reads
 			q.mu.Lock()
@@ -96,9 +105,9 @@ func (q *Cache) Retry(ctx context.Context, ns, queue string) *store.QueueRetry {
 			}
 			q.mu.Unlock()
 		}
-		return e.retry // keep what was known
+		return e.retry, e.limit // keep what was known
 	default: // no record (ErrQueueNotFound), or the store failed: the SDK's defaults
-		e.retry = nil
+		e.retry, e.limit = nil, 0
 		if !errors.Is(err, store.ErrQueueNotFound) {
 			q.log.Warn("reading the queue's default retry policy", "namespace", ns, "queue", queue, "err", err)
 		}
@@ -108,9 +117,9 @@ func (q *Cache) Retry(ctx context.Context, ns, queue string) *store.QueueRetry {
 	q.entries[key] = e
 	q.mu.Unlock()
 	if first != nil {
-		first.retry, first.ok = e.retry, true
+		first.retry, first.limit, first.ok = e.retry, e.limit, true
 	}
-	return e.retry
+	return e.retry, e.limit
 }
 
 // Forget drops what is known of a queue (changed through this client).
@@ -120,10 +129,11 @@ func (q *Cache) Forget(ns, queue string) {
 	q.mu.Unlock()
 }
 
-// Fill sets cr.QueueRetry from the run's queue, unless a server has set it.
+// Fill sets cr.QueueRetry and cr.PayloadLimit from the run's queue, unless a
+// server has set them.
 func (q *Cache) Fill(ctx context.Context, cr *store.ClaimedRun) {
-	if q == nil || cr.QueueRetry != nil {
+	if q == nil || cr.QueueRetry != nil || cr.PayloadLimit != 0 {
 		return
 	}
-	cr.QueueRetry = q.Retry(ctx, cr.Run.Namespace, cr.Run.Queue)
+	cr.QueueRetry, cr.PayloadLimit = q.Defaults(ctx, cr.Run.Namespace, cr.Run.Queue)
 }

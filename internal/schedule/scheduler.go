@@ -274,7 +274,7 @@ func (s *Scheduler) active(ctx context.Context, sc *store.Schedule) (bool, error
 	if sc.LastRunID == "" {
 		return false, nil
 	}
-	run, err := s.cfg.Store.RunGet(ctx, &store.RunGetParams{Namespace: sc.Namespace, Ref: sc.LastRunID})
+	run, err := s.cfg.Store.RunGet(ctx, &store.RunGetParams{Namespace: sc.Namespace, Ref: sc.LastRunID, OmitLarge: true})
 	switch {
 	case errors.Is(err, store.ErrRunNotFound):
 		return false, nil

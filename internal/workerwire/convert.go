@@ -254,7 +254,7 @@ func ClaimedToPB(crs []*store.ClaimedRun) []*pb.ClaimedRun {
 	for i, c := range crs {
 		out[i] = &pb.ClaimedRun{Run: RunToPB(c.Run), LeaseToken: c.LeaseToken, LeaseExpiresAt: Ts(c.LeaseExpiresAt),
 			History: OpsToPB(c.History), Inbox: eventsToPB(c.Inbox), QueueRetry: queueRetryToPB(c.QueueRetry),
-			LeaseSecret: c.LeaseSecret}
+			LeaseSecret: c.LeaseSecret, PayloadLimit: int64(c.PayloadLimit)}
 	}
 	return out
 }
@@ -265,7 +265,7 @@ func ClaimedFromPB(crs []*pb.ClaimedRun) []*store.ClaimedRun {
 	for i, c := range crs {
 		out[i] = &store.ClaimedRun{Run: RunFromPB(c.Run), LeaseToken: c.LeaseToken, LeaseExpiresAt: Time(c.LeaseExpiresAt),
 			History: OpsFromPB(c.History), Inbox: eventsFromPB(c.Inbox), QueueRetry: queueRetryFromPB(c.QueueRetry),
-			LeaseSecret: c.LeaseSecret}
+			LeaseSecret: c.LeaseSecret, PayloadLimit: clampInt(c.PayloadLimit)}
 	}
 	return out
 }
@@ -430,4 +430,12 @@ func VersionsFromPB(vs []*pb.WorkflowVersions) map[string][]int {
 		out[v.Workflow] = list
 	}
 	return out
+}
+
+// clampInt is n as an int, 0 when negative (a limit of none).
+func clampInt(n int64) int {
+	if n < 0 {
+		return 0
+	}
+	return int(min(n, int64(math.MaxInt32)))
 }

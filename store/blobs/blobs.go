@@ -164,8 +164,12 @@ func (p *Payloads) Backend() Backend { return p.b }
 // Threshold is the size above which a payload goes apart.
 func (p *Payloads) Threshold() int { return p.threshold }
 
-// Big reports whether v goes apart.
-func (p *Payloads) Big(v []byte) bool { return p != nil && len(v) > p.threshold }
+// Big reports whether v goes apart: it is above the threshold, or it starts
+// as a reference does (a payload of a codec other than JSON, say), which
+// then reads back as itself.
+func (p *Payloads) Big(v []byte) bool {
+	return p != nil && (len(v) > p.threshold || len(v) > 0 && v[0] == 0 && IsRef(v))
+}
 
 // Put stores v apart as a payload of run (namespace, runID) and returns its
 // reference. The payload is durable when Put returns.
@@ -278,4 +282,20 @@ func (p *Payloads) cloneKV(ctx context.Context, namespace, runID string, kvs []s
 		return kvs, nil
 	}
 	return out, nil
+}
+
+type omitKey struct{}
+
+// WithOmitLarge marks ctx for a caller that reads a run only for its record
+// (a server authorizing a request on the run's queue): a run read under it
+// (trellis.Client.Get) leaves the payloads stored apart out, unread
+// (store.RunGetParams.OmitLarge).
+func WithOmitLarge(ctx context.Context) context.Context {
+	return context.WithValue(ctx, omitKey{}, true)
+}
+
+// OmitLarge reports whether ctx is marked by WithOmitLarge.
+func OmitLarge(ctx context.Context) bool {
+	v, _ := ctx.Value(omitKey{}).(bool)
+	return v
 }

@@ -225,6 +225,15 @@ func Omit(rs []*store.Run) {
 	}
 }
 
+// OmitOps leaves the results stored apart out of ops.
+func OmitOps(ops []*store.Op) {
+	for _, op := range ops {
+		if IsRef(op.Result) {
+			op.Result = nil
+		}
+	}
+}
+
 // Ops resolves op results.
 func (p *Payloads) Ops(ctx context.Context, namespace string, ops []*store.Op) error {
 	for _, op := range ops {

@@ -125,6 +125,10 @@ func (s *Store) RunGet(ctx context.Context, p *store.RunGetParams) (*store.Run, 
 	if err != nil {
 		return nil, err
 	}
+	if p.OmitLarge {
+		blobs.Omit([]*store.Run{run})
+		return run, nil
+	}
 	if err := s.apart.Run(ctx, run); err != nil {
 		return nil, fmt.Errorf("reading run: %w", err)
 	}
@@ -263,6 +267,10 @@ func (s *Store) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]
 	ops, err := s.historyListRaw(ctx, p)
 	if err != nil {
 		return nil, err
+	}
+	if p.OmitLarge {
+		blobs.OmitOps(ops)
+		return ops, nil
 	}
 	if err := s.apart.Ops(ctx, p.Namespace, ops); err != nil {
 		return nil, fmt.Errorf("reading history: %w", err)

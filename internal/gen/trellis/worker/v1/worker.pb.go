@@ -862,7 +862,13 @@ type ClaimedRun struct {
 	// lease_secret is the lease's secret, issued to this worker only: send it
 	// back in Lease.secret with every write of the lease. A write without the
 	// secret of its lease is refused as if the lease were lost.
-	LeaseSecret   string `protobuf:"bytes,7,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
+	LeaseSecret string `protobuf:"bytes,7,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
+	// The payload limit of the run's queue in bytes (store.Queue.PayloadLimit),
+	// when its record has one; 0: none. Every payload the run writes (step
+	// results, the output, run-store values, emitted events) is held to it: a
+	// step result over it fails the step, not retryable (payload_too_large),
+	// and the server refuses a checkpoint that carries one over it.
+	PayloadLimit  int64 `protobuf:"varint,8,opt,name=payload_limit,json=payloadLimit,proto3" json:"payload_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -944,6 +950,13 @@ func (x *ClaimedRun) GetLeaseSecret() string {
 		return x.LeaseSecret
 	}
 	return ""
+}
+
+func (x *ClaimedRun) GetPayloadLimit() int64 {
+	if x != nil {
+		return x.PayloadLimit
+	}
+	return 0
 }
 
 // A queue's default step retry policy.
@@ -3147,7 +3160,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\apayload\x18\x05 \x01(\fH\x00R\apayload\x88\x01\x01\x123\n" +
 	"\asent_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAtB\n" +
 	"\n" +
-	"\b_payload\"\xe1\x02\n" +
+	"\b_payload\"\x86\x03\n" +
 	"\n" +
 	"ClaimedRun\x12(\n" +
 	"\x03run\x18\x01 \x01(\v2\x16.trellis.worker.v1.RunR\x03run\x12\x1f\n" +
@@ -3158,7 +3171,8 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\x05inbox\x18\x05 \x03(\v2\x18.trellis.worker.v1.EventR\x05inbox\x12>\n" +
 	"\vqueue_retry\x18\x06 \x01(\v2\x1d.trellis.worker.v1.QueueRetryR\n" +
 	"queueRetry\x12!\n" +
-	"\flease_secret\x18\a \x01(\tR\vleaseSecret\"\xaf\x01\n" +
+	"\flease_secret\x18\a \x01(\tR\vleaseSecret\x12#\n" +
+	"\rpayload_limit\x18\b \x01(\x03R\fpayloadLimit\"\xaf\x01\n" +
 	"\n" +
 	"QueueRetry\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\x03R\vmaxAttempts\x12B\n" +
