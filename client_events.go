@@ -25,6 +25,9 @@ func (c *Client) doSendEvent(ctx context.Context, ref, name string, payload any)
 		}
 		return nil
 	}
+	if err := c.eventLimit(ctx, ref, name, len(b)); err != nil {
+		return fmt.Errorf("sending event %q to %s: %w", name, ref, err)
+	}
 	p := &store.EventSendParams{Namespace: c.cfg.Namespace, Ref: ref, Name: name, Payload: b,
 		Idempotency: idempotency(ctx, noResult)}
 	// If the event wakes a run this process's worker runs and it has a free

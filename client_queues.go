@@ -305,9 +305,54 @@ type objectCache struct {
 }
 
 type objectEntry struct {
-	ns      *store.Namespace
-	q       *store.Queue
-	fetched time.Time
+	ns       *store.Namespace
+	q        *store.Queue
+	minLimit int // {namespace, queueLimits}: the lowest payload limit of its queues (0: none)
+	fetched  time.Time
+}
+
+// queueLimits is the objectCache key (with a namespace) of the lowest payload
+// limit of the namespace's queues: no queue name has a NUL.
+const queueLimits = "\x00limits"
+
+// eventLimit refuses an event of n bytes above the payload limit of its run's
+// queue (ErrPayloadTooLarge). It reads the run only when some queue of the
+// namespace has a limit below n (known from a cached list of its queues).
+func (c *Client) eventLimit(ctx context.Context, ref, name string, n int) error {
+	e, err := c.objects.lookup([2]string{c.cfg.Namespace, queueLimits}, func() (objectEntry, error) {
+		qs, err := c.store.QueueList(ctx, &store.QueueListParams{Namespace: c.cfg.Namespace})
+		if err != nil {
+			return objectEntry{}, err
+		}
+		var e objectEntry
+		for _, q := range qs {
+			if q.PayloadLimit > 0 && (e.minLimit == 0 || q.PayloadLimit < e.minLimit) {
+				e.minLimit = q.PayloadLimit
+			}
+		}
+		return e, nil
+	})
+	if err != nil || e.minLimit == 0 || n <= e.minLimit {
+		return err
+	}
+	run, err := c.store.RunGet(ctx, &store.RunGetParams{Namespace: c.cfg.Namespace, Ref: ref, OmitLarge: true})
+	if err != nil {
+		return err
+	}
+	qE, err := c.objects.lookup([2]string{c.cfg.Namespace, run.Queue}, func() (objectEntry, error) {
+		q, err := c.store.QueueGet(ctx, &store.QueueGetParams{Namespace: c.cfg.Namespace, Name: run.Queue})
+		if errors.Is(err, store.ErrQueueNotFound) {
+			return objectEntry{}, nil
+		}
+		return objectEntry{q: q}, err
+	})
+	if err != nil || qE.q == nil {
+		return err
+	}
+	if l := qE.q.PayloadLimit; l > 0 && n > l {
+		return fmt.Errorf("%w: event %q is %d bytes (queue %q limit %d)", ErrPayloadTooLarge, name, n, run.Queue, l)
+	}
+	return nil
 }
 
 // forget drops key's record: the next lookup reads it again.
@@ -436,6 +481,7 @@ func (c *Client) namespaceQueue(ctx context.Context) (string, error) {
 // once.
 func (c *Client) forgetQueue(name string) {
 	c.objects.forget([2]string{c.cfg.Namespace, name})
+	c.objects.forget([2]string{c.cfg.Namespace, queueLimits})
 	if c.queues != nil {
 		c.queues.Forget(c.cfg.Namespace, name)
 	}

@@ -28,7 +28,7 @@ func Emit(wc *Context, name string, payload any) error {
 		return fmt.Errorf("Emit %q: encoding payload: %w", name, err)
 	}
 	if limit := wc.rs.MaxPayloadBytes(); len(b) > limit {
-		return fmt.Errorf("Emit %q: %w: %d bytes (limit %d)", name, ErrPayloadTooLarge, len(b), limit)
+		return fmt.Errorf("Emit %q: %w: %d bytes (%slimit %d)", name, ErrPayloadTooLarge, len(b), wc.rs.PayloadLimitOf(), limit)
 	}
 	wc.rs.Emit(name, b)
 	return nil

@@ -107,3 +107,7 @@ type waitingEvent struct {
 
 // MaxPayloadBytes is the limit of an encoded value of the run.
 func (rs *RunState) MaxPayloadBytes() int { return rs.limit }
+
+// PayloadLimitOf says whose limit MaxPayloadBytes is, for an error: "queue
+// \"q\" " when the run's queue's, else "".
+func (rs *RunState) PayloadLimitOf() string { return rs.limitOf }
