@@ -41,7 +41,9 @@ func (r *remote) close() {
 }
 
 func newRemote(cfg Config) (*remote, error) {
-	hc, err := httpc.New(httpc.Config{Base: cfg.Server, Token: cfg.Token, TLSConfig: cfg.TLSConfig})
+	hc, err := httpc.New(httpc.Config{Base: cfg.Server, Token: cfg.Token, TLSConfig: cfg.TLSConfig,
+		// A run's answer holds its input and output: room for both and more.
+		MaxAnswer: max(httpc.DefaultMaxAnswer, 3*int64(cfg.MaxPayloadBytes)+1<<20)})
 	if err != nil {
 		return nil, fmt.Errorf("opening trellis: %w", err)
 	}

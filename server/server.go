@@ -71,12 +71,19 @@ type Config struct {
 	// bearer token, when sent, wins. Needs an Authenticator that maps subjects
 	// (auth.SubjectAuthenticator; the default does).
 	ClientCAFile string
-	// MaxBodyBytes caps a request body; default DefaultMaxBodyBytes (a maximal
-	// payload and its envelope).
+	// MaxPayloadBytes caps a payload (a run's input or output, a step's
+	// result, an event's payload; docs/payloads.md) the server's API and
+	// clients take: their trellis.Config.MaxPayloadBytes. Default
+	// trellis.DefaultMaxPayloadBytes. Queues may set lower limits.
+	MaxPayloadBytes int
+	// MaxBodyBytes caps a request body; default MaxPayloadBytes and 64 KiB
+	// (a maximal payload and its envelope).
 	MaxBodyBytes int64
 	// MaxWorkerMessageBytes caps one message of the worker protocol (connect
-	// ReadMaxBytes), e.g. a batch of checkpoints; default
-	// DefaultMaxWorkerMessageBytes.
+	// ReadMaxBytes), e.g. a batch of checkpoints; default 4 × MaxBodyBytes
+	// (DefaultMaxWorkerMessageBytes with the default payload limit): a final
+	// checkpoint may carry the last step's result, the output and the final
+	// stream event that repeats it.
 	MaxWorkerMessageBytes int64
 	// WorkerStreamWriteTimeout bounds each write of the worker protocol's long
 	// streams (Claim, Subscribe): a worker that stops reading is cut off after
@@ -227,8 +234,11 @@ func (c Config) withDefaults() Config {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
+	if c.MaxPayloadBytes <= 0 {
+		c.MaxPayloadBytes = trellis.DefaultMaxPayloadBytes
+	}
 	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
+		c.MaxBodyBytes = int64(c.MaxPayloadBytes) + 64<<10
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 4096
@@ -250,7 +260,7 @@ func (c Config) withDefaults() Config {
 	def(&c.StreamHeartbeat, 15*time.Second)
 	def(&c.StreamProbeInterval, 2*time.Second)
 	if c.MaxWorkerMessageBytes <= 0 {
-		c.MaxWorkerMessageBytes = DefaultMaxWorkerMessageBytes
+		c.MaxWorkerMessageBytes = 4 * c.MaxBodyBytes
 	}
 	if c.WorkerStreamWriteTimeout <= 0 {
 		c.WorkerStreamWriteTimeout = 30 * time.Second
@@ -618,7 +628,7 @@ func (s *Server) client(ctx context.Context, ns string) (*trellis.Client, func()
 	if c, ok := s.clients[ns]; ok {
 		return c, func() {}, nil
 	}
-	c, err := trellis.Open(ctx, trellis.Config{Backend: s.store, Namespace: ns,
+	c, err := trellis.Open(ctx, trellis.Config{Backend: s.store, Namespace: ns, MaxPayloadBytes: s.cfg.MaxPayloadBytes,
 		Worker: trellis.WorkerOptions{Disabled: true}, Logger: s.cfg.Logger,
 		Metrics: s.cfg.Metrics, TracerProvider: s.cfg.TracerProvider})
 	if err != nil {

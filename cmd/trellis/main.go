@@ -20,6 +20,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	// The object store of payloads stored apart (--blobs, a store URL's
+	// blobs parameter; docs/payloads.md).
+	_ "github.com/trellis-dev/trellis/store/blobs/s3blobs"
 )
 
 const mainUsage = `trellis is the command line of Trellis, durable execution for Go.

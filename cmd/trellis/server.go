@@ -97,6 +97,23 @@ func withWALPreallocate(raw string) string {
 	return raw + sep + "wal_preallocate=" + strconv.Itoa(serverWALPreallocate)
 }
 
+// withStoreParam adds a parameter to a store URL (the server's --blobs and
+// --blob-threshold); "" leaves the URL as it is. A URL that sets it already
+// is refused: the flag and the URL would disagree.
+func withStoreParam(raw, name, value string) (string, error) {
+	if value == "" {
+		return raw, nil
+	}
+	if strings.Contains(raw, "?"+name+"=") || strings.Contains(raw, "&"+name+"=") {
+		return "", fmt.Errorf("the store URL sets %s already; give it there or as the flag, not both", name)
+	}
+	sep := "?"
+	if strings.Contains(raw, "?") {
+		sep = "&"
+	}
+	return raw + sep + name + "=" + neturl.QueryEscape(value), nil
+}
+
 // serverShutdownGrace bounds how long a stopping server waits for requests in flight.
 const serverShutdownGrace = 30 * time.Second
 
@@ -121,6 +138,10 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&sched.Interval, "scheduler-interval", 0, "how often the scheduler renews its lease and fires due ticks (default 1s, at most half the lease)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the server, from its start to its stop, to this `file` (off by default; for benchmarks)")
 	fs.StringVar(&pprofAddr, "pprof", "", "serve net/http/pprof on this loopback `address` (off by default; for profiling)")
+	var blobsURL, blobThreshold string
+	fs.StringVar(&blobsURL, "blobs", "", "keep payloads above the threshold in this S3-compatible object store, `s3://bucket/prefix?endpoint=host:port&...` (default: a table of the store; docs/payloads.md)")
+	fs.StringVar(&blobThreshold, "blob-threshold", "", "store payloads above this many `bytes` apart from their rows (default 262144)")
+	fs.IntVar(&limits.maxPayload, "max-payload", 0, fmt.Sprintf("the largest payload (input, output, step result, event) the server takes, in `bytes`; request and worker message limits follow it (default %d)", trellis.DefaultMaxPayloadBytes))
 	limits.flags(fs)
 	pos, err := parseArgs(fs, args)
 	switch {
@@ -132,6 +153,8 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef(fs, "server: --tls-cert and --tls-key go together")
 	case tlsCfg.clientCA != "" && tlsCfg.cert == "":
 		return usagef(fs, "server: --client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
+	case limits.maxPayload < 0:
+		return usagef(fs, "server: --max-payload %d: must be a positive number of bytes", limits.maxPayload)
 	}
 	stopPprof, err := startPprof(pprofAddr)
 	if err != nil {
@@ -153,6 +176,12 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		url = server.DefaultStore
 	}
 	url = withWALPreallocate(url)
+	if url, err = withStoreParam(url, "blobs", blobsURL); err != nil {
+		return usagef(fs, "server: --blobs: %v", err)
+	}
+	if url, err = withStoreParam(url, "blob_threshold", blobThreshold); err != nil {
+		return usagef(fs, "server: --blob-threshold: %v", err)
+	}
 	// Tracing is on when the standard OTEL_* variables name an OTLP endpoint.
 	tp, stopTracing, err := tracingFromEnv(ctx)
 	if err != nil {
@@ -206,6 +235,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // serverLimits are the flags of the caps per principal and of the trusted
 // proxies (docs/security.md).
 type serverLimits struct {
+	maxPayload int
 	rate       float64
 	burst      int
 	streams    int
@@ -225,6 +255,7 @@ func (l *serverLimits) flags(fs *flag.FlagSet) {
 
 func (l *serverLimits) apply(cfg *server.Config) {
 	cfg.PrincipalRate, cfg.PrincipalBurst, cfg.MaxStreamsPerPrincipal = l.rate, l.burst, l.streams
+	cfg.MaxPayloadBytes = l.maxPayload
 	cfg.WorkerStreamIdleTimeout, cfg.TrustedProxies = l.workerIdle, l.proxies
 	cfg.StepTimeoutGrace = l.stepGrace
 }

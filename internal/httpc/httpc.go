@@ -29,7 +29,8 @@ const (
 	DefaultAttempts = 4
 	DefaultBackoff  = 100 * time.Millisecond
 	maxBackoff      = 2 * time.Second
-	maxBody         = 64 << 20
+	// DefaultMaxAnswer is Config.MaxAnswer's default.
+	DefaultMaxAnswer = 64 << 20
 )
 
 // Config configures New.
@@ -49,6 +50,10 @@ type Config struct {
 	// TLSConfig configures the default client's TLS (a private CA, a client
 	// certificate); ignored when Client is set.
 	TLSConfig *tls.Config
+	// MaxAnswer caps the body of an answer read, in bytes; a longer one is an
+	// error. Default DefaultMaxAnswer (a run's input and output at the
+	// default payload limit fit many times).
+	MaxAnswer int64
 }
 
 // Client calls one server. It is safe for concurrent use.
@@ -180,9 +185,16 @@ func (c *Client) once(ctx context.Context, call Call, body []byte, key string) (
 		return 0, ctx.Err() == nil, fmt.Errorf("calling %s %s: %w", call.Method, call.Path, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	limit := c.cfg.MaxAnswer
+	if limit <= 0 {
+		limit = DefaultMaxAnswer
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return 0, ctx.Err() == nil, fmt.Errorf("reading answer of %s %s: %w", call.Method, call.Path, err)
+	}
+	if int64(len(b)) > limit {
+		return 0, false, fmt.Errorf("reading answer of %s %s: longer than %d bytes (raise the payload limit, trellis.Config.MaxPayloadBytes)", call.Method, call.Path, limit)
 	}
 	if resp.StatusCode >= 300 {
 		p := problemOf(resp, b)
