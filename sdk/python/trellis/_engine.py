@@ -313,6 +313,12 @@ class RunState:
         self.lease = {"namespace": self.namespace, "runId": self.run_id, "token": str(claimed.get("lease_token", "0")),
                       "queue": run.get("queue", ""), "secret": claimed.get("lease_secret", "")}
         self.queue_retry = claimed.get("queue_retry")
+        # The run's payload limit: the worker's, or its queue's when lower
+        # (ClaimedRun.payload_limit, docs/payloads.md); limit_of says which.
+        qlimit = _wire.as_int(claimed.get("payload_limit"), 0)
+        self.limit, self.limit_of = host.max_payload_bytes, ""
+        if 0 < qlimit < host.max_payload_bytes:
+            self.limit, self.limit_of = qlimit, f"queue {run.get('queue', '')!r} "
         hist = claimed.get("history") or ()
         self.history: dict[int, Op] = {}
         self.last_pos = -1
@@ -639,8 +645,8 @@ class RunState:
         elif err is not None:
             info = error_info(err)
             p["status"] = "failed"
-        elif len(out) > self.host.max_payload_bytes:
-            info = {"message": f"payload too large: output is {len(out)} bytes (limit {self.host.max_payload_bytes})",
+        elif len(out) > self.limit:
+            info = {"message": f"payload too large: output is {len(out)} bytes ({self.limit_of}limit {self.limit})",
                     "type": "payload_too_large", "non_retryable": True}
             p["status"], out = "failed", None
         if p["status"] == "succeeded":
@@ -754,9 +760,9 @@ class _StepCall:
                 except (TypeError, ValueError) as e:
                     ok, v = False, StepError(f"encoding the result of step {self.name!r}: {e}", "encoding")
                 else:
-                    if len(res) > rs.host.max_payload_bytes:
+                    if len(res) > rs.limit:
                         ok, v = False, StepError(
-                            f"payload too large: {len(res)} bytes (limit {rs.host.max_payload_bytes})",
+                            f"payload too large: {len(res)} bytes ({rs.limit_of}limit {rs.limit})",
                             "payload_too_large", non_retryable=True)
                     else:
                         return self.finish(res, None)
@@ -1507,8 +1513,8 @@ class Context:
         rs = self._rs
         rs.check_unwind()
         b = dumps(value)
-        if len(b) > rs.host.max_payload_bytes:
-            raise ValueError(f"payload too large: {len(b)} bytes (limit {rs.host.max_payload_bytes})")
+        if len(b) > rs.limit:
+            raise ValueError(f"payload too large: {len(b)} bytes ({rs.limit_of}limit {rs.limit})")
         pos, rec = rs.next("set", key)
         if rec is not None:
             b = rec.result
@@ -1541,6 +1547,8 @@ class Context:
         rs = self._rs
         rs.check_unwind()
         b = dumps(data)
+        if len(b) > rs.limit:
+            raise ValueError(f"emit {name!r}: payload too large: {len(b)} bytes ({rs.limit_of}limit {rs.limit})")
         pos, rec = rs.next("emit", name)
         if rec is not None:
             return
@@ -1703,6 +1711,10 @@ async def execute_job(host, rs: RunState, defn) -> str:
                 out = dumps(v)
             except (TypeError, ValueError) as e:
                 err = Failure(f"encoding the output: {e}", "encoding")
+            else:
+                if len(out) > rs.limit:
+                    err = Failure(f"payload too large: output is {len(out)} bytes ({rs.limit_of}limit {rs.limit})",
+                                  "payload_too_large", non_retryable=True)
         else:
             err = v
             cancelled = isinstance(v, Cancelled)

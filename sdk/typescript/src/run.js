@@ -119,6 +119,15 @@ function lifecycle(name, obj) {
 }
 
 /** The recorded step retry policy, defaults applied (a step's, or a job's). */
+// payloadLimit is a claimed run's payload limit: the worker's, or its queue's
+// when lower (ClaimedRun.payloadLimit, docs/payloads.md); `of` says which, for
+// errors.
+export function payloadLimit(host, claimed) {
+  const q = Number(claimed.payloadLimit ?? 0n);
+  if (q > 0 && q < host.maxPayloadBytes) return { limit: q, of: `queue ${JSON.stringify(claimed.run.queue)} ` };
+  return { limit: host.maxPayloadBytes, of: '' };
+}
+
 export function retryPolicy(opts, queueRetry) {
   const r = opts?.retry ?? {};
   let maxAttempts = r.maxAttempts;
@@ -157,6 +166,7 @@ export class RunExec {
     // made once: every checkpoint and heartbeat carries it as it is
     this.lease = create(LeaseSchema, { namespace: r.namespace, runId: r.id, token: claimed.leaseToken, queue: r.queue, secret: claimed.leaseSecret });
     this.queueRetry = claimed.queueRetry;
+    this.payload = payloadLimit(host, claimed);
     this.history = new Map();
     this.lastPos = -1;
     for (const o of claimed.history) {
@@ -489,9 +499,9 @@ export class RunExec {
       p.status = 'cancelled'; p.output = undefined; p.error = errorInfo(err); p.error.type = 'cancelled';
     } else if (err !== undefined) {
       p.status = 'failed'; p.output = undefined; p.error = errorInfo(err);
-    } else if (out.length > this.host.maxPayloadBytes) {
+    } else if (out.length > this.payload.limit) {
       p.status = 'failed'; p.output = undefined;
-      p.error = { message: `payload too large: output is ${out.length} bytes (limit ${this.host.maxPayloadBytes})`, type: 'payload_too_large', nonRetryable: true };
+      p.error = { message: `payload too large: output is ${out.length} bytes (${this.payload.of}limit ${this.payload.limit})`, type: 'payload_too_large', nonRetryable: true };
     }
     p.expire = [...this.openApprovals].sort();
     this.ending = true;
@@ -577,6 +587,9 @@ export class RunExec {
     this.checkUnwind();
     checkName('key', key);
     let b = encode(value);
+    if (b.length > this.payload.limit) {
+      throw new TrellisError(`set ${JSON.stringify(key)}: payload too large: ${b.length} bytes (${this.payload.of}limit ${this.payload.limit})`, { type: 'payload_too_large', nonRetryable: true });
+    }
     const { pos, rec } = this.next('set', key);
     if (rec) {
       b = rec.result;
@@ -614,6 +627,9 @@ export class RunExec {
       throw new TypeError(`emit: event names starting with "run." or "step." are reserved, got ${JSON.stringify(name)}`);
     }
     const b = encode(data);
+    if (b.length > this.payload.limit) {
+      throw new TrellisError(`emit ${JSON.stringify(name)}: payload too large: ${b.length} bytes (${this.payload.of}limit ${this.payload.limit})`, { type: 'payload_too_large', nonRetryable: true });
+    }
     const { pos, rec } = this.next('emit', name);
     if (rec) return;
     const at = this.now();
@@ -955,8 +971,8 @@ class StepCall {
       if (ok) {
         try {
           res = encode(value);
-          if (res.length > rs.host.maxPayloadBytes) {
-            failure = new TrellisError(`payload too large: ${res.length} bytes (limit ${rs.host.maxPayloadBytes})`, { type: 'payload_too_large', nonRetryable: true });
+          if (res.length > rs.payload.limit) {
+            failure = new TrellisError(`payload too large: ${res.length} bytes (${rs.payload.of}limit ${rs.payload.limit})`, { type: 'payload_too_large', nonRetryable: true });
           }
         } catch (e) {
           failure = new TrellisError(`encoding value: ${e.message}`);

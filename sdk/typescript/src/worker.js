@@ -7,7 +7,7 @@
 import os from 'node:os';
 import { ConnectError, Code } from '@connectrpc/connect';
 import { workerClient, reasonOf, duration, date, ts } from './proto.js';
-import { RunExec, endedAttempt } from './run.js';
+import { RunExec, endedAttempt, payloadLimit } from './run.js';
 import { servedVersions } from './workflow.js';
 import { encode, decode } from './codec.js';
 import { ApiError, CancelledError, DeadlineExceededError, StepTimeoutError, TrellisError, errorInfo } from './errors.js';
@@ -383,6 +383,7 @@ class JobExec {
     const r = cr.run;
     this.run = { id: r.id, workflow: r.workflow, attempt: Number(r.attempts), deadline: date(r.deadline), input: r.input };
     this.lease = { namespace: r.namespace, runId: r.id, token: cr.leaseToken, queue: r.queue, secret: cr.leaseSecret };
+    this.payload = payloadLimit(host, cr);
     this.cancelRequested = r.cancelRequested;
     this.ac = new AbortController();
     this.stopReason = null;
@@ -469,8 +470,8 @@ class JobExec {
       const input = decode(this.run.input);
       const v = await this.def.fn(input, { runId: this.run.id, attempt, signal: this.ac.signal, idempotencyKey: `${this.run.id}/0` });
       out = encode(v);
-      if (out.length > this.host.maxPayloadBytes) {
-        err = new TrellisError(`payload too large: output is ${out.length} bytes (limit ${this.host.maxPayloadBytes})`, { type: 'payload_too_large', nonRetryable: true });
+      if (out.length > this.payload.limit) {
+        err = new TrellisError(`payload too large: output is ${out.length} bytes (${this.payload.of}limit ${this.payload.limit})`, { type: 'payload_too_large', nonRetryable: true });
       }
     } catch (e) {
       err = e ?? new Error('job failed');

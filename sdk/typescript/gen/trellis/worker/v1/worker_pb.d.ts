@@ -506,6 +506,17 @@ export declare type ClaimedRun = Message<"trellis.worker.v1.ClaimedRun"> & {
    * @generated from field: string lease_secret = 7;
    */
   leaseSecret: string;
+
+  /**
+   * The payload limit of the run's queue in bytes (store.Queue.PayloadLimit),
+   * when its record has one; 0: none. Every payload the run writes (step
+   * results, the output, run-store values, emitted events) is held to it: a
+   * step result over it fails the step, not retryable (payload_too_large),
+   * and the server refuses a checkpoint that carries one over it.
+   *
+   * @generated from field: int64 payload_limit = 8;
+   */
+  payloadLimit: bigint;
 };
 
 /**
