@@ -91,32 +91,52 @@ func (p *Payloads) RunsCreate(ctx context.Context, c *store.RunsCreateParams) (*
 }
 
 // Checkpoint moves the big payloads of a checkpoint apart: op results, run
-// store values, the output, the inputs of the children it starts.
+// store values, the output, stream events' data, the inputs of the children
+// it starts. Equal payloads of one checkpoint (a step's result that is the
+// run's output, say) are stored once; the final stream event of a run whose
+// output goes apart holds the output's reference, not a copy of it.
 func (p *Payloads) Checkpoint(ctx context.Context, c *store.CheckpointParams) (*store.CheckpointParams, error) {
 	if p == nil || !p.checkpointBig(c) {
 		return c, nil
 	}
 	ns, id := c.Lease.Namespace, c.Lease.RunID
+	m := &memo{p: p, ns: ns}
 	q := *c
 	var err error
-	if q.Ops, err = p.cloneOps(ctx, ns, id, c.Ops); err != nil {
+	if q.Output, err = m.put(ctx, id, c.Output); err != nil {
 		return nil, err
 	}
-	if q.KV, err = p.cloneKV(ctx, ns, id, c.KV); err != nil {
-		return nil, err
-	}
-	if q.Output, err = p.put(ctx, ns, id, c.Output); err != nil {
-		return nil, err
-	}
-	for i, w := range c.Stream {
-		if !p.Big(w.Data) {
-			continue
+	if len(c.Ops) > 0 {
+		q.Ops = slices.Clone(c.Ops)
+		for i, op := range c.Ops {
+			if !p.Big(op.Result) {
+				continue
+			}
+			oc := *op
+			if oc.Result, err = m.put(ctx, id, op.Result); err != nil {
+				return nil, err
+			}
+			q.Ops[i] = &oc
 		}
-		if i == 0 || &q.Stream[0] == &c.Stream[0] {
-			q.Stream = slices.Clone(c.Stream)
+	}
+	if len(c.KV) > 0 {
+		q.KV = slices.Clone(c.KV)
+		for i, kv := range c.KV {
+			if q.KV[i].Value, err = m.put(ctx, id, kv.Value); err != nil {
+				return nil, err
+			}
 		}
-		if q.Stream[i].Data, err = p.Put(ctx, ns, id, w.Data); err != nil {
-			return nil, err
+	}
+	if len(c.Stream) > 0 {
+		q.Stream = slices.Clone(c.Stream)
+		for i, w := range c.Stream {
+			if IsRef(q.Output) && isFinalOf(w, c.Output) {
+				q.Stream[i].Data = append([]byte(store.FinalResultRefPrefix), q.Output...)
+				continue
+			}
+			if q.Stream[i].Data, err = m.put(ctx, id, w.Data); err != nil {
+				return nil, err
+			}
 		}
 	}
 	cloned := false
@@ -130,7 +150,7 @@ func (p *Payloads) Checkpoint(ctx context.Context, c *store.CheckpointParams) (*
 				runs = slices.Clone(g.Runs)
 			}
 			rc := *r
-			if rc.Input, err = p.Put(ctx, ns, r.ID, r.Input); err != nil {
+			if rc.Input, err = m.put(ctx, r.ID, r.Input); err != nil {
 				return nil, err
 			}
 			runs[ri] = &rc
@@ -146,6 +166,50 @@ func (p *Payloads) Checkpoint(ctx context.Context, c *store.CheckpointParams) (*
 		q.Children[gi] = &gc
 	}
 	return &q, nil
+}
+
+// memo stores the big payloads of one write apart, each distinct one once.
+type memo struct {
+	p    *Payloads
+	ns   string
+	done []memoized
+}
+
+type memoized struct {
+	runID string
+	data  []byte
+	ref   []byte
+}
+
+// put is Payloads.put, answering a payload equal to one it stored (for the
+// same run) with the same reference.
+func (m *memo) put(ctx context.Context, runID string, v []byte) ([]byte, error) {
+	if !m.p.Big(v) {
+		return v, nil
+	}
+	for _, d := range m.done {
+		if d.runID == runID && bytes.Equal(d.data, v) {
+			return d.ref, nil
+		}
+	}
+	ref, err := m.p.Put(ctx, m.ns, runID, v)
+	if err != nil {
+		return nil, err
+	}
+	m.done = append(m.done, memoized{runID: runID, data: v, ref: ref})
+	return ref, nil
+}
+
+// finalPrefix and finalSuffix wrap a run's output in its run.succeeded event
+// (store.FinalEvent, for an output that is JSON).
+const finalPrefix, finalSuffix = `{"result":`, `}`
+
+// isFinalOf reports whether w is the run.succeeded event of output.
+func isFinalOf(w store.StreamWrite, output []byte) bool {
+	d := w.Data
+	return w.Name == store.StreamRunSucceeded && len(d) == len(finalPrefix)+len(output)+len(finalSuffix) &&
+		bytes.HasPrefix(d, []byte(finalPrefix)) && bytes.HasSuffix(d, []byte(finalSuffix)) &&
+		bytes.Equal(d[len(finalPrefix):len(d)-len(finalSuffix)], output)
 }
 
 func (p *Payloads) checkpointBig(c *store.CheckpointParams) bool {
