@@ -209,9 +209,23 @@ func (p *Payloads) Resolve(ctx context.Context, namespace string, v []byte) ([]b
 	return data, nil
 }
 
+// Written maps the references a write just made to the payloads they stand
+// for, so that what the write returns is given its payloads back without
+// reading them.
+type Written map[string][]byte
+
 // resolve replaces *v by what it refers to.
 func (p *Payloads) resolve(ctx context.Context, namespace string, v *[]byte) error {
+	return p.resolveKnown(ctx, namespace, v, nil)
+}
+
+// resolveKnown is resolve, taking the payloads of known references from w.
+func (p *Payloads) resolveKnown(ctx context.Context, namespace string, v *[]byte, w Written) error {
 	if !IsRef(*v) {
+		return nil
+	}
+	if orig, ok := w[string(*v)]; ok {
+		*v = orig
 		return nil
 	}
 	d, err := p.Resolve(ctx, namespace, *v)

@@ -48,14 +48,25 @@ func (p *Payloads) Create(ctx context.Context, c *store.RunCreateParams) (*store
 	return &q, nil
 }
 
-// CreateDone puts the caller's input back in the run a creation returns.
-func (p *Payloads) CreateDone(c *store.RunCreateParams, res *store.RunCreateResult) {
-	if res == nil || res.Run == nil || !IsRef(res.Run.Input) {
-		return
+// Known is what a write of c as q (Create's answer) stored apart: q's input
+// stands for c's.
+func Known(c, q *store.RunCreateParams) Written {
+	if c == q || !IsRef(q.Input) || IsRef(c.Input) && string(c.Input) == string(q.Input) {
+		return nil
 	}
-	if r, ok := ParseRef(res.Run.Input); ok && r.RunID == c.ID {
-		res.Run.Input = c.Input
+	return Written{string(q.Input): c.Input}
+}
+
+// CreateResult resolves what a creation returns: its run (and the claimed
+// run, with its history), the payloads the creation stored apart from w.
+func (p *Payloads) CreateResult(ctx context.Context, res *store.RunCreateResult, w Written) error {
+	if res == nil {
+		return nil
 	}
+	if err := p.runKnown(ctx, res.Run, w); err != nil {
+		return err
+	}
+	return p.claimedKnown(ctx, res.Claimed, w)
 }
 
 // RunsCreate moves the big inputs of a batch apart.
@@ -256,14 +267,21 @@ func (p *Payloads) Event(ctx context.Context, c *store.EventSendParams, runID st
 }
 
 // Run resolves a run's input and output.
-func (p *Payloads) Run(ctx context.Context, r *store.Run) error {
+func (p *Payloads) Run(ctx context.Context, r *store.Run) error { return p.runKnown(ctx, r, nil) }
+
+// RunKnown is Run, taking the payloads a write just stored apart from w.
+func (p *Payloads) RunKnown(ctx context.Context, r *store.Run, w Written) error {
+	return p.runKnown(ctx, r, w)
+}
+
+func (p *Payloads) runKnown(ctx context.Context, r *store.Run, w Written) error {
 	if r == nil {
 		return nil
 	}
-	if err := p.resolve(ctx, r.Namespace, &r.Input); err != nil {
+	if err := p.resolveKnown(ctx, r.Namespace, &r.Input, w); err != nil {
 		return err
 	}
-	return p.resolve(ctx, r.Namespace, &r.Output)
+	return p.resolveKnown(ctx, r.Namespace, &r.Output, w)
 }
 
 // Runs resolves runs' inputs and outputs.
@@ -300,8 +318,12 @@ func OmitOps(ops []*store.Op) {
 
 // Ops resolves op results.
 func (p *Payloads) Ops(ctx context.Context, namespace string, ops []*store.Op) error {
+	return p.opsKnown(ctx, namespace, ops, nil)
+}
+
+func (p *Payloads) opsKnown(ctx context.Context, namespace string, ops []*store.Op, w Written) error {
 	for _, op := range ops {
-		if err := p.resolve(ctx, namespace, &op.Result); err != nil {
+		if err := p.resolveKnown(ctx, namespace, &op.Result, w); err != nil {
 			return err
 		}
 	}
@@ -310,8 +332,12 @@ func (p *Payloads) Ops(ctx context.Context, namespace string, ops []*store.Op) e
 
 // Events resolves event payloads.
 func (p *Payloads) Events(ctx context.Context, evs []*store.Event) error {
+	return p.eventsKnown(ctx, evs, nil)
+}
+
+func (p *Payloads) eventsKnown(ctx context.Context, evs []*store.Event, w Written) error {
 	for _, e := range evs {
-		if err := p.resolve(ctx, e.Namespace, &e.Payload); err != nil {
+		if err := p.resolveKnown(ctx, e.Namespace, &e.Payload, w); err != nil {
 			return err
 		}
 	}
@@ -321,16 +347,25 @@ func (p *Payloads) Events(ctx context.Context, evs []*store.Event) error {
 // Claimed resolves what a worker needs of a claimed run: its input, history
 // and inbox.
 func (p *Payloads) Claimed(ctx context.Context, c *store.ClaimedRun) error {
+	return p.claimedKnown(ctx, c, nil)
+}
+
+// ClaimedKnown is Claimed, taking the payloads a write just stored apart from w.
+func (p *Payloads) ClaimedKnown(ctx context.Context, c *store.ClaimedRun, w Written) error {
+	return p.claimedKnown(ctx, c, w)
+}
+
+func (p *Payloads) claimedKnown(ctx context.Context, c *store.ClaimedRun, w Written) error {
 	if c == nil {
 		return nil
 	}
-	if err := p.Run(ctx, c.Run); err != nil {
+	if err := p.runKnown(ctx, c.Run, w); err != nil {
 		return err
 	}
-	if err := p.Ops(ctx, c.Run.Namespace, c.History); err != nil {
+	if err := p.opsKnown(ctx, c.Run.Namespace, c.History, w); err != nil {
 		return err
 	}
-	return p.Events(ctx, c.Inbox)
+	return p.eventsKnown(ctx, c.Inbox, w)
 }
 
 // Value resolves one value (a run-store value).

@@ -24,7 +24,10 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store
 	if err != nil {
 		return nil, err
 	}
-	return res, s.createdPayloads(ctx, p, res)
+	if err := s.apart.CreateResult(ctx, res, blobs.Known(p, q)); err != nil {
+		return nil, fmt.Errorf("creating run: %w", err)
+	}
+	return res, nil
 }
 
 // payloadsCreate validates p and moves its big payloads apart.
@@ -38,19 +41,6 @@ func (s *Store) payloadsCreate(ctx context.Context, p *store.RunCreateParams) (*
 	return s.apart.Create(ctx, p)
 }
 
-// createdPayloads makes the result of a creation hold payloads, not
-// references.
-func (s *Store) createdPayloads(ctx context.Context, p *store.RunCreateParams, res *store.RunCreateResult) error {
-	if res == nil {
-		return nil
-	}
-	s.apart.CreateDone(p, res)
-	if err := s.apart.Run(ctx, res.Run); err != nil {
-		return err
-	}
-	return s.apart.Claimed(ctx, res.Claimed)
-}
-
 // RunsCreate implements store.BatchCreator.
 func (s *Store) RunsCreate(ctx context.Context, p *store.RunsCreateParams) (*store.RunsCreateResult, error) {
 	q, err := s.apart.RunsCreate(ctx, p)
@@ -58,12 +48,16 @@ func (s *Store) RunsCreate(ctx context.Context, p *store.RunsCreateParams) (*sto
 		return nil, fmt.Errorf("creating runs: %w", err)
 	}
 	res, err := s.runsCreateRaw(ctx, q)
-	if err != nil || q == p {
+	if err != nil {
 		return res, err
 	}
 	for i, it := range res.Items {
-		if it.Run != nil && blobs.IsRef(it.Run.Input) && i < len(p.Runs) {
-			it.Run.Input = p.Runs[i].Input
+		var known blobs.Written
+		if i < len(p.Runs) && q.Runs[i] != p.Runs[i] {
+			known = blobs.Known(p.Runs[i], q.Runs[i])
+		}
+		if err := s.apart.RunKnown(ctx, it.Run, known); err != nil {
+			return nil, fmt.Errorf("creating runs: %w", err)
 		}
 	}
 	return res, nil
@@ -110,10 +104,14 @@ func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store
 	if err != nil {
 		return nil, err
 	}
-	if q != p && res.Event != nil {
-		res.Event.Payload = p.Payload
+	var known blobs.Written
+	if q != p {
+		known = blobs.Written{string(q.Payload): p.Payload}
+		if res.Event != nil {
+			res.Event.Payload = p.Payload
+		}
 	}
-	if err := s.apart.Claimed(ctx, res.Claimed); err != nil {
+	if err := s.apart.ClaimedKnown(ctx, res.Claimed, known); err != nil {
 		return nil, fmt.Errorf("sending event: %w", err)
 	}
 	return res, nil

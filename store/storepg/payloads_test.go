@@ -22,6 +22,11 @@ func TestPayloadsApartTable(t *testing.T) {
 	storetest.PayloadsApart(t, s, func() int { return storepg.BlobRows(t, s) })
 }
 
+func TestPayloadLookingLikeReference(t *testing.T) {
+	s := pgstore.OpenReused(t, nil)
+	storetest.PayloadLookingLikeReference(t, s)
+}
+
 // With an object store: the payload cases of the conformance suite, and
 // nothing left in the bucket after a purge.
 func TestPayloadsS3(t *testing.T) {

@@ -68,5 +68,8 @@ func (s *Store) RunCreateTx(ctx context.Context, tx any, p *store.RunCreateParam
 	if err != nil {
 		return nil, err
 	}
-	return res, s.createdPayloads(ctx, p, res)
+	if err := s.apart.CreateResult(ctx, res, blobs.Known(p, q)); err != nil {
+		return nil, fmt.Errorf("creating run in a transaction: %w", err)
+	}
+	return res, nil
 }

@@ -27,6 +27,15 @@ func TestPayloadsApartTable(t *testing.T) {
 	storetest.PayloadsApart(t, s, func() int { return storesqlite.BlobRows(t, s) })
 }
 
+func TestPayloadLookingLikeReference(t *testing.T) {
+	s, err := storesqlite.Open(context.Background(), storesqlite.Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	storetest.PayloadLookingLikeReference(t, s)
+}
+
 // With an object store: the payload cases of the conformance suite, and
 // nothing left in the bucket after a purge.
 func TestPayloadsS3(t *testing.T) {
