@@ -217,6 +217,27 @@ async def detached_child(ctx, _):
     return await ctx.start_child("extra.maybe_fail", 5, queue=QUEUE, detached=True)
 
 
+@trellis.workflow("extra.big")
+async def big(ctx, what):
+    # 2000 bytes of each kind of payload, for a queue with a payload limit
+    # below it (test_failures.QueuePayloadLimit).
+    blob = "x" * 2000
+    if what == "step":
+        return await ctx.step.run("big", lambda: blob)
+    if what == "value":
+        ctx.set("k", blob)
+    elif what == "emit":
+        ctx.emit("progress", blob)
+    elif what == "output":
+        return blob
+    return await ctx.step.run("small", lambda: what)
+
+
+@trellis.job("extra.big_job")
+def big_job(_):
+    return "x" * 2000
+
+
 if __name__ == "__main__":
     env = os.environ
     w = trellis.Worker(env["TRELLIS_SERVER"], env.get("TRELLIS_TOKEN"), queues=[QUEUE],
@@ -225,5 +246,5 @@ if __name__ == "__main__":
     w.register(unencodable, non_retryable, reserved_emit, fails, child_fails, maybe_fail, map_fails, patched_backoff,
                flaky_job, approvals, deadline,
                cancel_then_step, stubborn, parallel, parallel_backoff, parallel_cancel,
-               detached_child, amo_error, amo_fail, amo_retry, amo_bad)
+               detached_child, amo_error, amo_fail, amo_retry, amo_bad, big, big_job)
     w.run()

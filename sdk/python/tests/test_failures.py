@@ -13,7 +13,7 @@ import threading
 import time
 import unittest
 
-from _harness import SDK, Server, WorkerProcess, new_queue, ops_of, trellis, wait_marker, wait_status
+from _harness import SDK, Server, WorkerProcess, new_queue, ops_of, trellis, trellis_bin, wait_marker, wait_status
 
 
 class Crashes(unittest.TestCase):
@@ -284,6 +284,44 @@ class BadInput(unittest.TestCase):
         self.assertEqual(pending["status"], "pending")
         cancelled = self.c.cancel(a["id"])
         self.assertEqual(cancelled["status"], "cancelled")  # a pending run ends at once
+
+
+class QueuePayloadLimit(unittest.TestCase):
+    """A queue's payload limit reaches the worker with the claimed run
+    (ClaimedRun.payload_limit) and holds every payload its runs write."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server()
+        cls.c = cls.srv.client()
+        cls.queue = new_queue()
+        subprocess.run([trellis_bin(), "queues", "create", cls.queue, "--payload-limit", "1000", "--store", cls.srv.store],
+                       check=True, capture_output=True)
+        cls.w = WorkerProcess(cls.srv, cls.queue, script=os.path.join(os.path.dirname(__file__), "extra_worker.py"))
+        cls.w.wait_live()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.w.close()
+        cls.c.close()
+        cls.srv.close()
+
+    def test_every_payload_is_held_to_the_queue_limit(self):
+        for what in ("step", "value", "emit", "output"):
+            r = self.c.start("extra.big", what, queue=self.queue)
+            run = self.c.result(r["id"], timeout=30)
+            self.assertEqual(run["status"], "failed", what)
+            self.assertIn(f"limit 1000", run["error"]["message"], what)
+            self.assertIn(repr(self.queue), run["error"]["message"], what)
+        r = self.c.start("extra.big", "step", queue=self.queue)
+        self.c.result(r["id"], timeout=30)
+        (op,) = ops_of(self.c, r["id"])
+        self.assertEqual((op["attempts"], op["error"]["type"]), (1, "payload_too_large"))  # not retried
+        job = self.c.start("extra.big_job", None, queue=self.queue)
+        run = self.c.result(job["id"], timeout=30)
+        self.assertEqual((run["status"], run["error"]["type"]), ("failed", "payload_too_large"))
+        ok = self.c.start("extra.big", "fine", queue=self.queue)
+        self.assertEqual(self.c.result(ok["id"], timeout=30)["output"], "fine")
 
 
 class StepErrors(unittest.TestCase):

@@ -20,6 +20,7 @@ function claimed(id, workflow, token, extra = {}) {
   return {
     run: { id, namespace: 'default', workflowId: id, workflow, queue: 'q', attempts: 1n, input: encode({}), cancelRequested: false, priority: 0n, ...extra.run },
     leaseToken: token, leaseSecret: '', history: extra.history ?? [], inbox: extra.inbox ?? [], queueRetry: undefined,
+    payloadLimit: extra.payloadLimit ?? 0n,
   };
 }
 
@@ -222,4 +223,27 @@ test('stream: opened at "now", a reconnection before the first event resumes fro
   const { client, reqs } = await sseServer(t, [': hello\nid: 7\n\n', 'id: 8\nevent: run.succeeded\ndata: {}\n\n']);
   assert.deepEqual(await collect(client.stream('r1', { after: 'now' })), [[8, 'run.succeeded']]);
   assert.deepEqual(reqs.map((r) => [r.url.endsWith('?after=now'), r.lastEventId]), [[true, undefined], [false, '7']]);
+});
+
+test('a queue payload limit (ClaimedRun.payloadLimit) below the worker\'s holds step results, values, emitted events and the output', async () => {
+  const big = 'x'.repeat(2000);
+  const run = async (fn, limit = 1000n) => {
+    const items = [];
+    const host = { checkpoint: async (item) => { items.push(item); return {}; }, maxPayloadBytes: 1 << 20, maxInlineBackoffMs: 2000, log: () => {} };
+    const exec = new RunExec(host, claimed('r1', 'w', 'lease', { payloadLimit: limit }), defineWorkflow('w', fn));
+    await exec.execute();
+    return items.at(-1).checkpoint ?? items.at(-1);
+  };
+  let attempts = 0;
+  let last = await run((ctx) => ctx.step.run('big', async () => { attempts++; return big; }));
+  assert.equal(last.status, 'failed');
+  assert.match(last.error.message, /payload too large: 2002 bytes \(queue "q" limit 1000\)/);
+  assert.equal(attempts, 1, 'not retried');
+  for (const fn of [(ctx) => { ctx.set('k', big); return 1; }, (ctx) => { ctx.emit('progress', big); return 1; }, () => big]) {
+    last = await run(fn);
+    assert.equal(last.status, 'failed');
+    assert.match(last.error.message, /queue "q" limit 1000/);
+  }
+  last = await run(() => big, 0n); // no queue limit: the worker's
+  assert.equal(last.status, 'succeeded');
 });
