@@ -80,11 +80,11 @@ func TestQueuePayloadLimit(t *testing.T) {
 }
 
 // Payloads above the store's threshold (256 KiB) run through the embedded
-// engine: a 5 MiB input, step result, value, event and output, replayed
-// after a suspension, read back whole.
+// engine: a 1 MiB input, a 2 MiB step result and value, a 600 KiB event and
+// a 1.6 MiB output, replayed after a suspension, read back whole.
 func TestLargePayloadsEmbedded(t *testing.T) {
 	t.Parallel()
-	in := strings.Repeat("i", 5<<20)
+	in := strings.Repeat("i", 1<<20)
 	wf := trellis.NewWorkflow("large", func(wc *trellis.Context, in string) (string, error) {
 		res, err := trellis.Step(wc, "double", func(context.Context) (string, error) { return in + in, nil })
 		if err != nil {
@@ -108,7 +108,7 @@ func TestLargePayloadsEmbedded(t *testing.T) {
 	ctx := ctxT(t)
 	h := must[*trellis.Handle[string]](t)(trellis.Start(ctx, c, wf, in))
 	waitStatus(t, c, h.RunID(), trellis.StatusWaiting)
-	ev := strings.Repeat("e", 3<<20)
+	ev := strings.Repeat("e", 600<<10)
 	if err := c.SendEvent(ctx, h.RunID(), "go", ev); err != nil {
 		t.Fatal(err)
 	}
