@@ -316,8 +316,9 @@ class RunState:
         # The run's payload limit: the worker's, or its queue's when lower
         # (ClaimedRun.payload_limit, docs/payloads.md); limit_of says which.
         qlimit = _wire.as_int(claimed.get("payload_limit"), 0)
-        self.limit, self.limit_of = host.max_payload_bytes, ""
-        if 0 < qlimit < host.max_payload_bytes:
+        own = host.max_payload_bytes if host is not None else 2 << 20  # (no host: the unit tests')
+        self.limit, self.limit_of = own, ""
+        if 0 < qlimit < own:
             self.limit, self.limit_of = qlimit, f"queue {run.get('queue', '')!r} "
         hist = claimed.get("history") or ()
         self.history: dict[int, Op] = {}
