@@ -7,7 +7,7 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// RunCancel implements store.Store. It runs in a transaction of its own: cancelling
+// runCancelRaw implements (under RunCancel, payloads.go) store.Store. It runs in a transaction of its own: cancelling
 // a parent cancels its children, recursively, and a child that ends at once is
 // counted in its group (see txn.go).
 func (s *Store) runCancelRaw(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {

@@ -15,7 +15,7 @@ import (
 	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
-// Checkpoint implements store.Store. The writer merges the checkpoints of a batch
+// checkpointRaw implements (under Checkpoint, payloads.go) store.Store. The writer merges the checkpoints of a batch
 // into one statement (see sqlCheckpoints). A blocking checkpoint takes the waiting
 // path: when the run's cancellation was requested it ends the run cancelled.
 func (s *Store) checkpointRaw(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {

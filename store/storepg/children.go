@@ -88,7 +88,7 @@ func (s stx) CancelGroup(parentSeq int64, position int) error {
 	return shared.CancelGroup(s, parentSeq, position)
 }
 
-// RunChildren implements store.Store.
+// runChildrenRaw implements (under RunChildren, payloads.go) store.Store.
 func (s *Store) runChildrenRaw(ctx context.Context, p *store.RunChildrenParams) ([]*store.Run, error) {
 	return shared.Reads(readSource{s}).RunChildren(ctx, p)
 }

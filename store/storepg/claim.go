@@ -138,7 +138,7 @@ SELECT id, workflow, position, attempt, outcome FROM l`
 // the ops is left out of the claims of fresh runs, most of a backlog's.
 var claimedHistoryJSON = `CASE WHEN r.attempts > 1 THEN ` + historyJSON("r.sequence") + ` ELSE '[]' END`
 
-// RunsClaim implements store.Store.
+// runsClaimRaw implements (under RunsClaim, payloads.go) store.Store.
 func (s *Store) runsClaimRaw(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("claiming runs: %w", err)

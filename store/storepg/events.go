@@ -105,7 +105,7 @@ const (
 		AND (u.pin_version = 0 OR (u.workflow || '@' || u.pin_version::text) = ANY($12::text[])))`
 )
 
-// EventSend implements store.Store.
+// eventSendRaw implements (under EventSend, payloads.go) store.Store.
 func (s *Store) eventSendRaw(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("sending event: %w", err)

@@ -11,7 +11,7 @@ import (
 // Batch creation and retention are written once, in sqlstore (batch.go,
 // retention.go); these run them in the driver's transactions.
 
-// RunsCreate implements store.BatchCreator: one transaction, one multi-row insert.
+// runsCreateRaw implements (under RunsCreate, payloads.go) store.BatchCreator: one transaction, one multi-row insert.
 func (s *Store) runsCreateRaw(ctx context.Context, p *store.RunsCreateParams) (*store.RunsCreateResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating runs: %w", err)
@@ -33,7 +33,7 @@ func (s *Store) runsCreateRaw(ctx context.Context, p *store.RunsCreateParams) (*
 	return res, nil
 }
 
-// RunDelete implements store.RunDeleter.
+// runDeleteRaw implements (under RunDelete, payloads.go) store.RunDeleter.
 func (s *Store) runDeleteRaw(ctx context.Context, p *store.RunDeleteParams) (*store.Run, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("deleting run: %w", err)
@@ -53,7 +53,7 @@ func (s *Store) runDeleteRaw(ctx context.Context, p *store.RunDeleteParams) (*st
 	return run, nil
 }
 
-// RunsPurge implements store.RunDeleter: one short transaction on the pool,
+// runsPurgeRaw implements (under RunsPurge, payloads.go) store.RunDeleter: one short transaction on the pool,
 // beside the group-commit writer. The runs it deletes are finished, so no
 // checkpoint waits for their rows.
 func (s *Store) runsPurgeRaw(ctx context.Context, p *store.RunsPurgeParams) (int, error) {

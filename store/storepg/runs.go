@@ -64,7 +64,7 @@ var (
 	SELECT true, * FROM ins UNION ALL SELECT false, * FROM latest`
 )
 
-// RunCreate implements store.Store.
+// runCreateRaw implements (under RunCreate, payloads.go) store.Store.
 func (s *Store) runCreateRaw(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
 	st, cr, err := s.runCreateStmt(p)
 	if err != nil {
@@ -271,7 +271,7 @@ func statusReader(dst *store.Status) func(pgx.Rows) error {
 // runPrefix is the start of a payload notifying TopicReady and a run topic.
 func (s *Store) runPrefix() string { return s.id + "\n" + store.TopicReady + "\nrun:" }
 
-// RunResume implements store.Store.
+// runResumeRaw implements (under RunResume, payloads.go) store.Store.
 func (s *Store) runResumeRaw(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
 	if err := p.Idempotency.Validate(); err != nil {
 		return nil, fmt.Errorf("resuming run: %w", err)

@@ -20,7 +20,7 @@ const sqlRunsGet = `SELECT r.* FROM (SELECT DISTINCT unnest($2::text[])) AS x(id
 	CROSS JOIN LATERAL (SELECT ` + runCols + ` FROM runs WHERE namespace = $1 AND id = x.id OFFSET 0) AS r
 	WHERE cardinality($3::text[]) = 0 OR r.status = ANY($3::text[])`
 
-// RunsGet implements store.Store.
+// runsGetRaw implements (under RunsGet, payloads.go) store.Store.
 func (s *Store) runsGetRaw(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
 	if s.closed() {
 		return nil, fmt.Errorf("getting runs: %w", store.ErrClosed)

@@ -20,7 +20,7 @@ var (
 // them: the store cannot tell when the caller commits, the listener can.
 const txSender = "tx"
 
-// RunCreateTx implements store.TxStarter: tx is a pgx.Tx on the store's database.
+// runCreateTxRaw implements (under RunCreateTx, payloads.go) store.TxStarter: tx is a pgx.Tx on the store's database.
 // The create statement and a NOTIFY run inside tx, so workers are woken when (and
 // only if) it commits.
 func (s *Store) runCreateTxRaw(ctx context.Context, tx any, p *store.RunCreateParams) (*store.RunCreateResult, error) {
@@ -54,7 +54,7 @@ func (s *Store) runCreateTxRaw(ctx context.Context, tx any, p *store.RunCreatePa
 	return *res, nil
 }
 
-// CheckpointTx implements store.TxCheckpointer: fn gets a pgx.Tx on a connection
+// checkpointTxRaw implements (under CheckpointTx, payloads.go) store.TxCheckpointer: fn gets a pgx.Tx on a connection
 // of the store's pool; the fenced checkpoint follows fn's writes in that
 // transaction.
 func (s *Store) checkpointTxRaw(ctx context.Context, p *store.CheckpointParams, fn func(ctx context.Context, tx any) error) (*store.CheckpointResult, error) {

@@ -73,7 +73,7 @@ const (
 	WHERE namespace = ?1 AND id = ?2`
 )
 
-// Checkpoint implements store.Store.
+// checkpointRaw implements (under Checkpoint, payloads.go) store.Store.
 func (s *Store) checkpointRaw(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)

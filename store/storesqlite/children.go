@@ -62,7 +62,7 @@ func (tx *wtx) CancelGroup(parentSeq int64, position int) error {
 	return shared.CancelGroup(tx, parentSeq, position)
 }
 
-// RunChildren implements store.Store.
+// runChildrenRaw implements (under RunChildren, payloads.go) store.Store.
 func (s *Store) runChildrenRaw(ctx context.Context, p *store.RunChildrenParams) ([]*store.Run, error) {
 	return shared.Reads(readSource{s}).RunChildren(ctx, p)
 }

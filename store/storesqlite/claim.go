@@ -86,7 +86,7 @@ const (
 		AND ` + claimFilter + ` ORDER BY lease_expires_at LIMIT 1))`
 )
 
-// RunsClaim implements store.Store. The writer leases the runs; the runs, their
+// runsClaimRaw implements (under RunsClaim, payloads.go) store.Store. The writer leases the runs; the runs, their
 // inboxes and histories are read on the read pool once the leases are
 // committed, so that the writer, which every claim and checkpoint waits for,
 // does not spend its time on them.

@@ -28,7 +28,7 @@ const (
 	WHERE run_seq IN (SELECT value FROM json_each(?1)) ORDER BY seq`
 )
 
-// EventSend implements store.Store.
+// eventSendRaw implements (under EventSend, payloads.go) store.Store.
 func (s *Store) eventSendRaw(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("sending event: %w", err)

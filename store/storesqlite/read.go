@@ -17,7 +17,7 @@ func (s *Store) readErr(err error) error {
 	return err
 }
 
-// RunGet implements store.Store.
+// runGetRaw implements (under RunGet, payloads.go) store.Store.
 func (s *Store) runGetRaw(ctx context.Context, p *store.RunGetParams) (*store.Run, error) {
 	r, err := shared.Reads(readSource{s}).RunGet(ctx, p)
 	return store.ExplainRun(ctx, s, p.Namespace, r, err)
@@ -26,7 +26,7 @@ func (s *Store) runGetRaw(ctx context.Context, p *store.RunGetParams) (*store.Ru
 // readQ returns the read pool as a sqlstore.Querier bound to ctx.
 func (s *Store) readQ(ctx context.Context) sq { return sq{ctx: ctx, q: s.reads} }
 
-// HistoryList implements store.Store.
+// historyListRaw implements (under HistoryList, payloads.go) store.Store.
 func (s *Store) historyListRaw(ctx context.Context, p *store.HistoryListParams) ([]*store.Op, error) {
 	if s.closed() {
 		return nil, fmt.Errorf("listing history: %w", store.ErrClosed)
@@ -66,17 +66,17 @@ func (t sqlTx) QueryRowContext(ctx context.Context, query string, args ...any) s
 	return t.tx.QueryRowContext(ctx, query, args...)
 }
 
-// KVGet implements store.Store.
+// kvGetRaw implements (under KVGet, payloads.go) store.Store.
 func (s *Store) kvGetRaw(ctx context.Context, p *store.KVGetParams) ([]byte, error) {
 	return shared.Reads(readSource{s}).KVGet(ctx, p)
 }
 
-// StreamRead implements store.Store.
+// streamReadRaw implements (under StreamRead, payloads.go) store.Store.
 func (s *Store) streamReadRaw(ctx context.Context, p *store.StreamReadParams) (*store.StreamReadResult, error) {
 	return shared.Reads(readSource{s}).StreamRead(ctx, p)
 }
 
-// RunList implements store.Store.
+// runListRaw implements (under RunList, payloads.go) store.Store.
 func (s *Store) runListRaw(ctx context.Context, p *store.RunListParams) (*store.RunListResult, error) {
 	res, err := shared.Reads(readSource{s}).RunList(ctx, p)
 	return store.ExplainPage(ctx, s, p.Namespace, res, err)

@@ -11,7 +11,7 @@ import (
 // Batch creation and retention are written once, in sqlstore (batch.go,
 // retention.go); these run them in the driver's transactions.
 
-// RunsCreate implements store.BatchCreator: one transaction of the writer, one
+// runsCreateRaw implements (under RunsCreate, payloads.go) store.BatchCreator: one transaction of the writer, one
 // multi-row insert.
 func (s *Store) runsCreateRaw(ctx context.Context, p *store.RunsCreateParams) (*store.RunsCreateResult, error) {
 	if err := p.Validate(); err != nil {
@@ -34,7 +34,7 @@ func (s *Store) runsCreateRaw(ctx context.Context, p *store.RunsCreateParams) (*
 	return res, nil
 }
 
-// RunDelete implements store.RunDeleter.
+// runDeleteRaw implements (under RunDelete, payloads.go) store.RunDeleter.
 func (s *Store) runDeleteRaw(ctx context.Context, p *store.RunDeleteParams) (*store.Run, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("deleting run: %w", err)
@@ -54,7 +54,7 @@ func (s *Store) runDeleteRaw(ctx context.Context, p *store.RunDeleteParams) (*st
 	return run, nil
 }
 
-// RunsPurge implements store.RunDeleter. Losing a purge in a crash is harmless
+// runsPurgeRaw implements (under RunsPurge, payloads.go) store.RunDeleter. Losing a purge in a crash is harmless
 // (the next one deletes the same rows), so it commits without fsync; each call
 // is one short transaction of the writer, queued with checkpoints, never
 // holding them up for longer than its batch takes.

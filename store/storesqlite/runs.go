@@ -24,7 +24,7 @@ const sqlQueueRestricted = `SELECT 1 FROM queues WHERE namespace = ? AND name = 
 const sqlLatestByWorkflowID = `SELECT ` + runCols + ` FROM runs
 	WHERE namespace = ? AND workflow_id = ? ORDER BY sequence DESC LIMIT 1`
 
-// RunCreate implements store.Store.
+// runCreateRaw implements (under RunCreate, payloads.go) store.Store.
 func (s *Store) runCreateRaw(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
@@ -136,7 +136,7 @@ const (
 // in a parent's group (NULLs for a run that is no child).
 const ()
 
-// RunCancel implements store.Store.
+// runCancelRaw implements (under RunCancel, payloads.go) store.Store.
 func (s *Store) runCancelRaw(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
 	if err := p.Idempotency.Validate(); err != nil {
 		return nil, fmt.Errorf("cancelling run: %w", err)
@@ -188,7 +188,7 @@ func txRuns(tx *wtx, query string, args ...any) ([]*store.Run, error) {
 	return runs, rows.Err()
 }
 
-// RunResume implements store.Store.
+// runResumeRaw implements (under RunResume, payloads.go) store.Store.
 func (s *Store) runResumeRaw(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
 	if err := p.Idempotency.Validate(); err != nil {
 		return nil, fmt.Errorf("resuming run: %w", err)

@@ -15,7 +15,7 @@ const sqlRunsGet = `SELECT ` + runCols + ` FROM runs
 	WHERE namespace = ?1 AND id IN (SELECT value FROM json_each(?2))
 	AND (?3 = '[]' OR status IN (SELECT value FROM json_each(?3)))`
 
-// RunsGet implements store.Store.
+// runsGetRaw implements (under RunsGet, payloads.go) store.Store.
 func (s *Store) runsGetRaw(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
 	if s.closed() {
 		return nil, fmt.Errorf("getting runs: %w", store.ErrClosed)

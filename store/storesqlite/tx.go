@@ -13,7 +13,7 @@ var (
 	_ store.TxCheckpointer = (*Store)(nil)
 )
 
-// RunCreateTx implements store.TxStarter: tx is a *sql.Tx on the store's database
+// runCreateTxRaw implements (under RunCreateTx, payloads.go) store.TxStarter: tx is a *sql.Tx on the store's database
 // file. The store cannot see when tx commits, so no worker is woken: the run is
 // claimed at a worker's next poll (Worker.PollInterval).
 func (s *Store) runCreateTxRaw(ctx context.Context, tx any, p *store.RunCreateParams) (*store.RunCreateResult, error) {
@@ -37,7 +37,7 @@ func (s *Store) runCreateTxRaw(ctx context.Context, tx any, p *store.RunCreatePa
 	return res, nil
 }
 
-// CheckpointTx implements store.TxCheckpointer: fn gets a *sql.Tx on the write
+// checkpointTxRaw implements (under CheckpointTx, payloads.go) store.TxCheckpointer: fn gets a *sql.Tx on the write
 // connection, so it runs in the writer's goroutine with a transaction of its own,
 // and other writes wait for it: keep fn short.
 func (s *Store) checkpointTxRaw(ctx context.Context, p *store.CheckpointParams, fn func(ctx context.Context, tx any) error) (*store.CheckpointResult, error) {
