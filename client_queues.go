@@ -321,6 +321,9 @@ const queueLimits = "\x00limits"
 func (c *Client) eventLimit(ctx context.Context, ref, name string, n int) error {
 	e, err := c.objects.lookup([2]string{c.cfg.Namespace, queueLimits}, func() (objectEntry, error) {
 		qs, err := c.store.QueueList(ctx, &store.QueueListParams{Namespace: c.cfg.Namespace})
+		if errors.Is(err, store.ErrNamespaceNotFound) {
+			return objectEntry{}, nil // no record: no queue records either
+		}
 		if err != nil {
 			return objectEntry{}, err
 		}

@@ -124,3 +124,22 @@ func TestLargePayloadsEmbedded(t *testing.T) {
 		t.Fatalf("List loaded the large input (%d runs)", len(page.Runs))
 	}
 }
+
+// An event to a run of a namespace without a record (so without queue
+// records, hence without queue limits) is sent as before.
+func TestEventInNamespaceWithoutRecord(t *testing.T) {
+	t.Parallel()
+	wf := trellis.NewWorkflow("norecord", func(wc *trellis.Context, _ string) (string, error) {
+		return trellis.WaitEvent[string](wc, "go", time.Minute)
+	})
+	c := open(t, storeURL(t), func(cfg *trellis.Config) { cfg.Namespace = "norecord" })
+	register(t, c, wf)
+	ctx := ctxT(t)
+	h := must[*trellis.Handle[string]](t)(trellis.Start(ctx, c, wf, ""))
+	if err := c.SendEvent(ctx, h.RunID(), "go", "hi"); err != nil {
+		t.Fatalf("an event in a namespace without a record: %v", err)
+	}
+	if got := mustResult(t, h); got != "hi" {
+		t.Fatalf("result %q", got)
+	}
+}
