@@ -88,9 +88,9 @@ w.register([echo]);
 await w.run();
 `
 
-// A run with a 50 MiB input and a 50 MiB result (8 MiB with -race), from outside: a `trellis
-// server` process (--max-payload 64 MiB, payloads above the threshold in an
-// S3-compatible object store), remote workers in Go, Python and (when its
+// A run with a 50 MiB input and a 50 MiB result (2 MiB with -race), from
+// outside: a `trellis server` process (--max-payload 64 MiB, payloads above
+// the threshold in an S3-compatible object store), remote workers in Go, Python and (when its
 // packages are installed) TypeScript, each a process of its own, and runs
 // started and read through the HTTP API (plain HTTP, and the Go client).
 // Deleting the runs leaves nothing in the bucket.
@@ -141,8 +141,8 @@ func TestLargePayloads(t *testing.T) {
 	size := 50 << 20
 	if raceEnabled {
 		// The race detector's server and workers take minutes over 50 MiB:
-		// still well above the threshold, and CI's run without it moves 50.
-		size = 8 << 20
+		// still above the threshold, and CI's run without it moves 50.
+		size = 2 << 20
 	}
 	in := strings.Repeat("a", size)
 	want := in + "!"
