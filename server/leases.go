@@ -24,9 +24,29 @@ type leaseCounter struct {
 	// entries (those of workers that vanished, and the ended ones), so that
 	// the map stays bounded whether or not anyone scrapes the metrics.
 	pruneAt int
+	// workers are the leases this server pushed to each worker and that have
+	// not ended, to tell when one lapsed (see lapsedSince).
+	workers map[workerKey]*pushedLeases
 }
 
 type leaseRun struct{ ns, runID string }
+
+// workerKey names a worker of a namespace (its lease-owner name).
+type workerKey struct{ ns, name string }
+
+// pushedLeases are the live leases this server pushed to one worker, and when
+// the last of them lapsed: expired without an extension or an end seen here.
+// A worker whose lease lapsed did not heartbeat for a whole lease (frozen,
+// paused, cut off): its claim streams must not be handed more runs, least of
+// all the one whose lease it let lapse (docs/worker-protocol.md, Fencing).
+type pushedLeases struct {
+	live map[leaseRun]int64 // the token of each lease not known ended
+	// checkAt is when the earliest of live expired, as last scanned: leases
+	// are only extended, so no lease lapses before it.
+	checkAt  time.Time
+	lapsedAt time.Time // the expiry of the lease that lapsed last
+	streams  int       // claim streams of the worker open here
+}
 
 type heldLease struct {
 	token   int64
@@ -39,6 +59,9 @@ type heldLease struct {
 	// that ended the lease may return after it, and must not count the lease
 	// again.
 	ended bool
+	// worker is the worker this server pushed the lease to ("" for a lease
+	// first seen in a heartbeat): its pushedLeases track it until it ends.
+	worker string
 }
 
 const minLeasePrune = 1024
@@ -48,13 +71,21 @@ const minLeasePrune = 1024
 const endedKept = time.Minute
 
 func newLeaseCounter(now func() time.Time) *leaseCounter {
-	return &leaseCounter{now: now, held: map[leaseRun]heldLease{}, pruneAt: minLeasePrune}
+	return &leaseCounter{now: now, held: map[leaseRun]heldLease{}, pruneAt: minLeasePrune,
+		workers: map[workerKey]*pushedLeases{}}
 }
 
-// set records the entry of k; lc.mu is held.
+// set records the entry of k; lc.mu is held. An entry of another token
+// replaces a lease that either ended or lapsed: when it had not ended, its
+// worker let it lapse (the run was claimed again through this server).
 func (lc *leaseCounter) set(k leaseRun, h heldLease) {
-	if old, ok := lc.held[k]; ok && !old.ended {
-		lc.live--
+	if old, ok := lc.held[k]; ok {
+		if !old.ended {
+			lc.live--
+		}
+		if old.worker != "" && (old.token != h.token || h.ended) {
+			lc.untrack(k, old, !old.ended && old.token != h.token)
+		}
 	}
 	if !h.ended {
 		lc.live++
@@ -62,14 +93,121 @@ func (lc *leaseCounter) set(k leaseRun, h heldLease) {
 	lc.held[k] = h
 }
 
-// granted counts the leases of runs pushed to a worker.
-func (lc *leaseCounter) granted(runs []*store.ClaimedRun) {
+// untrack stops tracking lease h of k in its worker's leases, as lapsed when
+// lapsed; lc.mu is held.
+func (lc *leaseCounter) untrack(k leaseRun, h heldLease, lapsed bool) {
+	wk := workerKey{k.ns, h.worker}
+	wl := lc.workers[wk]
+	if wl == nil || wl.live[k] != h.token {
+		return
+	}
+	delete(wl.live, k)
+	if lapsed && h.expires.After(wl.lapsedAt) {
+		wl.lapsedAt = h.expires
+	}
+	lc.dropWorker(wk, wl)
+}
+
+// dropWorker forgets a worker without live leases nor open streams.
+func (lc *leaseCounter) dropWorker(wk workerKey, wl *pushedLeases) {
+	if len(wl.live) == 0 && wl.streams == 0 {
+		delete(lc.workers, wk)
+	}
+}
+
+// granted counts the leases of runs pushed to worker.
+func (lc *leaseCounter) granted(runs []*store.ClaimedRun, worker string) {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	for _, cr := range runs {
-		lc.set(leaseRun{cr.Run.Namespace, cr.Run.ID}, heldLease{token: cr.LeaseToken, expires: cr.LeaseExpiresAt, workflow: cr.Run.Workflow})
+		k := leaseRun{cr.Run.Namespace, cr.Run.ID}
+		lc.set(k, heldLease{token: cr.LeaseToken, expires: cr.LeaseExpiresAt, workflow: cr.Run.Workflow, worker: worker})
+		if worker == "" {
+			continue
+		}
+		wk := workerKey{k.ns, worker}
+		wl := lc.workers[wk]
+		if wl == nil {
+			wl = &pushedLeases{live: map[leaseRun]int64{}, checkAt: cr.LeaseExpiresAt}
+			lc.workers[wk] = wl
+		}
+		wl.live[k] = cr.LeaseToken
+		if cr.LeaseExpiresAt.Before(wl.checkAt) {
+			wl.checkAt = cr.LeaseExpiresAt
+		}
 	}
 	lc.maybePrune()
+}
+
+// relapsed reports whether one of runs, just claimed for worker, was leased
+// to the same worker through this server and that lease has not ended: the
+// worker let it lapse, and the claim would hand the run back down the stream
+// that let it go.
+func (lc *leaseCounter) relapsed(runs []*store.ClaimedRun, worker string) bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for _, cr := range runs {
+		h, ok := lc.held[leaseRun{cr.Run.Namespace, cr.Run.ID}]
+		if ok && !h.ended && h.worker == worker && h.token != cr.LeaseToken {
+			return true
+		}
+	}
+	return false
+}
+
+// openStream registers a claim stream of worker in namespace ns and returns
+// the function that unregisters it.
+func (lc *leaseCounter) openStream(ns, worker string) (closeStream func()) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	wk := workerKey{ns, worker}
+	wl := lc.workers[wk]
+	if wl == nil {
+		wl = &pushedLeases{live: map[leaseRun]int64{}}
+		lc.workers[wk] = wl
+	}
+	wl.streams++
+	return func() {
+		lc.mu.Lock()
+		defer lc.mu.Unlock()
+		if wl := lc.workers[wk]; wl != nil {
+			wl.streams--
+			lc.dropWorker(wk, wl)
+		}
+	}
+}
+
+// lapsedSince reports whether a lease this server pushed to worker in
+// namespace ns lapsed (expired without an extension or an end seen here)
+// after since. It scans the worker's leases only once the earliest of them
+// may have expired, so that the check costs a map lookup on the claim path.
+func (lc *leaseCounter) lapsedSince(ns, worker string, since time.Time) bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	wk := workerKey{ns, worker}
+	wl := lc.workers[wk]
+	if wl == nil {
+		return false
+	}
+	if now := lc.now(); !now.Before(wl.checkAt) && len(wl.live) > 0 {
+		var next time.Time
+		for k, token := range wl.live {
+			h, ok := lc.held[k]
+			switch {
+			case !ok || h.token != token || h.ended:
+				delete(wl.live, k) // ended (or replaced, counted then)
+			case !h.expires.After(now):
+				delete(wl.live, k)
+				if h.expires.After(wl.lapsedAt) {
+					wl.lapsedAt = h.expires
+				}
+			case next.IsZero() || h.expires.Before(next):
+				next = h.expires
+			}
+		}
+		wl.checkAt = next
+	}
+	return wl.lapsedAt.After(since)
 }
 
 // extended records leases extended until until, but for the runs in lost,
@@ -89,11 +227,11 @@ func (lc *leaseCounter) extended(leases []store.Lease, lost []string, until time
 			// of a run claimed again since (tokens only grow).
 			continue
 		}
-		wf := ""
+		wf, worker := "", ""
 		if ok && h.token == l.Token {
-			wf = h.workflow
+			wf, worker = h.workflow, h.worker
 		}
-		lc.set(k, heldLease{token: l.Token, expires: until, workflow: wf})
+		lc.set(k, heldLease{token: l.Token, expires: until, workflow: wf, worker: worker})
 	}
 	lc.maybePrune()
 }
@@ -140,7 +278,7 @@ func (lc *leaseCounter) endEntry(k leaseRun, h heldLease) {
 	if h.expires.After(expires) {
 		expires = h.expires
 	}
-	lc.set(k, heldLease{token: h.token, ended: true, expires: expires, workflow: h.workflow})
+	lc.set(k, heldLease{token: h.token, ended: true, expires: expires, workflow: h.workflow, worker: h.worker})
 }
 
 // learned records the workflow of the run of lease l, read from the store.
@@ -174,6 +312,9 @@ func (lc *leaseCounter) prune() {
 		if !h.expires.After(now) {
 			if !h.ended {
 				lc.live--
+			}
+			if h.worker != "" {
+				lc.untrack(k, h, !h.ended)
 			}
 			delete(lc.held, k)
 		}

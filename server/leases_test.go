@@ -17,7 +17,7 @@ func TestLeaseCounter(t *testing.T) {
 		return &store.ClaimedRun{Run: &store.Run{Namespace: "ns", ID: id}, LeaseToken: token, LeaseExpiresAt: now.Add(10 * time.Second)}
 	}
 	lease := func(id string, token int64) store.Lease { return store.Lease{Namespace: "ns", RunID: id, Token: token} }
-	lc.granted([]*store.ClaimedRun{claimed("a", 1), claimed("b", 1), claimed("c", 1)})
+	lc.granted([]*store.ClaimedRun{claimed("a", 1), claimed("b", 1), claimed("c", 1)}, "w")
 	if n := lc.count(); n != 3 {
 		t.Fatalf("after 3 grants: %d", n)
 	}
@@ -56,7 +56,7 @@ func TestLeaseCounterWorkflow(t *testing.T) {
 	now := time.Unix(1000, 0)
 	lc := newLeaseCounter(func() time.Time { return now })
 	lease := func(token int64) store.Lease { return store.Lease{Namespace: "ns", RunID: "r", Token: token} }
-	lc.granted([]*store.ClaimedRun{{Run: &store.Run{Namespace: "ns", ID: "r", Workflow: "wf"}, LeaseToken: 1, LeaseExpiresAt: now.Add(time.Minute)}})
+	lc.granted([]*store.ClaimedRun{{Run: &store.Run{Namespace: "ns", ID: "r", Workflow: "wf"}, LeaseToken: 1, LeaseExpiresAt: now.Add(time.Minute)}}, "w")
 	lc.extended([]store.Lease{lease(1)}, nil, now.Add(2*time.Minute))
 	if wf := workflowOf(lc, lease(1)); wf != "wf" {
 		t.Fatalf("after an extension: %q", wf)
@@ -96,7 +96,7 @@ func TestLeaseCounterOlderHeartbeat(t *testing.T) {
 	now := time.Unix(1000, 0)
 	lc := newLeaseCounter(func() time.Time { return now })
 	lease := func(token int64) store.Lease { return store.Lease{Namespace: "ns", RunID: "r", Token: token} }
-	lc.granted([]*store.ClaimedRun{{Run: &store.Run{Namespace: "ns", ID: "r", Workflow: "wf"}, LeaseToken: 2, LeaseExpiresAt: now.Add(time.Minute)}})
+	lc.granted([]*store.ClaimedRun{{Run: &store.Run{Namespace: "ns", ID: "r", Workflow: "wf"}, LeaseToken: 2, LeaseExpiresAt: now.Add(time.Minute)}}, "w")
 	lc.extended([]store.Lease{lease(1)}, nil, now.Add(time.Minute))
 	if wf := workflowOf(lc, lease(2)); wf != "wf" {
 		t.Fatalf("the newer lease after an older heartbeat: workflow %q", wf)

@@ -229,8 +229,18 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 		if err != nil {
 			return fail(err)
 		}
-		return h.push(ctx, stream, res)
+		return h.push(ctx, stream, res, m.Worker)
 	}
+	// A stream ends as soon as a lease this server pushed to its worker lapses
+	// while it is open: a worker that let a lease lapse did not heartbeat for a
+	// whole lease (frozen, paused, cut off), and runs pushed now would wait in
+	// its connection for the next lease to lapse, and be executed again when it
+	// wakes. The lapsed runs go to the streams of live workers; this one's
+	// worker, if it is alive, opens a new stream.
+	opened := time.Now()
+	closeLapse := h.s.leases.openStream(m.Namespace, m.Worker)
+	defer closeLapse()
+	lapsed := func() bool { return h.s.leases.lapsedSince(m.Namespace, m.Worker, opened) }
 	// Subscribe before the first claim, so that a run made due between a claim
 	// that found nothing and the wait is not missed.
 	ready, unsubscribe, err := h.s.store.Subscribe(ctx, store.TopicReady)
@@ -250,17 +260,33 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 			// revoked (a revoked worker could not write the runs): hand
 			// them back at once rather than when their leases expire.
 			releaseClaimed(h.s.store, left...)
+		case lapsed():
+			releaseClaimed(h.s.store, left...)
 		default:
-			_ = h.push(ctx, stream, &store.RunsClaimResult{Runs: left}) // or handed back, the stream gone
+			_ = h.push(ctx, stream, &store.RunsClaimResult{Runs: left}, m.Worker) // or handed back, the stream gone
 		}
 	}()
 	end := func(last *pb.ClaimResponse) error {
-		if left := cs.close(); len(left) > 0 {
-			if err := h.push(ctx, stream, &store.RunsClaimResult{Runs: left}); err != nil {
+		left := cs.close()
+		switch {
+		case len(left) == 0:
+		case lapsed():
+			releaseClaimed(h.s.store, left...)
+		default:
+			if err := h.push(ctx, stream, &store.RunsClaimResult{Runs: left}, m.Worker); err != nil {
 				return err
 			}
 		}
 		return stream.Send(last)
+	}
+	// reconnect ends the stream of a worker whose lease lapsed: it hands back
+	// at once the runs of a hand-off not yet sent, and a live worker opens a
+	// new stream.
+	reconnect := func(runs []*store.ClaimedRun) error {
+		releaseClaimed(h.s.store, runs...)
+		h.s.cfg.Logger.Warn("worker protocol: a lease of the worker lapsed; its claim stream ends",
+			"namespace", m.Namespace, "worker", m.Worker)
+		return end(&pb.ClaimResponse{Reconnect: true})
 	}
 	clk := time.Now
 	deadline := time.NewTimer(wait)
@@ -282,6 +308,9 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 		if h.s.draining.Err() != nil {
 			return end(&pb.ClaimResponse{Reconnect: true})
 		}
+		if lapsed() {
+			return reconnect(nil)
+		}
 		credit += cs.withdraw()
 		if claim && credit > 0 {
 			cp.Max = credit
@@ -292,7 +321,12 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 			}
 			nextDue = res.NextDue
 			if len(res.Runs) > 0 {
-				if err := h.push(ctx, stream, res); err != nil {
+				// A run whose lease lapsed with this worker since the check
+				// above goes back, not down this stream.
+				if h.s.leases.relapsed(res.Runs, m.Worker) {
+					return reconnect(res.Runs)
+				}
+				if err := h.push(ctx, stream, res, m.Worker); err != nil {
 					return err
 				}
 				credit -= len(res.Runs)
@@ -315,7 +349,11 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 		recheck.Reset(claimRecheck)
 		select {
 		case cr := <-cs.runs:
-			if err := h.push(ctx, stream, &store.RunsClaimResult{Runs: cs.take(cr), NextDue: nextDue}); err != nil {
+			runs := cs.take(cr)
+			if lapsed() {
+				return reconnect(runs)
+			}
+			if err := h.push(ctx, stream, &store.RunsClaimResult{Runs: runs, NextDue: nextDue}, m.Worker); err != nil {
 				return err
 			}
 		case <-cs.wake: // a reserved slot came back: offered again, or the end
@@ -386,14 +424,14 @@ func (h *workerService) claim(ctx context.Context, p *store.RunsClaimParams) (*s
 
 // push sends claimed runs; runs it could not send are handed back at once
 // rather than waiting for their leases to expire.
-func (h *workerService) push(ctx context.Context, stream *connect.ServerStream[pb.ClaimResponse], res *store.RunsClaimResult) error {
+func (h *workerService) push(ctx context.Context, stream *connect.ServerStream[pb.ClaimResponse], res *store.RunsClaimResult, worker string) error {
 	for _, cr := range res.Runs {
 		h.s.queues.Fill(ctx, cr) // the worker cannot read queue records
 	}
 	h.s.leaseKeys.SignClaimed(res.Runs...)
 	// Counted before the send: a quick run's final checkpoint may come back
 	// before Send returns, and its end must find the lease to end.
-	h.s.leases.granted(res.Runs)
+	h.s.leases.granted(res.Runs, worker)
 	h.s.histories.pushed(res.Runs)
 	err := stream.Send(&pb.ClaimResponse{Runs: ww.ClaimedToPB(res.Runs), NextDue: ww.TsPtr(res.NextDue)})
 	if err != nil {

@@ -34,6 +34,7 @@ const (
 	envStepLogToken  = "TRELLIS_STEPLOG_TOKEN"
 	envStepLogDir    = "TRELLIS_STEPLOG_DIR" // where it writes NAME.steps and NAME.log
 	envStepLogStall  = "TRELLIS_STEPLOG_STALL"
+	envStepLogLease  = "TRELLIS_STEPLOG_LEASE" // the worker's lease, when not stepLogLease
 )
 
 const (
@@ -117,6 +118,13 @@ func TestStepLogWorkerProcess(t *testing.T) {
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	cfg.Worker.Name = name
 	cfg.Worker.LeaseDuration = stepLogLease
+	if l := os.Getenv(envStepLogLease); l != "" {
+		d, err := time.ParseDuration(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Worker.LeaseDuration = d
+	}
 	cfg.Worker.Concurrency = stepLogConcurrency
 	cfg.Worker.ShutdownGrace = 5 * time.Second
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
@@ -152,11 +160,12 @@ type stepLogWorker struct {
 	dead time.Time
 }
 
-func startStepLogWorker(t *testing.T, name, base, token, dir string, stall bool) *stepLogWorker {
+func startStepLogWorker(t *testing.T, name, base, token, dir string, stall bool, env ...string) *stepLogWorker {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestStepLogWorkerProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envStepLogWorker+"="+name, envStepLogServer+"="+base,
 		envStepLogToken+"="+token, envStepLogDir+"="+dir)
+	cmd.Env = append(cmd.Env, env...)
 	if stall {
 		cmd.Env = append(cmd.Env, envStepLogStall+"=1")
 	}

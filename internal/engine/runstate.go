@@ -260,6 +260,12 @@ func (rs *RunState) checkpoint(p *store.CheckpointParams, force bool) (*store.Ch
 	}
 	res, err := rs.e.cfg.Store.Checkpoint(ctx, p)
 	if err != nil {
+		if errors.Is(err, store.ErrLeaseLost) {
+			// Fenced: another worker has the run. Its steps in flight stop
+			// and none starts (the run's context ends), as when a heartbeat
+			// reports the lease lost.
+			rs.ctl.LeaseLost()
+		}
 		return nil, fmt.Errorf("checkpointing run %s: %w", rs.run.ID, err)
 	}
 	if rs.recorded != nil {

@@ -360,6 +360,12 @@ func (sc *stepCall) mayStart() (op *store.Op, stop, ok bool) {
 	if err := rs.interrupted(sc.detached); err != nil {
 		return sc.finish(nil, err), true, true
 	}
+	// A lease that expired while the worker could not heartbeat (frozen,
+	// cut off) may be another worker's by now: no attempt starts on it.
+	if !rs.ctl.LeaseHeld(rs.ctx) {
+		rs.requestUnwind(unwindAbandon, store.ErrLeaseLost, nil, "")
+		return nil, true, false
+	}
 	return nil, false, false
 }
 

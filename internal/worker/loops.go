@@ -122,9 +122,17 @@ func (w *Worker) launch(cr *store.ClaimedRun) {
 		ctl.RequestCancel()
 	}
 	ctx, cancel := context.WithCancelCause(w.hardCtx)
+	ctl.lost = cancel
+	if !cr.LeaseExpiresAt.IsZero() {
+		ctl.expires.Store(cr.LeaseExpiresAt.UnixNano())
+	}
 	a := &active{ctl: ctl, cancel: cancel, run: cr.Run}
+	ctl.held = func(ctx context.Context) bool { return w.leaseHeld(ctx, a) }
 	run := func() {
 		defer w.finish(cr.Run.ID, a)
+		if !w.leaseHeld(ctx, a) {
+			return
+		}
 		w.exec.Execute(ctx, cr, ctl)
 	}
 	w.mu.Lock()
@@ -156,6 +164,33 @@ func (w *Worker) launch(cr *store.ClaimedRun) {
 		return
 	}
 	go run()
+}
+
+// leaseHeld reports whether the lease of a run is still held, as a run starts
+// and before each step attempt (Control.LeaseHeld). A claim read after its
+// lease expired (the worker was frozen, or its connection stalled, while the
+// claim waited in it) may already be another worker's: it is dropped rather
+// than run again beside that worker; and a run whose lease expired while the
+// worker was frozen starts no step before it knows the lease is still its
+// own. Clocks differ between the worker and the store, so an expiry that
+// looks past is checked with the store (one lease extension) before the run
+// is dropped or stopped; the common case costs a clock read.
+func (w *Worker) leaseHeld(ctx context.Context, a *active) bool {
+	if exp := a.ctl.expires.Load(); exp == 0 || w.cfg.Clock.Now().UnixNano() < exp {
+		return true
+	}
+	sent := w.cfg.Clock.Now()
+	ectx, cancel := context.WithTimeout(ctx, w.cfg.HeartbeatInterval)
+	defer cancel()
+	res, err := w.cfg.Store.LeasesExtend(ectx, &store.LeasesExtendParams{Leases: []store.Lease{a.ctl.Lease}, Duration: w.cfg.LeaseDuration})
+	if err == nil && len(res.Lost) == 0 {
+		a.ctl.extended(sent, w.cfg.LeaseDuration)
+		return true
+	}
+	w.cfg.Logger.Warn("lease expired: the run stops (a claim is dropped before it starts)", "worker", w.cfg.Name,
+		"run_id", a.run.ID, "workflow", a.run.Workflow, "run_attempt", a.run.Attempts, "err", err)
+	a.cancel(store.ErrLeaseLost)
+	return false
 }
 
 // finish frees a run's slot and counts its goroutine out, the last thing the
@@ -293,11 +328,15 @@ func (w *Worker) extendLeases(ctx context.Context) {
 	if !running {
 		steps = nil // none to report: the call is smaller
 	}
+	at := w.cfg.Clock.Now()
 	res, err := w.cfg.Store.LeasesExtend(ctx, &store.LeasesExtendParams{Leases: leases, Duration: w.cfg.LeaseDuration,
 		Steps: steps, StepTimeoutGrace: w.cfg.StepTimeoutGrace})
 	if err != nil {
 		w.cfg.Logger.Warn("extending leases", "err", err)
 		return
+	}
+	for _, a := range sent {
+		a.ctl.extended(at, w.cfg.LeaseDuration)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

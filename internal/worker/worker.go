@@ -37,6 +37,25 @@ type Control struct {
 	onCancel  func()                        // called once by RequestCancel (see OnCancel)
 	step      atomic.Pointer[store.RunStep] // the one of steps the heartbeat reports
 	steps     []*store.RunStep              // the step attempts running, under mu
+	// lost ends the run's context with store.ErrLeaseLost (see LeaseLost);
+	// held checks the lease (see LeaseHeld). Both nil for a control made by
+	// NewControl.
+	lost context.CancelCauseFunc
+	held func(context.Context) bool
+	// expires is when the lease expires at the earliest, as this worker
+	// knows it (Unix nanoseconds of its clock): the claim's expiry, then the
+	// send time of each extension plus its duration.
+	expires atomic.Int64
+}
+
+// LeaseLost tells the worker that a write of the run was refused because its
+// lease is lost (fenced): the run's context ends with store.ErrLeaseLost, so
+// that its steps in flight stop and no new one starts, as when a heartbeat
+// reports the lease lost.
+func (c *Control) LeaseLost() {
+	if c.lost != nil {
+		c.lost(store.ErrLeaseLost)
+	}
 }
 
 // StepStarted records that a step attempt of the run started (the step at
@@ -107,6 +126,28 @@ func (c *Control) Step() store.RunStep {
 		return *s
 	}
 	return store.RunStep{}
+}
+
+// LeaseHeld reports whether the run's lease may still be held, before a side
+// effect starts (a step's attempt). It costs a clock read while the lease is
+// known to last; once its known expiry has passed (the worker was frozen or
+// cut off past its lease, and no heartbeat has told it yet), it asks the store
+// (one lease extension), and a lost lease ends the run's context with
+// store.ErrLeaseLost.
+func (c *Control) LeaseHeld(ctx context.Context) bool {
+	return c.held == nil || c.held(ctx)
+}
+
+// extended records an extension of the lease sent at at for d: the lease
+// lasts at least until at+d (a lost one is stopped by the caller).
+func (c *Control) extended(at time.Time, d time.Duration) {
+	until := at.Add(d).UnixNano()
+	for {
+		old := c.expires.Load()
+		if old >= until || c.expires.CompareAndSwap(old, until) {
+			return
+		}
+	}
 }
 
 // NewControl returns the control of a run held with lease, for an executor
