@@ -33,11 +33,15 @@ func (c *Client) doSendEvent(ctx context.Context, ref, name string, payload any)
 	// If the event wakes a run this process's worker runs and it has a free
 	// slot, the store leases the run to it in the same transaction.
 	reserved := c.worker != nil && c.worker.Reserve()
+	sctx := ctx
 	if reserved {
 		p.Claim = &store.EventClaim{Worker: c.worker.Name(), LeaseDuration: c.worker.LeaseDuration(),
 			Workflows: c.reg.names(), Queues: c.cfg.Worker.Queues, Versions: c.reg.versions()}
+		var cancel context.CancelFunc
+		sctx, cancel = claimedCreateContext(ctx, p.Claim.LeaseDuration)
+		defer cancel()
 	}
-	res, err := c.store.EventSend(ctx, p)
+	res, err := c.store.EventSend(sctx, p)
 	switch {
 	case reserved && err == nil && res.Claimed != nil:
 		c.engine.Begin(res.Claimed.Run.ID)

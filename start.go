@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/trellis-dev/trellis/internal/handoff"
+	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -170,13 +171,15 @@ func (c *Client) doStart(ctx context.Context, def *definition, input []byte, o S
 	// A free slot of this process's worker, else (for a call of the server's)
 	// of a waiting remote worker: the run is created claimed for it.
 	slot := c.reserveSlot(ctx, p)
+	cctx := ctx
 	if slot != nil {
 		p.Claim = slot.Claim()
+		var cancel context.CancelFunc
+		cctx, cancel = claimedCreateContext(ctx, p.Claim.LeaseDuration)
+		defer cancel()
 	}
-	res, err := c.store.RunCreate(ctx, p)
+	res, err := c.store.RunCreate(cctx, p)
 	if slot != nil {
-		// If err is ctx's and the create still commits, the run waits for its
-		// lease to expire and is claimed then.
 		var claimed *store.ClaimedRun
 		if err == nil {
 			claimed = res.Claimed
@@ -187,6 +190,21 @@ func (c *Client) doStart(ctx context.Context, def *definition, input []byte, o S
 		return nil, fmt.Errorf("starting %s: %w", def.name, err)
 	}
 	return runFromStore(res.Run), nil
+}
+
+// claimedCreateContext is the context of a store write that may create a run
+// leased to a worker waiting for it (a hand-off): the caller's, but not ended
+// when the caller goes (a client that closed its connection before the
+// answer). Abandoned half-way, the write could still commit, its answer lost:
+// the run would stay leased to a worker never told of it until the lease
+// expired. Completed, the run reaches the worker (or, if the worker's stream
+// has gone, is handed back at once). The write is bounded by the lease
+// duration: past it, a lost answer strands nothing.
+func claimedCreateContext(ctx context.Context, lease time.Duration) (context.Context, context.CancelFunc) {
+	if lease <= 0 {
+		lease = worker.DefaultLeaseDuration
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), lease)
 }
 
 // createParams are the parameters of a new run of def started by a call with
