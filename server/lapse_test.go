@@ -1,0 +1,115 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// readClaims is a claim stream read aside: each message as it comes, then
+// the stream's end.
+type readClaims struct {
+	msgs  chan *pb.ClaimResponse
+	ended chan error
+}
+
+func openClaim(ctx context.Context, e *env, worker string, credit int64, lease, wait time.Duration) *readClaims {
+	cs := &readClaims{msgs: make(chan *pb.ClaimResponse, 100), ended: make(chan error, 1)}
+	go func() {
+		s, err := e.workerClient("worker").Claim(ctx, connect.NewRequest(&pb.ClaimRequest{Namespace: "default",
+			Workflows: []string{"handed"}, Worker: worker, Credit: credit,
+			LeaseDuration: durationpb.New(lease), Wait: durationpb.New(wait)}))
+		if err != nil {
+			cs.ended <- err
+			return
+		}
+		defer s.Close()
+		for s.Receive() {
+			cs.msgs <- s.Msg()
+		}
+		cs.ended <- s.Err()
+	}()
+	return cs
+}
+
+// A worker that lets a lease lapse (it stops heartbeating, as a SIGSTOPped
+// process does) has its claim stream ended with reconnect, and the run goes
+// to the stream of a live worker, claimed a second time, never back down the
+// first stream; a worker that heartbeats keeps its stream. The process test
+// is cmd/trellis TestFrozenRemoteWorker.
+func TestLapsedLeaseEndsClaimStream(t *testing.T) {
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, url(t))
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			const lease = time.Second
+			frozen := openClaim(ctx, e, "frozen", 2, lease, 30*time.Second)
+			offered(t, e.srv, 2)
+			run := e.start("handed", 1, nil)
+			m := <-frozen.msgs
+			if len(m.Runs) != 1 || m.Runs[0].Run.Id != run.ID {
+				t.Fatalf("pushed %v, want run %s", m.Runs, run.ID)
+			}
+			// The frozen worker reads on, but never heartbeats.
+			timeout := time.After(lease + 5*claimRecheck)
+			for done := false; !done; {
+				select {
+				case m := <-frozen.msgs:
+					if len(m.Runs) > 0 {
+						t.Fatalf("the stream of the worker that let the lease lapse was pushed %v", m.Runs)
+					}
+					if !m.Reconnect {
+						t.Fatalf("the stream ended with %v, want reconnect", m)
+					}
+				case err := <-frozen.ended:
+					if err != nil {
+						t.Fatal(err)
+					}
+					done = true
+				case <-timeout:
+					t.Fatalf("the stream of the worker that let its lease lapse is still open")
+				}
+			}
+
+			live := openClaim(ctx, e, "live", 1, time.Minute, 30*time.Second)
+			select {
+			case m := <-live.msgs:
+				if len(m.Runs) != 1 || m.Runs[0].Run.Id != run.ID || m.Runs[0].Run.Attempts != 2 {
+					t.Fatalf("the live worker got %v, want run %s, claimed a second time", m.Runs, run.ID)
+				}
+			case err := <-live.ended:
+				t.Fatalf("the live worker's stream ended: %v", err)
+			}
+
+			// A worker that heartbeats through the same lease keeps its stream.
+			alive := openClaim(ctx, e, "alive", 2, lease, 30*time.Second)
+			offered(t, e.srv, 2)
+			run2 := e.start("handed", 2, nil)
+			m = <-alive.msgs
+			if len(m.Runs) != 1 || m.Runs[0].Run.Id != run2.ID {
+				t.Fatalf("pushed %v, want run %s", m.Runs, run2.ID)
+			}
+			cr := m.Runs[0]
+			l := leaseOf(cr)
+			for range 12 { // four leases
+				res, err := e.workerClient("worker").ExtendLeases(ctx, connect.NewRequest(&pb.ExtendLeasesRequest{
+					Leases: []*pb.Lease{l}, Duration: durationpb.New(lease)}))
+				if err != nil || len(res.Msg.Lost) > 0 {
+					t.Fatalf("extending: %v, %v", res, err)
+				}
+				select {
+				case m := <-alive.msgs:
+					t.Fatalf("the stream of a heartbeating worker got %v", m)
+				case err := <-alive.ended:
+					t.Fatalf("the stream of a heartbeating worker ended: %v", err)
+				case <-time.After(lease / 3):
+				}
+			}
+		})
+	}
+}
