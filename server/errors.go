@@ -82,6 +82,7 @@ var problemTable = []struct {
 	{ErrInvalidArgument, 400, "invalid_argument", "Invalid argument"},
 	{trellis.ErrInvalidParams, 400, "invalid_argument", "Invalid argument"},
 	{trellis.ErrInvalidInput, 400, "invalid_argument", "Invalid argument"},
+	{trellis.ErrStorageFull, 507, "storage_full", "Insufficient storage"},
 	{ErrUnavailable, 503, "unavailable", "Unavailable"},
 	{trellis.ErrClosed, 503, "unavailable", "Unavailable"},
 	{store.ErrNoStore, 503, "unavailable", "Unavailable"},

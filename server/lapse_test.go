@@ -37,10 +37,11 @@ func openClaim(ctx context.Context, e *env, worker string, credit int64, lease, 
 }
 
 // A worker that lets a lease lapse (it stops heartbeating, as a SIGSTOPped
-// process does) has its claim stream ended with reconnect, and the run goes
-// to the stream of a live worker, claimed a second time, never back down the
-// first stream; a worker that heartbeats keeps its stream. The process test
-// is cmd/trellis TestFrozenRemoteWorker.
+// process does) has its claim stream ended with reconnect, and the run is
+// never pushed back down that stream; a stream the worker opens after the
+// lapse (it is back) may claim it again; a worker that heartbeats keeps its
+// stream. The process test (a live worker takes the runs over) is cmd/trellis
+// TestFrozenRemoteWorker.
 func TestLapsedLeaseEndsClaimStream(t *testing.T) {
 	for name, url := range storeURLs(t) {
 		t.Run(name, func(t *testing.T) {
@@ -76,14 +77,16 @@ func TestLapsedLeaseEndsClaimStream(t *testing.T) {
 				}
 			}
 
-			live := openClaim(ctx, e, "live", 1, time.Minute, 30*time.Second)
+			// Back (it opens a new stream after the lapse), the worker is
+			// live: the run may go to it again.
+			back := openClaim(ctx, e, "frozen", 1, time.Minute, 30*time.Second)
 			select {
-			case m := <-live.msgs:
+			case m := <-back.msgs:
 				if len(m.Runs) != 1 || m.Runs[0].Run.Id != run.ID || m.Runs[0].Run.Attempts != 2 {
-					t.Fatalf("the live worker got %v, want run %s, claimed a second time", m.Runs, run.ID)
+					t.Fatalf("the worker back got %v, want run %s, claimed a second time", m.Runs, run.ID)
 				}
-			case err := <-live.ended:
-				t.Fatalf("the live worker's stream ended: %v", err)
+			case err := <-back.ended:
+				t.Fatalf("the stream of the worker back ended: %v", err)
 			}
 
 			// A worker that heartbeats through the same lease keeps its stream.

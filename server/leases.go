@@ -139,16 +139,18 @@ func (lc *leaseCounter) granted(runs []*store.ClaimedRun, worker string) {
 	lc.maybePrune()
 }
 
-// relapsed reports whether one of runs, just claimed for worker, was leased
-// to the same worker through this server and that lease has not ended: the
-// worker let it lapse, and the claim would hand the run back down the stream
-// that let it go.
-func (lc *leaseCounter) relapsed(runs []*store.ClaimedRun, worker string) bool {
+// relapsed reports whether one of runs, just claimed for worker by a stream
+// opened at since, was leased to the same worker through this server, and
+// that lease neither ended nor expired before since: the worker let it lapse
+// while the stream was open, and the claim would hand the run back down the
+// stream that let it go. (A lease that lapsed before the stream opened is the
+// worker's to take again: it has connected since.)
+func (lc *leaseCounter) relapsed(runs []*store.ClaimedRun, worker string, since time.Time) bool {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	for _, cr := range runs {
 		h, ok := lc.held[leaseRun{cr.Run.Namespace, cr.Run.ID}]
-		if ok && !h.ended && h.worker == worker && h.token != cr.LeaseToken {
+		if ok && !h.ended && h.worker == worker && h.token != cr.LeaseToken && h.expires.After(since) {
 			return true
 		}
 	}

@@ -323,7 +323,7 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 			if len(res.Runs) > 0 {
 				// A run whose lease lapsed with this worker since the check
 				// above goes back, not down this stream.
-				if h.s.leases.relapsed(res.Runs, m.Worker) {
+				if h.s.leases.relapsed(res.Runs, m.Worker, opened) {
 					return reconnect(res.Runs)
 				}
 				if err := h.push(ctx, stream, res, m.Worker); err != nil {
