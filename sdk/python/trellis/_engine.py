@@ -320,6 +320,9 @@ class RunState:
         self.limit, self.limit_of = own, ""
         if 0 < qlimit < own:
             self.limit, self.limit_of = qlimit, f"queue {run.get('queue', '')!r} "
+        # When the lease expires at the earliest, as the worker knows it: the
+        # claim's expiry, then each extension's send time plus the lease.
+        self.lease_expires = parse_time(claimed.get("lease_expires_at"))
         hist = claimed.get("history") or ()
         self.history: dict[int, Op] = {}
         self.last_pos = -1
@@ -511,7 +514,14 @@ class RunState:
         if stream:
             item["stream"] = [{"name": s["name"], "data": b64(s["data"])} for s in stream]
         item.update(p)
-        res = await self.host.checkpoint(item)
+        try:
+            res = await self.host.checkpoint(item)
+        except ProtocolError as e:
+            # Fenced: another worker has the run. Its step attempts under way
+            # are told and none starts, as when a heartbeat reports it lost.
+            if e.reason == "LEASE_LOST":
+                self.stop("lost")
+            raise
         if res.get("cancel_requested"):
             self.request_cancel()
         return res
@@ -737,6 +747,12 @@ class _StepCall:
             err = rs.interrupted(self.detached)
             if err is not None:
                 return self.finish(None, err)
+            # A lease that expired while the worker could not heartbeat may be
+            # another worker's by now: no attempt starts on it.
+            held = getattr(rs.host, "lease_held", None)
+            if held is not None and not await held(rs):
+                rs.request_unwind(ABANDON)
+                raise _Unwind()
             if self.at_most_once:
                 op = await self.begin()
                 if op is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime as _dt
 import http.client
 import logging
 import os
@@ -32,7 +33,7 @@ import threading
 import time
 
 from . import _engine
-from ._wire import ConnectClient, fmt_duration, fmt_time
+from ._wire import ConnectClient, fmt_duration, fmt_time, utcnow
 from .errors import ProtocolError
 from .workflow import Workflow
 
@@ -334,8 +335,34 @@ class Worker:
         self._active[rs.run_id] = (rs, task)
         task.add_done_callback(lambda _t, r=rs: self._ended(r))
 
+    async def lease_held(self, rs) -> bool:
+        """Whether the lease of a run may still be held, as it starts and
+        before each step attempt: at once while its known expiry (the claim's,
+        then each extension's send time plus the lease) is ahead. Past it (the
+        process was frozen, or cut off, for a lease; a claim waited in the
+        connection meanwhile) the run may already be another worker's: the
+        server is asked (one ExtendLeases), and a lost lease stops the run, so
+        that a claim is dropped before it starts and no step starts on a lost
+        lease. Clocks differ, so a lease the server still holds goes on."""
+        if rs.lease_expires is None or utcnow() < rs.lease_expires:
+            return True
+        sent = utcnow()
+        why = "lost"
+        try:
+            res = await self._call("ExtendLeases", {"leases": [rs.lease], "duration": fmt_duration(self.lease_seconds)})
+            if rs.run_id not in (res.get("lost") or ()):
+                rs.lease_expires = max(rs.lease_expires, sent + _dt.timedelta(seconds=self.lease_seconds))
+                return True
+        except Exception as e:  # noqa: BLE001 - taken as lost: the lease had expired
+            why = str(e)
+        log.warning("lease of run %s expired (%s): stopping it; a claim is dropped before it starts", rs.run_id, why)
+        rs.stop("lost")
+        return False
+
     async def _execute(self, rs, defn):
         try:
+            if not await self.lease_held(rs):
+                return ""
             return await _engine.execute(self, rs, defn)
         except Exception:  # noqa: BLE001 - a bug of the SDK must not kill the worker
             log.exception("executing run %s", rs.run_id)
@@ -482,6 +509,7 @@ class Worker:
         for rs in runs:
             cs = rs.current_step
             steps.append({} if cs is None else _step_wire(cs))
+        sent = utcnow()
         try:
             # (sent again once after a stall, within the lease; see call_timeout)
             res = await self._call("ExtendLeases", {"leases": [rs.lease for rs in runs],
@@ -490,6 +518,10 @@ class Worker:
         except Exception as e:  # noqa: BLE001 - tried again at the next round
             _log_failure("extending leases", e)
             return
+        until = sent + _dt.timedelta(seconds=self.lease_seconds)
+        for rs in runs:
+            if rs.lease_expires is None or rs.lease_expires < until:
+                rs.lease_expires = until
         for rid in res.get("lost") or ():
             ent = self._active.get(rid)
             if ent is not None:

@@ -389,7 +389,15 @@ export class RunExec {
         wakeAt: ts(p.wakeAt),
         waitEvents: p.waitEvents ?? [],
       };
-      const res = await this.host.checkpoint(item);
+      let res;
+      try {
+        res = await this.host.checkpoint(item);
+      } catch (err) {
+        // Fenced: another worker has the run. Its steps in flight are
+        // aborted and none starts, as when a heartbeat reports it lost.
+        if (reasonOf(err) === 'LEASE_LOST' || err?.reason === 'LEASE_LOST') this.abort('lease_lost');
+        throw err;
+      }
       if (res.cancelRequested) this.requestCancel();
       return res;
     };
@@ -945,6 +953,10 @@ class StepCall {
       if (rs.stop.signal.aborted) { rs.requestUnwind(rs.ctxKind(), null, null, ''); throw UNWIND; }
       let err = rs.interrupted(this.detached);
       if (err) return this.finish(undefined, err);
+      // A lease that expired while the worker could not heartbeat may be
+      // another worker's by now: no attempt starts on it.
+      const held = rs.host.leaseHeld ? rs.host.leaseHeld(rs) : true;
+      if (held !== true && !(await held)) { rs.requestUnwind(U.abandon, null, null, ''); throw UNWIND; }
       if (this.atMostOnce) {
         const done = await this.begin();
         if (done) return done;

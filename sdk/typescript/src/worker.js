@@ -208,12 +208,14 @@ export class Worker {
     if (runs.length === 0) return;
     for (let i = 0; i < runs.length; i += 1000) {
       const part = runs.slice(i, i + 1000);
+      const sentAt = Date.now();
       const res = await this.client.extendLeases({
         leases: part.map((r) => r.lease), duration: duration(this.leaseMs),
         steps: part.map((r) => r.currentStep ? stepPB(r.currentStep) : {}),
       }, this.callOpts());
       // the executions whose leases were sent (not a newer claim of the same run)
       const sent = new Map(part.map((r) => [r.lease.runId, r]));
+      for (const r of part) r.leaseExpiresMs = Math.max(r.leaseExpiresMs ?? 0, sentAt + this.leaseMs);
       for (const id of res.lost) {
         const r = sent.get(id);
         if (r) { this.log('warn', `lease of run ${id} lost: stopping it`); r.abort('lease_lost'); }
@@ -309,12 +311,48 @@ export class Worker {
       old.abort('lease_lost');
     }
     this.active.set(cr.run.id, exec);
-    exec.execute()
+    exec.leaseExpiresMs = cr.leaseExpiresAt ? date(cr.leaseExpiresAt).getTime() : 0;
+    const go = async () => {
+      const held = this.leaseHeld(exec);
+      if (held !== true && !(await held)) return;
+      await exec.execute();
+    };
+    go()
       .catch((err) => this.log('error', `executing run ${cr.run.id}: ${err.stack ?? err}`))
       .finally(() => {
         if (this.active.get(cr.run.id) === exec) this.active.delete(cr.run.id);
         this.slotFreed();
       });
+  }
+
+  /**
+   * Whether the lease of a run may still be held, as it starts and before each
+   * step attempt: true (not a promise) while its known expiry (the claim's,
+   * then each extension's send time plus the lease) is ahead. Past it (the
+   * process was frozen, or cut off, for a lease; a claim waited in the
+   * connection meanwhile) the run may already be another worker's: the server
+   * is asked (one ExtendLeases), and a lost lease stops the run, so that a
+   * claim is dropped before it starts and no step starts on a lost lease.
+   * Clocks differ, so a lease the server still holds goes on.
+   */
+  leaseHeld(r) {
+    if (!r.leaseExpiresMs || Date.now() < r.leaseExpiresMs) return true;
+    return (async () => {
+      const sentAt = Date.now();
+      let why = 'lost';
+      try {
+        const res = await this.client.extendLeases({ leases: [r.lease], duration: duration(this.leaseMs) }, this.callOpts());
+        if (!res.lost.includes(r.lease.runId)) {
+          r.leaseExpiresMs = Math.max(r.leaseExpiresMs, sentAt + this.leaseMs);
+          return true;
+        }
+      } catch (err) {
+        why = err.message;
+      }
+      this.log('warn', `lease of run ${r.lease.runId} expired (${why}): stopping it; a claim is dropped before it starts`);
+      r.abort('lease_lost');
+      return false;
+    })();
   }
 
   // ---- the protocol calls the engine makes ----
