@@ -87,7 +87,10 @@ func TestFullDiskRecovers(t *testing.T) {
 	if os.Getenv("TRELLIS_DEBUG_DISKFULL") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	st, err := storesqlite.Open(context.Background(), storesqlite.Config{Path: dbPath, Logger: logger, WALLimit: walLimit})
+	// A disk reserve that fits the volume (the default's 32 MiB does not):
+	// starts are refused, "storage full", before the volume is.
+	st, err := storesqlite.Open(context.Background(), storesqlite.Config{Path: dbPath, Logger: logger, WALLimit: walLimit,
+		DiskReserve: 512 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +208,8 @@ func TestWALPreallocateOnAFullDisk(t *testing.T) {
 	t.Parallel()
 	dir := smallVolume(t, "6m")
 	path := filepath.Join(dir, "t.db")
-	st, err := storesqlite.Open(context.Background(), storesqlite.Config{Path: path, WALPreallocate: 64 << 20, WALLimit: 64 << 20})
+	st, err := storesqlite.Open(context.Background(), storesqlite.Config{Path: path, WALPreallocate: 64 << 20, WALLimit: 64 << 20,
+		DiskReserve: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,11 @@ var (
 	ErrStepOutcomeUnknown = engine.ErrStepOutcomeUnknown
 	// ErrClosed: the client, or the store under it, was closed.
 	ErrClosed = store.ErrClosed
+	// ErrStorageFull: a start was refused because the store's volume has too
+	// little free space left for the running runs to finish (the SQLite
+	// store's disk reserve, see docs/storage.md, "A full disk"); nothing was written.
+	// Running runs go on; starts succeed again once space is freed.
+	ErrStorageFull = store.ErrStorageFull
 	// ErrNamespaceNotFound: the namespace has no record (see docs/queues.md).
 	ErrNamespaceNotFound = store.ErrNamespaceNotFound
 	// ErrNamespaceExists: CreateNamespace of a namespace that has a record.

@@ -84,6 +84,7 @@ var problemCodes = []struct {
 	{"invalid_argument", "", ErrInvalidParams},
 	{"idempotency_key_conflict", "", ErrIdempotencyKeyConflict},
 	{"rate_limited", "", ErrRateLimited},
+	{"storage_full", "", ErrStorageFull},
 	{"unavailable", "", ErrUnavailable},
 	// The request's body did not reach the server in time: a transport
 	// failure, as a broken connection is.

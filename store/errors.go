@@ -41,6 +41,11 @@ var (
 	// ErrWorkerOwned is returned by WorkerHeartbeat and WorkerRemove for a
 	// worker record that another principal's worker made.
 	ErrWorkerOwned = errors.New("worker record belongs to another principal")
+	// ErrStorageFull: the store refuses new runs because its volume has too
+	// little free space left for the runs that are running to finish (the
+	// SQLite store's disk reserve); nothing was written. Runs already started
+	// go on; starts succeed again once space is freed.
+	ErrStorageFull = errors.New("storage full")
 )
 
 // Errors of the token store (TokenStore).

@@ -17,3 +17,10 @@ func IsDiskError(err error) bool {
 	c &= 0xff
 	return c == codeFull || c == codeIOErr
 }
+
+// IsDiskFull reports whether err is SQLite's "database or disk is full" (by
+// the primary result code).
+func IsDiskFull(err error) bool {
+	c := code(err)
+	return c >= 0 && c&0xff == codeFull
+}

@@ -60,6 +60,19 @@ type Config struct {
 	// log's end are ignored by SQLite, also in recovery. Best effort: a
 	// failure (a full disk) is logged and leaves the WAL as it was.
 	WALPreallocate int64
+	// DiskReserve is how much of the volume the store keeps for the runs that
+	// are running, in bytes: 0, the default, is DefaultDiskReserve; a negative
+	// value turns the reserve off. Open holds it in a file beside the database
+	// (PATH-reserve, allocated, not written). When the volume is about to fill
+	// up, or a write failed on a full disk, the file is given back, so that
+	// running runs can checkpoint and the WAL can be copied into the database;
+	// meanwhile new runs (RunCreate, RunsCreate, RunCreateTx) are refused with
+	// store.ErrStorageFull, until there is room for the reserve again and as
+	// much free beside it. Without it, the starts that keep arriving take the
+	// space freed on a full disk first, and runs acknowledged before stay
+	// running for good (docs/storage.md, "A full disk"). Linux and other
+	// Unix systems; elsewhere there is no reserve.
+	DiskReserve int64
 	// NoMigrate opens an existing store as it is, for tools that only look: Open
 	// neither creates the file nor applies migrations, and fails with
 	// store.ErrNoStore when the file is missing or is not a fully migrated store.
@@ -82,6 +95,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.DiskReserve == 0 {
+		c.DiskReserve = DefaultDiskReserve
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = DefaultMaxBatch
@@ -213,6 +229,15 @@ func applyURLQuery(cfg *Config, q url.Values) error {
 				return fmt.Errorf("parameter wal_limit %q: must be a positive number of bytes", vals[0])
 			}
 			cfg.WALLimit = n
+		case "disk_reserve":
+			n, err := strconv.ParseInt(vals[0], 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("parameter disk_reserve %q: must be a number of bytes, 0 (none) or more", vals[0])
+			}
+			cfg.DiskReserve = n
+			if n == 0 {
+				cfg.DiskReserve = -1 // none
+			}
 		case "wal_preallocate":
 			n, err := strconv.ParseInt(vals[0], 10, 64)
 			if err != nil || n < 0 {

@@ -22,6 +22,8 @@ func TestParseURL(t *testing.T) {
 		{"sqlite:///tmp/t.db?wal_limit=1048576", Config{Path: "/tmp/t.db", WALLimit: 1 << 20}},
 		{"sqlite:///tmp/t.db?wal_preallocate=4194304", Config{Path: "/tmp/t.db", WALPreallocate: 4 << 20}},
 		{"sqlite:///tmp/t.db?wal_preallocate=0", Config{Path: "/tmp/t.db"}},
+		{"sqlite:///tmp/t.db?disk_reserve=1048576", Config{Path: "/tmp/t.db", DiskReserve: 1 << 20}},
+		{"sqlite:///tmp/t.db?disk_reserve=0", Config{Path: "/tmp/t.db", DiskReserve: -1}},
 	}
 	for _, tc := range good {
 		got, err := ParseURL(tc.url)
@@ -48,6 +50,8 @@ func TestParseURL(t *testing.T) {
 		{"sqlite:///tmp/t.db?wal_limit=1MiB", "wal_limit"},
 		{"sqlite:///tmp/t.db?wal_preallocate=-1", "wal_preallocate"},
 		{"sqlite:///tmp/t.db?wal_preallocate=64MiB", "wal_preallocate"},
+		{"sqlite:///tmp/t.db?disk_reserve=-1", "disk_reserve"},
+		{"sqlite:///tmp/t.db?disk_reserve=32MiB", "disk_reserve"},
 		{"sqlite:///tmp/t.db?durability=relaxed;max_batch=2", "semicolon"},
 		{"sqlite:///tmp/t.db?durability=%zz", "parameters"},
 		{"::", "parsing"},

@@ -35,6 +35,8 @@ type Store struct {
 	reads  *reader // prepared statements on readDB
 	w      *writer
 	ckpt   *walCheckpointer
+	// reserve is the disk reserve of running runs (nil: none).
+	reserve *diskReserve
 
 	closeOnce sync.Once
 	closeErr  error
@@ -125,6 +127,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			s.log.Warn("storesqlite: preallocating the WAL", "bytes", n, "err", err)
 		}
 	}
+	// After the WAL's preallocation: one that fills the volume for a moment
+	// (and is cut back) must not look like a full disk.
+	s.reserve = openDiskReserve(s, cfg)
 	return s, nil
 }
 

@@ -17,6 +17,9 @@ func (s *Store) runsCreateRaw(ctx context.Context, p *store.RunsCreateParams) (*
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating runs: %w", err)
 	}
+	if err := s.reserve.admit(); err != nil {
+		return nil, fmt.Errorf("creating runs: %w", err)
+	}
 	var res *store.RunsCreateResult
 	err := s.write(ctx, func(tx *wtx) error {
 		if err := shared.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {

@@ -29,6 +29,9 @@ func (s *Store) runCreateRaw(ctx context.Context, p *store.RunCreateParams) (*st
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
 	}
+	if err := s.reserve.admit(); err != nil {
+		return nil, fmt.Errorf("creating run: %w", err)
+	}
 	var res *store.RunCreateResult
 	err := s.write(ctx, func(tx *wtx) error {
 		if err := shared.IdempotencyBegin(tx, p.Namespace, p.Idempotency); err != nil {
