@@ -8,6 +8,7 @@ a real server."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import re
 import socket
 import threading
@@ -16,6 +17,7 @@ import unittest
 import urllib.parse
 
 from _harness import Server, new_queue, ops_of, trellis, wait_status
+from trellis import _wire as trellis_wire
 
 
 class InProcessWorker:
@@ -279,6 +281,71 @@ class Stalls(unittest.TestCase):
             again = proxy.calls_on_new(n, method)
             self.assertTrue(again, f"no {method} on a new connection")
             self.assertLess(again[0] - t0, within, method)
+
+
+class StaleClaims(unittest.TestCase):
+    """A claim read after its lease expired (a frozen worker's connection held
+    it) is dropped when another worker has the run since, and goes on when only
+    the worker's clock says it expired (the server extends it)."""
+
+    def setUp(self):
+        self.srv = Server()
+        self.addCleanup(self.srv.close)
+        self.c = self.srv.client()
+        self.addCleanup(self.c.close)
+        self.queue = new_queue()
+
+    def test_stale_claim_dropped_or_extended(self):
+        @trellis.workflow("resilience.stale")
+        async def stale(ctx, _):
+            return 1
+
+        w = InProcessWorker(self, self.srv.url, self.srv.token, new_queue(), [stale], lease_seconds=30)
+        w.start(self.c)
+        rpc = w.w._rpc
+
+        def claim(name, lease):
+            s = rpc.stream("Claim", {"namespace": "default", "queues": [self.queue], "workflows": ["resilience.stale"],
+                                     "worker": name, "credit": 1, "leaseDuration": lease})
+            try:
+                for msg in s:
+                    if msg.get("runs"):
+                        return msg["runs"][0]
+            finally:
+                s.close()
+            return None
+
+        class Exec:  # what lease_held reads of a run: its lease, its known expiry, stop
+            def __init__(self, cr):
+                r = cr["run"]
+                self.run_id = r["id"]
+                self.lease = {"namespace": "default", "runId": r["id"], "token": str(cr["lease_token"]),
+                              "queue": r["queue"], "secret": cr["lease_secret"]}
+                self.lease_expires = trellis_wire.utcnow() - datetime.timedelta(seconds=1)
+                self.stopped = None
+
+            def stop(self, why):
+                self.stopped = why
+
+        def held(ex):
+            return asyncio.run_coroutine_threadsafe(w.w.lease_held(ex), w.w._loop).result(15)
+
+        taken = self.c.start("resilience.stale", None, queue=self.queue)
+        old = claim("frozen", "1s")
+        self.assertEqual(old["run"]["id"], taken["id"])
+        time.sleep(1.5)  # the lease lapses; another worker claims the run
+        self.assertIsNotNone(claim("other", "60s"))
+        ex = Exec(old)
+        self.assertFalse(held(ex))
+        self.assertEqual(ex.stopped, "lost")
+
+        kept = self.c.start("resilience.stale", None, queue=self.queue)
+        cr = claim("ahead", "60s")
+        self.assertEqual(cr["run"]["id"], kept["id"])
+        ex = Exec(cr)  # the worker's clock says expired; the server holds it
+        self.assertTrue(held(ex))
+        self.assertIsNone(ex.stopped)
+        self.assertGreater(ex.lease_expires, trellis_wire.utcnow() + datetime.timedelta(seconds=20))
 
 
 if __name__ == "__main__":

@@ -327,3 +327,38 @@ test('a start pinned to a version waits for a worker that serves it; one without
   assert.throws(() => defineWorkflow('t.bad', async () => 0, { version: -1 }), /version/);
   await assert.rejects(client.start('t.versioned', null, { queue: q, version: -1 }), (e) => e instanceof ApiError && e.status === 400);
 });
+
+test('a claim read after its lease expired is dropped when another worker has the run, and goes on when only the clock was ahead', async () => {
+  const { workerClient, duration } = await import('../src/proto.js');
+  const q = freshQueue();
+  const w = await worker(freshQueue(), [replayWf]);
+  const raw = workerClient(srv.url, srv.token);
+  const claimOne = async (name, leaseMs) => {
+    for await (const m of raw.claim({ namespace: 'default', queues: [q], workflows: ['t.stale'], worker: name, credit: 1n,
+      leaseDuration: duration(leaseMs) })) {
+      if (m.runs.length) return m.runs[0];
+    }
+    throw new Error(`nothing claimed for ${name}`);
+  };
+  const leaseOf = (cr) => ({ namespace: cr.run.namespace, runId: cr.run.id, token: cr.leaseToken, queue: cr.run.queue, secret: cr.leaseSecret });
+  const stopped = [];
+  const exec = (cr) => ({ lease: leaseOf(cr), leaseExpiresMs: Date.now() - 1, abort: (why) => stopped.push([cr.run.id, why]) });
+
+  const taken = await client.start('t.stale', 1, { queue: q });
+  const stale = await claimOne('frozen', 1000);
+  await new Promise((r) => setTimeout(r, 1500)); // the lease lapses; another worker claims the run
+  await eventually(async () => { try { await claimOne('other', 60_000); return true; } catch { return false; } }, 10_000, 'the run claimed again');
+  const r1 = exec(stale);
+  assert.equal(await w.leaseHeld(r1), false);
+  assert.deepEqual(stopped, [[taken.id, 'lease_lost']]);
+
+  const held = await client.start('t.stale', 2, { queue: q });
+  const cr = await claimOne('ahead', 60_000);
+  assert.equal(cr.run.id, held.id);
+  const r2 = exec(cr); // the worker's clock says expired; the server still holds it
+  assert.equal(await w.leaseHeld(r2), true);
+  assert.ok(r2.leaseExpiresMs > Date.now() + 1000, 'the lease was extended');
+  assert.equal(w.leaseHeld({ ...r2 }), true, 'a lease known to last: no call, no promise');
+  assert.equal(stopped.length, 1);
+  await w.stop();
+});
