@@ -87,7 +87,7 @@ func (c *walCheckpointer) run() {
 			}
 		}
 		c.checkpoint()
-		c.s.reserve.check()
+		c.s.reserve.Load().check()
 		pause.Reset(walCheckpointInterval)
 		var stop bool
 		if signalled, stop = c.pause(pause); stop {

@@ -35,8 +35,9 @@ type Store struct {
 	reads  *reader // prepared statements on readDB
 	w      *writer
 	ckpt   *walCheckpointer
-	// reserve is the disk reserve of running runs (nil: none).
-	reserve *diskReserve
+	// reserve is the disk reserve of running runs (nil: none). Set by Open
+	// once the checkpointer, which looks at it, runs.
+	reserve atomic.Pointer[diskReserve]
 
 	closeOnce sync.Once
 	closeErr  error
@@ -129,7 +130,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	// After the WAL's preallocation: one that fills the volume for a moment
 	// (and is cut back) must not look like a full disk.
-	s.reserve = openDiskReserve(s, cfg)
+	s.reserve.Store(openDiskReserve(s, cfg))
 	return s, nil
 }
 

@@ -17,7 +17,7 @@ func (s *Store) runsCreateRaw(ctx context.Context, p *store.RunsCreateParams) (*
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating runs: %w", err)
 	}
-	if err := s.reserve.admit(); err != nil {
+	if err := s.reserve.Load().admit(); err != nil {
 		return nil, fmt.Errorf("creating runs: %w", err)
 	}
 	var res *store.RunsCreateResult

@@ -29,7 +29,7 @@ func (s *Store) runCreateRaw(ctx context.Context, p *store.RunCreateParams) (*st
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
 	}
-	if err := s.reserve.admit(); err != nil {
+	if err := s.reserve.Load().admit(); err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
 	}
 	var res *store.RunCreateResult

@@ -30,7 +30,7 @@ func (s *Store) runCreateTxRaw(ctx context.Context, tx any, p *store.RunCreatePa
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating run in a transaction: %w", err)
 	}
-	if err := s.reserve.admit(); err != nil {
+	if err := s.reserve.Load().admit(); err != nil {
 		return nil, fmt.Errorf("creating run in a transaction: %w", err)
 	}
 	res, err := runCreate(&wtx{w: s.w, now: s.now().UTC(), ext: stx, ctx: ctx}, p)

@@ -403,7 +403,7 @@ func (w *writer) abort(batch []*request, err error) {
 		w.s.log.Error("storesqlite: rolling back", "err", rbErr)
 	}
 	if diskError(err) {
-		w.s.reserve.writeFailed(sqlitedrv.IsDiskFull(err))
+		w.s.reserve.Load().writeFailed(sqlitedrv.IsDiskFull(err))
 		w.writeFailed()
 	}
 	w.fail(batch, err)
