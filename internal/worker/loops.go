@@ -182,7 +182,10 @@ func (w *Worker) leaseHeld(ctx context.Context, a *active) bool {
 	sent := w.cfg.Clock.Now()
 	ectx, cancel := context.WithTimeout(ctx, w.cfg.HeartbeatInterval)
 	defer cancel()
-	res, err := w.cfg.Store.LeasesExtend(ectx, &store.LeasesExtendParams{Leases: []store.Lease{a.ctl.Lease}, Duration: w.cfg.LeaseDuration})
+	// With the step the run is executing (one of its async steps, or none),
+	// as the heartbeat reports it: the check must not end that step's record.
+	res, err := w.cfg.Store.LeasesExtend(ectx, &store.LeasesExtendParams{Leases: []store.Lease{a.ctl.Lease},
+		Duration: w.cfg.LeaseDuration, Steps: []store.RunStep{a.ctl.Step()}, StepTimeoutGrace: w.cfg.StepTimeoutGrace})
 	if err == nil && len(res.Lost) == 0 {
 		a.ctl.extended(sent, w.cfg.LeaseDuration)
 		return true

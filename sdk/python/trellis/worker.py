@@ -349,7 +349,9 @@ class Worker:
         sent = utcnow()
         why = "lost"
         try:
-            res = await self._call("ExtendLeases", {"leases": [rs.lease], "duration": fmt_duration(self.lease_seconds)})
+            cs = getattr(rs, "current_step", None)
+            res = await self._call("ExtendLeases", {"leases": [rs.lease], "duration": fmt_duration(self.lease_seconds),
+                                                    "steps": [{} if cs is None else _step_wire(cs)]})
             if rs.run_id not in (res.get("lost") or ()):
                 rs.lease_expires = max(rs.lease_expires, sent + _dt.timedelta(seconds=self.lease_seconds))
                 return True

@@ -341,7 +341,8 @@ export class Worker {
       const sentAt = Date.now();
       let why = 'lost';
       try {
-        const res = await this.client.extendLeases({ leases: [r.lease], duration: duration(this.leaseMs) }, this.callOpts());
+        const res = await this.client.extendLeases({ leases: [r.lease], duration: duration(this.leaseMs),
+          steps: [r.currentStep ? stepPB(r.currentStep) : {}] }, this.callOpts());
         if (!res.lost.includes(r.lease.runId)) {
           r.leaseExpiresMs = Math.max(r.leaseExpiresMs, sentAt + this.leaseMs);
           return true;
