@@ -479,8 +479,10 @@ func readLostLeases(t *testing.T, dir string, workers []*stepLogWorker) map[stri
 }
 
 // checkStepLogHistories checks that each run recorded every step once, with one
-// attempt, the result of an execution that finished, and the previous step's
-// recorded result as that execution saw it.
+// attempt (and, before it, the attempts a heartbeat reported running when the
+// worker was killed or frozen past its lease, recorded lost), the result of an
+// execution that finished, and the previous step's recorded result as that
+// execution saw it.
 func checkStepLogHistories(t *testing.T, c *trellis.Client, ids []string, execs map[string][]*stepExec) {
 	t.Helper()
 	for _, id := range ids {
@@ -493,9 +495,15 @@ func checkStepLogHistories(t *testing.T, c *trellis.Client, ids []string, execs 
 			if op.Kind != trellis.OpStep {
 				continue
 			}
-			if op.Name != fmt.Sprint("step-", steps) || !op.Done || op.Attempts != 1 || len(op.AttemptLog) != 0 {
-				t.Fatalf("run %s: op %d is %s done=%v attempts=%d, want step-%d once, done, one attempt",
-					id, op.Position, op.Name, op.Done, op.Attempts, steps)
+			lostAttempts := 0
+			for _, a := range op.AttemptLog {
+				if a.Outcome == trellis.AttemptLost {
+					lostAttempts++
+				}
+			}
+			if op.Name != fmt.Sprint("step-", steps) || !op.Done || op.Attempts != 1+lostAttempts || len(op.AttemptLog) != lostAttempts {
+				t.Fatalf("run %s: op %d is %s done=%v attempts=%d (log %+v), want step-%d once, done, one attempt after those lost",
+					id, op.Position, op.Name, op.Done, op.Attempts, op.AttemptLog, steps)
 			}
 			steps++
 			var r stepLogResult
