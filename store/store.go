@@ -254,7 +254,15 @@ type Run struct {
 	Deadline        *time.Time `json:"deadline,omitempty"`
 	AvailableAt     time.Time  `json:"available_at"`
 	// Attempts counts how many times the run was claimed.
-	Attempts       int        `json:"attempts"`
+	Attempts int `json:"attempts"`
+	// WorkflowAttempt numbers the run's attempt of its workflow function
+	// (workflow retries, see retry.go): 1, then one more after each failed
+	// attempt that a retry followed. Stores set it; 0 reads as 1.
+	WorkflowAttempt int `json:"workflow_attempt,omitempty"`
+	// WorkflowAttempts lists the run's failed attempts, oldest first.
+	WorkflowAttempts []RunAttempt `json:"workflow_attempts,omitempty"`
+	// Retry is the workflow retry policy the run was started with, if any.
+	Retry          *RunRetry  `json:"retry,omitempty"`
 	LeaseOwner     string     `json:"lease_owner,omitempty"`
 	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
@@ -558,6 +566,9 @@ type RunCreateParams struct {
 	// run (at most 128 bytes), stored with it so that its executions join that
 	// trace (docs/observability.md).
 	TraceParent string `json:"trace_parent,omitempty"`
+	// Retry, when set, is the run's workflow retry policy: it replaces the one
+	// its workflow declares (see retry.go).
+	Retry *RunRetry `json:"retry,omitempty"`
 }
 
 // CreateClaim asks RunCreate to lease the new run to Worker.
@@ -830,6 +841,10 @@ type CheckpointParams struct {
 	// on the run fails with ErrLeaseLost.
 	Seq         int64 `json:"seq,omitempty"`
 	Fingerprint int64 `json:"fingerprint,omitempty"`
+	// Retry, with Status failed, is the workflow retry policy the worker's
+	// workflow declares: the store applies it when the run has none of its
+	// own (see retry.go).
+	Retry *RunRetry `json:"retry,omitempty"`
 }
 
 // AttemptRows is what a store writes to its attempt rows for p: p.Attempts, and
@@ -857,6 +872,9 @@ type CheckpointResult struct {
 	// CheckpointParams.Seq): nothing was written; CancelRequested is the run's
 	// now and At its UpdatedAt.
 	Replayed bool `json:"replayed,omitempty"`
+	// RetryAt, for a checkpoint that failed the run, says that the store made
+	// it a workflow retry instead (see retry.go): the run waits until then.
+	RetryAt *time.Time `json:"retry_at,omitempty"`
 }
 
 // HistoryListParams are the parameters of HistoryList.

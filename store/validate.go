@@ -38,6 +38,9 @@ func (p *RunCreateParams) Validate() error {
 	if err := p.Idempotency.Validate(); err != nil {
 		return err
 	}
+	if err := p.Retry.Validate(); err != nil {
+		return err
+	}
 	return p.validateSeed()
 }
 
@@ -126,6 +129,12 @@ func (p *CheckpointParams) Validate() error {
 		}
 	}
 	if err := validateChildren(p.Children); err != nil {
+		return err
+	}
+	if p.Retry != nil && p.Status != StatusFailed {
+		return fmt.Errorf("%w: Retry goes only with Status failed", ErrInvalidParams)
+	}
+	if err := p.Retry.Validate(); err != nil {
 		return err
 	}
 	return validateApprovals(p.Approvals)

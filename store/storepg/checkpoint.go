@@ -39,7 +39,8 @@ func (s *Store) checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 	if err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
-	if usesWaiting(p) || p.Status == store.StatusBlocked {
+	if usesWaiting(p) || p.Status == store.StatusBlocked || p.Status == store.StatusFailed {
+		// A failure may become a workflow retry (see wfretry.go).
 		return s.checkpointWaiting(ctx, ck) // see ckwait.go
 	}
 	l := p.Lease

@@ -167,6 +167,9 @@ func newCkReq(now time.Time, p *store.CheckpointParams) (*ckReq, error) {
 	if p.Seq < 0 {
 		return nil, fmt.Errorf("%w: Seq: %d is below 0", store.ErrInvalidParams, p.Seq)
 	}
+	if p.Retry != nil && p.Status != store.StatusFailed {
+		return nil, fmt.Errorf("%w: Retry goes only with Status failed", store.ErrInvalidParams)
+	}
 	ck := &ckReq{p: p, now: now, reason: p.WaitReason}
 	var err error
 	if ck.errText, err = errJSON(p.Error); err != nil {

@@ -99,7 +99,22 @@ func (s *Store) checkpointWaiting(ctx context.Context, ck *ckReq) (*store.Checkp
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
 	var res *store.CheckpointResult
+	orig := ck
 	err := s.inTx(ctx, func(tx *wtx) error {
+		ck, p = orig, orig.p // a transaction may be tried again
+		var plan *store.RetryPlan
+		if p.Status == store.StatusFailed {
+			var err error
+			if plan, err = planRetry(tx, p); err != nil { // see wfretry.go
+				return err
+			}
+			if plan != nil {
+				if ck, err = newCkReq(tx.now, plan.Checkpoint); err != nil {
+					return err
+				}
+				p = ck.p
+			}
+		}
 		if p.Status.Terminal() { // a child's parent and group before the child
 			if err := lockFamiliesOf(tx, []*ckReq{ck}); err != nil {
 				return err
@@ -114,6 +129,11 @@ func (s *Store) checkpointWaiting(ctx context.Context, ck *ckReq) (*store.Checkp
 		}
 		if err := writeCheckpoint(tx, row, ck); err != nil {
 			return err
+		}
+		if plan != nil {
+			if err := retryWrites(tx, row.seq, plan); err != nil {
+				return err
+			}
 		}
 		if err := shared.StreamAppend(stx{tx}, row.seq, l.Namespace, l.RunID, p.Stream); err != nil {
 			return err
@@ -135,6 +155,9 @@ func (s *Store) checkpointWaiting(ctx context.Context, ck *ckReq) (*store.Checkp
 			tx.publish(store.TopicReady)
 		}
 		res = &store.CheckpointResult{CancelRequested: row.cancel, At: tx.now}
+		if plan != nil {
+			res = plan.Result(res)
+		}
 		return nil
 	})
 	if err != nil {

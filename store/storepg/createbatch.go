@@ -30,7 +30,7 @@ var sqlRunCreates = runInsertCols + `
 		CASE WHEN q.restricted THEN 0 ELSE x.token END,
 		CASE WHEN q.restricted THEN NULL ELSE x.expires END,
 		CASE WHEN q.restricted THEN NULL ELSE x.started END,
-		x.version, x.input, x.deadline, x.avail, x.now, x.now, x.ckey, x.trace_parent, x.pin
+		x.version, x.input, x.deadline, x.avail, x.now, x.now, x.ckey, x.trace_parent, x.pin, NULL
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int4[], $7::int4[],
 		$8::bytea[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::int4[],
 		$14::text[], $15::int8[], $16::timestamptz[], $17::timestamptz[], $18::text[], $19::text[], $20::int4[])
@@ -52,9 +52,10 @@ type crReq struct {
 	single stmt
 }
 
-// mergeable reports whether a create can join a merged statement.
+// mergeable reports whether a create can join a merged statement (which
+// writes no retry policy).
 func mergeable(p *store.RunCreateParams) bool {
-	return p.Reuse == store.ReuseRejectActive && len(p.History) == 0 && p.Idempotency == nil
+	return p.Reuse == store.ReuseRejectActive && len(p.History) == 0 && p.Idempotency == nil && p.Retry == nil
 }
 
 // createsStmt merges creates crs (distinct run IDs) into one statement whose

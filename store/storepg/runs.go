@@ -15,7 +15,7 @@ import (
 
 const runInsertCols = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
 	status, attempts, lease_owner, lease_token, lease_expires_at, started_at,
-	version, input, deadline, available_at, created_at, updated_at, concurrency_key, trace_parent, pin_version)`
+	version, input, deadline, available_at, created_at, updated_at, concurrency_key, trace_parent, pin_version, retry)`
 
 // createdClaim is the status and lease columns ($12..$17) of a new run: those a
 // create with a claim passes, unless the run's queue limits claims (see
@@ -49,7 +49,7 @@ var (
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 	runInsertSelect = runInsertCols + `
 	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::int4, c.*, $7::int4,
-	$8::bytea, $9::timestamptz, $10::timestamptz, $11::timestamptz, $11::timestamptz, $18::text, $19::text, $20::int4
+	$8::bytea, $9::timestamptz, $10::timestamptz, $11::timestamptz, $11::timestamptz, $18::text, $19::text, $20::int4, $21::text
 	FROM (SELECT ` + createdClaim + `) c`
 	sqlRunCreateReject = runInsertSelect + `
 	WHERE NOT EXISTS (SELECT 1 FROM runs WHERE namespace = $1 AND ` + workflowIDIs("$3") + `)
@@ -133,6 +133,10 @@ func (s *Store) runCreateStmt(p *store.RunCreateParams) (stmt, *crReq, error) {
 	case store.ReuseReturnExisting:
 		query = sqlRunCreateReturnExisting
 	}
+	retry, err := store.RetryColumn(p.Retry)
+	if err != nil {
+		return stmt{}, nil, err
+	}
 	res := new(*store.RunCreateResult)
 	claim := createClaim(now, avail, p.Claim)
 	status := claim.args()
@@ -142,7 +146,7 @@ func (s *Store) runCreateStmt(p *store.RunCreateParams) (stmt, *crReq, error) {
 	return stmt{
 		sql: query,
 		args: append([]any{p.Namespace, p.ID, p.WorkflowID, p.Workflow, p.Queue, p.Priority, p.Version,
-			p.Input, timePtrArg(p.Deadline), avail, now}, append(status, p.ConcurrencyKey, p.TraceParent, pinArg(p))...),
+			p.Input, timePtrArg(p.Deadline), avail, now}, append(status, p.ConcurrencyKey, p.TraceParent, pinArg(p), retry)...),
 		rows: func(rows pgx.Rows) (err error) {
 			*res, err = scanCreated(rows, claim)
 			return err

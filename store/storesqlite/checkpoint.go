@@ -126,6 +126,15 @@ func checkpoint(tx *wtx, p *store.CheckpointParams, errText any) (*store.Checkpo
 			return nil, err
 		}
 	}
+	if p.Status == store.StatusFailed {
+		plan, err := planRetry(tx, p) // see wfretry.go
+		if err != nil {
+			return nil, err
+		}
+		if plan != nil {
+			return checkpointRetry(tx, plan)
+		}
+	}
 	ck, err := setCheckpointStatus(tx, p, errText)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ckReplay(tx, l, p.Seq, p.Fingerprint)

@@ -16,9 +16,10 @@ type finish struct {
 	res     *store.CheckpointResult
 }
 
-// onlyFinishes reports whether p ends its run and writes nothing else.
+// onlyFinishes reports whether p ends its run and writes nothing else. A
+// failure is not one: a workflow retry may make it a wait (retry.go).
 func onlyFinishes(p *store.CheckpointParams) bool {
-	return p.Status.Terminal() && len(p.Ops) == 0 && len(p.Attempts) == 0 && len(p.KV) == 0 &&
+	return p.Status.Terminal() && p.Status != store.StatusFailed && len(p.Ops) == 0 && len(p.Attempts) == 0 && len(p.KV) == 0 &&
 		len(p.Stream) == 0 && len(p.WaitEvents) == 0 && len(p.NoEvents) == 0 && len(p.Consume) == 0 &&
 		len(p.Children) == 0 && len(p.Approvals) == 0 && len(p.ExpireApprovals) == 0
 }

@@ -14,8 +14,8 @@ import (
 // sqlRunInsert creates a run, pending or (with a claim) already running.
 const sqlRunInsert = `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, priority,
 	status, version, input, deadline, available_at, attempts, lease_owner, lease_token,
-	lease_expires_at, created_at, started_at, updated_at, concurrency_key, trace_parent, pin_version)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	lease_expires_at, created_at, started_at, updated_at, concurrency_key, trace_parent, pin_version, retry)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // sqlQueueRestricted finds whether a queue limits claims (a run created in it is
 // never created claimed).
@@ -67,7 +67,12 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 		Namespace: p.Namespace, ID: p.ID, WorkflowID: p.WorkflowID, Workflow: p.Workflow,
 		Queue: p.Queue, Priority: p.Priority, Status: store.StatusPending, Version: p.Version,
 		Input: slices.Clone(p.Input), AvailableAt: now, CreatedAt: now, UpdatedAt: now, TraceParent: p.TraceParent,
-		Pinned: p.Pinned,
+		Pinned:          p.Pinned,
+		WorkflowAttempt: 1, Retry: p.Retry,
+	}
+	retry, err := store.RetryColumn(p.Retry)
+	if err != nil {
+		return nil, err
 	}
 	if p.Deadline != nil {
 		run.Deadline = fromNSPtr(sql.NullInt64{Int64: p.Deadline.UnixNano(), Valid: true})
@@ -98,7 +103,7 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 	res, err := tx.exec(sqlRunInsert, run.Namespace, run.ID, run.WorkflowID, run.Workflow,
 		run.Queue, run.Priority, string(run.Status), run.Version, blob(run.Input), nsPtr(run.Deadline),
 		run.AvailableAt.UnixNano(), run.Attempts, run.LeaseOwner, leaseToken(claimed),
-		nsPtr(run.LeaseExpiresAt), now.UnixNano(), nsPtr(run.StartedAt), now.UnixNano(), p.ConcurrencyKey, run.TraceParent, run.PinVersion())
+		nsPtr(run.LeaseExpiresAt), now.UnixNano(), nsPtr(run.StartedAt), now.UnixNano(), p.ConcurrencyKey, run.TraceParent, run.PinVersion(), retry)
 	if isUniqueViolation(err) {
 		// Either the run ID is taken or an active run has this workflow ID (the
 		// partial unique index enforces the default policy).

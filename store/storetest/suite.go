@@ -77,6 +77,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"EndedAttempts", endedAttemptCases},
 		{"Versions", versionCases},
 		{"Payloads", payloadCases},
+		{"WorkflowRetry", workflowRetryCases},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 // batchCols are the columns a batch insert writes; the rest take their defaults
 // (no attempts, no lease, no output).
 const batchCols = `namespace, id, workflow_id, workflow, queue, priority, status, version,
-	input, deadline, available_at, created_at, updated_at, concurrency_key, trace_parent, pin_version`
+	input, deadline, available_at, created_at, updated_at, concurrency_key, trace_parent, pin_version, retry`
 
 // RunsCreate creates the runs of p (validated) in tx: each item's reuse policy
 // is applied against the store and the batch's earlier items, then one
@@ -44,7 +44,7 @@ func (s *SQL) RunsCreate(tx Tx, p *store.RunsCreateParams) (*store.RunsCreateRes
 			Namespace: r.Namespace, ID: r.ID, WorkflowID: r.WorkflowID, Workflow: r.Workflow,
 			Queue: r.Queue, Priority: r.Priority, Status: store.StatusPending, Version: r.Version,
 			Input: slices.Clone(r.Input), Deadline: r.Deadline, AvailableAt: now, CreatedAt: now, UpdatedAt: now,
-			TraceParent: r.TraceParent, Pinned: r.Pinned,
+			TraceParent: r.TraceParent, Pinned: r.Pinned, WorkflowAttempt: 1, Retry: r.Retry,
 		}
 		if r.AvailableAt != nil {
 			run.AvailableAt = *r.AvailableAt
@@ -104,11 +104,15 @@ func (s *SQL) insertBatch(tx Tx, p *store.RunsCreateParams, items []store.RunsCr
 		if r.Deadline != nil {
 			deadline = s.d.Time(*r.Deadline)
 		}
-		fmt.Fprintf(&b, "(%s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+		retry, err := store.RetryColumn(r.Retry)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "(%s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
 			a.add(r.Namespace), a.add(r.ID), a.add(r.WorkflowID), a.add(r.Workflow), a.add(r.Queue),
 			a.add(r.Priority), a.add(r.Version), a.add(Blob(r.Input)), a.add(deadline),
 			a.add(s.d.Time(r.AvailableAt)), a.add(s.d.Time(r.CreatedAt)), a.add(s.d.Time(r.UpdatedAt)),
-			a.add(p.Runs[i].ConcurrencyKey), a.add(r.TraceParent), a.add(r.PinVersion()))
+			a.add(p.Runs[i].ConcurrencyKey), a.add(r.TraceParent), a.add(r.PinVersion()), a.add(retry))
 	}
 	b.WriteString(` ON CONFLICT DO NOTHING RETURNING id, sequence`)
 	seqs := make(map[string]int64, len(insert))

@@ -66,7 +66,7 @@ func (t *Time) Ptr() *time.Time {
 const RunCols = `namespace, id, workflow_id, workflow, queue, priority, status, version,
 	sequence, input, output, error, wait_reason, cancel_requested, deadline, available_at,
 	attempts, lease_owner, lease_token, lease_expires_at, created_at, started_at,
-	updated_at, finished_at, parent_id, trace_parent, current_step, pin_version`
+	updated_at, finished_at, parent_id, trace_parent, current_step, pin_version, retry`
 
 // ScanRun reads RunCols into a Run and returns it with its lease token.
 func ScanRun(sc Scanner) (*store.Run, int64, error) {
@@ -87,6 +87,9 @@ func ScanRun(sc Scanner) (*store.Run, int64, error) {
 	if s.step.Valid && r.Status == store.StatusRunning {
 		r.CurrentStep = StepFromText(s.step.String, s.token)
 	}
+	if err := store.DecodeRetryState(s.retry.String, s.retry.Valid, &r); err != nil {
+		return nil, 0, err
+	}
 	return &r, s.token, nil
 }
 
@@ -97,7 +100,7 @@ func ScanRun(sc Scanner) (*store.Run, int64, error) {
 type runScan struct {
 	r                                                        store.Run
 	status                                                   string
-	errText, step                                            sql.NullString
+	errText, step, retry                                     sql.NullString
 	deadline, avail, leaseExp, created, started, upd, finish Time
 	token, pin                                               int64
 	dest                                                     []any
@@ -112,10 +115,10 @@ var runScans = sync.Pool{New: func() any {
 	// Spare capacity: a driver that reads more columns after these (Postgres'
 	// claims: the history and the inbox) appends its destinations here instead
 	// of copying the list into a new one for every row.
-	s.dest = append(make([]any, 0, 28+spareDest), &r.Namespace, &r.ID, &r.WorkflowID, &r.Workflow, &r.Queue, &r.Priority,
+	s.dest = append(make([]any, 0, 29+spareDest), &r.Namespace, &r.ID, &r.WorkflowID, &r.Workflow, &r.Queue, &r.Priority,
 		&s.status, &r.Version, &r.Sequence, &r.Input, &r.Output, &s.errText, &r.WaitReason,
 		&r.CancelRequested, &s.deadline, &s.avail, &r.Attempts, &r.LeaseOwner, &s.token, &s.leaseExp,
-		&s.created, &s.started, &s.upd, &s.finish, &r.ParentID, &r.TraceParent, &s.step, &s.pin)
+		&s.created, &s.started, &s.upd, &s.finish, &r.ParentID, &r.TraceParent, &s.step, &s.pin, &s.retry)
 	return s
 }}
 
