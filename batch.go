@@ -63,6 +63,11 @@ func (c *Client) StartMany(ctx context.Context, reqs []StartRequest) ([]StartRes
 	if len(reqs) == 0 || len(reqs) > MaxStartMany {
 		return nil, fmt.Errorf("starting runs: %w: %d runs (1 to %d)", ErrInvalidParams, len(reqs), MaxStartMany)
 	}
+	for i := range reqs {
+		if err := reqs[i].Options.check(); err != nil {
+			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
+		}
+	}
 	results, err := callV(ctx, c, ClientCall{Method: "StartMany"}, func(ctx context.Context) ([]StartResult, error) {
 		if c.remote != nil {
 			return c.remote.startMany(ctx, reqs)

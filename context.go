@@ -34,7 +34,19 @@ func (wc *Context) Version() int { return wc.rs.Run().Version }
 // between executions, so a workflow must not branch on it (the run would
 // block as non-deterministic); it is for logs and metrics. The TypeScript
 // and Python SDKs show the same number (ctx.run.attempt).
+//
+// For the attempt of the workflow function that workflow retries count, see
+// WorkflowAttempt.
 func (wc *Context) RunAttempt() int { return wc.rs.Run().Attempts }
+
+// WorkflowAttempt returns the run's attempt of its workflow function: 1, then
+// one more after each failed attempt that a workflow retry followed
+// (WorkflowOptions.Retry, StartOptions.Retry). It changes only between run
+// attempts, never between the executions of one (waits, crashes and
+// hand-backs count in RunAttempt, not here): code may branch on it, e.g. to
+// take a fallback on a last attempt, as long as it records the same ops for
+// what it replays. See docs/workflow-retries.md.
+func (wc *Context) WorkflowAttempt() int { return max(wc.rs.Run().WorkflowAttempt, 1) }
 
 // Cancelled reports whether the run has been cancelled.
 func (wc *Context) Cancelled() bool { return wc.rs.Cancelled() }

@@ -80,6 +80,18 @@ type Run struct {
 	AvailableAt time.Time `json:"available_at"`
 	// Attempts counts the times a worker took the run (claims).
 	Attempts int `json:"attempts"`
+	// WorkflowAttempt numbers the run's attempt of its workflow function: 1,
+	// and one more after each failed attempt a workflow retry followed (see
+	// docs/workflow-retries.md). Unlike Attempts, waits, crashes and
+	// hand-backs do not count.
+	WorkflowAttempt int `json:"workflow_attempt"`
+	// WorkflowAttempts lists the run's failed attempts that a retry followed,
+	// oldest first, each with its error and times.
+	WorkflowAttempts []RunAttempt `json:"workflow_attempts,omitempty"`
+	// Retry is the workflow retry policy the run was started with
+	// (StartOptions.Retry, or retry in the API); nil when it takes its
+	// workflow's.
+	Retry *RunRetry `json:"retry,omitempty"`
 	// LeaseOwner is the worker that holds a running run, until LeaseExpiresAt.
 	LeaseOwner     string     `json:"lease_owner,omitempty"`
 	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
@@ -95,6 +107,16 @@ type Run struct {
 	// steps at the last heartbeat.
 	CurrentStep *CurrentStep `json:"current_step,omitempty"`
 }
+
+type (
+	// RunRetry is a workflow retry policy as a run keeps it (Run.Retry) and
+	// the API takes it (retry in a start): see docs/workflow-retries.md.
+	RunRetry = store.RunRetry
+	// RunAttempt is a failed attempt of a run that a workflow retry followed.
+	RunAttempt = store.RunAttempt
+	// RetriedStep is a failed step that a workflow retry runs again.
+	RetriedStep = store.RetriedStep
+)
 
 // CurrentStep is a step attempt in progress.
 type CurrentStep struct {
@@ -236,7 +258,8 @@ func runFromStore(r *store.Run) *Run {
 		Deadline: r.Deadline, AvailableAt: r.AvailableAt, Attempts: r.Attempts, LeaseOwner: r.LeaseOwner,
 		LeaseExpiresAt: r.LeaseExpiresAt, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
 		UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt, ParentID: r.ParentID,
-		CurrentStep: currentStepFromStore(r.CurrentStep),
+		CurrentStep:     currentStepFromStore(r.CurrentStep),
+		WorkflowAttempt: max(r.WorkflowAttempt, 1), WorkflowAttempts: r.WorkflowAttempts, Retry: r.Retry,
 	}
 }
 

@@ -159,6 +159,8 @@ type startBody struct {
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 	// Version is StartOptions.Version (0: not pinned).
 	Version int `json:"version,omitempty"`
+	// Retry is StartOptions.Retry.
+	Retry *store.RunRetry `json:"retry,omitempty"`
 }
 
 func (r *remote) start(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
@@ -173,7 +175,7 @@ func (r *remote) start(ctx context.Context, def *definition, input []byte, o Sta
 func startBodyOf(p *store.RunCreateParams, o StartOptions) startBody {
 	return startBody{Workflow: p.Workflow, ID: o.ID, Input: p.Input, Queue: p.Queue, Priority: p.Priority,
 		AvailableAt: p.AvailableAt, Deadline: p.Deadline, Reuse: o.Reuse, ConcurrencyKey: p.ConcurrencyKey,
-		Version: o.Version}
+		Version: o.Version, Retry: p.Retry}
 }
 
 // startBatch starts runs with POST runs:batch and returns one result per run,

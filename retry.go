@@ -1,9 +1,13 @@
 package trellis
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
+
+	"github.com/trellis-dev/trellis/store"
 )
 
 // Backoff computes the delay before retry number n (n = 1 after the first failure).
@@ -50,8 +54,10 @@ func Fixed(d time.Duration) FixedBackoff { return FixedBackoff(d) }
 // Delay implements Backoff.
 func (b FixedBackoff) Delay(int) time.Duration { return time.Duration(b) }
 
-// RetryPolicy says how a failing step is retried. The zero value means 3 attempts with
-// exponential backoff from 1s, doubling, capped at 1 minute.
+// RetryPolicy says how a failing step is retried, or, as WorkflowOptions.Retry
+// and StartOptions.Retry, how a failing run is (see docs/workflow-retries.md).
+// The zero value means 3 attempts with exponential backoff from 1s, doubling,
+// capped at 1 minute.
 type RetryPolicy struct {
 	// MaxAttempts counts the first attempt: 1 disables retries. 0 means 3.
 	// An attempt that ended without its worker (lost: the worker died or was
@@ -73,4 +79,40 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 		p.Backoff = Exponential(time.Second, 2, time.Minute)
 	}
 	return p
+}
+
+// runRetry converts p, a workflow retry policy, into the form the store keeps
+// and applies (store.RunRetry), its defaults applied: nil for nil. The store
+// computes the backoff, so it must be one of the package's: Exponential
+// (ExponentialBackoff) or Fixed (FixedBackoff), with a positive first delay.
+func (p *RetryPolicy) runRetry() (*store.RunRetry, error) {
+	if p == nil {
+		return nil, nil
+	}
+	q := p.withDefaults()
+	r := &store.RunRetry{MaxAttempts: q.MaxAttempts, NonRetryableTypes: slices.Clone(q.NonRetryableTypes)}
+	switch b := q.Backoff.(type) {
+	case ExponentialBackoff:
+		r.InitialBackoff, r.Factor, r.MaxBackoff, r.Jitter = store.Duration(b.Initial), max(b.Factor, 1), store.Duration(b.Max), b.Jitter
+		if b.Max <= 0 {
+			r.MaxBackoff = store.Duration(365 * 24 * time.Hour) // no cap, as far as a retry goes
+		}
+	case *ExponentialBackoff:
+		return (&RetryPolicy{MaxAttempts: q.MaxAttempts, Backoff: *b, NonRetryableTypes: q.NonRetryableTypes}).runRetry()
+	case FixedBackoff:
+		r.InitialBackoff, r.Factor, r.MaxBackoff = store.Duration(b), 1, store.Duration(b)
+	default:
+		return nil, fmt.Errorf("%w: a workflow retry policy takes a trellis.Exponential or trellis.Fixed backoff (the store computes its delays), not %T",
+			ErrInvalidParams, q.Backoff)
+	}
+	if r.InitialBackoff <= 0 {
+		return nil, fmt.Errorf("%w: a workflow retry policy needs a positive first backoff", ErrInvalidParams)
+	}
+	if r.MaxBackoff < r.InitialBackoff {
+		r.MaxBackoff = r.InitialBackoff
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return r, nil
 }

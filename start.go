@@ -28,6 +28,10 @@ type StartOptions struct {
 	// once. A delayed run is never dispatched directly to the starting process's
 	// worker; it waits in the store, pending, until it is due.
 	StartAt time.Time
+	// Retry, when set, is the run's workflow retry policy, stored with it: it
+	// replaces the workflow's WorkflowOptions.Retry for this run (MaxAttempts 1:
+	// no retries). nil: the workflow's. See docs/workflow-retries.md.
+	Retry *RetryPolicy
 	// Reuse decides what happens when a run with ID exists; default ReuseRejectActive.
 	Reuse ReusePolicy
 	// ConcurrencyKey (e.g. a customer ID) counts the run against its queue's key
@@ -151,6 +155,9 @@ func (c *Client) StartRaw(ctx context.Context, workflow string, input []byte, o 
 }
 
 func (c *Client) start(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
+	if err := o.check(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", def.name, err)
+	}
 	return callV(ctx, c, ClientCall{Method: "Start", Workflow: def.name, Ref: o.ID}, func(ctx context.Context) (*Run, error) {
 		return c.doStart(ctx, def, input, o)
 	})
@@ -223,6 +230,7 @@ func runParams(namespace string, def *definition, runID string, input []byte, o 
 		Queue: o.Queue, Priority: o.Priority, Version: def.opts.Version, Input: input, Reuse: store.ReusePolicy(o.Reuse),
 		ConcurrencyKey: o.ConcurrencyKey, TraceParent: traceParent,
 	}
+	p.Retry, _ = o.Retry.runRetry() // checked by the caller (StartOptions.check)
 	if o.Version != 0 {
 		p.Version, p.Pinned = o.Version, true
 	}
@@ -300,4 +308,13 @@ func (c *Client) encode(v any) ([]byte, error) {
 		return nil, fmt.Errorf("%w: input is %d bytes (limit %d)", ErrPayloadTooLarge, len(b), c.cfg.MaxPayloadBytes)
 	}
 	return b, nil
+}
+
+// check reports what of o cannot be used: a retry policy the store cannot
+// apply.
+func (o *StartOptions) check() error {
+	if _, err := o.Retry.runRetry(); err != nil {
+		return fmt.Errorf("StartOptions.Retry: %w", err)
+	}
+	return nil
 }

@@ -27,6 +27,9 @@ func StartTx[In, Out any](ctx context.Context, c *Client, tx any, wf *Workflow[I
 			if err := checkVersion(o); err != nil {
 				return nil, fmt.Errorf("starting %s: %w", def.name, err)
 			}
+			if err := o.check(); err != nil {
+				return nil, fmt.Errorf("starting %s: %w", def.name, err)
+			}
 			p := c.createParams(ctx, def, input, o)
 			res, err := ts.RunCreateTx(ctx, tx, p)
 			if err != nil {

@@ -34,6 +34,15 @@ type WorkflowOptions struct {
 	AlsoServes []int
 	// Queue is the default queue of its runs; "" means "default".
 	Queue string
+	// Retry, when set, retries a run whose workflow function fails: after a
+	// backoff, the run is attempted again, replaying what it recorded and
+	// running its failed steps again, until the policy's MaxAttempts (which
+	// counts the first attempt; 0 means 3). nil, the default: a run fails on
+	// its first failure. Cancellations, deadlines and non-retryable errors are
+	// never retried. Its Backoff must be Exponential or Fixed (the store
+	// computes the delays). StartOptions.Retry replaces it for one run. See
+	// docs/workflow-retries.md.
+	Retry *RetryPolicy
 }
 
 // NewWorkflow defines a workflow. The name identifies it in storage and must stay
@@ -63,9 +72,18 @@ type definition struct {
 	opts    WorkflowOptions
 	eng     engine.Definition
 	checkIn func(codec Codec, input []byte) error
+	// retryErr is why opts.Retry cannot be used (Register reports it).
+	retryErr error
 }
 
 func (w *Workflow[In, Out]) definition() *definition {
+	retry, retryErr := w.opts.Retry.runRetry()
+	d := w.newDefinition()
+	d.eng.Retry, d.retryErr = retry, retryErr
+	return d
+}
+
+func (w *Workflow[In, Out]) newDefinition() *definition {
 	return &definition{
 		name: w.name,
 		opts: w.opts,
@@ -123,6 +141,9 @@ func servedVersions(d *definition) ([]int, error) {
 func (r *registry) add(d *definition) error {
 	if d.name == "" {
 		return fmt.Errorf("registering workflow: empty name")
+	}
+	if d.retryErr != nil {
+		return fmt.Errorf("registering workflow %q: WorkflowOptions.Retry: %w", d.name, d.retryErr)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

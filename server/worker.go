@@ -597,14 +597,21 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 		wf, _ := h.s.leases.wrote(p.Lease, ends)
 		if err == nil && !res.Replayed && (ends || len(p.Attempts) > 0 || len(p.Ops) > 0) {
 			if wf = h.workflowOf(ctx, p.Lease, wf); wf != "" {
-				h.s.cfg.Metrics.ObserveRemoteCheckpoint(wf, p)
+				obs := p
+				if res.RetryAt != nil { // the failure became a workflow retry: the run waits
+					retried := *p
+					retried.Status, retried.Error = store.StatusWaiting, nil
+					obs = &retried
+				}
+				h.s.cfg.Metrics.ObserveRemoteCheckpoint(wf, obs)
 			}
 		}
 		if err != nil {
 			out[i] = &pb.CheckpointResult{Error: errorDetail(err)}
 			return
 		}
-		out[i] = &pb.CheckpointResult{CancelRequested: res.CancelRequested, At: ww.Ts(res.At), Replayed: res.Replayed}
+		out[i] = &pb.CheckpointResult{CancelRequested: res.CancelRequested, At: ww.Ts(res.At), Replayed: res.Replayed,
+			RetryAt: ww.TsPtr(res.RetryAt)}
 	}
 	if len(m.Checkpoints) == 1 {
 		one(0)

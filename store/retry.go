@@ -20,8 +20,8 @@ import (
 // run does not fail. It becomes waiting until the backoff has passed, with a
 // wait reason that names the failed attempt; the attempt is appended to the
 // run's log (Run.WorkflowAttempts) and Run.WorkflowAttempt counts on. The
-// checkpoint's run.failed stream event becomes run.retrying, and
-// CheckpointResult.RetryAt tells the worker.
+// checkpoint's run.failed stream event becomes run.waiting, with the failed
+// attempt (RetryingEvent), and CheckpointResult.RetryAt tells the worker.
 //
 // What runs again: every step op of the run whose recorded outcome is a
 // failure is made in progress again (not done, no error, StartedAt the retry's
@@ -212,7 +212,7 @@ type RetryRow struct {
 // RetryPlan is a workflow retry a failing checkpoint turns into.
 type RetryPlan struct {
 	// Checkpoint is the checkpoint to write instead: the run waits until the
-	// retry (its WakeAt), with the original's history, and run.retrying in
+	// retry (its WakeAt), with the original's history, and run.waiting in
 	// place of run.failed.
 	Checkpoint *CheckpointParams
 	// Attempt is the failed attempt, to append to the run's log with the
@@ -254,7 +254,7 @@ func PlanRetry(p *CheckpointParams, row *RetryRow, now time.Time) *RetryPlan {
 	ck.Stream = make([]StreamWrite, 0, len(p.Stream))
 	for _, w := range p.Stream {
 		if w.Name == StreamRunFailed {
-			w = RetryingEvent(&a)
+			w = RetryingEvent(&a, ck.WaitReason)
 		}
 		ck.Stream = append(ck.Stream, w)
 	}
@@ -287,14 +287,20 @@ func (rp *RetryPlan) Result(res *CheckpointResult) *CheckpointResult {
 	return res
 }
 
-// RetryingEvent is the run.retrying stream event of failed attempt a.
-func RetryingEvent(a *RunAttempt) StreamWrite {
-	b, _ := json.Marshal(struct {
+// RetryingEvent is the stream event of failed attempt a, which a workflow
+// retry follows: run.waiting, as for any wait, with the wait's reason and
+// wake_at, and the failed attempt's number and error (retry).
+func RetryingEvent(a *RunAttempt, reason string) StreamWrite {
+	type retry struct {
 		Attempt int        `json:"attempt"`
 		Error   *ErrorInfo `json:"error"`
-		RetryAt time.Time  `json:"retry_at"`
-	}{a.Attempt, &a.Error, a.RetryAt})
-	return StreamWrite{Name: StreamRunRetrying, Data: b}
+	}
+	b, _ := json.Marshal(struct {
+		Reason string    `json:"reason"`
+		WakeAt time.Time `json:"wake_at"`
+		Retry  retry     `json:"retry"`
+	}{reason, a.RetryAt, retry{a.Attempt, &a.Error}})
+	return StreamWrite{Name: StreamRunWaiting, Data: b}
 }
 
 func clip(s string, n int) string {

@@ -23,9 +23,6 @@ const (
 	StreamStepFailed    = "step.failed"
 	StreamRunWaiting    = "run.waiting"
 	StreamRunResumed    = "run.resumed"
-	// StreamRunRetrying is the event of a run attempt that failed and is
-	// retried (workflow retries, see retry.go): it takes run.failed's place.
-	StreamRunRetrying = "run.retrying"
 	// StreamRunBlocked is the event of a run that blocks (its code no longer
 	// matches its history); run.waiting follows its resumption's next wait.
 	StreamRunBlocked   = "run.blocked"
@@ -39,7 +36,7 @@ const (
 // help texts is checked against it (TestStreamLifecycleListsAgree).
 func StreamLifecycle() []string {
 	return []string{StreamRunStarted, StreamStepCompleted, StreamStepFailed, StreamRunWaiting, StreamRunResumed,
-		StreamRunRetrying, StreamRunBlocked, StreamRunSucceeded, StreamRunFailed, StreamRunCancelled}
+		StreamRunBlocked, StreamRunSucceeded, StreamRunFailed, StreamRunCancelled}
 }
 
 // StreamFinal reports whether name is the name of a run's final event.

@@ -43,6 +43,11 @@ type Definition struct {
 	Run  func(rs *RunState, input []byte) ([]byte, error)
 	// Job, when set instead of Run, makes the workflow a job (see Job).
 	Job *Job
+	// Retry, when set, is the workflow's retry policy: sent with the
+	// checkpoint that fails a run, which the store makes a retry while the
+	// policy has attempts left (store/retry.go). A run started with a policy
+	// of its own keeps that one.
+	Retry *store.RunRetry
 }
 
 // Config holds the engine's dependencies and limits.

@@ -59,9 +59,10 @@ func (e *Engine) ExecuteOutcome(ctx context.Context, cr *store.ClaimedRun, ctl *
 	if e.cfg.Logger.Enabled(ctx, slog.LevelDebug) { // no allocations for a line nobody reads
 		rs.log().Debug("executing run", "history", len(cr.History))
 	}
+	rs.retry = def.Retry
 	if d := cr.Run.Deadline; d != nil && !rs.now().Before(*d) {
 		rs.deadlineHit = true
-		final = rs.finish(nil, ErrDeadlineExceeded)
+		final, oc.Status = rs.finish(nil, ErrDeadlineExceeded)
 		return oc
 	}
 	out, err, returned := rs.runWorkflow(def)
@@ -69,14 +70,14 @@ func (e *Engine) ExecuteOutcome(ctx context.Context, cr *store.ClaimedRun, ctl *
 	if ferr := rs.failure(); ferr != nil {
 		// Whether or not the function returned: an at-most-once step failed
 		// the run (StepOptions.FailRunOnUnknown).
-		final = rs.finish(nil, ferr)
+		final, oc.Status = rs.finish(nil, ferr)
 		return oc
 	}
 	if !returned {
 		oc.Status = rs.saveUnwind()
 		return oc
 	}
-	final = rs.finish(out, err)
+	final, oc.Status = rs.finish(out, err)
 	return oc
 }
 
@@ -172,8 +173,9 @@ func (rs *RunState) handBack() bool {
 }
 
 // finish saves the outcome of a workflow function that returned, and returns the
-// run as saved (nil if it could not be saved).
-func (rs *RunState) finish(out []byte, err error) *store.Run {
+// run as saved (nil if it could not be saved, or did not finish: a failure the
+// store made a workflow retry leaves it waiting, the status returned).
+func (rs *RunState) finish(out []byte, err error) (*store.Run, store.Status) {
 	rs.mu.Lock()
 	cancelled, deadline, panicked := rs.cancelSeen, rs.deadlineHit, rs.panicked
 	rs.mu.Unlock()
@@ -204,15 +206,27 @@ func (rs *RunState) finish(out []byte, err error) *store.Run {
 	rs.mu.Unlock()
 	slices.Sort(p.ExpireApprovals)
 	p.Stream = append(p.Stream, store.FinalEvent(p.Status, p.Output, p.Error))
+	if p.Status == store.StatusFailed {
+		p.Retry = rs.retry // the store applies it, unless the run has a policy of its own
+	}
 	res, err := rs.checkpoint(p, true)
 	if errors.Is(err, store.ErrConflict) {
 		// A wait timed out while its event arrived: replay with the new inbox.
 		_ = rs.handBack()
-		return nil
+		return nil, ""
 	}
 	if err != nil {
 		rs.log().Warn("saving run outcome", "status", p.Status, "err", err)
-		return nil
+		return nil, ""
 	}
-	return finalRun(rs.run, p, res)
+	if res.RetryAt != nil {
+		rs.log().Info("run attempt failed; retrying", "workflow_attempt", rs.run.WorkflowAttempt, "retry_at", *res.RetryAt, "err", p.Error.Message)
+		return nil, store.StatusWaiting
+	}
+	if res.Replayed && p.Status == store.StatusFailed && (p.Retry != nil || rs.run.Retry != nil) {
+		// The failure was written before (its answer was lost), perhaps as a
+		// retry: the store says how the run is, not this process.
+		return nil, ""
+	}
+	return finalRun(rs.run, p, res), p.Status
 }

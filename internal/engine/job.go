@@ -164,7 +164,9 @@ func (e *Engine) jobOutcome(run *store.Run, job *Job, prior *store.Op, attempt i
 		Ops:      []*store.Op{op},
 		Attempts: []store.Attempt{{Position: jobPosition, Attempt: attempt, Error: *info, StartedAt: t0, FinishedAt: end}},
 	}
-	retry := !cancelled && attempt < job.Options.MaxAttempts && !info.NonRetryable &&
+	// Attempts made in earlier attempts of the run (workflow retries, which
+	// a run started with a policy gets) do not count.
+	retry := !cancelled && attempt-min(run.PriorAttempts(jobPosition), attempt-1) < job.Options.MaxAttempts && !info.NonRetryable &&
 		!errors.Is(err, ErrDeadlineExceeded) && !errors.Is(err, ErrPayloadTooLarge) && !errors.Is(err, ErrCancelled) &&
 		!slices.Contains(job.Options.NonRetryableTypes, info.Type)
 	if retry {
@@ -229,6 +231,9 @@ func (e *Engine) jobSave(ctx context.Context, cr *store.ClaimedRun, ctl *worker.
 		return nil, Outcome{}
 	}
 	oc := Outcome{Status: p.Status, Error: p.Error}
+	if res.RetryAt != nil { // the store made the failure a workflow retry
+		return nil, Outcome{Status: store.StatusWaiting}
+	}
 	if !p.Status.Terminal() {
 		return nil, oc
 	}

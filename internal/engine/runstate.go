@@ -45,6 +45,8 @@ type RunState struct {
 	// lower; limitOf says which, for errors.
 	limit   int
 	limitOf string
+	// retry is the workflow's retry policy (Definition.Retry; nil: none).
+	retry   *store.RunRetry
 	history map[int]*store.Op
 	lastPos int // highest recorded position, -1 when none
 

@@ -231,9 +231,12 @@ type stepCall struct {
 	name     string
 	pos      int
 	attempt  int // attempts already made (from history)
-	started  time.Time
-	opts     StepOptions
-	fn       func(ctx context.Context) (any, error)
+	// prior is how many of them were made in earlier attempts of the run
+	// (workflow retries): they do not count against MaxAttempts.
+	prior   int
+	started time.Time
+	opts    StepOptions
+	fn      func(ctx context.Context) (any, error)
 	// txFn, for a TxStep, replaces fn: each attempt runs it and records the step
 	// in one store transaction (txc).
 	txc  store.TxCheckpointer
@@ -257,6 +260,9 @@ func (rs *RunState) newStepCall(name string, pos int, rec *store.Op, fn func(con
 	sc := &stepCall{rs: rs, detached: detached, name: name, pos: pos, started: rs.now(), opts: o.withQueue(rs.queueRetry), fn: fn}
 	if rec != nil {
 		sc.attempt, sc.started = rec.Attempts, rec.StartedAt
+		if len(rs.run.WorkflowAttempts) > 0 {
+			sc.prior = min(rs.run.PriorAttempts(pos), rec.Attempts)
+		}
 		if n := len(rec.AttemptLog); n > 0 {
 			if a := &rec.AttemptLog[n-1]; a.Attempt == rec.Attempts &&
 				(a.Outcome == store.AttemptLost || a.Outcome == store.AttemptTimedOut) {
@@ -490,7 +496,7 @@ func (sc *stepCall) failed(err error, t0 time.Time) (op *store.Op, stop, ok bool
 
 // retryable reports whether a failed attempt may be retried.
 func (sc *stepCall) retryable(err error) bool {
-	if sc.attempt >= sc.opts.MaxAttempts {
+	if sc.attempt-sc.prior >= sc.opts.MaxAttempts {
 		return false
 	}
 	var nr *nonRetryable

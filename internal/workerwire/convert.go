@@ -94,6 +94,8 @@ func RunToPB(r *store.Run) *pb.Run {
 		CreatedAt: Ts(r.CreatedAt), StartedAt: TsPtr(r.StartedAt), UpdatedAt: Ts(r.UpdatedAt),
 		FinishedAt: TsPtr(r.FinishedAt), ParentId: r.ParentID, TraceParent: r.TraceParent,
 		CurrentStep: stepPtrToPB(r.CurrentStep), Pinned: r.Pinned,
+		WorkflowAttempt:  int64(r.WorkflowAttempt),
+		WorkflowAttempts: runAttemptsToPB(r.WorkflowAttempts), Retry: RunRetryToPB(r.Retry),
 	}
 }
 
@@ -142,6 +144,8 @@ func RunFromPB(r *pb.Run) *store.Run {
 		CreatedAt: Time(r.CreatedAt), StartedAt: TimePtr(r.StartedAt), UpdatedAt: Time(r.UpdatedAt),
 		FinishedAt: TimePtr(r.FinishedAt), ParentID: r.ParentId, TraceParent: r.TraceParent,
 		CurrentStep: stepPtrFromPB(r.CurrentStep), Pinned: r.Pinned,
+		WorkflowAttempt:  max(int(r.WorkflowAttempt), 1),
+		WorkflowAttempts: runAttemptsFromPB(r.WorkflowAttempts), Retry: RunRetryFromPB(r.Retry),
 	}
 }
 
@@ -318,7 +322,7 @@ func CheckpointToPB(p *store.CheckpointParams) *pb.CheckpointItem {
 	it := &pb.CheckpointItem{Lease: LeaseToPB(p.Lease), Ops: OpsToPB(p.Ops), Attempts: AttemptsToPB(p.Attempts),
 		Status: string(p.Status), Output: p.Output, Error: errInfo(p.Error), WaitReason: p.WaitReason,
 		WakeAt: TsPtr(p.WakeAt), WaitEvents: p.WaitEvents, NoEvents: p.NoEvents, Consume: p.Consume,
-		ExpireApprovals: p.ExpireApprovals, Seq: p.Seq}
+		ExpireApprovals: p.ExpireApprovals, Seq: p.Seq, Retry: RunRetryToPB(p.Retry)}
 	for _, kv := range p.KV {
 		it.Kv = append(it.Kv, &pb.KVWrite{Key: kv.Key, Value: kv.Value, Delete: kv.Delete})
 	}
@@ -347,7 +351,7 @@ func CheckpointFromPB(it *pb.CheckpointItem) *store.CheckpointParams {
 	p := &store.CheckpointParams{Lease: LeaseFromPB(it.Lease), Ops: OpsFromPB(it.Ops), Attempts: AttemptsFromPB(it.Attempts),
 		Status: store.Status(it.Status), Output: it.Output, Error: errInfoFrom(it.Error), WaitReason: it.WaitReason,
 		WakeAt: TimePtr(it.WakeAt), WaitEvents: it.WaitEvents, NoEvents: it.NoEvents, Consume: it.Consume,
-		ExpireApprovals: it.ExpireApprovals, Seq: it.Seq}
+		ExpireApprovals: it.ExpireApprovals, Seq: it.Seq, Retry: RunRetryFromPB(it.Retry)}
 	if len(p.Ops) == 0 {
 		p.Ops = nil
 	}
@@ -438,4 +442,61 @@ func clampInt(n int64) int {
 		return 0
 	}
 	return int(min(n, int64(math.MaxInt32)))
+}
+
+// RunRetryToPB converts a workflow retry policy (nil: none).
+func RunRetryToPB(r *store.RunRetry) *pb.RunRetry {
+	if r == nil {
+		return nil
+	}
+	out := &pb.RunRetry{MaxAttempts: int64(r.MaxAttempts), Factor: r.Factor, Jitter: r.Jitter,
+		NonRetryableTypes: r.NonRetryableTypes}
+	out.InitialBackoff = Dur(time.Duration(r.InitialBackoff)) // nil for 0
+	out.MaxBackoff = Dur(time.Duration(r.MaxBackoff))
+	return out
+}
+
+// RunRetryFromPB converts a workflow retry policy back (nil: none); the store
+// validates it.
+func RunRetryFromPB(r *pb.RunRetry) *store.RunRetry {
+	if r == nil {
+		return nil
+	}
+	return &store.RunRetry{MaxAttempts: int(min(max(r.MaxAttempts, -1), 1<<30)), InitialBackoff: store.Duration(Duration(r.InitialBackoff)),
+		Factor: r.Factor, MaxBackoff: store.Duration(Duration(r.MaxBackoff)), Jitter: r.Jitter, NonRetryableTypes: r.NonRetryableTypes}
+}
+
+func runAttemptsToPB(as []store.RunAttempt) []*pb.RunAttempt {
+	if len(as) == 0 {
+		return nil
+	}
+	out := make([]*pb.RunAttempt, len(as))
+	for i, a := range as {
+		e := a.Error
+		pa := &pb.RunAttempt{Attempt: int64(a.Attempt), Error: errInfo(&e), StartedAt: Ts(a.StartedAt),
+			FailedAt: Ts(a.FailedAt), RetryAt: Ts(a.RetryAt)}
+		for _, s := range a.Steps {
+			pa.Steps = append(pa.Steps, &pb.RetriedStep{Position: int64(s.Position), Name: s.Name, Attempts: int64(s.Attempts)})
+		}
+		out[i] = pa
+	}
+	return out
+}
+
+func runAttemptsFromPB(as []*pb.RunAttempt) []store.RunAttempt {
+	if len(as) == 0 {
+		return nil
+	}
+	out := make([]store.RunAttempt, len(as))
+	for i, a := range as {
+		sa := store.RunAttempt{Attempt: int(a.Attempt), StartedAt: Time(a.StartedAt), FailedAt: Time(a.FailedAt), RetryAt: Time(a.RetryAt)}
+		if e := errInfoFrom(a.Error); e != nil {
+			sa.Error = *e
+		}
+		for _, s := range a.Steps {
+			sa.Steps = append(sa.Steps, store.RetriedStep{Position: int(s.Position), Name: s.Name, Attempts: int(s.Attempts)})
+		}
+		out[i] = sa
+	}
+	return out
 }

@@ -423,7 +423,8 @@ func (s *Store) answerBatch(batch []*ckCall, res *pb.CheckpointResponse, err err
 			c.err = ww.FromDetail(res.Results[i].Error)
 		default:
 			r := res.Results[i]
-			c.res = &store.CheckpointResult{CancelRequested: r.CancelRequested, At: ww.Time(r.At), Replayed: r.Replayed}
+			c.res = &store.CheckpointResult{CancelRequested: r.CancelRequested, At: ww.Time(r.At), Replayed: r.Replayed,
+				RetryAt: ww.TimePtr(r.RetryAt)}
 		}
 		close(c.done)
 	}

@@ -100,11 +100,11 @@ func retryStoredPolicy(t *testing.T, e *env) {
 		t.Fatalf("failed step after the retry = %+v, want in progress with its 2 failed attempts", s)
 	}
 	wantTime(t, "reset step StartedAt", ops[1].StartedAt, retryAt)
-	wantStream(t, e.streamRead(r.ID, 0, 10), 1, "run.retrying")
+	wantStream(t, e.streamRead(r.ID, 0, 10), 1, "run.waiting")
 	ev := e.streamRead(r.ID, 0, 10).Events[0]
-	if !strings.Contains(string(ev.Data), `"attempt":1`) || !strings.Contains(string(ev.Data), `"retry_at"`) ||
-		!strings.Contains(string(ev.Data), boom.Message) {
-		t.Fatalf("run.retrying data = %s", ev.Data)
+	if !strings.Contains(string(ev.Data), `"retry":{"attempt":1,`) || !strings.Contains(string(ev.Data), `"wake_at"`) ||
+		!strings.Contains(string(ev.Data), boom.Message) || !strings.Contains(string(ev.Data), `"reason":"workflow retry`) {
+		t.Fatalf("run.waiting data = %s", ev.Data)
 	}
 
 	// Not due before the backoff has passed.
@@ -153,7 +153,7 @@ func retryStoredPolicy(t *testing.T, e *env) {
 	if ops := e.history(r.ID); !ops[1].Done || ops[1].Error == nil || ops[1].Attempts != 5 {
 		t.Fatalf("failed step = %+v, want done, failed, 5 attempts", ops[1])
 	}
-	wantStream(t, e.streamRead(r.ID, 0, 10), 1, "run.retrying", "run.retrying", "run.failed")
+	wantStream(t, e.streamRead(r.ID, 0, 10), 1, "run.waiting", "run.waiting", "run.failed")
 }
 
 // retryWorkerPolicy: without a policy of its own, a run is retried by the one

@@ -187,7 +187,18 @@ type Run struct {
 	CurrentStep *RunStep `protobuf:"bytes,26,opt,name=current_step,json=currentStep,proto3" json:"current_step,omitempty"`
 	// pinned: the run was started pinned to `version` (store.Run.Pinned): only a
 	// worker that serves that version of the workflow claims it.
-	Pinned        bool `protobuf:"varint,27,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	Pinned bool `protobuf:"varint,27,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	// workflow_attempt numbers the run's attempt of its workflow function
+	// (workflow retries): 1, then one more after each failed attempt that a
+	// retry followed. Unset (0) reads as 1.
+	WorkflowAttempt int64 `protobuf:"varint,40,opt,name=workflow_attempt,json=workflowAttempt,proto3" json:"workflow_attempt,omitempty"`
+	// workflow_attempts are the run's failed attempts that a retry followed,
+	// oldest first. A step that one of them lists in its steps gets a fresh
+	// attempt budget: its attempts up to the number listed there (in the latest
+	// attempt that lists it) do not count against its max attempts.
+	WorkflowAttempts []*RunAttempt `protobuf:"bytes,41,rep,name=workflow_attempts,json=workflowAttempts,proto3" json:"workflow_attempts,omitempty"`
+	// retry is the workflow retry policy the run was started with, if any.
+	Retry         *RunRetry `protobuf:"bytes,42,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -411,6 +422,261 @@ func (x *Run) GetPinned() bool {
 	return false
 }
 
+func (x *Run) GetWorkflowAttempt() int64 {
+	if x != nil {
+		return x.WorkflowAttempt
+	}
+	return 0
+}
+
+func (x *Run) GetWorkflowAttempts() []*RunAttempt {
+	if x != nil {
+		return x.WorkflowAttempts
+	}
+	return nil
+}
+
+func (x *Run) GetRetry() *RunRetry {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// A workflow retry policy (store.RunRetry): max_attempts counts the first
+// attempt; the delay before retry n is initial_backoff * factor^(n-1), capped
+// at max_backoff, varied by up to ±jitter.
+type RunRetry struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	MaxAttempts       int64                  `protobuf:"varint,1,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	InitialBackoff    *durationpb.Duration   `protobuf:"bytes,2,opt,name=initial_backoff,json=initialBackoff,proto3" json:"initial_backoff,omitempty"`
+	Factor            float64                `protobuf:"fixed64,3,opt,name=factor,proto3" json:"factor,omitempty"`
+	MaxBackoff        *durationpb.Duration   `protobuf:"bytes,4,opt,name=max_backoff,json=maxBackoff,proto3" json:"max_backoff,omitempty"`
+	Jitter            float64                `protobuf:"fixed64,5,opt,name=jitter,proto3" json:"jitter,omitempty"`
+	NonRetryableTypes []string               `protobuf:"bytes,6,rep,name=non_retryable_types,json=nonRetryableTypes,proto3" json:"non_retryable_types,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *RunRetry) Reset() {
+	*x = RunRetry{}
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunRetry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunRetry) ProtoMessage() {}
+
+func (x *RunRetry) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunRetry.ProtoReflect.Descriptor instead.
+func (*RunRetry) Descriptor() ([]byte, []int) {
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RunRetry) GetMaxAttempts() int64 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *RunRetry) GetInitialBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.InitialBackoff
+	}
+	return nil
+}
+
+func (x *RunRetry) GetFactor() float64 {
+	if x != nil {
+		return x.Factor
+	}
+	return 0
+}
+
+func (x *RunRetry) GetMaxBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.MaxBackoff
+	}
+	return nil
+}
+
+func (x *RunRetry) GetJitter() float64 {
+	if x != nil {
+		return x.Jitter
+	}
+	return 0
+}
+
+func (x *RunRetry) GetNonRetryableTypes() []string {
+	if x != nil {
+		return x.NonRetryableTypes
+	}
+	return nil
+}
+
+// A failed attempt of a run that a workflow retry followed.
+type RunAttempt struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Attempt   int64                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Error     *ErrorInfo             `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FailedAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=failed_at,json=failedAt,proto3" json:"failed_at,omitempty"`
+	RetryAt   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
+	// steps are the failed steps the attempt left, which the next one runs
+	// again: each with the attempts it had made.
+	Steps         []*RetriedStep `protobuf:"bytes,6,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunAttempt) Reset() {
+	*x = RunAttempt{}
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunAttempt) ProtoMessage() {}
+
+func (x *RunAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunAttempt.ProtoReflect.Descriptor instead.
+func (*RunAttempt) Descriptor() ([]byte, []int) {
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RunAttempt) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RunAttempt) GetError() *ErrorInfo {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *RunAttempt) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *RunAttempt) GetFailedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FailedAt
+	}
+	return nil
+}
+
+func (x *RunAttempt) GetRetryAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RetryAt
+	}
+	return nil
+}
+
+func (x *RunAttempt) GetSteps() []*RetriedStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+type RetriedStep struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Position      int64                  `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Attempts      int64                  `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetriedStep) Reset() {
+	*x = RetriedStep{}
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetriedStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetriedStep) ProtoMessage() {}
+
+func (x *RetriedStep) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetriedStep.ProtoReflect.Descriptor instead.
+func (*RetriedStep) Descriptor() ([]byte, []int) {
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RetriedStep) GetPosition() int64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *RetriedStep) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RetriedStep) GetAttempts() int64 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
 // The versions of one workflow a worker serves to runs pinned to a version.
 type WorkflowVersions struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -422,7 +688,7 @@ type WorkflowVersions struct {
 
 func (x *WorkflowVersions) Reset() {
 	*x = WorkflowVersions{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +700,7 @@ func (x *WorkflowVersions) String() string {
 func (*WorkflowVersions) ProtoMessage() {}
 
 func (x *WorkflowVersions) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +713,7 @@ func (x *WorkflowVersions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowVersions.ProtoReflect.Descriptor instead.
 func (*WorkflowVersions) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WorkflowVersions) GetWorkflow() string {
@@ -484,7 +750,7 @@ type RunStep struct {
 
 func (x *RunStep) Reset() {
 	*x = RunStep{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +762,7 @@ func (x *RunStep) String() string {
 func (*RunStep) ProtoMessage() {}
 
 func (x *RunStep) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +775,7 @@ func (x *RunStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStep.ProtoReflect.Descriptor instead.
 func (*RunStep) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunStep) GetName() string {
@@ -566,7 +832,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +844,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +857,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Attempt) GetPosition() int64 {
@@ -658,7 +924,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +936,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +949,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Op) GetPosition() int64 {
@@ -777,7 +1043,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +1055,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +1068,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Event) GetSeq() int64 {
@@ -875,7 +1141,7 @@ type ClaimedRun struct {
 
 func (x *ClaimedRun) Reset() {
 	*x = ClaimedRun{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1153,7 @@ func (x *ClaimedRun) String() string {
 func (*ClaimedRun) ProtoMessage() {}
 
 func (x *ClaimedRun) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1166,7 @@ func (x *ClaimedRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedRun.ProtoReflect.Descriptor instead.
 func (*ClaimedRun) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClaimedRun) GetRun() *Run {
@@ -973,7 +1239,7 @@ type QueueRetry struct {
 
 func (x *QueueRetry) Reset() {
 	*x = QueueRetry{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1251,7 @@ func (x *QueueRetry) String() string {
 func (*QueueRetry) ProtoMessage() {}
 
 func (x *QueueRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1264,7 @@ func (x *QueueRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetry.ProtoReflect.Descriptor instead.
 func (*QueueRetry) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueueRetry) GetMaxAttempts() int64 {
@@ -1040,7 +1306,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1318,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1331,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Lease) GetNamespace() string {
@@ -1114,7 +1380,7 @@ type KVWrite struct {
 
 func (x *KVWrite) Reset() {
 	*x = KVWrite{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1392,7 @@ func (x *KVWrite) String() string {
 func (*KVWrite) ProtoMessage() {}
 
 func (x *KVWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1405,7 @@ func (x *KVWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWrite.ProtoReflect.Descriptor instead.
 func (*KVWrite) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KVWrite) GetKey() string {
@@ -1182,7 +1448,7 @@ type ChildRun struct {
 
 func (x *ChildRun) Reset() {
 	*x = ChildRun{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1460,7 @@ func (x *ChildRun) String() string {
 func (*ChildRun) ProtoMessage() {}
 
 func (x *ChildRun) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1473,7 @@ func (x *ChildRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildRun.ProtoReflect.Descriptor instead.
 func (*ChildRun) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ChildRun) GetId() string {
@@ -1286,7 +1552,7 @@ type ChildGroup struct {
 
 func (x *ChildGroup) Reset() {
 	*x = ChildGroup{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1564,7 @@ func (x *ChildGroup) String() string {
 func (*ChildGroup) ProtoMessage() {}
 
 func (x *ChildGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1577,7 @@ func (x *ChildGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildGroup.ProtoReflect.Descriptor instead.
 func (*ChildGroup) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ChildGroup) GetPosition() int64 {
@@ -1364,7 +1630,7 @@ type ApprovalRequest struct {
 
 func (x *ApprovalRequest) Reset() {
 	*x = ApprovalRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1376,7 +1642,7 @@ func (x *ApprovalRequest) String() string {
 func (*ApprovalRequest) ProtoMessage() {}
 
 func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1389,7 +1655,7 @@ func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ApprovalRequest) GetId() string {
@@ -1464,7 +1730,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1742,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1755,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ClaimRequest) GetNamespace() string {
@@ -1561,7 +1827,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1839,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1852,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{16}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ClaimResponse) GetRuns() []*ClaimedRun {
@@ -1624,7 +1890,7 @@ type ExtendLeasesRequest struct {
 
 func (x *ExtendLeasesRequest) Reset() {
 	*x = ExtendLeasesRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1902,7 @@ func (x *ExtendLeasesRequest) String() string {
 func (*ExtendLeasesRequest) ProtoMessage() {}
 
 func (x *ExtendLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1915,7 @@ func (x *ExtendLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{17}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExtendLeasesRequest) GetLeases() []*Lease {
@@ -1683,7 +1949,7 @@ type ExtendLeasesResponse struct {
 
 func (x *ExtendLeasesResponse) Reset() {
 	*x = ExtendLeasesResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1961,7 @@ func (x *ExtendLeasesResponse) String() string {
 func (*ExtendLeasesResponse) ProtoMessage() {}
 
 func (x *ExtendLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1974,7 @@ func (x *ExtendLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{18}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExtendLeasesResponse) GetLost() []string {
@@ -1737,7 +2003,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +2015,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +2028,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{19}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseLeaseRequest) GetLease() *Lease {
@@ -1787,7 +2053,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +2065,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +2078,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{20}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{23}
 }
 
 // CheckpointItem is one run's checkpoint (store.CheckpointParams).
@@ -1843,14 +2109,19 @@ type CheckpointItem struct {
 	// applied (CheckpointResult.replayed) and writes nothing, and a different
 	// request under the same key is refused (IDEMPOTENCY_KEY_CONFLICT). 0 sends
 	// the checkpoint unguarded. See docs/worker-protocol.md.
-	Seq           int64 `protobuf:"varint,17,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq int64 `protobuf:"varint,17,opt,name=seq,proto3" json:"seq,omitempty"`
+	// retry, with status failed, is the workflow retry policy of the worker's
+	// workflow: the store applies it when the run has none of its own, and the
+	// failure becomes a wait for the run's next attempt while it has attempts
+	// left (CheckpointResult.retry_at).
+	Retry         *RunRetry `protobuf:"bytes,40,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckpointItem) Reset() {
 	*x = CheckpointItem{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +2133,7 @@ func (x *CheckpointItem) String() string {
 func (*CheckpointItem) ProtoMessage() {}
 
 func (x *CheckpointItem) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +2146,7 @@ func (x *CheckpointItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointItem.ProtoReflect.Descriptor instead.
 func (*CheckpointItem) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{21}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CheckpointItem) GetLease() *Lease {
@@ -1997,6 +2268,13 @@ func (x *CheckpointItem) GetSeq() int64 {
 	return 0
 }
 
+func (x *CheckpointItem) GetRetry() *RunRetry {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
 // StreamWrite is one event of a run's stream, written with a checkpoint.
 type StreamWrite struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2009,7 +2287,7 @@ type StreamWrite struct {
 
 func (x *StreamWrite) Reset() {
 	*x = StreamWrite{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2299,7 @@ func (x *StreamWrite) String() string {
 func (*StreamWrite) ProtoMessage() {}
 
 func (x *StreamWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2312,7 @@ func (x *StreamWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamWrite.ProtoReflect.Descriptor instead.
 func (*StreamWrite) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{22}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StreamWrite) GetName() string {
@@ -2060,7 +2338,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2350,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2363,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{23}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CheckpointRequest) GetCheckpoints() []*CheckpointItem {
@@ -2103,14 +2381,17 @@ type CheckpointResult struct {
 	At              *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
 	// replayed reports a retry of a checkpoint that was applied already:
 	// nothing was written again.
-	Replayed      bool `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Replayed bool `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// retry_at, for a checkpoint that failed its run, says that the failure
+	// became a workflow retry: the run waits until then for its next attempt.
+	RetryAt       *timestamppb.Timestamp `protobuf:"bytes,40,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckpointResult) Reset() {
 	*x = CheckpointResult{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2403,7 @@ func (x *CheckpointResult) String() string {
 func (*CheckpointResult) ProtoMessage() {}
 
 func (x *CheckpointResult) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2416,7 @@ func (x *CheckpointResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResult.ProtoReflect.Descriptor instead.
 func (*CheckpointResult) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{24}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckpointResult) GetError() *ErrorDetail {
@@ -2166,6 +2447,13 @@ func (x *CheckpointResult) GetReplayed() bool {
 	return false
 }
 
+func (x *CheckpointResult) GetRetryAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RetryAt
+	}
+	return nil
+}
+
 type CheckpointResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// results, one per checkpoint, in request order.
@@ -2176,7 +2464,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2476,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2489,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{25}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CheckpointResponse) GetResults() []*CheckpointResult {
@@ -2224,7 +2512,7 @@ type ResumeBlockedRequest struct {
 
 func (x *ResumeBlockedRequest) Reset() {
 	*x = ResumeBlockedRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2524,7 @@ func (x *ResumeBlockedRequest) String() string {
 func (*ResumeBlockedRequest) ProtoMessage() {}
 
 func (x *ResumeBlockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2537,7 @@ func (x *ResumeBlockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeBlockedRequest.ProtoReflect.Descriptor instead.
 func (*ResumeBlockedRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{26}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResumeBlockedRequest) GetNamespace() string {
@@ -2282,7 +2570,7 @@ type ResumeBlockedResponse struct {
 
 func (x *ResumeBlockedResponse) Reset() {
 	*x = ResumeBlockedResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2582,7 @@ func (x *ResumeBlockedResponse) String() string {
 func (*ResumeBlockedResponse) ProtoMessage() {}
 
 func (x *ResumeBlockedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2595,7 @@ func (x *ResumeBlockedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeBlockedResponse.ProtoReflect.Descriptor instead.
 func (*ResumeBlockedResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{27}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResumeBlockedResponse) GetResumed() int64 {
@@ -2327,7 +2615,7 @@ type ListHistoryRequest struct {
 
 func (x *ListHistoryRequest) Reset() {
 	*x = ListHistoryRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2627,7 @@ func (x *ListHistoryRequest) String() string {
 func (*ListHistoryRequest) ProtoMessage() {}
 
 func (x *ListHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2640,7 @@ func (x *ListHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHistoryRequest.ProtoReflect.Descriptor instead.
 func (*ListHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{28}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListHistoryRequest) GetNamespace() string {
@@ -2378,7 +2666,7 @@ type ListHistoryResponse struct {
 
 func (x *ListHistoryResponse) Reset() {
 	*x = ListHistoryResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2678,7 @@ func (x *ListHistoryResponse) String() string {
 func (*ListHistoryResponse) ProtoMessage() {}
 
 func (x *ListHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2691,7 @@ func (x *ListHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHistoryResponse.ProtoReflect.Descriptor instead.
 func (*ListHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{29}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListHistoryResponse) GetOps() []*Op {
@@ -2424,7 +2712,7 @@ type ListChildrenRequest struct {
 
 func (x *ListChildrenRequest) Reset() {
 	*x = ListChildrenRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2724,7 @@ func (x *ListChildrenRequest) String() string {
 func (*ListChildrenRequest) ProtoMessage() {}
 
 func (x *ListChildrenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[30]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2737,7 @@ func (x *ListChildrenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChildrenRequest.ProtoReflect.Descriptor instead.
 func (*ListChildrenRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{30}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListChildrenRequest) GetNamespace() string {
@@ -2482,7 +2770,7 @@ type ListChildrenResponse struct {
 
 func (x *ListChildrenResponse) Reset() {
 	*x = ListChildrenResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2782,7 @@ func (x *ListChildrenResponse) String() string {
 func (*ListChildrenResponse) ProtoMessage() {}
 
 func (x *ListChildrenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[31]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2795,7 @@ func (x *ListChildrenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChildrenResponse.ProtoReflect.Descriptor instead.
 func (*ListChildrenResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{31}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListChildrenResponse) GetRuns() []*Run {
@@ -2530,7 +2818,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2830,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[32]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2843,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{32}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SubscribeRequest) GetNamespace() string {
@@ -2584,7 +2872,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2596,7 +2884,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[33]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2609,7 +2897,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{33}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SubscribeResponse) GetSubscribed() bool {
@@ -2648,7 +2936,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2660,7 +2948,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[34]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2673,7 +2961,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{34}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Worker) GetNamespace() string {
@@ -2770,7 +3058,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +3070,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[35]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +3083,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{35}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HeartbeatRequest) GetNamespace() string {
@@ -2862,7 +3150,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2874,7 +3162,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[36]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2887,7 +3175,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{36}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{39}
 }
 
 type ListWorkersRequest struct {
@@ -2899,7 +3187,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2911,7 +3199,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[37]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2924,7 +3212,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{37}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListWorkersRequest) GetNamespace() string {
@@ -2943,7 +3231,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3243,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[38]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3256,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{38}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -2988,7 +3276,7 @@ type RemoveWorkerRequest struct {
 
 func (x *RemoveWorkerRequest) Reset() {
 	*x = RemoveWorkerRequest{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[39]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3288,7 @@ func (x *RemoveWorkerRequest) String() string {
 func (*RemoveWorkerRequest) ProtoMessage() {}
 
 func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[39]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3301,7 @@ func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{39}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemoveWorkerRequest) GetNamespace() string {
@@ -3038,7 +3326,7 @@ type RemoveWorkerResponse struct {
 
 func (x *RemoveWorkerResponse) Reset() {
 	*x = RemoveWorkerResponse{}
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[40]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3050,7 +3338,7 @@ func (x *RemoveWorkerResponse) String() string {
 func (*RemoveWorkerResponse) ProtoMessage() {}
 
 func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_worker_v1_worker_proto_msgTypes[40]
+	mi := &file_trellis_worker_v1_worker_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3063,7 +3351,7 @@ func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{40}
+	return file_trellis_worker_v1_worker_proto_rawDescGZIP(), []int{43}
 }
 
 var File_trellis_worker_v1_worker_proto protoreflect.FileDescriptor
@@ -3078,7 +3366,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\tErrorInfo\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12#\n" +
-	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\"\xbc\b\n" +
+	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\"\xe6\t\n" +
 	"\x03Run\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1f\n" +
@@ -3114,9 +3402,33 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\tparent_id\x18\x18 \x01(\tR\bparentId\x12!\n" +
 	"\ftrace_parent\x18\x19 \x01(\tR\vtraceParent\x12=\n" +
 	"\fcurrent_step\x18\x1a \x01(\v2\x1a.trellis.worker.v1.RunStepR\vcurrentStep\x12\x16\n" +
-	"\x06pinned\x18\x1b \x01(\bR\x06pinnedB\b\n" +
+	"\x06pinned\x18\x1b \x01(\bR\x06pinned\x12)\n" +
+	"\x10workflow_attempt\x18( \x01(\x03R\x0fworkflowAttempt\x12J\n" +
+	"\x11workflow_attempts\x18) \x03(\v2\x1d.trellis.worker.v1.RunAttemptR\x10workflowAttempts\x121\n" +
+	"\x05retry\x18* \x01(\v2\x1b.trellis.worker.v1.RunRetryR\x05retryB\b\n" +
 	"\x06_inputB\t\n" +
-	"\a_output\"J\n" +
+	"\a_output\"\x8d\x02\n" +
+	"\bRunRetry\x12!\n" +
+	"\fmax_attempts\x18\x01 \x01(\x03R\vmaxAttempts\x12B\n" +
+	"\x0finitial_backoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0einitialBackoff\x12\x16\n" +
+	"\x06factor\x18\x03 \x01(\x01R\x06factor\x12:\n" +
+	"\vmax_backoff\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"maxBackoff\x12\x16\n" +
+	"\x06jitter\x18\x05 \x01(\x01R\x06jitter\x12.\n" +
+	"\x13non_retryable_types\x18\x06 \x03(\tR\x11nonRetryableTypes\"\xbb\x02\n" +
+	"\n" +
+	"RunAttempt\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x03R\aattempt\x122\n" +
+	"\x05error\x18\x02 \x01(\v2\x1c.trellis.worker.v1.ErrorInfoR\x05error\x129\n" +
+	"\n" +
+	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x127\n" +
+	"\tfailed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bfailedAt\x125\n" +
+	"\bretry_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\x124\n" +
+	"\x05steps\x18\x06 \x03(\v2\x1e.trellis.worker.v1.RetriedStepR\x05steps\"Y\n" +
+	"\vRetriedStep\x12\x1a\n" +
+	"\bposition\x18\x01 \x01(\x03R\bposition\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\battempts\x18\x03 \x01(\x03R\battempts\"J\n" +
 	"\x10WorkflowVersions\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12\x1a\n" +
 	"\bversions\x18\x02 \x03(\x03R\bversions\"\xba\x01\n" +
@@ -3243,7 +3555,7 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\x13ReleaseLeaseRequest\x12.\n" +
 	"\x05lease\x18\x01 \x01(\v2\x18.trellis.worker.v1.LeaseR\x05lease\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\"\x16\n" +
-	"\x14ReleaseLeaseResponse\"\xe1\x05\n" +
+	"\x14ReleaseLeaseResponse\"\x94\x06\n" +
 	"\x0eCheckpointItem\x12.\n" +
 	"\x05lease\x18\x01 \x01(\v2\x18.trellis.worker.v1.LeaseR\x05lease\x12'\n" +
 	"\x03ops\x18\x02 \x03(\v2\x15.trellis.worker.v1.OpR\x03ops\x126\n" +
@@ -3264,18 +3576,20 @@ const file_trellis_worker_v1_worker_proto_rawDesc = "" +
 	"\tapprovals\x18\x0e \x03(\v2\".trellis.worker.v1.ApprovalRequestR\tapprovals\x12)\n" +
 	"\x10expire_approvals\x18\x0f \x03(\tR\x0fexpireApprovals\x126\n" +
 	"\x06stream\x18\x10 \x03(\v2\x1e.trellis.worker.v1.StreamWriteR\x06stream\x12\x10\n" +
-	"\x03seq\x18\x11 \x01(\x03R\x03seqB\t\n" +
+	"\x03seq\x18\x11 \x01(\x03R\x03seq\x121\n" +
+	"\x05retry\x18( \x01(\v2\x1b.trellis.worker.v1.RunRetryR\x05retryB\t\n" +
 	"\a_output\"5\n" +
 	"\vStreamWrite\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"X\n" +
 	"\x11CheckpointRequest\x12C\n" +
-	"\vcheckpoints\x18\x01 \x03(\v2!.trellis.worker.v1.CheckpointItemR\vcheckpoints\"\xbb\x01\n" +
+	"\vcheckpoints\x18\x01 \x03(\v2!.trellis.worker.v1.CheckpointItemR\vcheckpoints\"\xf2\x01\n" +
 	"\x10CheckpointResult\x124\n" +
 	"\x05error\x18\x01 \x01(\v2\x1e.trellis.worker.v1.ErrorDetailR\x05error\x12)\n" +
 	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\x12*\n" +
 	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1a\n" +
-	"\breplayed\x18\x04 \x01(\bR\breplayed\"S\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\x125\n" +
+	"\bretry_at\x18( \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\"S\n" +
 	"\x12CheckpointResponse\x12=\n" +
 	"\aresults\x18\x01 \x03(\v2#.trellis.worker.v1.CheckpointResultR\aresults\"j\n" +
 	"\x14ResumeBlockedRequest\x12\x1c\n" +
@@ -3363,141 +3677,155 @@ func file_trellis_worker_v1_worker_proto_rawDescGZIP() []byte {
 	return file_trellis_worker_v1_worker_proto_rawDescData
 }
 
-var file_trellis_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_trellis_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_trellis_worker_v1_worker_proto_goTypes = []any{
 	(*ErrorDetail)(nil),           // 0: trellis.worker.v1.ErrorDetail
 	(*ErrorInfo)(nil),             // 1: trellis.worker.v1.ErrorInfo
 	(*Run)(nil),                   // 2: trellis.worker.v1.Run
-	(*WorkflowVersions)(nil),      // 3: trellis.worker.v1.WorkflowVersions
-	(*RunStep)(nil),               // 4: trellis.worker.v1.RunStep
-	(*Attempt)(nil),               // 5: trellis.worker.v1.Attempt
-	(*Op)(nil),                    // 6: trellis.worker.v1.Op
-	(*Event)(nil),                 // 7: trellis.worker.v1.Event
-	(*ClaimedRun)(nil),            // 8: trellis.worker.v1.ClaimedRun
-	(*QueueRetry)(nil),            // 9: trellis.worker.v1.QueueRetry
-	(*Lease)(nil),                 // 10: trellis.worker.v1.Lease
-	(*KVWrite)(nil),               // 11: trellis.worker.v1.KVWrite
-	(*ChildRun)(nil),              // 12: trellis.worker.v1.ChildRun
-	(*ChildGroup)(nil),            // 13: trellis.worker.v1.ChildGroup
-	(*ApprovalRequest)(nil),       // 14: trellis.worker.v1.ApprovalRequest
-	(*ClaimRequest)(nil),          // 15: trellis.worker.v1.ClaimRequest
-	(*ClaimResponse)(nil),         // 16: trellis.worker.v1.ClaimResponse
-	(*ExtendLeasesRequest)(nil),   // 17: trellis.worker.v1.ExtendLeasesRequest
-	(*ExtendLeasesResponse)(nil),  // 18: trellis.worker.v1.ExtendLeasesResponse
-	(*ReleaseLeaseRequest)(nil),   // 19: trellis.worker.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),  // 20: trellis.worker.v1.ReleaseLeaseResponse
-	(*CheckpointItem)(nil),        // 21: trellis.worker.v1.CheckpointItem
-	(*StreamWrite)(nil),           // 22: trellis.worker.v1.StreamWrite
-	(*CheckpointRequest)(nil),     // 23: trellis.worker.v1.CheckpointRequest
-	(*CheckpointResult)(nil),      // 24: trellis.worker.v1.CheckpointResult
-	(*CheckpointResponse)(nil),    // 25: trellis.worker.v1.CheckpointResponse
-	(*ResumeBlockedRequest)(nil),  // 26: trellis.worker.v1.ResumeBlockedRequest
-	(*ResumeBlockedResponse)(nil), // 27: trellis.worker.v1.ResumeBlockedResponse
-	(*ListHistoryRequest)(nil),    // 28: trellis.worker.v1.ListHistoryRequest
-	(*ListHistoryResponse)(nil),   // 29: trellis.worker.v1.ListHistoryResponse
-	(*ListChildrenRequest)(nil),   // 30: trellis.worker.v1.ListChildrenRequest
-	(*ListChildrenResponse)(nil),  // 31: trellis.worker.v1.ListChildrenResponse
-	(*SubscribeRequest)(nil),      // 32: trellis.worker.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),     // 33: trellis.worker.v1.SubscribeResponse
-	(*Worker)(nil),                // 34: trellis.worker.v1.Worker
-	(*HeartbeatRequest)(nil),      // 35: trellis.worker.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 36: trellis.worker.v1.HeartbeatResponse
-	(*ListWorkersRequest)(nil),    // 37: trellis.worker.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),   // 38: trellis.worker.v1.ListWorkersResponse
-	(*RemoveWorkerRequest)(nil),   // 39: trellis.worker.v1.RemoveWorkerRequest
-	(*RemoveWorkerResponse)(nil),  // 40: trellis.worker.v1.RemoveWorkerResponse
-	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
+	(*RunRetry)(nil),              // 3: trellis.worker.v1.RunRetry
+	(*RunAttempt)(nil),            // 4: trellis.worker.v1.RunAttempt
+	(*RetriedStep)(nil),           // 5: trellis.worker.v1.RetriedStep
+	(*WorkflowVersions)(nil),      // 6: trellis.worker.v1.WorkflowVersions
+	(*RunStep)(nil),               // 7: trellis.worker.v1.RunStep
+	(*Attempt)(nil),               // 8: trellis.worker.v1.Attempt
+	(*Op)(nil),                    // 9: trellis.worker.v1.Op
+	(*Event)(nil),                 // 10: trellis.worker.v1.Event
+	(*ClaimedRun)(nil),            // 11: trellis.worker.v1.ClaimedRun
+	(*QueueRetry)(nil),            // 12: trellis.worker.v1.QueueRetry
+	(*Lease)(nil),                 // 13: trellis.worker.v1.Lease
+	(*KVWrite)(nil),               // 14: trellis.worker.v1.KVWrite
+	(*ChildRun)(nil),              // 15: trellis.worker.v1.ChildRun
+	(*ChildGroup)(nil),            // 16: trellis.worker.v1.ChildGroup
+	(*ApprovalRequest)(nil),       // 17: trellis.worker.v1.ApprovalRequest
+	(*ClaimRequest)(nil),          // 18: trellis.worker.v1.ClaimRequest
+	(*ClaimResponse)(nil),         // 19: trellis.worker.v1.ClaimResponse
+	(*ExtendLeasesRequest)(nil),   // 20: trellis.worker.v1.ExtendLeasesRequest
+	(*ExtendLeasesResponse)(nil),  // 21: trellis.worker.v1.ExtendLeasesResponse
+	(*ReleaseLeaseRequest)(nil),   // 22: trellis.worker.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),  // 23: trellis.worker.v1.ReleaseLeaseResponse
+	(*CheckpointItem)(nil),        // 24: trellis.worker.v1.CheckpointItem
+	(*StreamWrite)(nil),           // 25: trellis.worker.v1.StreamWrite
+	(*CheckpointRequest)(nil),     // 26: trellis.worker.v1.CheckpointRequest
+	(*CheckpointResult)(nil),      // 27: trellis.worker.v1.CheckpointResult
+	(*CheckpointResponse)(nil),    // 28: trellis.worker.v1.CheckpointResponse
+	(*ResumeBlockedRequest)(nil),  // 29: trellis.worker.v1.ResumeBlockedRequest
+	(*ResumeBlockedResponse)(nil), // 30: trellis.worker.v1.ResumeBlockedResponse
+	(*ListHistoryRequest)(nil),    // 31: trellis.worker.v1.ListHistoryRequest
+	(*ListHistoryResponse)(nil),   // 32: trellis.worker.v1.ListHistoryResponse
+	(*ListChildrenRequest)(nil),   // 33: trellis.worker.v1.ListChildrenRequest
+	(*ListChildrenResponse)(nil),  // 34: trellis.worker.v1.ListChildrenResponse
+	(*SubscribeRequest)(nil),      // 35: trellis.worker.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),     // 36: trellis.worker.v1.SubscribeResponse
+	(*Worker)(nil),                // 37: trellis.worker.v1.Worker
+	(*HeartbeatRequest)(nil),      // 38: trellis.worker.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 39: trellis.worker.v1.HeartbeatResponse
+	(*ListWorkersRequest)(nil),    // 40: trellis.worker.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),   // 41: trellis.worker.v1.ListWorkersResponse
+	(*RemoveWorkerRequest)(nil),   // 42: trellis.worker.v1.RemoveWorkerRequest
+	(*RemoveWorkerResponse)(nil),  // 43: trellis.worker.v1.RemoveWorkerResponse
+	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 45: google.protobuf.Duration
 }
 var file_trellis_worker_v1_worker_proto_depIdxs = []int32{
 	1,  // 0: trellis.worker.v1.Run.error:type_name -> trellis.worker.v1.ErrorInfo
-	41, // 1: trellis.worker.v1.Run.deadline:type_name -> google.protobuf.Timestamp
-	41, // 2: trellis.worker.v1.Run.available_at:type_name -> google.protobuf.Timestamp
-	41, // 3: trellis.worker.v1.Run.lease_expires_at:type_name -> google.protobuf.Timestamp
-	41, // 4: trellis.worker.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	41, // 5: trellis.worker.v1.Run.started_at:type_name -> google.protobuf.Timestamp
-	41, // 6: trellis.worker.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
-	41, // 7: trellis.worker.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
-	4,  // 8: trellis.worker.v1.Run.current_step:type_name -> trellis.worker.v1.RunStep
-	41, // 9: trellis.worker.v1.RunStep.since:type_name -> google.protobuf.Timestamp
-	42, // 10: trellis.worker.v1.RunStep.timeout:type_name -> google.protobuf.Duration
-	1,  // 11: trellis.worker.v1.Attempt.error:type_name -> trellis.worker.v1.ErrorInfo
-	41, // 12: trellis.worker.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	41, // 13: trellis.worker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	1,  // 14: trellis.worker.v1.Op.error:type_name -> trellis.worker.v1.ErrorInfo
-	5,  // 15: trellis.worker.v1.Op.attempt_log:type_name -> trellis.worker.v1.Attempt
-	41, // 16: trellis.worker.v1.Op.started_at:type_name -> google.protobuf.Timestamp
-	41, // 17: trellis.worker.v1.Op.finished_at:type_name -> google.protobuf.Timestamp
-	41, // 18: trellis.worker.v1.Op.attempt_started_at:type_name -> google.protobuf.Timestamp
-	41, // 19: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
-	2,  // 20: trellis.worker.v1.ClaimedRun.run:type_name -> trellis.worker.v1.Run
-	41, // 21: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
-	6,  // 22: trellis.worker.v1.ClaimedRun.history:type_name -> trellis.worker.v1.Op
-	7,  // 23: trellis.worker.v1.ClaimedRun.inbox:type_name -> trellis.worker.v1.Event
-	9,  // 24: trellis.worker.v1.ClaimedRun.queue_retry:type_name -> trellis.worker.v1.QueueRetry
-	42, // 25: trellis.worker.v1.QueueRetry.initial_backoff:type_name -> google.protobuf.Duration
-	42, // 26: trellis.worker.v1.QueueRetry.max_backoff:type_name -> google.protobuf.Duration
-	41, // 27: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
-	12, // 28: trellis.worker.v1.ChildGroup.runs:type_name -> trellis.worker.v1.ChildRun
-	41, // 29: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 30: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	42, // 31: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	3,  // 32: trellis.worker.v1.ClaimRequest.versions:type_name -> trellis.worker.v1.WorkflowVersions
-	8,  // 33: trellis.worker.v1.ClaimResponse.runs:type_name -> trellis.worker.v1.ClaimedRun
-	41, // 34: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
-	10, // 35: trellis.worker.v1.ExtendLeasesRequest.leases:type_name -> trellis.worker.v1.Lease
-	42, // 36: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
-	4,  // 37: trellis.worker.v1.ExtendLeasesRequest.steps:type_name -> trellis.worker.v1.RunStep
-	10, // 38: trellis.worker.v1.ReleaseLeaseRequest.lease:type_name -> trellis.worker.v1.Lease
-	10, // 39: trellis.worker.v1.CheckpointItem.lease:type_name -> trellis.worker.v1.Lease
-	6,  // 40: trellis.worker.v1.CheckpointItem.ops:type_name -> trellis.worker.v1.Op
-	5,  // 41: trellis.worker.v1.CheckpointItem.attempts:type_name -> trellis.worker.v1.Attempt
-	11, // 42: trellis.worker.v1.CheckpointItem.kv:type_name -> trellis.worker.v1.KVWrite
-	1,  // 43: trellis.worker.v1.CheckpointItem.error:type_name -> trellis.worker.v1.ErrorInfo
-	41, // 44: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
-	13, // 45: trellis.worker.v1.CheckpointItem.children:type_name -> trellis.worker.v1.ChildGroup
-	14, // 46: trellis.worker.v1.CheckpointItem.approvals:type_name -> trellis.worker.v1.ApprovalRequest
-	22, // 47: trellis.worker.v1.CheckpointItem.stream:type_name -> trellis.worker.v1.StreamWrite
-	21, // 48: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
-	0,  // 49: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
-	41, // 50: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
-	24, // 51: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
-	6,  // 52: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
-	2,  // 53: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
-	41, // 54: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
-	41, // 55: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
-	41, // 56: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
-	3,  // 57: trellis.worker.v1.Worker.versions:type_name -> trellis.worker.v1.WorkflowVersions
-	42, // 58: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
-	3,  // 59: trellis.worker.v1.HeartbeatRequest.versions:type_name -> trellis.worker.v1.WorkflowVersions
-	34, // 60: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
-	15, // 61: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
-	17, // 62: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
-	19, // 63: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
-	23, // 64: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
-	26, // 65: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
-	28, // 66: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
-	30, // 67: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
-	32, // 68: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
-	35, // 69: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
-	37, // 70: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
-	39, // 71: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
-	16, // 72: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
-	18, // 73: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
-	20, // 74: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
-	25, // 75: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
-	27, // 76: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
-	29, // 77: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
-	31, // 78: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
-	33, // 79: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
-	36, // 80: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
-	38, // 81: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
-	40, // 82: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
-	72, // [72:83] is the sub-list for method output_type
-	61, // [61:72] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	44, // 1: trellis.worker.v1.Run.deadline:type_name -> google.protobuf.Timestamp
+	44, // 2: trellis.worker.v1.Run.available_at:type_name -> google.protobuf.Timestamp
+	44, // 3: trellis.worker.v1.Run.lease_expires_at:type_name -> google.protobuf.Timestamp
+	44, // 4: trellis.worker.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	44, // 5: trellis.worker.v1.Run.started_at:type_name -> google.protobuf.Timestamp
+	44, // 6: trellis.worker.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
+	44, // 7: trellis.worker.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
+	7,  // 8: trellis.worker.v1.Run.current_step:type_name -> trellis.worker.v1.RunStep
+	4,  // 9: trellis.worker.v1.Run.workflow_attempts:type_name -> trellis.worker.v1.RunAttempt
+	3,  // 10: trellis.worker.v1.Run.retry:type_name -> trellis.worker.v1.RunRetry
+	45, // 11: trellis.worker.v1.RunRetry.initial_backoff:type_name -> google.protobuf.Duration
+	45, // 12: trellis.worker.v1.RunRetry.max_backoff:type_name -> google.protobuf.Duration
+	1,  // 13: trellis.worker.v1.RunAttempt.error:type_name -> trellis.worker.v1.ErrorInfo
+	44, // 14: trellis.worker.v1.RunAttempt.started_at:type_name -> google.protobuf.Timestamp
+	44, // 15: trellis.worker.v1.RunAttempt.failed_at:type_name -> google.protobuf.Timestamp
+	44, // 16: trellis.worker.v1.RunAttempt.retry_at:type_name -> google.protobuf.Timestamp
+	5,  // 17: trellis.worker.v1.RunAttempt.steps:type_name -> trellis.worker.v1.RetriedStep
+	44, // 18: trellis.worker.v1.RunStep.since:type_name -> google.protobuf.Timestamp
+	45, // 19: trellis.worker.v1.RunStep.timeout:type_name -> google.protobuf.Duration
+	1,  // 20: trellis.worker.v1.Attempt.error:type_name -> trellis.worker.v1.ErrorInfo
+	44, // 21: trellis.worker.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	44, // 22: trellis.worker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	1,  // 23: trellis.worker.v1.Op.error:type_name -> trellis.worker.v1.ErrorInfo
+	8,  // 24: trellis.worker.v1.Op.attempt_log:type_name -> trellis.worker.v1.Attempt
+	44, // 25: trellis.worker.v1.Op.started_at:type_name -> google.protobuf.Timestamp
+	44, // 26: trellis.worker.v1.Op.finished_at:type_name -> google.protobuf.Timestamp
+	44, // 27: trellis.worker.v1.Op.attempt_started_at:type_name -> google.protobuf.Timestamp
+	44, // 28: trellis.worker.v1.Event.sent_at:type_name -> google.protobuf.Timestamp
+	2,  // 29: trellis.worker.v1.ClaimedRun.run:type_name -> trellis.worker.v1.Run
+	44, // 30: trellis.worker.v1.ClaimedRun.lease_expires_at:type_name -> google.protobuf.Timestamp
+	9,  // 31: trellis.worker.v1.ClaimedRun.history:type_name -> trellis.worker.v1.Op
+	10, // 32: trellis.worker.v1.ClaimedRun.inbox:type_name -> trellis.worker.v1.Event
+	12, // 33: trellis.worker.v1.ClaimedRun.queue_retry:type_name -> trellis.worker.v1.QueueRetry
+	45, // 34: trellis.worker.v1.QueueRetry.initial_backoff:type_name -> google.protobuf.Duration
+	45, // 35: trellis.worker.v1.QueueRetry.max_backoff:type_name -> google.protobuf.Duration
+	44, // 36: trellis.worker.v1.ChildRun.deadline:type_name -> google.protobuf.Timestamp
+	15, // 37: trellis.worker.v1.ChildGroup.runs:type_name -> trellis.worker.v1.ChildRun
+	44, // 38: trellis.worker.v1.ApprovalRequest.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 39: trellis.worker.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	45, // 40: trellis.worker.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	6,  // 41: trellis.worker.v1.ClaimRequest.versions:type_name -> trellis.worker.v1.WorkflowVersions
+	11, // 42: trellis.worker.v1.ClaimResponse.runs:type_name -> trellis.worker.v1.ClaimedRun
+	44, // 43: trellis.worker.v1.ClaimResponse.next_due:type_name -> google.protobuf.Timestamp
+	13, // 44: trellis.worker.v1.ExtendLeasesRequest.leases:type_name -> trellis.worker.v1.Lease
+	45, // 45: trellis.worker.v1.ExtendLeasesRequest.duration:type_name -> google.protobuf.Duration
+	7,  // 46: trellis.worker.v1.ExtendLeasesRequest.steps:type_name -> trellis.worker.v1.RunStep
+	13, // 47: trellis.worker.v1.ReleaseLeaseRequest.lease:type_name -> trellis.worker.v1.Lease
+	13, // 48: trellis.worker.v1.CheckpointItem.lease:type_name -> trellis.worker.v1.Lease
+	9,  // 49: trellis.worker.v1.CheckpointItem.ops:type_name -> trellis.worker.v1.Op
+	8,  // 50: trellis.worker.v1.CheckpointItem.attempts:type_name -> trellis.worker.v1.Attempt
+	14, // 51: trellis.worker.v1.CheckpointItem.kv:type_name -> trellis.worker.v1.KVWrite
+	1,  // 52: trellis.worker.v1.CheckpointItem.error:type_name -> trellis.worker.v1.ErrorInfo
+	44, // 53: trellis.worker.v1.CheckpointItem.wake_at:type_name -> google.protobuf.Timestamp
+	16, // 54: trellis.worker.v1.CheckpointItem.children:type_name -> trellis.worker.v1.ChildGroup
+	17, // 55: trellis.worker.v1.CheckpointItem.approvals:type_name -> trellis.worker.v1.ApprovalRequest
+	25, // 56: trellis.worker.v1.CheckpointItem.stream:type_name -> trellis.worker.v1.StreamWrite
+	3,  // 57: trellis.worker.v1.CheckpointItem.retry:type_name -> trellis.worker.v1.RunRetry
+	24, // 58: trellis.worker.v1.CheckpointRequest.checkpoints:type_name -> trellis.worker.v1.CheckpointItem
+	0,  // 59: trellis.worker.v1.CheckpointResult.error:type_name -> trellis.worker.v1.ErrorDetail
+	44, // 60: trellis.worker.v1.CheckpointResult.at:type_name -> google.protobuf.Timestamp
+	44, // 61: trellis.worker.v1.CheckpointResult.retry_at:type_name -> google.protobuf.Timestamp
+	27, // 62: trellis.worker.v1.CheckpointResponse.results:type_name -> trellis.worker.v1.CheckpointResult
+	9,  // 63: trellis.worker.v1.ListHistoryResponse.ops:type_name -> trellis.worker.v1.Op
+	2,  // 64: trellis.worker.v1.ListChildrenResponse.runs:type_name -> trellis.worker.v1.Run
+	44, // 65: trellis.worker.v1.Worker.started_at:type_name -> google.protobuf.Timestamp
+	44, // 66: trellis.worker.v1.Worker.last_seen_at:type_name -> google.protobuf.Timestamp
+	44, // 67: trellis.worker.v1.Worker.expires_at:type_name -> google.protobuf.Timestamp
+	6,  // 68: trellis.worker.v1.Worker.versions:type_name -> trellis.worker.v1.WorkflowVersions
+	45, // 69: trellis.worker.v1.HeartbeatRequest.ttl:type_name -> google.protobuf.Duration
+	6,  // 70: trellis.worker.v1.HeartbeatRequest.versions:type_name -> trellis.worker.v1.WorkflowVersions
+	37, // 71: trellis.worker.v1.ListWorkersResponse.workers:type_name -> trellis.worker.v1.Worker
+	18, // 72: trellis.worker.v1.WorkerService.Claim:input_type -> trellis.worker.v1.ClaimRequest
+	20, // 73: trellis.worker.v1.WorkerService.ExtendLeases:input_type -> trellis.worker.v1.ExtendLeasesRequest
+	22, // 74: trellis.worker.v1.WorkerService.ReleaseLease:input_type -> trellis.worker.v1.ReleaseLeaseRequest
+	26, // 75: trellis.worker.v1.WorkerService.Checkpoint:input_type -> trellis.worker.v1.CheckpointRequest
+	29, // 76: trellis.worker.v1.WorkerService.ResumeBlocked:input_type -> trellis.worker.v1.ResumeBlockedRequest
+	31, // 77: trellis.worker.v1.WorkerService.ListHistory:input_type -> trellis.worker.v1.ListHistoryRequest
+	33, // 78: trellis.worker.v1.WorkerService.ListChildren:input_type -> trellis.worker.v1.ListChildrenRequest
+	35, // 79: trellis.worker.v1.WorkerService.Subscribe:input_type -> trellis.worker.v1.SubscribeRequest
+	38, // 80: trellis.worker.v1.WorkerService.Heartbeat:input_type -> trellis.worker.v1.HeartbeatRequest
+	40, // 81: trellis.worker.v1.WorkerService.ListWorkers:input_type -> trellis.worker.v1.ListWorkersRequest
+	42, // 82: trellis.worker.v1.WorkerService.RemoveWorker:input_type -> trellis.worker.v1.RemoveWorkerRequest
+	19, // 83: trellis.worker.v1.WorkerService.Claim:output_type -> trellis.worker.v1.ClaimResponse
+	21, // 84: trellis.worker.v1.WorkerService.ExtendLeases:output_type -> trellis.worker.v1.ExtendLeasesResponse
+	23, // 85: trellis.worker.v1.WorkerService.ReleaseLease:output_type -> trellis.worker.v1.ReleaseLeaseResponse
+	28, // 86: trellis.worker.v1.WorkerService.Checkpoint:output_type -> trellis.worker.v1.CheckpointResponse
+	30, // 87: trellis.worker.v1.WorkerService.ResumeBlocked:output_type -> trellis.worker.v1.ResumeBlockedResponse
+	32, // 88: trellis.worker.v1.WorkerService.ListHistory:output_type -> trellis.worker.v1.ListHistoryResponse
+	34, // 89: trellis.worker.v1.WorkerService.ListChildren:output_type -> trellis.worker.v1.ListChildrenResponse
+	36, // 90: trellis.worker.v1.WorkerService.Subscribe:output_type -> trellis.worker.v1.SubscribeResponse
+	39, // 91: trellis.worker.v1.WorkerService.Heartbeat:output_type -> trellis.worker.v1.HeartbeatResponse
+	41, // 92: trellis.worker.v1.WorkerService.ListWorkers:output_type -> trellis.worker.v1.ListWorkersResponse
+	43, // 93: trellis.worker.v1.WorkerService.RemoveWorker:output_type -> trellis.worker.v1.RemoveWorkerResponse
+	83, // [83:94] is the sub-list for method output_type
+	72, // [72:83] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_trellis_worker_v1_worker_proto_init() }
@@ -3506,19 +3834,19 @@ func file_trellis_worker_v1_worker_proto_init() {
 		return
 	}
 	file_trellis_worker_v1_worker_proto_msgTypes[2].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[6].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[7].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[11].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[12].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[9].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[10].OneofWrappers = []any{}
 	file_trellis_worker_v1_worker_proto_msgTypes[14].OneofWrappers = []any{}
-	file_trellis_worker_v1_worker_proto_msgTypes[21].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[15].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[17].OneofWrappers = []any{}
+	file_trellis_worker_v1_worker_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_worker_v1_worker_proto_rawDesc), len(file_trellis_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
