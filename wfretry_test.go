@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/auth"
 )
 
 // retryCounters count the executions of the steps of retryWorkflow.
@@ -232,5 +233,74 @@ func TestWorkflowRetryCancelDuringBackoff(t *testing.T) {
 	}
 	if r.Error == nil || r.Error.Type != "cancelled" {
 		t.Fatalf("cancelled run error = %+v", r.Error)
+	}
+}
+
+// TestWorkflowRetryRemoteWorker: a remote Go worker's workflow retries
+// through a server, on SQLite and Postgres: the workflow's policy travels
+// with the failing checkpoint, a start's policy through the API; the
+// server's protocol check accepts the next attempt's writes of the reset
+// steps; a run waiting for its retry is cancelled through the API.
+func TestWorkflowRetryRemoteWorker(t *testing.T) {
+	for name, url := range remoteStores() {
+		t.Run(name, func(t *testing.T) {
+			s := newWorkerServer(t, url(t))
+			wtok := s.token(t, "w", auth.Grant{Role: auth.RoleWorker, Namespace: "default"})
+			ptok := s.token(t, "p", auth.Grant{Role: auth.RoleProducer, Namespace: "default"}, auth.Grant{Role: auth.RoleReader, Namespace: "default"})
+			n := &retryCounters{failCharges: 4}
+			wf := retryWorkflow("wfretry-remote", n, trellis.WorkflowOptions{
+				Retry: &trellis.RetryPolicy{MaxAttempts: 3, Backoff: trellis.Fixed(50 * time.Millisecond)}})
+			m := &retryCounters{failCharges: 2}
+			plain := retryWorkflow("wfretry-remote-plain", m, trellis.WorkflowOptions{})
+			k := &retryCounters{failCharges: 1000}
+			slow := retryWorkflow("wfretry-remote-slow", k, trellis.WorkflowOptions{
+				Retry: &trellis.RetryPolicy{MaxAttempts: 3, Backoff: trellis.Fixed(time.Hour)}})
+			startRemoteWorker(t, s.base, wtok, wf, plain, slow)
+			c, err := trellis.Open(context.Background(), trellis.Config{Server: s.base, Token: ptok})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+
+			h := must[*trellis.Handle[string]](t)(trellis.Start(ctxT(t), c, wf, "o"))
+			if out := mustResult(t, h); out != "charged on run attempt 3" {
+				t.Fatalf("result = %q", out)
+			}
+			if l, ch := n.lookups.Load(), n.charges.Load(); l != 1 || ch != 5 {
+				t.Fatalf("lookup ran %d times, charge %d; want 1 and 5", l, ch)
+			}
+			run := must[*trellis.Run](t)(c.Get(ctxT(t), h.RunID()))
+			if run.WorkflowAttempt != 3 || len(run.WorkflowAttempts) != 2 || run.WorkflowAttempts[1].Steps[0].Attempts != 4 {
+				t.Fatalf("run: attempt %d, attempts %+v", run.WorkflowAttempt, run.WorkflowAttempts)
+			}
+			ops := must[[]*trellis.Op](t)(c.History(ctxT(t), h.RunID()))
+			if ops[1].Attempts != 5 || len(ops[1].AttemptLog) != 4 || !ops[1].Done || ops[1].Error != nil {
+				t.Fatalf("charge op = %+v", ops[1])
+			}
+
+			// A start's policy, through the API.
+			hp := must[*trellis.Handle[string]](t)(trellis.Start(ctxT(t), c, plain, "o", trellis.StartOptions{
+				Retry: &trellis.RetryPolicy{MaxAttempts: 2, Backoff: trellis.Exponential(20*time.Millisecond, 2, time.Second)}}))
+			if out := mustResult(t, hp); out != "charged on run attempt 2" {
+				t.Fatalf("result with the start's policy = %q", out)
+			}
+			if r := must[*trellis.Run](t)(c.Get(ctxT(t), hp.RunID())); r.Retry == nil || r.Retry.MaxAttempts != 2 {
+				t.Fatalf("stored policy = %+v", r.Retry)
+			}
+
+			// Cancelled while it waits for its retry.
+			hs := must[*trellis.Handle[string]](t)(trellis.Start(ctxT(t), c, slow, "o"))
+			w := waitStatus(t, c, hs.RunID(), trellis.StatusWaiting)
+			if !strings.Contains(w.WaitReason, "workflow retry") {
+				t.Fatalf("wait reason %q", w.WaitReason)
+			}
+			if err := c.Cancel(ctxT(t), hs.RunID()); err != nil {
+				t.Fatal(err)
+			}
+			waitStatus(t, c, hs.RunID(), trellis.StatusCancelled)
+			if k.charges.Load() != 2 {
+				t.Fatalf("charge ran %d times, want 2", k.charges.Load())
+			}
+		})
 	}
 }

@@ -30,6 +30,9 @@ type (
 		// 2147483647): only a worker that serves it claims the run. Absent or
 		// 0: not pinned (trellis.StartOptions.Version).
 		Version int `json:"version,omitempty"`
+		// Retry is the run's workflow retry policy, stored with it: it
+		// replaces the workflow's (docs/workflow-retries.md).
+		Retry *trellis.RunRetry `json:"retry,omitempty"`
 	}
 	// ResetRequest names the step a reset starts again from ("" or absent: the beginning).
 	ResetRequest struct {
@@ -128,7 +131,30 @@ func (req *StartRequest) options() (trellis.StartOptions, error) {
 	if req.Deadline != nil {
 		o.Deadline = req.Deadline.UTC()
 	}
+	if r := req.Retry; r != nil {
+		if err := r.Validate(); err != nil {
+			return o, err
+		}
+		o.Retry = retryPolicy(r)
+	}
 	return o, nil
+}
+
+// retryPolicy is the policy of StartOptions.Retry that stores r (valid): an
+// exponential backoff with r's parameters, their defaults applied.
+func retryPolicy(r *trellis.RunRetry) *trellis.RetryPolicy {
+	initial, factor, maxd := time.Duration(r.InitialBackoff), r.Factor, time.Duration(r.MaxBackoff)
+	if initial == 0 {
+		initial = time.Duration(store.DefaultRetryInitial)
+	}
+	if factor == 0 {
+		factor = store.DefaultRetryFactor
+	}
+	if maxd == 0 {
+		maxd = max(time.Duration(store.DefaultRetryMax), initial)
+	}
+	return &trellis.RetryPolicy{MaxAttempts: r.MaxAttempts, NonRetryableTypes: r.NonRetryableTypes,
+		Backoff: trellis.ExponentialBackoff{Initial: initial, Factor: factor, Max: maxd, Jitter: r.Jitter}}
 }
 
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *call) error {

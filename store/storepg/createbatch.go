@@ -30,12 +30,12 @@ var sqlRunCreates = runInsertCols + `
 		CASE WHEN q.restricted THEN 0 ELSE x.token END,
 		CASE WHEN q.restricted THEN NULL ELSE x.expires END,
 		CASE WHEN q.restricted THEN NULL ELSE x.started END,
-		x.version, x.input, x.deadline, x.avail, x.now, x.now, x.ckey, x.trace_parent, x.pin, NULL
+		x.version, x.input, x.deadline, x.avail, x.now, x.now, x.ckey, x.trace_parent, x.pin, x.retry
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int4[], $7::int4[],
 		$8::bytea[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::int4[],
-		$14::text[], $15::int8[], $16::timestamptz[], $17::timestamptz[], $18::text[], $19::text[], $20::int4[])
+		$14::text[], $15::int8[], $16::timestamptz[], $17::timestamptz[], $18::text[], $19::text[], $20::int4[], $21::text[])
 		AS x(ns, id, workflow_id, workflow, queue, priority, version, input, deadline, avail, now,
-			status, attempts, owner, token, expires, started, ckey, trace_parent, pin)
+			status, attempts, owner, token, expires, started, ckey, trace_parent, pin, retry)
 	CROSS JOIN LATERAL (SELECT x.status = 'running' AND EXISTS (SELECT 1 FROM queues q
 		WHERE q.namespace = x.ns AND q.name = x.queue AND ` + sqlstore.Restricted + `) AS restricted OFFSET 0) q
 	WHERE ` + implicitFree("x.ns", "x.id", "x.workflow_id") + `
@@ -52,10 +52,9 @@ type crReq struct {
 	single stmt
 }
 
-// mergeable reports whether a create can join a merged statement (which
-// writes no retry policy).
+// mergeable reports whether a create can join a merged statement.
 func mergeable(p *store.RunCreateParams) bool {
-	return p.Reuse == store.ReuseRejectActive && len(p.History) == 0 && p.Idempotency == nil && p.Retry == nil
+	return p.Reuse == store.ReuseRejectActive && len(p.History) == 0 && p.Idempotency == nil
 }
 
 // createsStmt merges creates crs (distinct run IDs) into one statement whose
@@ -70,6 +69,7 @@ func createsStmt(crs []*crReq) stmt {
 		deadline, avail, now, expires, strt = make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n),
 			make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
 		token = make([]int64, n)
+		retry = make([]pgtype.Text, n)
 	)
 	byID := make(map[string]*crReq, n)
 	for i, c := range crs {
@@ -78,6 +78,9 @@ func createsStmt(crs []*crReq) stmt {
 		priority[i], version[i], input[i], pin[i] = int32(p.Priority), int32(p.Version), p.Input, pinArg(p)
 		deadline[i], avail[i], now[i] = tsArg(timePtrArg(p.Deadline)), tsArg(&c.avail), tsArg(&c.now)
 		ckey[i], tp[i] = p.ConcurrencyKey, p.TraceParent
+		if col, _ := store.RetryColumn(p.Retry); col != nil { // valid: checked by runCreateStmt
+			retry[i] = pgtype.Text{String: col.(string), Valid: true}
+		}
 		status[i] = string(store.StatusPending)
 		if cl := c.claim; cl != nil {
 			status[i], attempts[i], owner[i], token[i] = string(store.StatusRunning), 1, cl.worker, cl.token
@@ -88,7 +91,7 @@ func createsStmt(crs []*crReq) stmt {
 	return stmt{
 		sql: sqlRunCreates,
 		args: []any{ns, id, wid, wf, queue, priority, version, input, deadline, avail, now,
-			status, attempts, owner, token, expires, strt, ckey, tp, pin},
+			status, attempts, owner, token, expires, strt, ckey, tp, pin, retry},
 		rows: func(rows pgx.Rows) error {
 			for _, c := range crs {
 				*c.res = nil

@@ -301,4 +301,25 @@ func retryBatch(t *testing.T, e *env) {
 	if r := e.get(without.ID); r.Retry != nil || r.WorkflowAttempt != 1 {
 		t.Fatalf("batch run without a policy read back: retry %+v, attempt %d", r.Retry, r.WorkflowAttempt)
 	}
+	// A create with an idempotency key (which a driver may merge with
+	// others), and one created claimed, keep theirs too.
+	keyed := e.params(withRetry(policy))
+	keyed.Idempotency = idemRecord("retry-key", "a")
+	if _, err := e.st.RunCreate(e.ctx, keyed); err != nil {
+		t.Fatalf("RunCreate with a key: %v", err)
+	}
+	claimed := e.params(withRetry(policy))
+	claimed.Claim = &store.CreateClaim{Worker: worker, LeaseDuration: leaseDur}
+	res2, err := e.st.RunCreate(e.ctx, claimed)
+	if err != nil {
+		t.Fatalf("RunCreate claimed: %v", err)
+	}
+	if res2.Claimed == nil || res2.Claimed.Run.Retry == nil {
+		t.Fatalf("created claimed: %+v", res2.Claimed)
+	}
+	for _, id := range []string{keyed.ID, claimed.ID} {
+		if r := e.get(id); r.Retry == nil || r.Retry.MaxAttempts != 4 {
+			t.Fatalf("run %s read back: retry %+v", id, r.Retry)
+		}
+	}
 }
