@@ -238,6 +238,33 @@ def big_job(_):
     return "x" * 2000
 
 
+# Workflow retries: "charge" fails its first `fail` calls of the run (2
+# attempts per run attempt); the workflow is retried up to 3 attempts.
+_charges: dict[str, int] = {}
+
+
+@trellis.workflow("extra.wfretry", retry=trellis.Retry(max_attempts=3, initial=0.05, jitter=0))
+async def wfretry(ctx, inp):
+    await ctx.step.run("lookup", lambda: "found")
+
+    def charge():
+        n = _charges[ctx.run_id] = _charges.get(ctx.run_id, 0) + 1
+        if n <= inp["fail"]:
+            raise RuntimeError(f"card service down ({n})")
+        return 42
+
+    await ctx.step.run("charge", charge, retry=trellis.Retry(max_attempts=2, initial=0.001))
+    return {"workflow_attempt": ctx.workflow_attempt}
+
+
+@trellis.workflow("extra.wfretry_plain")
+async def wfretry_plain(ctx, _):
+    def fail():
+        raise RuntimeError("always")
+
+    await ctx.step.run("s", fail, retry=trellis.Retry(max_attempts=1))
+
+
 if __name__ == "__main__":
     env = os.environ
     w = trellis.Worker(env["TRELLIS_SERVER"], env.get("TRELLIS_TOKEN"), queues=[QUEUE],
@@ -246,5 +273,6 @@ if __name__ == "__main__":
     w.register(unencodable, non_retryable, reserved_emit, fails, child_fails, maybe_fail, map_fails, patched_backoff,
                flaky_job, approvals, deadline,
                cancel_then_step, stubborn, parallel, parallel_backoff, parallel_cancel,
-               detached_child, amo_error, amo_fail, amo_retry, amo_bad, big, big_job)
+               detached_child, amo_error, amo_fail, amo_retry, amo_bad, big, big_job,
+               wfretry, wfretry_plain)
     w.run()

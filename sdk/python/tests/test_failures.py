@@ -345,6 +345,32 @@ class StepErrors(unittest.TestCase):
         r = self.c.start(wf, inp, queue=self.queue)
         return self.c.result(r["id"], timeout=30)
 
+    def test_workflow_retries(self):
+        """The workflow's policy travels with its failing checkpoint; the failed
+        step runs again with a fresh budget, its attempts numbered on; a
+        start's own policy is stored with the run."""
+        run = self.run_wf("extra.wfretry", {"fail": 4})
+        self.assertEqual((run["status"], run["output"]), ("succeeded", {"workflow_attempt": 3}))
+        self.assertEqual(run["workflow_attempt"], 3)
+        self.assertEqual([(a["attempt"], [(s["name"], s["attempts"]) for s in a["steps"]]) for a in run["workflow_attempts"]],
+                         [(1, [("charge", 2)]), (2, [("charge", 4)])])
+        lookup, charge = ops_of(self.c, run["id"])
+        self.assertEqual((lookup["attempts"], charge["attempts"]), (1, 5))
+        self.assertEqual([a["attempt"] for a in charge["attempt_log"]], [1, 2, 3, 4])
+
+        plain = self.run_wf("extra.wfretry_plain")
+        self.assertEqual((plain["status"], plain["workflow_attempt"]), ("failed", 1))
+        r = self.c.start("extra.wfretry_plain", None, queue=self.queue, retry={"max_attempts": 2, "initial_backoff": "20ms"})
+        self.assertEqual(r["retry"]["max_attempts"], 2)
+        own = self.c.result(r["id"], timeout=30)
+        self.assertEqual((own["status"], own["workflow_attempt"], len(own["workflow_attempts"])), ("failed", 2, 1))
+        (s,) = ops_of(self.c, r["id"])
+        self.assertEqual(s["attempts"], 2)  # one per run attempt: a fresh budget of 1
+        with self.assertRaises(trellis.APIError) as cm:
+            self.c.start("extra.wfretry_plain", None, queue=self.queue, retry={"max_attempts": 0})
+        self.assertEqual(cm.exception.status, 400)
+        self.assertIn("retry.max_attempts", str(cm.exception))
+
     def test_unencodable_result_fails_the_step(self):
         run = self.run_wf("extra.unencodable")
         self.assertEqual(run["status"], "failed")

@@ -92,6 +92,29 @@ class Retry:
         return r
 
 
+def prior_attempts(workflow_attempts, pos: int) -> int:
+    """How many attempts of the step at `pos` earlier attempts of the run made
+    (workflow retries, the protocol's Run.workflow_attempts): they do not count
+    against the step's max_attempts in this one."""
+    for a in reversed(workflow_attempts or ()):
+        for st in a.get("steps") or ():
+            if _wire.as_int(st.get("position")) == pos:
+                return _wire.as_int(st.get("attempts"))
+    return 0
+
+
+def retry_wire(r: Retry | None) -> dict | None:
+    """A workflow's retry policy as the protocol's RunRetry, sent with the
+    checkpoint that fails a run: the store retries the run while the policy
+    has attempts left. None for none."""
+    if r is None:
+        return None
+    initial = r.initial if r.initial > 0 else 1.0
+    return {"maxAttempts": str(r.max_attempts), "initialBackoff": f"{initial:.9f}s", "factor": max(r.factor, 1.0),
+            "maxBackoff": f"{max(r.max or 365 * 86400.0, initial):.9f}s", "jitter": min(max(r.jitter, 0.0), 1.0),
+            "nonRetryableTypes": list(r.non_retryable_types)}
+
+
 def _default_retry() -> Retry:
     r = Retry()
     r._attempts_default = r._backoff_default = True
@@ -309,6 +332,10 @@ class RunState:
         self.run_id = run["id"]
         self.namespace = run.get("namespace", "default")
         self.attempts = _wire.as_int(run.get("attempts"), 1)
+        # Workflow retries: the run's attempt of its workflow function, and the
+        # failed attempts a retry followed (their steps get a fresh budget).
+        self.workflow_attempt = _wire.as_int(run.get("workflow_attempt"), 1) or 1
+        self.workflow_attempts = run.get("workflow_attempts") or []
         self.deadline = parse_time(run.get("deadline"))
         self.lease = {"namespace": self.namespace, "runId": self.run_id, "token": str(claimed.get("lease_token", "0")),
                       "queue": run.get("queue", ""), "secret": claimed.get("lease_secret", "")}
@@ -669,8 +696,14 @@ class RunState:
             p["expireApprovals"] = sorted(self.open_approvals)
         p["stream"] = [final_event(p["status"], out, info)]
         status = p["status"]
+        if status == "failed" and getattr(self.host, "workflow_retry", None) is not None:
+            wr = self.host.workflow_retry(self.run.get("workflow", ""))
+            if wr is not None:
+                p["retry"] = wr
         try:
-            await self.checkpoint(p, force=True)
+            res = await self.checkpoint(p, force=True)
+            if res.get("retry_at"):
+                return "waiting"  # the store made the failure a workflow retry
         except ProtocolError as e:
             if e.reason == "CONFLICT":
                 await self._hand_back()
@@ -707,6 +740,9 @@ class _StepCall:
         self.rs, self.name, self.pos, self.fn, self.timeout, self.detached = rs, name, pos, fn, timeout, detached
         self.retry = retry.with_queue(rs.queue_retry)
         self.attempt = rec.attempts if rec is not None else 0
+        # attempts made in earlier attempts of the run (workflow retries) do not count
+        self.prior = (min(prior_attempts(rs.workflow_attempts, pos), rec.attempts)
+                      if rec is not None and not rec.done else 0)
         self.started = rec.started_at if rec is not None and rec.started_at else utcnow()
         self.ended = rec.ended if rec is not None else None
         self.attempt_start = None
@@ -905,7 +941,7 @@ class _StepCall:
         return StepTimeout(f"step attempt timed out after {go_duration(self.timeout or 0)}")
 
     def _retryable(self, e: BaseException) -> bool:
-        if self.attempt >= self.retry.max_attempts:
+        if self.attempt - self.prior >= self.retry.max_attempts:
             return False
         if isinstance(e, (Cancelled, DeadlineExceeded)) or getattr(e, "non_retryable", False):
             return False
@@ -1457,6 +1493,13 @@ class Context:
         return self._rs.attempts
 
     @property
+    def workflow_attempt(self) -> int:
+        """The run's attempt of its workflow function: 1, then one more after
+        each failed attempt that a workflow retry followed (waits, crashes and
+        hand-backs count in `attempt`, not here)."""
+        return self._rs.workflow_attempt
+
+    @property
     def queue(self) -> str:
         return self._rs.run.get("queue", "")
 
@@ -1745,7 +1788,10 @@ async def execute_job(host, rs: RunState, defn) -> str:
     op = Op(0, "step", name, False, None, None, attempt, prior.started_at if prior is not None else t0)
     p = {"attempts": [{"position": 0, "attempt": attempt, "error": _info_wire(info), "startedAt": fmt_time(t0),
                        "finishedAt": fmt_time(end)}]}
-    retry_ok = (not cancelled and attempt < retry.max_attempts and not info.get("non_retryable")
+    # attempts made in earlier attempts of the run (a workflow retry of a job
+    # started with a policy) do not count
+    before = min(prior_attempts(rs.workflow_attempts, 0), attempt - 1)
+    retry_ok = (not cancelled and attempt - before < retry.max_attempts and not info.get("non_retryable")
                 and not isinstance(err, (DeadlineExceeded, Cancelled)) and info.get("type", "") not in retry.non_retryable_types)
     if retry_ok:
         wake = end + _dt.timedelta(seconds=retry.delay(attempt))
@@ -1776,9 +1822,11 @@ async def _job_save(rs: RunState, p: dict) -> str:
     item = {"lease": rs.lease, "seq": 1}
     item.update(p)
     try:
-        await rs.host.checkpoint(item)
+        res = await rs.host.checkpoint(item)
     except (ProtocolError, OSError, asyncio.TimeoutError) as e:
         rs.host.log(f"run {rs.run_id}: saving job outcome: {e}")
         return ""
+    if res and res.get("retry_at"):
+        return "waiting"  # the store made the failure a workflow retry
     return p["status"]
 

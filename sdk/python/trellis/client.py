@@ -74,17 +74,21 @@ class Client:
 
     def start(self, workflow, input=None, *, id: str | None = None, queue: str | None = None,  # noqa: A002
               priority: int | None = None, deadline: str | None = None, available_at: str | None = None,
-              reuse: str | None = None, idempotency_key: str | None = None, version: int | None = None) -> dict:
+              reuse: str | None = None, idempotency_key: str | None = None, version: int | None = None,
+              retry: dict | None = None) -> dict:
         """Starts a run of `workflow` (a name or a decorated workflow) and returns
         the run as created. `id` is the workflow ID; `idempotency_key` makes a
         retried start create one run; `version` pins the run to that workflow
-        version: only a worker that serves it runs it (None or 0: not pinned)."""
+        version: only a worker that serves it runs it (None or 0: not pinned). `retry` is the run's workflow retry policy as the
+        API takes it (``{"max_attempts": 3, "initial_backoff": "1s", ...}``,
+        docs/workflow-retries.md), stored with the run: it replaces the
+        workflow's."""
         name = workflow if isinstance(workflow, str) else workflow.name
         if queue is None and not isinstance(workflow, str):
             queue = getattr(workflow, "queue", None)
         body = {"workflow": name, "input": input}
         for k, v in (("id", id), ("queue", queue), ("priority", priority), ("deadline", deadline),
-                     ("available_at", available_at), ("reuse", reuse), ("version", version or None)):
+                     ("available_at", available_at), ("reuse", reuse), ("version", version or None), ("retry", retry)):
             if v is not None:
                 body[k] = v
         _, run = self._mutate(self._path("runs"), body, idempotency_key)

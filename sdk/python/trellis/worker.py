@@ -164,6 +164,15 @@ class Worker:
             self._workflows[w.name] = w
         return self
 
+    def workflow_retry(self, name: str) -> dict | None:
+        """The retry policy of workflow `name` (``@trellis.workflow(retry=...)``)
+        in the protocol's form, sent with the checkpoint that fails one of its
+        runs; None when it has none."""
+        w = self._workflows.get(name)
+        if w is None or w.kind != "workflow":
+            return None
+        return _engine.retry_wire(w.retry)
+
     # --- running ---
 
     def run(self) -> None:

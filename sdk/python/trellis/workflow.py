@@ -48,7 +48,8 @@ class Workflow:
         return out
 
 
-def workflow(name: str | None = None, *, queue: str | None = None, version: int = 0, also_serves=()):
+def workflow(name: str | None = None, *, queue: str | None = None, version: int = 0, also_serves=(),
+             retry: Retry | None = None):
     """Declares an async workflow function ``async def fn(ctx, input)``:
 
         @trellis.workflow("checkout")
@@ -61,7 +62,7 @@ def workflow(name: str | None = None, *, queue: str | None = None, version: int 
     ctx.version) are the versions a worker serves to runs pinned to one."""
 
     def deco(fn):
-        return Workflow(name or fn.__name__, fn, "workflow", queue, version=version, also_serves=also_serves)
+        return Workflow(name or fn.__name__, fn, "workflow", queue, retry, version=version, also_serves=also_serves)
 
     return deco
 

@@ -93,6 +93,7 @@ export class Client {
     if (opts.startAt) body.available_at = new Date(opts.startAt).toISOString();
     if (opts.reuse) body.reuse = opts.reuse;
     if (opts.version) body.version = opts.version;
+    if (opts.retry) body.retry = retryJSON(opts.retry);
     const { body: run } = await this.call('POST', `${this.ns()}/runs`, { body, key: opts.idempotencyKey });
     return run;
   }
@@ -263,4 +264,18 @@ export class Client {
       await new Promise((r) => setTimeout(r, 100 * failures));
     }
   }
+}
+
+/**
+ * A start's workflow retry policy (a step's RetryPolicy shape: maxAttempts,
+ * initialInterval and maxInterval in ms, backoffCoefficient,
+ * nonRetryableTypes) as the API's retry object; the server checks it.
+ */
+function retryJSON(r) {
+  const out = { max_attempts: r.maxAttempts ?? 3 };
+  if (r.initialInterval !== undefined) out.initial_backoff = `${r.initialInterval}ms`;
+  if (r.maxInterval !== undefined) out.max_backoff = `${r.maxInterval}ms`;
+  if (r.backoffCoefficient !== undefined) out.factor = r.backoffCoefficient;
+  if (r.nonRetryableTypes !== undefined) out.non_retryable_types = r.nonRetryableTypes;
+  return out;
 }

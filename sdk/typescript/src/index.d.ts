@@ -51,6 +51,11 @@ export interface RunInfo {
   queue: string;
   /** The run's claim count: 1 on its first execution. */
   attempt: number;
+  /**
+   * The run's attempt of its workflow function: 1, then one more after each
+   * failed attempt that a workflow retry followed (docs/workflow-retries.md).
+   */
+  workflowAttempt: number;
   parentId: string;
   /** The workflow version the run was started with (pinned by a start's version, else the starter's). */
   version: number;
@@ -143,7 +148,18 @@ export interface JobDefinition<I = any, O = any> {
 }
 
 /** opts.version (default 0) and opts.alsoServes are the versions a worker serves to runs pinned to a version. */
-export function defineWorkflow<I = any, O = any>(name: string, fn: (ctx: WorkflowContext, input: I) => Promise<O>, opts?: { version?: number; alsoServes?: number[] }): WorkflowDefinition<I, O>;
+export function defineWorkflow<I = any, O = any>(name: string, fn: (ctx: WorkflowContext, input: I) => Promise<O>, opts?: {
+  version?: number;
+  alsoServes?: number[];
+  /**
+   * Workflow retries: a run whose function fails (not cancelled, not past its
+   * deadline, not a non-retryable error) is attempted again after the
+   * backoff, replaying what it recorded and running its failed steps again,
+   * up to maxAttempts (default 3). Unset: a run fails on its first failure.
+   * A run started with a retry policy of its own (the API's start) keeps that.
+   */
+  retry?: RetryPolicy;
+}): WorkflowDefinition<I, O>;
 export function defineJob<I = any, O = any>(name: string, fn: (input: I, info: JobInfo) => Promise<O> | O, opts?: StepOptions): JobDefinition<I, O>;
 
 export interface WorkerOptions {
@@ -218,6 +234,8 @@ export interface StartOptions {
   idempotencyKey?: string;
   /** Pins the run to this workflow version (1 to 2147483647): only a worker that serves it runs it. */
   version?: number;
+  /** The run's workflow retry policy, stored with it: it replaces the workflow's (maxAttempts 1: no retries). */
+  retry?: RetryPolicy;
 }
 
 /** An event of a run's stream; sequence is undefined only for an event sent without an id (a Trellis server always sends one). */

@@ -118,6 +118,41 @@ function lifecycle(name, obj) {
   return { name, data: encode(obj) };
 }
 
+/**
+ * How many attempts of the step at position pos earlier attempts of the run
+ * made (workflow retries, the protocol's Run.workflow_attempts): they do not
+ * count against the step's maxAttempts in this one.
+ */
+export function priorAttempts(workflowAttempts, pos) {
+  for (let i = (workflowAttempts?.length ?? 0) - 1; i >= 0; i--) {
+    for (const s of workflowAttempts[i].steps ?? []) {
+      if (Number(s.position) === Number(pos)) return Number(s.attempts);
+    }
+  }
+  return 0;
+}
+
+/**
+ * A workflow's retry policy (defineWorkflow's opts.retry: maxAttempts,
+ * initialInterval and maxInterval in ms, backoffCoefficient,
+ * nonRetryableTypes) as the protocol's RunRetry, sent with the checkpoint
+ * that fails a run: the store retries the run while it has attempts left.
+ * undefined when the workflow has none.
+ */
+export function workflowRetryPB(r) {
+  if (!r) return undefined;
+  const dur = (ms) => (ms > 0 ? { seconds: BigInt(Math.floor(ms / 1000)), nanos: Math.round((ms % 1000) * 1e6) } : undefined);
+  const initial = r.initialInterval ?? 1000;
+  return {
+    maxAttempts: BigInt(r.maxAttempts ?? 3),
+    initialBackoff: dur(initial),
+    factor: r.backoffCoefficient ?? 2,
+    maxBackoff: dur(Math.max(r.maxInterval ?? 60_000, initial)),
+    jitter: 0,
+    nonRetryableTypes: r.nonRetryableTypes ?? [],
+  };
+}
+
 /** The recorded step retry policy, defaults applied (a step's, or a job's). */
 // payloadLimit is a claimed run's payload limit: the worker's, or its queue's
 // when lower (ClaimedRun.payloadLimit, docs/payloads.md); `of` says which, for
@@ -162,7 +197,10 @@ export class RunExec {
       namespace: r.namespace, id: r.id, workflowId: r.workflowId, workflow: r.workflow, queue: r.queue,
       attempt: Number(r.attempts), input: r.input, parentId: r.parentId, priority: Number(r.priority),
       version: Number(r.version), deadline: date(r.deadline), createdAt: date(r.createdAt),
+      workflowAttempt: Number(r.workflowAttempt ?? 0n) || 1,
     };
+    // the run's failed attempts that a workflow retry followed (oldest first)
+    this.workflowAttempts = r.workflowAttempts ?? [];
     // made once: every checkpoint and heartbeat carries it as it is
     this.lease = create(LeaseSchema, { namespace: r.namespace, runId: r.id, token: claimed.leaseToken, queue: r.queue, secret: claimed.leaseSecret });
     this.queueRetry = claimed.queueRetry;
@@ -388,6 +426,7 @@ export class RunExec {
         waitReason: p.waitReason ?? '',
         wakeAt: ts(p.wakeAt),
         waitEvents: p.waitEvents ?? [],
+        retry: p.retry,
       };
       let res;
       try {
@@ -518,8 +557,11 @@ export class RunExec {
     } else {
       p.stream.push(lifecycle(p.status === 'cancelled' ? 'run.cancelled' : 'run.failed', { error: errorJSON(p.error) }));
     }
+    if (p.status === 'failed') p.retry = workflowRetryPB(this.def.opts?.retry);
     try {
-      await this.checkpoint(p, true);
+      const res = await this.checkpoint(p, true);
+      // the store made the failure a workflow retry: the run waits for its next attempt
+      if (res?.retryAt) return 'waiting';
       return p.status;
     } catch (e) {
       if (reasonOf(e) === 'CONFLICT' || e?.reason === 'CONFLICT') { await this.handBack(); return ''; }
@@ -915,6 +957,8 @@ class StepCall {
     this.policy = retryPolicy(opts, rs.queueRetry);
     this.timeout = opts.timeout ?? 0;
     this.attempt = rec ? rec.attempts : 0;
+    // attempts made in earlier attempts of the run (workflow retries) do not count
+    this.prior = rec && !rec.done ? Math.min(priorAttempts(rs.workflowAttempts, pos), rec.attempts) : 0;
     this.started = rec ? rec.startedAt : rs.now();
     this.ended = rec?.ended;
     this.attemptStart = null;
@@ -1066,7 +1110,7 @@ class StepCall {
   }
 
   retryable(err, info) {
-    if (this.attempt >= this.policy.maxAttempts) return false;
+    if (this.attempt - this.prior >= this.policy.maxAttempts) return false;
     if (info.nonRetryable) return false;
     if (err instanceof CancelledError || err instanceof DeadlineExceededError) return false;
     return !this.policy.nonRetryableTypes.includes(info.type);
@@ -1354,10 +1398,15 @@ export class WorkflowContext {
     };
   }
 
-  /** The run: id, workflowId, workflow, namespace, queue, attempt (its claim count), parentId, version. */
+  /**
+   * The run: id, workflowId, workflow, namespace, queue, attempt (its claim
+   * count), workflowAttempt (its attempt of the workflow function: 1, then one
+   * more after each failed attempt a workflow retry followed), parentId, version.
+   */
   get run() {
     const r = this._rs.run;
-    return { id: r.id, workflowId: r.workflowId, workflow: r.workflow, namespace: r.namespace, queue: r.queue, attempt: r.attempt, parentId: r.parentId, version: r.version };
+    return { id: r.id, workflowId: r.workflowId, workflow: r.workflow, namespace: r.namespace, queue: r.queue, attempt: r.attempt,
+      workflowAttempt: r.workflowAttempt, parentId: r.parentId, version: r.version };
   }
 
   /** Whether the run's cancellation is known. */

@@ -7,7 +7,7 @@
 import os from 'node:os';
 import { ConnectError, Code } from '@connectrpc/connect';
 import { workerClient, reasonOf, duration, date, ts } from './proto.js';
-import { RunExec, endedAttempt, payloadLimit } from './run.js';
+import { RunExec, endedAttempt, payloadLimit, priorAttempts } from './run.js';
 import { servedVersions } from './workflow.js';
 import { encode, decode } from './codec.js';
 import { ApiError, CancelledError, DeadlineExceededError, StepTimeoutError, TrellisError, errorInfo } from './errors.js';
@@ -420,7 +420,8 @@ class JobExec {
     this.def = def;
     this.cr = cr;
     const r = cr.run;
-    this.run = { id: r.id, workflow: r.workflow, attempt: Number(r.attempts), deadline: date(r.deadline), input: r.input };
+    this.run = { id: r.id, workflow: r.workflow, attempt: Number(r.attempts), deadline: date(r.deadline), input: r.input,
+      workflowAttempts: r.workflowAttempts ?? [] };
     this.lease = { namespace: r.namespace, runId: r.id, token: cr.leaseToken, queue: r.queue, secret: cr.leaseSecret };
     this.payload = payloadLimit(host, cr);
     this.cancelRequested = r.cancelRequested;
@@ -444,7 +445,8 @@ class JobExec {
   async save(p) {
     const item = { lease: this.lease, seq: 1n, ops: [], attempts: [], stream: [], ...p };
     try {
-      await this.host.checkpoint(item);
+      const res = await this.host.checkpoint(item);
+      if (res?.retryAt) return 'waiting'; // the store made the failure a workflow retry
       return p.status;
     } catch (err) {
       this.host.log('warn', `saving job ${this.run.id} (${p.status}): ${err.message}`);
@@ -466,7 +468,9 @@ class JobExec {
     const end = new Date();
     const op = { position: 0n, kind: 'step', name: this.run.workflow, done: false, attempts: BigInt(attempt), startedAt: ts(prior ? prior.startedAt : t0) };
     const p = { ops: [op], attempts: [{ position: 0n, attempt: BigInt(attempt), error: info, startedAt: ts(t0), finishedAt: ts(end) }] };
-    const retry = !cancelled && attempt < policy.maxAttempts && !info.nonRetryable && !(err instanceof DeadlineExceededError) &&
+    // attempts made in earlier attempts of the run (a workflow retry of a job started with a policy) do not count
+    const before = Math.min(priorAttempts(this.run.workflowAttempts, 0), attempt - 1);
+    const retry = !cancelled && attempt - before < policy.maxAttempts && !info.nonRetryable && !(err instanceof DeadlineExceededError) &&
       !policy.nonRetryableTypes.includes(info.type);
     if (retry) {
       let wake = new Date(end.getTime() + policy.delay(attempt));

@@ -39,10 +39,14 @@ export function servedVersions(d) {
  * and opts.alsoServes (older versions the code still runs, branching on
  * ctx.run.version) are the versions a worker serves to runs pinned to a
  * version: such a run goes only to a worker that serves its version.
+ * opts.retry (as a step's: maxAttempts, initialInterval, backoffCoefficient,
+ * maxInterval, nonRetryableTypes) retries a run whose function fails (workflow
+ * retries, docs/workflow-retries.md); unset, a run fails on its first failure.
  */
 export function defineWorkflow(name, fn, opts = {}) {
   checkDef('defineWorkflow', name, fn);
   checkVersions('defineWorkflow', name, opts);
+  if (opts.retry !== undefined) checkWorkflowRetry(name, opts.retry);
   return Object.freeze({ kind: 'workflow', name, fn, opts: { ...opts } });
 }
 
@@ -56,4 +60,19 @@ export function defineJob(name, fn, opts = {}) {
   checkVersions('defineJob', name, opts);
   const policy = (queueRetry) => retryPolicy(opts, queueRetry);
   return Object.freeze({ kind: 'job', name, fn, opts: { ...opts }, policy });
+}
+
+/** Checks a workflow's retry policy as the store will (store.RunRetry.Validate). */
+function checkWorkflowRetry(name, r) {
+  const bad = (msg) => { throw new TypeError(`defineWorkflow ${JSON.stringify(name)}: retry.${msg}`); };
+  if (r === null || typeof r !== 'object') bad(`must be an object, got ${r}`);
+  const n = r.maxAttempts ?? 3;
+  if (!Number.isInteger(n) || n < 1 || n > 1000) bad(`maxAttempts must be an integer from 1 to 1000, got ${n}`);
+  if (r.initialInterval !== undefined && !(r.initialInterval > 0)) bad(`initialInterval must be a positive number of ms, got ${r.initialInterval}`);
+  if (r.maxInterval !== undefined && !(r.maxInterval > 0)) bad(`maxInterval must be a positive number of ms, got ${r.maxInterval}`);
+  const f = r.backoffCoefficient;
+  if (f !== undefined && !(f >= 1 && f <= 100)) bad(`backoffCoefficient must be from 1 to 100, got ${f}`);
+  for (const t of r.nonRetryableTypes ?? []) {
+    if (typeof t !== 'string' || t.length === 0 || t.length > 200) bad(`nonRetryableTypes must be non-empty strings, got ${JSON.stringify(t)}`);
+  }
 }

@@ -362,3 +362,55 @@ test('a claim read after its lease expired is dropped when another worker has th
   assert.equal(stopped.length, 1);
   await w.stop();
 });
+
+// Workflow retries: the workflow's opts.retry travels with its failing
+// checkpoint; a start's retry is stored with the run; the failed step runs
+// again with a fresh budget, its attempts numbered on, the succeeded one
+// replays; every failed run attempt is in the run's record.
+let wfRetryCharges = 0;
+const wfRetryWf = defineWorkflow('t.wfretry', async (ctx, { failUntil }) => {
+  await ctx.step.run('lookup', async () => { count(`lookup:${ctx.run.id}`); return 1; });
+  await ctx.step.run('charge', async () => {
+    wfRetryCharges++;
+    if (wfRetryCharges <= failUntil) throw new Error(`card service down (${wfRetryCharges})`);
+    return 42;
+  }, { retry: { maxAttempts: 2, initialInterval: 1 } });
+  return { workflowAttempt: ctx.run.workflowAttempt };
+}, { retry: { maxAttempts: 3, initialInterval: 50 } });
+const wfRetryPlain = defineWorkflow('t.wfretry.plain', async (ctx) => {
+  await ctx.step.run('s', async () => { throw new Error('always'); }, { retry: { maxAttempts: 1 } });
+});
+
+test('workflow retries: replay, a fresh budget for failed steps, a start\'s own policy', async () => {
+  const q = freshQueue();
+  const w = await worker(q, [wfRetryWf, wfRetryPlain]);
+  wfRetryCharges = 0;
+  const run = await client.start('t.wfretry', { failUntil: 4 }, { queue: q });
+  assert.deepEqual(await client.result(run.id, { timeout: 15_000 }), { workflowAttempt: 3 });
+  assert.equal(calls.get(`lookup:${run.id}`), 1, 'the succeeded step replays');
+  assert.equal(wfRetryCharges, 5);
+  const r = await client.getRun(run.id);
+  assert.equal(r.workflow_attempt, 3);
+  assert.deepEqual(r.workflow_attempts.map((a) => [a.attempt, a.steps.map((s) => [s.name, s.attempts])]), [[1, [['charge', 2]]], [2, [['charge', 4]]]]);
+  const ops = (await client.history(run.id)).ops;
+  assert.equal(ops[1].attempts, 5);
+  assert.deepEqual(ops[1].attempt_log.map((a) => a.attempt), [1, 2, 3, 4]);
+
+  // Without a policy a run fails at once; with a start's policy it is retried.
+  const plain = await client.start('t.wfretry.plain', {}, { queue: q });
+  await assert.rejects(client.result(plain.id, { timeout: 10_000 }), RunFailedError);
+  assert.equal((await client.getRun(plain.id)).workflow_attempt, 1);
+  const own = await client.start('t.wfretry.plain', {}, { queue: q, retry: { maxAttempts: 2, initialInterval: 20 } });
+  assert.equal(own.retry.max_attempts, 2);
+  await assert.rejects(client.result(own.id, { timeout: 10_000 }), RunFailedError);
+  const ended = await client.getRun(own.id);
+  assert.equal(ended.workflow_attempt, 2);
+  assert.equal(ended.workflow_attempts.length, 1);
+  const [s] = (await client.history(own.id)).ops;
+  assert.equal(s.attempts, 2, 'one attempt per run attempt: a fresh budget of 1');
+
+  await assert.rejects(client.start('t.wfretry.plain', {}, { queue: q, retry: { maxAttempts: 0 } }),
+    (e) => e instanceof ApiError && e.status === 400 && /retry.max_attempts/.test(e.message));
+  assert.throws(() => defineWorkflow('t.bad', async () => {}, { retry: { maxAttempts: 0 } }), /retry.maxAttempts/);
+  await w.stop();
+});

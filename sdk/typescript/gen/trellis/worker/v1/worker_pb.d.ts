@@ -223,6 +223,32 @@ export declare type Run = Message<"trellis.worker.v1.Run"> & {
    * @generated from field: bool pinned = 27;
    */
   pinned: boolean;
+
+  /**
+   * workflow_attempt numbers the run's attempt of its workflow function
+   * (workflow retries): 1, then one more after each failed attempt that a
+   * retry followed. Unset (0) reads as 1.
+   *
+   * @generated from field: int64 workflow_attempt = 40;
+   */
+  workflowAttempt: bigint;
+
+  /**
+   * workflow_attempts are the run's failed attempts that a retry followed,
+   * oldest first. A step that one of them lists in its steps gets a fresh
+   * attempt budget: its attempts up to the number listed there (in the latest
+   * attempt that lists it) do not count against its max attempts.
+   *
+   * @generated from field: repeated trellis.worker.v1.RunAttempt workflow_attempts = 41;
+   */
+  workflowAttempts: RunAttempt[];
+
+  /**
+   * retry is the workflow retry policy the run was started with, if any.
+   *
+   * @generated from field: trellis.worker.v1.RunRetry retry = 42;
+   */
+  retry?: RunRetry | undefined;
 };
 
 /**
@@ -230,6 +256,123 @@ export declare type Run = Message<"trellis.worker.v1.Run"> & {
  * Use `create(RunSchema)` to create a new message.
  */
 export declare const RunSchema: GenMessage<Run>;
+
+/**
+ * A workflow retry policy (store.RunRetry): max_attempts counts the first
+ * attempt; the delay before retry n is initial_backoff * factor^(n-1), capped
+ * at max_backoff, varied by up to ±jitter.
+ *
+ * @generated from message trellis.worker.v1.RunRetry
+ */
+export declare type RunRetry = Message<"trellis.worker.v1.RunRetry"> & {
+  /**
+   * @generated from field: int64 max_attempts = 1;
+   */
+  maxAttempts: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Duration initial_backoff = 2;
+   */
+  initialBackoff?: Duration | undefined;
+
+  /**
+   * @generated from field: double factor = 3;
+   */
+  factor: number;
+
+  /**
+   * @generated from field: google.protobuf.Duration max_backoff = 4;
+   */
+  maxBackoff?: Duration | undefined;
+
+  /**
+   * @generated from field: double jitter = 5;
+   */
+  jitter: number;
+
+  /**
+   * @generated from field: repeated string non_retryable_types = 6;
+   */
+  nonRetryableTypes: string[];
+};
+
+/**
+ * Describes the message trellis.worker.v1.RunRetry.
+ * Use `create(RunRetrySchema)` to create a new message.
+ */
+export declare const RunRetrySchema: GenMessage<RunRetry>;
+
+/**
+ * A failed attempt of a run that a workflow retry followed.
+ *
+ * @generated from message trellis.worker.v1.RunAttempt
+ */
+export declare type RunAttempt = Message<"trellis.worker.v1.RunAttempt"> & {
+  /**
+   * @generated from field: int64 attempt = 1;
+   */
+  attempt: bigint;
+
+  /**
+   * @generated from field: trellis.worker.v1.ErrorInfo error = 2;
+   */
+  error?: ErrorInfo | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp started_at = 3;
+   */
+  startedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp failed_at = 4;
+   */
+  failedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp retry_at = 5;
+   */
+  retryAt?: Timestamp | undefined;
+
+  /**
+   * steps are the failed steps the attempt left, which the next one runs
+   * again: each with the attempts it had made.
+   *
+   * @generated from field: repeated trellis.worker.v1.RetriedStep steps = 6;
+   */
+  steps: RetriedStep[];
+};
+
+/**
+ * Describes the message trellis.worker.v1.RunAttempt.
+ * Use `create(RunAttemptSchema)` to create a new message.
+ */
+export declare const RunAttemptSchema: GenMessage<RunAttempt>;
+
+/**
+ * @generated from message trellis.worker.v1.RetriedStep
+ */
+export declare type RetriedStep = Message<"trellis.worker.v1.RetriedStep"> & {
+  /**
+   * @generated from field: int64 position = 1;
+   */
+  position: bigint;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * @generated from field: int64 attempts = 3;
+   */
+  attempts: bigint;
+};
+
+/**
+ * Describes the message trellis.worker.v1.RetriedStep.
+ * Use `create(RetriedStepSchema)` to create a new message.
+ */
+export declare const RetriedStepSchema: GenMessage<RetriedStep>;
 
 /**
  * The versions of one workflow a worker serves to runs pinned to a version.
@@ -1050,6 +1193,16 @@ export declare type CheckpointItem = Message<"trellis.worker.v1.CheckpointItem">
    * @generated from field: int64 seq = 17;
    */
   seq: bigint;
+
+  /**
+   * retry, with status failed, is the workflow retry policy of the worker's
+   * workflow: the store applies it when the run has none of its own, and the
+   * failure becomes a wait for the run's next attempt while it has attempts
+   * left (CheckpointResult.retry_at).
+   *
+   * @generated from field: trellis.worker.v1.RunRetry retry = 40;
+   */
+  retry?: RunRetry | undefined;
 };
 
 /**
@@ -1127,6 +1280,14 @@ export declare type CheckpointResult = Message<"trellis.worker.v1.CheckpointResu
    * @generated from field: bool replayed = 4;
    */
   replayed: boolean;
+
+  /**
+   * retry_at, for a checkpoint that failed its run, says that the failure
+   * became a workflow retry: the run waits until then for its next attempt.
+   *
+   * @generated from field: google.protobuf.Timestamp retry_at = 40;
+   */
+  retryAt?: Timestamp | undefined;
 };
 
 /**
