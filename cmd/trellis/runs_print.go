@@ -87,6 +87,7 @@ func printRun(w io.Writer, r *trellis.Run) error {
 		{"Version", versionText(r)},
 		{"Status", string(r.Status)}, {"Wait reason", r.WaitReason}, {"Error", errorText(r.Error)},
 		{"Cancel requested", strconv.FormatBool(r.CancelRequested)}, {"Claims", strconv.Itoa(r.Attempts) + " (times a worker took the run)"},
+		{"Workflow attempt", workflowAttemptText(r)}, {"Retry policy", retryPolicyText(r.Retry)},
 		{"Deadline", timeText(r.Deadline)}, {"Available at", timeText(&r.AvailableAt)},
 		{"Lease owner", r.LeaseOwner}, {"Lease expires at", timeText(r.LeaseExpiresAt)},
 		{"Current step", currentStepText(r.CurrentStep)},
@@ -114,6 +115,10 @@ func printHistory(w io.Writer, r *trellis.Run, ops []*trellis.Op) error {
 		fmt.Fprintf(w, "  %s\n", oneLine(d, 0))
 	}
 	fmt.Fprintln(w)
+	if len(r.WorkflowAttempts) > 0 {
+		printRunAttempts(w, r)
+		fmt.Fprintln(w)
+	}
 	if len(ops) == 0 {
 		// A finished run without ops is most often a job whose first attempt
 		// succeeded: it records its outcome only (docs/jobs.md).
@@ -151,6 +156,63 @@ func attemptVerb(outcome string) string {
 		return "started, not ended,"
 	}
 	return "failed"
+}
+
+// workflowAttemptText is the run's attempt of its workflow function, with how
+// many failed before it (workflow retries).
+func workflowAttemptText(r *trellis.Run) string {
+	n := max(r.WorkflowAttempt, 1)
+	switch failed := len(r.WorkflowAttempts); {
+	case failed == 0:
+		return strconv.Itoa(n)
+	case failed == 1:
+		return fmt.Sprintf("%d (1 failed attempt retried: runs history lists it)", n)
+	default:
+		return fmt.Sprintf("%d (%d failed attempts retried: runs history lists them)", n, failed)
+	}
+}
+
+// retryPolicyText shows the workflow retry policy a run was started with.
+func retryPolicyText(p *trellis.RunRetry) string {
+	if p == nil {
+		return "" // the workflow's, if it declares one
+	}
+	s := fmt.Sprintf("%d attempts", p.MaxAttempts)
+	if p.InitialBackoff > 0 {
+		s += ", backoff from " + p.InitialBackoff.String()
+	}
+	if p.Factor > 0 {
+		s += fmt.Sprintf(" x%g", p.Factor)
+	}
+	if p.MaxBackoff > 0 {
+		s += " up to " + p.MaxBackoff.String()
+	}
+	if len(p.NonRetryableTypes) > 0 {
+		s += ", not retried: " + strings.Join(p.NonRetryableTypes, ", ")
+	}
+	return s
+}
+
+// printRunAttempts lists a run's attempts of its workflow function: each
+// failed one a workflow retry followed, with its error, its times and the
+// failed steps the next attempt ran again, then the current one.
+func printRunAttempts(w io.Writer, r *trellis.Run) {
+	fmt.Fprintln(w, "run attempts (workflow retries):")
+	for _, a := range r.WorkflowAttempts {
+		fmt.Fprintf(w, "  attempt %d  started %s  failed %s: %s\n", a.Attempt, timeText(&a.StartedAt), timeText(&a.FailedAt),
+			oneLine(a.Error.Message, resultWidth))
+		line := "retried at " + timeText(&a.RetryAt)
+		if len(a.Steps) > 0 {
+			var steps []string
+			for _, st := range a.Steps {
+				steps = append(steps, fmt.Sprintf("%s (position %d, %d attempts)", orDash(st.Name), st.Position, st.Attempts))
+			}
+			line += "; failed steps run again: " + strings.Join(steps, ", ")
+		}
+		fmt.Fprintf(w, "      %s\n", line)
+	}
+	last := r.WorkflowAttempts[len(r.WorkflowAttempts)-1]
+	fmt.Fprintf(w, "  attempt %d  due %s  %s\n", max(r.WorkflowAttempt, len(r.WorkflowAttempts)+1), timeText(&last.RetryAt), r.Status)
 }
 
 // stepAttempts is how many times a step's function ran; "-" for other ops.
