@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // TestStartRetryPolicy: a start's retry object is stored with the run and
@@ -81,6 +82,47 @@ func TestStartRetryPolicy(t *testing.T) {
 			for _, s := range []string{`"max_attempts"`, `"initial_backoff"`, `"non_retryable_types"`, `"workflow_attempts"`, `"retry_at"`} {
 				if !strings.Contains(string(b), s) {
 					t.Errorf("the OpenAPI document does not describe %s", s)
+				}
+			}
+		})
+	}
+}
+
+// TestUIRunAttempts: the run page shows a retried run's attempt and every
+// failed attempt with its error, times and the steps run again.
+func TestUIRunAttempts(t *testing.T) {
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, url(t))
+			ctx := t.Context()
+			// A run of a workflow no worker serves, driven through the store
+			// as a worker would: its step fails, then the run, and a retry
+			// follows.
+			res, err := e.st.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: "ui-retried", WorkflowID: "ui-retried",
+				Workflow: "ui-retry", Queue: "default", Retry: &store.RunRetry{MaxAttempts: 3, InitialBackoff: store.Duration(time.Hour)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			claimed, err := e.st.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "default", Workflows: []string{"ui-retry"},
+				Worker: "w", Max: 1, LeaseDuration: time.Minute})
+			if err != nil || len(claimed.Runs) != 1 {
+				t.Fatalf("claim: %v %v", claimed, err)
+			}
+			cr := claimed.Runs[0]
+			now := time.Now()
+			fail := &store.ErrorInfo{Message: "card service <down>"}
+			out, err := e.st.Checkpoint(ctx, &store.CheckpointParams{Lease: cr.Lease(), Status: store.StatusFailed, Error: fail,
+				Ops: []*store.Op{{Position: 0, Kind: store.OpStep, Name: "charge", Done: true, Error: fail, Attempts: 2, StartedAt: now, FinishedAt: &now}},
+				Attempts: []store.Attempt{{Position: 0, Attempt: 1, Error: *fail, StartedAt: now, FinishedAt: now},
+					{Position: 0, Attempt: 2, Error: *fail, StartedAt: now, FinishedAt: now}}})
+			if err != nil || out.RetryAt == nil {
+				t.Fatalf("failing checkpoint: %+v %v", out, err)
+			}
+			page := string(e.uiSession("reader").get("/ui/default/runs/"+res.Run.ID).want(t, 200).body)
+			for _, want := range []string{`id="run-attempts"`, "attempt 1", "card service &lt;down&gt;", "failed steps run again: charge (2 attempts)",
+				`id="workflow-attempt">2 of at most 3`, "workflow retry: attempt 1 failed"} {
+				if !strings.Contains(page, want) {
+					t.Errorf("the run page lacks %q", want)
 				}
 			}
 		})
