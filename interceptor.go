@@ -64,6 +64,9 @@ type Interceptor struct {
 }
 
 // WorkflowAttempt describes one execution of a run (see Interceptor.Workflow).
+// Its Attempt counts claims, as Context.RunAttempt does; the attempt of the
+// workflow function that workflow retries count is Context.WorkflowAttempt
+// (docs/workflow-retries.md).
 type WorkflowAttempt struct {
 	RunID      string
 	WorkflowID string

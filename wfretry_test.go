@@ -304,3 +304,36 @@ func TestWorkflowRetryRemoteWorker(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkflowRetryJob: a job started with a workflow retry policy is
+// retried as a workflow when its attempts are spent: its step runs again with
+// a fresh budget, its attempts numbered on.
+func TestWorkflowRetryJob(t *testing.T) {
+	var calls atomic.Int64
+	j := trellis.NewJob("wfretry-job", func(ctx context.Context, n int) (int, error) {
+		if calls.Add(1) <= 3 {
+			return 0, errors.New("upstream down")
+		}
+		return n * 2, nil
+	}, trellis.JobOptions{Retry: trellis.RetryPolicy{MaxAttempts: 2, Backoff: trellis.Fixed(time.Millisecond)}})
+	c := setup(t, j)
+	h := must[*trellis.Handle[int]](t)(trellis.StartJob(ctxT(t), c, j, 21,
+		trellis.StartOptions{Retry: &trellis.RetryPolicy{MaxAttempts: 2, Backoff: trellis.Fixed(20 * time.Millisecond)}}))
+	if out := mustResult(t, h); out != 42 {
+		t.Fatalf("result = %d", out)
+	}
+	run := must[*trellis.Run](t)(c.Get(ctxT(t), h.RunID()))
+	if run.WorkflowAttempt != 2 || len(run.WorkflowAttempts) != 1 || run.WorkflowAttempts[0].Steps[0].Attempts != 2 {
+		t.Fatalf("job run: attempt %d, %+v", run.WorkflowAttempt, run.WorkflowAttempts)
+	}
+	ops := must[[]*trellis.Op](t)(c.History(ctxT(t), h.RunID()))
+	if len(ops) != 1 || ops[0].Attempts != 4 || len(ops[0].AttemptLog) != 3 {
+		t.Fatalf("job op = %+v, want attempt 4 after 3 failed", ops[0])
+	}
+	// Without a start's policy a job fails when its own attempts are spent.
+	calls.Store(0)
+	h = must[*trellis.Handle[int]](t)(trellis.StartJob(ctxT(t), c, j, 21))
+	if _, err := h.Result(ctxT(t)); err == nil {
+		t.Fatal("a job without a workflow retry policy succeeded")
+	}
+}

@@ -444,6 +444,15 @@ func checkStatus(p *store.CheckpointParams, rec *Recorded) *Error {
 	default:
 		return fieldErr("status", "%q is not a status a worker writes (running, pending, waiting, blocked, succeeded, failed, cancelled)", st)
 	}
+	if p.Retry != nil {
+		// The workflow's retry policy, applied by the store (workflow retries).
+		if st != store.StatusFailed {
+			return fieldErr("retry", "goes only with status failed (the workflow's retry policy, for a run it fails)")
+		}
+		if err := p.Retry.Validate(); err != nil {
+			return fieldErr("retry", "%s", strings.TrimPrefix(err.Error(), store.ErrInvalidParams.Error()+": "))
+		}
+	}
 	for k, name := range p.WaitEvents {
 		if name == "" {
 			return fieldErr(fmt.Sprintf("wait_events[%d]", k), "an event name is not empty")

@@ -141,6 +141,28 @@ func TestCheckAcceptsValid(t *testing.T) {
 	if err := protocol.Check(p, rec); err != nil {
 		t.Fatal(err)
 	}
+	// A failure that carries the workflow's retry policy.
+	boom := &store.ErrorInfo{Message: "boom"}
+	failed := &store.CheckpointParams{Status: store.StatusFailed, Error: boom, Retry: &store.RunRetry{MaxAttempts: 3},
+		Stream: []store.StreamWrite{store.FinalEvent(store.StatusFailed, nil, boom)}}
+	if err := protocol.Check(failed, rec); err != nil {
+		t.Fatalf("a failure with a retry policy: %v", err)
+	}
+	failed.Retry = &store.RunRetry{MaxAttempts: 0}
+	if err := protocol.Check(failed, rec); !errors.Is(err, store.ErrInvalidParams) || !strings.Contains(err.Error(), "retry: retry.max_attempts must be from 1") {
+		t.Fatalf("a failure with a bad retry policy: %v", err)
+	}
+	// A workflow retry's next attempt writes the failed step it made in
+	// progress again, numbering its attempts on.
+	retried := protocol.NewRecorded([]*store.Op{{Position: 0, Kind: store.OpStep, Name: "charge", Attempts: 2, StartedAt: t0}}, false)
+	p = &store.CheckpointParams{Status: store.StatusRunning,
+		Ops: []*store.Op{{Position: 0, Kind: store.OpStep, Name: "charge", Done: true, Result: []byte(`1`), Attempts: 3,
+			StartedAt: t0, FinishedAt: &t0, AttemptStartedAt: &t0}},
+		Stream: []store.StreamWrite{{Name: "run.resumed", Data: []byte(`{"attempt":2,"replayed":1}`)},
+			{Name: "step.completed", Data: []byte(`{"name":"charge","attempt":3,"duration_ms":1}`)}}}
+	if err := protocol.Check(p, retried); err != nil {
+		t.Fatalf("a retried step's next attempt: %v", err)
+	}
 }
 
 // TestCheckRefuses: each way of breaking the rules is refused as invalid
@@ -232,6 +254,7 @@ func TestCheckRefuses(t *testing.T) {
 		{"child of another workflow", func(p *store.CheckpointParams) { p.Children[0].Runs[0].Workflow = "other" }, false, `run 0 is of workflow "other", not the op's "double"`},
 		{"child with a chosen ID", func(p *store.CheckpointParams) { p.Children[0].Runs[0].ID = "victim" }, false, `run 0 has ID "victim"`},
 		{"approval without op", func(p *store.CheckpointParams) { p.Approvals[0].Position = 6 }, false, "approvals[0]: position 6"},
+		{"retry policy while running", func(p *store.CheckpointParams) { p.Retry = &store.RunRetry{MaxAttempts: 2} }, false, "retry: goes only with status failed"},
 		{"approval with a chosen ID", func(p *store.CheckpointParams) { p.Approvals[0].ID = "victim.approval.7" }, false, `request ID "victim.approval.7": an approval request's ID is r1.approval.7`},
 		{"final event not last", func(p *store.CheckpointParams) {
 			p.Status, p.Output = store.StatusSucceeded, []byte(`1`)

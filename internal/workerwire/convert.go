@@ -94,7 +94,7 @@ func RunToPB(r *store.Run) *pb.Run {
 		CreatedAt: Ts(r.CreatedAt), StartedAt: TsPtr(r.StartedAt), UpdatedAt: Ts(r.UpdatedAt),
 		FinishedAt: TsPtr(r.FinishedAt), ParentId: r.ParentID, TraceParent: r.TraceParent,
 		CurrentStep: stepPtrToPB(r.CurrentStep), Pinned: r.Pinned,
-		WorkflowAttempt:  int64(r.WorkflowAttempt),
+		WorkflowAttempt:  workflowAttemptToPB(r.WorkflowAttempt),
 		WorkflowAttempts: runAttemptsToPB(r.WorkflowAttempts), Retry: RunRetryToPB(r.Retry),
 	}
 }
@@ -499,4 +499,13 @@ func runAttemptsFromPB(as []*pb.RunAttempt) []store.RunAttempt {
 		out[i] = sa
 	}
 	return out
+}
+
+// workflowAttemptToPB is a run's workflow attempt on the wire: unset (0) for
+// the first, which readers take as 1.
+func workflowAttemptToPB(n int) int64 {
+	if n <= 1 {
+		return 0
+	}
+	return int64(n)
 }
