@@ -18,7 +18,8 @@ import (
 // starts over from the beginning with the same input. It returns the new run.
 //
 // The new run has no deadline and no parent; its Attempts starts at 1 (the run it
-// came from). Errors: ErrRunNotFound; ErrRunActive for a run that has not finished
+// came from). It keeps the workflow retry policy the run was started with
+// (StartOptions.Retry), from its first attempt. Errors: ErrRunNotFound; ErrRunActive for a run that has not finished
 // (cancel it first); ErrInvalidParams when the run has no such step, when an op
 // before it had not finished (an event wait or a child started before the step
 // and awaited after it), or when a Map recorded by an older version (whose
@@ -55,6 +56,7 @@ func (c *Client) doReset(ctx context.Context, ref, step string) (*Run, error) {
 		Namespace: c.cfg.Namespace, ID: uuid.Must(uuid.NewV7()).String(), WorkflowID: src.WorkflowID,
 		Workflow: src.Workflow, Queue: src.Queue, Priority: src.Priority, Version: src.Version, Pinned: src.Pinned,
 		Input: src.Input, History: kept, KV: kv, Idempotency: idempotency(ctx, createdRun),
+		Retry: src.Retry, // its start's workflow retry policy; the new run is at its first attempt
 	})
 	if err != nil {
 		return nil, fmt.Errorf("resetting run %s: %w", src.ID, err)

@@ -337,3 +337,35 @@ func TestWorkflowRetryJob(t *testing.T) {
 		t.Fatal("a job without a workflow retry policy succeeded")
 	}
 }
+
+// TestWorkflowRetryChild: a child run retried by its workflow's policy ends
+// once, succeeded, and its parent gets its output; a reset run keeps the
+// retry policy its source was started with.
+func TestWorkflowRetryChild(t *testing.T) {
+	n := &retryCounters{failCharges: 2}
+	child := retryWorkflow("wfretry-child", n, trellis.WorkflowOptions{
+		Retry: &trellis.RetryPolicy{MaxAttempts: 2, Backoff: trellis.Fixed(20 * time.Millisecond)}})
+	parent := trellis.NewWorkflow("wfretry-parent", func(wc *trellis.Context, order string) (string, error) {
+		return trellis.Child(wc, child, order)
+	})
+	plain := retryWorkflow("wfretry-reset", &retryCounters{failCharges: 1000}, trellis.WorkflowOptions{})
+	c := setup(t, child, parent, plain)
+	h := must[*trellis.Handle[string]](t)(trellis.Start(ctxT(t), c, parent, "o"))
+	if out := mustResult(t, h); out != "charged on run attempt 2" {
+		t.Fatalf("parent's result = %q", out)
+	}
+
+	policy := &trellis.RetryPolicy{MaxAttempts: 2, Backoff: trellis.Fixed(10 * time.Millisecond)}
+	hp := must[*trellis.Handle[string]](t)(trellis.Start(ctxT(t), c, plain, "o", trellis.StartOptions{Retry: policy}))
+	if _, err := hp.Result(ctxT(t)); err == nil {
+		t.Fatal("always-failing run succeeded")
+	}
+	reset := must[*trellis.Run](t)(c.Reset(ctxT(t), hp.RunID(), ""))
+	if reset.Retry == nil || reset.Retry.MaxAttempts != 2 || reset.WorkflowAttempt != 1 {
+		t.Fatalf("reset run: retry %+v, attempt %d", reset.Retry, reset.WorkflowAttempt)
+	}
+	done := must[*trellis.Run](t)(c.Wait(ctxT(t), reset.ID))
+	if done.Status != trellis.StatusFailed || done.WorkflowAttempt != 2 {
+		t.Fatalf("reset run ended %s at attempt %d, want failed at 2", done.Status, done.WorkflowAttempt)
+	}
+}
