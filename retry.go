@@ -116,3 +116,25 @@ func (p *RetryPolicy) runRetry() (*store.RunRetry, error) {
 	}
 	return r, nil
 }
+
+// RetryPolicyOf returns the policy that StartOptions.Retry takes for r, a
+// workflow retry policy in its stored form (the API's retry object, which
+// r.Validate checks): an exponential backoff with r's parameters, their
+// defaults applied. nil for nil.
+func RetryPolicyOf(r *RunRetry) *RetryPolicy {
+	if r == nil {
+		return nil
+	}
+	initial, factor, maxd := time.Duration(r.InitialBackoff), r.Factor, time.Duration(r.MaxBackoff)
+	if initial == 0 {
+		initial = time.Duration(store.DefaultRetryInitial)
+	}
+	if factor == 0 {
+		factor = store.DefaultRetryFactor
+	}
+	if maxd == 0 {
+		maxd = max(time.Duration(store.DefaultRetryMax), initial)
+	}
+	return &RetryPolicy{MaxAttempts: r.MaxAttempts, NonRetryableTypes: slices.Clone(r.NonRetryableTypes),
+		Backoff: ExponentialBackoff{Initial: initial, Factor: factor, Max: maxd, Jitter: r.Jitter}}
+}

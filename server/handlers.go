@@ -135,26 +135,9 @@ func (req *StartRequest) options() (trellis.StartOptions, error) {
 		if err := r.Validate(); err != nil {
 			return o, err
 		}
-		o.Retry = retryPolicy(r)
+		o.Retry = trellis.RetryPolicyOf(r)
 	}
 	return o, nil
-}
-
-// retryPolicy is the policy of StartOptions.Retry that stores r (valid): an
-// exponential backoff with r's parameters, their defaults applied.
-func retryPolicy(r *trellis.RunRetry) *trellis.RetryPolicy {
-	initial, factor, maxd := time.Duration(r.InitialBackoff), r.Factor, time.Duration(r.MaxBackoff)
-	if initial == 0 {
-		initial = time.Duration(store.DefaultRetryInitial)
-	}
-	if factor == 0 {
-		factor = store.DefaultRetryFactor
-	}
-	if maxd == 0 {
-		maxd = max(time.Duration(store.DefaultRetryMax), initial)
-	}
-	return &trellis.RetryPolicy{MaxAttempts: r.MaxAttempts, NonRetryableTypes: r.NonRetryableTypes,
-		Backoff: trellis.ExponentialBackoff{Initial: initial, Factor: factor, Max: maxd, Jitter: r.Jitter}}
 }
 
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *call) error {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/trellis-dev/trellis"
@@ -28,7 +29,7 @@ func parseStartArgs(args []string, stderr io.Writer) (*startArgs, *flag.FlagSet,
 			"\"default\") with version 0. --version pins the run to a version: it waits until a\n"+
 			"worker that serves that version runs it.", stderr)
 	var sa startArgs
-	var startAt, deadline string
+	var startAt, deadline, retry string
 	targetFlags(fs, &sa.target)
 	fs.StringVar(&sa.input, "input", "null", "the workflow's input, as `JSON`")
 	fs.StringVar(&sa.opts.ID, "id", "", "workflow `ID`, the caller's key for the run (default: the run ID)")
@@ -37,6 +38,8 @@ func parseStartArgs(args []string, stderr io.Writer) (*startArgs, *flag.FlagSet,
 	fs.IntVar(&sa.opts.Version, "version", 0, "pin the run to this workflow `version`: only a worker that serves it runs it (0: not pinned)")
 	fs.StringVar(&startAt, "start-at", "", "do not start the run before this `time` (RFC 3339, e.g. 2026-01-02T15:04:05Z)")
 	fs.StringVar(&deadline, "deadline", "", "fail the run if it has not finished by this `time` (RFC 3339)")
+	fs.StringVar(&retry, "retry", "", "the run's workflow retry policy, as the API's `JSON` retry object, e.g.\n"+
+		`{"max_attempts": 3, "initial_backoff": "30s"} (docs/workflow-retries.md)`)
 	fs.BoolVar(&sa.asJSON, "json", false, "print the run as JSON")
 	pos, err := parseArgs(fs, args)
 	switch {
@@ -60,6 +63,18 @@ func parseStartArgs(args []string, stderr io.Writer) (*startArgs, *flag.FlagSet,
 	}
 	if err := checkStartTimes(sa.opts, time.Now()); err != nil {
 		return nil, fs, usagef(fs, "runs start: %v", err)
+	}
+	if retry != "" {
+		var r trellis.RunRetry
+		dec := json.NewDecoder(strings.NewReader(retry))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			return nil, fs, usagef(fs, "runs start: --retry: %v", err)
+		}
+		if err := r.Validate(); err != nil {
+			return nil, fs, usagef(fs, "runs start: --retry: %v", err)
+		}
+		sa.opts.Retry = trellis.RetryPolicyOf(&r)
 	}
 	return &sa, fs, sa.target.resolve(fs)
 }

@@ -59,6 +59,9 @@ func TestRunsStartBadInput(t *testing.T) {
 		{"--input", `1`, "--deadline", past},
 		{"--input", `1`, "--start-at", soon, "--deadline", soon},
 		{"--input", `1`, "--priority", "high"},
+		{"--input", `1`, "--retry", `{"max_attempts": 0}`},
+		{"--input", `1`, "--retry", `{"max_attempts": 3, "backoff": "1s"}`},
+		{"--input", `1`, "--retry", `three`},
 	} {
 		res := trellisCmd(t, append([]string{"runs", "start", "greet", "--store", url}, args...)...)
 		if res.code != 2 || res.stdout != "" {

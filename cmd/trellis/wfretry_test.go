@@ -50,3 +50,31 @@ func TestRunsHistoryWorkflowRetries(t *testing.T) {
 		}
 	}
 }
+
+// TestRunsStartRetry: runs start --retry stores the run's workflow retry
+// policy, which the worker's store applies.
+func TestRunsStartRetry(t *testing.T) {
+	t.Parallel()
+	url := storeURL(t)
+	trellisCmd(t, "migrate", "--store", url).ok(t)
+	res := trellisCmd(t, "runs", "start", "flaky", "--input", "1", "--retry", `{"max_attempts": 3, "initial_backoff": "10ms"}`,
+		"--store", url).ok(t)
+	contains(t, "start", res.stdout, "Retry policy:", "3 attempts, backoff from 10ms")
+	runs := listRuns(t, url)
+	if len(runs) != 1 || runs[0].Retry == nil || runs[0].Retry.MaxAttempts != 3 {
+		t.Fatalf("runs %+v", runs)
+	}
+	var calls atomic.Int64
+	wf := trellis.NewWorkflow("flaky", func(wc *trellis.Context, n int) (int, error) {
+		if calls.Add(1) < 3 {
+			return 0, errors.New("not yet")
+		}
+		return n, nil
+	})
+	c := openClient(t, url, false, wf)
+	defer c.Close()
+	done, err := c.Wait(ctxT(t), runs[0].ID)
+	if err != nil || done.Status != trellis.StatusSucceeded || done.WorkflowAttempt != 3 {
+		t.Fatalf("run ended %+v %v", done, err)
+	}
+}
