@@ -9,14 +9,14 @@ import (
 )
 
 // The embedded kit parses, passes its own checks and holds the sixteen
-// workflows of issue 36 and the at-most-once step of issue 37, by name.
+// workflows of issue 36 and the at-most-once step of issue 37, by name, and the workflow retries of issue 37.
 func TestKitLoads(t *testing.T) {
 	k, err := Load()
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"three_steps", "retries", "step_timeout", "sleep", "event_wait", "approval", "child", "map",
-		"select", "cancel", "kv", "emit", "nondeterminism", "job_sum", "takeover", "at_most_once", "recorded"}
+		"select", "cancel", "kv", "emit", "nondeterminism", "job_sum", "takeover", "at_most_once", "recorded", "workflow_retry"}
 	for i := range want {
 		want[i] = "conformance." + want[i]
 	}

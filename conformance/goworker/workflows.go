@@ -286,5 +286,39 @@ func (k *kit) all() []trellis.Registrable {
 			_ = wc.Random()
 			return map[string]string{"now": now.UTC().Format(time.RFC3339Nano), "uuid": id}, nil
 		}),
+
+		k.workflowRetry(),
 	}
+}
+
+// workflowRetry is conformance.workflow_retry: the workflow is retried (3
+// attempts, 100 ms then 200 ms); its step flaky (2 attempts per run attempt,
+// 50 ms apart) fails while its attempt, numbered on across run attempts, is
+// at most fail_times.
+func (k *kit) workflowRetry() trellis.Registrable {
+	const name = "conformance.workflow_retry"
+	opts := k.opts()
+	opts.Retry = &trellis.RetryPolicy{MaxAttempts: 3, Backoff: trellis.ExponentialBackoff{Initial: 100 * time.Millisecond, Factor: 2}}
+	return trellis.NewWorkflow(name, func(wc *trellis.Context, in struct {
+		FailTimes int `json:"fail_times"`
+	}) (any, error) {
+		if _, err := trellis.Step(wc, "lookup", func(context.Context) (string, error) { return "found", nil }); err != nil {
+			return nil, err
+		}
+		res, err := trellis.Step(wc, "flaky", func(ctx context.Context) (string, error) {
+			n := trellis.StepInfo(ctx).Attempt
+			if n <= in.FailTimes {
+				return "", fmt.Errorf("flaky failure %d", n)
+			}
+			return fmt.Sprint("ok after ", n), nil
+		}, trellis.StepOptions{Retry: trellis.RetryPolicy{MaxAttempts: 2, Backoff: trellis.Fixed(50 * time.Millisecond)}})
+		if err != nil {
+			return nil, err
+		}
+		var out any = map[string]any{"workflow_attempt": wc.WorkflowAttempt(), "result": res}
+		if k.brk == name {
+			out = map[string]any{"broken_on_purpose": true}
+		}
+		return out, nil
+	}, opts)
 }

@@ -193,8 +193,21 @@ async def recorded(ctx, inp):
     return {"now": trellis.format_time(now), "uuid": u}
 
 
+@trellis.workflow("conformance.workflow_retry", retry=trellis.Retry(max_attempts=3, initial=0.1, factor=2, jitter=0))
+async def workflow_retry(ctx, inp):
+    await ctx.step.run("lookup", lambda: "found")
+
+    def flaky(info):
+        if info.attempt <= inp["fail_times"]:
+            raise RuntimeError(f"flaky failure {info.attempt}")
+        return f"ok after {info.attempt}"
+
+    result = await ctx.step.run("flaky", flaky, retry=trellis.Retry(max_attempts=2, initial=0.05, factor=1, jitter=0))
+    return {"workflow_attempt": ctx.workflow_attempt, "result": result}
+
+
 WORKFLOWS = [three_steps, retries, step_timeout, sleep, event_wait, approval, double, child, map_, select, cancel, kv,
-             emit, nondeterminism, job_sum, takeover, at_most_once, recorded]
+             emit, nondeterminism, job_sum, takeover, at_most_once, recorded, workflow_retry]
 
 
 def main():

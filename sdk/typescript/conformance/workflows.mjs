@@ -129,5 +129,14 @@ export const recorded = defineWorkflow('conformance.recorded', async (ctx) => {
   return { now: now.toISOString(), uuid };
 });
 
+export const workflowRetry = defineWorkflow('conformance.workflow_retry', async (ctx, { fail_times: failTimes }) => {
+  await ctx.step.run('lookup', async () => 'found');
+  const result = await ctx.step.run('flaky', async ({ attempt }) => {
+    if (attempt <= failTimes) throw new Error(`flaky failure ${attempt}`);
+    return `ok after ${attempt}`;
+  }, { retry: { maxAttempts: 2, initialInterval: 50, backoffCoefficient: 1 } });
+  return { workflow_attempt: ctx.run.workflowAttempt, result };
+}, { retry: { maxAttempts: 3, initialInterval: 100, backoffCoefficient: 2 } });
+
 export const all = [threeSteps, retries, stepTimeout, sleep, eventWait, approval, double, child, map, select,
-  cancel, kv, emit, nondeterminism, jobSum, takeover, atMostOnce, recorded];
+  cancel, kv, emit, nondeterminism, jobSum, takeover, atMostOnce, recorded, workflowRetry];
