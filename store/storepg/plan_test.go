@@ -215,7 +215,7 @@ func TestRunCreatesPlanReadsQueuesOnce(t *testing.T) {
 	ints := []int32{0, 0}
 	times := []time.Time{now, now}
 	args := []any{texts, texts, texts, texts, texts, ints, ints, [][]byte{nil, nil}, times, times, times,
-		[]string{"running", "pending"}, ints, texts, []int64{1, 2}, times, times, texts, texts, ints}
+		[]string{"running", "pending"}, ints, texts, []int64{1, 2}, times, times, texts, texts, ints, []*string{nil, nil}}
 	plan := explain(t, conn, sqlRunCreates, args...)
 	if n := strings.Count(plan, "on queues"); n != 1 {
 		t.Errorf("the plan reads queues %d times, want once:\n%s", n, plan)
