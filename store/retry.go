@@ -119,7 +119,8 @@ func (r *RunRetry) Retryable(e *ErrorInfo) bool {
 		return false
 	}
 	switch e.Type {
-	case "cancelled", "deadline_exceeded", "payload_too_large", "non_determinism":
+	case "cancelled", "deadline_exceeded", "payload_too_large", "non_determinism", "step_outcome_unknown":
+		// (an at-most-once step whose outcome is unknown is never run again)
 		return false
 	}
 	return !slices.Contains(r.NonRetryableTypes, e.Type)

@@ -17,9 +17,11 @@ const (
 	sqlRetryRow = `SELECT retry, started_at, deadline, cancel_requested FROM runs
 	WHERE namespace = ?1 AND id = ?2 AND status = 'running' AND lease_token = ?3`
 	// sqlResetFailedSteps makes the run's failed steps in progress again, due
-	// at ?1, keeping their attempts.
+	// at ?1, keeping their attempts; an at-most-once step whose outcome is
+	// unknown keeps its failure (it is never run again).
 	sqlResetFailedSteps = `UPDATE ops SET done = 0, error = NULL, finished_at = NULL, started_at = ?1
 	WHERE run_seq = ?2 AND kind = 'step' AND done = 1 AND error IS NOT NULL
+	AND error NOT LIKE '%"type":"step_outcome_unknown"%'
 	RETURNING position, name, attempts`
 	sqlSetRetry = `UPDATE runs SET retry = ?1 WHERE sequence = ?2`
 )

@@ -222,6 +222,24 @@ func retryNotRetried(t *testing.T, e *env) {
 		t.Fatal("a run whose cancellation was requested was retried")
 	}
 	e.wantFinished(cr, store.StatusFailed)
+	// An at-most-once step's unknown outcome is not retried, and such a step
+	// is not run again by the retry of another failure.
+	cr = e.start()
+	unknown := &store.ErrorInfo{Message: "outcome unknown", Type: "step_outcome_unknown"}
+	if res := e.checkpoint(cr, store.CheckpointParams{Status: store.StatusFailed, Error: unknown, Retry: policy}); res.RetryAt != nil {
+		t.Fatal("an unknown outcome was retried")
+	}
+	cr = e.start()
+	now := e.clk.Now()
+	e.checkpoint(cr, store.CheckpointParams{Status: store.StatusRunning, Ops: []*store.Op{
+		{Position: 0, Kind: store.OpStep, Name: "pay", Done: true, Error: unknown, Attempts: 1, StartedAt: now, FinishedAt: &now}}})
+	e.failStep(cr, 1, 1, false)
+	if res := e.failRun(cr, &store.RunRetry{MaxAttempts: 2}); res.RetryAt == nil {
+		t.Fatal("not retried")
+	}
+	if ops := e.history(cr.Run.ID); !ops[0].Done || ops[0].Error == nil || ops[1].Done {
+		t.Fatalf("after the retry: %+v %+v, want pay kept failed and charge in progress", ops[0], ops[1])
+	}
 	// A stale lease writes nothing.
 	cr = e.start(withRetry(policy))
 	err := e.checkpointErr(&store.ClaimedRun{Run: cr.Run, LeaseToken: cr.LeaseToken - 1},
