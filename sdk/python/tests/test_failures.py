@@ -267,6 +267,15 @@ class BadInput(unittest.TestCase):
         self.assertEqual(e.exception.status, 401)
         bad.close()
 
+    def test_body_over_the_servers_limit(self):
+        # The server answers 413 before it has read a body far over its limit
+        # and closes; the client reports that answer, not a broken pipe.
+        q = new_queue()
+        with self.assertRaises(trellis.APIError) as e:
+            self.c.start("conformance.three_steps", {"blob": "x" * (24 << 20)}, queue=q)
+        self.assertEqual((e.exception.status, e.exception.code), (413, "payload_too_large"))
+        self.assertEqual(list(self.c.iter_runs(queue=q)), [])
+
     def test_client_start_idempotency_and_lists(self):
         q = new_queue()
         a = self.c.start("conformance.three_steps", {"x": 1}, queue=q, idempotency_key="k-" + q)

@@ -48,7 +48,13 @@ class Client:
                 c = self._ep.connect()
                 self._local.conn = c
             try:
-                c.request(method, path, data, h)
+                try:
+                    c.request(method, path, data, h)
+                except (BrokenPipeError, ConnectionResetError):
+                    # A server may answer before it has read the whole body (413
+                    # payload_too_large) and close: its answer is still there to read.
+                    if data is None:
+                        raise
                 r = c.getresponse()
                 raw = r.read()
             except (OSError, http.client.HTTPException):
