@@ -361,8 +361,12 @@ func leasesExtend(tx *wtx, p *store.LeasesExtendParams) (*store.LeasesExtendResu
 		if steps[i].PastDeadline(tx.now, grace) {
 			// The step ran past its timeout: the lease ends now, with the step
 			// kept for the claim that takes the run to record as timed out.
-			if _, err := tx.exec(sqlExtend, tx.now.UnixNano(), l.Namespace, l.RunID, l.Token,
-				sqlstore.StepText(steps[i], l.Token)); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			// The RETURNING row is read (Scan), not left to Exec: the C
+			// driver would leave the statement in progress on the writer's
+			// connection, and every later commit on it would fail.
+			var cancel bool
+			if err := tx.queryRow(sqlExtend, tx.now.UnixNano(), l.Namespace, l.RunID, l.Token,
+				sqlstore.StepText(steps[i], l.Token)).Scan(&cancel); err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return nil, err
 			}
 			tx.publish(store.RunTopic(l.Namespace, l.RunID), store.TopicReady)
