@@ -21,6 +21,7 @@ var endedAttemptCases = []testCase{
 	{"OtherOpAtPosition", endedOtherOp},
 	{"OnlyThatLease", endedOnlyThatLease},
 	{"ExtendEndsTimedOut", endedExtendTimedOut},
+	{"ExtendEndsTimedOutAlone", endedExtendTimedOutAlone},
 	{"HeartbeatStoppedPastDeadline", endedHeartbeatStopped},
 	{"NoTimeoutNeverEnded", endedNoTimeout},
 	{"BadGrace", endedBadGrace},
@@ -269,6 +270,24 @@ func endedExtendTimedOut(t *testing.T, e *env) {
 	if res := e.extend(leaseDur, other); len(res.Lost) != 0 {
 		t.Fatalf("heartbeat of the other run = %+v, want its lease held", res)
 	}
+}
+
+// A heartbeat of the hung run's lease alone (the last lease of its call, as a
+// worker holding that one run sends it) ends the lease and commits: on SQLite
+// with the cgo driver, the statement that ended it was left in progress, and
+// the heartbeat's transaction failed to commit, every time.
+func endedExtendTimedOutAlone(t *testing.T, e *env) {
+	cr := e.start()
+	step := store.RunStep{Name: "hang", Attempt: 1, Since: e.clk.Now(), Timeout: time.Second}
+	e.clk.Advance(time.Second + store.DefaultStepTimeoutGrace + time.Second)
+	if res := e.report(cr, leaseDur, step, 0); len(res.Lost) != 1 || res.Lost[0] != cr.Run.ID {
+		t.Fatalf("LeasesExtend past the timeout plus the grace = %+v, want %s lost", res, cr.Run.ID)
+	}
+	c := e.claim(claimBy("worker-2"))
+	if len(c.Runs) != 1 || c.Runs[0].Run.ID != cr.Run.ID {
+		t.Fatalf("claim after the lease was ended = %v, want [%s]", claimedIDs(c.Runs), cr.Run.ID)
+	}
+	wantEnded(t, e.remote(), c.Runs[0], c.EndedAttempts, 0, 1, store.AttemptTimedOut)
 }
 
 // A worker that stopped heartbeating while its step ran: the claim after its
