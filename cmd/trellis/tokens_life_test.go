@@ -252,7 +252,9 @@ func TestServerTLSReloadOnSIGHUP(t *testing.T) {
 	}
 	srv.signal(t, syscall.SIGHUP)
 	waitFor(t, "the new certificate served", 30*time.Second, func() bool { return served() == "server two" })
-	contains(t, "stdout", srv.stdout(), "SIGHUP: reloaded")
+	// The new pair is served before the line is printed and read from the
+	// pipe, so the line is waited for too.
+	waitFor(t, "the reload told on stdout", 10*time.Second, func() bool { return strings.Contains(srv.stdout(), "SIGHUP: reloaded") })
 	if srv.exited() {
 		t.Fatal("the server exited on SIGHUP")
 	}
