@@ -31,7 +31,7 @@ build-cgo: ## build ./trellis on SQLite's C library (-tags trellis_cgo; needs cg
 dev: ## run the demo on ./trellis.db
 	go run ./cmd/trellis dev
 
-proto: ## regenerate the worker protocol's Go code (internal/gen) from proto/ with buf (go tool)
+proto: ## regenerate the worker protocol's Go code (internal/gen) from proto/ with buf (tools/go.mod)
 	go generate ./proto
 
 proto-ts: ## regenerate the TypeScript SDK's protocol code (sdk/typescript/gen; after npm ci there)

@@ -27,12 +27,13 @@ import (
 // .proto makes any more fails here.
 //
 // The test regenerates in memory as `buf generate` does, with one part swapped.
-// The plugins are the same: buf.gen.yaml's `local` commands (`go tool`
-// dependencies of go.mod) with its `opt`, run from the module root, given the
+// The plugins are the same: buf.gen.yaml's `local` commands (`tool`
+// dependencies of the tools module, tools/go.mod) with its `opt`, run from the module root, given the
 // CodeGeneratorRequest buf builds (every file of the module to generate, each
 // file after its imports, no compiler version). But the .proto files are
 // compiled here by protocompile, the compiler library buf is built on, at the
-// version go.mod holds for buf, not by buf itself. Running buf would be the
+// version the tools module holds for buf (TestProtocompileIsBufs), not by buf
+// itself. Running buf would be the
 // exact command, but it costs every `go test ./...` what nothing else there
 // needs: buf is a large program, and its modules are not otherwise downloaded.
 // Measured on a 2-core machine: `go tool buf generate` into a temporary
@@ -79,6 +80,36 @@ func TestGeneratedCodeIsCurrent(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// The root module's protocompile, with which TestGeneratedCodeIsCurrent
+// compiles the .proto files, is the version buf is built with in the tools
+// module: an upgrade of buf in tools/go.mod that is not carried to go.mod (or
+// the reverse) fails here, before the two compilers can disagree.
+func TestProtocompileIsBufs(t *testing.T) {
+	const mod = "github.com/bufbuild/protocompile"
+	root, tools := requiredVersion(t, "../go.mod", mod), requiredVersion(t, "../tools/go.mod", mod)
+	if root != tools {
+		t.Errorf("go.mod requires %s %s, tools/go.mod (buf's) %s: make go.mod's the same (go get %s@%s)", mod, root, tools, mod, tools)
+	}
+}
+
+// requiredVersion returns the version of module mod that the go.mod file at
+// path requires.
+func requiredVersion(t *testing.T, path, mod string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(f) >= 2 && f[0] == mod {
+			return f[1]
+		}
+	}
+	t.Fatalf("%s does not require %s", path, mod)
+	return ""
 }
 
 // genPlugin is one plugin of buf.gen.yaml.

@@ -15,7 +15,7 @@ function files(dir, base = dir) {
 
 test('the generated code is current', () => {
   const out = fs.mkdtempSync(path.join(os.tmpdir(), 'trellis-ts-gen-'));
-  execFileSync('go', ['tool', 'buf', 'generate', '--template', 'sdk/typescript/buf.gen.yaml', '--output', out], { cwd: repoRoot, stdio: 'inherit' });
+  execFileSync('go', ['tool', '-modfile=tools/go.mod', 'buf', 'generate', '--template', 'sdk/typescript/buf.gen.yaml', '--output', out], { cwd: repoRoot, stdio: 'inherit' });
   const fresh = path.join(out, 'sdk/typescript/gen');
   const committed = path.join(sdkDir, 'gen');
   assert.deepEqual(files(committed), files(fresh), 'the same files');
