@@ -1,5 +1,5 @@
 # Trellis developer tasks. `make help` lists them.
-.PHONY: help test test-short lint bench ci dev proto proto-ts build build-cgo sdk-ts sdk-py
+.PHONY: help test test-short lint bench ci dev proto proto-check proto-release proto-ts build build-cgo sdk-ts sdk-py vet-tool
 
 STORE ?= sqlite://$(CURDIR)/bench.db
 
@@ -12,9 +12,15 @@ test: ## run every test with the race detector (as CI does)
 test-short: ## skip the crash and multi-process tests
 	go test -short -count=1 ./...
 
-lint: ## gofmt and go vet
+# The tools (buf, staticcheck, the protoc plugins) are tool dependencies of
+# tools/go.mod, apart from the root module's.
+TOOL = go tool -modfile=tools/go.mod
+
+lint: ## gofmt, go vet, staticcheck (staticcheck.conf) and the .proto checks
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	go vet ./...
+	$(TOOL) staticcheck ./...
+	$(MAKE) proto-check
 
 bench: ## trellis bench on STORE (default: a SQLite file here); e.g. make bench STORE='sqlite:///tmp/b.db?durability=relaxed'
 	go run ./cmd/trellis bench --store '$(STORE)' --workload w1,w2,w3 --json
@@ -33,6 +39,16 @@ dev: ## run the demo on ./trellis.db
 
 proto: ## regenerate the worker protocol's Go code (internal/gen) from proto/ with buf (tools/go.mod)
 	go generate ./proto
+
+proto-check: ## buf lint, and buf breaking against the protocol as last released (proto/released)
+	$(TOOL) buf lint
+	$(TOOL) buf breaking --against proto/released/trellis.worker.v1.binpb
+
+proto-release: ## renew the released protocol, buf breaking's baseline: at a release only (docs/worker-protocol.md)
+	$(TOOL) buf build --exclude-source-info -o proto/released/trellis.worker.v1.binpb
+
+vet-tool: ## build ./trellis-vet, the determinism analyzer (go vet -vettool=$(pwd)/trellis-vet ./...)
+	go build -o trellis-vet ./cmd/trellis-vet
 
 proto-ts: ## regenerate the TypeScript SDK's protocol code (sdk/typescript/gen; after npm ci there)
 	cd sdk/typescript && npm run generate
