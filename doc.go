@@ -96,5 +96,7 @@
 //
 // Workflow code must be deterministic: no time.Now, no global math/rand, no goroutines
 // of its own, no iteration over maps whose order matters, no I/O outside steps. Use the
-// Context's helpers and Async instead.
+// Context's helpers and Async instead. The trellis-vet command (analysis/determinism)
+// reports these in workflow functions: go vet -vettool=$(which trellis-vet) ./...
+// (docs/determinism.md).
 package trellis
