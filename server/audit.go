@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/trellis-dev/trellis/internal/clock"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -80,14 +81,14 @@ func (s *Server) auditRequest(w http.ResponseWriter, r *http.Request, rule audit
 	if !rule.audited() || c.principal == nil || errors.Is(err, ErrRateLimited) {
 		return // a request refused by a cap ran nothing (it is in the access log)
 	}
-	if err != nil && s.auditRefusals.allow(c.principal, time.Now()) != nil {
+	if err != nil && s.auditRefusals.allow(c.principal, s.cfg.Clock.Now()) != nil {
 		// Refusals are kept to a few a second per principal, so that no token
 		// can flood the log with them (and push real changes out of the
 		// buffer); the others are counted.
 		s.auditor.droppedTotal.Inc()
 		return
 	}
-	e := store.AuditEntry{Time: time.Now(), Principal: c.principal.Name, Action: rule.action,
+	e := store.AuditEntry{Time: s.cfg.Clock.Now(), Principal: c.principal.Name, Action: rule.action,
 		Target: s.auditTarget(r, rule, c), Outcome: "ok", Via: via, Detail: c.note.detail}
 	if ri := requestInfoOf(r.Context()); ri != nil {
 		e.RequestID, e.Source = ri.id, ri.source
@@ -185,6 +186,7 @@ type auditor struct {
 	logger *slog.Logger
 	every  time.Duration
 	max    int
+	clock  clock.Clock
 
 	mu      sync.Mutex
 	buf     []store.AuditEntry
@@ -206,7 +208,7 @@ type auditor struct {
 }
 
 func newAuditor(st store.AuditStore, cfg Config, reg prometheus.Registerer) (*auditor, error) {
-	a := &auditor{st: st, logger: cfg.Logger, every: cfg.AuditFlushInterval, max: cfg.AuditBuffer,
+	a := &auditor{st: st, logger: cfg.Logger, every: cfg.AuditFlushInterval, max: cfg.AuditBuffer, clock: cfg.Clock,
 		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 		droppedTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_audit_entries_dropped_total",
 			Help: "Audit entries dropped: the server's buffer was full (the store did not take them fast enough) or it was stopping, or a principal's refused requests beyond 10 a second."}),
@@ -252,13 +254,13 @@ func (a *auditor) add(e store.AuditEntry) {
 
 func (a *auditor) loop() {
 	defer close(a.done)
-	tick := time.NewTicker(a.every)
+	tick := a.clock.NewTimer(a.every)
 	defer tick.Stop()
 	for {
 		select {
 		case <-a.quit:
 			return
-		case <-tick.C:
+		case <-tick.C():
 		case <-a.kick:
 		}
 		ctx, cancel := context.WithTimeout(a.flushing, auditWriteTimeout)
@@ -267,6 +269,7 @@ func (a *auditor) loop() {
 		if err != nil {
 			a.logger.Warn("writing the audit log (the entries stay buffered)", "err", err)
 		}
+		tick.Reset(a.every) // the next flush an interval after this one ended
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
+	"github.com/trellis-dev/trellis/internal/clock"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -295,23 +296,36 @@ func TestAuditFlushedOnShutdown(t *testing.T) {
 	}
 }
 
-// The flush interval writes the buffered entries while the server runs.
+// The flush interval writes the buffered entries while the server runs: not
+// before it has passed on the server's clock (a fake one here), at once when
+// it has.
 func TestAuditFlushedOnTick(t *testing.T) {
-	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.AuditFlushInterval = 20 * time.Millisecond })
-	e.do("POST", "/v1/namespaces/default/runs", "producer", map[string]any{"workflow": "w"}).want(t, 201)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	const every = 7*time.Minute + 3*time.Second // no other timer of the server's
+	clk := clock.NewFake(time.Now())
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.AuditFlushInterval, c.Clock = every, clk })
+	entries := func() int {
 		res, err := e.st.AuditList(t.Context(), &store.AuditListParams{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res.Entries) == 1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the entry was not written within 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
+		return len(res.Entries)
+	}
+	waitTimerAt(t, clk, clk.Now().Add(every)) // the flush loop waits for its tick
+	e.do("POST", "/v1/namespaces/default/runs", "producer", map[string]any{"workflow": "w"}).want(t, 201)
+	// The entry is buffered once the request is answered (and may be just
+	// after its answer is read).
+	waitFor(t, "the entry buffered", func() bool {
+		e.srv.auditor.mu.Lock()
+		defer e.srv.auditor.mu.Unlock()
+		return len(e.srv.auditor.buf) == 1
+	})
+	if n := entries(); n != 0 {
+		t.Fatalf("%d entries written before the flush interval passed", n)
+	}
+	clk.Advance(every)
+	waitTimerAt(t, clk, clk.Now().Add(every)) // the flush is done: the loop waits for its next tick
+	if n := entries(); n != 1 {
+		t.Fatalf("%d entries written after the flush interval, want 1", n)
 	}
 }
 

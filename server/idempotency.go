@@ -255,14 +255,15 @@ const idempotencyPurgeBatch = 1000
 // batches of two servers delete different rows or nothing.
 func (s *Server) purgeLoop(every time.Duration) {
 	defer close(s.purgeDone)
-	tick := time.NewTicker(every)
+	tick := s.cfg.Clock.NewTimer(every)
 	defer tick.Stop()
 	for {
 		select {
 		case <-s.draining.Done():
 			return
-		case <-tick.C:
+		case <-tick.C():
 		}
+		tick.Reset(every)
 		n, err := s.purgeExpired(s.draining)
 		if err != nil && s.draining.Err() == nil {
 			s.cfg.Logger.Warn("purging expired idempotency keys", "err", err)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/trellis-dev/trellis/internal/auth"
+	"github.com/trellis-dev/trellis/internal/clock"
 )
 
 // Caps per principal (docs/security.md, "Caps per principal"): each principal
@@ -135,7 +136,7 @@ func (s *Server) allowRequest(p *auth.Principal) error {
 	if s.cfg.Insecure {
 		return nil
 	}
-	return s.rates.allow(p, time.Now())
+	return s.rates.allow(p, s.cfg.Clock.Now())
 }
 
 // Unknown credentials from one source (docs/security.md, "Caps per
@@ -159,7 +160,10 @@ const (
 // unknownLookups is the storeauth.LookupGate of the server's default
 // Authenticator: token buckets of the sources, one token per read that found
 // no token.
-type unknownLookups struct{ l *rateLimiter }
+type unknownLookups struct {
+	l     *rateLimiter
+	clock clock.Clock
+}
 
 // Admit implements storeauth.LookupGate.
 func (g unknownLookups) Admit(ctx context.Context) (func(found bool), error) {
@@ -168,7 +172,7 @@ func (g unknownLookups) Admit(ctx context.Context) (func(found bool), error) {
 		return func(bool) {}, nil // a stream's re-check, or a request the server made itself
 	}
 	src := sourceKey(ri.source)
-	now := time.Now()
+	now := g.clock.Now()
 	r := g.l.bucket(src, now).ReserveN(now, 1)
 	if wait := r.DelayFrom(now); !r.OK() || wait > 0 {
 		r.CancelAt(now)

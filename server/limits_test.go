@@ -13,6 +13,7 @@ import (
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/internal/auth/storeauth"
+	"github.com/trellis-dev/trellis/internal/clock"
 	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
 	"github.com/trellis-dev/trellis/store"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -170,40 +171,64 @@ func TestInsecureHasNoPrincipalCaps(t *testing.T) {
 }
 
 // A Subscribe stream that delivered nothing for WorkerStreamIdleTimeout ends
-// with its reconnect message; one that delivers stays open.
+// with its reconnect message; one that delivers stays open. The server's clock
+// is a fake one, moved by the test: the timeout is exact and nothing sleeps.
 func TestWorkerSubscribeIdleTimeout(t *testing.T) {
 	t.Parallel()
-	const idle = 300 * time.Millisecond
-	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.WorkerStreamIdleTimeout = idle })
+	const idle = time.Minute
+	clk := clock.NewFake(time.Now())
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.WorkerStreamIdleTimeout, c.Clock = idle, clk })
 	c := e.workerClient("worker")
-	t0 := time.Now()
 	s, err := c.Subscribe(t.Context(), connect.NewRequest(&pb.SubscribeRequest{Namespace: "default", Topic: store.TopicReady}))
 	if err != nil || !s.Receive() || !s.Msg().Subscribed {
 		t.Fatalf("subscribe: %v %v", err, s.Err())
 	}
 	defer s.Close()
-	// Signals within the timeout keep it open past it.
-	for range 3 {
-		time.Sleep(idle / 2)
+	signal := func() {
+		t.Helper()
 		e.start("await-go", nil, nil) // a new run signals ready
 		if !s.Receive() || s.Msg().Reconnect {
 			t.Fatalf("a delivering stream ended: %v", s.Err())
 		}
 	}
-	if time.Since(t0) < idle {
-		t.Fatal("the test did not outlast the timeout")
+	// Signals within the timeout keep it open past it: three half timeouts.
+	for range 3 {
+		waitTimerAt(t, clk, clk.Now().Add(idle)) // armed (again) by the last message
+		clk.Advance(idle / 2)
+		signal()
 	}
-	t1 := time.Now()
+	// Not ended a moment before the timeout...
+	waitTimerAt(t, clk, clk.Now().Add(idle))
+	clk.Advance(idle - time.Nanosecond)
+	signal()
+	// ...ended at it.
+	waitTimerAt(t, clk, clk.Now().Add(idle))
+	clk.Advance(idle)
 	for s.Receive() && !s.Msg().Reconnect {
 	}
 	if !s.Msg().Reconnect || s.Err() != nil {
 		t.Fatalf("idle stream ended with %v, reconnect %v", s.Err(), s.Msg().Reconnect)
 	}
-	if waited := time.Since(t1); waited < idle/2 || waited > 5*idle {
-		t.Errorf("idle stream ended after %s, want about %s", waited, idle)
-	}
 	if s.Receive() {
 		t.Fatal("a message after the reconnect")
+	}
+}
+
+// waitTimerAt waits up to 5s for code under test to arm a timer of clk that
+// fires at at.
+func waitTimerAt(t *testing.T, clk *clock.Fake, at time.Time) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		armed := clk.TimerAdded()
+		if clk.TimerAt(at) {
+			return
+		}
+		select {
+		case <-armed:
+		case <-deadline:
+			t.Fatalf("no timer armed to fire at %s in 5s", at)
+		}
 	}
 }
 
@@ -254,11 +279,15 @@ func (c *countingTokens) TokenByHash(ctx context.Context, p *store.TokenByHashPa
 // A flood of distinct well-formed unknown secrets from one source costs no
 // store read each: after DefaultUnknownLookupBurst misses its credentials are
 // refused 429 with Retry-After without a read; another source's token works,
-// and one unknown secret sent again and again costs one read.
+// and one unknown secret sent again and again costs one read. The server's
+// clock is a fake one: the buckets do not refill while requests run, and the
+// cache entry ends when the clock is moved past it.
 func TestUnknownTokenFloodCostsNoReadEach(t *testing.T) {
 	t.Parallel()
 	var counted *countingTokens
+	clk := clock.NewFake(time.Now())
 	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) {
+		c.Clock = clk
 		counted = &countingTokens{Store: c.Backend}
 		c.Backend, c.Authenticator = counted, nil // the server's own Authenticator
 		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
@@ -287,19 +316,22 @@ func TestUnknownTokenFloodCostsNoReadEach(t *testing.T) {
 			t.Fatalf("unknown token: %d %s", r.status, r.body)
 		}
 	}
-	// The bucket refills at DefaultUnknownLookupRate a second while the flood
-	// runs: a few more reads than the burst.
-	if reads := counted.reads.Load(); reads > DefaultUnknownLookupBurst+DefaultUnknownLookupRate*5 || refused < flood/2 {
-		t.Fatalf("%d distinct unknown secrets: %d store reads, %d refused 429", flood, reads, refused)
+	// The good token's read, then one per unknown secret until the bucket is
+	// empty; the clock does not move, so the bucket does not refill.
+	if reads := counted.reads.Load(); reads != 1+DefaultUnknownLookupBurst || refused != flood-DefaultUnknownLookupBurst {
+		t.Fatalf("%d distinct unknown secrets: %d store reads, %d refused 429; want %d and %d",
+			flood, reads, refused, 1+DefaultUnknownLookupBurst, flood-DefaultUnknownLookupBurst)
 	}
 	e.do("GET", "/v1/namespaces/default/runs", secret, nil, "X-Forwarded-For", "10.0.0.2").want(t, 200)
-	time.Sleep(storeauth.DefaultCacheTTL + 100*time.Millisecond) // its cache entry ends
+	clk.Advance(storeauth.DefaultCacheTTL + time.Second) // its cache entry ends; the buckets refill
+	before := counted.reads.Load()
 	e.do("GET", "/v1/namespaces/default/runs", secret, nil, "X-Forwarded-For", "10.0.0.1").want(t, 200)
+	if reads := counted.reads.Load() - before; reads != 1 {
+		t.Fatalf("the good token past its cache entry: %d store reads, want 1", reads)
+	}
 	// An IPv6 source is its /64: another address of it shares the bucket.
 	// (Drained until refused, then another address of the /64 is refused
-	// too: with a bucket of its own it would have a whole burst. The bucket
-	// refills while requests run, slowly under the race detector: a few of
-	// the second address's may pass.)
+	// too: with a bucket of its own it would have a whole burst.)
 	for i := 0; ; i++ {
 		random, _, _ := auth.NewToken()
 		if e.do("GET", "/v1/namespaces/default/runs", random, nil, "X-Forwarded-For", "2001:db8::1").status == 429 {
@@ -316,12 +348,11 @@ func TestUnknownTokenFloodCostsNoReadEach(t *testing.T) {
 			refused++
 		}
 	}
-	if refused < 5 {
+	if refused != 10 {
 		t.Fatalf("2001:db8::2 after 2001:db8::1 drained the /64's bucket: %d of 10 refused", refused)
 	}
 	random, _, _ := auth.NewToken()
-	before := counted.reads.Load()
-	random, _, _ = auth.NewToken()
+	before = counted.reads.Load()
 	for range 100 {
 		e.do("GET", "/v1/namespaces/default/runs", random, nil, "X-Forwarded-For", "10.0.0.3").want(t, 401)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/internal/auth/storeauth"
+	"github.com/trellis-dev/trellis/internal/clock"
 	"github.com/trellis-dev/trellis/internal/queuedefaults"
 	"github.com/trellis-dev/trellis/internal/retention"
 	"github.com/trellis-dev/trellis/internal/schedule"
@@ -206,6 +207,14 @@ type Config struct {
 	// trellis.Config.TracerProvider). A run started by a request is joined to
 	// the caller's trace whether or not it is set.
 	TracerProvider trace.TracerProvider
+	// Clock is the server's clock: the store it opens from Store, its clients
+	// and their timers, the scheduler, the purgers, lease tracking, the
+	// authenticator's caches, rate limits, sessions and the audit log read the
+	// time from it and wait on its timers (network deadlines stay on the wall
+	// clock). Default the wall clock. A Backend should be opened on the same
+	// clock (trellis.OpenStore's now). Tests move a fake one instead of
+	// sleeping.
+	Clock trellis.Clock
 
 	// purged, when set, is told the outcome of each purge pass (for tests).
 	purged func(n int, err error)
@@ -230,6 +239,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Store == "" {
 		c.Store = DefaultStore
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
 	}
 	if c.Listen == "" {
 		c.Listen = DefaultListen
@@ -405,7 +417,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, errors.New("server config: ClientCAFile (--client-ca) needs an Authenticator that maps certificate subjects (auth.SubjectAuthenticator)")
 	}
 	if s.store == nil {
-		st, err := trellis.OpenStore(ctx, cfg.Store, nil)
+		st, err := trellis.OpenStore(ctx, cfg.Store, cfg.Clock.Now)
 		if err != nil {
 			return nil, fmt.Errorf("starting server: %w", err)
 		}
@@ -420,8 +432,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.queues = queuedefaults.New(s.store, cfg.Logger)
 	s.handoffs = &handoffs{store: s.store}
 	if !cfg.Insecure && cfg.Authenticator == nil {
-		s.cfg.Authenticator = storeauth.New(s.store, storeauth.Config{
-			Gate: unknownLookups{newRateLimiter(DefaultUnknownLookupRate, DefaultUnknownLookupBurst)}})
+		s.cfg.Authenticator = storeauth.New(s.store, storeauth.Config{Now: cfg.Clock.Now,
+			Gate: unknownLookups{newRateLimiter(DefaultUnknownLookupRate, DefaultUnknownLookupBurst), cfg.Clock}})
 	}
 	s.inFlight = make(chan struct{}, cfg.MaxInFlight)
 	s.rates = newRateLimiter(cfg.PrincipalRate, cfg.PrincipalBurst)
@@ -443,8 +455,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("starting server: %w", err)
 	}
 	s.handoffs.handed = api.handoffs.Inc
-	s.leases = newLeaseCounter(time.Now)
-	s.histories = newLeaseHistories(time.Now)
+	s.leases = newLeaseCounter(cfg.Clock.Now)
+	s.histories = newLeaseHistories(cfg.Clock.Now)
 	s.handler = s.front(s.clientCert(s.routes()))
 	s.http = &http.Server{
 		Handler: s.handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
@@ -465,7 +477,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			owner = schedulerOwner()
 		}
 		sch, err := schedule.New(schedule.Config{Store: s.store, Owner: owner,
-			LeaseDuration: cfg.Scheduler.LeaseDuration, Interval: cfg.Scheduler.Interval, Logger: cfg.Logger,
+			LeaseDuration: cfg.Scheduler.LeaseDuration, Interval: cfg.Scheduler.Interval, Logger: cfg.Logger, Clock: cfg.Clock,
 			Started: func(run *store.Run) { cfg.Metrics.ObserveStarted(run.Workflow) }})
 		if err != nil {
 			if s.ownsStore {
@@ -485,7 +497,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		go s.authLoop()
 	}
 	if cfg.RetentionInterval >= 0 {
-		s.purger = retention.New(retention.Config{Store: s.store, Interval: cfg.RetentionInterval, Logger: cfg.Logger})
+		s.purger = retention.New(retention.Config{Store: s.store, Interval: cfg.RetentionInterval, Logger: cfg.Logger, Clock: cfg.Clock})
 		s.purger.Start()
 	}
 	// The metrics cover the whole store from the start, not only the
@@ -630,7 +642,7 @@ func (s *Server) client(ctx context.Context, ns string) (*trellis.Client, func()
 	}
 	c, err := trellis.Open(ctx, trellis.Config{Backend: s.store, Namespace: ns, MaxPayloadBytes: s.cfg.MaxPayloadBytes,
 		Worker: trellis.WorkerOptions{Disabled: true}, Logger: s.cfg.Logger,
-		Metrics: s.cfg.Metrics, TracerProvider: s.cfg.TracerProvider})
+		Metrics: s.cfg.Metrics, TracerProvider: s.cfg.TracerProvider, Clock: s.cfg.Clock})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -147,15 +147,16 @@ func (s *Server) endStreamsOf(name string) {
 // StreamAuthInterval until the server drains.
 func (s *Server) authLoop() {
 	defer close(s.authLoopDone)
-	t := time.NewTicker(s.cfg.StreamAuthInterval)
+	t := s.cfg.Clock.NewTimer(s.cfg.StreamAuthInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.draining.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		s.recheckStreams(s.draining)
+		t.Reset(s.cfg.StreamAuthInterval)
 	}
 }
 

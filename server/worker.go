@@ -492,7 +492,7 @@ func (h *workerService) ExtendLeases(ctx context.Context, req *connect.Request[p
 	if err != nil {
 		return nil, fail(err)
 	}
-	h.s.leases.extended(p.Leases, res.Lost, time.Now().Add(p.Duration))
+	h.s.leases.extended(p.Leases, res.Lost, h.s.cfg.Clock.Now().Add(p.Duration))
 	return connect.NewResponse(&pb.ExtendLeasesResponse{Lost: append(lost, res.Lost...), CancelRequested: res.CancelRequested}), nil
 }
 
@@ -745,7 +745,7 @@ func (h *workerService) Subscribe(ctx context.Context, req *connect.Request[pb.S
 	}
 	// A stream that delivers nothing for WorkerStreamIdleTimeout ends with a
 	// reconnect: an idle subscription does not hold its place for ever.
-	idle := time.NewTimer(h.s.cfg.WorkerStreamIdleTimeout)
+	idle := h.s.cfg.Clock.NewTimer(h.s.cfg.WorkerStreamIdleTimeout)
 	defer idle.Stop()
 	for {
 		select {
@@ -757,7 +757,7 @@ func (h *workerService) Subscribe(ctx context.Context, req *connect.Request[pb.S
 				return err
 			}
 			idle.Reset(h.s.cfg.WorkerStreamIdleTimeout)
-		case <-idle.C:
+		case <-idle.C():
 			return stream.Send(&pb.SubscribeResponse{Reconnect: true})
 		case <-h.s.draining.Done():
 			return stream.Send(&pb.SubscribeResponse{Reconnect: true})

@@ -69,3 +69,21 @@ func TestRealClock(t *testing.T) {
 		t.Fatal("zero time")
 	}
 }
+
+func TestFakeTimerAt(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := NewFake(start)
+	tm := f.NewTimer(time.Minute)
+	if !f.TimerAt(start.Add(time.Minute)) || f.TimerAt(start.Add(time.Second)) {
+		t.Fatal("TimerAt does not find the timer at its time only")
+	}
+	tm.Reset(time.Hour)
+	if f.TimerAt(start.Add(time.Minute)) || !f.TimerAt(start.Add(time.Hour)) {
+		t.Fatal("TimerAt after Reset does not find the timer at its new time only")
+	}
+	tm.Stop()
+	if f.TimerAt(start.Add(time.Hour)) {
+		t.Fatal("TimerAt finds a stopped timer")
+	}
+}

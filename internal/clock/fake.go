@@ -90,6 +90,14 @@ func (f *Fake) Next() (time.Time, bool) {
 	return next, true
 }
 
+// TimerAt reports whether a timer waits to fire at at: a test knows that
+// code has armed (or reset) the timer it means before it advances the clock.
+func (f *Fake) TimerAt(at time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.ContainsFunc(f.timers, func(t *fakeTimer) bool { return t.at.Equal(at) })
+}
+
 // TimerAdded returns a channel closed the next time a timer is started or reset,
 // so that a test can wait for code to reach a sleep before it advances the clock.
 func (f *Fake) TimerAdded() <-chan struct{} {
