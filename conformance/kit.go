@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 )
 
 // Format is the kit file's format tag.
@@ -241,35 +240,35 @@ func (k *Kit) Validate() error {
 	return nil
 }
 
-func (c *Check) validate() error {
-	switch c.Check {
+func (ch *Check) validate() error {
+	switch ch.Check {
 	case CheckBackoff:
-		if c.Step == "" || len(c.MinGapsMS) == 0 {
+		if ch.Step == "" || len(ch.MinGapsMS) == 0 {
 			return fmt.Errorf("backoff needs step and min_gaps_ms")
 		}
 	case CheckTimerDue:
-		if c.MinAfterCreatedMS <= 0 {
+		if ch.MinAfterCreatedMS <= 0 {
 			return fmt.Errorf("timer_due needs min_after_created_ms")
 		}
 	case CheckChildren:
-		if c.Position == nil || c.Workflow == "" || len(c.Outputs) == 0 {
+		if ch.Position == nil || ch.Workflow == "" || len(ch.Outputs) == 0 {
 			return fmt.Errorf("children needs position, workflow and outputs")
 		}
 	case CheckValue:
-		if c.Key == "" || (c.Value == nil) == !c.Absent {
+		if ch.Key == "" || (ch.Value == nil) == !ch.Absent {
 			return fmt.Errorf("value needs a key and one of value and absent")
 		}
 	case CheckStream:
-		if len(c.Events) == 0 {
+		if len(ch.Events) == 0 {
 			return fmt.Errorf("stream needs events")
 		}
 	case CheckTakeover:
-		if c.MaxSecondsAfterKill <= 0 {
+		if ch.MaxSecondsAfterKill <= 0 {
 			return fmt.Errorf("takeover needs max_seconds_after_kill")
 		}
 	case CheckRecorded:
 	default:
-		return fmt.Errorf("unknown check %q", c.Check)
+		return fmt.Errorf("unknown check %q", ch.Check)
 	}
 	return nil
 }
@@ -297,6 +296,3 @@ func (k *Kit) Names() []string {
 func (c *Case) Kills() bool {
 	return slices.ContainsFunc(c.Actions, func(a Action) bool { return a.Do == DoKillWorker })
 }
-
-// shortName is the case's name without the kit's "conformance." prefix.
-func (c *Case) shortName() string { return strings.TrimPrefix(c.Name, "conformance.") }

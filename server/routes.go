@@ -2,7 +2,6 @@ package server
 
 import (
 	"net/http"
-	"reflect"
 	"strings"
 
 	"github.com/trellis-dev/trellis"
@@ -293,12 +292,4 @@ func (s *Server) unrouted(mux *http.ServeMux, r *http.Request) error {
 		return ErrNotFound
 	}
 	return ErrMethodNotAllowed
-}
-
-// typeName is the schema name of a request or response value.
-func typeName(v any) string {
-	if v == nil {
-		return ""
-	}
-	return reflect.TypeOf(v).Name()
 }

@@ -48,7 +48,7 @@ func runUI1(ctx context.Context, n int, o Options) (*Result, error) {
 			return nil, fmt.Errorf("seeding: %w", err)
 		}
 	default:
-		return nil, fmt.Errorf("ui1 seeds its store with bulk SQL: give --store sqlite:FILE or postgres://...")
+		return nil, errors.New("ui1 seeds its store with bulk SQL: give --store sqlite:FILE or a postgres:// URL")
 	}
 	seedS := time.Since(seedStart).Seconds()
 

@@ -111,7 +111,7 @@ func TestNoRetryOfOtherErrors(t *testing.T) {
 
 func TestNotProblemJSON(t *testing.T) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "bad gateway", 502)
+		http.Error(w, "bad gateway", http.StatusBadGateway)
 	})
 	c := newTestClient(t, h, 4)
 	_, err := c.Do(context.Background(), Call{Method: "GET", Path: "/x"})

@@ -18,6 +18,8 @@ import (
 )
 
 // Ts converts a time; the zero time becomes nil.
+//
+//lint:ignore ST1003 Ts is short for timestamp (the protocol's Timestamp), not the initialism TS.
 func Ts(t time.Time) *timestamppb.Timestamp {
 	if t.IsZero() {
 		return nil
@@ -26,6 +28,8 @@ func Ts(t time.Time) *timestamppb.Timestamp {
 }
 
 // TsPtr converts an optional time.
+//
+//lint:ignore ST1003 Ts is short for timestamp (the protocol's Timestamp), not the initialism TS.
 func TsPtr(t *time.Time) *timestamppb.Timestamp {
 	if t == nil {
 		return nil
