@@ -60,7 +60,7 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	}
 	var buf bytes.Buffer
 	err = streams.Follow(r.Context(), s.store, c.ns, c.run.ID, after, streams.Options{
-		Heartbeat: s.cfg.StreamHeartbeat,
+		Heartbeat: s.cfg.StreamHeartbeat, Clock: s.cfg.Clock,
 		Idle: func() error {
 			extend()
 			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
@@ -138,7 +138,7 @@ func (s *Server) serveStream(conn net.Conn, ns, runID, workflow string, after in
 	}
 	var b bytes.Buffer
 	err := streams.Follow(context.Background(), s.store, ns, runID, after, streams.Options{
-		Heartbeat: s.cfg.StreamHeartbeat,
+		Heartbeat: s.cfg.StreamHeartbeat, Clock: s.cfg.Clock,
 		Idle: func() error {
 			buf = append(buf, ": keep-alive\n\n"...)
 			return write()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/clock"
 )
 
 // streamWF emits three events, waits for the event "go", emits two more around
@@ -227,9 +228,12 @@ func TestStreamResumeWithLastEventID(t *testing.T) {
 
 // TestStreamLiveAfterNow: after=now sends only the events saved after the
 // stream opened, live, and ends after the final one; silent streams get
-// keep-alive comments.
+// keep-alive comments (the server's clock is a fake one: the test moves it
+// past the heartbeat instead of waiting).
 func TestStreamLiveAfterNow(t *testing.T) {
-	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.StreamHeartbeat = 20 * time.Millisecond })
+	const heartbeat = 7*time.Minute + 5*time.Second // no other timer of the server's
+	clk := clock.NewFake(time.Now())
+	e := newEnv(t, storeURLs(t)["sqlite"](t), func(c *Config) { c.StreamHeartbeat, c.Clock = heartbeat, clk })
 	if err := e.worker.Register(context.Background(), streamWF); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +243,11 @@ func TestStreamLiveAfterNow(t *testing.T) {
 		return r.Status == trellis.StatusWaiting
 	})
 	s := e.openStream(run.ID, "?after=now", "reader")
-	time.Sleep(100 * time.Millisecond) // silent: keep-alive comments
+	// Silent: a keep-alive comment once the heartbeat passed, after which the
+	// stream waits for the next one.
+	waitTimerAt(t, clk, clk.Now().Add(heartbeat))
+	clk.Advance(heartbeat)
+	waitTimerAt(t, clk, clk.Now().Add(heartbeat))
 	e.sendGo(run.ID)
 	wantEvents(t, s.readAll(t), 6, streamNames[5:])
 	if s.comments == 0 {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/clock"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -55,6 +56,8 @@ type Options struct {
 	PageSize int
 	// Flush, when set, is called after the events of each read were emitted.
 	Flush func() error
+	// Clock times the heartbeat; default the wall clock.
+	Clock clock.Clock
 }
 
 // Follow calls emit with each event of the run's stream after the sequence
@@ -90,7 +93,7 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 		after = res.Last
 	}
 	var (
-		timer *time.Timer
+		timer clock.Timer
 		ended <-chan struct{} // the run's RunTopic, once its stream was read empty
 	)
 	defer func() {
@@ -98,7 +101,8 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 			timer.Stop()
 		}
 	}()
-	lastWrite := time.Now()
+	clk := clock.Or(o.Clock)
+	lastWrite := clk.Now()
 	for {
 		select {
 		case <-o.End:
@@ -120,7 +124,7 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 			after = ev.Sequence
 		}
 		if len(res.Events) > 0 {
-			lastWrite = time.Now()
+			lastWrite = clk.Now()
 			if o.Flush != nil {
 				if err := o.Flush(); err != nil {
 					return err
@@ -149,13 +153,13 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 		for woken := false; !woken; {
 			var tick <-chan time.Time
 			if o.Heartbeat > 0 {
-				d := max(time.Until(lastWrite.Add(o.Heartbeat)), 0)
+				d := max(lastWrite.Add(o.Heartbeat).Sub(clk.Now()), 0)
 				if timer == nil {
-					timer = time.NewTimer(d)
+					timer = clk.NewTimer(d)
 				} else {
 					timer.Reset(d)
 				}
-				tick = timer.C
+				tick = timer.C()
 			}
 			select {
 			case <-wake:
@@ -170,7 +174,7 @@ func Follow(ctx context.Context, src Source, namespace, runID string, after int6
 						return err
 					}
 				}
-				lastWrite = time.Now()
+				lastWrite = clk.Now()
 			case <-o.Stop:
 				return ErrStopped
 			case <-o.Gone:
