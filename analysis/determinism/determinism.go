@@ -144,6 +144,14 @@ func (c checker) walk(n ast.Node) {
 			if t := c.pass.TypesInfo.TypeOf(n.X); t != nil {
 				if _, ok := t.Underlying().(*types.Map); ok {
 					c.report(n.Pos(), "ranging over a map in a workflow visits its keys in an order that differs on replay: range over the sorted keys (slices.Sorted(maps.Keys(m)))")
+					break
+				}
+			}
+			// maps.Keys, maps.Values and maps.All iterate in the map's order.
+			if call, ok := ast.Unparen(n.X).(*ast.CallExpr); ok {
+				if fn, ok := typeutilCallee(c.pass.TypesInfo, call).(*types.Func); ok && fn.Pkg() != nil &&
+					fn.Pkg().Path() == "maps" && (fn.Name() == "Keys" || fn.Name() == "Values" || fn.Name() == "All") {
+					c.report(n.Pos(), "ranging over maps.%s in a workflow visits the map in an order that differs on replay: range over the sorted keys (slices.Sorted(maps.Keys(m)))", fn.Name())
 				}
 			}
 		}

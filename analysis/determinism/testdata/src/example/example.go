@@ -3,9 +3,11 @@ package example
 import (
 	"context"
 	crand "crypto/rand"
+	"maps"
 	"math/rand"
 	randv2 "math/rand/v2"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/trellis-dev/trellis"
@@ -41,6 +43,12 @@ func order(wc *trellis.Context, id string) (string, error) {
 		_ = v
 	}
 	for range []int{1, 2} { // a slice: its order is fixed
+	}
+	for k := range maps.Keys(m) { // want `ranging over maps.Keys in a workflow visits the map in an order that differs on replay`
+		_ = k
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) { // sorted: its order is fixed
+		_ = k
 	}
 	func() {
 		_ = time.Now() // want `time.Now in a workflow`
