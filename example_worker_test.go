@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/trellis-dev/trellis"
 )
@@ -21,7 +22,10 @@ func ExampleWorker() {
 	greet := trellis.NewWorkflow("greet", func(wc *trellis.Context, name string) (string, error) {
 		return "hello, " + name, nil
 	})
-	w, err := trellis.NewWorker(context.Background(), trellis.Config{Store: url})
+	// PollInterval: how soon this worker sees runs that other processes start on
+	// a SQLite file (default 1s; on Postgres they are pushed).
+	poll := trellis.WorkerOptions{PollInterval: 20 * time.Millisecond}
+	w, err := trellis.NewWorker(context.Background(), trellis.Config{Store: url, Worker: poll})
 	if err != nil {
 		panic(err)
 	}
@@ -33,7 +37,8 @@ func ExampleWorker() {
 	go func() { done <- w.Run(ctx) }()
 
 	// A producer elsewhere: no Register, no worker.
-	producer, err := trellis.Open(context.Background(), trellis.Config{Store: url, Worker: trellis.WorkerOptions{Disabled: true}})
+	producer, err := trellis.Open(context.Background(), trellis.Config{Store: url,
+		Worker: trellis.WorkerOptions{Disabled: true, PollInterval: 20 * time.Millisecond}})
 	if err != nil {
 		panic(err)
 	}
