@@ -29,8 +29,8 @@ const DefaultMaxPayloadBytes = 2 << 20
 type Config struct {
 	// Store is the store URL. Default "sqlite:trellis.db" (a file in the working
 	// directory). Forms: "sqlite:///abs/path.db", "sqlite:rel/path.db", with an
-	// optional "?durability=relaxed" (see README: Stores and durability); or
-	// "postgres://user@host:5432/db?schema=trellis" (see README: Running on Postgres).
+	// optional "?durability=relaxed" (see docs/operations.md, "Stores and durability"); or
+	// "postgres://user@host:5432/db?schema=trellis" (see docs/operations.md, "Running on Postgres").
 	Store string
 	// Backend, when set, is used instead of opening Store; Close does not close it.
 	Backend store.Store

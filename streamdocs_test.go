@@ -22,7 +22,7 @@ func TestStreamLifecycleListsAgree(t *testing.T) {
 		{"emit.go", "// Emit publishes", "func Emit("},
 		{"stream.go", "// StreamEvent is one event", "type StreamEvent struct"},
 		{"cmd/trellis/runs_watch.go", "about := ", "return withRun"},
-		{"README.md", "A workflow publishes events for its clients", "```sh"},
+		{"docs/concepts.md", "A workflow publishes events for its clients", "```sh"},
 		{"docs/streams.md", "## Lifecycle events", "`error` is"},
 	} {
 		b, err := os.ReadFile(l.file)
