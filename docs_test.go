@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // notInMap lists the packages docs/architecture.md need not give a line of
@@ -110,5 +111,96 @@ func TestArchitectureNamesEveryPackage(t *testing.T) {
 		if !slices.Contains(pkgs, p) {
 			t.Errorf("notInMap lists %s (%s), which is no longer a package: remove it", p, why)
 		}
+	}
+}
+
+// Every relative link of the README and of docs/*.md leads to a file of the
+// repository and, with a #fragment, to a heading of that file: the README's
+// sections moved into docs/, and a link left pointing at one of them would lead
+// nowhere.
+func TestDocLinksResolve(t *testing.T) {
+	files, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, "README.md")
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	fence := regexp.MustCompile("(?s)```.*?```")
+	anchors := map[string]map[string]bool{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(fence.ReplaceAllString(string(b), ""), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path, frag, _ := strings.Cut(target, "#")
+			dest := f
+			if path != "" {
+				dest = filepath.Join(filepath.Dir(f), path)
+			}
+			if _, err := os.Stat(dest); err != nil {
+				t.Errorf("%s links to %s: no such file", f, target)
+				continue
+			}
+			if frag == "" || !strings.HasSuffix(dest, ".md") {
+				continue
+			}
+			if anchors[dest] == nil {
+				anchors[dest] = headingAnchors(t, dest)
+			}
+			if !anchors[dest][frag] {
+				t.Errorf("%s links to %s: %s has no heading with the anchor #%s", f, target, dest, frag)
+			}
+		}
+	}
+}
+
+// headingAnchors returns the anchors GitHub gives the headings of a Markdown
+// file: lower case, spaces as hyphens, punctuation but hyphens and underscores
+// dropped (a repeated heading's "-1" suffix is not needed by any link).
+func headingAnchors(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	inFence := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "```") {
+			inFence = !inFence
+			continue
+		}
+		title, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " ")
+		if inFence || !strings.HasPrefix(line, "#") || !ok {
+			continue
+		}
+		var a strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(title)) {
+			switch {
+			case r == ' ':
+				a.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				a.WriteRune(r)
+			}
+		}
+		out[a.String()] = true
+	}
+	return out
+}
+
+// The README is what a newcomer reads first: what Trellis is, the two commands,
+// a short tour and links, in five minutes. The rest lives in docs/.
+func TestReadmeStaysShort(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > 150 {
+		t.Errorf("README.md has %d lines, more than 150: move the detail into docs/ (getting-started, concepts, operations, benchmarks) and link to it", n)
 	}
 }
