@@ -16,7 +16,7 @@ import (
 // the engine never writes as if they were all.
 func TestStreamLifecycleListsAgree(t *testing.T) {
 	want := fmt.Sprint(store.StreamLifecycle())
-	name := regexp.MustCompile("(?:run|step)\\.[a-z]+")
+	name := regexp.MustCompile(`(?:run|step)\.[a-z]+`)
 	// Each list: a file and the text that begins and ends it there.
 	for _, l := range []struct{ file, from, to string }{
 		{"emit.go", "// Emit publishes", "func Emit("},
