@@ -44,7 +44,7 @@ func ExampleClient_Cancel() {
 		panic(err)
 	}
 	for { // until the run waits for its event
-		if run, _ := db.Get(ctx, "trip-1"); run.Status == trellis.StatusWaiting {
+		if run, _ := db.Get(ctx, "trip-1"); run.Status != trellis.StatusPending && run.Status != trellis.StatusRunning {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -341,7 +341,7 @@ func ExampleClient_Resume() {
 	v1.Register(ctx, wf)
 	trellis.Start(ctx, v1, wf, struct{}{}, trellis.StartOptions{ID: "flow-1"})
 	for {
-		if run, _ := v1.Get(ctx, "flow-1"); run.Status == trellis.StatusWaiting {
+		if run, _ := v1.Get(ctx, "flow-1"); run.Status != trellis.StatusPending && run.Status != trellis.StatusRunning {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -356,7 +356,7 @@ func ExampleClient_Resume() {
 	v2.Register(ctx, trellis.NewWorkflow("flow", step("b")))
 	v2.SendEvent(ctx, "flow-1", "go", "now")
 	for {
-		if run, _ := v2.Get(ctx, "flow-1"); run.Status == trellis.StatusBlocked {
+		if run, _ := v2.Get(ctx, "flow-1"); run.Status != trellis.StatusPending && run.Status != trellis.StatusRunning && run.Status != trellis.StatusWaiting {
 			fmt.Println(run.Status)
 			break
 		}
