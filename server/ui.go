@@ -53,7 +53,6 @@ var uiRouteTable = []uiRoute{
 	{method: "POST", pattern: "/ui/logout", public: true, audit: auditRule{"session.logout", targetSession}, handle: (*Server).uiLogout},
 	{method: "GET", pattern: uiNS + "/runs", role: auth.RoleReader, scope: scopeListQueue, handle: (*Server).uiRuns},
 	{method: "GET", pattern: uiNS + "/runs/{id}", role: auth.RoleReader, scope: scopeRun, handle: (*Server).uiRun},
-	{method: "GET", pattern: uiNS + "/runs/{id}/stream", role: auth.RoleReader, scope: scopeRun, stream: true, handle: (*Server).uiStream},
 	{method: "POST", pattern: uiNS + "/runs/{id}/cancel", role: auth.RoleProducer, scope: scopeRun, audit: auditRule{"run.cancel", targetRun}, handle: (*Server).uiCancel},
 	{method: "POST", pattern: uiNS + "/runs/{id}/resume", role: auth.RoleProducer, scope: scopeRun, audit: auditRule{"run.resume", targetRun}, handle: (*Server).uiResume},
 	{method: "POST", pattern: uiNS + "/runs/{id}/reset", role: auth.RoleProducer, scope: scopeRun, audit: auditRule{"run.reset", targetRun}, handle: (*Server).uiReset},
@@ -65,6 +64,18 @@ var uiRouteTable = []uiRoute{
 	{method: "POST", pattern: uiNS + "/queues/{queue}/pause", role: auth.RoleAdmin, scope: scopeNamespace, audit: auditRule{"queue.pause", targetQueue}, handle: (*Server).uiQueuePause},
 	{method: "GET", pattern: uiNS + "/audit", role: auth.RoleAdmin, scope: scopeNamespace, handle: (*Server).uiAudit},
 	{method: "POST", pattern: uiNS + "/queues/{queue}/resume", role: auth.RoleAdmin, scope: scopeNamespace, audit: auditRule{"queue.resume", targetQueue}, handle: (*Server).uiQueueResume},
+	{method: "GET", pattern: uiNS + "/runs/{id}/stream", role: auth.RoleReader, scope: scopeRun, stream: true, handle: (*Server).uiStream},
+	{method: "POST", pattern: uiNS + "/runs/{id}/event", role: auth.RoleProducer, scope: scopeRun, audit: auditRule{"run.event", targetRun}, handle: (*Server).uiSendEvent},
+	{method: "GET", pattern: uiNS + "/search", role: auth.RoleReader, scope: scopeListQueue, handle: (*Server).uiSearch},
+	// An approval's own page: what an approver needs to decide, without the
+	// reader role on the run (ui_approval.go).
+	{method: "GET", pattern: uiNS + "/approvals/{id}", role: auth.RoleApprover, orRole: auth.RoleReader, scope: scopeApproval, handle: (*Server).uiApproval},
+	// Schedules: the rules of the API's schedule routes (routes.go).
+	{method: "GET", pattern: uiNS + "/schedules", role: auth.RoleReader, scope: scopeNamespace, handle: (*Server).uiSchedules},
+	{method: "POST", pattern: uiNS + "/schedules", role: auth.RoleAdmin, scope: scopeNamespace, audit: auditRule{"schedule.create", targetSchedule}, handle: (*Server).uiScheduleCreate},
+	{method: "POST", pattern: uiNS + "/schedules/{name}/pause", role: auth.RoleAdmin, scope: scopeNamespace, audit: auditRule{"schedule.pause", targetSchedule}, handle: (*Server).uiSchedulePause},
+	{method: "POST", pattern: uiNS + "/schedules/{name}/resume", role: auth.RoleAdmin, scope: scopeNamespace, audit: auditRule{"schedule.resume", targetSchedule}, handle: (*Server).uiScheduleResume},
+	{method: "POST", pattern: uiNS + "/schedules/{name}/trigger", role: auth.RoleProducer, scope: scopeNamespace, audit: auditRule{"schedule.trigger", targetSchedule}, handle: (*Server).uiScheduleTrigger},
 	{method: "GET", pattern: "/ui/tokens", role: auth.RoleAdmin, scope: scopeGlobal, handle: (*Server).uiTokens},
 	{method: "GET", pattern: "/ui/audit", role: auth.RoleAdmin, scope: scopeGlobal, handle: (*Server).uiAuditAll},
 }
@@ -103,7 +114,8 @@ func (s *Server) wrapUI(rt uiRoute) http.Handler {
 			err = rt.handle(s, w, r, c)
 		}
 		s.auditRequest(w, r, rt.audit, &c.call, "ui", err)
-		if err != nil {
+		var shown shownError
+		if err != nil && !errors.As(err, &shown) {
 			s.uiError(w, r, c, err)
 		}
 	})
@@ -201,6 +213,13 @@ func (s *Server) uiError(w http.ResponseWriter, r *http.Request, c *uiCall, err 
 	s.render(w, r, c, p.Status, "error", p)
 }
 
+// shownError is an error a handler has answered already, with its page
+// showing it (a form shown again with what was typed and why it was refused):
+// it is audited as its error, and not answered a second time.
+type shownError struct{ error }
+
+func (e shownError) Unwrap() error { return e.error }
+
 // pageData is what every template gets.
 type pageData struct {
 	Title     string
@@ -208,6 +227,8 @@ type pageData struct {
 	Principal string
 	CSRF      string
 	NavItems  []navItem // the pages the principal may open
+	Spaces    []navItem // the namespace switcher: the namespaces the principal may open a page of
+	Search    *searchBox
 	Insecure  bool
 	Data      any
 }
@@ -229,7 +250,7 @@ func (d pageData) NavHref(key string) string {
 var uiPages = func() map[string]*template.Template {
 	base := template.Must(template.New("").Funcs(uiFuncs).ParseFS(uiAssets, "uiassets/*.html"))
 	m := map[string]*template.Template{}
-	for _, name := range []string{"login", "error", "runs", "run", "approvals", "workers", "queues", "audit", "tokens"} {
+	for _, name := range []string{"login", "error", "runs", "run", "approvals", "workers", "queues", "audit", "tokens", "schedules", "approval", "search"} {
 		t := template.Must(base.Clone())
 		template.Must(t.New("content").Parse(`{{template "` + name + `" .}}`))
 		m[name] = t
@@ -254,6 +275,8 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, c *uiCall, statu
 		p.Principal = c.principal.Name
 		if tmpl == "layout" { // a live part shows no navigation
 			p.NavItems = navItems(c.principal, p.NS, name)
+			p.Spaces = s.namespaceSwitch(r.Context(), c.principal, p.NS, name)
+			p.Search = searchFor(c.principal, p.NS, r.URL.Query().Get("id"))
 		}
 	}
 	var buf bytes.Buffer
@@ -414,6 +437,10 @@ func (s *Server) uiDecide(w http.ResponseWriter, r *http.Request, c *uiCall, app
 	}
 	if _, err := decide(r.Context(), c.approval.ID, c.principal.Name, comment); err != nil {
 		return err
+	}
+	if r.PostFormValue("back") == "approval" { // decided on the request's own page
+		http.Redirect(w, r, approvalPath(c.ns, c.approval.ID), http.StatusSeeOther)
+		return nil
 	}
 	http.Redirect(w, r, "/ui/"+c.ns+"/approvals", http.StatusSeeOther)
 	return nil

@@ -1,8 +1,11 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/url"
+	"slices"
+	"strings"
 
 	"github.com/trellis-dev/trellis/internal/auth"
 )
@@ -19,6 +22,7 @@ var uiNavPages = []struct{ key, label, pattern string }{
 	{"runs", "Runs", uiNS + "/runs"},
 	{"approvals", "Approvals", uiNS + "/approvals"},
 	{"queues", "Queues", uiNS + "/queues"},
+	{"schedules", "Schedules", uiNS + "/schedules"},
 	{"workers", "Workers", uiNS + "/workers"},
 	{"audit", "Audit", uiNS + "/audit"},
 }
@@ -101,8 +105,11 @@ func navHref(p *auth.Principal, ns, pattern string) string {
 
 // navItems is the navigation of a page of ns for p, with page current on.
 func navItems(p *auth.Principal, ns, current string) []navItem {
-	if current == "run" {
+	switch current {
+	case "run", "search":
 		current = "runs"
+	case "approval":
+		current = "approvals"
 	}
 	var items []navItem
 	for _, pg := range uiNavPages {
@@ -160,4 +167,86 @@ func (c *uiCall) runHref(id, q string) string {
 var uiGlobalPages = []struct{ key, label, pattern string }{
 	{"tokens", "Tokens", "/ui/tokens"},
 	{"audit-all", "Audit (all)", "/ui/audit"},
+}
+
+// uiMaxSpaces caps the namespace switcher (a store may hold many namespaces).
+const uiMaxSpaces = 200
+
+// namespaceSwitch is the namespace switcher of a page of ns: each namespace in
+// which p may open a page, linked to the same page there when p may open it,
+// else to its first page there. They are the namespaces its grants name, and
+// for a grant of every namespace those with a record and "default" too. A
+// switcher of one namespace is none (nil).
+func (s *Server) namespaceSwitch(ctx context.Context, p *auth.Principal, ns, page string) []navItem {
+	var spaces []string
+	every := false
+	for _, g := range p.Grants {
+		switch g.Namespace {
+		case auth.AllNamespaces:
+			every = true
+		case auth.SystemNamespace:
+		default:
+			spaces = append(spaces, g.Namespace)
+		}
+	}
+	if every {
+		spaces = append(spaces, "default", ns)
+		if list, err := s.store.NamespaceList(ctx); err == nil { // without it, the switcher shows what the grants name
+			for _, n := range list {
+				spaces = append(spaces, n.Name)
+			}
+		}
+	}
+	slices.Sort(spaces)
+	spaces = slices.Compact(spaces)
+	pattern := ""
+	for _, pg := range uiNavPages {
+		if pg.key == page || page == "run" && pg.key == "runs" || page == "approval" && pg.key == "approvals" {
+			pattern = pg.pattern
+		}
+	}
+	var items []navItem
+	for _, space := range spaces {
+		if len(items) == uiMaxSpaces {
+			break
+		}
+		href := ""
+		if pattern != "" {
+			href = navHref(p, space, pattern)
+		}
+		for _, pg := range uiNavPages {
+			if href != "" {
+				break
+			}
+			href = navHref(p, space, pg.pattern)
+		}
+		if href != "" {
+			items = append(items, navItem{Key: space, Label: space, Href: href, On: space == ns})
+		}
+	}
+	if len(items) < 2 {
+		return nil
+	}
+	return items
+}
+
+// searchBox is the navigation's search by run ID or workflow ID: shown to a
+// principal that may open the runs of the namespace (or of a queue of its
+// grants, which the search keeps to).
+type searchBox struct {
+	Action, Queue, Value string
+}
+
+// searchFor is the search box of a page of ns for p, nil when p may open no
+// runs there.
+func searchFor(p *auth.Principal, ns, value string) *searchBox {
+	href := navHref(p, ns, uiNS+"/runs")
+	if href == "" {
+		return nil
+	}
+	b := &searchBox{Action: "/ui/" + url.PathEscape(ns) + "/search", Value: value}
+	if _, q, ok := strings.Cut(href, "?queue="); ok {
+		b.Queue, _ = url.QueryUnescape(q)
+	}
+	return b
 }

@@ -261,16 +261,41 @@ type runData struct {
 	CanReset            bool
 	Span                string
 	Final               bool
+	// Claims and attempts: the run's Attempts counts claims (a worker took
+	// it); these count its steps' attempts, over the whole history.
+	StepAttempts, StepFailures, Steps int
+	Event                             *eventForm // nil: the principal may not send one, or the run ended
+	LiveSrc                           string     // the live region's URL, when the page answers a form
+}
+
+// eventForm is the run page's form that sends the run an event.
+type eventForm struct {
+	Name, Payload string
+	Waiting       string // the event the run waits for now, if any
+	Sent, Error   string
 }
 
 func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error {
+	d, err := s.runPage(r, c)
+	if err != nil {
+		return err
+	}
+	if d.Event != nil {
+		d.Event.Sent = r.URL.Query().Get("sent")
+	}
+	s.render(w, r, c, 200, "run", d)
+	return nil
+}
+
+// runPage reads what the run page of the call's run shows.
+func (s *Server) runPage(r *http.Request, c *uiCall) (*runData, error) {
 	ctx := r.Context()
 	run := c.run
 	ops, err := c.client.History(ctx, run.ID)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	d := runData{Run: run, Input: pretty(run.Input, 16<<10), Output: pretty(run.Output, 16<<10), OpsTotal: len(ops),
+	d := &runData{Run: run, Input: pretty(run.Input, 16<<10), Output: pretty(run.Output, 16<<10), OpsTotal: len(ops),
 		Final: run.Status.Terminal()}
 	if run.Error != nil {
 		d.Error = run.Error.Message
@@ -285,6 +310,19 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 	d.CanCancel = producer && !run.Status.Terminal()
 	d.CanResume = producer && run.Status == trellis.StatusBlocked
 	d.CanReset = producer && run.Status.Terminal()
+	if producer && !run.Status.Terminal() {
+		d.Event = &eventForm{}
+	}
+	for _, op := range ops {
+		if op.Kind == trellis.OpStep {
+			d.Steps++
+			d.StepAttempts += op.Attempts
+			d.StepFailures += len(op.AttemptLog)
+		}
+		if d.Event != nil && op.Kind == trellis.OpEvent && !op.Done {
+			d.Event.Waiting = op.Name
+		}
+	}
 
 	// The run's store: the last write of each key in history.
 	values := map[string]string{}
@@ -444,7 +482,7 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 			} else if !op.Done {
 				row.Detail = "waiting for a decision"
 				if mayOpen(c.principal, c.ns, uiNS+"/approvals", "") {
-					row.Links = append(row.Links, link{Href: "/ui/" + c.ns + "/approvals", Text: "approvals"})
+					row.Links = append(row.Links, s.approvalLink(r, c, op.Name))
 				}
 			}
 		case trellis.OpChild:
@@ -488,8 +526,22 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 	case run.WaitReason != "":
 		d.Now = run.WaitReason
 	}
-	s.render(w, r, c, 200, "run", d)
-	return nil
+	return d, nil
+}
+
+// approvalLink links the pending approval request name of the call's run to
+// its page, or to the approvals when it is not found.
+func (s *Server) approvalLink(r *http.Request, c *uiCall, name string) link {
+	list, err := c.client.Approvals(r.Context(), trellis.ApprovalFilter{Run: c.run.ID,
+		Statuses: []trellis.ApprovalStatus{trellis.ApprovalPending}, Limit: 100})
+	if err == nil {
+		for _, a := range list.Approvals {
+			if a.Name == name {
+				return link{Href: approvalPath(c.ns, a.ID), Text: "decide"}
+			}
+		}
+	}
+	return link{Href: "/ui/" + url.PathEscape(c.ns) + "/approvals", Text: "approvals"}
 }
 
 // parentHref is the link to the run's parent, or "" when the principal may not

@@ -196,6 +196,7 @@ func TestUIAuthorizationWalk(t *testing.T) {
 	other := e.uiSession("other-reader")
 	anon := e.uiSession("")
 	walkQueue(t, e)
+	uiWalkSchedule(t, e)
 	for _, rt := range uiRouteTable {
 		if rt.public {
 			continue
@@ -211,6 +212,7 @@ func TestUIAuthorizationWalk(t *testing.T) {
 			}
 			path = strings.Replace(path, "{id}", run.ID, 1)
 			path = strings.Replace(path, "{queue}", "walk-q", 1)
+			path = strings.Replace(path, "{name}", "walk-s", 1)
 			u := sessions[role]
 			var r *resp
 			if rt.method == "GET" {

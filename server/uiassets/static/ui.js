@@ -11,7 +11,9 @@
     function tick() {
       if (document.hidden || busy) { schedule(); return; }
       busy = true;
-      var u = new URL(window.location.href);
+      // data-src: the page's own URL when the address bar holds a form's
+      // (a form shown again with its error).
+      var u = new URL(el.getAttribute("data-src") || window.location.href, window.location.href);
       u.searchParams.set("partial", "1");
       fetch(u.toString(), { credentials: "same-origin", headers: { "Accept": "text/html" } })
         .then(function (r) {
