@@ -256,7 +256,7 @@ func TestUIApprovalPage(t *testing.T) {
 	}
 	// A request naming alice: the approver is told who may decide.
 	named := e.start("needs-alice", nil, nil)
-	page = string(approver.get("/ui/default/approvals/" + e.pendingApproval(named.ID)).want(t, 200).body)
+	page = string(approver.get("/ui/default/approvals/"+e.pendingApproval(named.ID)).want(t, 200).body)
 	if !strings.Contains(page, "Only alice may decide this request.") || strings.Contains(page, `name="approve"`) {
 		t.Errorf("a request naming alice, seen by another approver: %.3000s", page)
 	}
@@ -293,7 +293,7 @@ func TestUIClaimsAndStepAttempts(t *testing.T) {
 	})
 	e.do("POST", "/v1/namespaces/default/runs/"+run.ID+"/events", "producer", map[string]any{"name": "go", "payload": "x"}).want(t, 204)
 	done := e.waitRun(run.ID)
-	page := string(e.uiSession("reader").get("/ui/default/runs/" + run.ID).want(t, 200).body)
+	page := string(e.uiSession("reader").get("/ui/default/runs/"+run.ID).want(t, 200).body)
 	claims := regexp.MustCompile(`id="claims">(\d+)<`).FindStringSubmatch(page)
 	if claims == nil || claims[1] != strconv.Itoa(done.Attempts) || done.Attempts < 2 {
 		t.Errorf("claims: %v, the run's %d", claims, done.Attempts)
