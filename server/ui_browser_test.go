@@ -252,6 +252,13 @@ func TestUIInBrowser(t *testing.T) {
 	if failures != 2 {
 		t.Fatalf("charge-card shows %d failed attempts, want 2", failures)
 	}
+	// Claims (the run was taken after its sleep and its approval too) apart
+	// from its steps' attempts: validate 1, charge-card 3, print-label 1.
+	var claims, stepAttempts string
+	run(t, ctx, chromedp.Text("#claims", &claims, chromedp.ByID), chromedp.Text("#step-attempts", &stepAttempts, chromedp.ByID))
+	if claims != fmt.Sprint(done.Attempts) || stepAttempts != "5 (2 failed) over 3 steps" {
+		t.Fatalf("claims %q (the run's %d), step attempts %q", claims, done.Attempts, stepAttempts)
+	}
 	screenshot(t, ctx, "ui-run.png")
 	run(t, ctx, chromedp.Navigate(e.base+"/ui/default/runs"), chromedp.WaitVisible("#runs", chromedp.ByID))
 	screenshot(t, ctx, "ui-runs.png")

@@ -266,13 +266,14 @@ type runData struct {
 	StepAttempts, StepFailures, Steps int
 	Event                             *eventForm // nil: the principal may not send one, or the run ended
 	LiveSrc                           string     // the live region's URL, when the page answers a form
+	Sent                              string     // the event the form just sent
 }
 
 // eventForm is the run page's form that sends the run an event.
 type eventForm struct {
 	Name, Payload string
 	Waiting       string // the event the run waits for now, if any
-	Sent, Error   string
+	Error         string
 }
 
 func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error {
@@ -280,9 +281,7 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request, c *uiCall) error 
 	if err != nil {
 		return err
 	}
-	if d.Event != nil {
-		d.Event.Sent = r.URL.Query().Get("sent")
-	}
+	d.Sent = r.URL.Query().Get("sent") // the run may have ended since: shown without the form
 	s.render(w, r, c, 200, "run", d)
 	return nil
 }
