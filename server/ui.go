@@ -140,6 +140,9 @@ func (s *Server) prepareUI(w http.ResponseWriter, r *http.Request, rt uiRoute, c
 		c.csrf = s.ui.csrfToken(c.sess)
 	}
 	if r.Method == "POST" {
+		if err := parseUIForm(r); err != nil {
+			return err
+		}
 		sess := c.sess
 		if rt.pattern == "/ui/login" {
 			sess = nil // no session yet: the Origin check alone
@@ -178,6 +181,21 @@ func (s *Server) prepareUI(w http.ResponseWriter, r *http.Request, rt uiRoute, c
 		return err
 	}
 	return s.authorizeScope(r, rt.scope, &c.call)
+}
+
+// parseUIForm reads a form's body, so that one over uiMaxForm is refused as
+// such: read later, field by field, it would be a form without fields (its
+// CSRF token missing, its event name empty).
+func parseUIForm(r *http.Request) error {
+	err := r.ParseForm()
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return fmt.Errorf("%w: the form is larger than %d KiB", ErrBodyTooLarge, tooLarge.Limit>>10)
+	case err != nil:
+		return fmt.Errorf("%w: reading the form: %v", ErrInvalidArgument, err)
+	}
+	return nil
 }
 
 // openSession opens a session cookie: the session and its principal, or nils

@@ -56,6 +56,10 @@ func TestUISendEvent(t *testing.T) {
 			t.Errorf("event %q %q: the form does not keep the name typed", c.name, c.payload)
 		}
 	}
+	// A form over the UI's limit is refused as such, not as a form without fields.
+	if r := send(op, "go", `"`+strings.Repeat("x", uiMaxForm)+`"`); r.status != 413 || !strings.Contains(string(r.body), "form is larger than 64 KiB") {
+		t.Errorf("an event form over the limit: %d %.300s", r.status, r.body)
+	}
 	if r := send(reader, "go", `"x"`); r.status != 403 {
 		t.Fatalf("a reader's event: %d", r.status)
 	}
