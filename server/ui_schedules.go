@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
@@ -73,7 +72,7 @@ func (s *Server) renderSchedules(w http.ResponseWriter, r *http.Request, c *uiCa
 	if d.CanManage {
 		d.Workflows, _ = c.client.ServedWorkflows(r.Context()) // suggestions only
 	}
-	now := time.Now()
+	now := s.cfg.Clock.Now() // the scheduler's clock
 	for _, sc := range list {
 		row := scheduleRow{S: sc}
 		switch {

@@ -159,8 +159,8 @@ func newSession(token string, now time.Time) *session {
 
 // setSessionCookie writes the sealed session (s nil clears it), Secure when
 // the client reached the server over TLS.
-func (srv *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, s *session) error {
-	return srv.ui.setSessionCookie(w, s, srv.overTLS(r))
+func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, sess *session) error {
+	return s.ui.setSessionCookie(w, sess, s.overTLS(r))
 }
 
 // setSessionCookie writes the sealed session; s nil clears it.
