@@ -6,18 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	neturl "net/url"
 	"os"
 	"reflect"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/trellis-dev/trellis/internal/clock"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
-	"github.com/trellis-dev/trellis/store/storepg"
-	"github.com/trellis-dev/trellis/store/storesqlite"
+	// The embedded default store: its driver registers "sqlite:" URLs.
+	_ "github.com/trellis-dev/trellis/store/storesqlite"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -30,7 +28,9 @@ type Config struct {
 	// Store is the store URL. Default "sqlite:trellis.db" (a file in the working
 	// directory). Forms: "sqlite:///abs/path.db", "sqlite:rel/path.db", with an
 	// optional "?durability=relaxed" (see docs/operations.md, "Stores and durability"); or
-	// "postgres://user@host:5432/db?schema=trellis" (see docs/operations.md, "Running on Postgres").
+	// "postgres://user@host:5432/db?schema=trellis" (see docs/operations.md, "Running on Postgres"),
+	// which needs the Postgres driver imported:
+	// import _ "github.com/trellis-dev/trellis/store/storepg".
 	Store string
 	// Backend, when set, is used instead of opening Store; Close does not close it.
 	Backend store.Store
@@ -221,7 +221,10 @@ func (c Config) validate() error {
 }
 
 // OpenStore opens the store named by a URL (see Config.Store), creating it or
-// applying pending migrations as needed.
+// applying pending migrations as needed. The URL's scheme picks the driver
+// registered for it (store.Open): "sqlite:" always, "postgres://" in a program
+// that imports _ "github.com/trellis-dev/trellis/store/storepg"; without the
+// import it fails with an error naming it.
 func OpenStore(ctx context.Context, url string, now func() time.Time) (store.Store, error) {
 	return openStore(ctx, url, now, false)
 }
@@ -235,30 +238,5 @@ func OpenExistingStore(ctx context.Context, url string, now func() time.Time) (s
 }
 
 func openStore(ctx context.Context, url string, now func() time.Time, noMigrate bool) (store.Store, error) {
-	switch {
-	case strings.HasPrefix(url, "sqlite:"):
-		cfg, err := storesqlite.ParseURL(url)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Now, cfg.NoMigrate = now, noMigrate
-		return storesqlite.Open(ctx, cfg)
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		cfg, err := storepg.ParseURL(url)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Now, cfg.NoMigrate = now, noMigrate
-		return storepg.Open(ctx, cfg)
-	}
-	return nil, fmt.Errorf("opening store %q: unsupported URL scheme (want sqlite: or postgres://)", redactURL(url))
-}
-
-// redactURL hides a password in a store URL for error messages.
-func redactURL(s string) string {
-	u, err := neturl.Parse(s)
-	if err != nil {
-		return "(malformed URL)"
-	}
-	return u.Redacted()
+	return store.Open(ctx, url, store.OpenOptions{Now: now, NoMigrate: noMigrate})
 }

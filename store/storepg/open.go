@@ -117,6 +117,7 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 		return nil, fmt.Errorf("%w: Config.URL: %w", store.ErrInvalidParams, err)
 	}
 	poolCfg.MaxConns = int32(cfg.MaxConns)
+	poolCfg.AfterConnect = registerTimeCodec
 	if poolCfg.ConnConfig.ConnectTimeout == 0 { // the URL sets none
 		poolCfg.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
 	}

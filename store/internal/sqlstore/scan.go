@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -23,7 +21,8 @@ type Time struct {
 	Valid bool
 }
 
-// Scan implements sql.Scanner (pgx calls it too).
+// Scan implements sql.Scanner. (storepg's connections scan timestamptz into a
+// Time without it, through pgx's TimestamptzScanner: see storepg's scantime.go.)
 func (t *Time) Scan(v any) error {
 	switch x := v.(type) {
 	case nil:
@@ -34,21 +33,6 @@ func (t *Time) Scan(v any) error {
 		*t = Time{T: x.UTC(), Valid: true}
 	default:
 		return fmt.Errorf("scanning a time: unsupported type %T", v)
-	}
-	return nil
-}
-
-// ScanTimestamptz implements pgx's pgtype.TimestamptzScanner, which pgx prefers
-// to Scan: it hands the timestamp over without boxing it in an interface, one
-// allocation per time column read (a run has seven).
-func (t *Time) ScanTimestamptz(v pgtype.Timestamptz) error {
-	switch {
-	case !v.Valid:
-		*t = Time{}
-	case v.InfinityModifier != pgtype.Finite:
-		return fmt.Errorf("scanning a time: %v", v.InfinityModifier)
-	default:
-		*t = Time{T: v.Time.UTC(), Valid: true}
 	}
 	return nil
 }
