@@ -5,4 +5,5 @@ package trellis
 // traces (TracerFromEnv): they import what a program doing so imports.
 import (
 	_ "github.com/trellis-dev/trellis/store/storepg"
+	_ "github.com/trellis-dev/trellis/store/storeremote"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/internal/worker"
-	"github.com/trellis-dev/trellis/store/storeremote"
+	"github.com/trellis-dev/trellis/internal/workertransport"
 )
 
 // Worker runs registered workflows in a process of its own: the shape of a
@@ -70,7 +70,8 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // newRemoteWorker is NewWorker through a server: the client's calls go to the
-// HTTP API, the worker's to the worker protocol (store/storeremote).
+// HTTP API, the worker's to the worker protocol through the transport that
+// store/storeremote registers (internal/workertransport).
 func newRemoteWorker(cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -80,7 +81,12 @@ func newRemoteWorker(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs, err := storeremote.New(storeremote.Config{URL: cfg.Server, Token: cfg.Token, Namespace: cfg.Namespace, TLSConfig: cfg.TLSConfig})
+	transport := workertransport.New()
+	if transport == nil {
+		c.Close()
+		return nil, fmt.Errorf("trellis worker: no worker transport for Config.Server %q: %s", cfg.Server, workertransport.Import)
+	}
+	rs, err := transport(workertransport.Config{URL: cfg.Server, Token: cfg.Token, Namespace: cfg.Namespace, TLSConfig: cfg.TLSConfig})
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("trellis worker: %w", err)

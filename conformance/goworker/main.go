@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	_ "github.com/trellis-dev/trellis/store/storeremote" // the remote worker's transport
 )
 
 func main() {

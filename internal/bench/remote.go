@@ -22,6 +22,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/trellis-dev/trellis"
+	_ "github.com/trellis-dev/trellis/store/storeremote" // the remote worker's transport
 )
 
 // Workloads through a server (`trellis bench --server URL`): the bench process
