@@ -11,10 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/otlpexport"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -178,6 +177,12 @@ func (sn *spanNames) get(name string) string {
 //     OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES,
 //     OTEL_TRACES_SAMPLER, ... as the OpenTelemetry SDK reads them.
 //
+// The exporters are in package github.com/trellis-dev/trellis/otlp, which a
+// program that exports imports for its side effect
+// (import _ "github.com/trellis-dev/trellis/otlp"): they link gRPC, which
+// package trellis leaves out. Without it, TracerFromEnv fails with an error
+// naming the import when the environment asks for export.
+//
 // Any other value of the exporter or the protocol is an error. It returns nil
 // and a no-op shutdown (tracing off) when OTEL_SDK_DISABLED is "true", when
 // OTEL_TRACES_EXPORTER is "none", and when OTEL_TRACES_EXPORTER is not set
@@ -210,22 +215,27 @@ func TracerFromEnv(ctx context.Context) (tp trace.TracerProvider, shutdown func(
 }
 
 // otlpExporterFromEnv makes the OTLP exporter of the protocol the environment
-// names; the exporter reads its endpoint, headers and the rest itself.
+// names, registered by package github.com/trellis-dev/trellis/otlp (see
+// internal/otlpexport); the exporter reads its endpoint, headers and the rest
+// itself.
 func otlpExporterFromEnv(ctx context.Context) (sdktrace.SpanExporter, error) {
 	name, protocol := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if protocol == "" {
 		name, protocol = "OTEL_EXPORTER_OTLP_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
-	var exp sdktrace.SpanExporter
-	var err error
-	switch strings.TrimSpace(protocol) {
-	case "", "http/protobuf":
-		exp, err = otlptracehttp.New(ctx)
-	case "grpc":
-		exp, err = otlptracegrpc.New(ctx)
+	chosen := strings.TrimSpace(protocol)
+	switch chosen {
+	case "":
+		chosen = "http/protobuf"
+	case "http/protobuf", "grpc":
 	default:
 		return nil, fmt.Errorf("tracing: %s=%q is not supported (want http/protobuf or grpc)", name, protocol)
 	}
+	newExporter := otlpexport.Lookup(chosen)
+	if newExporter == nil {
+		return nil, fmt.Errorf("tracing: no OTLP exporter for %s: %s", chosen, otlpexport.Import)
+	}
+	exp, err := newExporter(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: creating the OTLP trace exporter: %w", err)
 	}

@@ -4,5 +4,6 @@ package main
 // links only the SQLite driver, and leaves the others to the programs that
 // import them.
 import (
+	_ "github.com/trellis-dev/trellis/otlp"          // TracerFromEnv's OTLP exporters (trellis server, dev)
 	_ "github.com/trellis-dev/trellis/store/storepg" // postgres:// store URLs
 )
