@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -29,9 +28,9 @@ var linkedOnlyOnImport = []string{
 // workflow in a SQLite store, and a Postgres store URL, a remote worker and an
 // OTLP export each fail with an error that names the import they need.
 func TestMinimalProgramLinksNoDriverItDoesNotUse(t *testing.T) {
-	goBin, err := exec.LookPath("go")
+	goBin, err := exec.LookPath("go") // go test puts its own go first in PATH
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("the go command: %v", err)
 	}
 	for _, tags := range []string{"", "trellis_cgo"} {
 		out, err := exec.Command(goBin, "list", "-deps", "-tags="+tags, "./testdata/minimal").Output()
