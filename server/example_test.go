@@ -40,7 +40,9 @@ func ExampleNew() {
 	defer srv.Shutdown(ctx)
 	cfg := trellis.Config{Server: srv.URL(), Token: token}
 
-	// The worker: the same workflow code as embedded, only its Config differs.
+	// The worker: the same workflow code as embedded, only its Config differs
+	// (and its program imports _ "github.com/trellis-dev/trellis/store/storeremote",
+	// the remote worker's transport).
 	greet := trellis.NewWorkflow("greet", func(wc *trellis.Context, name string) (string, error) {
 		return trellis.Step(wc, "compose", func(ctx context.Context) (string, error) { return "hello, " + name, nil })
 	})
