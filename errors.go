@@ -6,6 +6,7 @@ import (
 
 	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/internal/engine"
+	"github.com/trellis-dev/trellis/internal/errs"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -36,9 +37,9 @@ var (
 	// ErrUnknownWorkflow: no workflow with that name is registered. (StartRaw
 	// starts runs of unregistered workflows, and CreateSchedule takes them; see
 	// their docs.)
-	ErrUnknownWorkflow = errors.New("unknown workflow")
+	ErrUnknownWorkflow = errs.UnknownWorkflow
 	// ErrInvalidInput: the input cannot be decoded into the workflow's input type.
-	ErrInvalidInput = errors.New("invalid workflow input")
+	ErrInvalidInput = errs.InvalidInput
 	// ErrHistoryFormat: ParseHistory was given a document that is not a history
 	// of a format it knows (docs/history-format.md).
 	ErrHistoryFormat = errors.New("not a trellis history")
@@ -79,19 +80,21 @@ var (
 	// ErrQueueState: pausing a paused queue, or resuming one that is not paused.
 	ErrQueueState = store.ErrQueueState
 
-	// Errors of a client on a server (Config.Server); see docs/http-api.md.
+	// Errors of a client on a server (Config.Server); see docs/http-api.md,
+	// "Problem codes". The server answers each with its own problem code, and
+	// a client on a server returns the same sentinel (internal/problem).
 
 	// ErrUnauthenticated: the server knows no such token (or none was given).
 	ErrUnauthenticated = auth.ErrUnauthenticated
 	// ErrPermissionDenied: the token's principal lacks the role the call needs.
-	ErrPermissionDenied = errors.New("permission denied")
+	ErrPermissionDenied = errs.PermissionDenied
 	// ErrUnavailable: the server cannot be reached, or its store does not answer,
 	// after the client's retries.
-	ErrUnavailable = errors.New("unavailable")
+	ErrUnavailable = errs.Unavailable
 	// ErrRateLimited: the server refused the call for now; retry later.
-	ErrRateLimited = errors.New("rate limited")
+	ErrRateLimited = errs.RateLimited
 	// ErrIdempotencyKeyConflict: an Idempotency-Key was reused with another request.
-	ErrIdempotencyKeyConflict = errors.New("idempotency key reused with a different request")
+	ErrIdempotencyKeyConflict = store.ErrIdempotencyKeyConflict
 	// ErrRemoteUnsupported: the method has no route in the HTTP API (claims,
 	// checkpoints and leases belong to the worker protocol; transactions cannot
 	// span a server).

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis/internal/httpc"
+	"github.com/trellis-dev/trellis/internal/problem"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -53,44 +54,6 @@ func newRemote(cfg Config) (*remote, error) {
 	return r, nil
 }
 
-// problemCodes maps the server's problem codes back to the SDK's sentinels,
-// mirroring server/errors.go. A code several sentinels share is told apart by
-// the problem's title; the first entry whose code (and title, when set) match wins.
-var problemCodes = []struct {
-	code, title string
-	err         error
-}{
-	{"unauthenticated", "", ErrUnauthenticated},
-	{"permission_denied", "", ErrPermissionDenied},
-	{"not_found", "Key not found", ErrKeyNotFound},
-	{"not_found", "Approval not found", ErrApprovalNotFound},
-	{"not_found", "Run not found", ErrRunNotFound},
-	{"not_found", "Namespace not found", ErrNamespaceNotFound},
-	{"not_found", "Queue not found", ErrQueueNotFound},
-	{"namespace_exists", "", ErrNamespaceExists},
-	{"queue_exists", "", ErrQueueExists},
-	{"queue_state", "", ErrQueueState},
-	{"not_found", "Schedule not found", ErrScheduleNotFound},
-	{"schedule_exists", "", ErrScheduleExists},
-	{"schedule_paused", "", ErrSchedulePaused},
-	{"schedule_not_paused", "", ErrScheduleNotPaused},
-	{"invalid_argument", "Unknown workflow", ErrUnknownWorkflow},
-	{"run_exists", "", ErrRunExists},
-	{"run_finished", "", ErrRunFinished},
-	{"run_active", "", ErrRunActive},
-	{"run_not_blocked", "", ErrRunNotBlocked},
-	{"approval_decided", "", ErrApprovalDecided},
-	{"payload_too_large", "", ErrPayloadTooLarge},
-	{"invalid_argument", "", ErrInvalidParams},
-	{"idempotency_key_conflict", "", ErrIdempotencyKeyConflict},
-	{"rate_limited", "", ErrRateLimited},
-	{"storage_full", "", ErrStorageFull},
-	{"unavailable", "", ErrUnavailable},
-	// The request's body did not reach the server in time: a transport
-	// failure, as a broken connection is.
-	{"request_timeout", "", ErrUnavailable},
-}
-
 // RemoteError is an error answer of a Trellis server: its HTTP status, stable
 // code and detail. It wraps the SDK sentinel of its code, so errors.Is works
 // against a server as against a store.
@@ -116,11 +79,8 @@ func remoteErr(err error) error {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	e := &RemoteError{Status: p.Status, Code: p.Code, Detail: p.Error()}
-	for _, m := range problemCodes {
-		if m.code == p.Code && (m.title == "" || m.title == p.Title) {
-			e.err = m.err
-			break
-		}
+	if entry, ok := problem.Of(p.Code); ok { // the server's table (internal/problem)
+		e.err = entry.Err
 	}
 	return e
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 
@@ -234,45 +231,6 @@ func TestRemoteClosed(t *testing.T) {
 	}
 	if _, err := c.Get(ctxT(t), "x"); !errors.Is(err, trellis.ErrClosed) {
 		t.Fatalf("get after close: %v, want ErrClosed", err)
-	}
-}
-
-// TestRemoteCodesMirrorServer reads the server's problem table
-// (server/errors.go) and checks that the client maps each code back: to the
-// same SDK sentinel where the server names one, else to some sentinel; only
-// the problems of malformed requests (a client bug) map to none.
-func TestRemoteCodesMirrorServer(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join("server", "errors.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries := regexp.MustCompile(`\{([\w.]+), \d{3}, "([a-z_]+)", "([^"]+)"\}`).FindAllStringSubmatch(string(src), -1)
-	if len(entries) < 10 {
-		t.Fatalf("found %d entries in server/errors.go; has its table changed shape?", len(entries))
-	}
-	sdk := map[string]error{
-		"trellis.ErrRunNotFound": trellis.ErrRunNotFound, "trellis.ErrKeyNotFound": trellis.ErrKeyNotFound,
-		"trellis.ErrApprovalNotFound": trellis.ErrApprovalNotFound, "trellis.ErrRunExists": trellis.ErrRunExists,
-		"trellis.ErrRunFinished": trellis.ErrRunFinished, "trellis.ErrRunActive": trellis.ErrRunActive,
-		"trellis.ErrRunNotBlocked": trellis.ErrRunNotBlocked, "trellis.ErrApprovalDecided": trellis.ErrApprovalDecided,
-		"trellis.ErrPayloadTooLarge": trellis.ErrPayloadTooLarge, "auth.ErrUnauthenticated": trellis.ErrUnauthenticated,
-	}
-	// A path no route has, a method it does not take, a body that is not JSON,
-	// header fields over the server's limit; the token routes' errors (the SDK
-	// has no token methods).
-	noSentinel := map[string]bool{"not_found/Not found": true, "method_not_allowed/Method not allowed": true,
-		"unsupported_media_type/Unsupported media type": true, "token_exists/Token exists": true,
-		"not_found/Token not found": true, "token_inactive/Token revoked or expired": true,
-		"headers_too_large/Request header fields too large": true}
-	for _, e := range entries {
-		name, code, title := e[1], e[2], e[3]
-		got := trellis.RemoteSentinel(code, title)
-		switch want, ok := sdk[name]; {
-		case ok && !errors.Is(got, want):
-			t.Errorf("code %q title %q (server: %s): client maps to %v", code, title, name, got)
-		case got == nil && !noSentinel[code+"/"+title]:
-			t.Errorf("code %q title %q (server: %s): the client maps it to no sentinel", code, title, name)
-		}
 	}
 }
 

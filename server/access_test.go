@@ -51,7 +51,7 @@ func TestAccessLog(t *testing.T) {
 		map[string]any{"workflow": "await-go", "id": "secret-run-id", "input": "PAYLOAD-XYZ"}).want(t, 201)
 	listed := e.do("GET", "/v1/namespaces/default/runs?workflow=QUERY-XYZ", secret, nil).want(t, 200)
 	missing := e.do("GET", "/v1/namespaces/default/runs/nope", secret, nil)
-	p := missing.problem(t, 404, "not_found")
+	p := missing.problem(t, 404, "run_not_found")
 	unauth := e.do("GET", "/v1/namespaces/default/runs", "", nil)
 	unrouted := e.do("GET", "/v2/elsewhere", "", nil)
 	if _, err := e.workerClient("worker").ListWorkers(t.Context(), connect.NewRequest(&pb.ListWorkersRequest{Namespace: "default"})); err != nil {

@@ -55,7 +55,7 @@ func TestAPIChildrenApprovalWorkflowID(t *testing.T) {
 			for _, q := range []string{"", "?position=", "?position=-1", "?position=x", "?position=99999999999", "?pos=1"} {
 				e.do("GET", "/v1/namespaces/default/runs/fam/children"+q, "reader", nil).problem(t, 400, "invalid_argument")
 			}
-			e.do("GET", "/v1/namespaces/default/runs/nope/children?position=0", "reader", nil).problem(t, 404, "not_found")
+			e.do("GET", "/v1/namespaces/default/runs/nope/children?position=0", "reader", nil).problem(t, 404, "run_not_found")
 
 			// Runs by workflow ID: a reset's new run shares it.
 			var reset trellis.Run
@@ -83,7 +83,7 @@ func TestAPIChildrenApprovalWorkflowID(t *testing.T) {
 			if a.Status != trellis.ApprovalApproved || a.Principal != "approver" {
 				t.Fatalf("decided approval %+v", a)
 			}
-			e.do("GET", "/v1/namespaces/default/approvals/nope", "reader", nil).problem(t, 404, "not_found")
+			e.do("GET", "/v1/namespaces/default/approvals/nope", "reader", nil).problem(t, 404, "approval_not_found")
 			e.do("GET", "/v1/namespaces/default/approvals/a%2Fb", "reader", nil).problem(t, 400, "invalid_argument")
 			e.do("GET", "/v1/namespaces/default/approvals/"+id, "other-reader", nil).problem(t, 403, "permission_denied")
 		})
@@ -175,7 +175,7 @@ func TestAPITokens(t *testing.T) {
 			e.do("GET", "/v1/namespaces/other/runs", ciSecret, nil).problem(t, 401, "unauthenticated")
 			e.do("GET", "/v1/namespaces/default/runs", nsAdmin, nil).want(t, 200)
 			e.do("POST", "/v1/tokens/ci/revoke", root, nil).want(t, 200)
-			e.do("POST", "/v1/tokens/nobody/revoke", root, nil).problem(t, 404, "not_found")
+			e.do("POST", "/v1/tokens/nobody/revoke", root, nil).problem(t, 404, "token_not_found")
 			e.do("POST", "/v1/tokens/a%20b/revoke", root, nil).problem(t, 400, "invalid_argument")
 			e.do("POST", "/v1/tokens/ci/revoke", root, `{"x":1}`).problem(t, 400, "invalid_argument")
 			e.do("GET", "/v1/tokens", "", nil).problem(t, 401, "unauthenticated")

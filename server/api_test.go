@@ -41,7 +41,7 @@ func TestAPIRunLifecycle(t *testing.T) {
 			if string(v.Value) != `{"n":1}` {
 				t.Fatalf("value %s", v.Value)
 			}
-			e.do("GET", "/v1/namespaces/default/runs/order-1/values/nope", "reader", nil).problem(t, 404, "not_found")
+			e.do("GET", "/v1/namespaces/default/runs/order-1/values/nope", "reader", nil).problem(t, 404, "key_not_found")
 			e.do("POST", "/v1/namespaces/default/runs", "producer", map[string]any{"workflow": "echo", "id": "order-1", "reuse": "reject"}).
 				problem(t, 409, "run_exists")
 			e.do("POST", "/v1/namespaces/default/runs/order-1/cancel", "producer", nil).problem(t, 409, "run_finished")

@@ -64,13 +64,13 @@ func testBadInput(t *testing.T, e *env) {
 		{"wait over the cap", "GET", runs + "/target/result?wait=1h", "reader", nil, nil, 400, "invalid_argument"},
 		{"ID with an encoded slash", "GET", runs + "/a%2Fb", "reader", nil, nil, 400, "invalid_argument"},
 		{"ID with an encoded slash, cancel", "POST", runs + "/target%2F..%2Fx/cancel", "producer", nil, nil, 400, "invalid_argument"},
-		{"unknown run", "POST", runs + "/nope/cancel", "producer", nil, nil, 404, "not_found"},
+		{"unknown run", "POST", runs + "/nope/cancel", "producer", nil, nil, 404, "run_not_found"},
 		{"event without a name", "POST", runs + "/target/events", "producer", `{"payload":1}`, nil, 400, "invalid_argument"},
 		{"event with unknown field", "POST", runs + "/target/events", "producer", `{"name":"go","data":1}`, nil, 400, "invalid_argument"},
 		{"cancel with a body", "POST", runs + "/target/cancel", "producer", `{"force":true}`, nil, 400, "invalid_argument"},
-		{"unknown path", "GET", "/v1/nothing", "admin", nil, nil, 404, "not_found"},
+		{"unknown path", "GET", "/v1/nothing", "admin", nil, nil, 404, "route_not_found"},
 		{"wrong method", "DELETE", runs, "admin", nil, nil, 405, "method_not_allowed"},
-		{"unknown approval", "POST", "/v1/namespaces/default/approvals/nope/approve", "approver", nil, nil, 404, "not_found"},
+		{"unknown approval", "POST", "/v1/namespaces/default/approvals/nope/approve", "approver", nil, nil, 404, "approval_not_found"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := e.do(c.method, c.path, c.token, c.body, c.hdr...)
@@ -82,12 +82,12 @@ func testBadInput(t *testing.T, e *env) {
 	}
 	// A route addressing an unknown run or approval says it is absent, not
 	// which read of the server's found so (scopeErr).
-	for _, c := range []struct{ method, path, token, detail string }{
-		{"POST", runs + "/nope/cancel", "producer", `run not found: "nope" in namespace "default"`},
-		{"POST", "/v1/namespaces/default/approvals/nope/approve", "approver", `approval not found: "nope" in namespace "default"`},
-		{"GET", "/v1/namespaces/default/approvals/nope", "reader", `approval not found: "nope" in namespace "default"`},
+	for _, c := range []struct{ method, path, token, code, detail string }{
+		{"POST", runs + "/nope/cancel", "producer", "run_not_found", `run not found: "nope" in namespace "default"`},
+		{"POST", "/v1/namespaces/default/approvals/nope/approve", "approver", "approval_not_found", `approval not found: "nope" in namespace "default"`},
+		{"GET", "/v1/namespaces/default/approvals/nope", "reader", "approval_not_found", `approval not found: "nope" in namespace "default"`},
 	} {
-		if p := e.do(c.method, c.path, c.token, nil).problem(t, 404, "not_found"); p.Detail != c.detail {
+		if p := e.do(c.method, c.path, c.token, nil).problem(t, 404, c.code); p.Detail != c.detail {
 			t.Errorf("%s: detail %q, want %q", c.path, p.Detail, c.detail)
 		}
 	}

@@ -97,9 +97,9 @@ func TestAPIDeleteRun(t *testing.T) {
 			e.do("DELETE", "/v1/namespaces/default/runs/"+active.ID, "admin", nil).problem(t, 409, "run_active")
 			e.do("GET", "/v1/namespaces/default/runs/"+active.ID, "reader", nil).want(t, 200)
 			e.do("DELETE", "/v1/namespaces/default/runs/"+done.ID, "admin", nil).want(t, 204)
-			e.do("GET", "/v1/namespaces/default/runs/"+done.ID, "reader", nil).problem(t, 404, "not_found")
-			e.do("GET", "/v1/namespaces/default/runs/"+done.ID+"/history", "reader", nil).problem(t, 404, "not_found")
-			e.do("DELETE", "/v1/namespaces/default/runs/"+done.ID, "admin", nil).problem(t, 404, "not_found")
+			e.do("GET", "/v1/namespaces/default/runs/"+done.ID, "reader", nil).problem(t, 404, "run_not_found")
+			e.do("GET", "/v1/namespaces/default/runs/"+done.ID+"/history", "reader", nil).problem(t, 404, "run_not_found")
+			e.do("DELETE", "/v1/namespaces/default/runs/"+done.ID, "admin", nil).problem(t, 404, "run_not_found")
 		})
 	}
 }

@@ -69,9 +69,9 @@ func TestUncleanPathsAreRefused(t *testing.T) {
 		{"GET", "/%2e%2e/v1/tokens", 400, "invalid_argument"},
 		{"GET", "/ui//default/runs", 400, "invalid_argument"},
 		{"GET", "/v1/namespaces/default//runs", 400, "invalid_argument"},
-		{"GET", "/trellis.worker.v1.WorkerService", 404, "not_found"},
-		{"POST", "/trellis.worker.v1.WorkerService", 404, "not_found"},
-		{"GET", "/v1/namespaces/default/runs/", 404, "not_found"}, // clean: a path no route has
+		{"GET", "/trellis.worker.v1.WorkerService", 404, "route_not_found"},
+		{"POST", "/trellis.worker.v1.WorkerService", 404, "route_not_found"},
+		{"GET", "/v1/namespaces/default/runs/", 404, "route_not_found"}, // clean: a path no route has
 	} {
 		req := c.method + " " + c.path + " HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer admin\r\nContent-Length: 0\r\n\r\n"
 		res, body := e.raw(req)

@@ -24,8 +24,8 @@ func TestIdempotentDeleteRun(t *testing.T) {
 			path := runsPath + "/" + e.finishedRun()
 			e.keyed("DELETE", path, "admin", "del-1", nil).want(t, 204).replayed(t, false)
 			e.keyed("DELETE", path, "admin", "del-1", nil).want(t, 204).replayed(t, true)
-			e.do("DELETE", path, "admin", nil).problem(t, 404, "not_found")
-			e.keyed("DELETE", path, "admin", "del-2", nil).problem(t, 404, "not_found")
+			e.do("DELETE", path, "admin", nil).problem(t, 404, "run_not_found")
+			e.keyed("DELETE", path, "admin", "del-2", nil).problem(t, 404, "run_not_found")
 			e.keyed("DELETE", path, "admin2", "del-1", nil).problem(t, 422, "idempotency_key_conflict")
 			e.keyed("DELETE", path, "producer", "del-1", nil).problem(t, 403, "permission_denied") // no admin role: the key is not looked at
 			// A key recorded by another route is a conflict too, before the run is read.

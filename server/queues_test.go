@@ -22,7 +22,7 @@ func TestAPIQueues(t *testing.T) {
 			e := newEnv(t, url(t))
 			const base = "/v1/namespaces/default"
 			// Queues need their namespace's record; default has one from the start.
-			e.do("POST", "/v1/namespaces/tenant-a/queues", "admin", map[string]any{"name": "default"}).problem(t, 404, "not_found")
+			e.do("POST", "/v1/namespaces/tenant-a/queues", "admin", map[string]any{"name": "default"}).problem(t, 404, "namespace_not_found")
 			var ns store.Namespace
 			e.do("POST", "/v1/namespaces", "admin", map[string]any{"name": "tenant-a", "retention": "48h"}).want(t, 201).decode(t, &ns)
 			if ns.Retention != store.Duration(48*time.Hour) || ns.DefaultQueue != "default" {
@@ -95,8 +95,8 @@ func TestAPIQueues(t *testing.T) {
 				{"POST", "/v1/namespaces", map[string]any{"name": "x", "payload_limit": 0, "default_queue": "a b"}, 400, "invalid_argument"},
 				{"PATCH", base, map[string]any{"payload_limit": 0}, 400, "invalid_argument"},
 				{"PATCH", base, map[string]any{"retention": "0s"}, 400, "invalid_argument"},
-				{"PATCH", "/v1/namespaces/nope", map[string]any{"payload_limit": 1}, 404, "not_found"},
-				{"GET", "/v1/namespaces/nope", nil, 404, "not_found"},
+				{"PATCH", "/v1/namespaces/nope", map[string]any{"payload_limit": 1}, 404, "namespace_not_found"},
+				{"GET", "/v1/namespaces/nope", nil, 404, "namespace_not_found"},
 				{"GET", "/v1/namespaces/__system__", nil, 403, "permission_denied"},
 				{"POST", "/v1/namespaces/__system__/queues", map[string]any{"name": "q"}, 403, "permission_denied"},
 				{"POST", base + "/queues", map[string]any{"name": "q", "concurrency_limit": 0}, 400, "invalid_argument"},
@@ -105,12 +105,12 @@ func TestAPIQueues(t *testing.T) {
 				{"POST", base + "/queues", map[string]any{"name": "q", "rate_burst": 0}, 400, "invalid_argument"},
 				{"POST", base + "/queues", map[string]any{"name": "q", "bogus": 1}, 400, "invalid_argument"},
 				{"POST", base + "/queues", map[string]any{"name": ""}, 400, "invalid_argument"},
-				{"POST", "/v1/namespaces/nope/queues", map[string]any{"name": "q"}, 404, "not_found"},
+				{"POST", "/v1/namespaces/nope/queues", map[string]any{"name": "q"}, 404, "namespace_not_found"},
 				{"PATCH", base + "/queues/default", map[string]any{"concurrency_limit": -1}, 400, "invalid_argument"},
-				{"PATCH", base + "/queues/nope", map[string]any{"concurrency_limit": 1}, 404, "not_found"},
-				{"GET", base + "/queues/nope", nil, 404, "not_found"},
-				{"POST", base + "/queues/nope/pause", nil, 404, "not_found"},
-				{"GET", "/v1/namespaces/nope/queues", nil, 404, "not_found"},
+				{"PATCH", base + "/queues/nope", map[string]any{"concurrency_limit": 1}, 404, "queue_not_found"},
+				{"GET", base + "/queues/nope", nil, 404, "queue_not_found"},
+				{"POST", base + "/queues/nope/pause", nil, 404, "queue_not_found"},
+				{"GET", "/v1/namespaces/nope/queues", nil, 404, "namespace_not_found"},
 			} {
 				p := e.do(c.method, c.path, "admin", c.body).problem(t, c.status, c.code)
 				if p.Detail == "" {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -281,7 +282,7 @@ func (s *Server) routes() http.Handler {
 // unrouted tells a path no route has from a method the path does not take.
 func (s *Server) unrouted(mux *http.ServeMux, r *http.Request) error {
 	var allow []string
-	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+	for _, m := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"} {
 		r2 := r.Clone(r.Context())
 		r2.Method = m
 		if _, p := mux.Handler(r2); p != "/" && p != "" {
@@ -289,7 +290,7 @@ func (s *Server) unrouted(mux *http.ServeMux, r *http.Request) error {
 		}
 	}
 	if len(allow) == 0 {
-		return ErrNotFound
+		return fmt.Errorf("%w: %s", ErrNotFound, r.URL.EscapedPath())
 	}
-	return ErrMethodNotAllowed
+	return &notAllowed{method: r.Method, allow: allow}
 }

@@ -122,8 +122,8 @@ func testSchedulesAPI(t *testing.T, e *env) {
 		t.Fatalf("list %+v", list)
 	}
 	e.do("DELETE", schedules+"/tick", "admin", nil).want(t, 204)
-	e.do("GET", schedules+"/tick", "reader", nil).problem(t, 404, "not_found")
-	e.do("DELETE", schedules+"/tick", "admin", nil).problem(t, 404, "not_found")
+	e.do("GET", schedules+"/tick", "reader", nil).problem(t, 404, "schedule_not_found")
+	e.do("DELETE", schedules+"/tick", "admin", nil).problem(t, 404, "schedule_not_found")
 }
 
 // Bad input to the schedule routes gets its error and changes nothing.
@@ -167,10 +167,10 @@ func TestScheduleBadInput(t *testing.T) {
 				{"system namespace", "POST", "/v1/namespaces/__system__/schedules", "admin", map[string]any{"name": "x", "spec": spec}, 403, "permission_denied"},
 				{"update with invalid cron", "PUT", schedules + "/nightly", "admin", with("cron", "every day"), 400, "invalid_argument"},
 				{"update with invalid zone", "PUT", schedules + "/nightly", "admin", with("time_zone", "Local"), 400, "invalid_argument"},
-				{"update unknown", "PUT", schedules + "/zz", "admin", spec, 404, "not_found"},
+				{"update unknown", "PUT", schedules + "/zz", "admin", spec, 404, "schedule_not_found"},
 				{"resume an active schedule", "POST", schedules + "/nightly/resume", "admin", nil, 409, "schedule_not_paused"},
-				{"pause unknown", "POST", schedules + "/zz/pause", "admin", nil, 404, "not_found"},
-				{"trigger unknown", "POST", schedules + "/zz/trigger", "producer", nil, 404, "not_found"},
+				{"pause unknown", "POST", schedules + "/zz/pause", "admin", nil, 404, "schedule_not_found"},
+				{"trigger unknown", "POST", schedules + "/zz/trigger", "producer", nil, 404, "schedule_not_found"},
 				{"reader triggers", "POST", schedules + "/nightly/trigger", "reader", nil, 403, "permission_denied"},
 				{"backfill backwards", "POST", schedules + "/nightly/backfill", "admin", map[string]any{"start": "2026-01-02T00:00:00Z", "end": "2026-01-01T00:00:00Z"}, 400, "invalid_argument"},
 				{"backfill too long", "POST", schedules + "/nightly/backfill", "admin", map[string]any{"start": "2020-01-01T00:00:00Z", "end": "2026-01-01T00:00:00Z"}, 400, "invalid_argument"},

@@ -295,7 +295,7 @@ func TestStreamBadInput(t *testing.T) {
 	}
 	e.do("GET", path, "reader", nil, "Last-Event-ID", "x").problem(t, 400, "invalid_argument")
 	e.do("GET", path+"?after=abc", "reader", nil, "Last-Event-ID", "3").problem(t, 400, "invalid_argument")
-	e.do("GET", "/v1/namespaces/default/runs/nope/stream", "reader", nil).problem(t, 404, "not_found")
+	e.do("GET", "/v1/namespaces/default/runs/nope/stream", "reader", nil).problem(t, 404, "run_not_found")
 	e.do("GET", path, "", nil).problem(t, 401, "unauthenticated")
 	e.do("GET", path, "other-reader", nil).problem(t, 403, "permission_denied")
 	r := e.do("GET", path, "reader", nil).want(t, 200)

@@ -124,7 +124,7 @@ func TestAPITokenBadRequests(t *testing.T) {
 		{"grace not a duration", "/v1/tokens/ci/rotate", `{"grace":"later"}`, 400, "invalid_argument"},
 		{"grace negative", "/v1/tokens/ci/rotate", `{"grace":"-1s"}`, 400, "invalid_argument"},
 		{"rotate unknown field", "/v1/tokens/ci/rotate", `{"ttl":"1h"}`, 400, "invalid_argument"},
-		{"rotate unknown token", "/v1/tokens/nobody/rotate", ``, 404, "not_found"},
+		{"rotate unknown token", "/v1/tokens/nobody/rotate", ``, 404, "token_not_found"},
 		{"rotate malformed name", "/v1/tokens/a%20b/rotate", ``, 400, "invalid_argument"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -191,9 +191,7 @@ func (h *workerService) caller(ctx context.Context, procedure string, hdr http.H
 
 // fail converts an error of a handler to a Connect error with its detail.
 func fail(err error) error {
-	if errors.Is(err, ErrPermissionDenied) {
-		err = fmt.Errorf("%w: %v", ww.ErrPermissionDenied, err)
-	}
+	// ErrPermissionDenied and ErrRateLimited are ww's: one identity each.
 	if errors.Is(err, ErrUnavailable) {
 		err = fmt.Errorf("%w: %v", store.ErrClosed, err)
 	}

@@ -91,7 +91,10 @@ func workerLimitErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	ce := ww.ToConnect(fmt.Errorf("%w: %v", ww.ErrRateLimited, err)).(*connect.Error)
+	if !errors.Is(err, ww.ErrRateLimited) {
+		err = fmt.Errorf("%w: %v", ww.ErrRateLimited, err)
+	}
+	ce := ww.ToConnect(err).(*connect.Error)
 	if le := (*limitError)(nil); errors.As(err, &le) {
 		ce.Meta().Set("Retry-After", strconv.Itoa(le.retryAfterSeconds()))
 	}

@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/trellis-dev/trellis/internal/auth"
+	"github.com/trellis-dev/trellis/internal/errs"
 	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -56,10 +57,10 @@ var sentinels = []sentinel{
 
 // ErrRateLimited is the error of a call refused because the server has as many
 // requests in flight as it takes (server.Config.MaxInFlight); retry it.
-var ErrRateLimited = errors.New("rate limited")
+var ErrRateLimited = errs.RateLimited
 
 // ErrPermissionDenied is the error of a call the token's principal may not make.
-var ErrPermissionDenied = errors.New("permission denied")
+var ErrPermissionDenied = errs.PermissionDenied
 
 // Detail classifies err: its Connect code and reason. Errors that are none of
 // the contract's are internal, or unavailable when a context ended.
