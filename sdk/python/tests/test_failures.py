@@ -255,7 +255,10 @@ class BadInput(unittest.TestCase):
     def test_client_errors(self):
         with self.assertRaises(trellis.APIError) as e:
             self.c.get("no-such-run")
-        self.assertEqual((e.exception.status, e.exception.code), (404, "not_found"))
+        self.assertEqual((e.exception.status, e.exception.code), (404, "run_not_found"))
+        with self.assertRaises(trellis.APIError) as e:
+            self.c.value("no-such-run", "k")
+        self.assertEqual((e.exception.status, e.exception.code), (404, "run_not_found"))
         with self.assertRaises(trellis.APIError) as e:
             self.c.start("", {})
         self.assertEqual(e.exception.status, 400)

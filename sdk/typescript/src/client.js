@@ -167,12 +167,12 @@ export class Client {
     return (await this.call('GET', `${this.ns()}/runs/${seg('run id', id)}/history`)).body;
   }
 
-  /** A value of the run's store (undefined when absent). */
+  /** A value of the run's store (undefined when the run has no such key; an unknown run is an ApiError run_not_found). */
   async value(id, key) {
     try {
       return (await this.call('GET', `${this.ns()}/runs/${seg('run id', id)}/values/${seg('key', key)}`)).body.value;
     } catch (err) {
-      if (err.status === 404 && err.code === 'not_found') return undefined;
+      if (err.status === 404 && err.code === 'key_not_found') return undefined;
       throw err;
     }
   }

@@ -207,7 +207,8 @@ test('bad input: clear errors from the SDK and from the server', async () => {
   assert.throws(() => new Worker({ server: 'http://x' }).register({ name: 'x' }), /defineWorkflow or defineJob/);
   await assert.rejects(new Worker({ server: 'http://x', handleSignals: false }).run(), /register at least one/);
   assert.throws(() => new Client({ server: 'not a url' }), /not a URL/);
-  await assert.rejects(client.getRun('no-such-run'), (e) => e instanceof ApiError && e.status === 404 && e.code === 'not_found');
+  await assert.rejects(client.getRun('no-such-run'), (e) => e instanceof ApiError && e.status === 404 && e.code === 'run_not_found');
+  await assert.rejects(client.value('no-such-run', 'k'), (e) => e instanceof ApiError && e.status === 404 && e.code === 'run_not_found');
   await assert.rejects(client.start('bad name!', {}), (e) => e instanceof ApiError && e.status === 400 && e.code === 'invalid_argument');
   await assert.rejects(client.sendEvent('x', ''), /an event name is required/);
   await assert.rejects(client.getRun('a/b'), /must not contain/);
