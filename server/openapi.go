@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/problem"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -40,7 +41,11 @@ var pathParam = regexp.MustCompile(`\{([a-z]+)\}`)
 func OpenAPI() map[string]any { return buildOpenAPI(routeTable) }
 
 func buildOpenAPI(table []route) obj {
-	schemas := obj{"Problem": schemaOf(reflect.TypeOf(Problem{}), nil)}
+	problemSchema := schemaOf(reflect.TypeOf(Problem{}), nil)
+	codes := problem.Codes()
+	problemSchema["properties"].(obj)["code"] = obj{"type": "string", "enum": codes,
+		"description": "the stable code of the error (docs/http-api.md, \"Problem codes\"); a newer server may add codes"}
+	schemas := obj{"Problem": problemSchema}
 	paths := obj{}
 	for _, rt := range table {
 		item, _ := paths[rt.pattern].(obj)
@@ -54,6 +59,10 @@ func buildOpenAPI(table []route) obj {
 		"openapi": "3.1.0",
 		"info": obj{"title": "Trellis HTTP API", "version": "1",
 			"description": "Start, inspect and steer durable workflow runs. See docs/http-api.md."},
+		"servers": []any{
+			obj{"url": "/", "description": "the server that serves this document"},
+			obj{"url": "http://" + DefaultListen, "description": "a server on its default address (trellis server, trellis dev)"},
+		},
 		"paths": paths,
 		"components": obj{
 			"schemas":         schemas,
@@ -69,6 +78,11 @@ func operation(rt route, schemas obj) obj {
 	}
 	for _, q := range rt.query {
 		params = append(params, obj{"name": q.name, "in": "query", "description": q.doc, "schema": obj{"type": q.typ}})
+	}
+	if rt.stream {
+		params = append(params, obj{"name": "Last-Event-ID", "in": "header",
+			"description": "the id of the last event the client read: the stream goes on after it (an EventSource sends it when it reconnects); it wins over after",
+			"schema":      obj{"type": "string"}})
 	}
 	if rt.takesKey() {
 		params = append(params, obj{"name": IdempotencyKeyHeader, "in": "header",
@@ -102,11 +116,25 @@ func responses(rt route, schemas obj) obj {
 		ok["content"] = obj{"application/json": obj{"schema": obj{"type": "object"}}}
 	}
 	out := obj{strconv.Itoa(rt.status): ok,
-		"default": obj{"description": "An error", "content": obj{"application/problem+json": obj{"schema": obj{"$ref": "#/components/schemas/Problem"}}}}}
+		"default": problemResponse("Another error: 500 internal (the server logs it), a status and code a newer server added", nil)}
+	for status, codes := range errorCodes(rt) {
+		out[strconv.Itoa(status)] = problemResponse(http.StatusText(status)+": "+strings.Join(codes, ", "), codes)
+	}
 	if rt.op == "getResult" {
 		out["202"] = obj{"description": "The wait is over and the run has not ended", "content": ok["content"]}
 	}
 	return out
+}
+
+// problemResponse is an error answer: a Problem, with the codes it can have
+// (x-trellis-codes; their sections in docs/http-api.md).
+func problemResponse(description string, codes []string) obj {
+	r := obj{"description": description,
+		"content": obj{"application/problem+json": obj{"schema": obj{"$ref": "#/components/schemas/Problem"}}}}
+	if codes != nil {
+		r["x-trellis-codes"] = codes
+	}
+	return r
 }
 
 // ref adds the schema of v's type to schemas and returns a reference to it.
@@ -128,6 +156,32 @@ var (
 	durType      = reflect.TypeOf(time.Duration(0))
 )
 
+// enums are the string types of the API that take a fixed set of values.
+var enums = map[reflect.Type]struct {
+	values []string
+	doc    string
+}{
+	reflect.TypeOf(trellis.Status("")): {statusValues(trellis.StatusPending, trellis.StatusRunning, trellis.StatusWaiting,
+		trellis.StatusBlocked, trellis.StatusSucceeded, trellis.StatusFailed, trellis.StatusCancelled),
+		"a run's state (docs/states.md)"},
+	reflect.TypeOf(store.Status("")): {statusValues(store.StatusPending, store.StatusRunning, store.StatusWaiting,
+		store.StatusBlocked, store.StatusSucceeded, store.StatusFailed, store.StatusCancelled),
+		"a run's state (docs/states.md)"},
+	reflect.TypeOf(trellis.ReusePolicy("")): {statusValues(trellis.ReuseRejectActive, trellis.ReuseReject, trellis.ReuseReturnExisting),
+		`what a start does when its workflow ID is taken: "" (the default) refuses while a run with it is active, ` +
+			`"reject" while any run has it, "return_existing" answers the latest run with it`},
+	reflect.TypeOf(trellis.ApprovalStatus("")): {statusValues(trellis.ApprovalPending, trellis.ApprovalApproved,
+		trellis.ApprovalRejected, trellis.ApprovalExpired), "an approval request's state"},
+}
+
+func statusValues[S ~string](vs ...S) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
+	}
+	return out
+}
+
 // schemaOf describes type t as JSON Schema, following its JSON tags.
 func schemaOf(t reflect.Type, schemas obj) obj {
 	switch {
@@ -139,6 +193,9 @@ func schemaOf(t reflect.Type, schemas obj) obj {
 		return obj{"type": "string", "description": `a duration such as "720h" or "1m30s"`}
 	case t == durType:
 		return obj{"type": "string", "description": `a duration such as "90s" or "10m"`}
+	}
+	if e, ok := enums[t]; ok {
+		return obj{"type": "string", "enum": e.values, "description": e.doc}
 	}
 	switch t.Kind() {
 	case reflect.Pointer:
