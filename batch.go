@@ -3,12 +3,12 @@ package trellis
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 
 	"github.com/google/uuid"
 	"github.com/trellis-dev/trellis/internal/httpc"
+	"github.com/trellis-dev/trellis/internal/problem"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -43,10 +43,11 @@ type StartError struct {
 
 func (e *StartError) Error() string { return e.Message }
 
-// Unwrap maps the code to its sentinel: ErrRunExists for "run_exists".
+// Unwrap maps the code to its sentinel (internal/problem's table, as a
+// server's problems): ErrRunExists for "run_exists".
 func (e *StartError) Unwrap() error {
-	if e.Code == "run_exists" {
-		return ErrRunExists
+	if entry, ok := problem.Of(e.Code); ok {
+		return entry.Err
 	}
 	return nil
 }
@@ -136,9 +137,9 @@ func startResults(res *store.RunsCreateResult) []StartResult {
 	for i, it := range res.Items {
 		switch {
 		case it.Err != nil:
-			code := "internal"
-			if errors.Is(it.Err, store.ErrRunExists) {
-				code = "run_exists"
+			code := problem.Internal
+			if entry, ok := problem.For(it.Err); ok {
+				code = entry.Code
 			}
 			out[i].Error = &StartError{Code: code, Message: it.Err.Error()}
 		default:

@@ -22,7 +22,7 @@ var opCodes = map[string][]string{
 	"startRuns":        {"storage_full"}, // each run's own outcome is in its result
 	"deleteRun":        {"run_active"},
 	"cancelRun":        {"run_finished"},
-	"resumeRun":        {"run_not_blocked"},
+	"resumeRun":        {"run_not_blocked", "run_finished"},
 	"resetRun":         {"run_active", "storage_full"},
 	"sendEvent":        {"run_finished"},
 	"getValue":         {"key_not_found"},

@@ -71,17 +71,18 @@ var (
 	ErrIdempotencyKeyConflict = errors.New("idempotency key already used by a different request")
 )
 
-// RunExistsError is ErrRunExists for a start of run ID id with workflow ID
-// workflowID that a unique index refused: either the workflow ID is taken (by an
-// active run, or under ReuseReject by any run) or the run ID is. The workflow ID
-// comes first: a generated run ID never collides, a workflow ID chosen by the
-// caller often does.
-func RunExistsError(id, workflowID string, reuse ReusePolicy) error {
+// RunExistsError is ErrRunExists for a start with workflow ID workflowID that a
+// unique index refused, when the driver does not know the run that holds the
+// workflow ID. The run ID of the refused start is not named: it was generated
+// for the start and never existed (a generated run ID does not collide; a
+// workflow ID chosen by the caller often does), so the error says only that
+// the workflow ID is taken.
+func RunExistsError(_, workflowID string, reuse ReusePolicy) error {
 	holder := "an active run"
 	if reuse == ReuseReject {
 		holder = "a run"
 	}
-	return fmt.Errorf("%w: %s has workflow ID %q%s, or run ID %q is taken", ErrRunExists, holder, workflowID, policyNote(reuse), id)
+	return fmt.Errorf("%w: %s has workflow ID %q%s", ErrRunExists, holder, workflowID, policyNote(reuse))
 }
 
 // WorkflowIDTakenError is ErrRunExists for a start that the reuse policy refused
