@@ -37,9 +37,9 @@ var (
 	// ErrUnknownWorkflow: no workflow with that name is registered. (StartRaw
 	// starts runs of unregistered workflows, and CreateSchedule takes them; see
 	// their docs.)
-	ErrUnknownWorkflow = errs.UnknownWorkflow
+	ErrUnknownWorkflow = errs.ErrUnknownWorkflow
 	// ErrInvalidInput: the input cannot be decoded into the workflow's input type.
-	ErrInvalidInput = errs.InvalidInput
+	ErrInvalidInput = errs.ErrInvalidInput
 	// ErrHistoryFormat: ParseHistory was given a document that is not a history
 	// of a format it knows (docs/history-format.md).
 	ErrHistoryFormat = errors.New("not a trellis history")
@@ -87,12 +87,12 @@ var (
 	// ErrUnauthenticated: the server knows no such token (or none was given).
 	ErrUnauthenticated = auth.ErrUnauthenticated
 	// ErrPermissionDenied: the token's principal lacks the role the call needs.
-	ErrPermissionDenied = errs.PermissionDenied
+	ErrPermissionDenied = errs.ErrPermissionDenied
 	// ErrUnavailable: the server cannot be reached, or its store does not answer,
 	// after the client's retries.
-	ErrUnavailable = errs.Unavailable
+	ErrUnavailable = errs.ErrUnavailable
 	// ErrRateLimited: the server refused the call for now; retry later.
-	ErrRateLimited = errs.RateLimited
+	ErrRateLimited = errs.ErrRateLimited
 	// ErrIdempotencyKeyConflict: an Idempotency-Key was reused with another request.
 	ErrIdempotencyKeyConflict = store.ErrIdempotencyKeyConflict
 	// ErrRemoteUnsupported: the method has no route in the HTTP API (claims,

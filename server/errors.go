@@ -17,7 +17,7 @@ import (
 // ErrPermissionDenied); internal/problem maps each to one status and one code.
 var (
 	// ErrPermissionDenied: the principal lacks the role the route needs.
-	ErrPermissionDenied = errs.PermissionDenied
+	ErrPermissionDenied = errs.ErrPermissionDenied
 	// ErrInvalidArgument: a request is malformed (body, query or path); it is
 	// trellis.ErrInvalidParams.
 	ErrInvalidArgument = store.ErrInvalidParams
@@ -25,22 +25,22 @@ var (
 	// trellis.ErrPayloadTooLarge.
 	ErrBodyTooLarge = trellis.ErrPayloadTooLarge
 	// ErrUnsupportedMediaType: a body that is not application/json.
-	ErrUnsupportedMediaType = errs.UnsupportedMediaType
+	ErrUnsupportedMediaType = errs.ErrUnsupportedMediaType
 	// ErrNotFound: no route has this path (problem code route_not_found).
-	ErrNotFound = errs.RouteNotFound
+	ErrNotFound = errs.ErrRouteNotFound
 	// ErrMethodNotAllowed: the path exists with other methods.
-	ErrMethodNotAllowed = errs.MethodNotAllowed
+	ErrMethodNotAllowed = errs.ErrMethodNotAllowed
 	// ErrIdempotencyKeyConflict: an Idempotency-Key reused with another request.
 	ErrIdempotencyKeyConflict = store.ErrIdempotencyKeyConflict
 	// ErrRateLimited: too many requests; retry later.
-	ErrRateLimited = errs.RateLimited
+	ErrRateLimited = errs.ErrRateLimited
 	// ErrRequestTimeout: the request was not received within Config.ReadTimeout
 	// (a client sending its body too slowly).
-	ErrRequestTimeout = errs.RequestTimeout
+	ErrRequestTimeout = errs.ErrRequestTimeout
 	// ErrHeadersTooLarge: the request line and header fields exceed 64 KiB.
-	ErrHeadersTooLarge = errs.HeadersTooLarge
+	ErrHeadersTooLarge = errs.ErrHeadersTooLarge
 	// ErrUnavailable: the store does not answer, or the server is stopping.
-	ErrUnavailable = errs.Unavailable
+	ErrUnavailable = errs.ErrUnavailable
 )
 
 // ProblemTypeBase prefixes a problem's code to form its type URI: the code's

@@ -11,34 +11,34 @@ import "errors"
 
 // Errors of a call refused or failed for a reason that is not the run's.
 var (
-	// PermissionDenied: the principal lacks the role the call needs.
-	PermissionDenied = errors.New("permission denied")
-	// Unavailable: the server cannot be reached, or its store does not
+	// ErrPermissionDenied: the principal lacks the role the call needs.
+	ErrPermissionDenied = errors.New("permission denied")
+	// ErrUnavailable: the server cannot be reached, or its store does not
 	// answer, or it is stopping.
-	Unavailable = errors.New("unavailable")
-	// RateLimited: the server refused the call for now; retry later.
-	RateLimited = errors.New("rate limited")
-	// UnknownWorkflow: no workflow with that name is registered.
-	UnknownWorkflow = errors.New("unknown workflow")
-	// InvalidInput: the input cannot be decoded into the workflow's input type.
-	InvalidInput = errors.New("invalid workflow input")
+	ErrUnavailable = errors.New("unavailable")
+	// ErrRateLimited: the server refused the call for now; retry later.
+	ErrRateLimited = errors.New("rate limited")
+	// ErrUnknownWorkflow: no workflow with that name is registered.
+	ErrUnknownWorkflow = errors.New("unknown workflow")
+	// ErrInvalidInput: the input cannot be decoded into the workflow's input type.
+	ErrInvalidInput = errors.New("invalid workflow input")
 )
 
 // Errors of the HTTP layer (the server answers them; a remote client gets
 // them back by their problem codes).
 var (
-	// RouteNotFound: no route has the request's path.
-	RouteNotFound = errors.New("no such route")
-	// MethodNotAllowed: the path exists with other methods.
-	MethodNotAllowed = errors.New("method not allowed")
-	// UnsupportedMediaType: a request body that is not application/json.
-	UnsupportedMediaType = errors.New("unsupported media type")
-	// HeadersTooLarge: the request line and header fields exceed the server's limit.
-	HeadersTooLarge = errors.New("request header fields too large")
-	// RequestTimeout: the request was not received in time (a client sending
-	// its body too slowly). It is an Unavailable too: for the client it is a
+	// ErrRouteNotFound: no route has the request's path.
+	ErrRouteNotFound = errors.New("no such route")
+	// ErrMethodNotAllowed: the path exists with other methods.
+	ErrMethodNotAllowed = errors.New("method not allowed")
+	// ErrUnsupportedMediaType: a request body that is not application/json.
+	ErrUnsupportedMediaType = errors.New("unsupported media type")
+	// ErrHeadersTooLarge: the request line and header fields exceed the server's limit.
+	ErrHeadersTooLarge = errors.New("request header fields too large")
+	// ErrRequestTimeout: the request was not received in time (a client sending
+	// its body too slowly). It is an ErrUnavailable too: for the client it is a
 	// transport failure, as a broken connection is.
-	RequestTimeout = &kindOf{msg: "request timeout", of: Unavailable}
+	ErrRequestTimeout = &kindOf{msg: "request timeout", of: ErrUnavailable}
 )
 
 // kindOf is a sentinel that is a narrower case of another: errors.Is matches

@@ -37,10 +37,10 @@ func (e Entry) Type() string { return TypeBase + e.Code }
 
 // table maps errors one to one to codes. errors.Is tries the entries in order
 // and the first match wins, so a sentinel that is a narrower case of another
-// (errs.RequestTimeout is an errs.Unavailable) comes before it.
+// (errs.ErrRequestTimeout is an errs.ErrUnavailable) comes before it.
 var table = []Entry{
 	{auth.ErrUnauthenticated, 401, "unauthenticated", "Unauthenticated"},
-	{errs.PermissionDenied, 403, "permission_denied", "Permission denied"},
+	{errs.ErrPermissionDenied, 403, "permission_denied", "Permission denied"},
 	{store.ErrRunNotFound, 404, "run_not_found", "Run not found"},
 	{store.ErrKeyNotFound, 404, "key_not_found", "Key not found"},
 	{store.ErrApprovalNotFound, 404, "approval_not_found", "Approval not found"},
@@ -48,9 +48,9 @@ var table = []Entry{
 	{store.ErrQueueNotFound, 404, "queue_not_found", "Queue not found"},
 	{store.ErrScheduleNotFound, 404, "schedule_not_found", "Schedule not found"},
 	{store.ErrTokenNotFound, 404, "token_not_found", "Token not found"},
-	{errs.RouteNotFound, 404, "route_not_found", "No such route"},
-	{errs.MethodNotAllowed, 405, "method_not_allowed", "Method not allowed"},
-	{errs.RequestTimeout, 408, "request_timeout", "Request timeout"},
+	{errs.ErrRouteNotFound, 404, "route_not_found", "No such route"},
+	{errs.ErrMethodNotAllowed, 405, "method_not_allowed", "Method not allowed"},
+	{errs.ErrRequestTimeout, 408, "request_timeout", "Request timeout"},
 	{store.ErrRunExists, 409, "run_exists", "Run exists"},
 	{store.ErrRunFinished, 409, "run_finished", "Run finished"},
 	{store.ErrRunActive, 409, "run_active", "Run still active"},
@@ -65,20 +65,20 @@ var table = []Entry{
 	{store.ErrQueueExists, 409, "queue_exists", "Queue exists"},
 	{store.ErrQueueState, 409, "queue_state", "Queue already in that state"},
 	{engine.ErrPayloadTooLarge, 413, "payload_too_large", "Payload too large"},
-	{errs.UnsupportedMediaType, 415, "unsupported_media_type", "Unsupported media type"},
+	{errs.ErrUnsupportedMediaType, 415, "unsupported_media_type", "Unsupported media type"},
 	{store.ErrIdempotencyKeyConflict, 422, "idempotency_key_conflict", "Idempotency key conflict"},
-	{errs.RateLimited, 429, "rate_limited", "Rate limited"},
-	{errs.HeadersTooLarge, 431, "headers_too_large", "Request header fields too large"},
-	{errs.UnknownWorkflow, 400, "unknown_workflow", "Unknown workflow"},
-	{errs.InvalidInput, 400, "invalid_input", "Invalid workflow input"},
+	{errs.ErrRateLimited, 429, "rate_limited", "Rate limited"},
+	{errs.ErrHeadersTooLarge, 431, "headers_too_large", "Request header fields too large"},
+	{errs.ErrUnknownWorkflow, 400, "unknown_workflow", "Unknown workflow"},
+	{errs.ErrInvalidInput, 400, "invalid_input", "Invalid workflow input"},
 	{store.ErrInvalidParams, 400, "invalid_argument", "Invalid argument"},
 	{store.ErrStorageFull, 507, "storage_full", "Insufficient storage"},
-	{errs.Unavailable, 503, "unavailable", "Unavailable"},
+	{errs.ErrUnavailable, 503, "unavailable", "Unavailable"},
 }
 
 // unavailableToo are errors of the server's side that it answers as
-// "unavailable" without being errs.Unavailable: a client reads them back as
-// errs.Unavailable (its store closed is, for the client, a server it cannot use).
+// "unavailable" without being errs.ErrUnavailable: a client reads them back as
+// errs.ErrUnavailable (its store closed is, for the client, a server it cannot use).
 var unavailableToo = []error{
 	store.ErrClosed, store.ErrNoStore,
 	context.DeadlineExceeded,

@@ -55,7 +55,7 @@ func TestNotFoundCodes(t *testing.T) {
 		store.ErrRunNotFound: "run_not_found", store.ErrKeyNotFound: "key_not_found",
 		store.ErrApprovalNotFound: "approval_not_found", store.ErrNamespaceNotFound: "namespace_not_found",
 		store.ErrQueueNotFound: "queue_not_found", store.ErrScheduleNotFound: "schedule_not_found",
-		store.ErrTokenNotFound: "token_not_found", errs.RouteNotFound: "route_not_found",
+		store.ErrTokenNotFound: "token_not_found", errs.ErrRouteNotFound: "route_not_found",
 	} {
 		e, ok := For(err)
 		if !ok || e.Code != code || e.Status != http.StatusNotFound {
@@ -75,11 +75,11 @@ func TestUnavailable(t *testing.T) {
 	for _, err := range []error{store.ErrClosed, store.ErrNoStore, context.Canceled, context.DeadlineExceeded,
 		fmt.Errorf("reading: %w", context.DeadlineExceeded)} {
 		e, ok := For(err)
-		if !ok || e.Code != "unavailable" || e.Status != http.StatusServiceUnavailable || e.Err != errs.Unavailable {
+		if !ok || e.Code != "unavailable" || e.Status != http.StatusServiceUnavailable || e.Err != errs.ErrUnavailable {
 			t.Errorf("%v: %+v", err, e)
 		}
 	}
-	if e, _ := For(errs.RequestTimeout); e.Code != "request_timeout" || !errors.Is(e.Err, errs.Unavailable) {
+	if e, _ := For(errs.ErrRequestTimeout); e.Code != "request_timeout" || !errors.Is(e.Err, errs.ErrUnavailable) {
 		t.Errorf("request timeout: %+v, or not an Unavailable", e)
 	}
 	if _, ok := For(errors.New("disk on fire")); ok {

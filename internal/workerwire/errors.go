@@ -57,10 +57,10 @@ var sentinels = []sentinel{
 
 // ErrRateLimited is the error of a call refused because the server has as many
 // requests in flight as it takes (server.Config.MaxInFlight); retry it.
-var ErrRateLimited = errs.RateLimited
+var ErrRateLimited = errs.ErrRateLimited
 
 // ErrPermissionDenied is the error of a call the token's principal may not make.
-var ErrPermissionDenied = errs.PermissionDenied
+var ErrPermissionDenied = errs.ErrPermissionDenied
 
 // Detail classifies err: its Connect code and reason. Errors that are none of
 // the contract's are internal, or unavailable when a context ended.
