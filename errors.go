@@ -81,7 +81,7 @@ var (
 	ErrQueueState = store.ErrQueueState
 
 	// Errors of a client on a server (Config.Server); see docs/http-api.md,
-	// "Problem codes". The server answers each with its own problem code, and
+	// "Errors". The server answers each with its own problem code, and
 	// a client on a server returns the same sentinel (internal/problem).
 
 	// ErrUnauthenticated: the server knows no such token (or none was given).

@@ -57,7 +57,7 @@ type Problem struct {
 	Status int `json:"status"`
 	// Detail says what went wrong with this request, for people.
 	Detail string `json:"detail"`
-	// Code is the stable, machine-readable code (docs/http-api.md, "Problem codes").
+	// Code is the stable, machine-readable code (docs/http-api.md, "Errors").
 	Code string `json:"code"`
 	// RequestID is the request's X-Request-Id (RequestIDHeader), which its
 	// access log line and its audit entry hold too.

@@ -44,7 +44,7 @@ func buildOpenAPI(table []route) obj {
 	problemSchema := schemaOf(reflect.TypeOf(Problem{}), nil)
 	codes := problem.Codes()
 	problemSchema["properties"].(obj)["code"] = obj{"type": "string", "enum": codes,
-		"description": "the stable code of the error (docs/http-api.md, \"Problem codes\"); a newer server may add codes"}
+		"description": "the stable code of the error (docs/http-api.md, \"Errors\"); a newer server may add codes"}
 	schemas := obj{"Problem": problemSchema}
 	paths := obj{}
 	for _, rt := range table {

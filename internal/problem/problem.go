@@ -1,6 +1,6 @@
 // Package problem is the one table of the HTTP API's errors: each sentinel
 // error has one problem code and one HTTP status, and each code one sentinel
-// (docs/http-api.md, "Problem codes"). The server writes problems with it and
+// (docs/http-api.md, "Errors"). The server writes problems with it and
 // the remote client reads them back with it, so errors.Is holds against a
 // server as against a store, and neither side compares titles.
 package problem
