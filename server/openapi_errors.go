@@ -18,7 +18,7 @@ import (
 // opCodes are the codes an operation's handler answers beyond what its route
 // says (path parameters, body, key): its conflicts and its own not-founds.
 var opCodes = map[string][]string{
-	"startRun":         {"run_exists", "storage_full", "namespace_not_found", "queue_not_found"},
+	"startRun":         {"run_exists", "storage_full"},
 	"startRuns":        {"storage_full"}, // each run's own outcome is in its result
 	"deleteRun":        {"run_active"},
 	"cancelRun":        {"run_finished"},
