@@ -155,7 +155,7 @@ func TestProblemTypesResolve(t *testing.T) {
 			t.Errorf("code %s: type %s", code, p.Type)
 		case !ok:
 			t.Errorf("%s: no heading with anchor #%s (the type of code %s)", path, anchor, code)
-		case !strings.HasPrefix(strings.TrimSpace(text), status+". "):
+		case !strings.HasPrefix(strings.TrimSpace(text), "HTTP "+status+". "):
 			t.Errorf("%s: the section of %s does not begin with its status %s", path, code, status)
 		}
 		if rows[code] != status {
