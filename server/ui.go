@@ -124,7 +124,7 @@ func (s *Server) wrapUI(rt uiRoute) http.Handler {
 // prepareUI finds the session and checks the route's rule, as prepare does for
 // the API.
 func (s *Server) prepareUI(w http.ResponseWriter, r *http.Request, rt uiRoute, c *uiCall) error {
-	now := time.Now()
+	now := s.cfg.Clock.Now()
 	if ck, err := r.Cookie(sessionCookie); err == nil {
 		c.sess, c.principal = s.openSession(r, ck.Value, now)
 	}
@@ -363,7 +363,7 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request, c *uiCall) erro
 		return nil
 	}
 	c.principal = p // for the audit entry of the sign-in
-	if err := s.setSessionCookie(w, r, newSession(token, time.Now())); err != nil {
+	if err := s.setSessionCookie(w, r, newSession(token, s.cfg.Clock.Now())); err != nil {
 		return err
 	}
 	if next == "" {
@@ -391,7 +391,7 @@ func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request, c *uiCall) err
 	if ck, err := r.Cookie(sessionCookie); sess == nil && err == nil {
 		// Its token did not authenticate just now (the store did not answer,
 		// say): the session is ended all the same, or it would work again.
-		sess, _ = s.ui.open(ck.Value, time.Now())
+		sess, _ = s.ui.open(ck.Value, s.cfg.Clock.Now())
 	}
 	if sess != nil && (c.sess != nil || !s.cfg.Insecure) {
 		if err := s.endSession(r.Context(), sess, c.principal); err != nil {

@@ -346,7 +346,7 @@ func (s *Server) runPage(r *http.Request, c *uiCall) (*runData, error) {
 
 	// The timeline, to the scale of the run's whole span.
 	t0 := run.CreatedAt
-	t1 := time.Now()
+	t1 := s.cfg.Clock.Now()
 	if run.FinishedAt != nil {
 		t1 = *run.FinishedAt
 	}

@@ -63,7 +63,7 @@ func (sc *sessionChecks) put(id []byte, c sessionCheck) {
 
 // checkSession refuses a session that was signed out (auth.ErrUnauthenticated).
 func (s *Server) checkSession(ctx context.Context, sess *session) error {
-	now := time.Now()
+	now := s.cfg.Clock.Now()
 	ended, known := s.sessions.get(sess.ID, now)
 	if !known {
 		var err error

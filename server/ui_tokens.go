@@ -32,7 +32,7 @@ func (s *Server) uiTokens(w http.ResponseWriter, r *http.Request, c *uiCall) err
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := s.cfg.Clock.Now()
 	d := tokensData{Rows: make([]tokenRow, 0, len(ts))}
 	for _, t := range ts {
 		row := tokenRow{Token: t, State: "live", StateClass: "st-succeeded", Grants: auth.GrantsText(t.Grants)}
