@@ -216,10 +216,12 @@ func newAuditor(st store.AuditStore, cfg Config, reg prometheus.Registerer) (*au
 			Help: "Audit entries the server appended to the store."}),
 	}
 	a.flushing, a.stopFlushs = context.WithCancel(context.Background())
-	for _, c := range []prometheus.Collector{a.droppedTotal, a.writtenTotal} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering audit metrics: %w", err)
-		}
+	var err error
+	if a.droppedTotal, err = register(reg, a.droppedTotal); err != nil {
+		return nil, fmt.Errorf("registering audit metrics: %w", err)
+	}
+	if a.writtenTotal, err = register(reg, a.writtenTotal); err != nil {
+		return nil, fmt.Errorf("registering audit metrics: %w", err)
 	}
 	return a, nil
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -31,12 +32,33 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 		handoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "trellis_server_handoffs_total",
 			Help: "Runs started through this server's API and created claimed for a remote worker whose claim stream waited with a free slot."}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.seconds, m.handoffs} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	var err error
+	if m.requests, err = register(reg, m.requests); err != nil {
+		return nil, err
+	}
+	if m.seconds, err = register(reg, m.seconds); err != nil {
+		return nil, err
+	}
+	if m.handoffs, err = register(reg, m.handoffs); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// register registers c on reg, or returns the collector of the same
+// description already there: the metrics of a server that stopped (or failed
+// to Start, as trellis dev's first try on a port another process holds) stay
+// registered on the caller's Metrics, and a later server on the same Metrics
+// counts on from them instead of failing with a duplicate registration.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var dup prometheus.AlreadyRegisteredError
+	if errors.As(err, &dup) {
+		if existing, ok := dup.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
 }
 
 // routeObserver holds the metric children of one route, so that a request

@@ -2,8 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/trellis-dev/trellis"
 )
@@ -69,5 +76,64 @@ func TestDevStore(t *testing.T) {
 	}
 	if _, _, err := devStore("sqlite://host/t.db"); err == nil {
 		t.Error("bad URL accepted")
+	}
+}
+
+// devUILine is the line trellis dev prints once its web UI serves: its URL.
+var devUILine = regexp.MustCompile(`web UI at (http://[^/\s]+)/`)
+
+// The README's two commands side by side: `trellis dev` (a process of its own)
+// holds port 7070 until Ctrl-C while the tests that want 7070 run. A dev in
+// this process falls back to another port and still ends with 130 on Ctrl-C
+// (TestInterrupted's scenario), and a second dev process falls back and works:
+// its UI, API and metrics answer on its port.
+func TestDevBesideDev(t *testing.T) {
+	t.Parallel()
+	first := startTrellis(t, devUILine, "dev", "--store", storeURL(t))
+	waitFor(t, "the first dev's demo", time.Minute, func() bool { return strings.Contains(first.stdout(), "The web UI stays up") })
+	conn, err := net.Dial("tcp", devUIAddr)
+	if err != nil {
+		t.Fatalf("nothing holds %s beside the first dev (at %s): %v", devUIAddr, first.addr, err)
+	}
+	conn.Close()
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	time.AfterFunc(time.Second, cancel)
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"dev", "--store", storeURL(t)}, &out, &errOut); code != 130 {
+		t.Errorf("dev beside dev, interrupted: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	contains(t, "dev beside dev", out.String(), "web UI at http://127.0.0.1:")
+	if strings.Contains(out.String(), devUIAddr) {
+		t.Errorf("dev beside dev claims %s:\n%s", devUIAddr, out.String())
+	}
+
+	second := startTrellis(t, devUILine, "dev", "--store", storeURL(t))
+	if second.addr == devUIAddr || second.addr == first.addr {
+		t.Fatalf("the second dev serves on %s, the first on %s", second.addr, first.addr)
+	}
+	waitFor(t, "the second dev's demo", time.Minute, func() bool { return strings.Contains(second.stdout(), "The web UI stays up") })
+	contains(t, "second dev", second.stdout(), "All 4 demo runs finished", "3 succeeded, 1 failed")
+	for path, want := range map[string]string{
+		"/":                           "<html",
+		"/v1/namespaces/default/runs": `"workflow":"charge-order"`,
+		"/metrics":                    "trellis_api_requests_total",
+	} {
+		resp, err := http.Get(second.base() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(strings.ToLower(string(body)), strings.ToLower(want)) {
+			t.Errorf("GET %s on the second dev: %d, lacks %q:\n%.500s", path, resp.StatusCode, want, body)
+		}
+	}
+	for _, p := range []*trellisProc{second, first} {
+		p.signal(t, syscall.SIGINT)
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Errorf("dev at %s after Ctrl-C: exit %d\n%s", p.addr, code, p.errOut.String())
+		}
 	}
 }
