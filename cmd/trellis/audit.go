@@ -33,7 +33,7 @@ that namespace.
 func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	printUsage := func(w io.Writer) { fmt.Fprint(w, auditUsage) }
 	if len(args) == 0 {
-		return &usageError{msg: "audit: no subcommand given", usage: printUsage}
+		return &usageError{msg: "audit: no subcommand given", cmd: "audit"}
 	}
 	switch sub, rest := args[0], args[1:]; sub {
 	case "list":
@@ -41,7 +41,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "help", "-h", "-help", "--help":
 		return &helpError{usage: printUsage}
 	default:
-		return &usageError{msg: fmt.Sprintf("audit: unknown subcommand %q", sub), usage: printUsage}
+		return &usageError{msg: fmt.Sprintf("audit: unknown subcommand %q", sub), cmd: "audit"}
 	}
 }
 

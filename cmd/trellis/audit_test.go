@@ -31,7 +31,7 @@ func TestAuditThroughServerProcess(t *testing.T) {
 		t.Fatalf("runs start --json: %v %s", err, res.stdout)
 	}
 	trellisCmd(t, as(ci, "runs", "cancel", "aud-1")...).ok(t)
-	if res := trellisCmd(t, as(ci, "runs", "cancel", "aud-1")...); res.code != 1 {
+	if res := trellisCmd(t, as(ci, "runs", "cancel", "aud-1")...); res.code != exitConflict {
 		t.Fatalf("cancelling a cancelled run: exit %d %s", res.code, res.stderr)
 	}
 	trellisCmd(t, as(root, "queues", "create", "q1", "--concurrency-limit", "2")...).ok(t)
@@ -72,7 +72,7 @@ func TestAuditThroughServerProcess(t *testing.T) {
 		t.Errorf("audit list --action run.* shows other actions:\n%s", table)
 	}
 	trellisCmd(t, as(root, "audit", "list", "--namespace", "default", "--limit", "2")...).ok(t)
-	if res := trellisCmd(t, as(ci, "audit", "list")...); res.code != 1 || !strings.Contains(res.stderr, "permission denied") {
+	if res := trellisCmd(t, as(ci, "audit", "list")...); res.code != exitPermission || !strings.Contains(res.stderr, "permission denied") {
 		t.Errorf("audit list by a producer: exit %d %s", res.code, res.stderr)
 	}
 	if res := trellisCmd(t, as(root, "audit", "list", "--since", "yesterday")...); res.code != 2 {
@@ -116,7 +116,7 @@ func TestAuditUsage(t *testing.T) {
 		{[]string{"audit", "list", "--since", "soon", "--store", url}, "--since"},
 		{[]string{"audit", "list", "--action", "*", "--store", url}, "Action"},
 		{[]string{"audit", "list", "--cursor", "x", "--store", url}, "Cursor"},
-		{[]string{"audit", "list"}, "--store is required"},
+		{[]string{"audit", "list"}, "--store or --server is required"},
 	} {
 		res := trellisCmd(t, c.args...)
 		if res.code != 2 || !strings.Contains(res.stderr, c.want) {

@@ -24,7 +24,7 @@ func TestStoreAndNamespaceFromEnvironment(t *testing.T) {
 	}
 	res = trellisCmd(t, "runs", "get", "g-1", "--store", url, "--namespace", "team-a").ok(t)
 	contains(t, "get with flags", res.stdout, "team-a")
-	if res := trellisCmd(t, "runs", "get", "g-1", "--store", "sqlite:///nonexistent/t.db"); res.code != 1 ||
+	if res := trellisCmd(t, "runs", "get", "g-1", "--store", "sqlite:///nonexistent/t.db"); res.code != exitNotFound ||
 		!strings.Contains(res.stderr, "no store at /nonexistent/t.db") {
 		t.Errorf("--store does not override TRELLIS_STORE: exit %d %q", res.code, res.stderr)
 	}
@@ -41,7 +41,7 @@ func TestStoreAndNamespaceFromEnvironment(t *testing.T) {
 	}
 
 	t.Setenv(envStore, "")
-	if res := trellisCmd(t, "runs", "list"); res.code != 2 || !strings.Contains(res.stderr, "--store is required, or set TRELLIS_STORE") {
+	if res := trellisCmd(t, "runs", "list"); res.code != exitUsage || !strings.Contains(res.stderr, "--store or --server is required, or set TRELLIS_STORE or TRELLIS_SERVER") {
 		t.Errorf("no store at all: exit %d %q", res.code, res.stderr)
 	}
 }

@@ -53,7 +53,21 @@ Store URLs look like sqlite:///abs/path/trellis.db or postgres://user@host:5432/
 Environment:
   TRELLIS_STORE      the store URL when --store is not given (not for dev: its demo
                      keeps to its own file)
+  TRELLIS_SERVER     a Trellis server's URL when neither --store nor --server is given
+  TRELLIS_TOKEN      the bearer token for a server when --token is not given
   TRELLIS_NAMESPACE  the namespace when --namespace is not given (default "default")
+  TRELLIS_UI_KEY     trellis server: the web UI's key, 64 hex digits, the same on
+                     every server behind one address (docs/ui.md)
+  OTEL_*             trellis server and dev: OpenTelemetry's variables, e.g.
+                     OTEL_EXPORTER_OTLP_ENDPOINT, turn tracing on (docs/observability.md)
+  GOGC               trellis server: Go's GC target; unset, the server picks its own
+
+Exit codes:
+  0 ok, 1 other error, 2 usage (or a request refused as malformed), 3 not found,
+  4 unauthenticated or permission denied, 5 conflict (exists, finished, active,
+  decided), 6 unavailable (unreachable, 503, rate limited, storage full; retry),
+  8 the run failed or was cancelled (runs watch, runs result), 130 interrupted.
+  With --json an error is a problem document on stderr (docs/cli.md).
 
 New here? Start with: go run ./cmd/trellis dev
 `
@@ -70,31 +84,29 @@ func main() {
 }
 
 // run runs the command named by args[0] and returns the process exit status:
-// 0 on success or help, 1 on failure, 2 on bad usage, 130 when interrupted.
+// 0 on success or help, 130 when interrupted, else the status of the error's
+// class (exit.go): 2 usage, 3 not found, 4 permission, 5 conflict,
+// 6 unavailable, 8 a failed or cancelled run, 1 any other error. Under --json
+// an error is a problem document on stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	err := dispatch(ctx, args, stdout, stderr)
 	var he *helpError
-	var ue *usageError
 	switch {
 	case errors.As(err, &he):
 		he.usage(stdout) // asked for: to stdout
-		return 0
+		return exitOK
 	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &ue):
-		ue.report(stderr)
-		return 2
-	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return exitOK
+	case interrupted(ctx, err):
 		fmt.Fprintln(stderr, "trellis: interrupted")
-		return 130
+		return exitInterrupted
 	}
-	fmt.Fprintf(stderr, "trellis: %v\n", err)
-	return 1
+	return report(err, wantsJSON(args), stderr)
 }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return &usageError{msg: "no command given", usage: printMainUsage}
+		return &usageError{msg: "no command given", full: printMainUsage}
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "dev":
@@ -128,7 +140,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "help", "-h", "-help", "--help":
 		return runHelp(ctx, rest, stdout)
 	default:
-		return &usageError{msg: fmt.Sprintf("unknown command %q", cmd), usage: printMainUsage}
+		return &usageError{msg: fmt.Sprintf("unknown command %q", cmd)}
 	}
 }
 
@@ -149,21 +161,35 @@ func runHelp(ctx context.Context, args []string, stdout io.Writer) error {
 
 func printMainUsage(w io.Writer) { fmt.Fprint(w, mainUsage) }
 
-// usageError is bad command-line usage: the command exits with status 2.
+// usageError is bad command-line usage: the command exits with status 2 after
+// one line and a hint, "run 'trellis CMD -h' for usage".
 type usageError struct {
 	msg string
-	// usage writes the command's usage after the message; nil writes none.
-	usage func(io.Writer)
+	// cmd is the command the hint names ("runs start"); "" names trellis itself.
+	cmd string
+	// full, when set, is written instead of the hint: the main usage, for a
+	// bare "trellis".
+	full func(io.Writer)
 }
 
 func (e *usageError) Error() string { return e.msg }
 
 func (e *usageError) report(w io.Writer) {
 	fmt.Fprintf(w, "trellis: %s\n", e.msg)
-	if e.usage != nil {
+	if e.full != nil {
 		fmt.Fprintln(w)
-		e.usage(w)
+		e.full(w)
+		return
 	}
+	fmt.Fprintf(w, "%s\n", e.hint())
+}
+
+// hint is the line that tells where the usage is.
+func (e *usageError) hint() string {
+	if e.cmd == "" {
+		return "run 'trellis -h' for usage"
+	}
+	return fmt.Sprintf("run 'trellis %s -h' for usage", e.cmd)
 }
 
 // helpError is a request for help (-h, --help): run prints usage to stdout and
@@ -227,9 +253,9 @@ func flagDefault(f *flag.Flag) string {
 	return f.DefValue
 }
 
-// usagef returns a usage error that prints fs's usage after the message.
+// usagef returns a usage error of fs's command.
 func usagef(fs *flag.FlagSet, format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, args...), usage: usageOf(fs)}
+	return &usageError{msg: fmt.Sprintf(format, args...), cmd: fs.Name()}
 }
 
 // usageOf returns a function that writes fs's usage.
@@ -268,13 +294,18 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 var dashDash = strings.NewReplacer("defined: -", "defined: --", "flag -", "flag --", "argument: -", "argument: --")
 
 // requireStore takes the store URL from $TRELLIS_STORE when --store was not given,
-// and returns a usage error when neither was.
+// and returns a usage error when neither was; it names --server and
+// $TRELLIS_SERVER too when fs has a --server flag.
 func requireStore(fs *flag.FlagSet, url *string) error {
 	if *url == "" {
 		*url = os.Getenv(envStore)
 	}
-	if *url == "" {
-		return usagef(fs, "%s: --store is required, or set %s (e.g. --store sqlite:///abs/path/trellis.db)", fs.Name(), envStore)
+	if *url != "" {
+		return nil
 	}
-	return nil
+	if fs.Lookup("server") != nil {
+		return usagef(fs, "%s: --store or --server is required, or set %s or %s (e.g. --store sqlite:///abs/path/trellis.db, --server http://127.0.0.1:7070)",
+			fs.Name(), envStore, envServer)
+	}
+	return usagef(fs, "%s: --store is required, or set %s (e.g. --store sqlite:///abs/path/trellis.db)", fs.Name(), envStore)
 }

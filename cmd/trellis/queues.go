@@ -49,7 +49,7 @@ queue, or resuming one that is not paused, is an error. See docs/queues.md.
 func runNamespaces(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	printUsage := func(w io.Writer) { fmt.Fprint(w, namespacesUsage) }
 	if len(args) == 0 {
-		return &usageError{msg: "namespaces: no subcommand given", usage: printUsage}
+		return &usageError{msg: "namespaces: no subcommand given", cmd: "namespaces"}
 	}
 	switch sub, rest := args[0], args[1:]; sub {
 	case "create", "update":
@@ -61,14 +61,14 @@ func runNamespaces(ctx context.Context, args []string, stdout, stderr io.Writer)
 	case "help", "-h", "-help", "--help":
 		return &helpError{usage: printUsage}
 	default:
-		return &usageError{msg: fmt.Sprintf("namespaces: unknown subcommand %q", sub), usage: printUsage}
+		return &usageError{msg: fmt.Sprintf("namespaces: unknown subcommand %q", sub), cmd: "namespaces"}
 	}
 }
 
 func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	printUsage := func(w io.Writer) { fmt.Fprint(w, queuesUsage) }
 	if len(args) == 0 {
-		return &usageError{msg: "queues: no subcommand given", usage: printUsage}
+		return &usageError{msg: "queues: no subcommand given", cmd: "queues"}
 	}
 	switch sub, rest := args[0], args[1:]; sub {
 	case "create", "update":
@@ -80,7 +80,7 @@ func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case "help", "-h", "-help", "--help":
 		return &helpError{usage: printUsage}
 	default:
-		return &usageError{msg: fmt.Sprintf("queues: unknown subcommand %q", sub), usage: printUsage}
+		return &usageError{msg: fmt.Sprintf("queues: unknown subcommand %q", sub), cmd: "queues"}
 	}
 }
 
@@ -136,10 +136,10 @@ func namespacesSet(ctx context.Context, sub string, args []string, stdout, stder
 			o := trellis.NamespaceOptions{Name: name, Retention: trellis.Duration(retention),
 				DefaultQueue: defaultQueue, PayloadLimit: payloadLimit}
 			if set["retention"] && retention <= 0 {
-				return fmt.Errorf("creating namespace %q: --retention must be positive, not %v", name, retention)
+				return usagef(fs, "namespaces create %s: --retention must be positive, not %v", name, retention)
 			}
 			if set["payload-limit"] && payloadLimit <= 0 {
-				return fmt.Errorf("creating namespace %q: --payload-limit must be positive, not %d", name, payloadLimit)
+				return usagef(fs, "namespaces create %s: --payload-limit must be positive, not %d", name, payloadLimit)
 			}
 			ns, err = c.CreateNamespace(ctx, o)
 		} else {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/trellis-dev/trellis"
@@ -17,12 +18,12 @@ func TestNamespacesAndQueues(t *testing.T) {
 
 	// A queue needs its namespace's record; default has one from the start.
 	res := trellisCmd(t, "queues", "create", "default", "--namespace", "tenant-a", "--store", url)
-	if res.code != 1 {
+	if res.code != exitNotFound {
 		t.Fatalf("queue in a namespace without a record: exit %d", res.code)
 	}
 	contains(t, "queue without namespace", res.stderr, "namespace not found", "trellis namespaces create tenant-a")
 	res = trellisCmd(t, "namespaces", "create", "default", "--store", url)
-	if res.code != 1 {
+	if res.code != exitConflict {
 		t.Fatalf("namespaces create default: exit %d", res.code)
 	}
 	contains(t, "namespaces create default", res.stderr, "namespace already exists")
@@ -56,7 +57,7 @@ func TestNamespacesAndQueues(t *testing.T) {
 	res = trellisCmd(t, "queues", "pause", "emails", "--store", url).ok(t)
 	contains(t, "queues pause", res.stdout, "emails", "yes")
 	res = trellisCmd(t, "queues", "pause", "emails", "--store", url)
-	if res.code != 1 {
+	if res.code != exitConflict {
 		t.Fatalf("pause of a paused queue: exit %d", res.code)
 	}
 	contains(t, "second pause", res.stderr, "already", "paused")
@@ -64,7 +65,7 @@ func TestNamespacesAndQueues(t *testing.T) {
 	contains(t, "queues list", res.stdout, "emails", "yes", "7")
 	trellisCmd(t, "queues", "resume", "emails", "--store", url).ok(t)
 	res = trellisCmd(t, "queues", "resume", "emails", "--store", url)
-	if res.code != 1 {
+	if res.code != exitConflict {
 		t.Fatalf("resume of a queue not paused: exit %d", res.code)
 	}
 	res = trellisCmd(t, "queues", "create", "bulk", "--paused", "--store", url).ok(t)
@@ -87,8 +88,16 @@ func TestNamespacesAndQueues(t *testing.T) {
 		{"namespaces", "update", "default", "--payload-limit", "0"},
 		{"namespaces", "get", "nope"},
 	} {
-		if res := trellisCmd(t, append(args, "--store", url)...); res.code != 1 || res.stderr == "" {
-			t.Errorf("%v: exit %d, stderr %q; want 1 and an error", args, res.code, res.stderr)
+		res := trellisCmd(t, append(args, "--store", url)...)
+		want := exitUsage // a value the store refuses
+		switch {
+		case slices.Contains(args, "nope"):
+			want = exitNotFound
+		case args[2] == "default" && args[1] == "create":
+			want = exitConflict
+		}
+		if res.code != want || res.stderr == "" {
+			t.Errorf("%v: exit %d, stderr %q; want %d and an error", args, res.code, res.stderr, want)
 		}
 	}
 	res = trellisCmd(t, "queues", "get", "emails", "--json", "--store", url).ok(t)

@@ -49,11 +49,11 @@ func TestServerFlagErrors(t *testing.T) {
 	base, secret, stop := startServer(t, s.url)
 	defer stop()
 	res := trellisCmd(t, "runs", "get", s.okID, "--server", base, "--token", "wrong")
-	if res.code != 1 || !strings.Contains(res.stderr, "unauthenticated") {
+	if res.code != exitPermission || !strings.Contains(res.stderr, "unauthenticated") {
 		t.Errorf("wrong token: exit %d %q", res.code, res.stderr)
 	}
 	res = trellisCmd(t, "runs", "get", "no-such-run", "--server", base, "--token", secret)
-	if res.code != 1 || !strings.Contains(res.stderr, "no-such-run") {
+	if res.code != exitNotFound || !strings.Contains(res.stderr, "no-such-run") {
 		t.Errorf("unknown run: exit %d %q", res.code, res.stderr)
 	}
 	res = trellisCmd(t, "runs", "list", "--server", base, "--store", s.url)

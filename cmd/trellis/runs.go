@@ -49,7 +49,7 @@ var allStatuses = []trellis.Status{
 func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	printUsage := func(w io.Writer) { fmt.Fprint(w, runsUsage) }
 	if len(args) == 0 {
-		return &usageError{msg: "runs: no subcommand given", usage: printUsage}
+		return &usageError{msg: "runs: no subcommand given", cmd: "runs"}
 	}
 	switch sub, rest := args[0], args[1:]; sub {
 	case "start":
@@ -75,7 +75,7 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "help", "-h", "-help", "--help":
 		return &helpError{usage: printUsage}
 	default:
-		return &usageError{msg: fmt.Sprintf("runs: unknown subcommand %q", sub), usage: printUsage}
+		return &usageError{msg: fmt.Sprintf("runs: unknown subcommand %q", sub), cmd: "runs"}
 	}
 }
 
@@ -368,7 +368,7 @@ func checkStoreExists(url string) error {
 		return err
 	}
 	if _, err := os.Stat(cfg.Path); errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no store at %s (trellis migrate --store %s creates one)", cfg.Path, url)
+		return fmt.Errorf("%w at %s (trellis migrate --store %s creates one)", errNoStoreFile, cfg.Path, url)
 	}
 	return nil
 }

@@ -121,16 +121,16 @@ func TestRunsErrors(t *testing.T) {
 	s := seed(t)
 	for _, sub := range []string{"get", "history", "cancel", "resume"} {
 		res := trellisCmd(t, "runs", sub, "nope", "--store", s.url)
-		if res.code != 1 || res.stderr != "trellis: run \"nope\": run not found\n" {
+		if res.code != exitNotFound || res.stderr != "trellis: run \"nope\": run not found\n" {
 			t.Errorf("%s of unknown run: exit %d %q", sub, res.code, res.stderr)
 		}
 	}
 	res := trellisCmd(t, "runs", "cancel", s.okRun, "--store", s.url)
-	if res.code != 1 || !strings.Contains(res.stderr, "run already finished") {
+	if res.code != exitConflict || !strings.Contains(res.stderr, "run already finished") {
 		t.Errorf("cancel of finished run: exit %d %q", res.code, res.stderr)
 	}
 	res = trellisCmd(t, "runs", "resume", s.failedRun, "--store", s.url)
-	if res.code != 1 || !strings.Contains(res.stderr, "run already finished") {
+	if res.code != exitConflict || !strings.Contains(res.stderr, "run already finished") {
 		t.Errorf("resume of finished run: exit %d %q", res.code, res.stderr)
 	}
 	usage := [][]string{
@@ -143,12 +143,13 @@ func TestRunsErrors(t *testing.T) {
 		{"runs"},
 	}
 	for _, args := range usage {
-		if res := trellisCmd(t, args...); res.code != 2 || !strings.Contains(res.stderr, "Usage: trellis runs") {
+		if res := trellisCmd(t, args...); res.code != exitUsage || strings.Count(res.stderr, "\n") != 2 ||
+			!strings.Contains(res.stderr, "\nrun 'trellis runs") || !strings.HasSuffix(res.stderr, " -h' for usage\n") {
 			t.Errorf("%q: exit %d\n%s", args, res.code, res.stderr)
 		}
 	}
 	res = trellisCmd(t, "runs", "list", "--store", "sqlite:///nonexistent/dir/t.db")
-	if res.code != 1 || !strings.Contains(res.stderr, "no store at /nonexistent/dir/t.db") {
+	if res.code != exitNotFound || !strings.Contains(res.stderr, "no store at /nonexistent/dir/t.db") {
 		t.Errorf("missing store: exit %d %q", res.code, res.stderr)
 	}
 }
@@ -172,7 +173,7 @@ func TestRunsCancel(t *testing.T) {
 	res = trellisCmd(t, "runs", "list", "--status", "cancelled", "--store", url).ok(t)
 	contains(t, "cancelled runs", res.stdout, h.RunID(), "cancelled")
 	res = trellisCmd(t, "runs", "resume", "order-7", "--store", url)
-	if res.code != 1 || !strings.Contains(res.stderr, `run "order-7": run already finished`) {
+	if res.code != exitConflict || !strings.Contains(res.stderr, `run "order-7": run already finished`) {
 		t.Errorf("resume of cancelled run: exit %d %q", res.code, res.stderr)
 	}
 }
@@ -185,11 +186,11 @@ func TestRunsDelete(t *testing.T) {
 		t.Errorf("delete printed %q", res.stdout)
 	}
 	res = trellisCmd(t, "runs", "get", s.okRun, "--store", s.url)
-	if res.code != 1 || !strings.Contains(res.stderr, "run not found") {
+	if res.code != exitNotFound || !strings.Contains(res.stderr, "run not found") {
 		t.Errorf("get after delete: exit %d %q", res.code, res.stderr)
 	}
 	res = trellisCmd(t, "runs", "delete", s.okRun, "--store", s.url)
-	if res.code != 1 || res.stderr != "trellis: run \""+s.okRun+"\": run not found\n" {
+	if res.code != exitNotFound || res.stderr != "trellis: run \""+s.okRun+"\": run not found\n" {
 		t.Errorf("second delete: exit %d %q", res.code, res.stderr)
 	}
 	url := storeURL(t)
@@ -199,7 +200,7 @@ func TestRunsDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	res = trellisCmd(t, "runs", "delete", "order-8", "--store", url)
-	if res.code != 1 || !strings.Contains(res.stderr, `run "order-8" is pending: run is still active; cancel it first`) {
+	if res.code != exitConflict || !strings.Contains(res.stderr, `run "order-8" is pending: run is still active; cancel it first`) {
 		t.Errorf("delete of a pending run: exit %d %q", res.code, res.stderr)
 	}
 	trellisCmd(t, "runs", "get", "order-8", "--store", url).ok(t)

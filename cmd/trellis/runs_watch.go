@@ -28,7 +28,7 @@ func runsWatch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}, func(c *trellis.Client, ref string) error {
 		after, err := parseAfter(afterFlag)
 		if err != nil {
-			return &usageError{msg: "runs watch: " + err.Error()}
+			return &usageError{msg: "runs watch: " + err.Error(), cmd: "runs watch"}
 		}
 		for ev, err := range c.Stream(ctx, ref, after) {
 			if err != nil {

@@ -38,7 +38,7 @@ func TestRunsWatch(t *testing.T) {
 		}
 	}
 	res = trellisCmd(t, "runs", "watch", "nope", "--store", s.url)
-	if res.code != 1 || !strings.Contains(res.stderr, "nope") {
+	if res.code != exitNotFound || !strings.Contains(res.stderr, "nope") {
 		t.Errorf("watch of an unknown run: exit %d %q", res.code, res.stderr)
 	}
 }

@@ -34,7 +34,7 @@ docs/schedules.md for overlap policies, the catch-up window and daylight saving.
 func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	printUsage := func(w io.Writer) { fmt.Fprint(w, schedulesUsage) }
 	if len(args) == 0 {
-		return &usageError{msg: "schedules: no subcommand given", usage: printUsage}
+		return &usageError{msg: "schedules: no subcommand given", cmd: "schedules"}
 	}
 	sub, rest := args[0], args[1:]
 	switch sub {
@@ -49,7 +49,7 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	case "help", "-h", "-help", "--help":
 		return &helpError{usage: printUsage}
 	default:
-		return &usageError{msg: fmt.Sprintf("schedules: unknown subcommand %q", sub), usage: printUsage}
+		return &usageError{msg: fmt.Sprintf("schedules: unknown subcommand %q", sub), cmd: "schedules"}
 	}
 }
 

@@ -25,17 +25,18 @@ func TestSchedulesCommands(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want string
+		code int
 	}{
-		{[]string{"create", "x", "--workflow", "report", "--cron", "0 25 * * *"}, "cron expression"},
-		{[]string{"create", "x", "--workflow", "report", "--cron", "@daily", "--tz", "Moon/Base"}, "unknown time zone"},
-		{[]string{"create", "nightly", "--workflow", "report", "--cron", "@daily"}, "already exists"},
-		{[]string{"pause", "nightly"}, "already paused"},
-		{[]string{"update", "nightly", "--cron", "every night"}, "cron expression"},
-		{[]string{"get", "missing"}, "schedule not found"},
+		{[]string{"create", "x", "--workflow", "report", "--cron", "0 25 * * *"}, "cron expression", exitUsage},
+		{[]string{"create", "x", "--workflow", "report", "--cron", "@daily", "--tz", "Moon/Base"}, "unknown time zone", exitUsage},
+		{[]string{"create", "nightly", "--workflow", "report", "--cron", "@daily"}, "already exists", exitConflict},
+		{[]string{"pause", "nightly"}, "already paused", exitConflict},
+		{[]string{"update", "nightly", "--cron", "every night"}, "cron expression", exitUsage},
+		{[]string{"get", "missing"}, "schedule not found", exitNotFound},
 	} {
 		res := trellisCmd(t, append(append([]string{"schedules"}, c.args...), "--store", url)...)
-		if res.code != 1 {
-			t.Errorf("%v: exit %d, want 1 (stderr %q)", c.args, res.code, res.stderr)
+		if res.code != c.code {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", c.args, res.code, c.code, res.stderr)
 		}
 		contains(t, "schedules "+c.args[0], res.stderr, c.want)
 	}

@@ -38,7 +38,7 @@ writes to its admin token file on its first start.
 func runTokens(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	printUsage := func(w io.Writer) { fmt.Fprint(w, tokensUsage) }
 	if len(args) == 0 {
-		return &usageError{msg: "tokens: no subcommand given", usage: printUsage}
+		return &usageError{msg: "tokens: no subcommand given", cmd: "tokens"}
 	}
 	switch sub, rest := args[0], args[1:]; sub {
 	case "create":
@@ -52,7 +52,7 @@ func runTokens(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case "help", "-h", "-help", "--help":
 		return &helpError{usage: printUsage}
 	default:
-		return &usageError{msg: fmt.Sprintf("tokens: unknown subcommand %q", sub), usage: printUsage}
+		return &usageError{msg: fmt.Sprintf("tokens: unknown subcommand %q", sub), cmd: "tokens"}
 	}
 }
 

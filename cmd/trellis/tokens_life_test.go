@@ -74,10 +74,10 @@ func TestTokensTTLAndRotate(t *testing.T) {
 	}
 
 	trellisCmd(t, "tokens", "revoke", "ci", "--store", url).ok(t)
-	if res := trellisCmd(t, "tokens", "rotate", "ci", "--store", url); res.code != 1 || !strings.Contains(res.stderr, "revoked or expired") {
+	if res := trellisCmd(t, "tokens", "rotate", "ci", "--store", url); res.code != exitConflict || !strings.Contains(res.stderr, "revoked or expired") {
 		t.Errorf("rotate a revoked token: exit %d, stderr %q", res.code, res.stderr)
 	}
-	if res := trellisCmd(t, "tokens", "rotate", "nobody", "--store", url); res.code != 1 || !strings.Contains(res.stderr, "not found") {
+	if res := trellisCmd(t, "tokens", "rotate", "nobody", "--store", url); res.code != exitNotFound || !strings.Contains(res.stderr, "not found") {
 		t.Errorf("rotate an unknown token: exit %d, stderr %q", res.code, res.stderr)
 	}
 	for _, c := range []struct {

@@ -33,7 +33,7 @@ func TestTokens(t *testing.T) {
 	}
 
 	res = trellisCmd(t, "tokens", "create", "--name", "ci", "--grant", "admin:*", "--store", url)
-	if res.code != 1 || !strings.Contains(res.stderr, "already exists") {
+	if res.code != exitConflict || !strings.Contains(res.stderr, "already exists") {
 		t.Errorf("duplicate create: exit %d, stderr %q", res.code, res.stderr)
 	}
 	res = trellisCmd(t, "tokens", "list", "--store", url).ok(t)
@@ -52,7 +52,7 @@ func TestTokens(t *testing.T) {
 	if err := json.Unmarshal([]byte(res.stdout), &out); err != nil || len(out.Tokens) != 1 || out.Tokens[0].RevokedAt == nil {
 		t.Errorf("tokens list --json = %s (%v), want ci revoked", res.stdout, err)
 	}
-	if res := trellisCmd(t, "tokens", "revoke", "nobody", "--store", url); res.code != 1 || !strings.Contains(res.stderr, "not found") {
+	if res := trellisCmd(t, "tokens", "revoke", "nobody", "--store", url); res.code != exitNotFound || !strings.Contains(res.stderr, "not found") {
 		t.Errorf("revoke unknown: exit %d, stderr %q", res.code, res.stderr)
 	}
 	// A queue's name may hold a ':' (not a '/'): the grant's third part is
@@ -83,7 +83,7 @@ func TestTokensUsage(t *testing.T) {
 		{[]string{"tokens", "create", "--name", "x", "--grant", "root:*", "--store", url}, `unknown role "root"`},
 		{[]string{"tokens", "create", "--name", "x", "--grant", "admin:__system__", "--store", url}, "reserved"},
 		{[]string{"tokens", "create", "--name", "x", "--grant", "admin", "--store", url}, "is not ROLE:NAMESPACE"},
-		{[]string{"tokens", "create", "--name", "x", "--grant", "admin:*"}, "--store is required"},
+		{[]string{"tokens", "create", "--name", "x", "--grant", "admin:*"}, "--store or --server is required"},
 		{[]string{"tokens", "revoke", "--store", url}, "want one token name"},
 		{[]string{"tokens", "list", "extra", "--store", url}, "unexpected argument"},
 	} {
@@ -136,15 +136,15 @@ func TestTokensThroughServer(t *testing.T) {
 		{"tokens", "revoke", "admin"},
 	} {
 		res := trellisCmd(t, append(args, "--server", base, "--token", secret)...)
-		if res.code != 1 || !strings.Contains(res.stderr, "permission denied") {
+		if res.code != exitPermission || !strings.Contains(res.stderr, "permission denied") {
 			t.Errorf("%v as a reader: exit %d, stderr %q", args, res.code, res.stderr)
 		}
 	}
-	if res := trellisCmd(t, "tokens", "list", "--server", base, "--token", "wrong"); res.code != 1 || !strings.Contains(res.stderr, "unknown, revoked or expired token") {
+	if res := trellisCmd(t, "tokens", "list", "--server", base, "--token", "wrong"); res.code != exitPermission || !strings.Contains(res.stderr, "unknown, revoked or expired token") {
 		t.Errorf("wrong token: exit %d, stderr %q", res.code, res.stderr)
 	}
 	res = trellisCmd(t, append([]string{"tokens", "create", "--name", "ci", "--grant", "admin:*"}, srv...)...)
-	if res.code != 1 || !strings.Contains(res.stderr, "already exists") {
+	if res.code != exitConflict || !strings.Contains(res.stderr, "already exists") {
 		t.Errorf("duplicate create: exit %d, stderr %q", res.code, res.stderr)
 	}
 	if ts, err := st.TokenList(ctxT(t)); err != nil || len(ts) != 2 {
@@ -158,7 +158,7 @@ func TestTokensThroughServer(t *testing.T) {
 	if _, err := st.TokenByHash(ctxT(t), &store.TokenByHashParams{Hash: auth.HashToken(secret)}); err == nil {
 		t.Error("the revoked token is still found")
 	}
-	if res := trellisCmd(t, "tokens", "revoke", "nobody"); res.code != 1 || !strings.Contains(res.stderr, "not found") {
+	if res := trellisCmd(t, "tokens", "revoke", "nobody"); res.code != exitNotFound || !strings.Contains(res.stderr, "not found") {
 		t.Errorf("revoke unknown: exit %d, stderr %q", res.code, res.stderr)
 	}
 	if res := trellisCmd(t, "tokens", "list", "--store", url, "--server", base); res.code != 2 || !strings.Contains(res.stderr, "exclude each other") {

@@ -20,10 +20,10 @@ func runsSendEvent(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	return withRun(ctx, "send-event", about, args, stderr, addFlags, func(c *trellis.Client, ref string) error {
 		if name == "" {
-			return &usageError{msg: "runs send-event: --name is required"}
+			return &usageError{msg: "runs send-event: --name is required", cmd: "runs send-event"}
 		}
 		if !json.Valid([]byte(payload)) {
-			return &usageError{msg: fmt.Sprintf("runs send-event: --payload is not valid JSON: %s", payload)}
+			return &usageError{msg: fmt.Sprintf("runs send-event: --payload is not valid JSON: %s", payload), cmd: "runs send-event"}
 		}
 		if err := c.SendEvent(ctx, ref, name, json.RawMessage(payload)); err != nil {
 			return refError(ref, err)
@@ -53,7 +53,7 @@ Flags of every subcommand:
 func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	printUsage := func(w io.Writer) { fmt.Fprint(w, approvalsUsage) }
 	if len(args) == 0 {
-		return &usageError{msg: "approvals: no subcommand given", usage: printUsage}
+		return &usageError{msg: "approvals: no subcommand given", cmd: "approvals"}
 	}
 	switch sub, rest := args[0], args[1:]; sub {
 	case "list":
@@ -65,7 +65,7 @@ func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	case "help", "-h", "-help", "--help":
 		return &helpError{usage: printUsage}
 	default:
-		return &usageError{msg: fmt.Sprintf("approvals: unknown subcommand %q", sub), usage: printUsage}
+		return &usageError{msg: fmt.Sprintf("approvals: unknown subcommand %q", sub), cmd: "approvals"}
 	}
 }
 

@@ -56,7 +56,7 @@ func TestSendEventAndDecideApproval(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2 (usage)\n%s", bad, res.code, res.stderr)
 		}
 	}
-	if res := trellisCmd(t, "runs", "send-event", "no-such-run", "--name", "x", "--store", url); res.code != 1 || !strings.Contains(res.stderr, "run not found") {
+	if res := trellisCmd(t, "runs", "send-event", "no-such-run", "--name", "x", "--store", url); res.code != exitNotFound || !strings.Contains(res.stderr, "run not found") {
 		t.Errorf("event to unknown run: exit %d %q", res.code, res.stderr)
 	}
 	trellisCmd(t, "runs", "send-event", "order-9", "--name", "packed", "--payload", `"box-1"`, "--store", url).ok(t)
@@ -74,7 +74,7 @@ func TestSendEventAndDecideApproval(t *testing.T) {
 	}
 	res = trellisCmd(t, "approvals", "approve", id, "--as", "alice", "--comment", "looks good", "--store", url).ok(t)
 	contains(t, "approve", res.stdout, "approved by alice")
-	if res := trellisCmd(t, "approvals", "reject", id, "--as", "bob", "--store", url); res.code != 1 || !strings.Contains(res.stderr, "already decided") {
+	if res := trellisCmd(t, "approvals", "reject", id, "--as", "bob", "--store", url); res.code != exitConflict || !strings.Contains(res.stderr, "already decided") {
 		t.Errorf("second decision: exit %d %q", res.code, res.stderr)
 	}
 	out, err := h.Result(ctxT(t))
@@ -104,7 +104,7 @@ func TestDecideApprovalByRunAndName(t *testing.T) {
 
 	res := trellisCmd(t, "approvals", "list", "--run", "deploy-7", "--store", url).ok(t)
 	contains(t, "list --run WORKFLOW-ID", res.stdout, "go-live", "pending", h.RunID())
-	if res := trellisCmd(t, "approvals", "list", "--run", "no-such-run", "--store", url); res.code != 1 || !strings.Contains(res.stderr, "run not found") {
+	if res := trellisCmd(t, "approvals", "list", "--run", "no-such-run", "--store", url); res.code != exitNotFound || !strings.Contains(res.stderr, "run not found") {
 		t.Errorf("list --run unknown: exit %d %q", res.code, res.stderr)
 	}
 	if res := trellisCmd(t, "approvals", "approve", "deploy-7", "go-dead", "--as", "alice", "--store", url); res.code != 1 ||

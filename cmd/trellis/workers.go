@@ -24,7 +24,7 @@ taken over by other workers. Records of workers gone for an hour are deleted.
 func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	printUsage := func(w io.Writer) { fmt.Fprint(w, workersUsage) }
 	if len(args) == 0 {
-		return &usageError{msg: "workers: no subcommand given", usage: printUsage}
+		return &usageError{msg: "workers: no subcommand given", cmd: "workers"}
 	}
 	switch sub, rest := args[0], args[1:]; sub {
 	case "list":
@@ -32,7 +32,7 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case "help", "-h", "-help", "--help":
 		return &helpError{usage: printUsage}
 	default:
-		return &usageError{msg: fmt.Sprintf("workers: unknown subcommand %q", sub), usage: printUsage}
+		return &usageError{msg: fmt.Sprintf("workers: unknown subcommand %q", sub), cmd: "workers"}
 	}
 }
 
