@@ -33,7 +33,7 @@ Usage:
 
 Commands:
   dev          run example workflows on a local SQLite store and watch them
-  runs         start, watch and manage runs (start, list, get, history, watch, cancel, resume, send-event, reset, delete)
+  runs         start, watch and manage runs (start, list, get, history, watch, result, cancel, resume, send-event, reset, delete)
   approvals    list and decide approval requests (list, approve, reject)
   workers      list the workers that serve a namespace (list)
   schedules    run workflows on a cron expression (create, list, get, update, pause, resume, trigger, backfill, delete)

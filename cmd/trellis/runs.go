@@ -23,6 +23,7 @@ Subcommands:
   get         show every field of one run
   history     show a run's ops, results and failed attempts
   watch       print a run's stream live until it ends ([--after N|now] [--json])
+  result      wait until a run ends and print its output (exit 8 if it failed)
   cancel      cancel a run
   resume      make a blocked run pending again, to replay with the code now deployed
   send-event  send an event to a run (--name NAME [--payload JSON])
@@ -62,6 +63,8 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runsHistory(ctx, rest, stdout, stderr)
 	case "watch":
 		return runsWatch(ctx, rest, stdout, stderr)
+	case "result":
+		return runsResult(ctx, rest, stdout, stderr)
 	case "cancel":
 		return runsCancel(ctx, rest, stdout, stderr)
 	case "resume":

@@ -27,9 +27,9 @@ func TestRunsWatch(t *testing.T) {
 	if strings.Count(res.stdout, "\n") != 1 || !strings.Contains(res.stdout, `"name":"run.succeeded"`) || !strings.Contains(res.stdout, `"sequence":4`) {
 		t.Errorf("watch --after 3 --json printed %q", res.stdout)
 	}
-	res = trellisCmd(t, "runs", "watch", s.failedRun, "--after", "now", "--store", s.url).ok(t)
-	if res.stdout != "" {
-		t.Errorf("watch --after now of a finished run printed %q", res.stdout)
+	res = trellisCmd(t, "runs", "watch", s.failedRun, "--after", "now", "--store", s.url)
+	if res.stdout != "" || res.code != exitRunFailed || !strings.Contains(res.stderr, "card declined") {
+		t.Errorf("watch --after now of a failed run: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
 	for _, bad := range []string{"abc", "-1"} {
 		res = trellisCmd(t, "runs", "watch", s.okRun, "--after", bad, "--store", s.url)
