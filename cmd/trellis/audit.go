@@ -120,7 +120,7 @@ func auditList(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if a.asJSON {
 		return writeJSON(stdout, page)
 	}
-	return printAuditTable(stdout, page)
+	return printAuditTable(stdout, stderr, page)
 }
 
 // auditListStore reads a page from the store directly.
@@ -169,7 +169,7 @@ func auditListServer(ctx context.Context, a *auditArgs) (*server.AuditList, erro
 	return &page, nil
 }
 
-func printAuditTable(w io.Writer, page *server.AuditList) error {
+func printAuditTable(w, stderr io.Writer, page *server.AuditList) error {
 	if len(page.Entries) == 0 {
 		fmt.Fprintln(w, "no entries")
 		return nil
@@ -192,9 +192,7 @@ func printAuditTable(w io.Writer, page *server.AuditList) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if page.NextPageToken != "" {
-		fmt.Fprintf(w, "next cursor: %s\n", page.NextPageToken)
-	}
+	printNextCursor(stderr, page.NextPageToken)
 	return nil
 }
 

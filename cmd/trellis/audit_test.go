@@ -71,7 +71,10 @@ func TestAuditThroughServerProcess(t *testing.T) {
 	if strings.Contains(table, "token.create") || strings.Contains(table, "queue.create") {
 		t.Errorf("audit list --action run.* shows other actions:\n%s", table)
 	}
-	trellisCmd(t, as(root, "audit", "list", "--namespace", "default", "--limit", "2")...).ok(t)
+	res = trellisCmd(t, as(root, "audit", "list", "--namespace", "default", "--limit", "2")...).ok(t)
+	if strings.Contains(res.stdout, "cursor") || !strings.HasPrefix(res.stderr, "next cursor: ") {
+		t.Errorf("audit list --limit 2: the cursor belongs on stderr: stdout\n%s\nstderr %q", res.stdout, res.stderr)
+	}
 	if res := trellisCmd(t, as(ci, "audit", "list")...); res.code != exitPermission || !strings.Contains(res.stderr, "permission denied") {
 		t.Errorf("audit list by a producer: exit %d %s", res.code, res.stderr)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trellis-dev/trellis"
 )
 
 func TestMigrateTwice(t *testing.T) {
@@ -132,6 +135,20 @@ func TestVersion(t *testing.T) {
 	}
 	if res := trellisCmd(t, "version", "extra"); res.code != 2 {
 		t.Errorf("version extra: exit %d", res.code)
+	}
+	res = trellisCmd(t, "version", "--json").ok(t)
+	var v map[string]any
+	if err := json.Unmarshal([]byte(res.stdout), &v); err != nil {
+		t.Fatalf("version --json: %v\n%s", err, res.stdout)
+	}
+	p, _ := v["protocols"].(map[string]any)
+	if v["go"] != runtime.Version() || v["os"] != runtime.GOOS || v["arch"] != runtime.GOARCH || v["version"] == "" ||
+		p["http_api"] != "v1" || p["worker"] != "trellis.worker.v1" || p["history"] != trellis.HistoryFormat {
+		t.Errorf("version --json printed %s", res.stdout)
+	}
+	// The one line and the JSON tell the same version.
+	if line := trellisCmd(t, "version").ok(t).stdout; !strings.HasPrefix(line, "trellis "+v["version"].(string)+" ") {
+		t.Errorf("version %q, version --json %v", line, v["version"])
 	}
 }
 

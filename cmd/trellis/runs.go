@@ -130,7 +130,7 @@ func runsList(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if la.asJSON {
 			return writeJSON(stdout, page)
 		}
-		return printRunTable(stdout, page)
+		return printRunTable(stdout, stderr, page)
 	})
 }
 

@@ -36,7 +36,9 @@ func tableTime(t time.Time) string { return t.UTC().Format(tableTimeLayout) }
 
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
-func printRunTable(w io.Writer, page *trellis.RunPage) error {
+// printRunTable prints a page of runs on w, and the cursor of the next page
+// on stderr (stdout holds only the data, for a pipe).
+func printRunTable(w, stderr io.Writer, page *trellis.RunPage) error {
 	if len(page.Runs) == 0 {
 		fmt.Fprintln(w, "no runs")
 		return nil
@@ -51,10 +53,15 @@ func printRunTable(w io.Writer, page *trellis.RunPage) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if page.NextCursor != "" {
-		fmt.Fprintf(w, "next cursor: %s\n", page.NextCursor)
-	}
+	printNextCursor(stderr, page.NextCursor)
 	return nil
+}
+
+// printNextCursor tells, on stderr, how to ask for the next page, if any.
+func printNextCursor(stderr io.Writer, cursor string) {
+	if cursor != "" {
+		fmt.Fprintf(stderr, "next cursor: %s\n", cursor)
+	}
 }
 
 // runDetail says why a run waits or how it failed; empty otherwise.

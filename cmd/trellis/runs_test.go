@@ -54,6 +54,15 @@ func TestRunsListPages(t *testing.T) {
 	if !strings.Contains(res.stdout, s.okRun) || strings.Contains(res.stdout, "next cursor") {
 		t.Errorf("second and last page:\n%s", res.stdout)
 	}
+	// As a table: the data on stdout, the next page's cursor on stderr.
+	res = trellisCmd(t, "runs", "list", "--limit", "1", "--store", s.url).ok(t)
+	if !strings.Contains(res.stdout, s.failedRun) || strings.Contains(res.stdout, "cursor") || res.stderr != "next cursor: "+page.NextCursor+"\n" {
+		t.Errorf("first page as a table: stdout\n%s\nstderr %q", res.stdout, res.stderr)
+	}
+	res = trellisCmd(t, "runs", "list", "--limit", "1", "--cursor", strings.TrimSpace(strings.TrimPrefix(res.stderr, "next cursor: ")), "--store", s.url).ok(t)
+	if !strings.Contains(res.stdout, s.okRun) || res.stderr != "" {
+		t.Errorf("second page as a table: stdout\n%s\nstderr %q", res.stdout, res.stderr)
+	}
 	if res := trellisCmd(t, "runs", "list", "--cursor", "junk", "--store", s.url); res.code != 2 {
 		t.Errorf("bad cursor: exit %d %s", res.code, res.stderr)
 	}

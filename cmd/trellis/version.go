@@ -6,13 +6,18 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
+
+	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1/workerv1connect"
 )
 
 // runVersion prints the module version the binary was built from (a release tag
 // for `go install …@vX`, "(devel)" for a build in a checkout), its commit when
-// known, and the Go version.
+// known, and the Go version; with --json, those and the protocols it speaks.
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version", "version", "Print the version of trellis and of the Go toolchain that built it.", stderr)
+	fs := newFlagSet("version", "version [--json]", "Print the version of trellis and of the Go toolchain that built it.", stderr)
+	asJSON := fs.Bool("json", false, "print the version, the build's VCS information and the protocols as JSON")
 	pos, err := parseArgs(fs, args)
 	switch {
 	case err != nil:
@@ -20,8 +25,55 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	case len(pos) > 0:
 		return usagef(fs, "version: unexpected argument %q", pos[0])
 	}
+	if *asJSON {
+		return writeJSON(stdout, buildVersion())
+	}
 	fmt.Fprintln(stdout, versionLine())
 	return nil
+}
+
+// versionInfo is what trellis version --json prints.
+type versionInfo struct {
+	Version    string `json:"version"`               // the module's version, "(devel)" in a checkout
+	Go         string `json:"go"`                    // the toolchain that built it
+	OS         string `json:"os"`                    // GOOS
+	Arch       string `json:"arch"`                  // GOARCH
+	Commit     string `json:"commit,omitempty"`      // vcs.revision, whole
+	CommitTime string `json:"commit_time,omitempty"` // vcs.time
+	Modified   bool   `json:"modified"`              // vcs.modified: the tree had changes
+	// Protocols are the versions of what trellis speaks and writes.
+	Protocols versionProtocols `json:"protocols"`
+}
+
+type versionProtocols struct {
+	HTTPAPI string `json:"http_api"` // the HTTP API's path prefix (docs/http-api.md)
+	Worker  string `json:"worker"`   // the worker protocol's package (docs/worker-protocol.md)
+	History string `json:"history"`  // runs history --json (docs/history-format.md)
+}
+
+func buildVersion() versionInfo {
+	v := versionInfo{Version: "(unknown)", Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH,
+		Protocols: versionProtocols{HTTPAPI: "v1",
+			Worker:  strings.TrimSuffix(workerv1connect.WorkerServiceName, ".WorkerService"),
+			History: trellis.HistoryFormat}}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	if info.Main.Version != "" {
+		v.Version = info.Main.Version
+	}
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v.Commit = s.Value
+		case "vcs.time":
+			v.CommitTime = s.Value
+		case "vcs.modified":
+			v.Modified = s.Value == "true"
+		}
+	}
+	return v
 }
 
 // versionLine is e.g. "trellis v0.3.0 go1.26.0 linux/amd64" or

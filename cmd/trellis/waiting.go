@@ -125,9 +125,7 @@ func approvalsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		if page.NextCursor != "" {
-			fmt.Fprintf(stdout, "more: --cursor %s\n", page.NextCursor)
-		}
+		printNextCursor(stderr, page.NextCursor)
 		return nil
 	})
 }
