@@ -46,6 +46,7 @@ Commands:
   bench        benchmark a store, or a server as its client (--server)
   conformance  run the SDK conformance kit against a server and a worker command
   version      print the version of trellis and Go
+  completion   print a shell completion script: trellis completion bash|zsh|fish
   help         show this help; "trellis help <command>" shows a command's flags
 
 Store URLs look like sqlite:///abs/path/trellis.db or postgres://user@host:5432/db?schema=trellis.
@@ -137,6 +138,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runConformance(ctx, rest, stdout, stderr)
 	case "version", "--version":
 		return runVersion(ctx, rest, stdout, stderr)
+	case "completion":
+		return runCompletion(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		return runHelp(ctx, rest, stdout)
 	default:
