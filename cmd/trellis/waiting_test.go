@@ -107,7 +107,7 @@ func TestDecideApprovalByRunAndName(t *testing.T) {
 	if res := trellisCmd(t, "approvals", "list", "--run", "no-such-run", "--store", url); res.code != exitNotFound || !strings.Contains(res.stderr, "run not found") {
 		t.Errorf("list --run unknown: exit %d %q", res.code, res.stderr)
 	}
-	if res := trellisCmd(t, "approvals", "approve", "deploy-7", "go-dead", "--as", "alice", "--store", url); res.code != 1 ||
+	if res := trellisCmd(t, "approvals", "approve", "deploy-7", "go-dead", "--as", "alice", "--store", url); res.code != exitNotFound ||
 		!strings.Contains(res.stderr, `none named "go-dead"`) {
 		t.Errorf("unknown name: exit %d %q", res.code, res.stderr)
 	}
@@ -116,7 +116,7 @@ func TestDecideApprovalByRunAndName(t *testing.T) {
 	}
 	res = trellisCmd(t, "approvals", "approve", "deploy-7", "go-live", "--as", "alice", "--store", url).ok(t)
 	contains(t, "approve RUN NAME", res.stdout, "approved by alice", h.RunID())
-	if res := trellisCmd(t, "approvals", "reject", h.RunID(), "go-live", "--as", "bob", "--store", url); res.code != 1 ||
+	if res := trellisCmd(t, "approvals", "reject", h.RunID(), "go-live", "--as", "bob", "--store", url); res.code != exitConflict ||
 		!strings.Contains(res.stderr, "already decided") {
 		t.Errorf("second decision by run ID and name: exit %d %q", res.code, res.stderr)
 	}
