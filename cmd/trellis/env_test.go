@@ -1,6 +1,12 @@
 package main
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -54,4 +60,71 @@ func openClientIn(t *testing.T, url, ns string) *trellis.Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// trellis -h lists every environment variable the command line reads: each
+// os.Getenv and os.LookupEnv of this package's code, by literal or constant.
+func TestHelpListsEveryEnvironmentVariable(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	consts := map[string]string{} // constant name -> its string value
+	var read []ast.Expr           // the arguments of Getenv and LookupEnv
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.ValueSpec:
+				for i, id := range n.Names {
+					if i < len(n.Values) {
+						if lit, ok := n.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							consts[id.Name], _ = strconv.Unquote(lit.Value)
+						}
+					}
+				}
+			case *ast.CallExpr:
+				if sel, ok := n.Fun.(*ast.SelectorExpr); ok && (sel.Sel.Name == "Getenv" || sel.Sel.Name == "LookupEnv") {
+					if x, ok := sel.X.(*ast.Ident); ok && x.Name == "os" && len(n.Args) == 1 {
+						read = append(read, n.Args[0])
+					}
+				}
+			}
+			return true
+		})
+	}
+	help := trellisCmd(t, "-h").ok(t).stdout
+	_, env, _ := strings.Cut(help, "\nEnvironment:\n")
+	env, _, _ = strings.Cut(env, "\n\n")
+	var names []string
+	for _, arg := range read {
+		var name string
+		switch a := arg.(type) {
+		case *ast.BasicLit:
+			name, _ = strconv.Unquote(a.Value)
+		case *ast.Ident:
+			name = consts[a.Name]
+		}
+		if name == "" {
+			t.Errorf("%s: an environment variable read by a name this test cannot resolve", fset.Position(arg.Pos()))
+			continue
+		}
+		names = append(names, name)
+		if !strings.Contains(env, "\n  "+name+" ") && !strings.HasPrefix(env, "  "+name+" ") {
+			t.Errorf("trellis -h does not list %s under Environment:\n%s", name, env)
+		}
+	}
+	for _, want := range []string{envStore, envServer, envToken, envNamespace, envUIKey, "GOGC"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("the test found no read of %s: %q", want, names)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -139,5 +140,30 @@ func TestOtherErrorClass(t *testing.T) {
 	out.Reset()
 	if code := report(fmt.Errorf("wrapped: %w", trellis.ErrRunNotFound), false, &out); code != exitNotFound || out.String() != "trellis: wrapped: run not found\n" {
 		t.Errorf("exit %d %q", code, out.String())
+	}
+}
+
+// docs/cli.md documents every exit status, every code of the command line's
+// own and every environment variable that trellis -h lists.
+func TestCLIDoc(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, code := range []int{exitOK, exitError, exitUsage, exitNotFound, exitPermission, exitConflict, exitUnavailable, exitRunFailed, exitInterrupted} {
+		contains(t, "docs/cli.md", doc, fmt.Sprintf("\n| %d | ", code))
+	}
+	for _, c := range []errorClass{usageClass, otherClass, runFailedClass, runCancelClass, classify(errNoStoreFile)} {
+		contains(t, "docs/cli.md", doc, fmt.Sprintf("| `%s` | %d | %d |", c.code, c.status, c.exit))
+	}
+	help := trellisCmd(t, "-h").ok(t).stdout
+	_, env, _ := strings.Cut(help, "\nEnvironment:\n")
+	env, _, _ = strings.Cut(env, "\n\n")
+	for line := range strings.SplitSeq(env, "\n") {
+		if name, _, ok := strings.Cut(strings.TrimSpace(line), " "); ok && strings.ToUpper(name) == name && !strings.HasPrefix(line, "    ") {
+			contains(t, "docs/cli.md", doc, "| `"+name+"` |")
+		}
 	}
 }

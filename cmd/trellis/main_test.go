@@ -58,7 +58,7 @@ func TestHelpEverywhere(t *testing.T) {
 	t.Parallel()
 	commands := [][]string{
 		{}, {"runs"}, {"approvals"}, {"dev"}, {"migrate"}, {"bench"}, {"version"},
-		{"runs", "start"}, {"runs", "list"}, {"runs", "get"}, {"runs", "history"}, {"runs", "cancel"},
+		{"runs", "start"}, {"runs", "list"}, {"runs", "get"}, {"runs", "history"}, {"runs", "cancel"}, {"runs", "watch"}, {"runs", "result"},
 		{"runs", "resume"}, {"runs", "send-event"}, {"runs", "reset"},
 		{"approvals", "list"}, {"approvals", "approve"}, {"approvals", "reject"},
 		{"workers"}, {"workers", "list"},
