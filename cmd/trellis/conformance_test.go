@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -160,9 +159,9 @@ func trellisProcess(t *testing.T, args ...string) result {
 // buildGoWorker builds conformance/goworker into the test's directory.
 func buildGoWorker(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
+	goBin, err := exec.LookPath("go") // go test puts its GOROOT's bin first in PATH
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "goworker")
 	out, err := exec.Command(goBin, "build", "-o", path, "github.com/trellis-dev/trellis/conformance/goworker").CombinedOutput()
