@@ -97,10 +97,14 @@ var (
 	otherClass     = errorClass{exitError, 500, "error", "Error"}
 	runFailedClass = errorClass{exitRunFailed, 0, "run_failed", "Run failed"}
 	runCancelClass = errorClass{exitRunFailed, 0, "run_cancelled", "Run cancelled"}
+	interruptClass = errorClass{exitInterrupted, 0, "interrupted", "Interrupted"}
 )
 
 // errNoStoreFile: --store names a SQLite file that does not exist.
 var errNoStoreFile = errors.New("no store")
+
+// errInterrupted: a signal (Ctrl-C, SIGTERM) ended the command.
+var errInterrupted = errors.New("interrupted")
 
 // runEndedError is a run that ended failed or cancelled, for the commands
 // whose success is the run's (runs watch, runs result).
@@ -119,6 +123,8 @@ func classify(err error) errorClass {
 	var ue *usageError
 	var re *runEndedError
 	switch {
+	case err == errInterrupted:
+		return interruptClass
 	case errors.As(err, &ue):
 		return usageClass
 	case errors.As(err, &re):
@@ -203,7 +209,7 @@ func problemOf(err error, c errorClass) problem {
 		}
 	}
 	switch p.Code {
-	case "usage", "error", "run_failed", "run_cancelled", "store_not_found":
+	case "usage", "error", "run_failed", "run_cancelled", "store_not_found", "interrupted":
 		p.Type = cliProblemBase
 	default:
 		p.Type = server.ProblemTypeBase + p.Code

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -155,7 +156,7 @@ func TestCLIDoc(t *testing.T) {
 	for _, code := range []int{exitOK, exitError, exitUsage, exitNotFound, exitPermission, exitConflict, exitUnavailable, exitRunFailed, exitInterrupted} {
 		contains(t, "docs/cli.md", doc, fmt.Sprintf("\n| %d | ", code))
 	}
-	for _, c := range []errorClass{usageClass, otherClass, runFailedClass, runCancelClass, classify(errNoStoreFile)} {
+	for _, c := range []errorClass{usageClass, otherClass, runFailedClass, runCancelClass, interruptClass, classify(errNoStoreFile)} {
 		contains(t, "docs/cli.md", doc, fmt.Sprintf("| `%s` | %d | %d |", c.code, c.status, c.exit))
 	}
 	help := trellisCmd(t, "-h").ok(t).stdout
@@ -165,5 +166,41 @@ func TestCLIDoc(t *testing.T) {
 		if name, _, ok := strings.Cut(strings.TrimSpace(line), " "); ok && strings.ToUpper(name) == name && !strings.HasPrefix(line, "    ") {
 			contains(t, "docs/cli.md", doc, "| `"+name+"` |")
 		}
+	}
+}
+
+// Ctrl-C while runs result waits: 130, and under --json a problem of code
+// "interrupted"; the run is left as it was.
+func TestResultInterrupted(t *testing.T) {
+	t.Parallel()
+	url := storeURL(t)
+	trellisCmd(t, "migrate", "--store", url).ok(t)
+	trellisCmd(t, "runs", "start", "nobody-runs-it", "--id", "w-1", "--store", url).ok(t)
+	for _, asJSON := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(ctxT(t))
+		time.AfterFunc(300*time.Millisecond, cancel)
+		args := []string{"runs", "result", "w-1", "--store", url}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		var out, errOut bytes.Buffer
+		code := run(ctx, args, &out, &errOut)
+		cancel()
+		if code != exitInterrupted || out.Len() != 0 {
+			t.Fatalf("%q: exit %d, stdout %q, stderr %q", args, code, out.String(), errOut.String())
+		}
+		if !asJSON {
+			if errOut.String() != "trellis: interrupted\n" {
+				t.Errorf("stderr %q", errOut.String())
+			}
+			continue
+		}
+		var p problem
+		if err := json.Unmarshal(errOut.Bytes(), &p); err != nil || p.Code != "interrupted" || p.Type != cliProblemBase {
+			t.Errorf("--json: stderr %q: %+v %v", errOut.String(), p, err)
+		}
+	}
+	if res := trellisCmd(t, "runs", "get", "w-1", "--json", "--store", url).ok(t); !strings.Contains(res.stdout, `"status": "pending"`) {
+		t.Errorf("the run after an interrupted wait:\n%s", res.stdout)
 	}
 }

@@ -99,8 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case interrupted(ctx, err):
-		fmt.Fprintln(stderr, "trellis: interrupted")
-		return exitInterrupted
+		err = errInterrupted
 	}
 	return report(err, wantsJSON(args), stderr)
 }
