@@ -13,7 +13,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/httpc"
-	"github.com/trellis-dev/trellis/server"
+	"github.com/trellis-dev/trellis/internal/problem"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -33,9 +33,7 @@ const (
 )
 
 // errorClass is how the command line reports one kind of error: its exit
-// status, and the problem it prints under --json (the HTTP API's code, status
-// and title for the errors the API answers with; codes of the CLI's own for the
-// rest).
+// status, and the problem it prints under --json.
 type errorClass struct {
 	exit   int
 	status int
@@ -43,52 +41,27 @@ type errorClass struct {
 	title  string
 }
 
-// errorClasses classifies errors by errors.Is on the root package's sentinels
-// (the stable contract of the SDK); the first match wins.
-var errorClasses = []struct {
-	err error
-	errorClass
-}{
-	{trellis.ErrUnauthenticated, errorClass{exitPermission, 401, "unauthenticated", "Unauthenticated"}},
-	{trellis.ErrPermissionDenied, errorClass{exitPermission, 403, "permission_denied", "Permission denied"}},
-	{server.ErrPermissionDenied, errorClass{exitPermission, 403, "permission_denied", "Permission denied"}},
+// exitOf is the exit status of an error the HTTP API answers with, by the
+// class of its HTTP status (the one table of errors, internal/problem, gives
+// each sentinel its status).
+func exitOf(status int) int {
+	switch status {
+	case 400, 413, 415, 431: // the request is malformed or too large: fix it
+		return exitUsage
+	case 401, 403:
+		return exitPermission
+	case 404:
+		return exitNotFound
+	case 409, 422: // the state does not allow it; an idempotency key reused
+		return exitConflict
+	case 408, 429, 502, 503, 504, 507: // retry later
+		return exitUnavailable
+	}
+	return exitError
+}
 
-	{trellis.ErrRunNotFound, errorClass{exitNotFound, 404, "not_found", "Run not found"}},
-	{trellis.ErrKeyNotFound, errorClass{exitNotFound, 404, "not_found", "Key not found"}},
-	{trellis.ErrApprovalNotFound, errorClass{exitNotFound, 404, "not_found", "Approval not found"}},
-	{trellis.ErrNamespaceNotFound, errorClass{exitNotFound, 404, "not_found", "Namespace not found"}},
-	{trellis.ErrQueueNotFound, errorClass{exitNotFound, 404, "not_found", "Queue not found"}},
-	{trellis.ErrScheduleNotFound, errorClass{exitNotFound, 404, "not_found", "Schedule not found"}},
-	{store.ErrTokenNotFound, errorClass{exitNotFound, 404, "not_found", "Token not found"}},
-	{errNoStoreFile, errorClass{exitNotFound, 404, "store_not_found", "Store not found"}},
-	{store.ErrNoStore, errorClass{exitNotFound, 404, "store_not_found", "Store not found"}},
-
-	{trellis.ErrRunExists, errorClass{exitConflict, 409, "run_exists", "Run exists"}},
-	{trellis.ErrRunFinished, errorClass{exitConflict, 409, "run_finished", "Run finished"}},
-	{trellis.ErrRunActive, errorClass{exitConflict, 409, "run_active", "Run still active"}},
-	{trellis.ErrRunNotBlocked, errorClass{exitConflict, 409, "run_not_blocked", "Run not blocked"}},
-	{trellis.ErrApprovalDecided, errorClass{exitConflict, 409, "approval_decided", "Approval already decided"}},
-	{trellis.ErrScheduleExists, errorClass{exitConflict, 409, "schedule_exists", "Schedule exists"}},
-	{trellis.ErrSchedulePaused, errorClass{exitConflict, 409, "schedule_paused", "Schedule already paused"}},
-	{trellis.ErrScheduleNotPaused, errorClass{exitConflict, 409, "schedule_not_paused", "Schedule not paused"}},
-	{trellis.ErrNamespaceExists, errorClass{exitConflict, 409, "namespace_exists", "Namespace exists"}},
-	{trellis.ErrQueueExists, errorClass{exitConflict, 409, "queue_exists", "Queue exists"}},
-	{trellis.ErrQueueState, errorClass{exitConflict, 409, "queue_state", "Queue already in that state"}},
-	{store.ErrTokenExists, errorClass{exitConflict, 409, "token_exists", "Token exists"}},
-	{store.ErrTokenInactive, errorClass{exitConflict, 409, "token_inactive", "Token revoked or expired"}},
-	{trellis.ErrIdempotencyKeyConflict, errorClass{exitConflict, 422, "idempotency_key_conflict", "Idempotency key conflict"}},
-	{store.ErrIdempotencyKeyConflict, errorClass{exitConflict, 422, "idempotency_key_conflict", "Idempotency key conflict"}},
-
-	{trellis.ErrUnknownWorkflow, errorClass{exitUsage, 400, "invalid_argument", "Unknown workflow"}},
-	{trellis.ErrInvalidParams, errorClass{exitUsage, 400, "invalid_argument", "Invalid argument"}},
-	{trellis.ErrInvalidInput, errorClass{exitUsage, 400, "invalid_argument", "Invalid argument"}},
-	{trellis.ErrPayloadTooLarge, errorClass{exitUsage, 413, "payload_too_large", "Payload too large"}},
-
-	{trellis.ErrStorageFull, errorClass{exitUnavailable, 507, "storage_full", "Insufficient storage"}},
-	{trellis.ErrRateLimited, errorClass{exitUnavailable, 429, "rate_limited", "Rate limited"}},
-	{trellis.ErrUnavailable, errorClass{exitUnavailable, 503, "unavailable", "Unavailable"}},
-	{trellis.ErrClosed, errorClass{exitUnavailable, 503, "unavailable", "Unavailable"}},
-	{syscall.ECONNREFUSED, errorClass{exitUnavailable, 503, "unavailable", "Unavailable"}},
+func apiClass(e problem.Entry) errorClass {
+	return errorClass{exitOf(e.Status), e.Status, e.Code, e.Title}
 }
 
 // The classes of the errors no sentinel names.
@@ -98,6 +71,7 @@ var (
 	runFailedClass = errorClass{exitRunFailed, 0, "run_failed", "Run failed"}
 	runCancelClass = errorClass{exitRunFailed, 0, "run_cancelled", "Run cancelled"}
 	interruptClass = errorClass{exitInterrupted, 0, "interrupted", "Interrupted"}
+	noStoreClass   = errorClass{exitNotFound, 404, "store_not_found", "Store not found"}
 )
 
 // errNoStoreFile: --store names a SQLite file that does not exist.
@@ -133,42 +107,31 @@ func classify(err error) errorClass {
 		}
 		return runFailedClass
 	}
-	for _, c := range errorClasses {
-		if errors.Is(err, c.err) {
-			return c.errorClass
-		}
+	// --store names no store: for the command line, a thing not found (a
+	// server answers its own store missing as unavailable).
+	if errors.Is(err, errNoStoreFile) || errors.Is(err, store.ErrNoStore) {
+		return noStoreClass
 	}
-	// A server's answer of a code the SDK does not know, or one read without
-	// the SDK (the tokens and audit commands): by its code, else its status.
+	// A server's problem: its code (one the SDK may not know), else its status.
 	if status, code, title, ok := serverProblem(err); ok {
-		for _, c := range errorClasses {
-			if c.code == code {
-				return c.errorClass
-			}
+		if e, known := problem.Of(code); known {
+			return apiClass(e)
 		}
 		if title == "" {
 			title = http.StatusText(status)
 		}
-		c := errorClass{exitError, status, code, title}
-		switch {
-		case status == 400 || status == 413 || status == 422:
-			c.exit = exitUsage
-		case status == 401 || status == 403:
-			c.exit = exitPermission
-		case status == 404:
-			c.exit = exitNotFound
-		case status == 409:
-			c.exit = exitConflict
-		case status == 429 || status == 502 || status == 503 || status == 504 || status == 507:
-			c.exit = exitUnavailable
-		}
-		return c
+		return errorClass{exitOf(status), status, code, title}
+	}
+	// An error of the store or the SDK, by errors.Is on the sentinels.
+	if e, known := problem.For(err); known {
+		return apiClass(e)
 	}
 	// A store or server that cannot be reached: refused, unreachable, timed out.
 	var opErr *net.OpError
 	var dnsErr *net.DNSError
-	if errors.As(err, &opErr) || errors.As(err, &dnsErr) {
-		return errorClass{exitUnavailable, 503, "unavailable", "Unavailable"}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &opErr) || errors.As(err, &dnsErr) {
+		e, _ := problem.Of("unavailable")
+		return apiClass(e)
 	}
 	return otherClass
 }
@@ -186,9 +149,9 @@ func serverProblem(err error) (status int, code, title string, ok bool) {
 	return 0, "", "", false
 }
 
-// problem is an error as the HTTP API's problem documents are (docs/http-api.md),
+// problemDoc is an error as the HTTP API's problem documents are (docs/http-api.md),
 // which trellis prints on stderr under --json.
-type problem struct {
+type problemDoc struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
 	Status int    `json:"status"`
@@ -200,8 +163,8 @@ type problem struct {
 // run_failed, ...) to form their type URI: the table of exit codes.
 const cliProblemBase = "https://github.com/trellis-dev/trellis/blob/main/docs/cli.md#exit-codes"
 
-func problemOf(err error, c errorClass) problem {
-	p := problem{Title: c.title, Status: c.status, Code: c.code, Detail: err.Error()}
+func problemOf(err error, c errorClass) problemDoc {
+	p := problemDoc{Title: c.title, Status: c.status, Code: c.code, Detail: err.Error()}
 	if status, code, title, ok := serverProblem(err); ok && code != "" {
 		p.Status, p.Code = status, code // the server's word
 		if title != "" {
@@ -212,7 +175,7 @@ func problemOf(err error, c errorClass) problem {
 	case "usage", "error", "run_failed", "run_cancelled", "store_not_found", "interrupted":
 		p.Type = cliProblemBase
 	default:
-		p.Type = server.ProblemTypeBase + p.Code
+		p.Type = problem.TypeBase + p.Code
 	}
 	return p
 }

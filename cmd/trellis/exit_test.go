@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/httpc"
+	"github.com/trellis-dev/trellis/internal/problem"
 )
 
 // Each class of error exits with its own status, from the real binary (a
@@ -46,8 +48,8 @@ func TestExitCodes(t *testing.T) {
 		{"no store", []string{"runs", "list"}, exitUsage, "--store or --server is required, or set TRELLIS_STORE or TRELLIS_SERVER", "usage"},
 		{"store refuses a value", []string{"schedules", "create", "x", "--workflow", "ok", "--cron", "0 25 * * *", "--store", s.url},
 			exitUsage, "cron expression", "invalid_argument"},
-		{"not found", []string{"runs", "get", "nope", "--store", s.url}, exitNotFound, "trellis: run \"nope\": run not found\n", "not_found"},
-		{"not found through a server", []string{"runs", "get", "nope", "--server", base, "--token", admin}, exitNotFound, "nope", "not_found"},
+		{"not found", []string{"runs", "get", "nope", "--store", s.url}, exitNotFound, "trellis: run \"nope\": run not found\n", "run_not_found"},
+		{"not found through a server", []string{"runs", "get", "nope", "--server", base, "--token", admin}, exitNotFound, "nope", "run_not_found"},
 		{"store file missing", []string{"runs", "list", "--store", "sqlite:///nonexistent/t.db"}, exitNotFound, "no store at /nonexistent/t.db", "store_not_found"},
 		{"unauthenticated", []string{"runs", "get", s.okID, "--server", base, "--token", "wrong"}, exitPermission, "unauthenticated", "unauthenticated"},
 		{"permission denied", []string{"runs", "cancel", s.okID, "--server", base, "--token", reader}, exitPermission, "permission denied", ""},
@@ -86,7 +88,7 @@ func TestExitCodes(t *testing.T) {
 			}
 			// Under --json: the same status, one problem document on stderr.
 			res = trellisProcess(t, append(c.args, "--json")...)
-			var p problem
+			var p problemDoc
 			if err := json.Unmarshal([]byte(res.stderr), &p); err != nil || strings.Count(res.stderr, "\n") != 1 {
 				t.Fatalf("%q --json: stderr %q is not one problem document: %v", c.args, res.stderr, err)
 			}
@@ -134,7 +136,7 @@ func TestOtherErrorClass(t *testing.T) {
 	if code := report(errors.New("disk on fire"), true, &out); code != exitError {
 		t.Errorf("exit %d", code)
 	}
-	var p problem
+	var p problemDoc
 	if err := json.Unmarshal(out.Bytes(), &p); err != nil || p.Code != "error" || p.Status != 500 || p.Detail != "disk on fire" || p.Type != cliProblemBase {
 		t.Errorf("problem %+v %v", p, err)
 	}
@@ -195,12 +197,28 @@ func TestResultInterrupted(t *testing.T) {
 			}
 			continue
 		}
-		var p problem
+		var p problemDoc
 		if err := json.Unmarshal(errOut.Bytes(), &p); err != nil || p.Code != "interrupted" || p.Type != cliProblemBase {
 			t.Errorf("--json: stderr %q: %+v %v", errOut.String(), p, err)
 		}
 	}
 	if res := trellisCmd(t, "runs", "get", "w-1", "--json", "--store", url).ok(t); !strings.Contains(res.stdout, `"status": "pending"`) {
 		t.Errorf("the run after an interrupted wait:\n%s", res.stdout)
+	}
+}
+
+// Every error of the HTTP API's table has a class of its own (only 405, a
+// client's bug, is "other"), on a store as through a server (by its code).
+func TestEveryProblemHasAClass(t *testing.T) {
+	t.Parallel()
+	for _, e := range problem.Table() {
+		local := classify(fmt.Errorf("doing it: %w", e.Err))
+		remote := classify(fmt.Errorf("calling: %w", &httpc.Problem{Status: e.Status, Code: e.Code, Title: e.Title, Detail: "x"}))
+		if local != remote || local.code != e.Code || local.status != e.Status {
+			t.Errorf("%s: on a store %+v, through a server %+v", e.Code, local, remote)
+		}
+		if local.exit == exitError && e.Code != "method_not_allowed" {
+			t.Errorf("%s (HTTP %d) exits 1, as an error of no class", e.Code, e.Status)
+		}
 	}
 }
