@@ -346,7 +346,7 @@ func TestTracesJoinTheStartingTraceAcrossReplay(t *testing.T) {
 func spanAttr(s sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

@@ -19,7 +19,6 @@ type retryCounters struct {
 	lookups, charges atomic.Int64
 	// failCharges: the charge step fails until it has been called this often.
 	failCharges int64
-	attempts    atomic.Value // []int: WorkflowAttempt of each execution's end
 }
 
 // retryWorkflow looks an order up (a step that succeeds) and charges it (a
