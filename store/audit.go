@@ -103,9 +103,9 @@ func (p *AuditAppendParams) Validate() error {
 func (e *AuditEntry) validate() error {
 	switch {
 	case e.Time.IsZero():
-		return fmt.Errorf("Time is required")
+		return fmt.Errorf("no Time")
 	case e.Principal == "" || e.Action == "" || e.Target.Type == "" || e.Outcome == "":
-		return fmt.Errorf("Principal, Action, Target.Type and Outcome are required")
+		return fmt.Errorf("no Principal, Action, Target.Type or Outcome")
 	}
 	for _, f := range []struct{ name, v string }{
 		{"Principal", e.Principal}, {"Action", e.Action}, {"Target.Namespace", e.Target.Namespace},

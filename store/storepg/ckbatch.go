@@ -420,10 +420,6 @@ func (c *kvCols) concat(o *kvCols) {
 	c.setKeys, c.vals, c.delKeys = append(c.setKeys, o.setKeys...), append(c.vals, o.vals...), append(c.delKeys, o.delKeys...)
 }
 
-func (c *kvCols) args() []any {
-	return []any{orEmpty(c.setKeys), orEmpty(c.vals), orEmpty(c.delKeys)}
-}
-
 // orEmpty sends an empty array, not NULL, for a nil slice.
 func orEmpty[T any](s []T) []T {
 	if s == nil {

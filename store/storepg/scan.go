@@ -109,14 +109,6 @@ func nonNil(b []byte) []byte {
 	return b
 }
 
-// argList numbers query parameters as they are added.
-type argList []any
-
-func (a *argList) add(v any) string {
-	*a = append(*a, v)
-	return fmt.Sprintf("$%d", len(*a))
-}
-
 // runColsR is runCols qualified by the alias r.
 var runColsR = "r." + strings.Join(strings.Fields(strings.ReplaceAll(runCols, ",", " ")), ", r.")
 

@@ -15,14 +15,6 @@ const runCols = sqlstore.RunCols
 // scanner is *sql.Row, *sql.Rows or the writer's rows.
 type scanner = sqlstore.Scanner
 
-// extraScan scans columns that follow runCols into extra.
-type extraScan struct {
-	sc    scanner
-	extra []any
-}
-
-func (e extraScan) Scan(dest ...any) error { return e.sc.Scan(append(dest, e.extra...)...) }
-
 // scanRun reads runCols into a Run and returns it with its lease token.
 func scanRun(sc scanner) (*store.Run, int64, error) { return sqlstore.ScanRun(sc) }
 

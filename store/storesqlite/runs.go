@@ -177,25 +177,6 @@ func runCancel(tx *wtx, p *store.RunCancelParams) (*store.Run, error) {
 	return shared.CancelRun(tx, run)
 }
 
-// txRuns runs a query of runCols in the write transaction and returns every row
-// (read to the end before the caller runs other statements).
-func txRuns(tx *wtx, query string, args ...any) ([]*store.Run, error) {
-	rows, err := tx.query(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var runs []*store.Run
-	for rows.Next() {
-		r, _, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		runs = append(runs, r)
-	}
-	return runs, rows.Err()
-}
-
 // runResumeRaw implements (under RunResume, payloads.go) store.Store.
 func (s *Store) runResumeRaw(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
 	if err := p.Idempotency.Validate(); err != nil {
