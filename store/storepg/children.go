@@ -1,7 +1,6 @@
 package storepg
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -86,9 +85,4 @@ func countEnded(tx *wtx, parentSeq int64, position int, d groupDelta) error {
 // CancelGroup implements sqlstore.Tx.
 func (s stx) CancelGroup(parentSeq int64, position int) error {
 	return shared.CancelGroup(s, parentSeq, position)
-}
-
-// runChildrenRaw implements (under RunChildren, payloads.go) store.Store.
-func (s *Store) runChildrenRaw(ctx context.Context, p *store.RunChildrenParams) ([]*store.Run, error) {
-	return shared.Reads(readSource{s}).RunChildren(ctx, p)
 }

@@ -200,7 +200,7 @@ func (s *Store) runsClaimRaw(ctx context.Context, p *store.RunsClaimParams) (*st
 	// committed: a failed read leaves NextDue unset (the claimer polls, and
 	// TopicReady wakes it) rather than failing the call, whose runs are leased.
 	if len(res.Runs) < p.Max {
-		err := readSource{s}.Read(ctx, func(q sqlstore.Querier) error {
+		err := seam{s}.Read(ctx, func(q sqlstore.Querier) error {
 			var next *time.Time
 			if err := q.QueryRow(sqlNextDue, p.Namespace, now, p.Workflows, queues).Scan(&next); err != nil {
 				return err

@@ -24,7 +24,7 @@ func ConnectTimeoutOf(t interface{ Fatal(...any) }, cfg Config) time.Duration {
 func BlobRows(t testing.TB, s *Store) int {
 	t.Helper()
 	var n int
-	if err := (readSource{s}).Read(t.Context(), func(q sqlstore.Querier) error {
+	if err := (seam{s}).Read(t.Context(), func(q sqlstore.Querier) error {
 		return q.QueryRow(`SELECT COUNT(*) FROM blobs`).Scan(&n)
 	}); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package storepg
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/trellis-dev/trellis/store"
 )
@@ -33,22 +32,4 @@ func (s *Store) writeGuarded(ctx context.Context, namespace string, r *store.Ide
 		tx.publish(topics...)
 		return shared.IdempotencyFinish(stx{tx}, namespace, r, res)
 	})
-}
-
-// IdempotencyGet implements store.IdempotencyStore.
-func (s *Store) IdempotencyGet(ctx context.Context, p *store.IdempotencyGetParams) (*store.IdempotencyEntry, error) {
-	return shared.Reads(readSource{s}).IdempotencyGet(ctx, p, s.now())
-}
-
-// IdempotencyPurge implements store.IdempotencyStore.
-func (s *Store) IdempotencyPurge(ctx context.Context, p *store.IdempotencyPurgeParams) (int, error) {
-	var n int
-	err := s.inTx(ctx, func(tx *wtx) (err error) {
-		n, err = shared.IdempotencyPurge(stx{tx}, p.Limit)
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("purging idempotency keys: %w", err)
-	}
-	return n, nil
 }

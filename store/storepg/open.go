@@ -1,18 +1,17 @@
 package storepg
 
 import (
-	"github.com/trellis-dev/trellis/store/blobs"
-
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 	"hash/fnv"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,8 +52,9 @@ type Store struct {
 	mergeSingle bool     // tests: a lone checkpoint also uses sqlCheckpoints
 	qualified   sync.Map // statement -> statement with schema-qualified tables
 
-	apart        *blobs.Payloads        // payloads stored apart (payloads.go)
-	trackedBlobs *sqlstore.TrackedBlobs // the object store's, when Config.Blobs names one
+	// methods are the store methods the SQL drivers share (seam.go), bound
+	// to this store by Open.
+	methods
 }
 
 var _ store.Store = (*Store)(nil)
@@ -87,6 +87,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg: cfg, log: cfg.Logger, id: randomID(), channel: channelName(cfg.Schema),
 		subs: make(map[string]int), closedCh: make(chan struct{}),
 	}
+	sqlstore.Bind(&s.methods, sqlstore.Binding{SQL: shared, Driver: seam{s}, Own: seam{s}, Workers: s,
+		Log: s.log, Name: "storepg"})
 	if s.pool, err = pgxpool.NewWithConfig(ctx, poolCfg); err != nil {
 		return nil, fmt.Errorf("opening postgres store: %w", err)
 	}
@@ -98,7 +100,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.pool.Close()
 		return nil, fmt.Errorf("opening postgres store: %w", err)
 	}
-	s.openBlobs(obj)
+	sqlstore.OpenBlobs(&s.methods, obj, cfg.BlobThreshold)
 	if s.lis, err = startListener(ctx, s, poolCfg.ConnConfig.Copy()); err != nil {
 		s.pool.Close()
 		return nil, fmt.Errorf("opening postgres store: %w", err)
@@ -223,7 +225,7 @@ func (s *Store) Close() error {
 		if s.lis != nil {
 			s.lis.stop()
 		}
-		s.closeErr = s.closeBlobs()
+		s.closeErr = sqlstore.CloseBlobs(&s.methods)
 		s.pool.Close()
 	})
 	return s.closeErr

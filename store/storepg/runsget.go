@@ -36,7 +36,7 @@ func (s *Store) runsGetRaw(ctx context.Context, p *store.RunsGetParams) ([]*stor
 		sts[i] = string(st)
 	}
 	var runs []*store.Run
-	if err := (readSource{s}).Read(ctx, func(q sqlstore.Querier) (err error) {
+	if err := (seam{s}).Read(ctx, func(q sqlstore.Querier) (err error) {
 		runs, err = sqlstore.Runs(q, sqlRunsGet, p.Namespace, p.IDs, sts)
 		return err
 	}); err != nil {

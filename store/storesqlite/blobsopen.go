@@ -3,7 +3,6 @@ package storesqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/blobs"
@@ -20,56 +19,18 @@ func openObjectBlobs(ctx context.Context, cfg Config) (blobs.Backend, error) {
 	return blobs.Open(ctx, cfg.Blobs)
 }
 
-// openBlobs makes the store's handling of payloads stored apart: the table
-// blobs, or the object store obj.
-func (s *Store) openBlobs(obj blobs.Backend) {
-	table := &sqlstore.TableBlobs{SQL: shared, Read: readSource{s}.Read,
-		Write: func(ctx context.Context, fn func(tx sqlstore.Tx) error) error {
-			return s.write(ctx, func(tx *wtx) error { return fn(tx) })
-		}}
-	var b blobs.Backend = table
-	if obj != nil {
-		s.trackedBlobs = &sqlstore.TrackedBlobs{Backend: obj, SQL: shared, Write: table.Write, Read: table.Read}
-		b = s.trackedBlobs
-	}
-	s.apart = blobs.New(b, s.cfg.BlobThreshold)
-}
-
-// closeBlobs closes the object store, if any.
-func (s *Store) closeBlobs() error {
-	if s.trackedBlobs == nil {
-		return nil
-	}
-	return s.trackedBlobs.Backend.Close()
-}
-
 // RunCreateTx implements store.TxStarter. Payloads stored apart in the table
 // are written in tx too (the writer's connection would wait for tx's lock).
 func (s *Store) RunCreateTx(ctx context.Context, tx any, p *store.RunCreateParams) (*store.RunCreateResult, error) {
-	ap := s.apart
-	if stx, ok := tx.(*sql.Tx); ok && s.trackedBlobs == nil && ap != nil {
-		in := &sqlstore.TableBlobs{SQL: shared, Read: readSource{s}.Read,
+	ap := s.Payloads()
+	if stx, ok := tx.(*sql.Tx); ok && !sqlstore.InObjectStore(&s.methods) && ap != nil {
+		in := &sqlstore.TableBlobs{SQL: shared, Read: seam{s}.Read,
 			Write: func(ctx context.Context, fn func(tx sqlstore.Tx) error) error {
 				return fn(&wtx{w: s.w, now: s.now().UTC(), ext: stx, ctx: ctx})
 			}}
 		ap = blobs.New(in, ap.Threshold())
 	}
-	q := p
-	if ap.Big(p.Input) || len(p.History) > 0 || len(p.KV) > 0 {
-		if err := p.Validate(); err != nil {
-			return nil, fmt.Errorf("creating run in a transaction: %w", err)
-		}
-		var err error
-		if q, err = ap.Create(ctx, p); err != nil {
-			return nil, fmt.Errorf("creating run in a transaction: %w", err)
-		}
-	}
-	res, err := s.runCreateTxRaw(ctx, tx, q)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.apart.CreateResult(ctx, res, blobs.Known(p, q)); err != nil {
-		return nil, fmt.Errorf("creating run in a transaction: %w", err)
-	}
-	return res, nil
+	return sqlstore.RunCreateTx(&s.methods, ctx, ap, p, func(q *store.RunCreateParams) (*store.RunCreateResult, error) {
+		return s.runCreateTxRaw(ctx, tx, q)
+	})
 }

@@ -1,7 +1,6 @@
 package storesqlite
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/trellis-dev/trellis/store"
@@ -60,9 +59,4 @@ func childEnded(tx *wtx, parentSeq int64, position int, status store.Status, was
 // CancelGroup implements sqlstore.Tx.
 func (tx *wtx) CancelGroup(parentSeq int64, position int) error {
 	return shared.CancelGroup(tx, parentSeq, position)
-}
-
-// runChildrenRaw implements (under RunChildren, payloads.go) store.Store.
-func (s *Store) runChildrenRaw(ctx context.Context, p *store.RunChildrenParams) ([]*store.Run, error) {
-	return shared.Reads(readSource{s}).RunChildren(ctx, p)
 }

@@ -27,7 +27,7 @@ func ReuseCommitMark(s *Store, d time.Duration) {
 func BlobRows(t testing.TB, s *Store) int {
 	t.Helper()
 	var n int
-	if err := (readSource{s}).Read(t.Context(), func(q sqlstore.Querier) error {
+	if err := (seam{s}).Read(t.Context(), func(q sqlstore.Querier) error {
 		return q.QueryRow(`SELECT COUNT(*) FROM blobs`).Scan(&n)
 	}); err != nil {
 		t.Fatal(err)

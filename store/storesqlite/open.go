@@ -1,8 +1,6 @@
 package storesqlite
 
 import (
-	"github.com/trellis-dev/trellis/store/blobs"
-
 	"context"
 	"database/sql"
 	"errors"
@@ -49,8 +47,9 @@ type Store struct {
 
 	mark commitMark // ForeignCommitMark's last reading
 
-	apart        *blobs.Payloads        // payloads stored apart (payloads.go)
-	trackedBlobs *sqlstore.TrackedBlobs // the object store's, when Config.Blobs names one
+	// methods are the store methods the SQL drivers share (seam.go), bound
+	// to this store by Open.
+	methods
 }
 
 // commitMark is the last reading of ForeignCommitMark, shared by its callers
@@ -102,6 +101,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("opening sqlite store: payloads stored apart: %w", err)
 	}
 	s := &Store{cfg: cfg, now: cfg.Now, log: cfg.Logger}
+	sqlstore.Bind(&s.methods, sqlstore.Binding{SQL: shared, Driver: seam{s}, Own: seam{s}, Workers: s,
+		Log: s.log, Name: "storesqlite"})
 	if s.ckpt, err = startWALCheckpointer(s, cfg); err != nil {
 		return nil, fmt.Errorf("opening sqlite store: %w", err)
 	}
@@ -122,7 +123,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("opening sqlite store: %w", err)
 	}
-	s.openBlobs(obj)
+	sqlstore.OpenBlobs(&s.methods, obj, cfg.BlobThreshold)
 	if n := min(cfg.WALPreallocate, cfg.WALLimit); n > 0 && !cfg.NoMigrate {
 		if err := s.preallocateWAL(ctx, n); err != nil {
 			s.log.Warn("storesqlite: preallocating the WAL", "bytes", n, "err", err)
@@ -256,7 +257,7 @@ func (s *Store) Close() error {
 				s.closeErr = err
 			}
 		}
-		if err := s.closeBlobs(); err != nil && s.closeErr == nil {
+		if err := sqlstore.CloseBlobs(&s.methods); err != nil && s.closeErr == nil {
 			s.closeErr = err
 		}
 		if s.reads != nil {

@@ -37,7 +37,7 @@ func (s *Store) runsGetRaw(ctx context.Context, p *store.RunsGetParams) ([]*stor
 		}
 	}
 	var runs []*store.Run
-	if err := (readSource{s}).Read(ctx, func(q sqlstore.Querier) (err error) {
+	if err := (seam{s}).Read(ctx, func(q sqlstore.Querier) (err error) {
 		runs, err = sqlstore.Runs(q, sqlRunsGet, p.Namespace, string(ids), string(sts))
 		return err
 	}); err != nil {
