@@ -7,10 +7,11 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// runCancelRaw implements (under RunCancel, payloads.go) store.Store. It runs in a transaction of its own: cancelling
+// RunCancel implements sqlstore.Own: store.Store's RunCancel, under the payloads stored apart. It runs in a transaction of its own: cancelling
 // a parent cancels its children, recursively, and a child that ends at once is
 // counted in its group (see txn.go).
-func (s *Store) runCancelRaw(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
+func (d seam) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
+	s := d.s
 	if err := p.Idempotency.Validate(); err != nil {
 		return nil, fmt.Errorf("cancelling run: %w", err)
 	}

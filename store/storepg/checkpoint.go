@@ -15,10 +15,14 @@ import (
 	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
-// checkpointRaw implements (under Checkpoint, payloads.go) store.Store. The writer merges the checkpoints of a batch
+// Checkpoint implements store.Store: its big payloads are moved apart first. The writer merges the checkpoints of a batch
 // into one statement (see sqlCheckpoints). A blocking checkpoint takes the waiting
 // path: when the run's cancellation was requested it ends the run cancelled.
-func (s *Store) checkpointRaw(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
+func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
+	p, err := sqlstore.CheckpointPayloads(&s.methods, ctx, p)
+	if err != nil {
+		return nil, err
+	}
 	res, err := s.checkpoint(ctx, p)
 	if err != nil && p.Seq > 0 && errors.Is(err, store.ErrLeaseLost) {
 		// Perhaps a retry of a checkpoint that was applied (see

@@ -138,8 +138,15 @@ SELECT id, workflow, position, attempt, outcome FROM l`
 // the ops is left out of the claims of fresh runs, most of a backlog's.
 var claimedHistoryJSON = `CASE WHEN r.attempts > 1 THEN ` + historyJSON("r.sequence") + ` ELSE '[]' END`
 
-// runsClaimRaw implements (under RunsClaim, payloads.go) store.Store.
-func (s *Store) runsClaimRaw(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+// RunsClaim implements store.Store: each claimed run comes with its input,
+// history and inbox whole (sqlstore.ClaimedPayloads).
+func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+	res, err := s.runsClaim(ctx, p)
+	return sqlstore.ClaimedPayloads(&s.methods, ctx, res, err)
+}
+
+// runsClaim claims runs.
+func (s *Store) runsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("claiming runs: %w", err)
 	}

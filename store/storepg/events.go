@@ -105,8 +105,9 @@ const (
 		AND (u.pin_version = 0 OR (u.workflow || '@' || u.pin_version::text) = ANY($12::text[])))`
 )
 
-// eventSendRaw implements (under EventSend, payloads.go) store.Store.
-func (s *Store) eventSendRaw(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error) {
+// EventSend implements sqlstore.Own: store.Store's EventSend, under the payloads stored apart.
+func (d seam) EventSend(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error) {
+	s := d.s
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("sending event: %w", err)
 	}

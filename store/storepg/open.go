@@ -75,7 +75,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("opening postgres store: %w: %w", store.ErrInvalidParams, err)
 	}
-	obj, err := openObjectBlobs(ctx, cfg)
+	obj, err := sqlstore.OpenObjectBlobs(ctx, cfg.Blobs)
 	if err != nil {
 		return nil, fmt.Errorf("opening postgres store: payloads stored apart: %w", err)
 	}

@@ -16,8 +16,9 @@ var sqlHistory = `SELECT r.sequence, ` + historyJSON("r.sequence") + ` FROM (SEL
 // reads returns the pool as a sqlstore.Querier bound to ctx.
 func (s *Store) reads(ctx context.Context) querier { return querier{ctx: ctx, c: s.pool} }
 
-// historyListRaw implements (under HistoryList, payloads.go) store.Store.
-func (s *Store) historyListRaw(ctx context.Context, p *store.HistoryListParams) ([]*store.Op, error) {
+// HistoryList implements sqlstore.Own: store.Store's HistoryList, under the payloads stored apart.
+func (d seam) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]*store.Op, error) {
+	s := d.s
 	if s.closed() {
 		return nil, fmt.Errorf("listing history: %w", store.ErrClosed)
 	}

@@ -64,8 +64,9 @@ var (
 	SELECT true, * FROM ins UNION ALL SELECT false, * FROM latest`
 )
 
-// runCreateRaw implements (under RunCreate, payloads.go) store.Store.
-func (s *Store) runCreateRaw(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
+// RunCreate implements sqlstore.Own: store.Store's RunCreate, under the payloads stored apart.
+func (d seam) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
+	s := d.s
 	st, cr, err := s.runCreateStmt(p)
 	if err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
@@ -275,8 +276,9 @@ func statusReader(dst *store.Status) func(pgx.Rows) error {
 // runPrefix is the start of a payload notifying TopicReady and a run topic.
 func (s *Store) runPrefix() string { return s.id + "\n" + store.TopicReady + "\nrun:" }
 
-// runResumeRaw implements (under RunResume, payloads.go) store.Store.
-func (s *Store) runResumeRaw(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
+// RunResume implements sqlstore.Own: store.Store's RunResume, under the payloads stored apart.
+func (d seam) RunResume(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
+	s := d.s
 	if err := p.Idempotency.Validate(); err != nil {
 		return nil, fmt.Errorf("resuming run: %w", err)
 	}

@@ -49,11 +49,6 @@ func (d seam) Admit() error { return nil }
 // Now implements sqlstore.Driver.
 func (d seam) Now() time.Time { return d.s.now() }
 
-// RunCreate implements sqlstore.Own.
-func (d seam) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
-	return d.s.runCreateRaw(ctx, p)
-}
-
 // RunCreateIn implements sqlstore.Own: tx is an stx of Write. The run is
 // created in a transaction of the waiting path (txn.go), signalling the workers
 // when it commits.
@@ -72,29 +67,4 @@ func (d seam) RunCreateIn(tx sqlstore.Tx, p *store.RunCreateParams) (*store.RunC
 	}
 	wt.publish(store.RunTopic(p.Namespace, p.ID), store.TopicReady)
 	return *res, nil
-}
-
-// RunsGet implements sqlstore.Own.
-func (d seam) RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
-	return d.s.runsGetRaw(ctx, p)
-}
-
-// EventSend implements sqlstore.Own.
-func (d seam) EventSend(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error) {
-	return d.s.eventSendRaw(ctx, p)
-}
-
-// RunCancel implements sqlstore.Own.
-func (d seam) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
-	return d.s.runCancelRaw(ctx, p)
-}
-
-// RunResume implements sqlstore.Own.
-func (d seam) RunResume(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
-	return d.s.runResumeRaw(ctx, p)
-}
-
-// HistoryList implements sqlstore.Own.
-func (d seam) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]*store.Op, error) {
-	return d.s.historyListRaw(ctx, p)
 }

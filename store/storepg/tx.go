@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 var (
@@ -54,10 +55,14 @@ func (s *Store) runCreateTxRaw(ctx context.Context, tx any, p *store.RunCreatePa
 	return *res, nil
 }
 
-// checkpointTxRaw implements (under CheckpointTx, payloads.go) store.TxCheckpointer: fn gets a pgx.Tx on a connection
+// CheckpointTx implements store.TxCheckpointer (its big payloads moved apart first): fn gets a pgx.Tx on a connection
 // of the store's pool; the fenced checkpoint follows fn's writes in that
 // transaction.
-func (s *Store) checkpointTxRaw(ctx context.Context, p *store.CheckpointParams, fn func(ctx context.Context, tx any) error) (*store.CheckpointResult, error) {
+func (s *Store) CheckpointTx(ctx context.Context, p *store.CheckpointParams, fn func(ctx context.Context, tx any) error) (*store.CheckpointResult, error) {
+	p, err := sqlstore.CheckpointPayloads(&s.methods, ctx, p)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := newCkReq(s.now(), p); err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}

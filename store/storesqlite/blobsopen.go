@@ -9,16 +9,6 @@ import (
 	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
-// openObjectBlobs opens the object store of Config.Blobs (nil when none): Open
-// does it first, so that a bad URL or an unreachable object store changes
-// nothing.
-func openObjectBlobs(ctx context.Context, cfg Config) (blobs.Backend, error) {
-	if cfg.Blobs == "" {
-		return nil, nil
-	}
-	return blobs.Open(ctx, cfg.Blobs)
-}
-
 // RunCreateTx implements store.TxStarter. Payloads stored apart in the table
 // are written in tx too (the writer's connection would wait for tx's lock).
 func (s *Store) RunCreateTx(ctx context.Context, tx any, p *store.RunCreateParams) (*store.RunCreateResult, error) {

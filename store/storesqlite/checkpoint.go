@@ -73,8 +73,12 @@ const (
 	WHERE namespace = ?1 AND id = ?2`
 )
 
-// checkpointRaw implements (under Checkpoint, payloads.go) store.Store.
-func (s *Store) checkpointRaw(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
+// Checkpoint implements store.Store: its big payloads are moved apart first.
+func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
+	p, err := sqlstore.CheckpointPayloads(&s.methods, ctx, p)
+	if err != nil {
+		return nil, err
+	}
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}

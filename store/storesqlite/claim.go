@@ -86,11 +86,18 @@ const (
 		AND ` + claimFilter + ` ORDER BY lease_expires_at LIMIT 1))`
 )
 
-// runsClaimRaw implements (under RunsClaim, payloads.go) store.Store. The writer leases the runs; the runs, their
+// RunsClaim implements store.Store: each claimed run comes with its input,
+// history and inbox whole (sqlstore.ClaimedPayloads).
+func (s *Store) RunsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+	res, err := s.runsClaim(ctx, p)
+	return sqlstore.ClaimedPayloads(&s.methods, ctx, res, err)
+}
+
+// runsClaim claims runs. The writer leases the runs; the runs, their
 // inboxes and histories are read on the read pool once the leases are
 // committed, so that the writer, which every claim and checkpoint waits for,
 // does not spend its time on them.
-func (s *Store) runsClaimRaw(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
+func (s *Store) runsClaim(ctx context.Context, p *store.RunsClaimParams) (*store.RunsClaimResult, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("claiming runs: %w", err)
 	}

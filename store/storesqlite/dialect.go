@@ -23,6 +23,7 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	TextList:          func(col string) string { return col },
 	IsUniqueViolation: isUniqueViolation,
 	RunningApart:      true,
+	RunsGet:           sqlRunsGet,
 	RunsOfWorkflowIDs: `SELECT ` + sqlstore.RunCols + ` FROM runs
 	WHERE namespace = ?1 AND workflow_id IN (SELECT value FROM json_each(?2))`,
 	// runs_workflow_id holds every run (SQLite updates only the index entries
@@ -109,3 +110,9 @@ func (tx *wtx) Now() time.Time { return tx.now }
 
 // Publish implements sqlstore.Tx.
 func (tx *wtx) Publish(topics ...string) { tx.publish(topics...) }
+
+// sqlRunsGet reads runs by ID through runs_namespace_id; ?3 is a JSON array of
+// statuses, '[]' for any.
+const sqlRunsGet = `SELECT ` + sqlstore.RunCols + ` FROM runs
+	WHERE namespace = ?1 AND id IN (SELECT value FROM json_each(?2))
+	AND (?3 = '[]' OR status IN (SELECT value FROM json_each(?3)))`

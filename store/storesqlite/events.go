@@ -28,8 +28,9 @@ const (
 	WHERE run_seq IN (SELECT value FROM json_each(?1)) ORDER BY seq`
 )
 
-// eventSendRaw implements (under EventSend, payloads.go) store.Store.
-func (s *Store) eventSendRaw(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error) {
+// EventSend implements sqlstore.Own: store.Store's EventSend, under the payloads stored apart.
+func (d seam) EventSend(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error) {
+	s := d.s
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("sending event: %w", err)
 	}

@@ -96,7 +96,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("opening sqlite store: %w at %s (trellis migrate creates one)", store.ErrNoStore, cfg.Path)
 		}
 	}
-	obj, err := openObjectBlobs(ctx, cfg)
+	obj, err := sqlstore.OpenObjectBlobs(ctx, cfg.Blobs)
 	if err != nil {
 		return nil, fmt.Errorf("opening sqlite store: payloads stored apart: %w", err)
 	}

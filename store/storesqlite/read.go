@@ -19,8 +19,9 @@ func (s *Store) readErr(err error) error {
 // readQ returns the read pool as a sqlstore.Querier bound to ctx.
 func (s *Store) readQ(ctx context.Context) sq { return sq{ctx: ctx, q: s.reads} }
 
-// historyListRaw implements (under HistoryList, payloads.go) store.Store.
-func (s *Store) historyListRaw(ctx context.Context, p *store.HistoryListParams) ([]*store.Op, error) {
+// HistoryList implements sqlstore.Own: store.Store's HistoryList, under the payloads stored apart.
+func (d seam) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]*store.Op, error) {
+	s := d.s
 	if s.closed() {
 		return nil, fmt.Errorf("listing history: %w", store.ErrClosed)
 	}

@@ -24,8 +24,9 @@ const sqlQueueRestricted = `SELECT 1 FROM queues WHERE namespace = ? AND name = 
 const sqlLatestByWorkflowID = `SELECT ` + runCols + ` FROM runs
 	WHERE namespace = ? AND workflow_id = ? ORDER BY sequence DESC LIMIT 1`
 
-// runCreateRaw implements (under RunCreate, payloads.go) store.Store.
-func (s *Store) runCreateRaw(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
+// RunCreate implements sqlstore.Own: store.Store's RunCreate, under the payloads stored apart.
+func (d seam) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
+	s := d.s
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("creating run: %w", err)
 	}
@@ -144,8 +145,9 @@ const (
 // in a parent's group (NULLs for a run that is no child).
 const ()
 
-// runCancelRaw implements (under RunCancel, payloads.go) store.Store.
-func (s *Store) runCancelRaw(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
+// RunCancel implements sqlstore.Own: store.Store's RunCancel, under the payloads stored apart.
+func (d seam) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
+	s := d.s
 	if err := p.Idempotency.Validate(); err != nil {
 		return nil, fmt.Errorf("cancelling run: %w", err)
 	}
@@ -177,8 +179,9 @@ func runCancel(tx *wtx, p *store.RunCancelParams) (*store.Run, error) {
 	return shared.CancelRun(tx, run)
 }
 
-// runResumeRaw implements (under RunResume, payloads.go) store.Store.
-func (s *Store) runResumeRaw(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
+// RunResume implements sqlstore.Own: store.Store's RunResume, under the payloads stored apart.
+func (d seam) RunResume(ctx context.Context, p *store.RunResumeParams) (*store.Run, error) {
+	s := d.s
 	if err := p.Idempotency.Validate(); err != nil {
 		return nil, fmt.Errorf("resuming run: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/internal/sqlstore"
 )
 
 var (
@@ -40,10 +41,14 @@ func (s *Store) runCreateTxRaw(ctx context.Context, tx any, p *store.RunCreatePa
 	return res, nil
 }
 
-// checkpointTxRaw implements (under CheckpointTx, payloads.go) store.TxCheckpointer: fn gets a *sql.Tx on the write
+// CheckpointTx implements store.TxCheckpointer (its big payloads moved apart first): fn gets a *sql.Tx on the write
 // connection, so it runs in the writer's goroutine with a transaction of its own,
 // and other writes wait for it: keep fn short.
-func (s *Store) checkpointTxRaw(ctx context.Context, p *store.CheckpointParams, fn func(ctx context.Context, tx any) error) (*store.CheckpointResult, error) {
+func (s *Store) CheckpointTx(ctx context.Context, p *store.CheckpointParams, fn func(ctx context.Context, tx any) error) (*store.CheckpointResult, error) {
+	p, err := sqlstore.CheckpointPayloads(&s.methods, ctx, p)
+	if err != nil {
+		return nil, err
+	}
 	if !p.Status.Valid() {
 		return nil, fmt.Errorf("checkpointing: %w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
 	}
@@ -56,7 +61,7 @@ func (s *Store) checkpointTxRaw(ctx context.Context, p *store.CheckpointParams, 
 		res, fnErr, err = checkpointTx(ctx, w, p, fn)
 		return err
 	}}
-	err := s.submit(ctx, r)
+	err = s.submit(ctx, r)
 	switch {
 	case fnErr != nil:
 		return nil, fnErr

@@ -119,7 +119,7 @@ func (m *Methods) RunGet(ctx context.Context, p *store.RunGetParams) (*store.Run
 
 // RunsGet implements store.Store.
 func (m *Methods) RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
-	runs, err := m.own.RunsGet(ctx, p)
+	runs, err := m.runsGet(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -357,4 +357,14 @@ func RunCreateTx(m *Methods, ctx context.Context, ap *blobs.Payloads, p *store.R
 		return nil, fmt.Errorf("creating run in a transaction: %w", err)
 	}
 	return res, nil
+}
+
+// OpenObjectBlobs opens the object store of a driver's Config.Blobs (nil when
+// url is empty): a driver's Open does it first, so that a bad URL or an
+// unreachable object store changes nothing.
+func OpenObjectBlobs(ctx context.Context, url string) (blobs.Backend, error) {
+	if url == "" {
+		return nil, nil
+	}
+	return blobs.Open(ctx, url)
 }

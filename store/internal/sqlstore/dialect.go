@@ -41,6 +41,10 @@ type Dialect struct {
 	// RunsOfWorkflowIDs selects RunCols of every run of namespace $1 whose
 	// workflow ID is in the list $2 (encoded by List).
 	RunsOfWorkflowIDs string
+	// RunsGet selects RunCols of the runs of namespace $1 whose IDs are in the
+	// list $2, of the statuses in the list $3 (any when it is empty); both
+	// lists encoded by List.
+	RunsGet string
 	// WorkflowIDIs returns a condition that holds for the runs whose workflow ID
 	// is the parameter param, written for the dialect's indexes. A run started
 	// without a workflow ID has its run ID as workflow ID; Postgres indexes

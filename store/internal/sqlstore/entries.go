@@ -407,3 +407,35 @@ func (m *Methods) RunNamespaces(ctx context.Context) ([]string, error) {
 func (m *Methods) RunCounts(ctx context.Context, p *store.RunCountsParams) (*store.RunCountsResult, error) {
 	return m.reads.RunCounts(ctx, p)
 }
+
+// runsGet reads runs by ID (under RunsGet, apart.go).
+func (m *Methods) runsGet(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
+	if err := store.ValidateRunsGet(p); err != nil {
+		return nil, fmt.Errorf("getting runs: %w", err)
+	}
+	ids, err := m.sql.d.List(p.IDs)
+	if err != nil {
+		return nil, fmt.Errorf("getting runs: %w", err)
+	}
+	sts := make([]string, len(p.Statuses))
+	for i, st := range p.Statuses {
+		sts[i] = string(st)
+	}
+	stl, err := m.sql.d.List(sts)
+	if err != nil {
+		return nil, fmt.Errorf("getting runs: %w", err)
+	}
+	var runs []*store.Run
+	err = m.d.Read(ctx, func(q Querier) (err error) {
+		if len(p.IDs) == 0 { // after the closed check
+			runs = []*store.Run{}
+			return nil
+		}
+		runs, err = Runs(q, m.sql.d.RunsGet, p.Namespace, ids, stl)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("getting runs: %w", err)
+	}
+	return runs, nil
+}

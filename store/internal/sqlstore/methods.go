@@ -40,7 +40,6 @@ type Own interface {
 	// RunCreateIn creates a run in tx, a transaction of Driver.Write, and
 	// signals the workers once it commits (a schedule's fire).
 	RunCreateIn(tx Tx, p *store.RunCreateParams) (*store.RunCreateResult, error)
-	RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error)
 	EventSend(ctx context.Context, p *store.EventSendParams) (*store.EventSendResult, error)
 	RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error)
 	RunResume(ctx context.Context, p *store.RunResumeParams) (*store.Run, error)
