@@ -31,7 +31,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return migrate(ctx, tx, s.cfg.Schema, ms, s) })
 	if err != nil {
-		return fmt.Errorf("migrating schema %s: %w", s.cfg.Schema, err)
+		// After Close, the pool's "closed pool" is store.ErrClosed, as for every
+		// other call (storetest Lifecycle).
+		return fmt.Errorf("migrating schema %s: %w", s.cfg.Schema, s.readErr(err))
 	}
 	return nil
 }

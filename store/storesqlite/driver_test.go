@@ -2,7 +2,6 @@ package storesqlite_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -157,77 +156,6 @@ func TestGroupCommitBatches(t *testing.T) {
 		t.Fatalf("%d requests in %d transactions, want %d requests in far fewer transactions", reqs, txs, n)
 	}
 	t.Logf("%d requests in %d transactions", reqs, txs)
-}
-
-func TestCloseIdempotentAndErrClosed(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s, _, _ := setup(t)
-	createRun(t, s, "r1")
-	for range 2 {
-		if err := s.Close(); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-	}
-	_, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: "r2", WorkflowID: "wf2", Workflow: "w", Queue: "q"})
-	if !errors.Is(err, store.ErrClosed) {
-		t.Errorf("RunCreate after Close: %v, want ErrClosed", err)
-	}
-	if _, err := s.RunGet(ctx, &store.RunGetParams{Namespace: "ns", Ref: "r1"}); !errors.Is(err, store.ErrClosed) {
-		t.Errorf("RunGet after Close: %v, want ErrClosed", err)
-	}
-	if _, err := s.RunList(ctx, &store.RunListParams{Namespace: "ns"}); !errors.Is(err, store.ErrClosed) {
-		t.Errorf("RunList after Close: %v, want ErrClosed", err)
-	}
-	if err := s.Migrate(ctx); !errors.Is(err, store.ErrClosed) {
-		t.Errorf("Migrate after Close: %v, want ErrClosed", err)
-	}
-}
-
-// TestCloseDuringLoad closes the store under concurrent writers: every call
-// either succeeds or fails with ErrClosed, and none hangs.
-func TestCloseDuringLoad(t *testing.T) {
-	t.Parallel()
-	s, _, _ := setup(t)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range 50 {
-		wg.Go(func() {
-			<-start
-			_, err := s.RunCreate(context.Background(), &store.RunCreateParams{
-				Namespace: "ns", ID: fmt.Sprint("r", i), WorkflowID: fmt.Sprint("wf", i), Workflow: "w", Queue: "q",
-			})
-			if err != nil && !errors.Is(err, store.ErrClosed) {
-				t.Errorf("RunCreate during Close: %v", err)
-			}
-		})
-	}
-	close(start)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-}
-
-func TestCallerContextCancelled(t *testing.T) {
-	t.Parallel()
-	s, _, _ := setup(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: "r1", WorkflowID: "wf1", Workflow: "w", Queue: "q"})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("RunCreate with a cancelled ctx: %v, want context.Canceled", err)
-	}
-	if _, err := s.RunGet(context.Background(), &store.RunGetParams{Namespace: "ns", Ref: "r1"}); !errors.Is(err, store.ErrRunNotFound) {
-		t.Fatalf("RunGet: %v, want ErrRunNotFound (never started)", err)
-	}
-	// A deadline that expires while waiting for the reply returns promptly.
-	ctx, cancel = context.WithTimeout(context.Background(), time.Nanosecond)
-	defer cancel()
-	_, err = s.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: "r2", WorkflowID: "wf2", Workflow: "w", Queue: "q"})
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("RunCreate with a short deadline: %v", err)
-	}
 }
 
 func TestTimesAreUTCNanoseconds(t *testing.T) {

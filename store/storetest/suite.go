@@ -78,6 +78,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.S
 		{"Versions", versionCases},
 		{"Payloads", payloadCases},
 		{"WorkflowRetry", workflowRetryCases},
+		{"Lifecycle", lifecycleCases},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {
