@@ -10,6 +10,10 @@
 //     the SQL texts of the statements whose shape differs between the dialects;
 //   - hooks for what stays its own (cancelling a run, see Tx).
 //
+// Over these, Methods are the store methods the drivers share, entered through
+// one seam each driver implements (Driver: its read and write transactions;
+// Own: what it writes itself); a driver's Store embeds them.
+//
 // SQL written here uses Postgres' numbered parameters ($1, $2, ...); New rewrites
 // them once for the dialect. Everything with its own round-trip budget — claims,
 // the checkpoint's fast path, the pipelined event send of Postgres, group commit,
