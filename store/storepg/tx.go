@@ -21,7 +21,7 @@ var (
 // them: the store cannot tell when the caller commits, the listener can.
 const txSender = "tx"
 
-// runCreateTxRaw implements (under RunCreateTx, payloads.go) store.TxStarter: tx is a pgx.Tx on the store's database.
+// runCreateTxRaw implements (under RunCreateTx, blobsopen.go) store.TxStarter: tx is a pgx.Tx on the store's database.
 // The create statement and a NOTIFY run inside tx, so workers are woken when (and
 // only if) it commits.
 func (s *Store) runCreateTxRaw(ctx context.Context, tx any, p *store.RunCreateParams) (*store.RunCreateResult, error) {

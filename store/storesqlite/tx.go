@@ -14,7 +14,7 @@ var (
 	_ store.TxCheckpointer = (*Store)(nil)
 )
 
-// runCreateTxRaw implements (under RunCreateTx, payloads.go) store.TxStarter: tx is a *sql.Tx on the store's database
+// runCreateTxRaw implements (under RunCreateTx, blobsopen.go) store.TxStarter: tx is a *sql.Tx on the store's database
 // file. The store cannot see when tx commits, so no worker is woken: the run is
 // claimed at a worker's next poll (Worker.PollInterval).
 func (s *Store) runCreateTxRaw(ctx context.Context, tx any, p *store.RunCreateParams) (*store.RunCreateResult, error) {
