@@ -25,6 +25,10 @@ import (
 const idlePingAfter = time.Minute
 
 // Store is a store.Store on a PostgreSQL schema. Create it with Open.
+//
+// Most methods of store.Store and of its optional interfaces are the ones the
+// SQL drivers share (package store/internal/sqlstore), which go doc does not
+// list here; those below are this driver's own.
 type Store struct {
 	cfg     Config
 	log     *slog.Logger

@@ -24,6 +24,10 @@ import (
 const busyTimeoutMS = 10000
 
 // Store is a store.Store on a SQLite file. Create it with Open.
+//
+// Most methods of store.Store and of its optional interfaces are the ones the
+// SQL drivers share (package store/internal/sqlstore), which go doc does not
+// list here; those below are this driver's own.
 type Store struct {
 	cfg    Config
 	now    func() time.Time
