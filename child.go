@@ -58,11 +58,12 @@ type ChildFuture[Out any] struct {
 // the parent's, so a replay never starts it twice. Cancelling the parent cancels
 // its children (unless detached).
 func ChildAsync[In, Out any](wc *Context, wf *Workflow[In, Out], in In, opts ...ChildOptions) *ChildFuture[Out] {
-	var o ChildOptions
-	if len(opts) > 0 {
-		o = opts[0]
-	}
 	f := &ChildFuture[Out]{}
+	o, err := oneOption("trellis.ChildAsync", opts)
+	if err != nil {
+		f.w.Refuse(err)
+		return f
+	}
 	ns := wc.rs.Run().Namespace
 	wc.rs.StartChild(&f.w, engine.ChildSpec{Workflow: wf.Name(), Input: in, Detached: o.Detached,
 		Params: func(runID string, input []byte) *store.RunCreateParams {
@@ -76,6 +77,11 @@ func ChildAsync[In, Out any](wc *Context, wf *Workflow[In, Out], in In, opts ...
 // Child starts a child run of wf and waits for its result; the parent holds no
 // worker while it waits. A child that fails or is cancelled returns a *ChildError.
 func Child[In, Out any](wc *Context, wf *Workflow[In, Out], in In, opts ...ChildOptions) (Out, error) {
+	if len(opts) > 1 {
+		var zero Out
+		_, err := oneOption("trellis.Child", opts)
+		return zero, err
+	}
 	return ChildAsync(wc, wf, in, opts...).Get(wc)
 }
 
@@ -173,9 +179,9 @@ func mapError(items []engine.ItemError) *MapError {
 // *MapError (with CollectErrors, alongside the results of the items that
 // succeeded).
 func Map[In, Out any](wc *Context, wf *Workflow[In, Out], items []In, opts ...MapOptions) ([]Out, error) {
-	var o MapOptions
-	if len(opts) > 0 {
-		o = opts[0]
+	o, err := oneOption("trellis.Map", opts)
+	if err != nil {
+		return nil, err
 	}
 	rs := wc.rs
 	ns := rs.Run().Namespace

@@ -42,13 +42,10 @@ type JobOptions struct {
 
 // NewJob defines a job. The name identifies it in storage, as a workflow's
 // does, and shares their name space: a job and a workflow cannot have the same
-// name in one client.
+// name in one client. More than one JobOptions panics with an
+// ErrInvalidOptions error, as NewWorkflow does.
 func NewJob[In, Out any](name string, fn func(context.Context, In) (Out, error), opts ...JobOptions) *Job[In, Out] {
-	j := &Job[In, Out]{name: name, fn: fn}
-	if len(opts) > 0 {
-		j.opts = opts[0]
-	}
-	return j
+	return &Job[In, Out]{name: name, fn: fn, opts: mustOneOption("trellis.NewJob", opts)}
 }
 
 // Name returns the job's name.
@@ -88,9 +85,9 @@ func (j *Job[In, Out]) definition() *definition {
 // StartJob starts a run of job j with input in. The run is durable before
 // StartJob returns; Handle.Result waits for its output.
 func StartJob[In, Out any](ctx context.Context, c *Client, j *Job[In, Out], in In, opts ...StartOptions) (*Handle[Out], error) {
-	var o StartOptions
-	if len(opts) > 0 {
-		o = opts[0]
+	o, err := oneOption("trellis.StartJob", opts)
+	if err != nil {
+		return nil, err
 	}
 	input, err := c.encode(in)
 	if err != nil {

@@ -241,9 +241,9 @@ func (c *Client) CreateSchedule(ctx context.Context, name string, spec ScheduleS
 
 // doCreateSchedule is CreateSchedule without the call interceptors.
 func (c *Client) doCreateSchedule(ctx context.Context, name string, spec ScheduleSpec, opts ...CreateScheduleOptions) (*Schedule, error) {
-	var o CreateScheduleOptions
-	for _, x := range opts {
-		o = x
+	o, err := oneOption("Client.CreateSchedule", opts)
+	if err != nil {
+		return nil, err
 	}
 	if c.remote != nil {
 		return c.remote.createSchedule(ctx, name, spec, o)

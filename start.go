@@ -109,17 +109,17 @@ func GetHandle[In, Out any](ctx context.Context, c *Client, wf *Workflow[In, Out
 
 // Start starts a run of wf with input in. The run is durable before Start returns.
 func Start[In, Out any](ctx context.Context, c *Client, wf *Workflow[In, Out], in In, opts ...StartOptions) (*Handle[Out], error) {
-	return startWith(c, wf, in, opts, func(def *definition, input []byte, o StartOptions) (*Run, error) {
+	return startWith(c, "trellis.Start", wf, in, opts, func(def *definition, input []byte, o StartOptions) (*Run, error) {
 		return c.start(ctx, def, input, o)
 	})
 }
 
 // startWith encodes in and creates the run with create, for Start and StartTx.
-func startWith[In, Out any](c *Client, wf *Workflow[In, Out], in In, opts []StartOptions,
+func startWith[In, Out any](c *Client, call string, wf *Workflow[In, Out], in In, opts []StartOptions,
 	create func(def *definition, input []byte, o StartOptions) (*Run, error)) (*Handle[Out], error) {
-	var o StartOptions
-	if len(opts) > 0 {
-		o = opts[0]
+	o, err := oneOption(call, opts)
+	if err != nil {
+		return nil, err
 	}
 	input, err := c.encode(in)
 	if err != nil {

@@ -84,13 +84,8 @@ func (p OnUnknown) String() string {
 	return fmt.Sprintf("OnUnknown(%d)", int(p))
 }
 
-// engineOptions are the options of the first of opts, with defaults, as the
-// engine takes them.
-func engineOptions(opts []StepOptions) engine.StepOptions {
-	var o StepOptions
-	if len(opts) > 0 {
-		o = opts[0]
-	}
+// engineOptions are a step's options, with defaults, as the engine takes them.
+func engineOptions(o StepOptions) engine.StepOptions {
 	p := o.Retry.withDefaults()
 	return engine.StepOptions{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff, NonRetryableTypes: p.NonRetryableTypes,
 		Timeout: o.Timeout, TotalTimeout: o.TotalTimeout,
@@ -98,29 +93,25 @@ func engineOptions(opts []StepOptions) engine.StepOptions {
 		AttemptsDefault: o.Retry.MaxAttempts <= 0, BackoffDefault: o.Retry.Backoff == nil}
 }
 
-// firstOptions returns the first of opts, or the zero options.
-func firstOptions(opts []StepOptions) StepOptions {
-	if len(opts) > 0 {
-		return opts[0]
-	}
-	return StepOptions{}
-}
-
-// checkOnUnknown returns an ErrInvalidParams error for an OnUnknown policy
-// this package does not know, or one given without AtMostOnce. Such a step
-// returns it without running or recording anything (a replay returns it
-// again): a programming error, found the first time the step is reached.
-func checkOnUnknown(name string, opts []StepOptions) error {
-	o := firstOptions(opts)
+// stepOptions returns the options of a step (call is "trellis.Step" or
+// "trellis.Async"): an ErrInvalidOptions error for more than one value, an
+// ErrInvalidParams error for an OnUnknown policy this package does not know,
+// or one given without AtMostOnce. Such a step returns the error without
+// running or recording anything (a replay returns it again): a programming
+// error, found the first time the step is reached.
+func stepOptions(call, name string, opts []StepOptions) (StepOptions, error) {
+	o, err := oneOption(call, opts)
 	switch {
+	case err != nil:
+		return o, fmt.Errorf("step %q: %w", name, err)
 	case o.OnUnknown < UnknownReturnError || o.OnUnknown > UnknownAskApproval:
-		return fmt.Errorf("%w: step %q: StepOptions.OnUnknown is %d, not one of UnknownReturnError, UnknownFailRun, UnknownAskApproval",
+		return o, fmt.Errorf("%w: step %q: StepOptions.OnUnknown is %d, not one of UnknownReturnError, UnknownFailRun, UnknownAskApproval",
 			ErrInvalidParams, name, int(o.OnUnknown))
 	case o.OnUnknown != UnknownReturnError && !o.AtMostOnce:
-		return fmt.Errorf("%w: step %q: StepOptions.OnUnknown %s applies to at-most-once steps only (set AtMostOnce)",
+		return o, fmt.Errorf("%w: step %q: StepOptions.OnUnknown %s applies to at-most-once steps only (set AtMostOnce)",
 			ErrInvalidParams, name, o.OnUnknown)
 	}
-	return nil
+	return o, nil
 }
 
 // StepAttempt describes the step attempt a context belongs to; see StepInfo.
@@ -141,19 +132,19 @@ func StepInfo(ctx context.Context) StepAttempt { return StepAttempt(engine.StepI
 // runs (with retries per opts) and its result or final error is checkpointed; on
 // replay the recorded result is returned and fn does not run.
 func Step[T any](wc *Context, name string, fn func(ctx context.Context) (T, error), opts ...StepOptions) (T, error) {
-	if err := checkOnUnknown(name, opts); err != nil {
+	o, err := stepOptions("trellis.Step", name, opts)
+	if err != nil {
 		var zero T
 		return zero, err
 	}
 	// The result is encoded by the engine, not on the attempt's goroutine.
-	op := wc.rs.Step(name, func(ctx context.Context) (any, error) { return stepFunc(wc, name, fn)(ctx) }, engineOptions(opts), wc.detached)
-	return settleStep(wc, name, fn, opts, op)
+	op := wc.rs.Step(name, func(ctx context.Context) (any, error) { return stepFunc(wc, name, fn)(ctx) }, engineOptions(o), wc.detached)
+	return settleStep(wc, name, fn, o, op)
 }
 
 // settleStep returns a step's outcome from its op, asking for an approval
 // first when an at-most-once step's outcome is unknown and its policy says so.
-func settleStep[T any](wc *Context, name string, fn func(ctx context.Context) (T, error), opts []StepOptions, op *store.Op) (T, error) {
-	o := firstOptions(opts)
+func settleStep[T any](wc *Context, name string, fn func(ctx context.Context) (T, error), o StepOptions, op *store.Op) (T, error) {
 	keyPos := op.Position // every repetition uses the first one's key
 	for o.AtMostOnce && o.OnUnknown == UnknownAskApproval && engine.IsOutcomeUnknown(op) {
 		var zero T
@@ -166,7 +157,7 @@ func settleStep[T any](wc *Context, name string, fn func(ctx context.Context) (T
 		}
 		// Approved: the step runs again, keeping the idempotency key of the
 		// step whose outcome is unknown.
-		eo := engineOptions(opts)
+		eo := engineOptions(o)
 		eo.KeyPosition, eo.KeyPositionSet = keyPos, true
 		op = wc.rs.Step(name, func(ctx context.Context) (any, error) { return stepFunc(wc, name, fn)(ctx) }, eo, wc.detached)
 	}
@@ -197,20 +188,20 @@ type Future[T any] struct {
 	f    engine.StepFuture
 	name string
 	fn   func(ctx context.Context) (T, error)
-	opts []StepOptions
-	err  error // the options' error (checkOnUnknown): the step did not start
+	opts StepOptions
+	err  error // the options' error (stepOptions): the step did not start
 }
 
 // Async starts fn as a step that runs in parallel with the workflow and returns a
 // future for its result. Its position in history is reserved when Async is called, so
 // replay is deterministic whatever the order in which parallel steps complete.
 func Async[T any](wc *Context, name string, fn func(ctx context.Context) (T, error), opts ...StepOptions) *Future[T] {
-	f := &Future[T]{name: name, fn: fn, opts: opts}
-	if f.err = checkOnUnknown(name, opts); f.err != nil {
+	f := &Future[T]{name: name, fn: fn}
+	if f.opts, f.err = stepOptions("trellis.Async", name, opts); f.err != nil {
 		f.f.Settle(wc.rs, &store.Op{Kind: store.OpStep, Name: name, Done: true, Error: &store.ErrorInfo{Message: f.err.Error()}})
 		return f
 	}
-	wc.rs.Async(&f.f, name, func(ctx context.Context) (any, error) { return stepFunc(wc, name, fn)(ctx) }, engineOptions(opts), wc.detached)
+	wc.rs.Async(&f.f, name, func(ctx context.Context) (any, error) { return stepFunc(wc, name, fn)(ctx) }, engineOptions(f.opts), wc.detached)
 	return f
 }
 

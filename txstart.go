@@ -22,7 +22,7 @@ func StartTx[In, Out any](ctx context.Context, c *Client, tx any, wf *Workflow[I
 	if !ok {
 		return nil, fmt.Errorf("starting %s: %w", wf.definition().name, ErrTxNotSupported)
 	}
-	return startWith(c, wf, in, opts, func(def *definition, input []byte, o StartOptions) (*Run, error) {
+	return startWith(c, "trellis.StartTx", wf, in, opts, func(def *definition, input []byte, o StartOptions) (*Run, error) {
 		return callV(ctx, c, ClientCall{Method: "StartTx", Workflow: def.name, Ref: o.ID}, func(ctx context.Context) (*Run, error) {
 			if err := checkVersion(o); err != nil {
 				return nil, fmt.Errorf("starting %s: %w", def.name, err)

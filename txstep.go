@@ -2,6 +2,7 @@ package trellis
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/trellis-dev/trellis/internal/engine"
 )
@@ -28,7 +29,12 @@ var ErrTxNotSupported = engine.ErrTxNotSupported
 // client) fails the step with ErrTxNotSupported. History records a TxStep as a
 // step: Step and TxStep may replace each other under running workflows.
 func TxStep[T any](wc *Context, name string, fn func(ctx context.Context, tx any) (T, error), opts ...StepOptions) (T, error) {
-	eo := engineOptions(opts)
+	o, err := oneOption("trellis.TxStep", opts)
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("step %q: %w", name, err)
+	}
+	eo := engineOptions(o)
 	// Its writes commit with its record, exactly once: StepOptions.AtMostOnce
 	// (and OnUnknown) have nothing to add, and are ignored.
 	eo.AtMostOnce, eo.FailRunOnUnknown = false, false

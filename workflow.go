@@ -46,13 +46,11 @@ type WorkflowOptions struct {
 }
 
 // NewWorkflow defines a workflow. The name identifies it in storage and must stay
-// stable across deploys.
+// stable across deploys. More than one WorkflowOptions panics with an
+// ErrInvalidOptions error, as regexp.MustCompile panics on a bad pattern: at
+// the definition, before any run.
 func NewWorkflow[In, Out any](name string, fn func(*Context, In) (Out, error), opts ...WorkflowOptions) *Workflow[In, Out] {
-	w := &Workflow[In, Out]{name: name, fn: fn}
-	if len(opts) > 0 {
-		w.opts = opts[0]
-	}
-	return w
+	return &Workflow[In, Out]{name: name, fn: fn, opts: mustOneOption("trellis.NewWorkflow", opts)}
 }
 
 // Name returns the workflow's name.

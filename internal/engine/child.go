@@ -77,6 +77,10 @@ func (rs *RunState) StartChild(f *ChildWait, spec ChildSpec, detached bool) {
 	rs.recordWait(pos, store.OpChild, spec.Workflow, spec.Detached, b, nil)
 }
 
+// Refuse settles f with err, without starting a child or taking a position
+// in the history: the call that would start it was refused (its options).
+func (f *ChildWait) Refuse(err error) { f.err = err }
+
 // RunID returns the child's run ID.
 func (f *ChildWait) RunID() string { return f.runID }
 
