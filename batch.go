@@ -2,12 +2,8 @@ package trellis
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 
-	"github.com/google/uuid"
-	"github.com/trellis-dev/trellis/internal/httpc"
 	"github.com/trellis-dev/trellis/internal/problem"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -70,10 +66,7 @@ func (c *Client) StartMany(ctx context.Context, reqs []StartRequest) ([]StartRes
 		}
 	}
 	results, err := callV(ctx, c, ClientCall{Method: "StartMany"}, func(ctx context.Context) ([]StartResult, error) {
-		if c.remote != nil {
-			return c.remote.startMany(ctx, reqs)
-		}
-		return c.startMany(ctx, reqs)
+		return c.b.startMany(ctx, reqs)
 	})
 	if err != nil {
 		return nil, err
@@ -86,49 +79,6 @@ func (c *Client) StartMany(ctx context.Context, reqs []StartRequest) ([]StartRes
 		}
 	}
 	return results, nil
-}
-
-// startMany is StartMany on the client's own store.
-func (c *Client) startMany(ctx context.Context, reqs []StartRequest) ([]StartResult, error) {
-	p := &store.RunsCreateParams{Namespace: c.cfg.Namespace, Runs: make([]*store.RunCreateParams, len(reqs))}
-	for i, r := range reqs {
-		def, err := c.checkStart(r.Workflow, r.Input)
-		if err == nil {
-			err = checkVersion(r.Options)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
-		}
-		p.Runs[i] = c.createParams(ctx, def, r.Input, r.Options)
-		if err := c.applyRecords(ctx, def, r.Options, p.Runs[i]); err != nil {
-			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
-		}
-	}
-	p.Idempotency = idempotency(ctx, startedMany)
-	res, err := c.store.RunsCreate(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("starting runs: %w", err)
-	}
-	return startResults(res), nil
-}
-
-// checkStart checks a start by name as StartRaw does and returns the
-// workflow's definition (a bare one when this client does not know it).
-func (c *Client) checkStart(workflow string, input []byte) (*definition, error) {
-	if workflow == "" {
-		return nil, fmt.Errorf("%w: empty workflow name", ErrInvalidParams)
-	}
-	if len(input) > c.cfg.MaxPayloadBytes {
-		return nil, fmt.Errorf("%w: input is %d bytes (limit %d)", ErrPayloadTooLarge, len(input), c.cfg.MaxPayloadBytes)
-	}
-	def, ok := c.reg.get(workflow)
-	if !ok {
-		return &definition{name: workflow}, nil
-	}
-	if err := def.checkIn(c.cfg.Codec, input); err != nil {
-		return nil, err
-	}
-	return def, nil
 }
 
 // startResults converts a batch's store result.
@@ -164,42 +114,11 @@ type startManyBody struct {
 	Runs []startBody `json:"runs"`
 }
 
-func (r *remote) startMany(ctx context.Context, reqs []StartRequest) ([]StartResult, error) {
-	runs := make([]startBody, len(reqs))
-	for i, req := range reqs {
-		if len(req.Input) > 0 && !json.Valid(req.Input) {
-			return nil, fmt.Errorf("starting runs: item %d: %w: a server takes JSON inputs (Config.Codec must encode JSON)", i, ErrInvalidInput)
-		}
-		if err := checkVersion(req.Options); err != nil {
-			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
-		}
-		o := req.Options
-		runs[i] = startBodyOf(runParams("", &definition{name: req.Workflow}, uuid.Nil.String(), req.Input, o, ""), o)
-		runs[i].Queue = o.Queue // "" lets the server apply the workflow's default
-	}
-	results, err := r.startBatch(ctx, runs)
-	if err != nil {
-		return nil, fmt.Errorf("starting runs: %w", err)
-	}
-	return results, nil
-}
-
 // Delete deletes a finished run now, with everything that belongs to it: its
 // history, attempts, stored values, events, approvals and the idempotency keys
 // that name it. A run that has not finished is not deleted (ErrRunActive:
 // cancel it first). Finished runs are also deleted in the background once
 // their namespace's retention period has passed (see docs/retention.md).
 func (c *Client) Delete(ctx context.Context, ref string) error {
-	return c.call(ctx, ClientCall{Method: "Delete", Ref: ref}, func(ctx context.Context) error { return c.doDelete(ctx, ref) })
-}
-
-// doDelete is Delete without the call interceptors.
-func (c *Client) doDelete(ctx context.Context, ref string) error {
-	if c.remote != nil {
-		_, err := c.remote.do(ctx, httpc.Call{Method: http.MethodDelete, Path: c.remote.runPath(ref)})
-		return err
-	}
-	_, err := c.store.RunDelete(ctx, &store.RunDeleteParams{Namespace: c.cfg.Namespace, Ref: ref,
-		Idempotency: idempotency(ctx, noResult)})
-	return err
+	return c.call(ctx, ClientCall{Method: "Delete", Ref: ref}, func(ctx context.Context) error { return c.b.delete(ctx, ref) })
 }

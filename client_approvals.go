@@ -18,49 +18,24 @@ type ApprovalFilter struct {
 
 // Approvals lists approval requests, newest first.
 func (c *Client) Approvals(ctx context.Context, f ApprovalFilter) (*ApprovalList, error) {
-	return callV(ctx, c, ClientCall{Method: "Approvals", Ref: f.Run}, func(ctx context.Context) (*ApprovalList, error) { return c.doApprovals(ctx, f) })
-}
-
-// doApprovals is Approvals without the call interceptors.
-func (c *Client) doApprovals(ctx context.Context, f ApprovalFilter) (*ApprovalList, error) {
-	if c.remote != nil {
-		page, err := c.remote.approvals(ctx, f)
+	return callV(ctx, c, ClientCall{Method: "Approvals", Ref: f.Run}, func(ctx context.Context) (*ApprovalList, error) {
+		page, err := c.b.approvals(ctx, f)
 		if err != nil {
 			return nil, opErr("listing approvals", err)
 		}
 		return page, nil
-	}
-	res, err := c.store.ApprovalList(ctx, &store.ApprovalListParams{Namespace: c.cfg.Namespace,
-		Statuses: approvalStatusesToStore(f.Statuses), Run: f.Run, Limit: f.Limit, Cursor: f.Cursor})
-	if err != nil {
-		return nil, opErr("listing approvals", err)
-	}
-	page := &ApprovalList{Approvals: make([]*ApprovalRecord, len(res.Approvals)), NextCursor: res.NextCursor}
-	for i, a := range res.Approvals {
-		page.Approvals[i] = approvalFromStore(a)
-	}
-	return page, nil
+	})
 }
 
 // GetApproval returns one approval request by ID.
 func (c *Client) GetApproval(ctx context.Context, id string) (*ApprovalRecord, error) {
-	return callV(ctx, c, ClientCall{Method: "GetApproval", Ref: id}, func(ctx context.Context) (*ApprovalRecord, error) { return c.doGetApproval(ctx, id) })
-}
-
-// doGetApproval is GetApproval without the call interceptors.
-func (c *Client) doGetApproval(ctx context.Context, id string) (*ApprovalRecord, error) {
-	if c.remote != nil {
-		a, err := c.remote.getApproval(ctx, id)
+	return callV(ctx, c, ClientCall{Method: "GetApproval", Ref: id}, func(ctx context.Context) (*ApprovalRecord, error) {
+		a, err := c.b.getApproval(ctx, id)
 		if err != nil {
 			return nil, opErr(fmt.Sprintf("getting approval %q", id), err)
 		}
 		return a, nil
-	}
-	a, err := c.store.ApprovalGet(ctx, &store.ApprovalGetParams{Namespace: c.cfg.Namespace, ID: id})
-	if err != nil {
-		return nil, opErr(fmt.Sprintf("getting approval %q", id), err)
-	}
-	return approvalFromStore(a), nil
+	})
 }
 
 // Approve approves a pending request as principal, with an optional comment;
@@ -81,24 +56,12 @@ func (c *Client) decide(ctx context.Context, id string, approve bool, principal,
 		method = "Approve"
 	}
 	return callV(ctx, c, ClientCall{Method: method, Ref: id}, func(ctx context.Context) (*ApprovalRecord, error) {
-		return c.doDecide(ctx, id, approve, principal, comment)
-	})
-}
-
-func (c *Client) doDecide(ctx context.Context, id string, approve bool, principal, comment string) (*ApprovalRecord, error) {
-	if c.remote != nil {
-		a, err := c.remote.decide(ctx, id, approve, comment)
+		a, err := c.b.decide(ctx, id, approve, principal, comment)
 		if err != nil {
 			return nil, opErr(fmt.Sprintf("deciding approval %q", id), err)
 		}
 		return a, nil
-	}
-	a, err := c.store.ApprovalDecide(ctx, &store.ApprovalDecideParams{Namespace: c.cfg.Namespace, ID: id,
-		Approve: approve, Principal: principal, Comment: comment, Idempotency: idempotency(ctx, decided)})
-	if err != nil {
-		return nil, opErr(fmt.Sprintf("deciding approval %q", id), err)
-	}
-	return approvalFromStore(a), nil
+	})
 }
 
 func approvalStatusesToStore(ss []ApprovalStatus) []store.ApprovalStatus {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"slices"
 	"time"
-
-	"github.com/trellis-dev/trellis/store"
 )
 
 // WorkerRecord is what a worker process reports about itself (refreshed by its
@@ -36,51 +34,34 @@ type WorkerRecord struct {
 // Workers lists the records of this client's namespace's workers, live or not,
 // by name. Records of workers dead for longer than an hour are forgotten.
 func (c *Client) Workers(ctx context.Context) ([]*WorkerRecord, error) {
-	return callV(ctx, c, ClientCall{Method: "Workers"}, c.doWorkers)
+	return callV(ctx, c, ClientCall{Method: "Workers"}, c.workers)
 }
 
-// doWorkers is Workers without the call interceptors.
-func (c *Client) doWorkers(ctx context.Context) ([]*WorkerRecord, error) {
-	if c.remote != nil {
-		ws, err := c.remote.workers(ctx)
-		if err != nil {
-			return nil, opErr("listing workers", err)
-		}
-		return ws, nil
-	}
-	ws, err := c.store.WorkerList(ctx, &store.WorkerListParams{Namespace: c.cfg.Namespace})
+func (c *Client) workers(ctx context.Context) ([]*WorkerRecord, error) {
+	ws, err := c.b.workers(ctx)
 	if err != nil {
 		return nil, opErr("listing workers", err)
 	}
-	out := make([]*WorkerRecord, len(ws))
-	for i, w := range ws {
-		out[i] = &WorkerRecord{Namespace: w.Namespace, Name: w.Name, Workflows: nonNil(w.Workflows),
-			Queues: nonNil(w.Queues), Versions: w.Versions, Version: w.Version, StartedAt: w.StartedAt, LastSeenAt: w.LastSeenAt,
-			ExpiresAt: w.ExpiresAt, Live: w.Live, Owner: w.Owner}
-	}
-	return out, nil
+	return ws, nil
 }
 
 // ServedWorkflows returns the names of the workflows that live workers of this
 // client's namespace serve, sorted.
 func (c *Client) ServedWorkflows(ctx context.Context) ([]string, error) {
-	return callV(ctx, c, ClientCall{Method: "ServedWorkflows"}, c.doServedWorkflows)
-}
-
-// doServedWorkflows is ServedWorkflows without the call interceptors.
-func (c *Client) doServedWorkflows(ctx context.Context) ([]string, error) {
-	ws, err := c.doWorkers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	names := []string{}
-	for _, w := range ws {
-		if w.Live {
-			names = append(names, w.Workflows...)
+	return callV(ctx, c, ClientCall{Method: "ServedWorkflows"}, func(ctx context.Context) ([]string, error) {
+		ws, err := c.workers(ctx)
+		if err != nil {
+			return nil, err
 		}
-	}
-	slices.Sort(names)
-	return slices.Compact(names), nil
+		names := []string{}
+		for _, w := range ws {
+			if w.Live {
+				names = append(names, w.Workflows...)
+			}
+		}
+		slices.Sort(names)
+		return slices.Compact(names), nil
+	})
 }
 
 func nonNil(s []string) []string {

@@ -113,42 +113,7 @@ func isBase64Wrapper(b []byte) bool {
 // ExportHistory returns a run (by run ID or workflow ID) and its history in the
 // RecordedHistory format, with the child runs of its child ops.
 func (c *Client) ExportHistory(ctx context.Context, ref string) (*RecordedHistory, error) {
-	return callV(ctx, c, ClientCall{Method: "ExportHistory", Ref: ref}, func(ctx context.Context) (*RecordedHistory, error) { return c.doExportHistory(ctx, ref) })
-}
-
-// doExportHistory is ExportHistory without the call interceptors.
-func (c *Client) doExportHistory(ctx context.Context, ref string) (*RecordedHistory, error) {
-	if c.remote != nil {
-		// The server's history route answers this very document.
-		h, err := c.remote.exportHistory(ctx, ref)
-		if err != nil {
-			return nil, fmt.Errorf("exporting history: %w", err)
-		}
-		return h, nil
-	}
-	run, err := c.doGet(ctx, ref)
-	if err != nil {
-		return nil, fmt.Errorf("exporting history: %w", err)
-	}
-	ops, err := c.doHistory(ctx, run.ID)
-	if err != nil {
-		return nil, fmt.Errorf("exporting history: %w", err)
-	}
-	h := &RecordedHistory{Format: HistoryFormat, Run: *run, Ops: make([]HistoryOp, len(ops))}
-	for i, op := range ops {
-		h.Ops[i] = HistoryOp{Op: *op}
-		if op.Kind != OpChild {
-			continue
-		}
-		kids, err := c.doChildren(ctx, run.ID, op.Position)
-		if err != nil {
-			return nil, fmt.Errorf("exporting history: reading children at %d: %w", op.Position, err)
-		}
-		for _, k := range kids {
-			h.Ops[i].Children = append(h.Ops[i].Children, HistoryChild{ID: k.ID, Workflow: k.Workflow, Status: k.Status, Output: k.Output, Error: k.Error})
-		}
-	}
-	return h, nil
+	return callV(ctx, c, ClientCall{Method: "ExportHistory", Ref: ref}, func(ctx context.Context) (*RecordedHistory, error) { return c.b.exportHistory(ctx, ref) })
 }
 
 // opKinds are the op kinds of format v1.

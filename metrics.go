@@ -193,13 +193,13 @@ func (m *Metrics) interceptor() Interceptor {
 	}
 }
 
-// attach makes the metrics observe a client: its store's commits, its
+// attach makes the metrics observe an embedded client: its store's commits, its
 // worker's claims and leases, and the store's counts at scrape time.
-func (m *Metrics) attach(c *Client) {
-	m.observeCommits(c.store)
-	src := &metricsSource{client: c, store: c.store, keys: []any{c.database()}, namespace: c.cfg.Namespace, logger: c.cfg.Logger}
-	if c.worker != nil {
-		src.leases = c.worker.Executing
+func (m *Metrics) attach(e *embedded) {
+	m.observeCommits(e.store)
+	src := &metricsSource{client: e, store: e.store, keys: []any{e.database()}, namespace: e.cfg.Namespace, logger: e.cfg.Logger}
+	if e.worker != nil {
+		src.leases = e.worker.Executing
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -207,11 +207,11 @@ func (m *Metrics) attach(c *Client) {
 }
 
 // detach stops reading a client that closes.
-func (m *Metrics) detach(c *Client) {
+func (m *Metrics) detach(e *embedded) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.sources = slices.DeleteFunc(m.sources, func(s *metricsSource) bool { return s.client == c })
-	m.unobserveCommits(c.store)
+	m.sources = slices.DeleteFunc(m.sources, func(s *metricsSource) bool { return s.client == e })
+	m.unobserveCommits(e.store)
 }
 
 func (m *Metrics) observeCommits(st store.Store) {
@@ -360,7 +360,7 @@ func (m *Metrics) ObserveRemoteRelease(workflow string) {
 
 // metricsSource is what the scrape reads: an attached client or an observed store.
 type metricsSource struct {
-	client    *Client // nil for an observed store
+	client    *embedded // nil for an observed store
 	store     store.Store
 	keys      []any  // identities of its database: the store, its URL
 	namespace string // a client's namespace
@@ -496,19 +496,19 @@ func (db *database) countWorkers(ctx context.Context, workers map[string]int64) 
 
 // database identifies the database of the client's store for the metrics: its
 // URL, or the store itself when the client was given one (Config.Backend).
-func (c *Client) database() any {
-	if c.cfg.Backend == nil && c.cfg.Store != "" {
-		return c.cfg.Store
+func (e *embedded) database() any {
+	if e.cfg.Backend == nil && e.cfg.Store != "" {
+		return e.cfg.Store
 	}
-	return c.store
+	return e.store
 }
 
 // scrapeTimeout bounds the store queries of one scrape.
 const scrapeTimeout = 5 * time.Second
 
 // liveWorkers counts the live workers of the client's namespace.
-func (c *Client) liveWorkers(ctx context.Context) (int, error) {
-	ws, err := c.store.WorkerList(ctx, &store.WorkerListParams{Namespace: c.cfg.Namespace})
+func (e *embedded) liveWorkers(ctx context.Context) (int, error) {
+	ws, err := e.store.WorkerList(ctx, &store.WorkerListParams{Namespace: e.cfg.Namespace})
 	if err != nil {
 		return 0, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/google/uuid"
 	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -26,62 +25,7 @@ import (
 // results stay with the old run's children) comes before it; ErrRunExists when
 // another run with the workflow ID is active.
 func (c *Client) Reset(ctx context.Context, ref, step string) (*Run, error) {
-	return callV(ctx, c, ClientCall{Method: "Reset", Ref: ref}, func(ctx context.Context) (*Run, error) { return c.doReset(ctx, ref, step) })
-}
-
-// doReset is Reset without the call interceptors.
-func (c *Client) doReset(ctx context.Context, ref, step string) (*Run, error) {
-	if c.remote != nil {
-		return c.remote.reset(ctx, ref, step)
-	}
-	src, err := c.doGet(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	if !src.Status.Terminal() {
-		return nil, fmt.Errorf("resetting run %s: %w (status %s)", src.ID, ErrRunActive, src.Status)
-	}
-	history, err := c.store.HistoryList(ctx, &store.HistoryListParams{Namespace: c.cfg.Namespace, Ref: src.ID})
-	if err != nil {
-		return nil, fmt.Errorf("resetting run %s: %w", src.ID, err)
-	}
-	kept, kv, err := resetPrefix(history, step)
-	if err == nil {
-		err = c.checkNoMap(ctx, src, kept)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("resetting run %s: %w", src.ID, err)
-	}
-	res, err := c.store.RunCreate(ctx, &store.RunCreateParams{
-		Namespace: c.cfg.Namespace, ID: uuid.Must(uuid.NewV7()).String(), WorkflowID: src.WorkflowID,
-		Workflow: src.Workflow, Queue: src.Queue, Priority: src.Priority, Version: src.Version, Pinned: src.Pinned,
-		Input: src.Input, History: kept, KV: kv, Idempotency: idempotency(ctx, createdRun),
-		Retry: src.Retry, // its start's workflow retry policy; the new run is at its first attempt
-	})
-	if err != nil {
-		return nil, fmt.Errorf("resetting run %s: %w", src.ID, err)
-	}
-	return runFromStore(res.Run), nil
-}
-
-// checkNoMap refuses to keep a Map's op that does not hold its items' results
-// (recorded before Map ops did): those are read from its child runs, which
-// belong to the old run. (A single child's result is in its op.)
-func (c *Client) checkNoMap(ctx context.Context, src *Run, kept []*store.Op) error {
-	for _, op := range kept {
-		if op.Kind != store.OpChild {
-			continue
-		}
-		runs, err := c.store.RunChildren(ctx, &store.RunChildrenParams{Namespace: src.Namespace, Parent: src.ID, Position: op.Position})
-		if err != nil {
-			return err
-		}
-		if len(runs) > 0 && runs[0].ID == engine.ChildRunID(src.ID, op.Position, 0) && !engine.MapSelfContained(op) {
-			return fmt.Errorf("%w: op %d is a Map recorded by an older version, whose results stay with the old run: reset to a step before it",
-				ErrInvalidParams, op.Position)
-		}
-	}
-	return nil
+	return callV(ctx, c, ClientCall{Method: "Reset", Ref: ref}, func(ctx context.Context) (*Run, error) { return c.b.reset(ctx, ref, step) })
 }
 
 // resetPrefix returns the ops recorded before the first op of step (all of them

@@ -163,54 +163,6 @@ func checkScheduleName(name string) error {
 	return nil
 }
 
-// storeSpec checks spec, applies its defaults, and returns it as stored. A
-// workflow registered here gets its input checked and its queue as default;
-// one that is not is taken as named (its runs wait until a worker serves it).
-func (c *Client) storeSpec(spec ScheduleSpec) (store.ScheduleSpec, error) {
-	out := store.ScheduleSpec{Workflow: spec.Workflow, Queue: spec.Queue, Input: spec.Input, Cron: spec.Cron,
-		TimeZone: spec.TimeZone, Overlap: store.Overlap(spec.Overlap), CatchupWindow: spec.CatchupWindow}
-	if out.TimeZone == "" {
-		out.TimeZone = "UTC"
-	}
-	if out.Overlap == "" {
-		out.Overlap = store.OverlapSkip
-	}
-	switch {
-	case out.CatchupWindow == 0:
-		out.CatchupWindow = DefaultCatchupWindow
-	case out.CatchupWindow < 0:
-		return out, fmt.Errorf("%w: catch-up window %s is negative", ErrInvalidParams, out.CatchupWindow)
-	}
-	if !out.Overlap.Valid() {
-		return out, fmt.Errorf("%w: overlap policy %q: want skip, buffer_one, allow_all or cancel_previous", ErrInvalidParams, spec.Overlap)
-	}
-	if _, err := schedule.Parse(out.Cron, out.TimeZone); err != nil {
-		return out, fmt.Errorf("%w: %v", ErrInvalidParams, err)
-	}
-	if len(out.Input) > c.cfg.MaxPayloadBytes {
-		return out, fmt.Errorf("%w: input is %d bytes (limit %d)", ErrPayloadTooLarge, len(out.Input), c.cfg.MaxPayloadBytes)
-	}
-	if out.Workflow == "" {
-		return out, fmt.Errorf("%w: workflow is required", ErrInvalidParams)
-	}
-	input := []byte(out.Input)
-	if len(input) == 0 {
-		input = []byte("null")
-	}
-	if def, ok := c.reg.get(out.Workflow); ok {
-		if err := def.checkIn(c.cfg.Codec, input); err != nil {
-			return out, err
-		}
-		if out.Queue == "" {
-			out.Queue = def.opts.Queue
-		}
-	}
-	if out.Queue == "" {
-		out.Queue = "default"
-	}
-	return out, nil
-}
-
 // scheduleRecord is the SDK's record of a stored schedule.
 func scheduleRecord(sc *store.Schedule) *Schedule {
 	out := &Schedule{Namespace: sc.Namespace, Name: sc.Name, Paused: sc.Paused,
@@ -236,161 +188,53 @@ func scheduleRecord(sc *store.Schedule) *Schedule {
 // serves is accepted, as StartRaw accepts it: the runs wait, pending, with a
 // wait reason that says so, until a worker serves it.
 func (c *Client) CreateSchedule(ctx context.Context, name string, spec ScheduleSpec, opts ...CreateScheduleOptions) (*Schedule, error) {
-	return callV(ctx, c, ClientCall{Method: "CreateSchedule", Workflow: spec.Workflow, Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.doCreateSchedule(ctx, name, spec, opts...) })
-}
-
-// doCreateSchedule is CreateSchedule without the call interceptors.
-func (c *Client) doCreateSchedule(ctx context.Context, name string, spec ScheduleSpec, opts ...CreateScheduleOptions) (*Schedule, error) {
-	o, err := oneOption("Client.CreateSchedule", opts)
-	if err != nil {
-		return nil, err
-	}
-	if c.remote != nil {
-		return c.remote.createSchedule(ctx, name, spec, o)
-	}
-	if err := checkScheduleName(name); err != nil {
-		return nil, fmt.Errorf("creating schedule: %w", err)
-	}
-	sp, err := c.storeSpec(spec)
-	if err != nil {
-		return nil, fmt.Errorf("creating schedule %s: %w", name, err)
-	}
-	sc, err := c.store.ScheduleCreate(ctx, &store.ScheduleCreateParams{Namespace: c.cfg.Namespace, Name: name, Spec: sp, Paused: o.Paused,
-		Idempotency: idempotency(ctx, scheduleResult)})
-	if err != nil {
-		return nil, err
-	}
-	return scheduleRecord(sc), nil
+	return callV(ctx, c, ClientCall{Method: "CreateSchedule", Workflow: spec.Workflow, Ref: name}, func(ctx context.Context) (*Schedule, error) {
+		o, err := oneOption("Client.CreateSchedule", opts)
+		if err != nil {
+			return nil, err
+		}
+		return c.b.createSchedule(ctx, name, spec, o)
+	})
 }
 
 // GetSchedule returns a schedule. ErrScheduleNotFound when there is none.
 func (c *Client) GetSchedule(ctx context.Context, name string) (*Schedule, error) {
-	return callV(ctx, c, ClientCall{Method: "GetSchedule", Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.doGetSchedule(ctx, name) })
-}
-
-// doGetSchedule is GetSchedule without the call interceptors.
-func (c *Client) doGetSchedule(ctx context.Context, name string) (*Schedule, error) {
-	if c.remote != nil {
-		return c.remote.getSchedule(ctx, name)
-	}
-	sc, err := c.store.ScheduleGet(ctx, &store.ScheduleGetParams{Namespace: c.cfg.Namespace, Name: name})
-	if err != nil {
-		return nil, err
-	}
-	return scheduleRecord(sc), nil
+	return callV(ctx, c, ClientCall{Method: "GetSchedule", Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.b.getSchedule(ctx, name) })
 }
 
 // ListSchedules returns the namespace's schedules by name.
 func (c *Client) ListSchedules(ctx context.Context) ([]*Schedule, error) {
-	return callV(ctx, c, ClientCall{Method: "ListSchedules"}, c.doListSchedules)
-}
-
-// doListSchedules is ListSchedules without the call interceptors.
-func (c *Client) doListSchedules(ctx context.Context) ([]*Schedule, error) {
-	if c.remote != nil {
-		return c.remote.listSchedules(ctx)
-	}
-	list, err := c.store.ScheduleList(ctx, &store.ScheduleListParams{Namespace: c.cfg.Namespace})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*Schedule, len(list))
-	for i, sc := range list {
-		out[i] = scheduleRecord(sc)
-	}
-	return out, nil
+	return callV(ctx, c, ClientCall{Method: "ListSchedules"}, c.b.listSchedules)
 }
 
 // UpdateSchedule replaces a schedule's spec (checked as CreateSchedule checks
 // it); the new spec fires from now on, and a buffered tick is dropped.
 func (c *Client) UpdateSchedule(ctx context.Context, name string, spec ScheduleSpec) (*Schedule, error) {
-	return callV(ctx, c, ClientCall{Method: "UpdateSchedule", Workflow: spec.Workflow, Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.doUpdateSchedule(ctx, name, spec) })
-}
-
-// doUpdateSchedule is UpdateSchedule without the call interceptors.
-func (c *Client) doUpdateSchedule(ctx context.Context, name string, spec ScheduleSpec) (*Schedule, error) {
-	if c.remote != nil {
-		return c.remote.updateSchedule(ctx, name, spec)
-	}
-	if err := checkScheduleName(name); err != nil {
-		return nil, fmt.Errorf("updating schedule: %w", err)
-	}
-	sp, err := c.storeSpec(spec)
-	if err != nil {
-		return nil, fmt.Errorf("updating schedule %s: %w", name, err)
-	}
-	sc, err := c.store.ScheduleUpdate(ctx, &store.ScheduleUpdateParams{Namespace: c.cfg.Namespace, Name: name, Spec: sp,
-		Idempotency: idempotency(ctx, scheduleResult)})
-	if err != nil {
-		return nil, err
-	}
-	return scheduleRecord(sc), nil
+	return callV(ctx, c, ClientCall{Method: "UpdateSchedule", Workflow: spec.Workflow, Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.b.updateSchedule(ctx, name, spec) })
 }
 
 // PauseSchedule pauses a schedule: no tick fires until ResumeSchedule.
 // ErrSchedulePaused when it is paused already (nothing changes).
 func (c *Client) PauseSchedule(ctx context.Context, name string) (*Schedule, error) {
-	return callV(ctx, c, ClientCall{Method: "PauseSchedule", Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.pauseSchedule(ctx, name, true) })
+	return callV(ctx, c, ClientCall{Method: "PauseSchedule", Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.b.pauseSchedule(ctx, name, true) })
 }
 
 // ResumeSchedule resumes a paused schedule; ticks that fell due while it was
 // paused are not caught up. ErrScheduleNotPaused when it is not paused.
 func (c *Client) ResumeSchedule(ctx context.Context, name string) (*Schedule, error) {
-	return callV(ctx, c, ClientCall{Method: "ResumeSchedule", Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.pauseSchedule(ctx, name, false) })
-}
-
-func (c *Client) pauseSchedule(ctx context.Context, name string, paused bool) (*Schedule, error) {
-	if c.remote != nil {
-		return c.remote.pauseSchedule(ctx, name, paused)
-	}
-	sc, err := c.store.SchedulePause(ctx, &store.SchedulePauseParams{Namespace: c.cfg.Namespace, Name: name, Paused: paused,
-		Idempotency: idempotency(ctx, scheduleResult)})
-	if err != nil {
-		return nil, err
-	}
-	return scheduleRecord(sc), nil
+	return callV(ctx, c, ClientCall{Method: "ResumeSchedule", Ref: name}, func(ctx context.Context) (*Schedule, error) { return c.b.pauseSchedule(ctx, name, false) })
 }
 
 // DeleteSchedule deletes a schedule; the runs it started stay.
 func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
-	return c.call(ctx, ClientCall{Method: "DeleteSchedule", Ref: name}, func(ctx context.Context) error { return c.doDeleteSchedule(ctx, name) })
-}
-
-// doDeleteSchedule is DeleteSchedule without the call interceptors.
-func (c *Client) doDeleteSchedule(ctx context.Context, name string) error {
-	if c.remote != nil {
-		return c.remote.deleteSchedule(ctx, name)
-	}
-	return c.store.ScheduleDelete(ctx, &store.ScheduleDeleteParams{Namespace: c.cfg.Namespace, Name: name,
-		Idempotency: idempotency(ctx, noResult)})
+	return c.call(ctx, ClientCall{Method: "DeleteSchedule", Ref: name}, func(ctx context.Context) error { return c.b.deleteSchedule(ctx, name) })
 }
 
 // TriggerSchedule starts one run of a schedule now, paused or not, whatever its
 // overlap policy, and returns it. It moves no cursor: the schedule's ticks fire
 // as before.
 func (c *Client) TriggerSchedule(ctx context.Context, name string) (*Run, error) {
-	return callV(ctx, c, ClientCall{Method: "TriggerSchedule", Ref: name}, func(ctx context.Context) (*Run, error) { return c.doTriggerSchedule(ctx, name) })
-}
-
-// doTriggerSchedule is TriggerSchedule without the call interceptors.
-func (c *Client) doTriggerSchedule(ctx context.Context, name string) (*Run, error) {
-	if c.remote != nil {
-		return c.remote.triggerSchedule(ctx, name)
-	}
-	sc, err := c.store.ScheduleGet(ctx, &store.ScheduleGetParams{Namespace: c.cfg.Namespace, Name: name})
-	if err != nil {
-		return nil, err
-	}
-	res, err := c.store.ScheduleFire(ctx, &store.ScheduleFireParams{Namespace: sc.Namespace, Name: sc.Name,
-		Run:         schedule.RunParams(sc, schedule.TriggerRunID(sc.Name, c.cfg.Clock.Now()), c.version(sc.Workflow)),
-		Idempotency: idempotency(ctx, firedRun)})
-	if err != nil {
-		return nil, fmt.Errorf("triggering schedule %s: %w", name, err)
-	}
-	if res.Created {
-		c.scheduledStart(res.Run)
-	}
-	return runFromStore(res.Run), nil
+	return callV(ctx, c, ClientCall{Method: "TriggerSchedule", Ref: name}, func(ctx context.Context) (*Run, error) { return c.b.triggerSchedule(ctx, name) })
 }
 
 // BackfillSchedule starts the runs of a schedule's ticks in [start, end), paused
@@ -400,48 +244,7 @@ func (c *Client) doTriggerSchedule(ctx context.Context, name string) (*Run, erro
 // returned. More than MaxBackfillRuns ticks, or end not after start, is
 // ErrInvalidParams and starts nothing.
 func (c *Client) BackfillSchedule(ctx context.Context, name string, start, end time.Time) ([]*Run, error) {
-	return callV(ctx, c, ClientCall{Method: "BackfillSchedule", Ref: name}, func(ctx context.Context) ([]*Run, error) { return c.doBackfillSchedule(ctx, name, start, end) })
-}
-
-// doBackfillSchedule is BackfillSchedule without the call interceptors.
-func (c *Client) doBackfillSchedule(ctx context.Context, name string, start, end time.Time) ([]*Run, error) {
-	if c.remote != nil {
-		return c.remote.backfillSchedule(ctx, name, start, end)
-	}
-	if !end.After(start) {
-		return nil, fmt.Errorf("backfilling schedule %s: %w: end %s is not after start %s", name, ErrInvalidParams,
-			end.Format(time.RFC3339), start.Format(time.RFC3339))
-	}
-	sc, err := c.store.ScheduleGet(ctx, &store.ScheduleGetParams{Namespace: c.cfg.Namespace, Name: name})
-	if err != nil {
-		return nil, err
-	}
-	spec, err := schedule.Parse(sc.Cron, sc.TimeZone)
-	if err != nil {
-		return nil, fmt.Errorf("backfilling schedule %s: %w", name, err)
-	}
-	ticks, ok := schedule.Ticks(spec, start, end, MaxBackfillRuns)
-	if !ok {
-		return nil, fmt.Errorf("backfilling schedule %s: %w: more than %d ticks in [%s, %s)", name, ErrInvalidParams,
-			MaxBackfillRuns, start.Format(time.RFC3339), end.Format(time.RFC3339))
-	}
-	p := &store.ScheduleFireParams{Namespace: sc.Namespace, Name: sc.Name, Idempotency: idempotency(ctx, backfilledRuns)}
-	for _, at := range ticks {
-		p.Runs = append(p.Runs, schedule.RunParams(sc, schedule.RunID(sc.Name, at), c.version(sc.Workflow)))
-	}
-	if len(p.Runs) == 0 {
-		return []*Run{}, nil
-	}
-	res, err := c.store.ScheduleFire(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("backfilling schedule %s: %w", name, err)
-	}
-	for i, r := range res.Runs {
-		if i < len(res.RunsCreated) && res.RunsCreated[i] {
-			c.scheduledStart(r)
-		}
-	}
-	return runsFromStore(res.Runs), nil
+	return callV(ctx, c, ClientCall{Method: "BackfillSchedule", Ref: name}, func(ctx context.Context) ([]*Run, error) { return c.b.backfillSchedule(ctx, name, start, end) })
 }
 
 // BackfillResult is the response of a backfill in the HTTP API.
@@ -454,21 +257,4 @@ func scheduleResult(result any) any { return scheduleRecord(result.(*store.Sched
 func firedRun(result any) any       { return runFromStore(result.(*store.ScheduleFireResult).Run) }
 func backfilledRuns(result any) any {
 	return BackfillResult{Runs: runsFromStore(result.(*store.ScheduleFireResult).Runs)}
-}
-
-// version is the version runs of workflow start with: the registered one's.
-func (c *Client) version(workflow string) int {
-	if def, ok := c.reg.get(workflow); ok {
-		return def.opts.Version
-	}
-	return 0
-}
-
-// scheduledStart counts a run that a schedule of this client's store started
-// (its scheduler's fires, TriggerSchedule, BackfillSchedule) in the metrics'
-// trellis_runs_started_total, as a Start is counted.
-func (c *Client) scheduledStart(run *store.Run) {
-	if m := c.cfg.Metrics; m != nil {
-		m.ObserveStarted(run.Workflow)
-	}
 }

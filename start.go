@@ -3,12 +3,8 @@ package trellis
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/trellis-dev/trellis/internal/handoff"
-	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -79,7 +75,7 @@ func (h *Handle[Out]) RunID() string { return h.runID }
 func (h *Handle[Out]) Result(ctx context.Context) (Out, error) {
 	var out Out
 	run, err := callV(ctx, h.c, ClientCall{Method: "Result", Ref: h.runID}, func(ctx context.Context) (*Run, error) {
-		return h.c.waitRun(ctx, h.runID)
+		return h.c.b.waitRun(ctx, h.runID)
 	})
 	if err != nil {
 		return out, err
@@ -159,65 +155,11 @@ func (c *Client) start(ctx context.Context, def *definition, input []byte, o Sta
 		return nil, fmt.Errorf("starting %s: %w", def.name, err)
 	}
 	return callV(ctx, c, ClientCall{Method: "Start", Workflow: def.name, Ref: o.ID}, func(ctx context.Context) (*Run, error) {
-		return c.doStart(ctx, def, input, o)
-	})
-}
-
-func (c *Client) doStart(ctx context.Context, def *definition, input []byte, o StartOptions) (*Run, error) {
-	if err := checkVersion(o); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", def.name, err)
-	}
-	if c.remote != nil {
-		return c.remote.start(ctx, def, input, o)
-	}
-	p := c.createParams(ctx, def, input, o)
-	if err := c.applyRecords(ctx, def, o, p); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", def.name, err)
-	}
-	p.Idempotency = idempotency(ctx, createdRun)
-	// A free slot of this process's worker, else (for a call of the server's)
-	// of a waiting remote worker: the run is created claimed for it.
-	slot := c.reserveSlot(ctx, p)
-	cctx := ctx
-	if slot != nil {
-		p.Claim = slot.Claim()
-		var cancel context.CancelFunc
-		cctx, cancel = claimedCreateContext(ctx, p.Claim.LeaseDuration)
-		defer cancel()
-	}
-	res, err := c.store.RunCreate(cctx, p)
-	if slot != nil {
-		var claimed *store.ClaimedRun
-		if err == nil {
-			claimed = res.Claimed
+		if err := checkVersion(o); err != nil {
+			return nil, fmt.Errorf("starting %s: %w", def.name, err)
 		}
-		slot.Done(claimed)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", def.name, err)
-	}
-	return runFromStore(res.Run), nil
-}
-
-// claimedCreateContext is the context of a store write that may create a run
-// leased to a worker waiting for it (a hand-off): the caller's, but not ended
-// when the caller goes (a client that closed its connection before the
-// answer). Abandoned half-way, the write could still commit, its answer lost:
-// the run would stay leased to a worker never told of it until the lease
-// expired. Completed, the run reaches the worker (or, if the worker's stream
-// has gone, is handed back at once). The write is bounded by the lease
-// duration: past it, a lost answer strands nothing.
-func claimedCreateContext(ctx context.Context, lease time.Duration) (context.Context, context.CancelFunc) {
-	if lease <= 0 {
-		lease = worker.DefaultLeaseDuration
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), lease)
-}
-
-// createParams are the parameters of a new run of def started by a call with
-// ctx: its executions join the trace of the span in ctx.
-func (c *Client) createParams(ctx context.Context, def *definition, input []byte, o StartOptions) *store.RunCreateParams {
-	return runParams(c.cfg.Namespace, def, uuid.Must(uuid.NewV7()).String(), input, o, traceParentOf(ctx))
+		return c.b.start(ctx, def, input, o)
+	})
 }
 
 // runParams are the parameters that create a run of def with ID runID, with the
@@ -252,51 +194,6 @@ func runParams(namespace string, def *definition, runID string, input []byte, o 
 		p.AvailableAt = &a
 	}
 	return p
-}
-
-// reserveSlot returns a slot for the run of p to be created already claimed:
-// one of this client's worker when it runs the workflow and queue of p and has
-// a free slot (the run starts without waiting for a claim), else, for a call of
-// the server's (see package handoff), one of a remote worker whose claim stream
-// waits with a free slot. It returns nil when there is none, or when the run
-// starts later.
-func (c *Client) reserveSlot(ctx context.Context, p *store.RunCreateParams) handoff.Slot {
-	if p.AvailableAt != nil || len(p.History) > 0 {
-		return nil
-	}
-	if c.worker != nil && c.servesLocally(p) && c.worker.Reserve() {
-		return localSlot{c}
-	}
-	if o := handoff.From(ctx); o != nil {
-		return o.Reserve(p.Namespace, p.Workflow, p.Queue, p.PinVersion())
-	}
-	return nil
-}
-
-// servesLocally reports whether this client's worker runs the workflow,
-// queue and (for a pinned run) version of p.
-func (c *Client) servesLocally(p *store.RunCreateParams) bool {
-	if !c.reg.serves(p) {
-		return false
-	}
-	qs := c.cfg.Worker.Queues
-	return len(qs) == 0 || slices.Contains(qs, p.Queue)
-}
-
-// localSlot is a slot of this client's worker reserved by Worker.Reserve.
-type localSlot struct{ c *Client }
-
-func (s localSlot) Claim() *store.CreateClaim {
-	return &store.CreateClaim{Worker: s.c.worker.Name(), LeaseDuration: s.c.worker.LeaseDuration()}
-}
-
-func (s localSlot) Done(cr *store.ClaimedRun) {
-	if cr == nil {
-		s.c.worker.Unreserve()
-		return
-	}
-	s.c.engine.Begin(cr.Run.ID) // before Start returns, so Result need not read the store
-	s.c.worker.Launch(cr)
 }
 
 func (c *Client) encode(v any) ([]byte, error) {

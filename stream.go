@@ -91,26 +91,12 @@ func (c *Client) doStream(ctx context.Context, ref string, after int64, yield fu
 		yield(nil, fmt.Errorf("%w: Stream: after must be a sequence or StreamNow, got %d", ErrInvalidParams, after))
 		return
 	}
-	run, err := c.doGet(ctx, ref)
+	run, err := c.b.get(ctx, ref)
 	if err != nil {
 		yield(nil, err)
 		return
 	}
-	if c.remote != nil {
-		c.remote.stream(ctx, run.ID, after, yield)
-		return
-	}
-	stopped := errors.New("stopped")
-	err = streams.Follow(ctx, c.store, c.cfg.Namespace, run.ID, after, streams.Options{},
-		func(ev *store.StreamEvent) error {
-			if !yield(&StreamEvent{Sequence: ev.Sequence, Name: ev.Name, Data: ev.Data, At: ev.At}, nil) {
-				return stopped
-			}
-			return nil
-		})
-	if err != nil && !errors.Is(err, stopped) {
-		yield(nil, fmt.Errorf("streaming run %s: %w", run.ID, err))
-	}
+	c.b.stream(ctx, run.ID, after, yield)
 }
 
 // Reconnection of a remote stream: after a dropped connection it tries again at

@@ -3,8 +3,6 @@ package trellis
 import (
 	"context"
 	"fmt"
-
-	"github.com/trellis-dev/trellis/store"
 )
 
 // StartTx starts a run of wf inside tx, the caller's own transaction on the
@@ -18,10 +16,6 @@ import (
 // A rejected start (ErrRunExists) leaves tx usable. Stores without transactions
 // (the remote client) return ErrTxNotSupported.
 func StartTx[In, Out any](ctx context.Context, c *Client, tx any, wf *Workflow[In, Out], in In, opts ...StartOptions) (*Handle[Out], error) {
-	ts, ok := c.store.(store.TxStarter)
-	if !ok {
-		return nil, fmt.Errorf("starting %s: %w", wf.definition().name, ErrTxNotSupported)
-	}
 	return startWith(c, "trellis.StartTx", wf, in, opts, func(def *definition, input []byte, o StartOptions) (*Run, error) {
 		return callV(ctx, c, ClientCall{Method: "StartTx", Workflow: def.name, Ref: o.ID}, func(ctx context.Context) (*Run, error) {
 			if err := checkVersion(o); err != nil {
@@ -30,12 +24,7 @@ func StartTx[In, Out any](ctx context.Context, c *Client, tx any, wf *Workflow[I
 			if err := o.check(); err != nil {
 				return nil, fmt.Errorf("starting %s: %w", def.name, err)
 			}
-			p := c.createParams(ctx, def, input, o)
-			res, err := ts.RunCreateTx(ctx, tx, p)
-			if err != nil {
-				return nil, fmt.Errorf("starting %s: %w", def.name, err)
-			}
-			return runFromStore(res.Run), nil
+			return c.b.startTx(ctx, tx, def, input, o)
 		})
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/trellis-dev/trellis/internal/engine"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/internal/workertransport"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // Worker runs registered workflows in a process of its own: the shape of a
@@ -77,10 +78,12 @@ func newRemoteWorker(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c, err := openRemote(cfg)
+	c := &Client{cfg: cfg, chain: newChain(cfg.interceptors())}
+	r, err := newRemoteBackend(c)
 	if err != nil {
 		return nil, err
 	}
+	c.b = r
 	transport := workertransport.New()
 	if transport == nil {
 		c.Close()
@@ -91,7 +94,7 @@ func newRemoteWorker(cfg Config) (*Worker, error) {
 		c.Close()
 		return nil, fmt.Errorf("trellis worker: %w", err)
 	}
-	c.wstore, c.wclose = rs, rs.Close
+	r.wstore, r.wclose = rs, rs.Close
 	eng, err := engine.New(engine.Config{
 		Store: rs, Codec: cfg.Codec, Clock: cfg.Clock, Logger: cfg.Logger,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, MaxInlineBackoff: cfg.Worker.MaxInlineBackoff,
@@ -102,7 +105,7 @@ func newRemoteWorker(cfg Config) (*Worker, error) {
 		c.Close()
 		return nil, err
 	}
-	c.engine = eng
+	r.engine = eng
 	w, err := worker.New(worker.Config{
 		Store: rs, Namespace: cfg.Namespace, Queues: cfg.Worker.Queues,
 		Workflows: c.reg.names, Versions: c.reg.versions, Name: cfg.Worker.Name,
@@ -110,12 +113,54 @@ func newRemoteWorker(cfg Config) (*Worker, error) {
 		LeaseDuration: cfg.Worker.LeaseDuration, HeartbeatInterval: cfg.Worker.HeartbeatInterval,
 		ShutdownGrace: cfg.Worker.ShutdownGrace, PollInterval: cfg.Worker.PollInterval,
 		Logger: cfg.Logger, Clock: cfg.Clock, OnClaim: cfg.onClaim(),
-	}, &executor{eng: c.engine, chain: c.chain})
+	}, &executor{eng: r.engine, chain: c.chain})
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
-	c.worker = w
+	r.worker = w
 	w.Start()
 	return &Worker{c: c}, nil
+}
+
+// workerRole is a client's worker, in either backend: the store it claims
+// from (the client's, or the server's worker protocol for a remote worker),
+// the engine that executes the runs, and the worker (nil when the client runs
+// none: Config.Worker.Disabled, or a client on a server opened by Open).
+type workerRole struct {
+	wstore worker.Store
+	wclose func() error // closes wstore when it is not the client's store
+	worker *worker.Worker
+	engine *engine.Engine
+}
+
+// serve makes the worker serve the workflows names (just registered): their
+// blocked runs are resumed, and the worker's record lists them before serve
+// returns, so that every process on the store sees them served (their pending
+// runs read no "no live worker" wait reason, and the CLI does not warn of a
+// schedule of them).
+func (w *workerRole) serve(ctx context.Context, cfg *Config, names []string) error {
+	if w.worker == nil {
+		return nil
+	}
+	if _, err := w.wstore.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: cfg.Namespace, Workflows: names,
+		Queues: cfg.Worker.Queues}); err != nil {
+		return fmt.Errorf("resuming blocked runs: %w", err)
+	}
+	if err := w.worker.Announce(ctx); err != nil {
+		return err
+	}
+	w.worker.Wake()
+	return nil
+}
+
+// stopWorker stops the worker gracefully: Worker.ShutdownGrace for the active
+// runs, then a lease's time for the executors to hand runs back.
+func (w *workerRole) stopWorker(cfg *Config) error {
+	if w.worker == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Worker.ShutdownGrace+cfg.Worker.LeaseDuration)
+	defer cancel()
+	return w.worker.Stop(ctx)
 }
