@@ -193,6 +193,6 @@ func (e *embedded) version(workflow string) int {
 // trellis_runs_started_total, as a Start is counted.
 func (e *embedded) scheduledStart(run *store.Run) {
 	if m := e.cfg.Metrics; m != nil {
-		m.ObserveStarted(run.Workflow)
+		m.observeStarted(run.Workflow)
 	}
 }

@@ -327,7 +327,7 @@ func (c Config) onClaim() func(time.Duration, int) {
 		return nil
 	}
 	m := c.Metrics // not the whole Config in the closure
-	return func(d time.Duration, _ int) { m.ObserveClaim(d) }
+	return func(d time.Duration, _ int) { m.observeClaim(d) }
 }
 
 // onEndedAttempts is the worker's OnEndedAttempts: nil without metrics.
@@ -335,5 +335,5 @@ func (c Config) onEndedAttempts() func([]store.EndedAttemptInfo) {
 	if c.Metrics == nil {
 		return nil
 	}
-	return c.Metrics.ObserveEndedAttempts
+	return c.Metrics.observeEndedAttempts
 }

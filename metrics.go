@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/trellis-dev/trellis/internal/servermetrics"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -120,9 +121,17 @@ func (m *Metrics) Handler() http.Handler {
 // Registry is the registry of the metrics, for adding one's own.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
+// serverObserver is the servermetrics.Observer of a server's Metrics: what a
+// server records that a client does not (internal/servermetrics).
+type serverObserver struct{ m *Metrics }
+
+func init() {
+	servermetrics.For = func(metrics any) servermetrics.Observer { return serverObserver{metrics.(*Metrics)} }
+}
+
 // AddStreamSubscribers adds delta (negative when they leave) to the gauge of
 // open event-stream subscriptions.
-func (m *Metrics) AddStreamSubscribers(delta int) { m.subscribers.Add(float64(delta)) }
+func (o serverObserver) AddStreamSubscribers(delta int) { o.m.subscribers.Add(float64(delta)) }
 
 func (m *Metrics) workflow(name string) *workflowMetrics {
 	if w := m.last.Load(); w != nil && w.name == name {
@@ -252,20 +261,6 @@ func (m *Metrics) unobserveCommits(st store.Store) {
 	}
 }
 
-// ObservedStore is a store that Metrics.ObserveStore covers.
-type ObservedStore struct {
-	// Store is the store.
-	Store store.Store
-	// URL is the URL the store was opened from, if any: clients opened on the
-	// same URL share its database, which is counted once.
-	URL string
-	// ActiveLeases, when set, is called at scrape time and its count added to
-	// trellis_active_leases (a server's: the leases its remote workers hold).
-	ActiveLeases func() int
-	// Logger receives the errors of the scrape's store reads; default discards.
-	Logger *slog.Logger
-}
-
 // ObserveStore makes the metrics cover a store that no client of theirs opened,
 // as `trellis server` does with its store from the moment it starts: the
 // store's group commits (trellis_store_commit_*), and at scrape time its
@@ -274,7 +269,11 @@ type ObservedStore struct {
 // else only of the namespaces of the clients attached). Clients on the same
 // store (Config.Backend) or URL are not counted twice. stop ends it, and the
 // commits' observation once no client of these metrics uses the store either.
-func (m *Metrics) ObserveStore(o ObservedStore) (stop func()) {
+func (ob serverObserver) ObserveStore(o servermetrics.Store) (stop func()) {
+	return ob.m.observeStore(o)
+}
+
+func (m *Metrics) observeStore(o servermetrics.Store) (stop func()) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -301,13 +300,19 @@ func (m *Metrics) ObserveStore(o ObservedStore) (stop func()) {
 // ObserveClaim records the latency of a claim query made for workers
 // elsewhere (trellis_claim_seconds): `trellis server` calls it for the claims
 // of its remote workers. Embedded workers' claims are recorded without it.
-func (m *Metrics) ObserveClaim(d time.Duration) { m.claimSecs.Observe(d.Seconds()) }
+func (o serverObserver) ObserveClaim(d time.Duration) { o.m.observeClaim(d) }
+
+func (m *Metrics) observeClaim(d time.Duration) { m.claimSecs.Observe(d.Seconds()) }
 
 // ObserveEndedAttempts counts step attempts that a claim recorded as lost or
 // timed out (trellis_step_attempts_total, outcome "lost" or "timed_out"):
 // their workers could not. Embedded workers count those of their own claims;
 // `trellis server` calls it for the claims of its remote workers.
-func (m *Metrics) ObserveEndedAttempts(ended []store.EndedAttemptInfo) {
+func (o serverObserver) ObserveEndedAttempts(ended []store.EndedAttemptInfo) {
+	o.m.observeEndedAttempts(ended)
+}
+
+func (m *Metrics) observeEndedAttempts(ended []store.EndedAttemptInfo) {
 	for _, a := range ended {
 		m.stepAttempts.WithLabelValues(a.Workflow, a.Outcome).Inc()
 	}
@@ -321,7 +326,8 @@ func (m *Metrics) ObserveEndedAttempts(ended []store.EndedAttemptInfo) {
 // (trellis_runs_ended_total). `trellis server` calls it for each checkpoint
 // its remote workers send that the store applied (not for a retry the store
 // answered as applied already), so its metrics count the runs its workers end.
-func (m *Metrics) ObserveRemoteCheckpoint(workflow string, p *store.CheckpointParams) {
+func (o serverObserver) ObserveRemoteCheckpoint(workflow string, p *store.CheckpointParams) {
+	m := o.m
 	w := m.workflow(workflow)
 	for i := range p.Attempts {
 		a := &p.Attempts[i]
@@ -349,13 +355,15 @@ func (m *Metrics) ObserveRemoteCheckpoint(workflow string, p *store.CheckpointPa
 // through a client call (trellis_runs_started_total): `trellis server` calls
 // it for each run its scheduler fires. A client's own scheduler and its calls
 // count theirs without it.
-func (m *Metrics) ObserveStarted(workflow string) { m.workflow(workflow).started.Inc() }
+func (o serverObserver) ObserveStarted(workflow string) { o.m.observeStarted(workflow) }
+
+func (m *Metrics) observeStarted(workflow string) { m.workflow(workflow).started.Inc() }
 
 // ObserveRemoteRelease counts a run attempt that a remote worker ended by
 // handing its run back through this process (trellis_run_attempts_total,
 // status pending).
-func (m *Metrics) ObserveRemoteRelease(workflow string) {
-	m.attemptEnded(m.workflow(workflow), StatusPending)
+func (o serverObserver) ObserveRemoteRelease(workflow string) {
+	o.m.attemptEnded(o.m.workflow(workflow), StatusPending)
 }
 
 // metricsSource is what the scrape reads: an attached client or an observed store.

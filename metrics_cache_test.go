@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/trellis-dev/trellis/internal/servermetrics"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -84,7 +85,7 @@ func TestMetricsCountAStoresCommitsOnce(t *testing.T) {
 	var seen atomic.Int64
 	st.(store.CommitObserver).ObserveCommits(func(n int, _ time.Duration) { seen.Add(1) })
 	m := NewMetrics()
-	stop := m.ObserveStore(ObservedStore{Store: st})
+	stop := m.observeStore(servermetrics.Store{Store: st})
 	defer stop()
 	var clients []*Client
 	for range 2 {

@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,6 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/auth"
 	"github.com/trellis-dev/trellis/internal/auth/storeauth"
@@ -30,6 +31,7 @@ import (
 	"github.com/trellis-dev/trellis/internal/retention"
 	"github.com/trellis-dev/trellis/internal/schedule"
 	"github.com/trellis-dev/trellis/internal/secrets"
+	"github.com/trellis-dev/trellis/internal/servermetrics"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -197,7 +199,7 @@ type Config struct {
 	// Metrics collects the metrics of the API, of the server's clients and of
 	// its store, served at GET /metrics to principals with role reader on every
 	// namespace ("*"); default a new trellis.NewMetrics(). They cover the whole
-	// store from New on (Metrics.ObserveStore), the claims the server makes for
+	// store from New on (internal/servermetrics), the claims the server makes for
 	// its remote workers and the leases those hold through it
 	// (docs/observability.md). Pass the same one to workers embedded in the
 	// process to serve theirs there too.
@@ -373,6 +375,9 @@ type Server struct {
 	stopDraining context.CancelFunc
 
 	api *apiMetrics
+	// observer records in Config.Metrics what only a server sees
+	// (internal/servermetrics).
+	observer servermetrics.Observer
 	// leases counts the leases the remote workers hold through this server
 	// (trellis_active_leases); stopMetrics ends the metrics' reading of the store.
 	leases      *leaseCounter
@@ -447,6 +452,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("starting server: registering API metrics: %w", err)
 	}
 	s.api = api
+	s.observer = servermetrics.For(cfg.Metrics)
 	s.auditRefusals = newRateLimiter(auditRefusalRate, auditRefusalBurst)
 	if s.auditor, err = newAuditor(s.store, cfg, cfg.Metrics.Registry()); err != nil {
 		if s.ownsStore {
@@ -478,7 +484,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		sch, err := schedule.New(schedule.Config{Store: s.store, Owner: owner,
 			LeaseDuration: cfg.Scheduler.LeaseDuration, Interval: cfg.Scheduler.Interval, Logger: cfg.Logger, Clock: cfg.Clock,
-			Started: func(run *store.Run) { cfg.Metrics.ObserveStarted(run.Workflow) }})
+			Started: func(run *store.Run) { s.observer.ObserveStarted(run.Workflow) }})
 		if err != nil {
 			if s.ownsStore {
 				s.store.Close()
@@ -502,11 +508,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	// The metrics cover the whole store from the start, not only the
 	// namespaces that requests have opened a client for.
-	obs := trellis.ObservedStore{Store: s.store, ActiveLeases: s.leases.count, Logger: cfg.Logger}
+	obs := servermetrics.Store{Store: s.store, ActiveLeases: s.leases.count, Logger: cfg.Logger}
 	if s.ownsStore {
 		obs.URL = cfg.Store
 	}
-	s.stopMetrics = cfg.Metrics.ObserveStore(obs)
+	s.stopMetrics = s.observer.ObserveStore(obs)
 	return s, nil
 }
 

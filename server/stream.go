@@ -41,8 +41,8 @@ func (s *Server) streamRun(w http.ResponseWriter, r *http.Request, c *call) erro
 			return nil
 		}
 	}
-	s.cfg.Metrics.AddStreamSubscribers(1)
-	defer s.cfg.Metrics.AddStreamSubscribers(-1)
+	s.observer.AddStreamSubscribers(1)
+	defer s.observer.AddStreamSubscribers(-1)
 	// A stream outlives the server's timeouts: no read deadline (the request
 	// was read; a read timeout would cancel the request's context), and a write
 	// deadline pushed on before each write.
@@ -108,8 +108,8 @@ func (s *Server) serveStream(conn net.Conn, ns, runID, workflow string, after in
 		defer unregister()
 	}
 	defer conn.Close()
-	s.cfg.Metrics.AddStreamSubscribers(1)
-	defer s.cfg.Metrics.AddStreamSubscribers(-1)
+	s.observer.AddStreamSubscribers(1)
+	defer s.observer.AddStreamSubscribers(-1)
 	var buf []byte
 	write := func() error {
 		if len(buf) == 0 {

@@ -414,8 +414,8 @@ func (h *workerService) claim(ctx context.Context, p *store.RunsClaimParams) (*s
 	p.StepTimeoutGrace = h.s.cfg.StepTimeoutGrace // the server's, never a worker's
 	res, err := h.s.store.RunsClaim(ctx, p)
 	if err == nil { // as the embedded workers count them
-		h.s.cfg.Metrics.ObserveClaim(time.Since(t0))
-		h.s.cfg.Metrics.ObserveEndedAttempts(res.EndedAttempts)
+		h.s.observer.ObserveClaim(time.Since(t0))
+		h.s.observer.ObserveEndedAttempts(res.EndedAttempts)
 	}
 	return res, err
 }
@@ -519,7 +519,7 @@ func (h *workerService) ReleaseLease(ctx context.Context, req *connect.Request[p
 		// its run attempt was counted the first time.
 		if wf, first := h.s.leases.wrote(p.Lease, true); err == nil && first {
 			if wf = h.workflowOf(ctx, p.Lease, wf); wf != "" {
-				h.s.cfg.Metrics.ObserveRemoteRelease(wf)
+				h.s.observer.ObserveRemoteRelease(wf)
 			}
 		}
 	}
@@ -601,7 +601,7 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 					retried.Status, retried.Error = store.StatusWaiting, nil
 					obs = &retried
 				}
-				h.s.cfg.Metrics.ObserveRemoteCheckpoint(wf, obs)
+				h.s.observer.ObserveRemoteCheckpoint(wf, obs)
 			}
 		}
 		if err != nil {
