@@ -6,35 +6,42 @@ import (
 	"fmt"
 
 	"github.com/trellis-dev/trellis/internal/engine"
-	"github.com/trellis-dev/trellis/internal/queuedefaults"
+	"github.com/trellis-dev/trellis/internal/handoff"
+	"github.com/trellis-dev/trellis/internal/idemkey"
 	"github.com/trellis-dev/trellis/internal/results"
-	"github.com/trellis-dev/trellis/internal/retention"
-	"github.com/trellis-dev/trellis/internal/schedule"
 	"github.com/trellis-dev/trellis/internal/streams"
 	"github.com/trellis-dev/trellis/internal/worker"
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/blobs"
 )
 
-// embedded is the backend of a client on a store of its own (Open without
-// Config.Server): the store, the engine, the worker (unless
-// Config.Worker.Disabled), the results watcher that Wait and Handle.Result
-// use, the scheduler and the purger. Its methods are the client's calls on the
-// store; the other embedded_*.go files hold those of starts, namespaces and
-// queues, and schedules.
+// embedded is the backend of a client on a store (Open without
+// Config.Server): a core (the store, the namespace and queue records, the
+// scheduler and the purger), the engine, the worker (unless
+// Config.Worker.Disabled) and the results watcher that Wait and Handle.Result
+// use. Its methods are the client's calls on the store, in the client's
+// namespace; the other embedded_*.go files hold those of starts, namespaces
+// and queues, and schedules. On a server, an embedded backend is made for each
+// request, on the server's core, with the request's calls.
 type embedded struct {
-	cfg       *Config   // the client's
-	reg       *registry // the client's
-	store     store.Store
-	ownsStore bool
+	*core
+	owner bool      // the core is this client's: it stops and closes it
+	cfg   *Config   // the client's
+	reg   *registry // the client's
+	calls calls
 	workerRole
-	purger *retention.Purger // deletes expired runs; with the worker
-	// queues caches the default retry policies of queues for the worker's
-	// runs, made on first use.
-	queues    *queuedefaults.Cache
-	results   *results.Watcher
-	scheduler *schedule.Scheduler
-	objects   objectCache // namespace and queue records, for the defaults of starts
+	// results is the results watcher (nil for a request of a server's: its
+	// core's watcher of the namespace, see watcher).
+	results *results.Watcher
+}
+
+// calls is what a server's request adds to the embedded backend's
+// operations: the idempotency key to record with the change (nil: none), and
+// the hand-off of the runs it starts to the server's waiting remote workers
+// (nil: none). An embedded client's calls are the zero value.
+type calls struct {
+	idem    *idemkey.Request
+	handoff handoff.Offer
 }
 
 // openEmbedded opens c's store (unless Config.Backend), its engine and
@@ -42,7 +49,7 @@ type embedded struct {
 // and purger.
 func openEmbedded(ctx context.Context, c *Client) (*embedded, error) {
 	cfg := &c.cfg
-	e := &embedded{cfg: cfg, reg: &c.reg, store: cfg.Backend}
+	e := &embedded{core: &core{store: cfg.Backend, logger: cfg.Logger}, owner: true, cfg: cfg, reg: &c.reg}
 	if e.store == nil {
 		s, err := OpenStore(ctx, cfg.Store, cfg.Clock.Now)
 		if err != nil {
@@ -85,22 +92,15 @@ func openEmbedded(ctx context.Context, c *Client) (*embedded, error) {
 		}
 		e.worker = w
 		w.Start()
-		if !cfg.Scheduler.Disabled {
-			sch, err := schedule.New(schedule.Config{Store: e.store, Owner: w.Name(), Clock: cfg.Clock,
-				LeaseDuration: cfg.Scheduler.LeaseDuration, Interval: cfg.Scheduler.Interval,
-				Version: e.version, Started: e.scheduledStart, Logger: cfg.Logger})
-			if err != nil {
-				e.shutdown()
-				return nil, fmt.Errorf("opening trellis: %w", err)
-			}
-			e.scheduler = sch
-			sch.Start()
+		// The scheduler and the purger run with the worker.
+		if err := e.startBackground(background{Scheduler: !cfg.Scheduler.Disabled, Owner: w.Name(),
+			SchedulerLease: cfg.Scheduler.LeaseDuration, SchedulerInterval: cfg.Scheduler.Interval,
+			Version: e.version, Started: e.scheduledStart, RetentionInterval: cfg.Worker.RetentionInterval,
+			Clock: cfg.Clock, Logger: cfg.Logger}); err != nil {
+			e.shutdown()
+			return nil, fmt.Errorf("opening trellis: %w", err)
 		}
-		if cfg.Worker.RetentionInterval >= 0 {
-			e.purger = retention.New(retention.Config{Store: e.store, Interval: cfg.Worker.RetentionInterval,
-				Logger: cfg.Logger, Clock: cfg.Clock})
-			e.purger.Start()
-		}
+		e.startScheduler()
 	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.attach(e)
@@ -124,21 +124,17 @@ func (e *embedded) register(ctx context.Context, names []string) error {
 }
 
 func (e *embedded) shutdown() error {
-	var err error
-	if e.scheduler != nil {
-		// First, so that the lease passes to another process at once.
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Worker.LeaseDuration)
-		if serr := e.scheduler.Stop(ctx); serr != nil {
-			err = fmt.Errorf("stopping scheduler: %w", serr)
-		}
-		cancel()
+	if !e.owner {
+		return nil
 	}
+	// The scheduler first, so that its lease passes to another process at once.
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Worker.LeaseDuration)
+	err := e.stopScheduler(ctx)
+	cancel()
 	if werr := e.stopWorker(e.cfg); werr != nil {
 		err = werr
 	}
-	if e.purger != nil {
-		e.purger.Stop()
-	}
+	e.stopPurger()
 	if m := e.cfg.Metrics; m != nil {
 		m.detach(e)
 	}
@@ -149,20 +145,17 @@ func (e *embedded) shutdown() error {
 	return err
 }
 
-func (e *embedded) closeStore() error {
-	if e.ownsStore {
-		return e.store.Close()
+// idempotency returns the store record of the idempotency key of the
+// server's request (calls.idem), or nil when there is none: the guarded call
+// writes it in the transaction of its change. sdk turns the store's result
+// into the SDK value the server renders its response from.
+func (e *embedded) idempotency(sdk func(result any) any) *store.IdempotencyRecord {
+	r := e.calls.idem
+	if r == nil {
+		return nil
 	}
-	return nil
-}
-
-// queueDefaults returns the cache of queues' default retry policies, made on
-// first use.
-func (e *embedded) queueDefaults() *queuedefaults.Cache {
-	if e.queues == nil {
-		e.queues = queuedefaults.New(e.store, e.cfg.Logger)
-	}
-	return e.queues
+	return &store.IdempotencyRecord{Key: r.Key, Fingerprint: r.Fingerprint,
+		Response: func(result any) (int, []byte, error) { return r.Render(sdk(result)) }}
 }
 
 func (e *embedded) get(ctx context.Context, ref string) (*Run, error) {
@@ -236,7 +229,7 @@ func (e *embedded) value(ctx context.Context, ref, key string) (Payload, error) 
 
 func (e *embedded) cancel(ctx context.Context, ref string) error {
 	run, err := e.store.RunCancel(ctx, &store.RunCancelParams{Namespace: e.cfg.Namespace, Ref: ref,
-		Idempotency: idempotency(ctx, changedRun)})
+		Idempotency: e.idempotency(changedRun)})
 	if err != nil {
 		return err
 	}
@@ -248,13 +241,13 @@ func (e *embedded) cancel(ctx context.Context, ref string) error {
 
 func (e *embedded) resume(ctx context.Context, ref string) error {
 	_, err := e.store.RunResume(ctx, &store.RunResumeParams{Namespace: e.cfg.Namespace, Ref: ref,
-		Idempotency: idempotency(ctx, changedRun)})
+		Idempotency: e.idempotency(changedRun)})
 	return err
 }
 
 func (e *embedded) delete(ctx context.Context, ref string) error {
 	_, err := e.store.RunDelete(ctx, &store.RunDeleteParams{Namespace: e.cfg.Namespace, Ref: ref,
-		Idempotency: idempotency(ctx, noResult)})
+		Idempotency: e.idempotency(noResult)})
 	return err
 }
 
@@ -277,21 +270,38 @@ func (e *embedded) wait(ctx context.Context, ref string) (*Run, error) {
 // executes in this process, else through the results watcher (one batched
 // read for many callers; see internal/results).
 func (e *embedded) waitRun(ctx context.Context, runID string) (*Run, error) {
-	if done, ok := e.engine.Outcome(runID); ok {
-		select {
-		case run := <-done:
-			if run != nil {
-				return runFromStore(run), nil
+	if e.engine != nil {
+		if done, ok := e.engine.Outcome(runID); ok {
+			select {
+			case run := <-done:
+				if run != nil {
+					return runFromStore(run), nil
+				}
+			case <-ctx.Done():
+				return nil, ctx.Err()
 			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
 		}
 	}
-	run, err := e.results.Wait(ctx, runID)
+	w, release, err := e.watcher()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	run, err := w.Wait(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
 	return runFromStore(run), nil
+}
+
+// watcher returns the results watcher of the client's namespace: the
+// client's, or on a server its core's (server_core.go), and a function to
+// call when the wait is over.
+func (e *embedded) watcher() (*results.Watcher, func(), error) {
+	if e.results != nil {
+		return e.results, func() {}, nil
+	}
+	return e.core.watcher(e.cfg.Namespace, e.cfg.Worker.PollInterval)
 }
 
 func (e *embedded) sendEvent(ctx context.Context, ref, name string, b []byte) error {
@@ -299,7 +309,7 @@ func (e *embedded) sendEvent(ctx context.Context, ref, name string, b []byte) er
 		return err
 	}
 	p := &store.EventSendParams{Namespace: e.cfg.Namespace, Ref: ref, Name: name, Payload: b,
-		Idempotency: idempotency(ctx, noResult)}
+		Idempotency: e.idempotency(noResult)}
 	// If the event wakes a run this process's worker runs and it has a free
 	// slot, the store leases the run to it in the same transaction.
 	reserved := e.worker != nil && e.worker.Reserve()
@@ -359,7 +369,7 @@ func (e *embedded) getApproval(ctx context.Context, id string) (*ApprovalRecord,
 
 func (e *embedded) decide(ctx context.Context, id string, approve bool, principal, comment string) (*ApprovalRecord, error) {
 	a, err := e.store.ApprovalDecide(ctx, &store.ApprovalDecideParams{Namespace: e.cfg.Namespace, ID: id,
-		Approve: approve, Principal: principal, Comment: comment, Idempotency: idempotency(ctx, decided)})
+		Approve: approve, Principal: principal, Comment: comment, Idempotency: e.idempotency(decided)})
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
-	"github.com/trellis-dev/trellis/internal/handoff"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -89,9 +88,8 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request, c *call) error
 		input = []byte("null")
 	}
 	// A remote worker of this server waiting with a free slot gets the run
-	// created claimed for it (see handoffs).
-	ctx := handoff.With(r.Context(), s.handoffs)
-	run, err := c.client.StartRaw(ctx, req.Workflow, input, o)
+	// created claimed for it (see handoffs and Server.client).
+	run, err := c.client.StartRaw(r.Context(), req.Workflow, input, o)
 	if err != nil {
 		return err
 	}

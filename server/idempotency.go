@@ -10,6 +10,9 @@ import (
 	"net/http"
 	"time"
 
+	servercore "github.com/trellis-dev/trellis/internal/core"
+
+	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/idemkey"
 	"github.com/trellis-dev/trellis/store"
 )
@@ -105,8 +108,10 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, rt route, c *cal
 	}
 	c.keyed = &keyed{rec: rec, ns: c.ns}
 	rec.Response = c.keyed.render(rt.status)
-	ctx := idemkey.With(r.Context(), &idemkey.Request{Key: rec.Key, Fingerprint: rec.Fingerprint, Render: rec.Response})
-	err = rt.handle(s, w, r.WithContext(ctx), c)
+	// The request's client writes the key with its change.
+	c.client = s.core.Client(c.ns, servercore.Calls{Handoff: s.handoffs,
+		Idempotency: &idemkey.Request{Key: rec.Key, Fingerprint: rec.Fingerprint, Render: rec.Response}}).(*trellis.Client)
+	err = rt.handle(s, w, r, c)
 	if errors.Is(err, store.ErrIdempotencyKeyUsed) {
 		// A concurrent duplicate executed and committed first: answer its response.
 		replayed, rerr := s.replay(w, r.Context(), c.keyed.ns, rec)

@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	servercore "github.com/trellis-dev/trellis/internal/core"
+
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/trellis-dev/trellis"
@@ -28,8 +30,6 @@ import (
 	"github.com/trellis-dev/trellis/internal/auth/storeauth"
 	"github.com/trellis-dev/trellis/internal/clock"
 	"github.com/trellis-dev/trellis/internal/queuedefaults"
-	"github.com/trellis-dev/trellis/internal/retention"
-	"github.com/trellis-dev/trellis/internal/schedule"
 	"github.com/trellis-dev/trellis/internal/secrets"
 	"github.com/trellis-dev/trellis/internal/servermetrics"
 	"github.com/trellis-dev/trellis/store"
@@ -350,10 +350,9 @@ type Server struct {
 	workerPath string
 	http       *http.Server
 
-	mu      sync.Mutex
-	clients map[string]*trellis.Client // by namespace, created on first use
-	ln      net.Listener
-	served  chan error
+	mu     sync.Mutex
+	ln     net.Listener
+	served chan error
 
 	active  atomic.Int64 // requests being handled
 	streams atomic.Int64 // streams open (Config.MaxStreams)
@@ -399,8 +398,9 @@ type Server struct {
 	// second (auditRequest).
 	auditRefusals *rateLimiter
 	purgeDone     chan struct{} // closed when the purge loop (purgeLoop) has stopped; nil without one
-	scheduler     *schedule.Scheduler
-	purger        *retention.Purger // deletes expired runs; nil when RetentionInterval < 0
+	// core is the engine's core on the store (internal/core): the clients of
+	// the requests, the scheduler and the purger.
+	core servercore.Core
 }
 
 // New opens the store (unless Config.Backend) and builds the server.
@@ -417,7 +417,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, store: cfg.Backend, clients: map[string]*trellis.Client{}, ui: ui, tls: tlsSt}
+	s := &Server{cfg: cfg, store: cfg.Backend, ui: ui, tls: tlsSt}
 	if _, ok := cfg.Authenticator.(auth.SubjectAuthenticator); cfg.ClientCAFile != "" && cfg.Authenticator != nil && !ok {
 		return nil, errors.New("server config: ClientCAFile (--client-ca) needs an Authenticator that maps certificate subjects (auth.SubjectAuthenticator)")
 	}
@@ -477,21 +477,21 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.http.Protocols.SetHTTP2(true)
 		s.http.TLSConfig = s.tls.serverConfig()
 	}
-	if !cfg.Scheduler.Disabled {
-		owner := cfg.Scheduler.Owner
-		if owner == "" {
-			owner = schedulerOwner()
+	owner := cfg.Scheduler.Owner
+	if owner == "" && !cfg.Scheduler.Disabled {
+		owner = schedulerOwner()
+	}
+	// The purger starts now, the scheduler with Start.
+	s.core, err = servercore.Open(servercore.Config{Store: s.store, MaxPayloadBytes: cfg.MaxPayloadBytes,
+		Logger: cfg.Logger, Metrics: cfg.Metrics, TracerProvider: cfg.TracerProvider,
+		Scheduler: !cfg.Scheduler.Disabled, Owner: owner, SchedulerLease: cfg.Scheduler.LeaseDuration,
+		SchedulerInterval: cfg.Scheduler.Interval, Started: func(run *store.Run) { s.observer.ObserveStarted(run.Workflow) },
+		RetentionInterval: cfg.RetentionInterval, Clock: cfg.Clock})
+	if err != nil {
+		if s.ownsStore {
+			s.store.Close()
 		}
-		sch, err := schedule.New(schedule.Config{Store: s.store, Owner: owner,
-			LeaseDuration: cfg.Scheduler.LeaseDuration, Interval: cfg.Scheduler.Interval, Logger: cfg.Logger, Clock: cfg.Clock,
-			Started: func(run *store.Run) { s.observer.ObserveStarted(run.Workflow) }})
-		if err != nil {
-			if s.ownsStore {
-				s.store.Close()
-			}
-			return nil, fmt.Errorf("starting server: %w", err)
-		}
-		s.scheduler = sch
+		return nil, fmt.Errorf("starting server: %w", err)
 	}
 	s.auditor.start()
 	if every := cfg.IdempotencyPurgeInterval; every > 0 {
@@ -501,10 +501,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if !cfg.Insecure {
 		s.authLoopDone = make(chan struct{})
 		go s.authLoop()
-	}
-	if cfg.RetentionInterval >= 0 {
-		s.purger = retention.New(retention.Config{Store: s.store, Interval: cfg.RetentionInterval, Logger: cfg.Logger, Clock: cfg.Clock})
-		s.purger.Start()
 	}
 	// The metrics cover the whole store from the start, not only the
 	// namespaces that requests have opened a client for.
@@ -534,9 +530,7 @@ func (s *Server) Start() error {
 	} else {
 		go func() { s.served <- s.http.Serve(ln) }()
 	}
-	if s.scheduler != nil {
-		s.scheduler.Start()
-	}
+	s.core.StartScheduler()
 	return nil
 }
 
@@ -569,11 +563,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) shutdown(ctx context.Context) error {
-	var schedErr error
-	if s.scheduler != nil {
-		// First: the lease passes to another server at once.
-		schedErr = s.scheduler.Stop(ctx)
-	}
+	// First: the scheduler's lease passes to another server at once.
+	schedErr := s.core.StopScheduler(ctx)
 	s.stopDraining()
 	if s.purgeDone != nil {
 		<-s.purgeDone // stopped by stopDraining; a pass in progress ends with its batch
@@ -581,15 +572,11 @@ func (s *Server) shutdown(ctx context.Context) error {
 	if s.authLoopDone != nil {
 		<-s.authLoopDone // stopped by stopDraining
 	}
-	if s.purger != nil {
-		s.purger.Stop() // a batch in flight is cancelled: it deletes nothing or all of its runs
-	}
+	s.core.StopPurger()
 	err := s.http.Shutdown(ctx)
 	s.streamWG.Wait() // ended by stopDraining: each returns at once
 	s.mu.Lock()
 	served := s.served
-	clients := s.clients
-	s.clients = map[string]*trellis.Client{}
 	s.mu.Unlock()
 	if served != nil {
 		if serr := <-served; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
@@ -600,9 +587,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	if aerr := s.stopAuditor(ctx); aerr != nil && err == nil {
 		err = aerr
 	}
-	for _, c := range clients {
-		c.Close()
-	}
+	s.core.Close()
 	s.stopMetrics()
 	if s.ownsStore {
 		if cerr := s.store.Close(); cerr != nil && err == nil {
@@ -610,7 +595,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		}
 	}
 	if err == nil && schedErr != nil {
-		err = fmt.Errorf("stopping scheduler: %w", schedErr)
+		err = schedErr
 	}
 	return err
 }
@@ -634,29 +619,12 @@ func (s *Server) stopAuditor(ctx context.Context) error {
 // context has ended.
 const auditLastWrite = 5 * time.Second
 
-// maxClients bounds the namespaces a server keeps a client for; beyond it, a
-// request gets a client of its own, closed when it ends.
-const maxClients = 1024
-
-// client returns the client of namespace ns (validated by the caller), and a
-// function to call when the request is done with it.
-func (s *Server) client(ctx context.Context, ns string) (*trellis.Client, func(), error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c, ok := s.clients[ns]; ok {
-		return c, func() {}, nil
-	}
-	c, err := trellis.Open(ctx, trellis.Config{Backend: s.store, Namespace: ns, MaxPayloadBytes: s.cfg.MaxPayloadBytes,
-		Worker: trellis.WorkerOptions{Disabled: true}, Logger: s.cfg.Logger,
-		Metrics: s.cfg.Metrics, TracerProvider: s.cfg.TracerProvider, Clock: s.cfg.Clock})
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(s.clients) >= maxClients {
-		return c, func() { c.Close() }, nil
-	}
-	s.clients[ns] = c
-	return c, func() {}, nil
+// client returns a client of namespace ns (validated by the caller) on the
+// server's core, made for the request: a run it starts is handed to a waiting
+// remote worker (handoffs). The function it returns is for the request to
+// call when done with it (nothing, today).
+func (s *Server) client(_ context.Context, ns string) (*trellis.Client, func(), error) {
+	return s.core.Client(ns, servercore.Calls{Handoff: s.handoffs}).(*trellis.Client), func() {}, nil
 }
 
 func (s *Server) activeRequests() int64 { return s.active.Load() }

@@ -1,17 +1,13 @@
-// Package handoff carries, from the HTTP server (package server) to the SDK
-// call that creates a run, a way to create the run already claimed by a remote
-// worker whose claim stream on that server waits with free slots. The run then
-// starts without a claim of its own: one store write less per run, and no
-// claim round trip between the start and the first step. It is internal
-// plumbing, as package idemkey is: a context without an Offer (every call
-// outside the server) changes nothing.
+// Package handoff is how the HTTP server (package server) offers, to the
+// start that creates a run, a way to create the run already claimed by a
+// remote worker whose claim stream on that server waits with free slots. The
+// run then starts without a claim of its own: one store write less per run,
+// and no claim round trip between the start and the first step. The server
+// gives its Offer to the clients of its requests explicitly
+// (internal/core.Calls); a client without one changes nothing.
 package handoff
 
-import (
-	"context"
-
-	"github.com/trellis-dev/trellis/store"
-)
+import "github.com/trellis-dev/trellis/store"
 
 // Offer finds a free slot for a new run.
 type Offer interface {
@@ -31,17 +27,4 @@ type Slot interface {
 	// at once); with nil (the create failed or the store did not honour the
 	// claim), the slot is free again. Call it exactly once.
 	Done(cr *store.ClaimedRun)
-}
-
-type ctxKey struct{}
-
-// With returns ctx carrying o.
-func With(ctx context.Context, o Offer) context.Context {
-	return context.WithValue(ctx, ctxKey{}, o)
-}
-
-// From returns the offer ctx carries, or nil.
-func From(ctx context.Context) Offer {
-	o, _ := ctx.Value(ctxKey{}).(Offer)
-	return o
 }

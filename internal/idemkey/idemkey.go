@@ -1,10 +1,8 @@
-// Package idemkey carries an idempotency key from the HTTP server (package server)
-// to the one store call of an SDK method that it guards, through the call's
-// context. It is internal plumbing: the SDK's public API does not change, and a
-// context without a key (every call outside the server) records nothing.
+// Package idemkey is the idempotency key of an HTTP server's request (package
+// server), which the client of the request (internal/core.Calls) passes to the
+// one store call it guards. The SDK's public API has no such key: a client
+// outside the server records none.
 package idemkey
-
-import "context"
 
 // Request is the idempotency key of one API request.
 type Request struct {
@@ -18,17 +16,4 @@ type Request struct {
 	// The store calls it inside its transaction, possibly more than once when it
 	// retries it.
 	Render func(v any) (status int, body []byte, err error)
-}
-
-type ctxKey struct{}
-
-// With returns ctx carrying r.
-func With(ctx context.Context, r *Request) context.Context {
-	return context.WithValue(ctx, ctxKey{}, r)
-}
-
-// From returns the request ctx carries, or nil.
-func From(ctx context.Context) *Request {
-	r, _ := ctx.Value(ctxKey{}).(*Request)
-	return r
 }
