@@ -269,8 +269,8 @@ func (m *Metrics) unobserveCommits(st store.Store) {
 // else only of the namespaces of the clients attached). Clients on the same
 // store (Config.Backend) or URL are not counted twice. stop ends it, and the
 // commits' observation once no client of these metrics uses the store either.
-func (ob serverObserver) ObserveStore(o servermetrics.Store) (stop func()) {
-	return ob.m.observeStore(o)
+func (o serverObserver) ObserveStore(st servermetrics.Store) (stop func()) {
+	return o.m.observeStore(st)
 }
 
 func (m *Metrics) observeStore(o servermetrics.Store) (stop func()) {
