@@ -139,7 +139,14 @@ func frozenRemoteWorker(t *testing.T, url string) {
 	execs := readStepLogs(t, dir, workers)
 	readLostLeases(t, dir, workers) // logs what they said
 	checkStepLogHistories(t, c, ids, execs)
-	after, again := 0, 0
+	// A goroutine the SIGSTOP caught between its lease check (a clock read)
+	// and the step's call resumes past the check: no check can close that
+	// window, which at-most-once steps exist for. One such re-execution,
+	// started at the very moment of SIGCONT, is tolerated and logged; a
+	// worker that did not check would re-run the steps of every run taken
+	// over from it, and later too.
+	const window = 100 * time.Millisecond
+	after, again, inWindow := 0, 0, 0
 	for id, es := range execs {
 		for _, e := range es {
 			if e.worker != frozen.name || !e.start.After(resumed) {
@@ -149,6 +156,11 @@ func frozenRemoteWorker(t *testing.T, url string) {
 			for _, o := range es {
 				if o != e && o.pos == e.pos {
 					again++
+					if e.start.Sub(resumed) < window && inWindow == 0 {
+						inWindow++
+						t.Logf("run %s: step %d ran again in %s at SIGCONT (%s), also %s: paused between its lease check and the step", id, e.pos, frozen.name, e, o)
+						continue
+					}
 					t.Errorf("run %s: step %d ran again in %s after SIGCONT (%s), also %s", id, e.pos, frozen.name, e, o)
 				}
 			}
