@@ -130,13 +130,14 @@ func checkpoint(tx *wtx, p *store.CheckpointParams, errText any) (*store.Checkpo
 			return nil, err
 		}
 	}
+	var plan *store.RetryPlan
 	if p.Status == store.StatusFailed {
-		plan, err := planRetry(tx, p) // see wfretry.go
-		if err != nil {
+		var err error
+		if plan, err = planRetry(tx, p); err != nil { // see wfretry.go
 			return nil, err
 		}
-		if plan != nil {
-			return checkpointRetry(tx, plan)
+		if plan != nil { // the run is retried: the checkpoint is written as a wait
+			p, errText = plan.Checkpoint, nil
 		}
 	}
 	ck, err := setCheckpointStatus(tx, p, errText)
@@ -149,10 +150,19 @@ func checkpoint(tx *wtx, p *store.CheckpointParams, errText any) (*store.Checkpo
 	if err := writeHistory(tx, ck.seq, p); err != nil {
 		return nil, err
 	}
+	if plan != nil {
+		if err := recordRetry(tx, plan, ck.seq); err != nil {
+			return nil, err
+		}
+	}
 	if err := shared.StreamInsert(tx, ck.seq, ck.streamSeq, l.Namespace, l.RunID, p.Stream); err != nil {
 		return nil, err
 	}
-	return checkpointed(tx, ck, p)
+	res, err := checkpointed(tx, ck, p)
+	if plan != nil {
+		res = plan.Result(res)
+	}
+	return res, err
 }
 
 // checkpointed finishes a checkpoint whose run tx updated (ck) and whose

@@ -51,48 +51,34 @@ func planRetry(tx *wtx, p *store.CheckpointParams) (*store.RetryPlan, error) {
 	return store.PlanRetry(p, &row, tx.now), nil
 }
 
-// checkpointRetry writes the checkpoint of retry plan: as checkpoint writes a
-// wait, then the reset of the failed steps and the run's retry column.
-func checkpointRetry(tx *wtx, plan *store.RetryPlan) (*store.CheckpointResult, error) {
+// recordRetry writes what retry plan adds to its checkpoint, written as a
+// wait on the run of sequence seq: the reset of the run's failed steps and
+// the run's retry column.
+func recordRetry(tx *wtx, plan *store.RetryPlan, seq int64) error {
 	p := plan.Checkpoint
-	l := p.Lease
-	ck, err := setCheckpointStatus(tx, p, nil)
-	if errors.Is(err, sql.ErrNoRows) {
-		return ckReplay(tx, l, p.Seq, p.Fingerprint)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("updating run: %w", err)
-	}
-	if err := writeHistory(tx, ck.seq, p); err != nil {
-		return nil, err
-	}
 	var steps []store.RetriedStep
-	rows, err := tx.query(sqlResetFailedSteps, p.WakeAt.UnixNano(), ck.seq)
+	rows, err := tx.query(sqlResetFailedSteps, p.WakeAt.UnixNano(), seq)
 	if err != nil {
-		return nil, fmt.Errorf("resetting failed steps: %w", err)
+		return fmt.Errorf("resetting failed steps: %w", err)
 	}
 	for rows.Next() {
 		var s store.RetriedStep
 		if err := rows.Scan(&s.Position, &s.Name, &s.Attempts); err != nil {
 			rows.Close()
-			return nil, err
+			return err
 		}
 		steps = append(steps, s)
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, fmt.Errorf("resetting failed steps: %w", err)
+		return fmt.Errorf("resetting failed steps: %w", err)
 	}
 	plan.SetSteps(steps)
 	col, err := plan.Column()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if _, err := tx.exec(sqlSetRetry, col, ck.seq); err != nil {
-		return nil, fmt.Errorf("recording the run attempt: %w", err)
+	if _, err := tx.exec(sqlSetRetry, col, seq); err != nil {
+		return fmt.Errorf("recording the run attempt: %w", err)
 	}
-	if err := shared.StreamInsert(tx, ck.seq, ck.streamSeq, l.Namespace, l.RunID, p.Stream); err != nil {
-		return nil, err
-	}
-	res, err := checkpointed(tx, ck, p)
-	return plan.Result(res), err
+	return nil
 }
