@@ -101,14 +101,7 @@ func TestAtMostOnceWorkerProcess(t *testing.T) {
 	cfg := trellis.Config{Store: url}
 	cfg.Worker.LeaseDuration = time.Second
 	cfg.Worker.PollInterval = 50 * time.Millisecond
-	c, err := trellis.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Register(context.Background(), amoWorkflow(os.Getenv(envAMOEffects))); err != nil {
-		t.Fatal(err)
-	}
-	select {} // until SIGKILL
+	workUntilKilled(t, cfg, amoWorkflow(os.Getenv(envAMOEffects)))
 }
 
 // TestAtMostOnceRemoteWorkerProcess is the remote worker process of

@@ -79,14 +79,7 @@ func TestCrashWorkerProcess(t *testing.T) {
 	cfg := trellis.Config{Store: url}
 	cfg.Worker.LeaseDuration = time.Second
 	cfg.Worker.PollInterval = 50 * time.Millisecond
-	c, err := trellis.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Register(context.Background(), crashWorkflow(os.Getenv(envCrashEffects))); err != nil {
-		t.Fatal(err)
-	}
-	select {} // until SIGKILL
+	workUntilKilled(t, cfg, crashWorkflow(os.Getenv(envCrashEffects)))
 }
 
 func TestCrashRecovery(t *testing.T) {

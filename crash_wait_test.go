@@ -66,15 +66,8 @@ func TestWaitCrashWorkerProcess(t *testing.T) {
 	cfg.Worker.LeaseDuration = time.Second
 	cfg.Worker.PollInterval = 100 * time.Millisecond
 	cfg.Worker.MaxInlineBackoff = 10 * time.Millisecond
-	c, err := trellis.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	child, parent := waitCrashWorkflows()
-	if err := c.Register(context.Background(), child, parent); err != nil {
-		t.Fatal(err)
-	}
-	select {} // until SIGKILL
+	workUntilKilled(t, cfg, child, parent)
 }
 
 func TestCrashRecoveryWhileWaiting(t *testing.T) {

@@ -232,3 +232,16 @@ func (p *testProcess) kill(t *testing.T) {
 	}
 	_ = p.cmd.Wait() // reports "signal: killed"
 }
+
+// workUntilKilled is the body of the crash tests' worker processes: a client
+// on cfg whose embedded worker runs wfs until the process is killed.
+func workUntilKilled(t *testing.T, cfg trellis.Config, wfs ...trellis.Registrable) {
+	c, err := trellis.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Register(context.Background(), wfs...); err != nil {
+		t.Fatal(err)
+	}
+	select {} // until SIGKILL
+}

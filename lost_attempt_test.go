@@ -61,14 +61,7 @@ func TestLostAttemptWorkerProcess(t *testing.T) {
 	cfg := trellis.Config{Store: url}
 	cfg.Worker.LeaseDuration = time.Second
 	cfg.Worker.MaxInlineBackoff = time.Millisecond // flaky's backoff suspends the run
-	c, err := trellis.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Register(context.Background(), lostWorkflow(os.Getenv(envLostLog))); err != nil {
-		t.Fatal(err)
-	}
-	select {} // until SIGKILL
+	workUntilKilled(t, cfg, lostWorkflow(os.Getenv(envLostLog)))
 }
 
 // The "no silent re-execution": a worker process is SIGKILLed while a

@@ -31,14 +31,7 @@ func TestTakeoverWorkerProcess(t *testing.T) {
 	if url == "" {
 		t.Skip("runs only as the worker process of TestCrashedWorkersRunIsTakenOver")
 	}
-	c, err := trellis.Open(context.Background(), trellis.Config{Store: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Register(context.Background(), takeoverWorkflow); err != nil {
-		t.Fatal(err)
-	}
-	select {} // until SIGKILL
+	workUntilKilled(t, trellis.Config{Store: url}, takeoverWorkflow)
 }
 
 // A worker with the default lease is killed while it runs a step; another worker
