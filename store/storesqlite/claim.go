@@ -365,28 +365,26 @@ func leasesExtend(tx *wtx, p *store.LeasesExtendParams) (*store.LeasesExtendResu
 	steps := sqlstore.StepsOf(p)
 	grace := store.StepTimeoutGraceOr(p.StepTimeoutGrace)
 	for i, l := range p.Leases {
-		if steps[i].PastDeadline(tx.now, grace) {
-			// The step ran past its timeout: the lease ends now, with the step
-			// kept for the claim that takes the run to record as timed out.
-			// The RETURNING row is read (Scan), not left to Exec: the C
-			// driver would leave the statement in progress on the writer's
-			// connection, and every later commit on it would fail.
-			var cancel bool
-			if err := tx.queryRow(sqlExtend, tx.now.UnixNano(), l.Namespace, l.RunID, l.Token,
-				sqlstore.StepText(steps[i], l.Token)).Scan(&cancel); err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return nil, err
-			}
+		until := expires
+		// A step that ran past its timeout ends its lease now, with the step
+		// kept for the claim that takes the run to record as timed out.
+		timedOut := steps[i].PastDeadline(tx.now, grace)
+		if timedOut {
+			until = tx.now.UnixNano()
+		}
+		// The RETURNING row is read (Scan), never left to Exec: the C driver
+		// would leave the statement in progress on the writer's connection,
+		// and every later commit on it would fail.
+		var cancel bool
+		err := tx.queryRow(sqlExtend, until, l.Namespace, l.RunID, l.Token, sqlstore.StepText(steps[i], l.Token)).Scan(&cancel)
+		switch {
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return nil, err
+		case timedOut:
 			tx.publish(store.RunTopic(l.Namespace, l.RunID), store.TopicReady)
 			res.Lost = append(res.Lost, l.RunID)
-			continue
-		}
-		var cancel bool
-		err := tx.queryRow(sqlExtend, expires, l.Namespace, l.RunID, l.Token, sqlstore.StepText(steps[i], l.Token)).Scan(&cancel)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
+		case err != nil: // no row: the lease is not (or no longer) this one
 			res.Lost = append(res.Lost, l.RunID)
-		case err != nil:
-			return nil, err
 		case cancel:
 			res.CancelRequested = append(res.CancelRequested, l.RunID)
 		}
