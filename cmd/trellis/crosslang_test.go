@@ -142,16 +142,24 @@ func startKitWorker(t *testing.T, base, token, lang string, argv []string) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "TRELLIS_SERVER="+base, "TRELLIS_TOKEN="+token, "TRELLIS_NAMESPACE=default",
 		"TRELLIS_QUEUE=xl-"+lang, "TRELLIS_WORKER_NAME=xl-"+lang, "TRELLIS_LEASE_SECONDS=5")
+	startWorkerGroup(t, lang, cmd)
+}
+
+// startWorkerGroup starts an SDK worker's command in a process group of its
+// own, stops the group with SIGTERM at cleanup (SIGKILL 15 s later), and logs
+// the worker's output when the test failed.
+func startWorkerGroup(t *testing.T, lang string, cmd *exec.Cmd) {
+	t.Helper()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(15 * time.Second):

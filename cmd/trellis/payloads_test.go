@@ -248,26 +248,7 @@ func startLargeWorker(t *testing.T, lang string, cmd *exec.Cmd, base, token stri
 	t.Helper()
 	cmd.Env = append(append(os.Environ(), "TRELLIS_SERVER="+base, "TRELLIS_TOKEN="+token,
 		envLargeServer+"="+base, envLargeToken+"="+token), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("the %s worker's output:\n%s", lang, out.String())
-		}
-	})
+	startWorkerGroup(t, lang, cmd)
 }
 
 // largeDo makes one API call with a body of any size and decodes the answer
