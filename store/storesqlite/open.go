@@ -51,6 +51,10 @@ type Store struct {
 
 	mark commitMark // ForeignCommitMark's last reading
 
+	// clog is the commit log the writer appends batches to (nil: none; see
+	// replica.go).
+	clog atomic.Pointer[attachedLog]
+
 	// methods are the store methods the SQL drivers share (seam.go), bound
 	// to this store by Open.
 	methods

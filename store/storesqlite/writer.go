@@ -38,6 +38,9 @@ type request struct {
 	fin *finish
 	// applied: finishMany applied the request in this transaction.
 	applied bool
+	// replay: the request's statements are not logged (it applies a batch
+	// read from the commit log, or writes what every replica writes itself).
+	replay bool
 }
 
 // writer owns the write connection and commits queued requests in batches.
@@ -53,6 +56,11 @@ type writer struct {
 	reqs    chan *request // unbuffered: queued callers wait in the channel's send queue
 	quit    chan struct{}
 	stopped chan struct{}
+
+	// clog and rec, during a batch while a commit log is attached: the log
+	// and the write statements the batch ran (see replica.go).
+	clog CommitLog
+	rec  *stmtLog
 }
 
 func openWriter(ctx context.Context, s *Store, cfg Config) (*writer, error) {
@@ -166,6 +174,10 @@ func (w *writer) commitAlone(r *request) {
 		r.done <- r.alone(w)
 		return
 	}
+	if w.s.clog.Load() != nil {
+		r.done <- ErrReplica // its transaction could not be logged
+		return
+	}
 	if err := w.withRaw(func() error { return w.setSync([]*request{r}) }); err != nil {
 		r.done <- fmt.Errorf("setting synchronous: %w", err)
 		return
@@ -231,6 +243,17 @@ func (w *writer) commitBatch(batch []*request) {
 		w.fail(batch, fmt.Errorf("setting synchronous: %w", err))
 		return
 	}
+	w.clog, w.rec = nil, nil
+	if att := w.s.clog.Load(); att != nil {
+		if att.l == nil {
+			batch = w.refuseWrites(batch) // a follower's replica
+			if len(batch) == 0 {
+				return
+			}
+		} else {
+			w.clog, w.rec = att.l, &stmtLog{}
+		}
+	}
 	if !w.begin(batch) {
 		return
 	}
@@ -250,6 +273,9 @@ func (w *writer) commitBatch(batch []*request) {
 		if !w.begin(batch) {
 			return
 		}
+		if w.rec != nil {
+			w.rec.stmts = w.rec.stmts[:0]
+		}
 		for _, r := range batch {
 			r.err, r.topics, r.applied = nil, nil, false
 			if err := w.applyOne(r); err != nil {
@@ -258,7 +284,15 @@ func (w *writer) commitBatch(batch []*request) {
 			}
 		}
 	}
-	if _, err := w.exec("COMMIT"); err != nil {
+	pos, logged, ok := w.appendToLog(batch)
+	if !ok {
+		return
+	}
+	_, err := w.exec("COMMIT")
+	if logged {
+		w.clog.Committed(pos, err)
+	}
+	if err != nil {
 		w.abort(batch, fmt.Errorf("committing: %w", err))
 		return
 	}
@@ -296,7 +330,7 @@ func (w *writer) applyFast(batch []*request) bool {
 			r.err = err // the caller has gone; do not start its work
 			continue
 		}
-		tx := &wtx{w: w, now: w.s.now().UTC()}
+		tx := &wtx{w: w, now: w.s.now().UTC(), norec: r.replay}
 		r.err = r.apply(tx)
 		if r.err == nil {
 			r.topics = tx.topics
@@ -333,7 +367,7 @@ func (w *writer) rolledBack(batch []*request, rbErr error) error {
 // cleanError reports whether err is one the store returns after checking a
 // precondition, before writing.
 func cleanError(err error) bool {
-	for _, e := range []error{store.ErrLeaseLost, store.ErrRunExists, store.ErrRunNotFound,
+	for _, e := range []error{ErrReplica, store.ErrLeaseLost, store.ErrRunExists, store.ErrRunNotFound,
 		store.ErrRunFinished, store.ErrRunNotBlocked, store.ErrKeyNotFound, store.ErrInvalidParams,
 		store.ErrConflict, store.ErrApprovalNotFound, store.ErrApprovalDecided} {
 		if errors.Is(err, e) {
@@ -378,7 +412,8 @@ func (w *writer) applyOne(r *request) error {
 	if _, err := w.exec("SAVEPOINT req"); err != nil {
 		return fmt.Errorf("opening savepoint: %w", err)
 	}
-	tx := &wtx{w: w, now: w.s.now().UTC()}
+	mark := w.rec.len()
+	tx := &wtx{w: w, now: w.s.now().UTC(), norec: r.replay}
 	r.err = r.apply(tx)
 	if r.err == nil {
 		r.topics = tx.topics
@@ -389,6 +424,7 @@ func (w *writer) applyOne(r *request) error {
 		if _, err := w.exec("ROLLBACK TO req"); err != nil {
 			return fmt.Errorf("rolling back savepoint: %w", err)
 		}
+		w.rec.truncate(mark)
 	}
 	if _, err := w.exec("RELEASE req"); err != nil {
 		return fmt.Errorf("releasing savepoint: %w", err)
@@ -475,6 +511,15 @@ type wtx struct {
 	// statements instead of the write connection, with ctx.
 	ext *sql.Tx
 	ctx context.Context
+	// norec: the request's statements are not logged (request.replay).
+	norec bool
+}
+
+// record logs a write statement that ran, while a commit log is attached.
+func (tx *wtx) record(query string, args []any) {
+	if tx.w.rec != nil && !tx.norec && tx.ext == nil {
+		tx.w.rec.add(query, args)
+	}
 }
 
 func (tx *wtx) publish(topics ...string) { tx.topics = append(tx.topics, topics...) }
@@ -496,8 +541,28 @@ func (tx *wtx) QueryContext(_ context.Context, query string, args ...any) (rowsI
 
 // QueryRowContext runs a prepared single-row query; see ExecContext about ctx.
 func (tx *wtx) QueryRowContext(_ context.Context, query string, args ...any) scanner {
-	tx.dirty = tx.dirty || !isRead(query)
-	return tx.row(query, args...)
+	if isRead(query) {
+		return tx.row(query, args...)
+	}
+	tx.dirty = true
+	return loggedRow{tx.row(query, args...), tx, query, args}
+}
+
+// loggedRow is the row of a write run through QueryRowContext: the write is
+// logged once its row scans (one that matched nothing changed nothing).
+type loggedRow struct {
+	row   scanner
+	tx    *wtx
+	query string
+	args  []any
+}
+
+func (r loggedRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if err == nil {
+		r.tx.record(r.query, r.args)
+	}
+	return err
 }
 
 func (tx *wtx) row(query string, args ...any) scanner {
@@ -524,27 +589,37 @@ func (tx *wtx) queryRow(query string, args ...any) scanner {
 	if isRead(query) {
 		return tx.row(query, args...)
 	}
-	return writeRow{tx.row(query, args...), tx}
+	return writeRow{tx.row(query, args...), tx, query, args}
 }
 
 type writeRow struct {
-	row scanner
-	tx  *wtx
+	row   scanner
+	tx    *wtx
+	query string
+	args  []any
 }
 
 func (r writeRow) Scan(dest ...any) error {
 	err := r.row.Scan(dest...)
 	r.tx.dirty = r.tx.dirty || err == nil
+	if err == nil {
+		r.tx.record(r.query, r.args)
+	}
 	return err
 }
 
 // query runs a prepared query.
 func (tx *wtx) query(query string, args ...any) (rowsIter, error) {
-	tx.dirty = tx.dirty || !isRead(query)
+	read := isRead(query)
+	tx.dirty = tx.dirty || !read
 	if tx.ext != nil {
 		return tx.ext.QueryContext(tx.ctx, query, args...)
 	}
-	return tx.w.raw.query(query, args)
+	rows, err := tx.w.raw.query(query, args)
+	if err == nil && !read {
+		tx.record(query, args)
+	}
+	return rows, err
 }
 
 // exec runs a prepared statement; a statement that fails changes nothing.
@@ -554,5 +629,54 @@ func (tx *wtx) exec(query string, args ...any) (driver.Result, error) {
 	}
 	res, err := tx.w.exec(query, args...)
 	tx.dirty = tx.dirty || err == nil
+	if err == nil {
+		tx.record(query, args)
+	}
 	return res, err
+}
+
+// appendToLog appends the batch to the attached commit log, if any, and
+// records the position it got in the transaction; logged reports whether it
+// appended. On failure it rolls the transaction back, fails the batch and
+// reports !ok.
+func (w *writer) appendToLog(batch []*request) (pos LogPosition, logged, ok bool) {
+	if w.rec == nil || len(w.rec.stmts) == 0 {
+		return LogPosition{}, false, true // nothing to log, or nothing changed
+	}
+	var topics []string
+	for _, r := range batch {
+		if r.err == nil {
+			topics = append(topics, r.topics...)
+		}
+	}
+	pos, err := w.clog.Append(context.Background(), &LogBatch{Statements: w.rec.stmts, Topics: topics})
+	w.rec = nil
+	if err == nil {
+		if _, err = w.exec(sqlSetLogPosition, int64(pos.Seq), pos.State); err != nil {
+			w.clog.Committed(pos, err)
+		}
+	}
+	if err != nil {
+		if _, rbErr := w.exec("ROLLBACK"); rbErr != nil {
+			w.s.log.Error("storesqlite: rolling back", "err", rbErr)
+		}
+		w.fail(batch, err)
+		return LogPosition{}, false, false
+	}
+	return pos, true, true
+}
+
+// refuseWrites answers ErrReplica to the batch's requests that are not
+// replays (a follower's replica takes no writes of its own) and returns the
+// others.
+func (w *writer) refuseWrites(batch []*request) []*request {
+	kept := batch[:0:0]
+	for _, r := range batch {
+		if r.replay {
+			kept = append(kept, r)
+		} else {
+			r.done <- ErrReplica
+		}
+	}
+	return kept
 }

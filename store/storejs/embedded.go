@@ -1,0 +1,99 @@
+package storejs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// connect connects to cfg's NATS servers, or starts the embedded one and
+// connects to it in-process.
+func connect(ctx context.Context, cfg Config) (*nats.Conn, *server.Server, error) {
+	if cfg.Conn != nil {
+		return cfg.Conn, nil, nil
+	}
+	opts := []nats.Option{nats.Name("trellis"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	if len(cfg.Servers) > 0 {
+		if cfg.Creds != "" {
+			opts = append(opts, nats.UserCredentials(cfg.Creds))
+		}
+		nc, err := nats.Connect(strings.Join(cfg.Servers, ","), opts...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("connecting to %s: %w", strings.Join(cfg.Servers, ","), err)
+		}
+		return nc, nil, nil
+	}
+	srv, err := startEmbedded(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := nats.Connect("", append(opts, nats.InProcessServer(srv))...)
+	if err != nil {
+		srv.Shutdown()
+		return nil, nil, fmt.Errorf("connecting to the embedded NATS server: %w", err)
+	}
+	return nc, srv, nil
+}
+
+// startEmbedded starts the NATS server a jetstream: store embeds, with
+// JetStream's data under cfg.Dir/nats and, unless cfg.Durability is
+// relaxed, every write synced before it is acknowledged.
+func startEmbedded(cfg Config) (*server.Server, error) {
+	opts := &server.Options{
+		ServerName: cfg.ServerName,
+		JetStream:  true,
+		StoreDir:   filepath.Join(cfg.Dir, "nats"),
+		SyncAlways: cfg.Durability != DurabilityRelaxed,
+		NoSigs:     true,
+		NoLog:      true,
+		DontListen: cfg.Listen == "",
+	}
+	if cfg.Listen != "" {
+		host, port, err := hostPort(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("listen=%s: %w", cfg.Listen, err)
+		}
+		opts.Host, opts.Port = host, port
+	}
+	if cfg.ClusterListen != "" {
+		host, port, err := hostPort(cfg.ClusterListen)
+		if err != nil {
+			return nil, fmt.Errorf("cluster_listen=%s: %w", cfg.ClusterListen, err)
+		}
+		opts.Cluster = server.ClusterOpts{Name: "trellis-" + cfg.Name, Host: host, Port: port}
+		opts.Routes = server.RoutesFromStr(strings.Join(cfg.Routes, ","))
+		if opts.ServerName == "" {
+			opts.ServerName = "trellis-" + cfg.Name + "-" + strings.ReplaceAll(cfg.ClusterListen, ":", "-")
+		}
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("starting the embedded NATS server: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		srv.Shutdown()
+		return nil, errors.New("starting the embedded NATS server: not ready after 30s")
+	}
+	return srv, nil
+}
+
+func hostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q", p)
+	}
+	return host, port, nil
+}

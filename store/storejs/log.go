@@ -1,0 +1,266 @@
+package storejs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The log of a Trellis cluster is one JetStream stream, TRELLIS_<name>, with
+// one subject, trellis.<name>.log. Every message is a record, or a fragment
+// of one (header Trellis-Frag: "i/n"); a writer appends each with
+// Nats-Expected-Last-Sequence set to the stream's last sequence as it knows
+// it, so that a second writer's message makes every later append of the
+// first fail. Its Nats-Msg-Id, "<epoch>.<sequence>", lets a writer whose
+// acknowledgement was lost send the same message again: JetStream answers a
+// duplicate within the stream's duplicate window with the first one's
+// sequence instead of storing it twice.
+
+const (
+	// fragmentSize is the largest message a record is split into: below the
+	// default max_payload of a NATS server (1 MiB) with room for headers.
+	fragmentSize = 512 << 10
+	hdrFrag      = "Trellis-Frag"
+	// publishTimeout bounds one attempt of an append.
+	publishTimeout = 5 * time.Second
+	// publishAttempts is how many times an append whose outcome is unknown is
+	// sent again before the writer gives up and steps down.
+	publishAttempts = 4
+	// duplicateWindow is how long JetStream remembers message IDs.
+	duplicateWindow = 2 * time.Minute
+)
+
+var (
+	// errFenced: another writer appended to the log since this one's last
+	// record (the expected last sequence did not match).
+	errFenced = errors.New("storejs: another server took over writing the log")
+	// errUnknownOutcome: an append was not acknowledged; it may be in the log.
+	errUnknownOutcome = errors.New("storejs: the log did not acknowledge a write in time; it may or may not have been recorded")
+)
+
+func streamName(name string) string { return "TRELLIS_" + name }
+func logSubject(name string) string { return "trellis." + name + ".log" }
+
+// jsLog is the stream of one cluster.
+type jsLog struct {
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	name    string
+	subject string
+}
+
+// openLog creates the cluster's stream when missing (with replicas copies)
+// and checks the settings the log depends on when it exists.
+func openLog(ctx context.Context, js jetstream.JetStream, name string, replicas int) (*jsLog, error) {
+	cfg := jetstream.StreamConfig{
+		Name:        streamName(name),
+		Description: "Trellis commit log of cluster " + name,
+		Subjects:    []string{logSubject(name)},
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardNew,
+		Duplicates:  duplicateWindow,
+		DenyDelete:  true,
+	}
+	st, err := js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st, err = js.CreateStream(ctx, cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening stream %s: %w", cfg.Name, err)
+	}
+	info := st.CachedInfo()
+	switch {
+	case info.Config.Storage != jetstream.FileStorage:
+		return nil, fmt.Errorf("stream %s keeps its messages in memory: the log needs file storage", cfg.Name)
+	case info.Config.MaxMsgs > 0 || info.Config.MaxBytes > 0 || info.Config.MaxAge > 0:
+		return nil, fmt.Errorf("stream %s has limits (max_msgs, max_bytes or max_age) that would drop log records", cfg.Name)
+	case info.Config.Replicas != replicas:
+		return nil, fmt.Errorf("stream %s has %d replicas, the store URL asks for %d", cfg.Name, info.Config.Replicas, replicas)
+	}
+	return &jsLog{js: js, stream: st, name: name, subject: cfg.Subjects[0]}, nil
+}
+
+// last returns the stream's last sequence (0: empty).
+func (l *jsLog) last(ctx context.Context) (uint64, error) {
+	info, err := l.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading the log's last sequence: %w", err)
+	}
+	return info.State.LastSeq, nil
+}
+
+// appendRecord appends data after sequence after, in fragments when large,
+// and returns the sequence of its last message. epoch names the writer in
+// the messages' IDs.
+func (l *jsLog) appendRecord(ctx context.Context, data []byte, after, epoch uint64) (uint64, error) {
+	n := max(1, (len(data)+fragmentSize-1)/fragmentSize)
+	seq := after
+	for i := range n {
+		part := data[i*len(data)/n : (i+1)*len(data)/n]
+		msg := &nats.Msg{Subject: l.subject, Data: part}
+		if n > 1 {
+			msg.Header = nats.Header{hdrFrag: []string{strconv.Itoa(i+1) + "/" + strconv.Itoa(n)}}
+		}
+		var err error
+		if seq, err = l.publish(ctx, msg, seq, epoch); err != nil {
+			return 0, err
+		}
+	}
+	return seq, nil
+}
+
+// publish appends one message after sequence after. An attempt that is not
+// answered is sent again with the same message ID; when a later attempt is
+// refused because the stream moved, the message at after+1 tells whether the
+// earlier attempt was stored after all.
+func (l *jsLog) publish(ctx context.Context, msg *nats.Msg, after, epoch uint64) (uint64, error) {
+	id := strconv.FormatUint(epoch, 10) + "." + strconv.FormatUint(after+1, 10)
+	unanswered := false
+	for attempt := 0; attempt < publishAttempts; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, publishTimeout)
+		ack, err := l.js.PublishMsg(actx, msg, jetstream.WithExpectLastSequence(after), jetstream.WithMsgID(id))
+		cancel()
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) {
+			switch apiErr.ErrorCode {
+			case jetstream.JSErrCodeStreamWrongLastSequence:
+				if unanswered && l.storedAs(ctx, after+1, id) {
+					return after + 1, nil
+				}
+				return 0, errFenced
+			case jetstream.JSErrCodeStreamWrongLastSequenceConstant:
+				// R>1: another write to the subject was in flight; try again.
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			return 0, fmt.Errorf("appending to the log: %w", err)
+		}
+		if ctx.Err() != nil {
+			return 0, errUnknownOutcome
+		}
+		unanswered = true
+	}
+	if unanswered && l.storedAs(ctx, after+1, id) {
+		return after + 1, nil
+	}
+	return 0, errUnknownOutcome
+}
+
+// storedAs reports whether the message at seq carries message ID id.
+func (l *jsLog) storedAs(ctx context.Context, seq uint64, id string) bool {
+	gctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	m, err := l.stream.GetMsg(gctx, seq)
+	return err == nil && m.Header.Get(jetstream.MsgIDHeader) == id
+}
+
+// logReader reads the log's records in order from a sequence on,
+// reassembling fragments.
+type logReader struct {
+	it   jetstream.MessagesContext
+	next uint64 // the sequence expected next
+}
+
+// readFrom starts reading at seq.
+func (l *jsLog) readFrom(ctx context.Context, seq uint64) (*logReader, error) {
+	c, err := l.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{l.subject},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    seq,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the log from %d: %w", seq, err)
+	}
+	it, err := c.Messages(jetstream.PullMaxMessages(512))
+	if err != nil {
+		return nil, fmt.Errorf("reading the log from %d: %w", seq, err)
+	}
+	return &logReader{it: it, next: seq}, nil
+}
+
+func (r *logReader) stop() { r.it.Stop() }
+
+// entry is a whole record read from the log: its bytes and the sequence of
+// its last message.
+type entry struct {
+	seq  uint64
+	data []byte
+}
+
+// errTail: the log holds no whole record up to the limit given.
+var errTail = errors.New("no whole record up to the limit")
+
+// nextRecord returns the next whole record, waiting for one until ctx ends.
+// With limit > 0 it reads no message past that sequence, and returns errTail
+// when it reached it without a whole record. A record whose fragments stop
+// short (its writer was deposed in the middle of it) is skipped: it was never
+// acknowledged.
+func (r *logReader) nextRecord(ctx context.Context, limit uint64) (entry, error) {
+	var parts [][]byte
+	want := 0
+	for {
+		if limit > 0 && r.next > limit {
+			return entry{}, errTail
+		}
+		m, err := r.it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return entry{}, err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return entry{}, fmt.Errorf("reading the log: %w", err)
+		}
+		seq := meta.Sequence.Stream
+		if seq != r.next {
+			return entry{}, fmt.Errorf("%w: the log skips from sequence %d to %d", errCorrupt, r.next-1, seq)
+		}
+		r.next = seq + 1
+		i, n, err := fragment(m.Headers().Get(hdrFrag))
+		if err != nil {
+			return entry{}, fmt.Errorf("%w at sequence %d: %v", errCorrupt, seq, err)
+		}
+		if i == 1 || i != len(parts)+1 || n != want {
+			parts, want = nil, n // a new record; an unfinished one before it is dropped
+			if i != 1 {
+				continue // the rest of a record whose start was dropped
+			}
+		}
+		parts = append(parts, m.Data())
+		if len(parts) == want {
+			var data []byte
+			if want == 1 {
+				data = parts[0]
+			} else {
+				for _, p := range parts {
+					data = append(data, p...)
+				}
+			}
+			return entry{seq: seq, data: data}, nil
+		}
+	}
+}
+
+// fragment parses a Trellis-Frag header ("" is 1/1).
+func fragment(h string) (i, n int, err error) {
+	if h == "" {
+		return 1, 1, nil
+	}
+	a, b, ok := strings.Cut(h, "/")
+	i, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || i < 1 || i > n {
+		return 0, 0, fmt.Errorf("fragment header %q", h)
+	}
+	return i, n, nil
+}
