@@ -34,9 +34,9 @@ type Store struct {
 
 	mu       sync.Mutex
 	leading  bool
-	epoch    uint64   // of the last record applied or written
-	head     uint64   // the log sequence the replica reached
-	hash     [32]byte // of the last record applied or written
+	epoch    uint64        // of the last record applied or written
+	head     uint64        // the log sequence the replica reached
+	hash     [32]byte      // of the last record applied or written
 	advanced chan struct{} // closed and replaced when head moves
 	broken   error         // why the replica stopped following the log
 	demoted  chan struct{} // signals the owner that the writer lost the log
