@@ -80,8 +80,46 @@ func (s *Store) run() {
 				s.lease.holding = false
 				stopServing, fol = nil, s.follow()
 			}
+		case reply := <-s.takeover:
+			if s.isLeading() {
+				reply <- nil
+				break
+			}
+			s.mu.Lock()
+			minEpoch := s.epoch
+			s.mu.Unlock()
+			epoch, err := s.lease.force(ctx, minEpoch)
+			if err == nil {
+				fol.stop()
+				if err = s.lead(ctx, epoch); err == nil {
+					stopServing, fol = s.serve(), nil
+				} else {
+					fol = s.follow()
+				}
+			}
+			reply <- err
 		case <-tick.C:
 		}
+	}
+}
+
+// TakeOver makes this server the log's writer now, whether or not the
+// lease of the one writing lapsed (an operator's switch-over; the tests'
+// forced takeover). The deposed writer's next batch is refused.
+func (s *Store) TakeOver(ctx context.Context) error {
+	reply := make(chan error, 1)
+	select {
+	case s.takeover <- reply:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.quit:
+		return store.ErrClosed
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

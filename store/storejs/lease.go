@@ -95,6 +95,28 @@ func (l *lease) acquire(ctx context.Context, minEpoch uint64) (uint64, bool, err
 	return v.Epoch, true, nil
 }
 
+// force takes the lease over now, lapsed or not (Store.takeOver).
+func (l *lease) force(ctx context.Context, minEpoch uint64) (uint64, error) {
+	e, err := l.kv.Get(ctx, leaseKey)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, fmt.Errorf("reading the leader lease: %w", err)
+	}
+	var cur leaseValue
+	var rev uint64
+	if err == nil {
+		if err := json.Unmarshal(e.Value(), &cur); err != nil {
+			return 0, fmt.Errorf("reading the leader lease: %w", err)
+		}
+		rev = e.Revision()
+	}
+	v := leaseValue{Epoch: max(cur.Epoch, minEpoch) + 1, Owner: l.owner}
+	if rev, err = l.kv.Update(ctx, leaseKey, mustJSON(v), rev); err != nil {
+		return 0, fmt.Errorf("taking the leader lease over: %w", err)
+	}
+	l.took(rev, v)
+	return v.Epoch, nil
+}
+
 func (l *lease) took(rev uint64, v leaseValue) {
 	l.rev, l.seen, l.holder, l.holding = rev, time.Now(), v, true
 }

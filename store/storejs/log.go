@@ -27,14 +27,15 @@ const (
 	// default max_payload of a NATS server (1 MiB) with room for headers.
 	fragmentSize = 512 << 10
 	hdrFrag      = "Trellis-Frag"
-	// publishTimeout bounds one attempt of an append.
-	publishTimeout = 5 * time.Second
 	// publishAttempts is how many times an append whose outcome is unknown is
 	// sent again before the writer gives up and steps down.
 	publishAttempts = 4
 	// duplicateWindow is how long JetStream remembers message IDs.
 	duplicateWindow = 2 * time.Minute
 )
+
+// publishTimeout bounds one attempt of an append (a variable for tests).
+var publishTimeout = 5 * time.Second
 
 var (
 	// errFenced: another writer appended to the log since this one's last

@@ -40,6 +40,7 @@ type Store struct {
 	advanced chan struct{} // closed and replaced when head moves
 	broken   error         // why the replica stopped following the log
 	demoted  chan struct{} // signals the owner that the writer lost the log
+	takeover chan chan error
 
 	closeOnce sync.Once
 	closeErr  error
@@ -61,7 +62,7 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		return nil, fmt.Errorf("opening jetstream store: %w: %w", store.ErrInvalidParams, err)
 	}
 	cfg = cfg.withDefaults()
-	s := &Store{cfg: cfg, log: cfg.Logger, advanced: make(chan struct{}), demoted: make(chan struct{}, 1),
+	s := &Store{cfg: cfg, log: cfg.Logger, advanced: make(chan struct{}), demoted: make(chan struct{}, 1), takeover: make(chan chan error),
 		quit: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -334,4 +335,11 @@ func (s *Store) Ready(ctx context.Context) error {
 		return err
 	}
 	return s.rep.Ready(ctx)
+}
+
+// appliedSeq is the log sequence the replica reached.
+func (s *Store) appliedSeq() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.head
 }

@@ -1,0 +1,11 @@
+package storejs
+
+import "time"
+
+// SetPublishTimeout shortens how long an append waits for its
+// acknowledgement (tests that lose one).
+func SetPublishTimeout(d time.Duration) func() {
+	old := publishTimeout
+	publishTimeout = d
+	return func() { publishTimeout = old }
+}
