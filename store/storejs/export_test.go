@@ -9,3 +9,6 @@ func SetPublishTimeout(d time.Duration) func() {
 	publishTimeout = d
 	return func() { publishTimeout = old }
 }
+
+// View is the store as package trellis uses it.
+var View = view
