@@ -1,0 +1,64 @@
+package storeroute_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/internal/pgtest/pgstore"
+	"github.com/trellis-dev/trellis/store"
+	"github.com/trellis-dev/trellis/store/storeroute"
+	"github.com/trellis-dev/trellis/store/storesqlite"
+	"github.com/trellis-dev/trellis/store/storetest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// openSQLite opens a fresh SQLite store in t's directory, closed when t ends.
+func openSQLite(t testing.TB, name string, now func() time.Time) *storesqlite.Store {
+	t.Helper()
+	s, err := storesqlite.Open(context.Background(), storesqlite.Config{Path: filepath.Join(t.TempDir(), name), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// route builds a router, closed when t ends (its stores' own cleanups close
+// them again: Close is idempotent).
+func route(t testing.TB, control store.Store, routes map[string]store.Store) store.Store {
+	t.Helper()
+	r, err := storeroute.New(control, routes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// TestConformanceSQLite runs the suite over a router whose control store and
+// the suite's main namespace ("ns") are different SQLite files.
+func TestConformanceSQLite(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
+		return route(t, openSQLite(t, "control.db", now), map[string]store.Store{"ns": openSQLite(t, "ns.db", now)})
+	})
+}
+
+// TestConformanceSQLiteOther routes the suite's second namespace ("other")
+// instead, so that the cases that look across namespaces read two stores.
+func TestConformanceSQLiteOther(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
+		return route(t, openSQLite(t, "control.db", now), map[string]store.Store{"other": openSQLite(t, "other.db", now)})
+	})
+}
+
+// TestConformancePostgres routes the suite's main namespace to a Postgres
+// store, the control store being SQLite.
+func TestConformancePostgres(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
+		return route(t, openSQLite(t, "control.db", now), map[string]store.Store{"ns": pgstore.OpenReused(t, now)})
+	})
+}
