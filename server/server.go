@@ -51,6 +51,14 @@ type Config struct {
 	Store string
 	// Backend, when set, is used instead of opening Store; Shutdown does not close it.
 	Backend store.Store
+	// Routes maps namespaces to the URLs of the stores that hold them
+	// (--route NS=URL; docs/operations.md, "Routing namespaces"): the server
+	// opens each (one per distinct URL) and serves every namespace from its
+	// store, and everything else (unrouted namespaces, tokens, keys, sessions,
+	// the audit log) from Store or Backend, the control store
+	// (store/storeroute). A route of the default or the system namespace is an
+	// error. Shutdown closes the stores it opened.
+	Routes map[string]string
 	// Listen is the address Start listens on; default DefaultListen.
 	Listen string
 	// Authenticator finds the principal of each request's bearer token; default
@@ -312,6 +320,9 @@ func (c Config) validate() error {
 	case c.StepTimeoutGrace < 0:
 		return fmt.Errorf("server config: StepTimeoutGrace (--step-timeout-grace) must not be negative, not %s", c.StepTimeoutGrace)
 	}
+	if err := validateRoutes(c.Routes); err != nil {
+		return err
+	}
 	for _, p := range c.TrustedProxies {
 		if !p.IsValid() {
 			return fmt.Errorf("server config: TrustedProxies: %v is not a valid prefix", p)
@@ -343,9 +354,12 @@ type Server struct {
 	queues    *queuedefaults.Cache
 	handoffs  *handoffs // runs started here, created claimed for waiting claim streams
 	ownsStore bool
-	handler   http.Handler   // front(clientCert(protect(guard(mux)))): request IDs, the access log, a client certificate's subject, HSTS and dev mode (devmode.go), the request's form
-	mux       *http.ServeMux // the routes
-	table     []route
+	// routed are the stores of Config.Routes when the control store is
+	// Config.Backend (the router would close that too): Shutdown closes them.
+	routed  []store.Store
+	handler http.Handler   // front(clientCert(protect(guard(mux)))): request IDs, the access log, a client certificate's subject, HSTS and dev mode (devmode.go), the request's form
+	mux     *http.ServeMux // the routes
+	table   []route
 	// workerPath is the path prefix of the worker protocol's procedures.
 	workerPath string
 	http       *http.Server
@@ -428,10 +442,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.store, s.ownsStore = st, true
 	}
+	if err := s.useRoutes(ctx); err != nil {
+		_ = s.closeStores()
+		return nil, err
+	}
 	if err := s.loadKeys(ctx); err != nil {
-		if s.ownsStore {
-			_ = s.store.Close()
-		}
+		_ = s.closeStores()
 		return nil, err
 	}
 	s.queues = queuedefaults.New(s.store, cfg.Logger)
@@ -446,18 +462,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.table = routeTable
 	api, err := newAPIMetrics(cfg.Metrics.Registry())
 	if err != nil {
-		if s.ownsStore {
-			_ = s.store.Close()
-		}
+		_ = s.closeStores()
 		return nil, fmt.Errorf("starting server: registering API metrics: %w", err)
 	}
 	s.api = api
 	s.observer = servermetrics.For(cfg.Metrics)
 	s.auditRefusals = newRateLimiter(auditRefusalRate, auditRefusalBurst)
 	if s.auditor, err = newAuditor(s.store, cfg, cfg.Metrics.Registry()); err != nil {
-		if s.ownsStore {
-			_ = s.store.Close()
-		}
+		_ = s.closeStores()
 		return nil, fmt.Errorf("starting server: %w", err)
 	}
 	s.handoffs.handed = api.handoffs.Inc
@@ -488,9 +500,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		SchedulerInterval: cfg.Scheduler.Interval, Started: func(run *store.Run) { s.observer.ObserveStarted(run.Workflow) },
 		RetentionInterval: cfg.RetentionInterval, Clock: cfg.Clock})
 	if err != nil {
-		if s.ownsStore {
-			s.store.Close()
-		}
+		_ = s.closeStores()
 		return nil, fmt.Errorf("starting server: %w", err)
 	}
 	s.auditor.start()
@@ -505,7 +515,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// The metrics cover the whole store from the start, not only the
 	// namespaces that requests have opened a client for.
 	obs := servermetrics.Store{Store: s.store, ActiveLeases: s.leases.count, Logger: cfg.Logger}
-	if s.ownsStore {
+	if s.ownsStore && len(cfg.Routes) == 0 {
 		obs.URL = cfg.Store
 	}
 	s.stopMetrics = s.observer.ObserveStore(obs)
@@ -589,10 +599,8 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	s.core.Close()
 	s.stopMetrics()
-	if s.ownsStore {
-		if cerr := s.store.Close(); cerr != nil && err == nil {
-			err = cerr
-		}
+	if cerr := s.closeStores(); cerr != nil && err == nil {
+		err = cerr
 	}
 	if err == nil && schedErr != nil {
 		err = schedErr

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	neturl "net/url"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,6 +63,13 @@ Logs: a line per request on stderr (the access log: route, status, duration,
 principal, request ID, source; never a token or a payload), unless
 --access-log=false. Every change a principal asks for is recorded in the
 store's audit log: "trellis audit list", GET /v1/audit (docs/security.md).
+
+Routes: --route NS=URL keeps namespace NS (its runs, queues, schedules,
+workers and idempotency keys) in the store at URL; every other namespace, and
+the tokens, keys, sessions and audit log, stay in the --store store (the
+control store). Repeat it for each namespace; --route default=URL names the
+control store instead of --store. Every server of a deployment takes the same
+routes (docs/operations.md, "Routing namespaces").
 
 Schedules: the server runs a scheduler (docs/schedules.md). Among all servers
 and embedded workers on a store, one at a time holds the scheduler lease and
@@ -119,7 +128,7 @@ const serverShutdownGrace = 30 * time.Second
 
 // runServer serves the HTTP API until ctx ends (SIGTERM, Ctrl-C).
 func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("server", "server [--store URL] [--listen ADDR] [--insecure] [--tls-cert FILE --tls-key FILE [--client-ca FILE]]", serverAbout, stderr)
+	fs := newFlagSet("server", "server [--store URL] [--route NS=URL ...] [--listen ADDR] [--insecure] [--tls-cert FILE --tls-key FILE [--client-ca FILE]]", serverAbout, stderr)
 	var url, listen, cpuProfile, pprofAddr, tokenFile string
 	var insecure, noScheduler, requireKey bool
 	accessLog := true
@@ -127,6 +136,8 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var limits serverLimits
 	var tlsCfg serverTLSFlags
 	fs.StringVar(&url, "store", "", "store `URL` (default $"+envStore+", else "+server.DefaultStore+")")
+	var routes routesFlag
+	fs.Var(&routes, "route", "keep a namespace's runs in another store, `NS=URL` (repeatable; default=URL names the --store store; docs/operations.md)")
 	fs.StringVar(&listen, "listen", server.DefaultListen, "the `address` to listen on")
 	fs.BoolVar(&insecure, "insecure", false, "turn authentication off (loopback addresses only)")
 	fs.StringVar(&tokenFile, "admin-token-file", "", "on a first start, write the admin token's secret to this new `file` (mode 0600; default: beside a SQLite store's file, else ./trellis-admin-token)")
@@ -155,6 +166,11 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef(fs, "server: --client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
 	case limits.maxPayload < 0:
 		return usagef(fs, "server: --max-payload %d: must be a positive number of bytes", limits.maxPayload)
+	case routes.control != "" && url != "":
+		return usagef(fs, "server: --route default=URL names the store of --store: give one of them")
+	}
+	if routes.control != "" {
+		url = routes.control
 	}
 	stopPprof, err := startPprof(pprofAddr)
 	if err != nil {
@@ -176,6 +192,9 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		url = server.DefaultStore
 	}
 	url = withWALPreallocate(url)
+	for ns, u := range routes.routes {
+		routes.routes[ns] = withWALPreallocate(u)
+	}
 	if url, err = withStoreParam(url, "blobs", blobsURL); err != nil {
 		return usagef(fs, "server: --blobs: %v", err)
 	}
@@ -195,7 +214,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	logger, closeLog := serverLogger(stderr, accessLog)
 	defer closeLog()
-	cfg := server.Config{Store: url, Listen: listen, Insecure: insecure, Scheduler: sched, UIKey: uiKey,
+	cfg := server.Config{Store: url, Routes: routes.routes, Listen: listen, Insecure: insecure, Scheduler: sched, UIKey: uiKey,
 		TracerProvider: tp, Logger: logger, DisableAccessLog: !accessLog, RequireIdempotencyKey: requireKey,
 		TLSCertFile: tlsCfg.cert, TLSKeyFile: tlsCfg.key, ClientCAFile: tlsCfg.clientCA}
 	limits.apply(&cfg)
@@ -220,7 +239,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	stopReload := reloadTLSOnSIGHUP(srv, stdout, logger)
 	defer stopReload()
-	fmt.Fprintf(stdout, "trellis server listening on %s (store %s; %s)\n", srv.URL(), redacted(url), serverMode(insecure, tlsCfg))
+	fmt.Fprintf(stdout, "trellis server listening on %s (store %s%s; %s)\n", srv.URL(), redacted(url), routes.describe(), serverMode(insecure, tlsCfg))
 	fmt.Fprintf(stdout, "web UI at %s/\n", srv.URL())
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "trellis server stopping")
@@ -272,6 +291,45 @@ func (p *proxiesFlag) Set(s string) error {
 	}
 	*p = append(*p, pr)
 	return nil
+}
+
+// routesFlag collects repeated --route NS=URL flags: the namespace's store.
+// "default" names the control store (the server's --store), kept apart.
+type routesFlag struct {
+	routes  map[string]string
+	control string // the URL of --route default=URL
+}
+
+func (r *routesFlag) String() string { return "" }
+
+func (r *routesFlag) Set(v string) error {
+	ns, url, ok := strings.Cut(v, "=")
+	switch {
+	case !ok || ns == "" || url == "":
+		return fmt.Errorf("%q: want NAMESPACE=URL, such as orders=postgres://db2/trellis", v)
+	case ns == store.DefaultNamespace && r.control == "":
+		r.control = url
+		return nil
+	case ns == store.DefaultNamespace || r.routes[ns] != "":
+		return fmt.Errorf("namespace %q is routed twice", ns)
+	}
+	if err := store.ValidateNamespace(ns); err != nil {
+		return fmt.Errorf("%q: %v", v, err)
+	}
+	if r.routes == nil {
+		r.routes = make(map[string]string)
+	}
+	r.routes[ns] = url
+	return nil
+}
+
+// describe is the routes for the server's "listening" line, passwords hidden.
+func (r *routesFlag) describe() string {
+	var b strings.Builder
+	for _, ns := range slices.Sorted(maps.Keys(r.routes)) {
+		fmt.Fprintf(&b, "; route %s %s", ns, redacted(r.routes[ns]))
+	}
+	return b.String()
 }
 
 // serverMode says how the server authenticates, for its "listening" line.

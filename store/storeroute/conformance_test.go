@@ -3,6 +3,7 @@ package storeroute_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,10 +40,29 @@ func route(t testing.TB, control store.Store, routes map[string]store.Store) sto
 	return r
 }
 
+// perStore are the cases of the suite that check what a router keeps within
+// each store only (the package doc, "What a router cannot keep"), with why:
+// they are skipped when the suite's namespaces ("ns" and "other") are in two
+// stores.
+var perStore = map[string]string{
+	"Create/SequenceIncreases": "Run.Sequence increases within a store: the runs of ns and other are in two",
+}
+
+// skipPerStore skips t when it is one of perStore. newStore runs on the
+// case's own goroutine, so a skip there ends the case.
+func skipPerStore(t *testing.T) {
+	for name, why := range perStore {
+		if strings.HasSuffix(t.Name(), "/"+name) {
+			t.Skip(why)
+		}
+	}
+}
+
 // TestConformanceSQLite runs the suite over a router whose control store and
 // the suite's main namespace ("ns") are different SQLite files.
 func TestConformanceSQLite(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
+		skipPerStore(t)
 		return route(t, openSQLite(t, "control.db", now), map[string]store.Store{"ns": openSQLite(t, "ns.db", now)})
 	})
 }
@@ -51,6 +71,7 @@ func TestConformanceSQLite(t *testing.T) {
 // instead, so that the cases that look across namespaces read two stores.
 func TestConformanceSQLiteOther(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
+		skipPerStore(t)
 		return route(t, openSQLite(t, "control.db", now), map[string]store.Store{"other": openSQLite(t, "other.db", now)})
 	})
 }
@@ -59,6 +80,7 @@ func TestConformanceSQLiteOther(t *testing.T) {
 // store, the control store being SQLite.
 func TestConformancePostgres(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
+		skipPerStore(t)
 		return route(t, openSQLite(t, "control.db", now), map[string]store.Store{"ns": pgstore.OpenReused(t, now)})
 	})
 }
