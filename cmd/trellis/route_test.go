@@ -180,3 +180,20 @@ func TestServerRouteRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutesFlagNamesRoutesWithoutSecrets: the listening line names each
+// route, by namespace, with its URL's password hidden.
+func TestRoutesFlagNamesRoutesWithoutSecrets(t *testing.T) {
+	t.Parallel()
+	var r routesFlag
+	for _, v := range []string{"orders=postgres://u:s3cret@db2/trellis", "billing=sqlite:///srv/b.db", "default=sqlite:///srv/a.db"} {
+		if err := r.Set(v); err != nil {
+			t.Fatalf("Set(%q): %v", v, err)
+		}
+	}
+	got := r.describe()
+	want := "; route billing sqlite:///srv/b.db; route orders postgres://u:xxxxx@db2/trellis"
+	if got != want || r.control != "sqlite:///srv/a.db" {
+		t.Errorf("describe() = %q, control %q; want %q and sqlite:///srv/a.db", got, r.control, want)
+	}
+}
