@@ -11,7 +11,7 @@ import (
 )
 
 // leaseTable remembers, per owner, the epochs of the scheduler lease this
-// router holds in each store (index as in Router.stores; [0] is the control
+// router holds in each store (index as in router.stores; [0] is the control
 // store's, the epoch its callers see).
 type leaseTable struct {
 	mu     sync.Mutex
@@ -66,7 +66,7 @@ func (t *leaseTable) storeEpoch(epoch int64, i int) (int64, bool) {
 // renewed in every store, the control store first; it is held only when it is
 // held in all of them (see the package doc). The epoch returned is the control
 // store's; the lease expires when the first of the stores' does.
-func (r *Router) SchedulerLeaseAcquire(ctx context.Context, p *store.SchedulerLeaseParams) (*store.SchedulerLease, error) {
+func (r *router) SchedulerLeaseAcquire(ctx context.Context, p *store.SchedulerLeaseParams) (*store.SchedulerLease, error) {
 	if len(r.stores) == 1 {
 		return r.control.SchedulerLeaseAcquire(ctx, p)
 	}
@@ -103,7 +103,7 @@ func (r *Router) SchedulerLeaseAcquire(ctx context.Context, p *store.SchedulerLe
 // SchedulerLeaseRelease implements store.ScheduleStore: the lease ends in
 // every store this router took it in with p's epoch (in the control store
 // alone when it knows of none).
-func (r *Router) SchedulerLeaseRelease(ctx context.Context, p *store.SchedulerLeaseParams) error {
+func (r *router) SchedulerLeaseRelease(ctx context.Context, p *store.SchedulerLeaseParams) error {
 	if len(r.stores) == 1 {
 		return r.control.SchedulerLeaseRelease(ctx, p)
 	}
@@ -119,7 +119,7 @@ func (r *Router) SchedulerLeaseRelease(ctx context.Context, p *store.SchedulerLe
 
 // releaseLeases ends owner's lease in the first len(epochs) stores, those with
 // an epoch.
-func (r *Router) releaseLeases(ctx context.Context, owner string, epochs []int64) error {
+func (r *router) releaseLeases(ctx context.Context, owner string, epochs []int64) error {
 	var errs []error
 	for i, e := range epochs {
 		if e <= 0 {
@@ -133,8 +133,8 @@ func (r *Router) releaseLeases(ctx context.Context, owner string, epochs []int64
 // ScheduleFire implements store.ScheduleStore. A fenced fire (Epoch above 0)
 // in a routed namespace carries that store's epoch of the lease whose control
 // epoch p names; ErrNotLeader when this router holds no such lease.
-func (r *Router) ScheduleFire(ctx context.Context, p *store.ScheduleFireParams) (*store.ScheduleFireResult, error) {
-	st := r.For(p.Namespace)
+func (r *router) ScheduleFire(ctx context.Context, p *store.ScheduleFireParams) (*store.ScheduleFireResult, error) {
+	st := r.storeFor(p.Namespace)
 	i := r.index(st)
 	if p.Epoch <= 0 || i == 0 {
 		return st.ScheduleFire(ctx, p)

@@ -14,7 +14,7 @@ import (
 
 // NamespaceList implements store.QueueStore: every store's namespaces that it
 // holds, by name.
-func (r *Router) NamespaceList(ctx context.Context) ([]*store.Namespace, error) {
+func (r *router) NamespaceList(ctx context.Context) ([]*store.Namespace, error) {
 	out := []*store.Namespace{}
 	for _, st := range r.stores {
 		list, err := st.NamespaceList(ctx)
@@ -32,7 +32,7 @@ func (r *Router) NamespaceList(ctx context.Context) ([]*store.Namespace, error) 
 }
 
 // RunNamespaces implements store.RunDeleter: the namespaces with runs, sorted.
-func (r *Router) RunNamespaces(ctx context.Context) ([]string, error) {
+func (r *router) RunNamespaces(ctx context.Context) ([]string, error) {
 	var out []string
 	for _, st := range r.stores {
 		list, err := st.RunNamespaces(ctx)
@@ -51,9 +51,9 @@ func (r *Router) RunNamespaces(ctx context.Context) ([]string, error) {
 
 // ScheduleList implements store.ScheduleStore: a namespace's schedules from
 // its store; without a namespace, every store's, by namespace and name.
-func (r *Router) ScheduleList(ctx context.Context, p *store.ScheduleListParams) ([]*store.Schedule, error) {
+func (r *router) ScheduleList(ctx context.Context, p *store.ScheduleListParams) ([]*store.Schedule, error) {
 	if p.Namespace != "" {
-		return r.For(p.Namespace).ScheduleList(ctx, p)
+		return r.storeFor(p.Namespace).ScheduleList(ctx, p)
 	}
 	out := []*store.Schedule{}
 	for _, st := range r.stores {
@@ -79,7 +79,7 @@ const defaultIdempotencyPurge = 1000
 // IdempotencyPurge implements store.IdempotencyStore: every store purges its
 // expired keys, up to what the stores before it left of Limit, so that one
 // call deletes at most Limit and returns fewer only when none is left.
-func (r *Router) IdempotencyPurge(ctx context.Context, p *store.IdempotencyPurgeParams) (int, error) {
+func (r *router) IdempotencyPurge(ctx context.Context, p *store.IdempotencyPurgeParams) (int, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = defaultIdempotencyPurge
@@ -101,12 +101,12 @@ func (r *Router) IdempotencyPurge(ctx context.Context, p *store.IdempotencyPurge
 // LeasesExtend implements store.WorkerStore. Leases of one store go to it in
 // one call; leases of several are split by store (each with its step) and the
 // answers merged.
-func (r *Router) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (*store.LeasesExtendResult, error) {
+func (r *router) LeasesExtend(ctx context.Context, p *store.LeasesExtendParams) (*store.LeasesExtendResult, error) {
 	groups := r.leaseGroups(p)
 	if len(groups) <= 1 {
 		st := r.control
 		if len(p.Leases) > 0 {
-			st = r.For(p.Leases[0].Namespace)
+			st = r.storeFor(p.Leases[0].Namespace)
 		}
 		return st.LeasesExtend(ctx, p)
 	}
@@ -140,10 +140,10 @@ type leaseGroup struct {
 }
 
 // leaseGroups splits p's leases by store, in the order of r.stores.
-func (r *Router) leaseGroups(p *store.LeasesExtendParams) []leaseGroup {
+func (r *router) leaseGroups(p *store.LeasesExtendParams) []leaseGroup {
 	var groups []leaseGroup
 	for i, l := range p.Leases {
-		st := r.For(l.Namespace)
+		st := r.storeFor(l.Namespace)
 		j := slices.IndexFunc(groups, func(g leaseGroup) bool { return g.st == st })
 		if j < 0 {
 			groups = append(groups, leaseGroup{st: st})

@@ -19,8 +19,8 @@ type counting interface {
 	store.CommitObserver
 }
 
-// countingRouter is a Router whose stores are all counting.
-type countingRouter struct{ *Router }
+// countingRouter is a router whose stores are all counting.
+type countingRouter struct{ *router }
 
 // foreignRouter is a countingRouter whose stores are all ForeignCommits too.
 type foreignRouter struct {
@@ -29,13 +29,13 @@ type foreignRouter struct {
 }
 
 var (
-	_ store.Store          = (*Router)(nil)
+	_ store.Store          = (*router)(nil)
 	_ counting             = countingRouter{}
 	_ store.ForeignCommits = (*foreignRouter)(nil)
 )
 
 // withCapabilities returns r as the type that offers what all its stores offer.
-func (r *Router) withCapabilities() store.Store {
+func (r *router) withCapabilities() store.Store {
 	for _, st := range r.stores {
 		if _, ok := st.(counting); !ok {
 			return r
@@ -51,7 +51,7 @@ func (r *Router) withCapabilities() store.Store {
 
 // RunCounts implements store.RunCounter: the namespace's store counts.
 func (r countingRouter) RunCounts(ctx context.Context, p *store.RunCountsParams) (*store.RunCountsResult, error) {
-	return r.For(p.Namespace).(store.RunCounter).RunCounts(ctx, p)
+	return r.storeFor(p.Namespace).(store.RunCounter).RunCounts(ctx, p)
 }
 
 // QueueCounts implements store.QueueCounter: every store's counts of the
@@ -92,7 +92,7 @@ func (r countingRouter) WorkerCounts(ctx context.Context) ([]store.WorkerCount, 
 
 // WatchRuns implements store.RunWatcher: the namespace's store's feed.
 func (r countingRouter) WatchRuns(namespace string) (store.RunFeed, bool) {
-	return r.For(namespace).(store.RunWatcher).WatchRuns(namespace)
+	return r.storeFor(namespace).(store.RunWatcher).WatchRuns(namespace)
 }
 
 // ObserveCommits implements store.CommitObserver: f observes every store's

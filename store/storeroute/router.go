@@ -10,9 +10,9 @@ import (
 	"github.com/trellis-dev/trellis/store"
 )
 
-// Router is the store.Store New returns. Which optional interfaces the value
-// New returns offers depends on its stores (see the package doc).
-type Router struct {
+// router is the store.Store New returns; which optional interfaces the value
+// New returns offers depends on its stores (optional.go).
+type router struct {
 	control store.Store
 	// routes maps a routed namespace to its store.
 	routes map[string]store.Store
@@ -37,11 +37,11 @@ func New(control store.Store, routes map[string]store.Store) (store.Store, error
 	return r.withCapabilities(), nil
 }
 
-func newRouter(control store.Store, routes map[string]store.Store) (*Router, error) {
+func newRouter(control store.Store, routes map[string]store.Store) (*router, error) {
 	if control == nil {
 		return nil, errors.New("storeroute: the control store is nil")
 	}
-	r := &Router{control: control, routes: make(map[string]store.Store, len(routes)),
+	r := &router{control: control, routes: make(map[string]store.Store, len(routes)),
 		stores: []store.Store{control}}
 	for _, ns := range slices.Sorted(mapKeys(routes)) {
 		st := routes[ns]
@@ -73,27 +73,24 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 	}
 }
 
-// For returns the store that holds namespace ns: its route's, else the
+// storeFor returns the store that holds namespace ns: its route's, else the
 // control store.
-func (r *Router) For(ns string) store.Store {
+func (r *router) storeFor(ns string) store.Store {
 	if st, ok := r.routes[ns]; ok {
 		return st
 	}
 	return r.control
 }
 
-// Control returns the control store.
-func (r *Router) Control() store.Store { return r.control }
-
 // index is the position of st in r.stores.
-func (r *Router) index(st store.Store) int { return slices.Index(r.stores, st) }
+func (r *router) index(st store.Store) int { return slices.Index(r.stores, st) }
 
 // holds reports whether st answers for namespace ns.
-func (r *Router) holds(st store.Store, ns string) bool { return r.For(ns) == st }
+func (r *router) holds(st store.Store, ns string) bool { return r.storeFor(ns) == st }
 
 // Close closes every store, the routed ones first. It returns their errors
 // joined; the stores' own Close is idempotent, and so is the router's.
-func (r *Router) Close() error {
+func (r *router) Close() error {
 	var errs []error
 	for i := len(r.stores) - 1; i >= 0; i-- {
 		if err := r.stores[i].Close(); err != nil {
@@ -105,7 +102,7 @@ func (r *Router) Close() error {
 
 // Ready reports whether every store answers and its schema is current: a
 // store's own Ready when it has one, else a read of one run.
-func (r *Router) Ready(ctx context.Context) error {
+func (r *router) Ready(ctx context.Context) error {
 	for _, st := range r.stores {
 		var err error
 		if rd, ok := st.(interface{ Ready(context.Context) error }); ok {

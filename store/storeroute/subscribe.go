@@ -17,9 +17,9 @@ import (
 // When a store ends its own subscription (closes its channel), the merged one
 // ends too: the others are stopped and the channel is closed, so that its
 // reader subscribes again.
-func (r *Router) Subscribe(ctx context.Context, topic string) (<-chan struct{}, func(), error) {
+func (r *router) Subscribe(ctx context.Context, topic string) (<-chan struct{}, func(), error) {
 	if ns, ok := topicNamespace(topic); ok {
-		return r.For(ns).Subscribe(ctx, topic)
+		return r.storeFor(ns).Subscribe(ctx, topic)
 	}
 	if len(r.stores) == 1 {
 		return r.control.Subscribe(ctx, topic)
@@ -97,4 +97,4 @@ func (m *merged) forward(ctx context.Context, cancel func(), ch <-chan struct{})
 	}
 }
 
-var _ store.Subscriber = (*Router)(nil)
+var _ store.Subscriber = (*router)(nil)
