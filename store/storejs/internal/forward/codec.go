@@ -10,7 +10,9 @@ import (
 	"reflect"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // The wire encoding of parameters and results: JSON, by reflection, so that a
@@ -22,7 +24,9 @@ import (
 //     and `json:"-"` hides fields a forwarded write needs); zero fields are left
 //     out and come back zero;
 //   - nil and empty slices and maps stay apart (null, [] or {}); []byte (and
-//     json.RawMessage) is base64, so any bytes travel, valid JSON or not;
+//     json.RawMessage) is base64, so any bytes travel, valid JSON or not; a
+//     string that is not UTF-8 travels as {"bytes": base64} (a map key must be
+//     UTF-8);
 //   - integers are decimal text, parsed back at their own width (no float64
 //     on the way); floats are the shortest text that parses back to them (NaN
 //     and infinities are refused);
@@ -43,11 +47,7 @@ var (
 
 // Marshal encodes v in the wire encoding.
 func Marshal(v any) ([]byte, error) {
-	tree, err := encodeValue(reflect.ValueOf(v), typeName(v))
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(tree)
+	return appendValue(make([]byte, 0, 512), reflect.ValueOf(v), typeName(v))
 }
 
 // Unmarshal decodes data, in the wire encoding, into the value v points to.
@@ -75,88 +75,133 @@ func typeName(v any) string {
 	return reflect.TypeOf(v).String()
 }
 
-// encodeValue turns rv into a tree encoding/json writes as is.
-func encodeValue(rv reflect.Value, path string) (any, error) {
+// appendValue appends rv's encoding to buf.
+func appendValue(buf []byte, rv reflect.Value, path string) ([]byte, error) {
 	if !rv.IsValid() {
-		return nil, nil
+		return append(buf, "null"...), nil
 	}
 	if rv.Type() == timeType {
 		b, err := rv.Interface().(time.Time).MarshalText()
 		if err != nil {
 			return nil, fmt.Errorf("forward: encoding %s: %w", path, err)
 		}
-		return string(b), nil
+		return append(append(append(buf, '"'), b...), '"'), nil
 	}
 	switch rv.Kind() {
 	case reflect.Bool:
-		return rv.Bool(), nil
+		return strconv.AppendBool(buf, rv.Bool()), nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return json.Number(strconv.FormatInt(rv.Int(), 10)), nil
+		return strconv.AppendInt(buf, rv.Int(), 10), nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return json.Number(strconv.FormatUint(rv.Uint(), 10)), nil
+		return strconv.AppendUint(buf, rv.Uint(), 10), nil
 	case reflect.Float32, reflect.Float64:
 		f := rv.Float()
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return nil, fmt.Errorf("forward: encoding %s: %v has no JSON form", path, f)
 		}
-		return json.Number(strconv.FormatFloat(f, 'g', -1, rv.Type().Bits())), nil
+		return strconv.AppendFloat(buf, f, 'g', -1, rv.Type().Bits()), nil
 	case reflect.String:
-		return rv.String(), nil
+		return appendString(buf, rv.String()), nil
 	case reflect.Slice:
 		if rv.IsNil() {
-			return nil, nil
+			return append(buf, "null"...), nil
 		}
 		if rv.Type().Elem().Kind() == reflect.Uint8 {
-			return base64.StdEncoding.EncodeToString(rv.Bytes()), nil
+			return appendBase64(buf, rv.Bytes()), nil
 		}
-		return encodeList(rv, path)
+		return appendList(buf, rv, path)
 	case reflect.Array:
-		return encodeList(rv, path)
+		return appendList(buf, rv, path)
 	case reflect.Map:
-		return encodeMap(rv, path)
+		return appendMap(buf, rv, path)
 	case reflect.Pointer:
 		if rv.IsNil() {
-			return nil, nil
+			return append(buf, "null"...), nil
 		}
-		return encodeValue(rv.Elem(), path)
+		return appendValue(buf, rv.Elem(), path)
 	case reflect.Interface:
-		return encodeInterface(rv, path)
+		return appendInterface(buf, rv, path)
 	case reflect.Struct:
-		return encodeStruct(rv, path)
+		return appendStruct(buf, rv, path)
 	}
 	return nil, fmt.Errorf("forward: encoding %s: a %s cannot be sent", path, rv.Type())
 }
 
-func encodeList(rv reflect.Value, path string) (any, error) {
-	list := make([]any, rv.Len())
-	for i := range list {
-		v, err := encodeValue(rv.Index(i), path+"["+strconv.Itoa(i)+"]")
-		if err != nil {
-			return nil, err
-		}
-		list[i] = v
-	}
-	return list, nil
+func appendBase64(buf, b []byte) []byte {
+	buf = append(buf, '"')
+	buf = base64.StdEncoding.AppendEncode(buf, b)
+	return append(buf, '"')
 }
 
-func encodeMap(rv reflect.Value, path string) (any, error) {
-	if rv.IsNil() {
-		return nil, nil
+// appendString appends s as a JSON string; a string that is not UTF-8 (which
+// a JSON string cannot carry exactly) as {"bytes": base64}.
+func appendString(buf []byte, s string) []byte {
+	if !utf8.ValidString(s) {
+		buf = append(buf, `{"bytes":`...)
+		return append(appendBase64(buf, []byte(s)), '}')
 	}
-	m := make(map[string]any, rv.Len())
+	const hex = "0123456789abcdef"
+	buf = append(buf, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			buf = append(buf, '\\', c)
+		case c < 0x20:
+			buf = append(buf, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			buf = append(buf, c)
+		}
+	}
+	return append(buf, '"')
+}
+
+func appendList(buf []byte, rv reflect.Value, path string) ([]byte, error) {
+	buf = append(buf, '[')
+	for i := range rv.Len() {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		var err error
+		if buf, err = appendValue(buf, rv.Index(i), path+"["+strconv.Itoa(i)+"]"); err != nil {
+			return nil, err
+		}
+	}
+	return append(buf, ']'), nil
+}
+
+func appendMap(buf []byte, rv reflect.Value, path string) ([]byte, error) {
+	if rv.IsNil() {
+		return append(buf, "null"...), nil
+	}
+	type entry struct {
+		key string
+		val reflect.Value
+	}
+	entries := make([]entry, 0, rv.Len())
 	iter := rv.MapRange()
 	for iter.Next() {
 		k, err := mapKey(iter.Key(), path)
 		if err != nil {
 			return nil, err
 		}
-		v, err := encodeValue(iter.Value(), path+"["+strconv.Quote(k)+"]")
-		if err != nil {
+		if !utf8.ValidString(k) {
+			return nil, fmt.Errorf("forward: encoding %s: a map key that is not UTF-8 cannot be sent", path)
+		}
+		entries = append(entries, entry{k, iter.Value()})
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].key < entries[j].key }) // the same bytes every time
+	buf = append(buf, '{')
+	for i, e := range entries {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(appendString(buf, e.key), ':')
+		var err error
+		if buf, err = appendValue(buf, e.val, path+"["+strconv.Quote(e.key)+"]"); err != nil {
 			return nil, err
 		}
-		m[k] = v
 	}
-	return m, nil
+	return append(buf, '}'), nil
 }
 
 // mapKey is the text of a map key: a string or an integer.
@@ -172,39 +217,46 @@ func mapKey(k reflect.Value, path string) (string, error) {
 	return "", fmt.Errorf("forward: encoding %s: a map key of type %s cannot be sent", path, k.Type())
 }
 
-func encodeInterface(rv reflect.Value, path string) (any, error) {
+func appendInterface(buf []byte, rv reflect.Value, path string) ([]byte, error) {
 	if rv.IsNil() {
-		return nil, nil
+		return append(buf, "null"...), nil
 	}
 	if rv.Type() == errorType {
 		w := toWire(rv.Interface().(error))
-		return map[string]any{"code": w.Code, "message": w.Message}, nil
+		buf = append(buf, `{"code":`...)
+		buf = appendString(buf, w.Code)
+		buf = append(buf, `,"message":`...)
+		return append(appendString(buf, strings.ToValidUTF8(w.Message, "\uFFFD")), '}'), nil
 	}
 	return nil, fmt.Errorf("forward: encoding %s: a value of interface type %s cannot be sent", path, rv.Type())
 }
 
-func encodeStruct(rv reflect.Value, path string) (any, error) {
+func appendStruct(buf []byte, rv reflect.Value, path string) ([]byte, error) {
 	t := rv.Type()
-	m := make(map[string]any, t.NumField())
+	buf = append(buf, '{')
+	first := true
 	for i := range t.NumField() {
 		f, fv := t.Field(i), rv.Field(i)
-		fpath := path + "." + f.Name
 		if !f.IsExported() {
-			return nil, fmt.Errorf("forward: encoding %s: an unexported field cannot be sent", fpath)
+			return nil, fmt.Errorf("forward: encoding %s.%s: an unexported field cannot be sent", path, f.Name)
 		}
 		if fv.IsZero() {
 			continue
 		}
 		if k := f.Type.Kind(); k == reflect.Func || k == reflect.Chan {
-			return nil, fmt.Errorf("forward: encoding %s: a %s cannot be sent to another server (leave it nil)", fpath, f.Type)
+			return nil, fmt.Errorf("forward: encoding %s.%s: a %s cannot be sent to another server (leave it nil)", path, f.Name, f.Type)
 		}
-		v, err := encodeValue(fv, fpath)
-		if err != nil {
+		if !first {
+			buf = append(buf, ',')
+		}
+		first = false
+		buf = append(appendString(buf, f.Name), ':')
+		var err error
+		if buf, err = appendValue(buf, fv, path+"."+f.Name); err != nil {
 			return nil, err
 		}
-		m[f.Name] = v
 	}
-	return m, nil
+	return append(buf, '}'), nil
 }
 
 // decodeValue sets rv (settable) from a tree json.Decoder made with UseNumber.
@@ -238,12 +290,7 @@ func decodeValue(tree any, rv reflect.Value, path string) error {
 		reflect.Float32, reflect.Float64:
 		return decodeNumber(tree, rv, path)
 	case reflect.String:
-		s, ok := tree.(string)
-		if !ok {
-			return mismatch(path, tree, rv.Type())
-		}
-		rv.SetString(s)
-		return nil
+		return decodeString(tree, rv, path)
 	case reflect.Slice:
 		return decodeSlice(tree, rv, path)
 	case reflect.Array:
@@ -267,6 +314,28 @@ func decodeValue(tree any, rv reflect.Value, path string) error {
 
 func mismatch(path string, tree any, t reflect.Type) error {
 	return fmt.Errorf("forward: decoding %s: a JSON %T does not fit a %s", path, tree, t)
+}
+
+// decodeString takes a JSON string, or {"bytes": base64} for one that is not
+// UTF-8.
+func decodeString(tree any, rv reflect.Value, path string) error {
+	switch v := tree.(type) {
+	case string:
+		rv.SetString(v)
+		return nil
+	case map[string]any:
+		b64, ok := v["bytes"].(string)
+		if !ok || len(v) != 1 {
+			return mismatch(path, tree, rv.Type())
+		}
+		b, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			return fmt.Errorf("forward: decoding %s: %w", path, err)
+		}
+		rv.SetString(string(b))
+		return nil
+	}
+	return mismatch(path, tree, rv.Type())
 }
 
 func decodeNumber(tree any, rv reflect.Value, path string) error {

@@ -28,6 +28,7 @@ type kinds struct {
 	F       float64
 	F32     float32
 	S       string
+	Bin     string
 	Raw     json.RawMessage
 	Bytes   []byte
 	Empty   []byte
@@ -56,7 +57,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	at := time.Date(2031, 12, 31, 23, 59, 59, 999999999, time.UTC)
 	in := kinds{
 		Embedded: Embedded{"e"}, B: true, I: math.MinInt64, U: math.MaxUint64, F: 0.1, F32: 1.5e-7,
-		S: "ü\x00", Raw: json.RawMessage("not json {"), Bytes: []byte{0, 255}, Empty: []byte{},
+		S: "ü\x00\"\\\n\u2028", Bin: "\xff\xfe not UTF-8", Raw: json.RawMessage("not json {"), Bytes: []byte{0, 255}, Empty: []byte{},
 		List: []int{}, Arr: [2]uint16{1, 65535},
 		M:       map[string]*inner{"a": {N: -8, S: []string{""}}, "nil": nil},
 		IntKeys: map[int32]bool{-3: true}, EmptyM: map[string]int{},
@@ -95,6 +96,7 @@ func TestCodecRefuses(t *testing.T) {
 		"unexported": withUnexported{x: 1},
 		"nan":        math.NaN(),
 		"chan":       make(chan int),
+		"bad key":    map[string]int{"\xff": 1},
 	} {
 		if name == "func" {
 			v = &store.RunCreateParams{Idempotency: &store.IdempotencyRecord{Key: "k", Fingerprint: []byte{1},
@@ -134,6 +136,7 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add(`{"I":"1","M":{"a":{"N":3}},"T":"2031-01-01T00:00:00Z"}`)
 	f.Add(`{"Err":{"code":"run_exists","message":"m"},"Bytes":"AAE="}`)
 	f.Add(`null`)
+	f.Add(`{"Bin":{"bytes":"//4="},"S":"a\\u0000"}`)
 	f.Fuzz(func(t *testing.T, data string) {
 		var v kinds
 		if forward.Unmarshal([]byte(data), &v) != nil {

@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startNATS starts an in-process nats-server on a free port, stopped when the
 // test ends.
-func startNATS(t *testing.T) *server.Server {
+func startNATS(t testing.TB) *server.Server {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
 	if err != nil {
@@ -33,7 +33,7 @@ func startNATS(t *testing.T) *server.Server {
 }
 
 // connect opens a connection to s, closed when the test ends.
-func connect(t *testing.T, s *server.Server) *nats.Conn {
+func connect(t testing.TB, s *server.Server) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
@@ -45,7 +45,7 @@ func connect(t *testing.T, s *server.Server) *nats.Conn {
 
 // serve serves h on subject over its own connection to s; stopped when the
 // test ends (or earlier, by the returned function).
-func serve(t *testing.T, s *server.Server, subject string, h forward.Handler) (stop func()) {
+func serve(t testing.TB, s *server.Server, subject string, h forward.Handler) (stop func()) {
 	t.Helper()
 	stop, err := forward.Serve(connect(t, s), subject, h)
 	if err != nil {
