@@ -1,0 +1,74 @@
+package storejs
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// TestFollowerForwardsWrites: two stores on one log. The follower's writes
+// (the generated methods) reach the writer through internal/forward, come
+// back with the store's sentinels, and are readable on the follower as soon
+// as they return; after a takeover the deposed writer's write goes to the
+// new one.
+func TestFollowerForwardsWrites(t *testing.T) {
+	ctx := context.Background()
+	srv := startNATS(t, t.TempDir())
+	dir := t.TempDir()
+	a := openStore(t, Config{Conn: connectTo(t, srv), Replica: filepath.Join(dir, "a.db"), LeaseDuration: time.Hour})
+	waitLeading(t, a)
+	b := openStore(t, Config{Conn: connectTo(t, srv), Replica: filepath.Join(dir, "b.db"), LeaseDuration: time.Hour})
+	if b.Leading() {
+		t.Fatal("the follower leads")
+	}
+
+	p := &store.RunCreateParams{Namespace: "default", ID: "r1", WorkflowID: "w1", Workflow: "wf", Queue: "default", Input: []byte(`{}`)}
+	if res, err := b.RunCreate(ctx, p); err != nil || !res.Created {
+		t.Fatalf("RunCreate on the follower: %+v, %v", res, err)
+	}
+	for name, s := range map[string]*Store{"follower": b, "writer": a} {
+		if _, err := s.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: "r1"}); err != nil {
+			t.Fatalf("RunGet on the %s right after the write: %v", name, err)
+		}
+	}
+	dup := *p
+	dup.ID = "r2"
+	if _, err := b.RunCreate(ctx, &dup); !errors.Is(err, store.ErrRunExists) {
+		t.Fatalf("a second start of w1 on the follower: %v, want ErrRunExists", err)
+	}
+	claimed, err := b.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "default", Workflows: []string{"wf"}, Worker: "w", Max: 1, LeaseDuration: time.Minute})
+	if err != nil || len(claimed.Runs) != 1 {
+		t.Fatalf("RunsClaim on the follower: %+v, %v", claimed, err)
+	}
+	stale := claimed.Runs[0].Lease()
+	stale.Token++
+	if _, err := b.Checkpoint(ctx, &store.CheckpointParams{Lease: stale, Status: store.StatusSucceeded}); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("a checkpoint with a stale lease on the follower: %v, want ErrLeaseLost", err)
+	}
+	if _, err := b.Checkpoint(ctx, &store.CheckpointParams{Lease: claimed.Runs[0].Lease(), Status: store.StatusSucceeded, Output: []byte(`7`)}); err != nil {
+		t.Fatalf("Checkpoint on the follower: %v", err)
+	}
+	if run, err := b.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: "r1"}); err != nil || run.Status != store.StatusSucceeded {
+		t.Fatalf("the follower reads %+v, %v after its checkpoint", run, err)
+	}
+	if _, err := b.EventSend(ctx, &store.EventSendParams{Namespace: "default", Ref: "nope", Name: "e"}); !errors.Is(err, store.ErrRunNotFound) {
+		t.Fatalf("EventSend to no run on the follower: %v, want ErrRunNotFound", err)
+	}
+
+	if err := b.TakeOver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.ID, p.WorkflowID = "r3", "w3"
+	if _, err := a.RunCreate(ctx, p); err != nil {
+		t.Fatalf("RunCreate on the deposed writer: %v", err)
+	}
+	for name, s := range map[string]*Store{"deposed writer": a, "new writer": b} {
+		if _, err := s.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: "r3"}); err != nil {
+			t.Fatalf("RunGet of r3 on the %s: %v", name, err)
+		}
+	}
+}
