@@ -110,7 +110,9 @@ func (c *Client) send(ctx context.Context, method string, params []byte) (*reply
 			return nil, fmt.Errorf("forwarding %s: %w for %v", method, ErrNoLeader, wait)
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("forwarding %s: %w before the context ended: %w", method, ErrNoLeader, ctx.Err())
+		}
+		if err := ctx.Err(); err != nil { // also when the backoff ended with it
+			return nil, fmt.Errorf("forwarding %s: %w before the context ended: %w", method, ErrNoLeader, err)
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}

@@ -56,9 +56,9 @@ type server struct {
 }
 
 // Serve answers the requests sent to subject (in QueueGroup) with h, each in
-// its own goroutine. stop unsubscribes, answers requests that arrive after it
-// "not_leader" (their callers retry elsewhere), and waits for the requests in
-// flight to finish and be answered; it is idempotent. Serve returns once the
+// its own goroutine. stop removes the subscription, answers the requests that
+// were queued for it "not_leader" (their callers retry elsewhere), and waits
+// for the requests in flight to finish and be answered; it is idempotent. Serve returns once the
 // NATS server has the subscription.
 func Serve(nc *nats.Conn, subject string, h Handler) (stop func(), err error) {
 	switch {
@@ -79,8 +79,8 @@ func Serve(nc *nats.Conn, subject string, h Handler) (stop func(), err error) {
 		return nil, fmt.Errorf("forward: subscribing to %q: %w", subject, err)
 	}
 	return sync.OnceFunc(func() {
-		_ = sub.Unsubscribe() // fails only on a closed connection, where no more arrive
-		close(s.quit)
+		close(s.quit) // what is still queued is answered not_leader
+		drain(nc, sub)
 		s.mu.Lock()
 		s.stopped = true
 		s.mu.Unlock()
@@ -88,9 +88,38 @@ func Serve(nc *nats.Conn, subject string, h Handler) (stop func(), err error) {
 	}), nil
 }
 
+// drain removes the subscription's interest and waits until the requests
+// the NATS server had already sent it were received and answered: dropped
+// instead (Unsubscribe), each would leave its caller waiting for its timeout
+// and an unknown outcome.
+func drain(nc *nats.Conn, sub *nats.Subscription) {
+	closed := sub.StatusChanged(nats.SubscriptionClosed)
+	if err := sub.Drain(); err != nil {
+		return // the connection is closed: nothing more arrives
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-closed:
+			return
+		case <-tick.C:
+			if nc.IsClosed() {
+				return
+			}
+		}
+	}
+}
+
 // receive takes one request from the subscription's goroutine and starts its
 // own goroutine, waiting for a free slot first.
 func (s *server) receive(msg *nats.Msg) {
+	select {
+	case <-s.quit:
+		s.respond(msg, reply{Error: toWire(ErrNotLeader)})
+		return
+	default:
+	}
 	select {
 	case s.slot <- struct{}{}:
 	case <-s.quit:
