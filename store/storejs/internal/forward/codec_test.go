@@ -158,3 +158,51 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+// TestCodecKeepsSharedPointers: a struct pointer held twice arrives as one
+// pointer held twice (RunCreateResult's Claimed.Run is its Run); a cycle
+// travels too.
+func TestCodecKeepsSharedPointers(t *testing.T) {
+	t.Parallel()
+	run := &store.Run{ID: "r1"}
+	in := &store.RunCreateResult{Run: run, Created: true, Claimed: &store.ClaimedRun{Run: run, LeaseToken: 3}}
+	data, err := forward.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out *store.RunCreateResult
+	if err := forward.Unmarshal(data, &out); err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	if out.Claimed.Run != out.Run || !reflect.DeepEqual(out, in) {
+		t.Fatalf("shared pointer lost: %s", data)
+	}
+
+	type node struct {
+		Name string
+		Next *node
+	}
+	a := &node{Name: "a"}
+	a.Next = &node{Name: "b", Next: a}
+	data, err = forward.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *node
+	if err := forward.Unmarshal(data, &got); err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	if got.Next.Next != got || got.Next.Name != "b" {
+		t.Fatalf("cycle lost: %s", data)
+	}
+	for name, bad := range map[string]string{
+		"unknown ref": `{"Run":{"@ref":9}}`,
+		"bad id":      `{"Run":{"@id":"x","@v":{}}}`,
+		"twice":       `{"Run":{"@id":1,"@v":{}},"Claimed":{"Run":{"@id":1,"@v":{}}}}`,
+	} {
+		var r *store.RunCreateResult
+		if err := forward.Unmarshal([]byte(bad), &r); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
