@@ -3,7 +3,9 @@ package storejs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,5 +72,41 @@ func TestFollowerForwardsWrites(t *testing.T) {
 		if _, err := s.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: "r3"}); err != nil {
 			t.Fatalf("RunGet of r3 on the %s: %v", name, err)
 		}
+	}
+}
+
+// BenchmarkRunCreate: a run's start on the writer and on a follower (forwarded,
+// then waited for in the follower's replica), with fsync on every JetStream
+// write.
+func BenchmarkRunCreate(b *testing.B) {
+	srv := startNATS(b, b.TempDir())
+	dir := b.TempDir()
+	open := func(name string) *Store {
+		s, err := Open(context.Background(), Config{Conn: connectTo(b, srv), Replica: filepath.Join(dir, name), LeaseDuration: time.Hour})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return s
+	}
+	a := open("a.db")
+	for !a.Leading() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	f := open("b.db")
+	var n atomic.Int64
+	for name, s := range map[string]*Store{"writer": a, "follower": f} {
+		b.Run(name, func(b *testing.B) {
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := fmt.Sprint("r", n.Add(1))
+					if _, err := s.RunCreate(context.Background(), &store.RunCreateParams{Namespace: "default", ID: id, WorkflowID: id, Workflow: "wf", Queue: "default"}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }
