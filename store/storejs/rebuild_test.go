@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -39,10 +40,10 @@ func workload(ctx context.Context, t testing.TB, dir string, runs int, started f
 	child := trellis.NewWorkflow("child", func(wc *trellis.Context, n int) (int, error) {
 		return trellis.Step(wc, "double", func(context.Context) (int, error) { return 2 * n, nil })
 	})
-	flaky := 0
+	var flaky atomic.Int64
 	mix := trellis.NewWorkflow("mix", func(wc *trellis.Context, n int) (string, error) {
 		a, err := trellis.Step(wc, "flaky", func(context.Context) (int, error) {
-			if flaky++; flaky%3 == 1 {
+			if flaky.Add(1)%3 == 1 {
 				return 0, errors.New("transient")
 			}
 			return n, nil
