@@ -36,6 +36,8 @@ var knownDrivers = map[string]string{
 	"sqlite":     "github.com/trellis-dev/trellis/store/storesqlite",
 	"postgres":   "github.com/trellis-dev/trellis/store/storepg",
 	"postgresql": "github.com/trellis-dev/trellis/store/storepg",
+	"jetstream":  "github.com/trellis-dev/trellis/store/storejs",
+	"nats":       "github.com/trellis-dev/trellis/store/storejs",
 }
 
 // Register makes a driver's stores open by URL (Open, and trellis.Open's

@@ -5,5 +5,6 @@ package main
 // import them.
 import (
 	_ "github.com/trellis-dev/trellis/otlp"          // TracerFromEnv's OTLP exporters (trellis server, dev)
+	_ "github.com/trellis-dev/trellis/store/storejs" // jetstream: and nats:// store URLs
 	_ "github.com/trellis-dev/trellis/store/storepg" // postgres:// store URLs
 )
