@@ -147,15 +147,18 @@ func (e *embedded) shutdown() error {
 
 // idempotency returns the store record of the idempotency key of the
 // server's request (calls.idem), or nil when there is none: the guarded call
-// writes it in the transaction of its change. sdk turns the store's result
-// into the SDK value the server renders its response from.
-func (e *embedded) idempotency(sdk func(result any) any) *store.IdempotencyRecord {
+// writes it in the transaction of its change. converter names the function
+// (converters) that turns the store's result into the SDK value the server
+// renders its response from.
+func (e *embedded) idempotency(converter string) *store.IdempotencyRecord {
 	r := e.calls.idem
 	if r == nil {
 		return nil
 	}
+	sdk := converters[converter]
 	return &store.IdempotencyRecord{Key: r.Key, Fingerprint: r.Fingerprint,
-		Response: func(result any) (int, []byte, error) { return r.Render(sdk(result)) }}
+		Response: func(result any) (int, []byte, error) { return r.Render(sdk(result)) },
+		Renderer: rendererPrefix + converter, Status: r.Status}
 }
 
 func (e *embedded) get(ctx context.Context, ref string) (*Run, error) {
@@ -229,7 +232,7 @@ func (e *embedded) value(ctx context.Context, ref, key string) (Payload, error) 
 
 func (e *embedded) cancel(ctx context.Context, ref string) error {
 	run, err := e.store.RunCancel(ctx, &store.RunCancelParams{Namespace: e.cfg.Namespace, Ref: ref,
-		Idempotency: e.idempotency(changedRun)})
+		Idempotency: e.idempotency("changedRun")})
 	if err != nil {
 		return err
 	}
@@ -241,13 +244,13 @@ func (e *embedded) cancel(ctx context.Context, ref string) error {
 
 func (e *embedded) resume(ctx context.Context, ref string) error {
 	_, err := e.store.RunResume(ctx, &store.RunResumeParams{Namespace: e.cfg.Namespace, Ref: ref,
-		Idempotency: e.idempotency(changedRun)})
+		Idempotency: e.idempotency("changedRun")})
 	return err
 }
 
 func (e *embedded) delete(ctx context.Context, ref string) error {
 	_, err := e.store.RunDelete(ctx, &store.RunDeleteParams{Namespace: e.cfg.Namespace, Ref: ref,
-		Idempotency: e.idempotency(noResult)})
+		Idempotency: e.idempotency("noResult")})
 	return err
 }
 
@@ -309,7 +312,7 @@ func (e *embedded) sendEvent(ctx context.Context, ref, name string, b []byte) er
 		return err
 	}
 	p := &store.EventSendParams{Namespace: e.cfg.Namespace, Ref: ref, Name: name, Payload: b,
-		Idempotency: e.idempotency(noResult)}
+		Idempotency: e.idempotency("noResult")}
 	// If the event wakes a run this process's worker runs and it has a free
 	// slot, the store leases the run to it in the same transaction.
 	reserved := e.worker != nil && e.worker.Reserve()
@@ -369,7 +372,7 @@ func (e *embedded) getApproval(ctx context.Context, id string) (*ApprovalRecord,
 
 func (e *embedded) decide(ctx context.Context, id string, approve bool, principal, comment string) (*ApprovalRecord, error) {
 	a, err := e.store.ApprovalDecide(ctx, &store.ApprovalDecideParams{Namespace: e.cfg.Namespace, ID: id,
-		Approve: approve, Principal: principal, Comment: comment, Idempotency: e.idempotency(decided)})
+		Approve: approve, Principal: principal, Comment: comment, Idempotency: e.idempotency("decided")})
 	if err != nil {
 		return nil, err
 	}

@@ -49,14 +49,14 @@ func (e *embedded) listQueues(ctx context.Context) ([]*Queue, error) {
 
 func (e *embedded) updateQueue(ctx context.Context, name string, s QueueSettings) (*Queue, error) {
 	q, err := e.store.QueueUpdate(ctx, &store.QueueUpdateParams{Namespace: e.cfg.Namespace, Name: name, QueueSettings: s,
-		Idempotency: e.idempotency(sameRecord)})
+		Idempotency: e.idempotency("sameRecord")})
 	e.forgetQueue(name)
 	return q, err
 }
 
 func (e *embedded) setQueuePaused(ctx context.Context, name string, paused bool) (*Queue, error) {
 	return e.store.QueueSetPaused(ctx, &store.QueueSetPausedParams{Namespace: e.cfg.Namespace, Name: name, Paused: paused,
-		Idempotency: e.idempotency(sameRecord)})
+		Idempotency: e.idempotency("sameRecord")})
 }
 
 // namespaceQueue is the default queue of the client's namespace: its record's,

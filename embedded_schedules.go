@@ -69,7 +69,7 @@ func (e *embedded) createSchedule(ctx context.Context, name string, spec Schedul
 		return nil, fmt.Errorf("creating schedule %s: %w", name, err)
 	}
 	sc, err := e.store.ScheduleCreate(ctx, &store.ScheduleCreateParams{Namespace: e.cfg.Namespace, Name: name, Spec: sp, Paused: o.Paused,
-		Idempotency: e.idempotency(scheduleResult)})
+		Idempotency: e.idempotency("scheduleResult")})
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func (e *embedded) updateSchedule(ctx context.Context, name string, spec Schedul
 		return nil, fmt.Errorf("updating schedule %s: %w", name, err)
 	}
 	sc, err := e.store.ScheduleUpdate(ctx, &store.ScheduleUpdateParams{Namespace: e.cfg.Namespace, Name: name, Spec: sp,
-		Idempotency: e.idempotency(scheduleResult)})
+		Idempotency: e.idempotency("scheduleResult")})
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (e *embedded) updateSchedule(ctx context.Context, name string, spec Schedul
 
 func (e *embedded) pauseSchedule(ctx context.Context, name string, paused bool) (*Schedule, error) {
 	sc, err := e.store.SchedulePause(ctx, &store.SchedulePauseParams{Namespace: e.cfg.Namespace, Name: name, Paused: paused,
-		Idempotency: e.idempotency(scheduleResult)})
+		Idempotency: e.idempotency("scheduleResult")})
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func (e *embedded) pauseSchedule(ctx context.Context, name string, paused bool) 
 
 func (e *embedded) deleteSchedule(ctx context.Context, name string) error {
 	return e.store.ScheduleDelete(ctx, &store.ScheduleDeleteParams{Namespace: e.cfg.Namespace, Name: name,
-		Idempotency: e.idempotency(noResult)})
+		Idempotency: e.idempotency("noResult")})
 }
 
 func (e *embedded) triggerSchedule(ctx context.Context, name string) (*Run, error) {
@@ -133,7 +133,7 @@ func (e *embedded) triggerSchedule(ctx context.Context, name string) (*Run, erro
 	}
 	res, err := e.store.ScheduleFire(ctx, &store.ScheduleFireParams{Namespace: sc.Namespace, Name: sc.Name,
 		Run:         schedule.RunParams(sc, schedule.TriggerRunID(sc.Name, e.cfg.Clock.Now()), e.version(sc.Workflow)),
-		Idempotency: e.idempotency(firedRun)})
+		Idempotency: e.idempotency("firedRun")})
 	if err != nil {
 		return nil, fmt.Errorf("triggering schedule %s: %w", name, err)
 	}
@@ -161,7 +161,7 @@ func (e *embedded) backfillSchedule(ctx context.Context, name string, start, end
 		return nil, fmt.Errorf("backfilling schedule %s: %w: more than %d ticks in [%s, %s)", name, ErrInvalidParams,
 			MaxBackfillRuns, start.Format(time.RFC3339), end.Format(time.RFC3339))
 	}
-	p := &store.ScheduleFireParams{Namespace: sc.Namespace, Name: sc.Name, Idempotency: e.idempotency(backfilledRuns)}
+	p := &store.ScheduleFireParams{Namespace: sc.Namespace, Name: sc.Name, Idempotency: e.idempotency("backfilledRuns")}
 	for _, at := range ticks {
 		p.Runs = append(p.Runs, schedule.RunParams(sc, schedule.RunID(sc.Name, at), e.version(sc.Workflow)))
 	}

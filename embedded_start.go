@@ -21,7 +21,7 @@ func (e *embedded) start(ctx context.Context, def *definition, input []byte, o S
 	if err := e.applyRecords(ctx, def, o, p); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", def.name, err)
 	}
-	p.Idempotency = e.idempotency(createdRun)
+	p.Idempotency = e.idempotency("createdRun")
 	// A free slot of this process's worker, else (for a call of the server's)
 	// of a waiting remote worker: the run is created claimed for it.
 	slot := e.reserveSlot(ctx, p)
@@ -140,7 +140,7 @@ func (e *embedded) startMany(ctx context.Context, reqs []StartRequest) ([]StartR
 			return nil, fmt.Errorf("starting runs: item %d: %w", i, err)
 		}
 	}
-	p.Idempotency = e.idempotency(startedMany)
+	p.Idempotency = e.idempotency("startedMany")
 	res, err := e.store.RunsCreate(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("starting runs: %w", err)
@@ -189,7 +189,7 @@ func (e *embedded) reset(ctx context.Context, ref, step string) (*Run, error) {
 	res, err := e.store.RunCreate(ctx, &store.RunCreateParams{
 		Namespace: e.cfg.Namespace, ID: uuid.Must(uuid.NewV7()).String(), WorkflowID: src.WorkflowID,
 		Workflow: src.Workflow, Queue: src.Queue, Priority: src.Priority, Version: src.Version, Pinned: src.Pinned,
-		Input: src.Input, History: kept, KV: kv, Idempotency: e.idempotency(createdRun),
+		Input: src.Input, History: kept, KV: kv, Idempotency: e.idempotency("createdRun"),
 		Retry: src.Retry, // its start's workflow retry policy; the new run is at its first attempt
 	})
 	if err != nil {

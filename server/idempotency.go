@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -72,13 +71,9 @@ type keyed struct {
 // exactly as writeJSON would write it, and keeps it.
 func (k *keyed) render(status int) func(v any) (int, []byte, error) {
 	return func(v any) (int, []byte, error) {
-		var body []byte
-		if status != http.StatusNoContent {
-			var buf bytes.Buffer
-			if err := json.NewEncoder(&buf).Encode(v); err != nil {
-				return 0, nil, err
-			}
-			body = buf.Bytes()
+		status, body, err := idemkey.RenderJSON(status, v)
+		if err != nil {
+			return 0, nil, err
 		}
 		k.status, k.body, k.rendered = status, body, true
 		return status, body, nil
@@ -108,9 +103,12 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, rt route, c *cal
 	}
 	c.keyed = &keyed{rec: rec, ns: c.ns}
 	rec.Response = c.keyed.render(rt.status)
+	// A handler that makes the store call itself passes a store record its
+	// route answers as it is (see call.idempotency).
+	rec.Renderer, rec.Status = idemkey.SameRecordRenderer, rt.status
 	// The request's client writes the key with its change.
 	c.client = s.core.Client(c.ns, servercore.Calls{Handoff: s.handoffs,
-		Idempotency: &idemkey.Request{Key: rec.Key, Fingerprint: rec.Fingerprint, Render: rec.Response}}).(*trellis.Client)
+		Idempotency: &idemkey.Request{Key: rec.Key, Fingerprint: rec.Fingerprint, Render: rec.Response, Status: rt.status}}).(*trellis.Client)
 	err = rt.handle(s, w, r, c)
 	if errors.Is(err, store.ErrIdempotencyKeyUsed) {
 		// A concurrent duplicate executed and committed first: answer its response.

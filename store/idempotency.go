@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -60,6 +61,49 @@ type IdempotencyRecord struct {
 	// possibly more than once when the transaction is retried: it must be quick and
 	// have no other effect. Nil keeps status 0 and the result as JSON.
 	Response func(result any) (status int, body []byte, err error)
+	// Renderer and Status are Response as data, for a store that runs the
+	// call in another process (store/storejs forwards a follower's writes to
+	// the server that writes its log, and a func cannot travel): Renderer names a
+	// renderer registered with RegisterIdempotencyRenderer, which that process
+	// calls with Status and the result instead. Set by the caller together
+	// with Response, both meaning the same rendering; "": none (such a store
+	// refuses a record whose Response it cannot rebuild).
+	Renderer string
+	Status   int
+}
+
+// IdempotencyRenderer renders the response kept under an idempotency key
+// from the status of the route and the call's result (IdempotencyRecord).
+type IdempotencyRenderer func(status int, result any) (int, []byte, error)
+
+var idemRenderers sync.Map // name → IdempotencyRenderer
+
+// RegisterIdempotencyRenderer makes render known by name to the stores that
+// rebuild IdempotencyRecord.Response from its Renderer field. Packages register
+// theirs from init functions; a name registered twice panics.
+func RegisterIdempotencyRenderer(name string, render IdempotencyRenderer) {
+	if name == "" || render == nil {
+		panic("store.RegisterIdempotencyRenderer: empty name or nil renderer")
+	}
+	if _, dup := idemRenderers.LoadOrStore(name, render); dup {
+		panic("store.RegisterIdempotencyRenderer: " + name + " registered twice")
+	}
+}
+
+// RebuildResponse sets r.Response from r.Renderer and r.Status (a record that
+// arrived from another process); an unknown renderer is an error wrapping
+// ErrInvalidParams.
+func (r *IdempotencyRecord) RebuildResponse() error {
+	if r == nil || r.Renderer == "" {
+		return nil
+	}
+	f, ok := idemRenderers.Load(r.Renderer)
+	if !ok {
+		return fmt.Errorf("%w: Idempotency.Renderer: no renderer %q in this build", ErrInvalidParams, r.Renderer)
+	}
+	render, status := f.(IdempotencyRenderer), r.Status
+	r.Response = func(result any) (int, []byte, error) { return render(status, result) }
+	return nil
 }
 
 // Validate reports a malformed record (nil is valid: no key), wrapping

@@ -14,6 +14,9 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
+// embeddedMaxPayload is the largest message of an embedded server.
+const embeddedMaxPayload = 32 << 20
+
 // connect connects to cfg's NATS servers, or starts the embedded one and
 // connects to it in-process.
 func connect(ctx context.Context, cfg Config) (*nats.Conn, *server.Server, error) {
@@ -55,6 +58,10 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 		NoSigs:     true,
 		NoLog:      true,
 		DontListen: cfg.Listen == "",
+		// A follower forwards each write to the writer as one message: a
+		// checkpoint or a batch of starts may carry several payloads of up to
+		// the server's payload limit (2 MiB by default).
+		MaxPayload: embeddedMaxPayload,
 	}
 	if cfg.Listen != "" {
 		host, port, err := hostPort(cfg.Listen)

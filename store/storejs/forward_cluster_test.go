@@ -110,3 +110,48 @@ func BenchmarkRunCreate(b *testing.B) {
 		})
 	}
 }
+
+// A follower's keyed start: the idempotency record's renderer is named, so
+// the writer renders and keeps the same response the follower's own
+// Response would have, in the start's transaction.
+func TestFollowerForwardsIdempotencyKeys(t *testing.T) {
+	ctx := context.Background()
+	srv := startNATS(t, t.TempDir())
+	dir := t.TempDir()
+	a := openStore(t, Config{Conn: connectTo(t, srv), Replica: filepath.Join(dir, "a.db"), LeaseDuration: time.Hour})
+	waitLeading(t, a)
+	b := openStore(t, Config{Conn: connectTo(t, srv), Replica: filepath.Join(dir, "b.db"), LeaseDuration: time.Hour})
+	store.RegisterIdempotencyRenderer("test.runID", func(status int, result any) (int, []byte, error) {
+		return status, []byte(result.(*store.RunCreateResult).Run.ID), nil
+	})
+	rec := &store.IdempotencyRecord{Key: "k1", Fingerprint: []byte("fp"), Renderer: "test.runID", Status: 201}
+	local := *rec
+	if err := local.RebuildResponse(); err != nil {
+		t.Fatal(err)
+	}
+	rec.Response = local.Response // the caller sets both; only the name travels
+	p := &store.RunCreateParams{Namespace: "default", ID: "r1", WorkflowID: "w1", Workflow: "wf", Queue: "default", Idempotency: rec}
+	if _, err := b.RunCreate(ctx, p); err != nil {
+		t.Fatalf("keyed start on the follower: %v", err)
+	}
+	for name, s := range map[string]*Store{"follower": b, "writer": a} {
+		e, err := s.IdempotencyGet(ctx, &store.IdempotencyGetParams{Namespace: "default", Key: "k1"})
+		if err != nil || e.Status != 201 || string(e.Body) != "r1" {
+			t.Errorf("the key on the %s: %+v, %v; want status 201 and body r1", name, e, err)
+		}
+	}
+	// A record whose Response cannot travel is refused, and writes nothing.
+	p = &store.RunCreateParams{Namespace: "default", ID: "r2", WorkflowID: "w2", Workflow: "wf", Queue: "default",
+		Idempotency: &store.IdempotencyRecord{Key: "k2", Fingerprint: []byte("fp"), Response: local.Response}}
+	if _, err := b.RunCreate(ctx, p); err == nil {
+		t.Fatal("a keyed start whose renderer has no name was forwarded")
+	}
+	if _, err := a.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: "r2"}); !errors.Is(err, store.ErrRunNotFound) {
+		t.Errorf("the refused start: %v, want no run", err)
+	}
+	// An unknown renderer name is refused by the writer.
+	p.Idempotency = &store.IdempotencyRecord{Key: "k3", Fingerprint: []byte("fp"), Renderer: "test.nope", Response: local.Response}
+	if _, err := b.RunCreate(ctx, p); !errors.Is(err, store.ErrInvalidParams) {
+		t.Errorf("an unknown renderer: %v, want invalid parameters", err)
+	}
+}

@@ -193,6 +193,9 @@ func (f *filler) fill(v reflect.Value, depth int) {
 	case reflect.Struct:
 		for i := range v.NumField() {
 			fld := v.Type().Field(i)
+			if v.Type() == reflect.TypeFor[store.IdempotencyRecord]() && fld.Name == "Renderer" {
+				continue // it comes back as a rebuilt Response: TestFollowerForwardsIdempotencyKeys
+			}
 			if fld.IsExported() && fld.Type.Kind() != reflect.Func {
 				f.fill(v.Field(i), depth+1)
 			}

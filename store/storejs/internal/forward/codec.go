@@ -1,6 +1,8 @@
 package forward
 
 import (
+	"github.com/trellis-dev/trellis/store"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -36,11 +38,15 @@ import (
 //     interface, a non-nil func or chan, an unexported field, or a complex
 //     number is refused with an error naming where it is: such a value cannot
 //     be rebuilt on the other side, and dropping it silently would change the
-//     write (a store.IdempotencyRecord's Response func is such a value).
+//     write; but a store.IdempotencyRecord's Response func is left out when
+//     the record names its renderer (Renderer), and rebuilt from it on arrival
+//     (RebuildResponse).
 
 var (
 	timeType  = reflect.TypeFor[time.Time]()
 	errorType = reflect.TypeFor[error]()
+
+	idemRecordType = reflect.TypeFor[store.IdempotencyRecord]()
 )
 
 // Marshal encodes v in the wire encoding.

@@ -1,6 +1,8 @@
 package forward
 
 import (
+	"github.com/trellis-dev/trellis/store"
+
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -276,6 +278,11 @@ func (d *decoder) decodeStruct(tree any, rv reflect.Value, path string) error {
 			if err := d.decodeValue(v, rv.Field(i), path+"."+name); err != nil {
 				return err
 			}
+		}
+	}
+	if t == idemRecordType {
+		if err := rv.Addr().Interface().(*store.IdempotencyRecord).RebuildResponse(); err != nil {
+			return fmt.Errorf("forward: decoding %s: %w", path, err)
 		}
 	}
 	return nil

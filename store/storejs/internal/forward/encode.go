@@ -273,6 +273,9 @@ func (e *encoder) appendStruct(buf []byte, rv reflect.Value, path string) ([]byt
 			continue
 		}
 		if k := f.Type.Kind(); k == reflect.Func || k == reflect.Chan {
+			if t == idemRecordType && f.Name == "Response" && rv.FieldByName("Renderer").String() != "" {
+				continue // rebuilt on the other side from Renderer and Status
+			}
 			return nil, fmt.Errorf("forward: encoding %s.%s: a %s cannot be sent to another server (leave it nil)", path, f.Name, f.Type)
 		}
 		if !first {
