@@ -30,7 +30,7 @@ func TestParseURL(t *testing.T) {
 		}
 	}
 	for raw, wantErr := range map[string]string{
-		"jetstream:relative":                        "three slashes",
+		"jetstream:relative":                        "want jetstream:///DIR",
 		"jetstream://host/dir":                      "three slashes",
 		"jetstream:///d?replicas=0":                 "replicas",
 		"jetstream:///d?replicas=9":                 "replicas 9",
