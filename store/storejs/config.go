@@ -66,6 +66,17 @@ type Config struct {
 	// another server takes over writing from one that stopped. Default
 	// DefaultLeaseDuration.
 	LeaseDuration time.Duration
+	// SnapshotEvery is how many log records the writer appends between two
+	// snapshots of its replica (TRELLIS_<Name>_SNAPSHOTS); default
+	// DefaultSnapshotEvery, negative: none by count.
+	SnapshotEvery int
+	// SnapshotInterval is the longest time between two snapshots while the
+	// log moves; default DefaultSnapshotInterval, negative: none by time.
+	SnapshotInterval time.Duration
+	// CompactMargin is how many records before the newest snapshot the log
+	// keeps at least when it is compacted after a snapshot; default
+	// DefaultCompactMargin, negative: the log is never compacted.
+	CompactMargin int
 	// Now is the store's clock (default time.Now).
 	Now func() time.Time
 	// Logger receives the store's errors (default: discard).
@@ -130,6 +141,15 @@ func (c Config) withDefaults() Config {
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = DefaultLeaseDuration
 	}
+	if c.SnapshotEvery == 0 {
+		c.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if c.CompactMargin == 0 {
+		c.CompactMargin = DefaultCompactMargin
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -156,8 +176,12 @@ func (c Config) replicaPath() string {
 //
 //	jetstream:///var/lib/trellis[?name=N&replicas=R&durability=relaxed&listen=ADDR
 //	          &cluster_listen=ADDR&routes=nats-route://h2:6222,nats-route://h3:6222
-//	          &server_name=S&replica=FILE&lease=3s]
-//	nats://h1:4222,h2:4222,h3:4222/NAME[?replicas=R&creds=FILE&replica=FILE&lease=3s]
+//	          &server_name=S&replica=FILE&lease=3s&snapshot_every=N&snapshot_interval=1h
+//	          &compact_margin=N]
+//	nats://h1:4222,h2:4222,h3:4222/NAME[?replicas=R&creds=FILE&replica=FILE&lease=3s
+//	          &snapshot_every=N&snapshot_interval=1h&compact_margin=N]
+//
+// snapshot_every, snapshot_interval and compact_margin also take "off".
 //
 // The first embeds a NATS server whose data is under the path; the second
 // uses an existing cluster, whose log stream is TRELLIS_NAME.
@@ -227,6 +251,26 @@ func ParseURL(raw string) (Config, error) {
 				return c, fmt.Errorf("store URL %q: lease=%q: want a duration such as 3s", raw, v)
 			}
 			c.LeaseDuration = d
+		case "snapshot_every", "compact_margin":
+			n, err := offOrCount(v)
+			if err != nil {
+				return c, fmt.Errorf("store URL %q: %s=%q: %w", raw, key, v, err)
+			}
+			if key == "snapshot_every" {
+				c.SnapshotEvery = n
+			} else {
+				c.CompactMargin = n
+			}
+		case "snapshot_interval":
+			if v == "off" {
+				c.SnapshotInterval = -1
+				break
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return c, fmt.Errorf("store URL %q: snapshot_interval=%q: want a duration such as 1h, or off", raw, v)
+			}
+			c.SnapshotInterval = d
 		default:
 			return c, fmt.Errorf("store URL %q: unknown parameter %q", raw, key)
 		}
@@ -235,4 +279,17 @@ func ParseURL(raw string) (Config, error) {
 		return c, fmt.Errorf("store URL %q: %w", raw, err)
 	}
 	return c, nil
+}
+
+// offOrCount parses a count of records of the URL (a positive number, or
+// "off": -1).
+func offOrCount(v string) (int, error) {
+	if v == "off" {
+		return -1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, errors.New("want a number of records from 1, or off")
+	}
+	return n, nil
 }

@@ -25,6 +25,12 @@ func (s *Store) run() {
 		case <-ctx.Done():
 		}
 	}()
+	snapDone := make(chan struct{})
+	go func() {
+		defer close(snapDone)
+		s.snapshotLoop(ctx)
+	}()
+	defer func() { cancel(); <-snapDone }()
 	tick := time.NewTicker(s.cfg.LeaseDuration / 4)
 	defer tick.Stop()
 	fol := s.follow()
@@ -273,6 +279,10 @@ func (s *Store) follow() *follower {
 		for ctx.Err() == nil && s.read(ctx) == nil {
 			err := s.followOnce(ctx)
 			if ctx.Err() != nil || errors.Is(err, errCorrupt) {
+				return
+			}
+			if errors.Is(err, errBehind) {
+				s.behind(err)
 				return
 			}
 			s.log.Warn("storejs: following the log", "err", err)

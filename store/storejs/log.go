@@ -43,6 +43,9 @@ var (
 	errFenced = errors.New("storejs: another server took over writing the log")
 	// errUnknownOutcome: an append was not acknowledged; it may be in the log.
 	errUnknownOutcome = errors.New("storejs: the log did not acknowledge a write in time; it may or may not have been recorded")
+	// errBehind: the log was compacted past what a replica applied; it needs
+	// a snapshot.
+	errBehind = errors.New("storejs: the log was compacted past the replica's position")
 )
 
 func streamName(name string) string { return "TRELLIS_" + name }
@@ -96,6 +99,32 @@ func (l *jsLog) last(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("reading the log's last sequence: %w", err)
 	}
 	return info.State.LastSeq, nil
+}
+
+// bounds returns the stream's first and last sequences: the log holds the
+// messages from first to last (first is last+1 when compaction removed them
+// all, and 0 when the log is empty).
+func (l *jsLog) bounds(ctx context.Context) (first, last uint64, err error) {
+	info, err := l.stream.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the log's first and last sequences: %w", err)
+	}
+	return info.State.FirstSeq, info.State.LastSeq, nil
+}
+
+// compacted reports whether the log no longer holds the message at seq
+// because compaction removed it.
+func (l *jsLog) compacted(ctx context.Context, seq uint64) (bool, error) {
+	first, _, err := l.bounds(ctx)
+	return err == nil && first > seq, err
+}
+
+// purgeThrough removes the log's messages up to seq (compaction).
+func (l *jsLog) purgeThrough(ctx context.Context, seq uint64) error {
+	if err := l.stream.Purge(ctx, jetstream.WithPurgeSequence(seq+1)); err != nil {
+		return fmt.Errorf("compacting the log through sequence %d: %w", seq, err)
+	}
+	return nil
 }
 
 // appendRecord appends data after sequence after, in fragments when large,
@@ -169,6 +198,7 @@ func (l *jsLog) storedAs(ctx context.Context, seq uint64, id string) bool {
 // logReader reads the log's records in order from a sequence on,
 // reassembling fragments.
 type logReader struct {
+	l    *jsLog
 	it   jetstream.MessagesContext
 	next uint64 // the sequence expected next
 }
@@ -187,7 +217,7 @@ func (l *jsLog) readFrom(ctx context.Context, seq uint64) (*logReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the log from %d: %w", seq, err)
 	}
-	return &logReader{it: it, next: seq}, nil
+	return &logReader{l: l, it: it, next: seq}, nil
 }
 
 func (r *logReader) stop() { r.it.Stop() }
@@ -224,7 +254,7 @@ func (r *logReader) nextRecord(ctx context.Context, limit uint64) (entry, error)
 		}
 		seq := meta.Sequence.Stream
 		if seq != r.next {
-			return entry{}, fmt.Errorf("%w: the log skips from sequence %d to %d", errCorrupt, r.next-1, seq)
+			return entry{}, r.gap(ctx, seq)
 		}
 		r.next = seq + 1
 		i, n, err := fragment(m.Headers().Get(hdrFrag))
@@ -250,6 +280,22 @@ func (r *logReader) nextRecord(ctx context.Context, limit uint64) (entry, error)
 			return entry{seq: seq, data: data}, nil
 		}
 	}
+}
+
+// gap is the error of a message at seq where r.next was expected: the log
+// was compacted past the reader's position (errBehind), or it lost messages
+// (errCorrupt).
+func (r *logReader) gap(ctx context.Context, seq uint64) error {
+	if seq > r.next {
+		compacted, err := r.l.compacted(ctx, r.next)
+		if err != nil {
+			return err
+		}
+		if compacted {
+			return fmt.Errorf("%w: the reader wanted sequence %d, the log now starts at %d", errBehind, r.next, seq)
+		}
+	}
+	return fmt.Errorf("%w: the log skips from sequence %d to %d", errCorrupt, r.next-1, seq)
 }
 
 // fragment parses a Trellis-Frag header ("" is 1/1).

@@ -24,7 +24,12 @@ import (
 // store values, stream events, sleeps, events, child runs, jobs,
 // cancellations, queues — until every run ended or ctx ends.
 func workload(ctx context.Context, t testing.TB, dir string, runs int, started func(int)) {
-	s, err := storejs.Open(ctx, storejs.Config{Dir: dir})
+	workloadOn(ctx, t, storejs.Config{Dir: dir}, runs, started)
+}
+
+// workloadOn is workload on a store of cfg.
+func workloadOn(ctx context.Context, t testing.TB, cfg storejs.Config, runs int, started func(int)) {
+	s, err := storejs.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ type Store struct {
 	srv    *server.Server // the embedded server, or nil
 	nc     *nats.Conn
 	jl     *jsLog
+	snaps  jetstream.ObjectStore
 	lease  *lease
 	schema uint64
 	fwd    forwarder
@@ -41,6 +42,9 @@ type Store struct {
 	broken   error         // why the replica stopped following the log
 	demoted  chan struct{} // signals the owner that the writer lost the log
 	takeover chan chan error
+
+	snapMu   sync.Mutex // one snapshot at a time
+	restored uint64     // the sequence of the snapshot Open restored (0: none)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -88,8 +92,10 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		return nil, fmt.Errorf("opening jetstream store: %w", err)
 	}
 	s.lease = &lease{kv: kv, owner: owner(), ttl: cfg.LeaseDuration}
-	if s.rep, err = storesqlite.Open(ctx, storesqlite.Config{Path: cfg.replicaPath(), Now: cfg.Now,
-		Durability: storesqlite.DurabilityRelaxed, Logger: cfg.Logger, DiskReserve: -1}); err != nil {
+	if s.snaps, err = retryOpen(ctx, func() (jetstream.ObjectStore, error) { return openSnapshots(ctx, js, cfg.Name, cfg.Replicas) }); err != nil {
+		return nil, fmt.Errorf("opening jetstream store: %w", err)
+	}
+	if err := s.openReplica(ctx); err != nil {
 		return nil, fmt.Errorf("opening jetstream store: the replica: %w", err)
 	}
 	if err := s.rep.Follow(ctx); err != nil {

@@ -6,6 +6,10 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/trellis-dev/trellis/store"
 )
 
 // A Store can be the replica of a commit log (package store/storejs): the
@@ -218,4 +222,57 @@ func (l *stmtLog) truncate(n int) {
 	if l != nil {
 		l.stmts = l.stmts[:n]
 	}
+}
+
+// SnapshotTo writes a consistent copy of the replica to path, which must not
+// exist, and returns the log position the copy holds (read from the copy: its
+// log_position row is part of the same read transaction as every other row).
+// The copy is made with VACUUM INTO on a connection of its own, so the writer
+// goes on meanwhile; it is compact and has no WAL beside it.
+func (s *Store) SnapshotTo(ctx context.Context, path string) (LogPosition, error) {
+	if s.closed() {
+		return LogPosition{}, fmt.Errorf("taking a snapshot: %w", store.ErrClosed)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		return LogPosition{}, fmt.Errorf("taking a snapshot: %s exists", path)
+	}
+	db, err := OpenDB(s.cfg.Path)
+	if err != nil {
+		return LogPosition{}, fmt.Errorf("taking a snapshot: %w", err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, path); err != nil {
+		os.Remove(path)
+		return LogPosition{}, fmt.Errorf("taking a snapshot: copying the replica to %s: %w", path, err)
+	}
+	pos, err := SnapshotPosition(ctx, path)
+	if err != nil {
+		os.Remove(path)
+		return LogPosition{}, fmt.Errorf("taking a snapshot: %w", err)
+	}
+	return pos, nil
+}
+
+// SnapshotPosition reads the log position a copy of a replica (SnapshotTo)
+// holds. A file that is not a SQLite database, or holds no log position, is
+// an error.
+func SnapshotPosition(ctx context.Context, path string) (LogPosition, error) {
+	if _, err := os.Stat(path); err != nil {
+		return LogPosition{}, fmt.Errorf("reading the log position of %s: %w", path, err)
+	}
+	db, err := OpenDB(path)
+	if err != nil {
+		return LogPosition{}, err
+	}
+	defer db.Close()
+	var pos LogPosition
+	err = db.QueryRowContext(ctx, `SELECT seq, state FROM log_position WHERE id = 1`).Scan(&pos.Seq, &pos.State)
+	if errors.Is(err, sql.ErrNoRows) {
+		return LogPosition{}, fmt.Errorf("reading the log position of %s: none recorded", path)
+	}
+	if err != nil {
+		return LogPosition{}, fmt.Errorf("reading the log position of %s: %w", path, err)
+	}
+	return pos, nil
 }
