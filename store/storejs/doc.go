@@ -17,7 +17,9 @@
 // returns once the follower applied it). When the leader's lease lapses one
 // of them takes over; the deposed leader's next append fails on the expected
 // sequence and rolls back. A replica is a cache: delete it and it is rebuilt
-// from the log.
+// from the newest snapshot (a copy of the writer's replica in the object
+// store TRELLIS_<name>_SNAPSHOTS) and the log after it; the log is compacted
+// behind the snapshots (snapshot.go).
 //
 // URLs:
 //

@@ -10,7 +10,9 @@ import (
 func (s *Store) Restored() uint64 { return s.restored }
 
 // LogBounds are the log's first and last sequences.
-func (s *Store) LogBounds(ctx context.Context) (first, last uint64, err error) { return s.jl.bounds(ctx) }
+func (s *Store) LogBounds(ctx context.Context) (first, last uint64, err error) {
+	return s.jl.bounds(ctx)
+}
 
 // SnapshotBucket is the object store of the cluster's snapshots.
 func (s *Store) SnapshotBucket() jetstream.ObjectStore { return s.snaps }

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -243,5 +246,149 @@ func alter(t *testing.T, bucket jetstream.ObjectStore, seq uint64) {
 	data[len(data)/2] ^= 0x55
 	if _, err := bucket.Put(ctx, info.ObjectMeta, bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMeasureSnapshot takes a snapshot of the store under
+// STOREJS_SNAPSHOT_DIR (a jetstream: store's directory) and reports its
+// time and size: a tool for measuring rebuilds, skipped without it.
+func TestMeasureSnapshot(t *testing.T) {
+	dir := os.Getenv("STOREJS_SNAPSHOT_DIR")
+	if dir == "" {
+		t.Skip("STOREJS_SNAPSHOT_DIR not set")
+	}
+	ctx := context.Background()
+	s, err := storejs.Open(ctx, storejs.Config{Dir: dir, SnapshotEvery: -1, SnapshotInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	waitLeader(t, s)
+	first, last, _ := s.LogBounds(ctx)
+	if os.Getenv("STOREJS_SNAPSHOT_DROP") == "1" {
+		infos, _ := s.SnapshotBucket().List(ctx)
+		for _, info := range infos {
+			if err := s.SnapshotBucket().Delete(ctx, info.Name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("log %d..%d; deleted %d snapshots", first, last, len(infos))
+		return
+	}
+	start := time.Now()
+	seq, err := s.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	info, err := s.SnapshotBucket().GetInfo(ctx, fmt.Sprintf("seq-%020d", seq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nfirst, _, _ := s.LogBounds(ctx)
+	t.Logf("log %d..%d; snapshot at %d, %d bytes, taken, uploaded and compacted in %s; the log now starts at %d",
+		first, last, seq, info.Size, took, nfirst)
+}
+
+// TestSnapshotOfAnotherLogIsRefused puts a snapshot of another cluster's
+// log, whole and with its own metadata, in a cluster's bucket: a rebuild
+// refuses it (the log's next record does not follow it) and applies the
+// whole log instead, equal to the writer.
+func TestSnapshotOfAnotherLogIsRefused(t *testing.T) {
+	ctx := context.Background()
+	other := newCluster(t)
+	o := other.open(other.config("writer"))
+	waitLeader(t, o)
+	createRuns(t, o, "other", 10)
+	seq, err := o.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t)
+	w := c.open(c.config("writer"))
+	waitLeader(t, w)
+	createRuns(t, w, "mine", 120)
+	if _, last, _ := w.LogBounds(ctx); last <= seq {
+		t.Fatalf("the log ends at %d, not past the foreign snapshot's %d", last, seq)
+	}
+	name := fmt.Sprintf("seq-%020d", seq)
+	info, err := o.SnapshotBucket().GetInfo(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := o.SnapshotBucket().GetBytes(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.SnapshotBucket().Put(ctx, info.ObjectMeta, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	rcfg := c.config("rebuilt")
+	var logged syncBuffer
+	rcfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+	r := c.open(rcfg)
+	if got := r.Restored(); got != 0 {
+		t.Errorf("restored the other log's snapshot at %d", got)
+	}
+	if !strings.Contains(logged.String(), "does not follow it") {
+		t.Errorf("the refusal was not logged with its reason:\n%s", logged.String())
+	}
+	r.Close()
+	compareDumps(t, dump(t, c.config("writer").Replica), dump(t, rcfg.Replica))
+}
+
+// syncBuffer is a bytes.Buffer a logger writes to from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestWriterSnapshotsEveryNRecords: with snapshot_every=20 and no
+// interval, the writer takes snapshots by itself as the log grows, the
+// newest within 20 records (and a poll) of the log's end.
+func TestWriterSnapshotsEveryNRecords(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t)
+	cfg := c.config("writer")
+	cfg.SnapshotEvery = 20
+	w := c.open(cfg)
+	waitLeader(t, w)
+	createRuns(t, w, "r", 100)
+	_, last, err := w.LogBounds(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		infos, err := w.SnapshotBucket().List(ctx)
+		newest := uint64(0)
+		for _, info := range infos {
+			var seq uint64
+			fmt.Sscanf(info.Name, "seq-%d", &seq)
+			newest = max(newest, seq)
+		}
+		if err == nil && newest+20 > last {
+			t.Logf("%d snapshots, the newest at %d; the log ends at %d", len(infos), newest, last)
+			if len(infos) > 2 {
+				t.Errorf("%d snapshots kept, want 2", len(infos))
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot within 20 records of the log's end %d in 10s (newest %d, %v)", last, newest, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
