@@ -200,6 +200,11 @@ func (s *Store) takeSnapshot(ctx context.Context) (snapshot, error) {
 		return snapshot{}, err
 	}
 	sn := snapshot{name: snapshotName(pos.Seq), seq: pos.Seq, state: st}
+	if info, err := s.snaps.GetInfo(ctx, sn.name); err == nil {
+		if had, err := parseSnapshot(info); err == nil && had.state == st {
+			return had, nil // taken at this position already
+		}
+	}
 	f, err := os.Open(tmp)
 	if err != nil {
 		return snapshot{}, err
@@ -225,28 +230,40 @@ func (s *Store) takeSnapshot(ctx context.Context) (snapshot, error) {
 
 // compact deletes all but the newest keepSnapshots snapshots and purges the
 // log up to the oldest kept one, but no closer than CompactMargin records to
-// the newest.
+// the newest. Snapshots past the log's end are of a log that was replaced:
+// they are deleted.
 func (s *Store) compact(ctx context.Context) error {
-	snaps, err := s.snapshots(ctx)
-	if err != nil {
-		return err
-	}
-	for _, old := range snaps[min(keepSnapshots, len(snaps)):] {
-		if err := s.snaps.Delete(ctx, old.name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-			return fmt.Errorf("deleting snapshot %s: %w", old.name, err)
-		}
-	}
-	snaps = snaps[:min(keepSnapshots, len(snaps))]
-	if s.cfg.CompactMargin < 0 || len(snaps) == 0 || snaps[0].seq <= uint64(s.cfg.CompactMargin) {
-		return nil
-	}
-	through := min(snaps[len(snaps)-1].seq, snaps[0].seq-uint64(s.cfg.CompactMargin))
 	first, last, err := s.jl.bounds(ctx)
 	if err != nil {
 		return err
 	}
-	if through < first || through > last {
-		return nil // compacted already; or a snapshot of another log
+	all, err := s.snapshots(ctx)
+	if err != nil {
+		return err
+	}
+	var snaps, drop []snapshot
+	for _, sn := range all {
+		switch {
+		case sn.seq > last:
+			s.log.Warn("storejs: deleting a snapshot past the log's end (of a replaced log)", "snapshot", sn.name, "log_end", last)
+			drop = append(drop, sn)
+		case len(snaps) < keepSnapshots:
+			snaps = append(snaps, sn)
+		default:
+			drop = append(drop, sn)
+		}
+	}
+	for _, old := range drop {
+		if err := s.snaps.Delete(ctx, old.name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return fmt.Errorf("deleting snapshot %s: %w", old.name, err)
+		}
+	}
+	if s.cfg.CompactMargin < 0 || len(snaps) == 0 || snaps[0].seq <= uint64(s.cfg.CompactMargin) {
+		return nil
+	}
+	through := min(snaps[len(snaps)-1].seq, snaps[0].seq-uint64(s.cfg.CompactMargin))
+	if through < first {
+		return nil // compacted already
 	}
 	if err := s.jl.purgeThrough(ctx, through); err != nil {
 		return err
@@ -292,7 +309,7 @@ func (s *Store) snapshotLoop(ctx context.Context) {
 				continue
 			}
 			known, last, at = true, 0, now
-			if len(snaps) > 0 {
+			if len(snaps) > 0 && snaps[0].seq <= s.appliedSeq() { // else of a replaced log
 				last, at = snaps[0].seq, snaps[0].taken
 			}
 		}
