@@ -60,6 +60,8 @@ const (
 	keepSnapshots = 2
 	// snapshotRetry is how long the writer waits after a snapshot failed.
 	snapshotRetry = time.Minute
+	// compactTimeout bounds the compaction after a snapshot.
+	compactTimeout = 10 * time.Second
 	// metadata keys of a snapshot object
 	metaSeq    = "trellis-seq"
 	metaEpoch  = "trellis-epoch"
@@ -74,8 +76,27 @@ func snapshotBucket(name string) string { return "TRELLIS_" + name + "_SNAPSHOTS
 
 func snapshotName(seq uint64) string { return fmt.Sprintf("seq-%020d", seq) }
 
-func openSnapshots(ctx context.Context, js jetstream.JetStream, name string, replicas int) (jetstream.ObjectStore, error) {
+// bucket returns the snapshot bucket; nil when it does not exist and create
+// is false. It is created with the first snapshot, so that a store that
+// never takes one adds no stream to the cluster.
+func (s *Store) bucket(ctx context.Context, create bool) (jetstream.ObjectStore, error) {
+	s.bucketMu.Lock()
+	defer s.bucketMu.Unlock()
+	if s.snaps != nil {
+		return s.snaps, nil
+	}
+	obj, err := openSnapshots(ctx, s.js, s.cfg.Name, s.cfg.Replicas, create)
+	if err == nil {
+		s.snaps = obj
+	}
+	return obj, err
+}
+
+func openSnapshots(ctx context.Context, js jetstream.JetStream, name string, replicas int, create bool) (jetstream.ObjectStore, error) {
 	obj, err := js.ObjectStore(ctx, snapshotBucket(name))
+	if errors.Is(err, jetstream.ErrBucketNotFound) && !create {
+		return nil, nil
+	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		obj, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
 			Bucket: snapshotBucket(name), Description: "Trellis replica snapshots of cluster " + name,
@@ -134,7 +155,11 @@ func parseSnapshot(info *jetstream.ObjectInfo) (snapshot, error) {
 // snapshots lists the bucket's snapshots, newest first. An object whose
 // metadata cannot be read is logged and left out.
 func (s *Store) snapshots(ctx context.Context) ([]snapshot, error) {
-	infos, err := s.snaps.List(ctx)
+	b, err := s.bucket(ctx, false)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	infos, err := b.List(ctx)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil, nil
 	}
@@ -178,7 +203,11 @@ func (s *Store) Snapshot(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("taking a snapshot: %w", err)
 	}
-	if err := s.compact(ctx); err != nil {
+	// Not cut short by a Close once the snapshot is in: the bucket would keep
+	// one more than keepSnapshots until the next.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compactTimeout)
+	defer cancel()
+	if err := s.compact(cctx); err != nil {
 		return sn.seq, err
 	}
 	return sn.seq, nil
@@ -200,6 +229,9 @@ func (s *Store) takeSnapshot(ctx context.Context) (snapshot, error) {
 		return snapshot{}, err
 	}
 	sn := snapshot{name: snapshotName(pos.Seq), seq: pos.Seq, state: st}
+	if _, err := s.bucket(ctx, true); err != nil {
+		return snapshot{}, err
+	}
 	if info, err := s.snaps.GetInfo(ctx, sn.name); err == nil {
 		if had, err := parseSnapshot(info); err == nil && had.state == st {
 			return had, nil // taken at this position already

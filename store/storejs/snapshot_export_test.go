@@ -15,7 +15,14 @@ func (s *Store) LogBounds(ctx context.Context) (first, last uint64, err error) {
 }
 
 // SnapshotBucket is the object store of the cluster's snapshots.
-func (s *Store) SnapshotBucket() jetstream.ObjectStore { return s.snaps }
+// (created if missing).
+func (s *Store) SnapshotBucket() jetstream.ObjectStore {
+	b, err := s.bucket(context.Background(), true)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
 
 // AppliedSeq is the log sequence the replica reached.
 func (s *Store) AppliedSeq() uint64 { return s.appliedSeq() }

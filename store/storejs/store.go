@@ -28,7 +28,7 @@ type Store struct {
 	srv    *server.Server // the embedded server, or nil
 	nc     *nats.Conn
 	jl     *jsLog
-	snaps  jetstream.ObjectStore
+	js     jetstream.JetStream
 	lease  *lease
 	schema uint64
 	fwd    forwarder
@@ -44,7 +44,9 @@ type Store struct {
 	takeover chan chan error
 
 	snapMu   sync.Mutex // one snapshot at a time
-	restored uint64     // the sequence of the snapshot Open restored (0: none)
+	bucketMu sync.Mutex
+	snaps    jetstream.ObjectStore // the snapshot bucket, once opened (bucket)
+	restored uint64                // the sequence of the snapshot Open restored (0: none)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -92,9 +94,7 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		return nil, fmt.Errorf("opening jetstream store: %w", err)
 	}
 	s.lease = &lease{kv: kv, owner: owner(), ttl: cfg.LeaseDuration}
-	if s.snaps, err = retryOpen(ctx, func() (jetstream.ObjectStore, error) { return openSnapshots(ctx, js, cfg.Name, cfg.Replicas) }); err != nil {
-		return nil, fmt.Errorf("opening jetstream store: %w", err)
-	}
+	s.js = js
 	if err := s.openReplica(ctx); err != nil {
 		return nil, fmt.Errorf("opening jetstream store: the replica: %w", err)
 	}
