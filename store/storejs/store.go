@@ -316,7 +316,7 @@ func (s *Store) closeAll() error {
 	if s.rep != nil {
 		errs = append(errs, s.rep.Close())
 	}
-	if s.nc != nil {
+	if s.nc != nil && s.cfg.Conn == nil { // Config.Conn is the caller's
 		s.nc.Close()
 	}
 	if s.srv != nil {
