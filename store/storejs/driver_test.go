@@ -48,14 +48,11 @@ func createRun(ctx context.Context, s store.Store, id string) error {
 
 func TestFencedWriterIsRefusedAndItsBatchInvisible(t *testing.T) {
 	ctx := context.Background()
-	srv := startNATS(t, t.TempDir())
-	dir := t.TempDir()
-	a := openStore(t, Config{Conn: connectTo(t, srv), Replica: filepath.Join(dir, "a.db"), LeaseDuration: time.Hour})
-	waitLeading(t, a)
-	if err := createRun(ctx, view(a), "before"); err != nil {
-		t.Fatal(err)
-	}
-	b := openStore(t, Config{Conn: connectTo(t, srv), Replica: filepath.Join(dir, "b.db"), LeaseDuration: time.Hour})
+	a, b := writerAndFollower(t, func(a *Store) {
+		if err := createRun(ctx, view(a), "before"); err != nil {
+			t.Fatal(err)
+		}
+	})
 	if b.Leading() {
 		t.Fatal("a second store leads while the first holds the lease")
 	}

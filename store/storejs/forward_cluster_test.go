@@ -19,11 +19,7 @@ import (
 // new one.
 func TestFollowerForwardsWrites(t *testing.T) {
 	ctx := context.Background()
-	srv := startNATS(t, t.TempDir())
-	dir := t.TempDir()
-	a := openStore(t, Config{Conn: connectTo(t, srv), Replica: filepath.Join(dir, "a.db"), LeaseDuration: time.Hour})
-	waitLeading(t, a)
-	b := openStore(t, Config{Conn: connectTo(t, srv), Replica: filepath.Join(dir, "b.db"), LeaseDuration: time.Hour})
+	a, b := writerAndFollower(t, nil)
 	if b.Leading() {
 		t.Fatal("the follower leads")
 	}
@@ -116,11 +112,7 @@ func BenchmarkRunCreate(b *testing.B) {
 // Response would have, in the start's transaction.
 func TestFollowerForwardsIdempotencyKeys(t *testing.T) {
 	ctx := context.Background()
-	srv := startNATS(t, t.TempDir())
-	dir := t.TempDir()
-	a := openStore(t, Config{Conn: connectTo(t, srv), Replica: filepath.Join(dir, "a.db"), LeaseDuration: time.Hour})
-	waitLeading(t, a)
-	b := openStore(t, Config{Conn: connectTo(t, srv), Replica: filepath.Join(dir, "b.db"), LeaseDuration: time.Hour})
+	a, b := writerAndFollower(t, nil)
 	store.RegisterIdempotencyRenderer("test.runID", func(status int, result any) (int, []byte, error) {
 		return status, []byte(result.(*store.RunCreateResult).Run.ID), nil
 	})

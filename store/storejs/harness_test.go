@@ -88,3 +88,19 @@ func connectTo(t testing.TB, s *server.Server) *nats.Conn {
 	t.Cleanup(nc.Close)
 	return nc
 }
+
+// writerAndFollower opens two stores on one log of a JetStream server
+// (leases of an hour: nothing changes hands unasked): a, the writer, and b,
+// which follows; before runs on a before b opens.
+func writerAndFollower(t *testing.T, before func(a *Store)) (a, b *Store) {
+	t.Helper()
+	srv := startNATS(t, t.TempDir())
+	dir := t.TempDir()
+	a = openStore(t, Config{Conn: connectTo(t, srv), Replica: filepath.Join(dir, "a.db"), LeaseDuration: time.Hour})
+	waitLeading(t, a)
+	if before != nil {
+		before(a)
+	}
+	b = openStore(t, Config{Conn: connectTo(t, srv), Replica: filepath.Join(dir, "b.db"), LeaseDuration: time.Hour})
+	return a, b
+}
