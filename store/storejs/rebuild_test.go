@@ -120,7 +120,7 @@ func workloadOn(ctx context.Context, t testing.TB, cfg storejs.Config, runs int,
 // migrates itself, at its own time), rows in primary-key order.
 func dump(t *testing.T, path string) map[string][]string {
 	t.Helper()
-	db, err := sqlitedrv.Open("file:" + path + "?mode=ro")
+	db, err := sqlitedrv.Open("file:" + path + "?_pragma=query_only(1)")
 	if err != nil {
 		t.Fatal(err)
 	}
