@@ -70,6 +70,7 @@ func TestConformanceSQLite(t *testing.T) {
 // TestConformanceSQLiteOther routes the suite's second namespace ("other")
 // instead, so that the cases that look across namespaces read two stores.
 func TestConformanceSQLiteOther(t *testing.T) {
+	skipUnderRace(t)
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		skipPerStore(t)
 		return route(t, openSQLite(t, "control.db", now), map[string]store.Store{"other": openSQLite(t, "other.db", now)})
@@ -79,8 +80,18 @@ func TestConformanceSQLiteOther(t *testing.T) {
 // TestConformancePostgres routes the suite's main namespace to a Postgres
 // store, the control store being SQLite.
 func TestConformancePostgres(t *testing.T) {
+	skipUnderRace(t)
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		skipPerStore(t)
 		return route(t, openSQLite(t, "control.db", now), map[string]store.Store{"ns": pgstore.OpenReused(t, now)})
 	})
+}
+
+// skipUnderRace skips a second and third run of the whole suite under the
+// race detector (TestConformanceSQLite runs under it): CI runs them in its
+// run without the detector, which is many times faster.
+func skipUnderRace(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the whole suite again, under the race detector")
+	}
 }
