@@ -113,11 +113,17 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		return nil, fmt.Errorf("opening jetstream store: %w", err)
 	}
 	s.head, s.epoch, s.hash = pos.Seq, st.epoch, st.hash
-	last, err := s.jl.last(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("opening jetstream store: %w", err)
-	}
-	if err := s.catchUp(ctx, last); err != nil {
+	// Reading the log needs a consumer, which a cluster creates only while
+	// it has a meta leader: a server restarted right after another was
+	// killed waits for the election (seconds) instead of failing to start.
+	// catchUp resumes where a failed attempt stopped.
+	if _, err := retryOpen(ctx, func() (struct{}, error) {
+		last, err := s.jl.last(ctx)
+		if err != nil {
+			return struct{}{}, err
+		}
+		return struct{}{}, s.catchUp(ctx, last)
+	}); err != nil {
 		return nil, fmt.Errorf("opening jetstream store: %w", err)
 	}
 	s.fwd = newForwarder(s)

@@ -1,0 +1,128 @@
+package storejs
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/trellis-dev/trellis/store"
+)
+
+// A store opened while its cluster has no JetStream meta leader, the log's
+// and the lease's streams keeping their quorum, waits for one to be elected
+// to read the log (a consumer is created by the meta leader), instead of
+// failing: a `trellis server` restarted right after another was SIGKILLed
+// exited with "reading the log from N: context deadline exceeded".
+//
+// Five servers; the two streams are placed on the first three (tag "log").
+// Three servers stop (one of the streams', two others): the meta group has
+// two of five, each stream two of three. The store opens; the stopped
+// servers come back after 7 s, past the API's 5 s timeout.
+func TestOpenWaitsForTheMetaLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a five-server cluster losing and regaining its meta quorum")
+	}
+	ctx := context.Background()
+	opts := clusterOpts(t, 5)
+	for _, o := range opts[:3] {
+		o.Tags = append(o.Tags, "log")
+	}
+	servers := make([]*server.Server, len(opts))
+	for i, o := range opts {
+		servers[i] = startServer(t, o)
+	}
+	nc := connectTo(t, servers[0])
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	place := &jetstream.Placement{Tags: []string{"log"}}
+	_, err = retryOpen(ctx, func() (jetstream.Stream, error) {
+		return js.CreateStream(ctx, jetstream.StreamConfig{Name: streamName("default"), Subjects: []string{logSubject("default")},
+			Storage: jetstream.FileStorage, Replicas: 3, Discard: jetstream.DiscardNew, Duplicates: duplicateWindow, DenyDelete: true, Placement: place})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: leaseBucket("default"), History: 1,
+		Storage: jetstream.FileStorage, Replicas: 3, Placement: place}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	a, err := Open(ctx, Config{Conn: nc, Replica: filepath.Join(dir, "a.db"), Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeading(t, a)
+	for i := range 3 {
+		if err := createRun(ctx, view(a), fmt.Sprint("r", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	stopped := []int{2, 3, 4}
+	for _, i := range stopped {
+		servers[i].Shutdown()
+		servers[i].WaitForShutdown()
+	}
+	restarted := make(chan struct{})
+	go func() {
+		defer close(restarted)
+		time.Sleep(7 * time.Second)
+		for _, i := range stopped {
+			s, err := server.NewServer(opts[i])
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			go s.Start()
+			t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		}
+	}()
+	defer func() { <-restarted }()
+	if servers[0].JetStreamIsLeader() || servers[1].JetStreamIsLeader() {
+		t.Fatal("two of five servers have a meta leader")
+	}
+	b, err := Open(ctx, Config{Conn: connectTo(t, servers[1]), Replica: filepath.Join(dir, "b.db"), Replicas: 3})
+	if err != nil {
+		t.Fatalf("opening a store while the cluster elects its meta leader: %v", err)
+	}
+	defer b.Close()
+	for i := range 3 {
+		if _, err := b.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: fmt.Sprint("r", i)}); err != nil {
+			t.Fatalf("run r%d on the replica opened during the election: %v", i, err)
+		}
+	}
+}
+
+// clusterOpts are the options of n JetStream servers forming one cluster
+// on fixed loopback ports (so that a stopped one can start again).
+func clusterOpts(t *testing.T, n int) []*server.Options {
+	t.Helper()
+	var routes []string
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = freePort(t)
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i]))
+	}
+	dir := t.TempDir()
+	opts := make([]*server.Options, n)
+	for i := range opts {
+		opts[i] = &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: freePort(t), JetStream: true,
+			StoreDir: filepath.Join(dir, fmt.Sprint(i)), SyncAlways: true, NoSigs: true, NoLog: true,
+			Cluster: server.ClusterOpts{Name: "test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		}
+	}
+	return opts
+}
