@@ -98,7 +98,7 @@ func TestJetStreamClusterLeaderKilled(t *testing.T) {
 		n := a.input
 		run, err := c.Wait(ctx, id)
 		if err != nil || run.Status != trellis.StatusSucceeded {
-			t.Fatalf("acknowledged start %s: %+v, %v", id, run, err)
+			t.Fatalf("acknowledged start %s (run %s), through %s: %+v, %v; %s", id, a.runID, cl.nodes[0].name, run, err, cl.describeRun(id))
 		}
 		if run.ID != a.runID {
 			t.Errorf("start %s was acknowledged as run %s, but its run is %s", id, a.runID, run.ID)
@@ -114,6 +114,29 @@ func TestJetStreamClusterLeaderKilled(t *testing.T) {
 	}
 	t.Logf("%d starts acknowledged across 3 SIGKILLs of the writer (%d by replaying an earlier attempt's answer), %d requests failed; all succeeded, each step recorded once",
 		len(acked), replayed, failures)
+}
+
+// describeRun says how each server's replica sees run id (a failure's
+// message: a replica that lags or stopped following shows here).
+func (cl *jsCluster) describeRun(id string) string {
+	var b strings.Builder
+	for _, n := range cl.nodes {
+		c, err := trellis.Open(context.Background(), trellis.Config{Server: n.base()})
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v; ", n.name, err)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		run, err := c.Get(ctx, id)
+		cancel()
+		c.Close()
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v; ", n.name, err)
+		} else {
+			fmt.Fprintf(&b, "%s: %s (run %s); ", n.name, run.Status, run.ID)
+		}
+	}
+	return b.String()
 }
 
 // checkStepsOnce checks a kill-steps run's history: steps s0, s1, s2 at
