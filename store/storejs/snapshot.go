@@ -370,7 +370,9 @@ func (s *Store) openReplica(ctx context.Context) error {
 		return err
 	}
 	path := s.cfg.replicaPath()
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+	// An empty log has nothing a snapshot could hold (one of another log is
+	// refused anyway): a new cluster's servers skip the bucket.
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && last > 0 {
 		if err := s.restore(ctx, 0, first, last); err != nil {
 			return err
 		}
