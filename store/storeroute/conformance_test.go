@@ -61,6 +61,7 @@ func skipPerStore(t *testing.T) {
 // TestConformanceSQLite runs the suite over a router whose control store and
 // the suite's main namespace ("ns") are different SQLite files.
 func TestConformanceSQLite(t *testing.T) {
+	skipUnderRace(t)
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		skipPerStore(t)
 		return route(t, openSQLite(t, "control.db", now), map[string]store.Store{"ns": openSQLite(t, "ns.db", now)})
@@ -87,9 +88,9 @@ func TestConformancePostgres(t *testing.T) {
 	})
 }
 
-// skipUnderRace skips a second and third run of the whole suite under the
-// race detector (TestConformanceSQLite runs under it): CI runs them in its
-// run without the detector, which is many times faster.
+// skipUnderRace skips the runs of the whole suite under the race detector:
+// CI runs them in its run without the detector, which is many times faster
+// (the router's own goroutines are raced by the unit tests).
 func skipUnderRace(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the whole suite again, under the race detector")
