@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -251,49 +249,13 @@ func (cl *jsCluster) stop(t *testing.T) {
 // spawn starts node n's server process without waiting for it to listen.
 func (cl *jsCluster) spawn(t *testing.T, n *jsNode) {
 	t.Helper()
-	args := []string{"server", "--store", n.storeURL, "--listen", n.addr, "--insecure", "--access-log=false"}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
-	p := &trellisProc{cmd: cmd, done: make(chan struct{})}
-	cmd.Stderr = &p.errOut
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.kill(t) })
-	found := make(chan string, 1)
-	go func() {
-		defer close(p.done)
-		lines := bufio.NewScanner(stdout)
-		for lines.Scan() {
-			p.mu.Lock()
-			p.out.WriteString(lines.Text() + "\n")
-			p.mu.Unlock()
-			if m := listeningLine.FindStringSubmatch(lines.Text()); m != nil {
-				select {
-				case found <- m[1]:
-				default:
-				}
-			}
-		}
-		_ = cmd.Wait()
-	}()
-	n.proc, n.listening = p, found
+	n.proc, n.listening = spawnTrellis(t, listeningLine,
+		"server", "--store", n.storeURL, "--listen", n.addr, "--insecure", "--access-log=false")
 }
 
 func (cl *jsCluster) awaitListening(t *testing.T, n *jsNode, within time.Duration) {
 	t.Helper()
-	select {
-	case u := <-n.listening:
-		n.proc.url, n.proc.addr = u, n.addr
-	case <-n.proc.done:
-		t.Fatalf("server %s exited before serving: %s\n%s", n.name, n.proc.cmd.ProcessState, n.proc.errOut.String())
-	case <-time.After(within):
-		t.Fatalf("server %s did not serve within %s", n.name, within)
-	}
+	n.proc.awaitServing(t, n.listening, "server "+n.name, within)
 }
 
 // restart starts node i again on its directory and URL.

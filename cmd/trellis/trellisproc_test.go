@@ -78,6 +78,15 @@ var listeningLine = regexp.MustCompile(`listening on (https?://\S+)`)
 // the address) it serves on.
 func startTrellis(t *testing.T, addrLine *regexp.Regexp, args ...string) *trellisProc {
 	t.Helper()
+	p, found := spawnTrellis(t, addrLine, args...)
+	p.awaitServing(t, found, args[0], 30*time.Second)
+	return p
+}
+
+// spawnTrellis starts `trellis ARGS...` without waiting: found receives the
+// first group of the first stdout line matching addrLine.
+func spawnTrellis(t *testing.T, addrLine *regexp.Regexp, args ...string) (*trellisProc, <-chan string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
 	p := &trellisProc{cmd: cmd, done: make(chan struct{})}
@@ -108,6 +117,13 @@ func startTrellis(t *testing.T, addrLine *regexp.Regexp, args ...string) *trelli
 		}
 		_ = cmd.Wait()
 	}()
+	return p, found
+}
+
+// awaitServing waits for the URL (or address) found delivers, and fails the
+// test when the process exits first or within passes.
+func (p *trellisProc) awaitServing(t *testing.T, found <-chan string, name string, within time.Duration) {
+	t.Helper()
 	select {
 	case u := <-found:
 		if _, addr, ok := strings.Cut(u, "://"); ok {
@@ -116,11 +132,10 @@ func startTrellis(t *testing.T, addrLine *regexp.Regexp, args ...string) *trelli
 			p.addr = u
 		}
 	case <-p.done:
-		t.Fatalf("trellis %s exited before serving: %s", args[0], p.cmd.ProcessState)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("trellis %s did not serve within 30s", args[0])
+		t.Fatalf("trellis %s exited before serving: %s\n%s", name, p.cmd.ProcessState, p.errOut.String())
+	case <-time.After(within):
+		t.Fatalf("trellis %s did not serve within %s", name, within)
 	}
-	return p
 }
 
 // base is the server's URL (http:// and its address when only that is known).
