@@ -87,3 +87,33 @@ func TestFakeTimerAt(t *testing.T) {
 		t.Fatal("TimerAt finds a stopped timer")
 	}
 }
+
+// TestFakeResetWhileFiring: a timer's owner may reset it, woken by something
+// else, while Advance fires the timers due; under -race this failed when
+// Advance ordered the due timers after releasing its lock (CI's race run met
+// it in trellistest's examples: a claim loop resetting its poll timer).
+func TestFakeResetWhileFiring(t *testing.T) {
+	t.Parallel()
+	f := NewFake(time.Unix(0, 0))
+	timers := make([]Timer, 8)
+	for i := range timers {
+		timers[i] = f.NewTimer(time.Duration(i) * time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 2000 {
+			for _, tm := range timers {
+				tm.Reset(time.Millisecond)
+			}
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+			f.Advance(time.Millisecond)
+		}
+	}
+}

@@ -60,8 +60,10 @@ func (f *Fake) Set(t time.Time) {
 		due = append(due, ft)
 		return true
 	})
-	f.mu.Unlock()
+	// Sorted under the lock: a timer's time is written by Reset, which its
+	// owner may call (woken by something else) as soon as the lock is free.
 	slices.SortStableFunc(due, func(a, b *fakeTimer) int { return a.at.Compare(b.at) })
+	f.mu.Unlock()
 	for _, ft := range due {
 		ft.fire(now)
 	}
