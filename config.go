@@ -238,5 +238,13 @@ func OpenExistingStore(ctx context.Context, url string, now func() time.Time) (s
 }
 
 func openStore(ctx context.Context, url string, now func() time.Time, noMigrate bool) (store.Store, error) {
-	return store.Open(ctx, url, store.OpenOptions{Now: now, NoMigrate: noMigrate})
+	return OpenStoreWith(ctx, url, store.OpenOptions{Now: now, NoMigrate: noMigrate})
+}
+
+// OpenStoreWith opens the store named by a URL with every option a driver
+// takes (store.OpenOptions), creating it or applying pending migrations unless
+// opts.NoMigrate: OpenStore with a logger for what the driver reports outside
+// any call (a trellis server passes its own).
+func OpenStoreWith(ctx context.Context, url string, opts store.OpenOptions) (store.Store, error) {
+	return store.Open(ctx, url, opts)
 }

@@ -170,7 +170,9 @@ func startCrashWorker(t *testing.T, url, effects string) *crashWorker {
 
 func waitAllSucceeded(t *testing.T, c *trellis.Client, ids []string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	// Generous: runs of a killed worker wait out their leases, and CI's
+	// machine may be loaded (a bound of 45 s was crossed there).
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	for _, id := range ids {
 		run, err := c.Wait(ctx, id)

@@ -236,12 +236,21 @@ func (p *testProcess) kill(t *testing.T) {
 // workUntilKilled is the body of the crash tests' worker processes: a client
 // on cfg whose embedded worker runs wfs until the process is killed.
 func workUntilKilled(t *testing.T, cfg trellis.Config, wfs ...trellis.Registrable) {
-	c, err := trellis.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
+	// A worker that starts while its database restarts (TestPostgresRestart's
+	// first restart can come before this process is up) tries again, as a
+	// supervisor would start it again; one that exited left no worker.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c, err := trellis.Open(context.Background(), cfg)
+		if err == nil {
+			if err = c.Register(context.Background(), wfs...); err == nil {
+				select {} // until SIGKILL
+			}
+			c.Close()
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	if err := c.Register(context.Background(), wfs...); err != nil {
-		t.Fatal(err)
-	}
-	select {} // until SIGKILL
 }

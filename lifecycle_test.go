@@ -26,15 +26,22 @@ func TestNonDeterminismBlocksUntilResumed(t *testing.T) {
 		if _, err := trellis.Step(wc, name, func(context.Context) (int, error) { return 1, nil }); err != nil {
 			return "", err
 		}
-		if _, err := trellis.Step(wc, "flaky", suspendOnce(&flaky), suspendingRetry); err != nil {
+		// The bad deploy lands while the run waits to retry this step: its
+		// failed attempt deploys it (a poll that had to see the run waiting
+		// missed the 50 ms wait on a loaded machine, and the run succeeded).
+		if _, err := trellis.Step(wc, "flaky", func(ctx context.Context) (int, error) {
+			if flaky.Add(1) == 1 {
+				deployed.Store(1)
+				return 0, errBoom
+			}
+			return 1, nil
+		}, suspendingRetry); err != nil {
 			return "", err
 		}
 		return "done", nil
 	})
 	c := setup(t, wf)
 	h := must[*trellis.Handle[string]](t)(trellis.Start(ctxT(t), c, wf, 0))
-	waitStatus(t, c, h.RunID(), trellis.StatusWaiting)
-	deployed.Store(1)
 	run := waitStatus(t, c, h.RunID(), trellis.StatusBlocked)
 	if run.Error == nil || !strings.Contains(run.Error.Message, `position 0: history has step "charge", code asked for step "capture"`) {
 		t.Fatalf("blocked error %+v", run.Error)

@@ -427,7 +427,14 @@ func TestRemoteWorkerCrash(t *testing.T) {
 				}
 			})
 			for range 4 {
+				// A kill strikes a worker with a run in flight: it waits until
+				// the worker has executed a step (a worker process slow to
+				// start on a loaded machine was killed before it claimed any).
+				size := fileSize(effects)
 				time.Sleep(time.Duration(300+rand.IntN(300)) * time.Millisecond)
+				for deadline := time.Now().Add(30 * time.Second); fileSize(effects) == size && time.Now().Before(deadline); {
+					time.Sleep(5 * time.Millisecond)
+				}
 				worker.kill(t)
 				worker = start()
 			}
@@ -455,6 +462,15 @@ func TestRemoteWorkerCrash(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fileSize is the size of the file at path, 0 when it does not exist.
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
 }
 
 // Two servers on one Postgres, three remote workers spread over them and two

@@ -436,7 +436,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, errors.New("server config: ClientCAFile (--client-ca) needs an Authenticator that maps certificate subjects (auth.SubjectAuthenticator)")
 	}
 	if s.store == nil {
-		st, err := trellis.OpenStore(ctx, cfg.Store, cfg.Clock.Now)
+		st, err := trellis.OpenStoreWith(ctx, cfg.Store, store.OpenOptions{Now: cfg.Clock.Now, Logger: cfg.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("starting server: %w", err)
 		}

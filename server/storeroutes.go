@@ -71,7 +71,7 @@ func routeStores(ctx context.Context, cfg Config, control store.Store) (store.St
 		st := byURL[url]
 		if st == nil {
 			var err error
-			if st, err = trellis.OpenStore(ctx, url, cfg.Clock.Now); err != nil {
+			if st, err = trellis.OpenStoreWith(ctx, url, store.OpenOptions{Now: cfg.Clock.Now, Logger: cfg.Logger.With("route", ns)}); err != nil {
 				return fail(fmt.Errorf("starting server: route %s: %w", ns, err))
 			}
 			byURL[url] = st

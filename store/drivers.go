@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
@@ -18,6 +19,10 @@ type OpenOptions struct {
 	// nothing, and fails with an error wrapping ErrNoStore when the store is
 	// missing or not fully migrated (for tools that only look at it).
 	NoMigrate bool
+	// Logger receives what a driver has to report outside any call's error
+	// (a replicated store's elections, lost connections, refused records);
+	// nil: the driver's default (discard).
+	Logger *slog.Logger
 }
 
 // OpenFunc opens the store named by url, whose scheme is one its driver

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -22,7 +23,7 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.StringVar(&ba.token, "token", "", "the bearer `token` for --server: producer, reader and worker on namespace "+bench.RemoteNamespace+
 		" (worker runs the bench's remote worker for w1, w2, w3, s1 and s2); s3 reads the server's /metrics and needs reader:* (default $"+envToken+")")
 	fs.IntVar(&ba.clients, "clients", 0, "with --server: concurrent keep-alive clients (0: the workload's default)")
-	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7, r1, ui1 or s1, s2, s3 (default w1,w2,w3);\nwith --server: "+bench.RemoteNames()+" (default api-start)")
+	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7, w8, r1, ui1 or s1, s2, s3 (default w1,w2,w3);\nwith --server: "+bench.RemoteNames()+" (default api-start)")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
 	fs.BoolVar(&ba.noWorker, "no-worker", false, "with --server: start no remote worker; another process's worker (an SDK's bench worker) runs the workflows")
@@ -33,6 +34,8 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.IntVar(&ba.claimBatch, "claim-batch", 0, "runs claimed per query (0: the workload's default, else the worker's)")
 	fs.StringVar(&ba.cpuProfile, "cpuprofile", "", "write a CPU profile of the workloads to this `file`")
 	fs.StringVar(&ba.memProfile, "memprofile", "", "write an allocation profile (what the process allocated, up to the workloads' end) to this `file`")
+	fs.StringVar(&ba.plot, "plot", "", "w8: draw its measures against the store's size into this SVG `file` (with --plot-from: the lines of those files)")
+	fs.StringVar(&ba.plotFrom, "plot-from", "", "with --plot: draw the w8 JSON lines of these comma-separated `files` (earlier --json runs, a store each) and run no workload")
 	fs.StringVar(&ba.pprof, "pprof", "", "serve net/http/pprof on this loopback `address` while the workloads run (off by default)")
 	pos, err := parseArgs(fs, args)
 	switch {
@@ -40,6 +43,11 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 		return err
 	case len(pos) > 0:
 		return usagef(fs, "bench: unexpected argument %q", pos[0])
+	case ba.plotFrom != "":
+		if ba.plot == "" {
+			return usagef(fs, "bench: --plot-from needs --plot FILE")
+		}
+		return plotGrowthFrom(ba.plot, ba.plotFrom)
 	}
 	t := target{store: ba.store, server: ba.server, token: ba.token}
 	if err := t.resolve(fs); err != nil {
@@ -147,6 +155,7 @@ func createIf(name string) (*os.File, error) {
 // benchArgs are the parsed arguments of bench.
 type benchArgs struct {
 	store, server, token, workloads, cpuProfile, memProfile, pprof string
+	plot, plotFrom                                                 string
 	n, concurrency, clients, subscribers, claimBatch               int
 	asJSON, observe, noWorker                                      bool
 	traceRatio                                                     float64
@@ -170,14 +179,70 @@ func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Wr
 		return err
 	}
 	defer stop()
+	var growth []*bench.Result
+	bench.GrowthProgress = os.Stderr
 	for _, w := range selected {
 		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency, Subscribers: ba.subscribers, ClaimBatch: ba.claimBatch, Observe: ba.observe, TraceRatio: ba.traceRatio})
 		if err != nil {
 			return err
 		}
-		printBenchResult(stdout, res, ba.asJSON)
+		if len(bench.GrowthPoints(res)) == 0 {
+			printBenchResult(stdout, res, ba.asJSON)
+			continue
+		}
+		growth = append(growth, res)
+		if ba.asJSON {
+			printBenchResult(stdout, res, true)
+			continue
+		}
+		// The points go in a table, not in the line's settings.
+		line := *res
+		line.Settings = maps.Clone(res.Settings)
+		delete(line.Settings, "points")
+		printBenchResult(stdout, &line, false)
+		bench.WriteGrowthTable(stdout, res)
+	}
+	if ba.plot != "" {
+		if len(growth) == 0 {
+			return fmt.Errorf("bench: --plot draws w8's measures, and w8 did not run")
+		}
+		return writeGrowthPlot(ba.plot, growth)
 	}
 	return nil
+}
+
+// plotGrowthFrom draws the w8 lines of the comma-separated files into the
+// SVG file plot.
+func plotGrowthFrom(plot, files string) error {
+	var all []*bench.Result
+	for name := range strings.SplitSeq(files, ",") {
+		f, err := os.Open(strings.TrimSpace(name))
+		if err != nil {
+			return err
+		}
+		res, err := bench.ReadGrowthResults(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("bench: reading %s: %w", name, err)
+		}
+		all = append(all, res...)
+	}
+	if len(all) == 0 {
+		return fmt.Errorf("bench: no w8 line in %s", files)
+	}
+	return writeGrowthPlot(plot, all)
+}
+
+func writeGrowthPlot(name string, results []*bench.Result) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := bench.WriteGrowthSVG(f, results); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // printBenchResult prints a workload's result: its JSON line, or a line of text.
@@ -194,6 +259,9 @@ func printBenchResult(stdout io.Writer, res *bench.Result, asJSON bool) {
 	}
 	if res.DBQueriesPerRun != nil {
 		fmt.Fprintf(stdout, " db-queries/run=%.2f", *res.DBQueriesPerRun)
+	}
+	if res.WALBytesPerRun != nil && res.StatementsPerRun != nil {
+		fmt.Fprintf(stdout, " wal/run=%.0fB statements/run=%.2f", *res.WALBytesPerRun, *res.StatementsPerRun)
 	}
 	if res.Subscribers > 0 {
 		fmt.Fprintf(stdout, " subscribers=%d", res.Subscribers)

@@ -89,6 +89,11 @@ func TestBenchThroughServer(t *testing.T) {
 			r.Settings["via"] != "server" || r.Settings["concurrency"] != float64(8) {
 			t.Fatalf("%s printed %q (%v)", name, lines[i], err)
 		}
+		// w1's CPU per run: the bench process's, and the server's from its
+		// GET /metrics (the admin token may read them).
+		if name == "w1" && (r.CPUMsPerRun == nil || *r.CPUMsPerRun <= 0 || r.ServerCPUMsPerRun == nil || *r.ServerCPUMsPerRun < 0) {
+			t.Fatalf("w1 printed %q: want cpu_ms_per_run and server_cpu_ms_per_run", lines[i])
+		}
 	}
 	for wf, want := range map[string]int{"bench-3-steps": 5 + 8, "bench-20-steps": 8} { // w1 ran with --no-worker too
 		page, err := st.RunList(ctxT(t), &store.RunListParams{Namespace: bench.RemoteNamespace, Workflow: wf, Limit: 1000})
@@ -176,6 +181,7 @@ func TestBenchProfiles(t *testing.T) {
 // with the token. A wrong token and a token that may not read /metrics fail
 // with the reason.
 func TestBenchStreamsAndUIThroughServer(t *testing.T) {
+	t.Parallel() // a process test: beside the others (CI runs this package with -parallel 4)
 	url := storeURL(t)
 	trellisCmd(t, "migrate", "--store", url).ok(t)
 	base, token, stop := startServer(t, url)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/testport"
 )
 
 // A `trellis server` process on a SQLite file learns of what another process
@@ -26,7 +27,7 @@ func TestServerSeesAnotherProcessOnItsSQLiteFile(t *testing.T) {
 	trellisCmd(t, "migrate", "--store", url).ok(t)
 	token := strings.TrimSpace(trellisCmd(t, "tokens", "create", "--name", "watcher", "--grant", "reader:default",
 		"--store", url).ok(t).stdout)
-	addr := freeAddr(t)
+	addr := testport.Addr(t)
 	srv := startServerProcess(t, url, addr)
 	defer srv.kill(t)
 

@@ -33,6 +33,7 @@ func TestFrozenRemoteWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real server and worker processes")
 	}
+	t.Parallel() // a process test: beside the others (CI runs this package with -parallel 4)
 	for name, url := range map[string]func(t *testing.T) string{
 		"sqlite":   storeURL,
 		"postgres": func(t *testing.T) string { return pgtest.SchemaURL(t) },

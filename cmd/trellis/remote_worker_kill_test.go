@@ -10,6 +10,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/internal/testport"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -35,6 +36,7 @@ func TestServerKilledWithRemoteWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test skipped in -short mode")
 	}
+	t.Parallel() // a process test: beside the others (CI runs this package with -parallel 4)
 	for name, url := range map[string]func(t *testing.T) string{
 		"sqlite":   storeURL,
 		"postgres": func(t *testing.T) string { return pgtest.SchemaURL(t) },
@@ -47,21 +49,13 @@ func serverKilledWithRemoteWorker(t *testing.T, url string) {
 	trellisCmd(t, "migrate", "--store", url).ok(t)
 	token := strings.TrimSpace(trellisCmd(t, "tokens", "create", "--name", "all", "--grant", "producer:default",
 		"--grant", "reader:default", "--grant", "worker:default", "--store", url).ok(t).stdout)
-	addr := freeAddr(t)
+	addr := testport.Addr(t)
 	base := "http://" + addr
 	srv := startServerProcess(t, url, addr)
 	defer func() { srv.kill(t) }()
 
-	cfg := trellis.Config{Server: base, Token: token}
-	cfg.Worker.LeaseDuration = 2 * time.Second
-	w, err := trellis.NewWorker(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := startKillStepsWorker(t, base, token)
 	defer w.Client().Close()
-	if err := w.Register(context.Background(), killSteps); err != nil {
-		t.Fatal(err)
-	}
 	c, err := trellis.Open(context.Background(), trellis.Config{Server: base, Token: token})
 	if err != nil {
 		t.Fatal(err)
@@ -137,4 +131,22 @@ func serverKilledWithRemoteWorker(t *testing.T, url string) {
 			t.Errorf("run %s: steps recorded %v, want s0, s1, s2 once each", id, seen)
 		}
 	}
+}
+
+// startKillStepsWorker starts a remote worker of killSteps on the server at
+// base (a 2 s lease: a killed server's claims come back soon); the caller
+// closes its client.
+func startKillStepsWorker(t *testing.T, base, token string) *trellis.Worker {
+	t.Helper()
+	cfg := trellis.Config{Server: base, Token: token}
+	cfg.Worker.LeaseDuration = 2 * time.Second
+	w, err := trellis.NewWorker(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Register(context.Background(), killSteps); err != nil {
+		w.Client().Close()
+		t.Fatal(err)
+	}
+	return w
 }

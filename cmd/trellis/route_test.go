@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/testport"
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/storesqlite"
 )
@@ -32,7 +33,7 @@ var routedDouble = trellis.NewWorkflow("routed-double", func(wc *trellis.Context
 func TestServerRoutesNamespaces(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.db"), filepath.Join(dir, "b.db")
-	srv := startTrellisServer(t, "--store", "sqlite://"+a, "--route", "orders=sqlite://"+b, "--listen", freeAddr(t))
+	srv := startTrellisServer(t, "--store", "sqlite://"+a, "--route", "orders=sqlite://"+b, "--listen", testport.Addr(t))
 	contains(t, "the listening line", srv.stdout(), "route orders sqlite://"+b)
 	token := srv.adminToken(t)
 	base := srv.base()
@@ -158,7 +159,7 @@ func TestServerRouteRefusals(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			args := append([]string{"server", "--listen", freeAddr(t)}, c.args...)
+			args := append([]string{"server", "--listen", testport.Addr(t)}, c.args...)
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
 			cmd.Dir = dir

@@ -122,6 +122,7 @@ func TestSchedulerFailoverProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real server processes")
 	}
+	t.Parallel() // a process test: beside the others (CI runs this package with -parallel 4)
 	for _, mode := range []string{"SIGKILL", "SIGSTOP"} {
 		t.Run(mode, func(t *testing.T) {
 			url := pgtest.SchemaURL(t)

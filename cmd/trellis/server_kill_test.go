@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/trellis-dev/trellis"
 	"github.com/trellis-dev/trellis/internal/pgtest"
+	"github.com/trellis-dev/trellis/internal/testport"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -37,7 +37,7 @@ func serverKilledMidLoad(t *testing.T, url string) {
 	trellisCmd(t, "migrate", "--store", url).ok(t)
 	token := strings.TrimSpace(trellisCmd(t, "tokens", "create", "--name", "load", "--grant", "producer:default",
 		"--grant", "reader:default", "--store", url).ok(t).stdout)
-	addr := freeAddr(t)
+	addr := testport.Addr(t)
 	base := "http://" + addr
 
 	srv := startServerProcess(t, url, addr)
@@ -80,17 +80,6 @@ func serverKilledMidLoad(t *testing.T, url string) {
 		break // one through the server is enough; the store holds them all
 	}
 	t.Logf("%d starts acknowledged across 3 SIGKILLs, %d requests failed, none lost", len(acked), load.failures)
-}
-
-// freeAddr returns a loopback address with a port free now, for a server that
-// must come back on the same address after a kill.
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // startServerProcess starts `trellis server` on the store at url, listening on

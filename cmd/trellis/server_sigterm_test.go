@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/internal/testport"
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/storeremote"
 )
@@ -38,7 +39,7 @@ func TestServerSIGTERM(t *testing.T) {
 	}
 	url := storeURL(t)
 	trellisCmd(t, "migrate", "--store", url).ok(t)
-	addr, pprofAddr := freeAddr(t), freeAddr(t)
+	addr, pprofAddr := testport.Addr(t), testport.Addr(t)
 	args := []string{"--store", url, "--listen", addr, "--insecure"}
 	srv := startTrellisServer(t, slices.Concat(args, []string{"--pprof", pprofAddr})...)
 	base := srv.base()

@@ -99,7 +99,11 @@ func startServer(t *testing.T, url string) (base, secret string, stop func()) {
 // the test unless it exits 0.
 func startServerArgs(t *testing.T, stderr io.Writer, args ...string) (base, secret string, stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(ctxT(t))
+	// The server lives as long as the test, not ctxT's 30 s: a test's
+	// parallel subtests may start later than that (TestExitCodes' did under
+	// -parallel 4, and met a stopped server).
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // for a caller that never calls stop
 	pr, pw := io.Pipe()
 	code := make(chan int, 1)
 	go func() {

@@ -33,6 +33,7 @@ type trellisProc struct {
 // test's stderr, but for the access log's lines (a line per request, which a
 // test of many requests would drown the rest in).
 type procStderr struct {
+	prefix  string // put before each line passed on (a cluster node's name)
 	mu      sync.Mutex
 	all     strings.Builder
 	partial []byte
@@ -50,7 +51,7 @@ func (e *procStderr) Write(b []byte) (int, error) {
 		}
 		line := e.partial[:i+1]
 		if !bytes.Contains(line, []byte(" msg=request ")) {
-			os.Stderr.Write(line)
+			os.Stderr.Write(append([]byte(e.prefix), line...))
 		}
 		e.partial = e.partial[i+1:]
 	}
@@ -87,9 +88,19 @@ func startTrellis(t *testing.T, addrLine *regexp.Regexp, args ...string) *trelli
 // first group of the first stdout line matching addrLine.
 func spawnTrellis(t *testing.T, addrLine *regexp.Regexp, args ...string) (*trellisProc, <-chan string) {
 	t.Helper()
+	return spawnNamed(t, "", addrLine, args...)
+}
+
+// spawnNamed is spawnTrellis whose stderr lines are passed on after name
+// and ": " (one of several servers of a test).
+func spawnNamed(t *testing.T, name string, addrLine *regexp.Regexp, args ...string) (*trellisProc, <-chan string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
 	p := &trellisProc{cmd: cmd, done: make(chan struct{})}
+	if name != "" {
+		p.errOut.prefix = name + ": "
+	}
 	cmd.Stderr = &p.errOut
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

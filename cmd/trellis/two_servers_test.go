@@ -215,6 +215,7 @@ func TestTwoServersOnePostgresProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real server and worker processes")
 	}
+	t.Parallel() // a process test: beside the others (CI runs this package with -parallel 4)
 	url := pgtest.SchemaURL(t)
 	trellisCmd(t, "migrate", "--store", url).ok(t)
 	token := strings.TrimSpace(trellisCmd(t, "tokens", "create", "--name", "all", "--grant", "worker:default",

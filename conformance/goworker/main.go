@@ -7,8 +7,10 @@
 // serves, and where it starts children), TRELLIS_WORKER_NAME and
 // TRELLIS_LEASE_SECONDS. It stops gracefully on SIGTERM.
 //
-// CONFORMANCE_BREAK=NAME makes the workflow of that name return a wrong output:
-// the runner's own tests use it to see a failing case reported.
+// CONFORMANCE_BREAK=NAME makes the workflow of that name return a wrong output,
+// and CONFORMANCE_DIE_IN_SLEEP=1 makes the worker SIGKILL itself when
+// conformance.sleep's step runs: the runner's own tests use them to see a
+// failing case, and a worker that dies during the kit, reported.
 package main
 
 import (
@@ -59,7 +61,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	k := newKit(queue, os.Getenv("CONFORMANCE_BREAK"))
+	k := newKit(queue, os.Getenv("CONFORMANCE_BREAK"), os.Getenv("CONFORMANCE_DIE_IN_SLEEP") == "1")
 	if err := w.Register(ctx, k.all()...); err != nil {
 		w.Client().Close()
 		return err

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/trellis-dev/trellis"
@@ -15,6 +17,7 @@ import (
 type kit struct {
 	queue string
 	brk   string // CONFORMANCE_BREAK: the workflow whose output is made wrong
+	die   bool   // CONFORMANCE_DIE_IN_SLEEP: the worker SIGKILLs itself in conformance.sleep's step
 
 	double *trellis.Workflow[num, int]
 }
@@ -23,8 +26,8 @@ type num struct {
 	N int `json:"n"`
 }
 
-func newKit(queue string, brk string) *kit {
-	k := &kit{queue: queue, brk: brk}
+func newKit(queue string, brk string, die bool) *kit {
+	k := &kit{queue: queue, brk: brk, die: die}
 	k.double = trellis.NewWorkflow("conformance.double", func(wc *trellis.Context, in num) (int, error) {
 		return trellis.Step(wc, "double", func(context.Context) (int, error) { return in.N * 2, nil })
 	}, k.opts())
@@ -112,7 +115,14 @@ func (k *kit) all() []trellis.Registrable {
 			if err := wc.Sleep(time.Duration(in.Seconds * float64(time.Second))); err != nil {
 				return nil, err
 			}
-			return trellis.Step(wc, "after", func(context.Context) (string, error) { return "slept", nil })
+			return trellis.Step(wc, "after", func(context.Context) (string, error) {
+				if k.die {
+					// Two seconds into the kit, the other cases done: the
+					// worker dies in the middle of this run.
+					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				}
+				return "slept", nil
+			})
 		}),
 
 		wf(k, "conformance.event_wait", func(wc *trellis.Context, _ none) (any, error) {

@@ -39,11 +39,28 @@ type Result struct {
 	// w7's from the gate's opening to the last result. It varies less than the
 	// throughput on a machine whose speed does.
 	CPUMsPerRun *float64 `json:"cpu_ms_per_run,omitempty"`
+	// ServerCPUMsPerRun (w1 through a server) is the server process's CPU
+	// per run over the same span, from its GET /metrics
+	// (process_cpu_seconds_total, 10 ms steps); absent when the token may
+	// not read them. CPUMsPerRun is then the bench process's: the client and
+	// its remote worker.
+	ServerCPUMsPerRun *float64 `json:"server_cpu_ms_per_run,omitempty"`
 	// DBQueriesPerRun (w7, Postgres) is the database's transactions per finished
 	// run over the same span: pg_stat_database's xact_commit+xact_rollback, which
 	// counts every session of the database (each statement outside a transaction
 	// is one).
 	DBQueriesPerRun *float64 `json:"db_queries_per_run,omitempty"`
+	// WALBytesPerRun and StatementsPerRun (w1, w2, w3 on Postgres) are the
+	// WAL the server wrote per run over the workload (pg_current_wal_lsn
+	// before and after: the whole cluster's WAL) and the statements the
+	// database executed per run: pg_stat_statements' calls in the store's
+	// database when the extension is installed there and loaded, else its
+	// transactions (pg_stat_database.xact_commit+xact_rollback, a lower bound:
+	// a transaction of many statements counts once); Settings
+	// ["statements_counted"] says which. Both count every session, so a
+	// database and cluster nobody else uses give the workload's own.
+	WALBytesPerRun   *float64 `json:"wal_bytes_per_run,omitempty"`
+	StatementsPerRun *float64 `json:"statements_per_run,omitempty"`
 	// Subscribers (s2, s3) is the number of SSE subscribers; EventsPerS (s2)
 	// the events they were delivered per second, all of them counted;
 	// RSSPerSubscriberKB (s3) the server's resident set growth per idle stream.
@@ -107,6 +124,7 @@ var Workloads = []Workload{
 	{"w5", 20000, "insert N one-step jobs with StartMany in batches of 1,000, then work them all; jobs worked per second and insert_per_s (claim batch 1,000 unless --claim-batch)", runW5, nil, nil, w5Batch},
 	{"w6", 1000, "N runs each waiting for an event; send the N events; send to next step latency", runW6, nil, nil, 0},
 	{"w7", 10000, "many waiters: N gated 3-step runs (more than the slots), N callers blocked in Result; open the gate; CPU and DB queries per finished run", nil, runW7, nil, 0},
+	{"w8", 1_000_000, "growth: fill the store with finished 3-step runs to N/100, N/10 and N; at each size w1 (2,000 runs), a claim, the run list's first and middle page, runs get (p50, p99) and the store's bytes per run (--plot draws them)", nil, nil, runW8, 0},
 	{"r1", 1000000, "seed N expired runs (3 ops each) with bulk SQL; w1 (10,000 runs) without purging, then while the purger deletes them, 3 rounds; purge rate and the w1 ratio", nil, nil, runR1, 0},
 	{"ui1", 1_000_000, "the web UI's runs page with N runs stored (SQLite or Postgres, seeded with bulk SQL once) of a server in process; page load latency over HTTP, as with --server", nil, nil, runUI1, 0},
 	{"s1", 500, "s1 of --server on a server in process: one run emits N events ~2ms apart; Emit to SSE client latency", nil, nil, onLocalServer("s1"), 0},
@@ -183,7 +201,33 @@ func runOn(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
 	if w.runWith != nil {
 		return w.runWith(ctx, c, n, o)
 	}
-	return w.run(ctx, c, n)
+	if !dbPerRun[w.Name] {
+		return w.run(ctx, c, n)
+	}
+	pc, err := openPGCounters(ctx, o.Store)
+	if err != nil {
+		return nil, err
+	}
+	if pc == nil { // not Postgres
+		return w.run(ctx, c, n)
+	}
+	defer pc.close()
+	before, err := pc.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := w.run(ctx, c, n)
+	if err != nil {
+		return nil, err
+	}
+	after, err := pc.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := pc.perRun(ctx, res, before, after, n); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // benchConfig is the configuration of a benchmark's client: namespace
@@ -223,20 +267,26 @@ func settings(o Options) map[string]any {
 	return m
 }
 
+// runThreeSteps is w1's workflow body (steps a, b and c, each returning
+// payload), shared by the workloads that run it under other names.
+func runThreeSteps(wc *trellis.Context) (string, error) {
+	var out string
+	for _, name := range []string{"a", "b", "c"} {
+		s, err := trellis.Step(wc, name, noop)
+		if err != nil {
+			return "", err
+		}
+		out = s
+	}
+	return out[:8], nil
+}
+
 // payload is the ~100-byte string every benchmark step returns.
 var payload = strings.Repeat("trellis-", 12) + "bench"
 
 var (
 	threeSteps = trellis.NewWorkflow("bench-3-steps", func(wc *trellis.Context, _ int) (string, error) {
-		var out string
-		for _, name := range []string{"a", "b", "c"} {
-			s, err := trellis.Step(wc, name, noop)
-			if err != nil {
-				return "", err
-			}
-			out = s
-		}
-		return out[:8], nil
+		return runThreeSteps(wc)
 	})
 	oneStep = trellis.NewWorkflow("bench-1-step", func(wc *trellis.Context, _ int) (string, error) {
 		s, err := trellis.Step(wc, "a", noop)

@@ -502,7 +502,8 @@ func runRemoteW1(ctx context.Context, o RemoteOptions, n int) (*Result, error) {
 	}
 	var next atomic.Int64
 	var starters, waiters sync.WaitGroup
-	begin := time.Now()
+	srvCPU0, srvOK := serverCPU(ctx, o)
+	begin, cpu0 := time.Now(), processCPU()
 	for range o.Clients {
 		starters.Add(1)
 		go func() {
@@ -536,15 +537,20 @@ func runRemoteW1(ctx context.Context, o RemoteOptions, n int) (*Result, error) {
 	starters.Wait()
 	close(handles)
 	waiters.Wait()
-	wall := time.Since(begin)
+	wall, cpu := time.Since(begin), processCPU()-cpu0
 	close(errs)
 	if err := errors.Join(collect(errs)...); err != nil {
 		return nil, err
 	}
-	return &Result{
+	res := &Result{
 		WallS: wall.Seconds(), WorkflowsPerS: float64(n) / wall.Seconds(), StepsPerS: float64(3*n) / wall.Seconds(),
 		P50Ms: percentile(lat, 50), P99Ms: percentile(lat, 99),
-	}, nil
+		CPUMsPerRun: perRunMs(cpu, n),
+	}
+	if srvCPU1, ok := serverCPU(ctx, o); srvOK && ok {
+		res.ServerCPUMsPerRun = ptr((srvCPU1 - srvCPU0) * 1000 / float64(n))
+	}
+	return res, nil
 }
 
 // runRemoteW2 is w2 through a server: the Go client over HTTP starts each

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -342,15 +343,30 @@ func runRemoteS3(ctx context.Context, o RemoteOptions, _ int) (*Result, error) {
 	return res, nil
 }
 
-// The metrics s3 reads from the server's GET /metrics.
+// The metrics the bench reads from the server's GET /metrics: s3's, and the
+// server's CPU (w1 through a server).
 const (
 	rssMetric         = "process_resident_memory_bytes"
 	subscribersMetric = "trellis_stream_subscribers"
+	cpuMetric         = "process_cpu_seconds_total"
 )
 
 // serverMetrics reads the server's GET /metrics (Prometheus text format) and
 // returns the values of s3's metrics.
 func serverMetrics(ctx context.Context, o RemoteOptions) (map[string]float64, error) {
+	out, err := readMetrics(ctx, o, rssMetric, subscribersMetric)
+	if err != nil {
+		return nil, fmt.Errorf("s3 reads the server's resident set from %w", err)
+	}
+	if _, ok := out[rssMetric]; !ok {
+		return nil, fmt.Errorf("the server's GET /metrics has no %s (its process collector reads /proc: a server on Linux has it)", rssMetric)
+	}
+	return out, nil
+}
+
+// readMetrics reads the server's GET /metrics and returns the values of the
+// named metrics (those without labels) that it holds.
+func readMetrics(ctx context.Context, o RemoteOptions, names ...string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimSuffix(o.Server, "/")+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -365,7 +381,7 @@ func serverMetrics(ctx context.Context, o RemoteOptions) (map[string]float64, er
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("s3 reads the server's resident set from GET /metrics, which answered %s (%s): "+
+		return nil, fmt.Errorf("GET /metrics, which answered %s (%s): "+
 			"give a token with reader on every namespace (reader:*, as the admin token has), or measure an --insecure server",
 			resp.Status, problemDetail(b))
 	}
@@ -374,7 +390,7 @@ func serverMetrics(ctx context.Context, o RemoteOptions) (map[string]float64, er
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		name, value, ok := strings.Cut(sc.Text(), " ")
-		if !ok || (name != rssMetric && name != subscribersMetric) {
+		if !ok || !slices.Contains(names, name) {
 			continue
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
@@ -383,13 +399,19 @@ func serverMetrics(ctx context.Context, o RemoteOptions) (map[string]float64, er
 		}
 		out[name] = v
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
+	return out, sc.Err()
+}
+
+// serverCPU is the server process's CPU seconds so far, from its GET
+// /metrics; ok is false when the token may not read them (or the server's
+// platform does not report them).
+func serverCPU(ctx context.Context, o RemoteOptions) (seconds float64, ok bool) {
+	m, err := readMetrics(ctx, o, cpuMetric)
+	if err != nil {
+		return 0, false
 	}
-	if _, ok := out[rssMetric]; !ok {
-		return nil, fmt.Errorf("the server's GET /metrics has no %s (its process collector reads /proc: a server on Linux has it)", rssMetric)
-	}
-	return out, nil
+	seconds, ok = m[cpuMetric]
+	return seconds, ok
 }
 
 // checkFileLimit makes sure this process may open need files. Go raised its

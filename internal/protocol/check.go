@@ -377,7 +377,9 @@ func checkChildren(p *store.CheckpointParams, byPos positions) *Error {
 }
 
 // checkApprovals: a request goes with its approval op, in progress, in the
-// checkpoint.
+// checkpoint. The op may be completed by a later write in the same
+// checkpoint (an approval whose timeout passed before the checkpoint was
+// made: requested and timed out at once), as the first write's request.
 func checkApprovals(p *store.CheckpointParams, byPos positions) *Error {
 	for k, a := range p.Approvals {
 		field := fmt.Sprintf("approvals[%d]", k)
@@ -385,6 +387,9 @@ func checkApprovals(p *store.CheckpointParams, byPos positions) *Error {
 			return fieldErr(field, "an approval request needs an ID")
 		}
 		i, ok := byPos.get(p.Ops, a.Position)
+		if ok && p.Ops[i].Done {
+			i, ok = earlierAt(p.Ops, i)
+		}
 		if !ok || p.Ops[i].Kind != store.OpApproval || p.Ops[i].Done {
 			return fieldErr(field, "position %d: an approval request goes with its approval op, in progress, in the same checkpoint", a.Position)
 		}
@@ -396,6 +401,17 @@ func checkApprovals(p *store.CheckpointParams, byPos positions) *Error {
 		}
 	}
 	return nil
+}
+
+// earlierAt returns the index of the write before ops[i] at its position in
+// the same checkpoint (check allows one: the op in progress it completes).
+func earlierAt(ops []*store.Op, i int) (int, bool) {
+	for j := i - 1; j >= 0; j-- {
+		if ops[j].Position == ops[i].Position {
+			return j, true
+		}
+	}
+	return 0, false
 }
 
 // checkStatus: the status a checkpoint leaves the run in, with the fields it

@@ -141,6 +141,17 @@ func TestCheckAcceptsValid(t *testing.T) {
 	if err := protocol.Check(p, rec); err != nil {
 		t.Fatal(err)
 	}
+	// An approval requested and timed out in the same checkpoint (its
+	// timeout passed before the checkpoint was made): the request goes with
+	// the op's first write, in progress, which the second completes.
+	p = &store.CheckpointParams{Lease: store.Lease{RunID: "r1"}, Status: store.StatusRunning, Ops: []*store.Op{
+		{Position: 3, Kind: store.OpApproval, Name: "boss", Result: []byte(`{"id":"r1.approval.3"}`), Attempts: 1, StartedAt: t0},
+		{Position: 3, Kind: store.OpApproval, Name: "boss", Done: true, Error: &store.ErrorInfo{Message: "approval timed out: boss", Type: "approval_timeout"},
+			Attempts: 1, StartedAt: t0, FinishedAt: &t0},
+	}, Approvals: []*store.ApprovalRequest{{ID: "r1.approval.3", Position: 3, Name: "boss"}}, ExpireApprovals: []string{"r1.approval.3"}}
+	if err := protocol.Check(p, rec); err != nil {
+		t.Fatalf("an approval requested and timed out in one checkpoint: %v", err)
+	}
 	// A failure that carries the workflow's retry policy.
 	boom := &store.ErrorInfo{Message: "boom"}
 	failed := &store.CheckpointParams{Status: store.StatusFailed, Error: boom, Retry: &store.RunRetry{MaxAttempts: 3},
@@ -254,6 +265,10 @@ func TestCheckRefuses(t *testing.T) {
 		{"child of another workflow", func(p *store.CheckpointParams) { p.Children[0].Runs[0].Workflow = "other" }, false, `run 0 is of workflow "other", not the op's "double"`},
 		{"child with a chosen ID", func(p *store.CheckpointParams) { p.Children[0].Runs[0].ID = "victim" }, false, `run 0 has ID "victim"`},
 		{"approval without op", func(p *store.CheckpointParams) { p.Approvals[0].Position = 6 }, false, "approvals[0]: position 6"},
+		{"approval of an op only done", func(p *store.CheckpointParams) {
+			o := op(p, 7)
+			o.Done, o.FinishedAt, o.Result, o.Error = true, &t0, nil, &store.ErrorInfo{Message: "approval timed out: boss", Type: "approval_timeout"}
+		}, false, "approvals[0]: position 7: an approval request goes with its approval op, in progress"},
 		{"retry policy while running", func(p *store.CheckpointParams) { p.Retry = &store.RunRetry{MaxAttempts: 2} }, false, "retry: goes only with status failed"},
 		{"approval with a chosen ID", func(p *store.CheckpointParams) { p.Approvals[0].ID = "victim.approval.7" }, false, `request ID "victim.approval.7": an approval request's ID is r1.approval.7`},
 		{"final event not last", func(p *store.CheckpointParams) {

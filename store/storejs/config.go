@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -62,6 +63,13 @@ type Config struct {
 	ClusterListen string
 	Routes        []string
 	ServerName    string
+	// SecretFile, for an embedded server, is a file holding the secret
+	// (at least 32 characters; surrounding white space is dropped) that the
+	// servers of a cluster present to each other on their routes and that
+	// NATS clients present as their token. Required with Listen or
+	// ClusterListen: without it anyone reaching those ports could read and
+	// write the log, around every Trellis grant.
+	SecretFile string
 	// LeaseDuration is how long the writer's lease lasts unrenewed: how soon
 	// another server takes over writing from one that stopped. Default
 	// DefaultLeaseDuration.
@@ -103,8 +111,11 @@ func (c Config) validate() error {
 	if embedded && c.Dir == "" {
 		errs = append(errs, errors.New("an embedded server needs a data directory"))
 	}
-	if !embedded && (c.Listen != "" || c.ClusterListen != "" || len(c.Routes) > 0) {
-		errs = append(errs, errors.New("listen, cluster_listen and routes are settings of an embedded server"))
+	if !embedded && (c.Listen != "" || c.ClusterListen != "" || len(c.Routes) > 0 || c.SecretFile != "") {
+		errs = append(errs, errors.New("listen, cluster_listen, routes and secret are settings of an embedded server"))
+	}
+	if embedded && (c.Listen != "" || c.ClusterListen != "") && c.SecretFile == "" {
+		errs = append(errs, errors.New("listen and cluster_listen need secret=FILE, a file holding the secret the cluster's servers and NATS clients present (at least 32 characters): without it anyone reaching those ports could read and write the log"))
 	}
 	if len(c.Routes) > 0 && c.ClusterListen == "" {
 		errs = append(errs, errors.New("routes need cluster_listen, the address this server takes routes on"))
@@ -176,7 +187,7 @@ func (c Config) replicaPath() string {
 //
 //	jetstream:///var/lib/trellis[?name=N&replicas=R&durability=relaxed&listen=ADDR
 //	          &cluster_listen=ADDR&routes=nats-route://h2:6222,nats-route://h3:6222
-//	          &server_name=S&replica=FILE&lease=3s&snapshot_every=N&snapshot_interval=1h
+//	          &server_name=S&secret=FILE&replica=FILE&lease=3s&snapshot_every=N&snapshot_interval=1h
 //	          &compact_margin=N]
 //	nats://h1:4222,h2:4222,h3:4222/NAME[?replicas=R&creds=FILE&replica=FILE&lease=3s
 //	          &snapshot_every=N&snapshot_interval=1h&compact_margin=N]
@@ -241,6 +252,8 @@ func ParseURL(raw string) (Config, error) {
 			c.Routes = strings.Split(v, ",")
 		case "server_name":
 			c.ServerName = v
+		case "secret":
+			c.SecretFile = v
 		case "replica":
 			c.Replica = v
 		case "creds":
@@ -292,4 +305,23 @@ func offOrCount(v string) (int, error) {
 		return 0, errors.New("want a number of records from 1, or off")
 	}
 	return n, nil
+}
+
+// minSecret is the shortest secret an embedded server takes.
+const minSecret = 32
+
+// readSecret reads the secret of cfg.SecretFile ("" when none is set).
+func readSecret(file string) (string, error) {
+	if file == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("secret: %w", err)
+	}
+	secret := strings.TrimSpace(string(b))
+	if len(secret) < minSecret {
+		return "", fmt.Errorf("secret: %s holds %d characters, want at least %d (openssl rand -hex 32)", file, len(secret), minSecret)
+	}
+	return secret, nil
 }

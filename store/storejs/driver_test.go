@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -197,7 +199,7 @@ func countLogged(t *testing.T, url, id string) int {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	l, err := openLog(context.Background(), js, "default", 1)
+	l, err := openLog(context.Background(), js, "default", 1, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,5 +276,73 @@ func TestEmbeddedServerSyncsEveryWrite(t *testing.T) {
 		if got := s.srv.JetStreamConfig().SyncAlways; got != want {
 			t.Errorf("durability %q: sync_always %v, want %v", durability, got, want)
 		}
+	}
+}
+
+// A server whose lease's epoch is not above the log's (its replica lagged
+// when it took the lease, or it was taken from it while it caught up) does
+// not write: a record of a lower epoch after a higher one would be refused
+// by every replica. A process test met it: a lagging follower took epoch 4
+// after epoch 5 was written, and its epoch record stopped every replica.
+func TestLeaseOfAnEpochTheLogHoldsDoesNotWrite(t *testing.T) {
+	ctx := context.Background()
+	a, b := writerAndFollower(t, func(a *Store) {
+		if err := createRun(ctx, view(a), "before"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	waitApplied(t, b, a.appliedSeq(), 10*time.Second)
+	last, err := b.jl.last(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	logEpoch := b.epoch
+	b.mu.Unlock()
+	for _, epoch := range []uint64{logEpoch - 1, logEpoch} {
+		if err := b.lead(ctx, epoch); !errors.Is(err, errStaleEpoch) {
+			t.Fatalf("leading in epoch %d of a log at epoch %d: %v, want errStaleEpoch", epoch, logEpoch, err)
+		}
+	}
+	if after, err := b.jl.last(ctx); err != nil || after != last {
+		t.Fatalf("the log ends at %d after the refused takeovers (%v), was %d", after, err, last)
+	}
+	if b.Leading() {
+		t.Fatal("the store leads after a refused takeover")
+	}
+	if err := createRun(ctx, view(a), "after"); err != nil {
+		t.Fatalf("the writer's next batch: %v", err)
+	}
+}
+
+// A follower's subscribers are woken by the writer's commits: the topics
+// travel in the log's records and each server signals them as it applies
+// one. Both ways: a run created on the writer wakes the follower's "ready"
+// subscriber, and a run created through the follower (forwarded) wakes the
+// writer's.
+func TestFollowerSignalsTheWritersCommits(t *testing.T) {
+	ctx := context.Background()
+	a, b := writerAndFollower(t, nil)
+	for i, c := range []struct {
+		name        string
+		writer, sub *Store
+	}{{"the writer's commit on the follower", a, b}, {"a forwarded write on the writer", b, a}} {
+		ch, unsub, err := c.sub.Subscribe(ctx, store.TopicReady)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select { // a signal from before the write does not count
+		case <-ch:
+		default:
+		}
+		if err := createRun(ctx, view(c.writer), fmt.Sprint("wake-", i)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no %q signal within 5s", c.name, store.TopicReady)
+		}
+		unsub()
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,9 +35,16 @@ func connect(ctx context.Context, cfg Config) (*nats.Conn, *server.Server, error
 		}
 		return nc, nil, nil
 	}
-	srv, err := startEmbedded(cfg)
+	secret, err := readSecret(cfg.SecretFile)
 	if err != nil {
 		return nil, nil, err
+	}
+	srv, err := startEmbedded(cfg, secret)
+	if err != nil {
+		return nil, nil, err
+	}
+	if secret != "" {
+		opts = append(opts, nats.Token(secret))
 	}
 	nc, err := nats.Connect("", append(opts, nats.InProcessServer(srv))...)
 	if err != nil {
@@ -46,10 +54,14 @@ func connect(ctx context.Context, cfg Config) (*nats.Conn, *server.Server, error
 	return nc, srv, nil
 }
 
+// clusterUser is the user name the servers of an embedded cluster present on
+// their routes, with the cluster's secret as password.
+const clusterUser = "trellis"
+
 // startEmbedded starts the NATS server a jetstream: store embeds, with
 // JetStream's data under cfg.Dir/nats and, unless cfg.Durability is
 // relaxed, every write synced before it is acknowledged.
-func startEmbedded(cfg Config) (*server.Server, error) {
+func startEmbedded(cfg Config, secret string) (*server.Server, error) {
 	opts := &server.Options{
 		ServerName: cfg.ServerName,
 		JetStream:  true,
@@ -57,7 +69,14 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 		SyncAlways: cfg.Durability != DurabilityRelaxed,
 		NoSigs:     true,
 		NoLog:      true,
-		DontListen: cfg.Listen == "",
+		// nats-server starts routing only once its client listener is open:
+		// without one a cluster's servers never formed it and the store never
+		// opened. A cluster member listens on a loopback port the system
+		// chooses unless Listen names one; a single server listens on none
+		// (the store connects in-process).
+		DontListen: cfg.Listen == "" && cfg.ClusterListen == "",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
 		// A follower forwards each write to the writer as one message: a
 		// checkpoint or a batch of starts may carry several payloads of up to
 		// the server's payload limit (2 MiB by default).
@@ -77,9 +96,19 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 		}
 		opts.Cluster = server.ClusterOpts{Name: "trellis-" + cfg.Name, Host: host, Port: port}
 		opts.Routes = server.RoutesFromStr(strings.Join(cfg.Routes, ","))
+		if secret != "" {
+			// Routes, both ways, carry the cluster's secret.
+			opts.Cluster.Username, opts.Cluster.Password = clusterUser, secret
+			for _, r := range opts.Routes {
+				r.User = url.UserPassword(clusterUser, secret)
+			}
+		}
 		if opts.ServerName == "" {
 			opts.ServerName = "trellis-" + cfg.Name + "-" + strings.ReplaceAll(cfg.ClusterListen, ":", "-")
 		}
+	}
+	if secret != "" {
+		opts.Authorization = secret // NATS clients' token
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {

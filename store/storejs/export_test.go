@@ -12,3 +12,6 @@ func SetPublishTimeout(d time.Duration) func() {
 
 // View is the store as package trellis uses it.
 var View = view
+
+// WaitLeading waits until the store writes the log (20 s at most).
+var WaitLeading = waitLeading

@@ -1,27 +1,20 @@
 package storejs
 
 import (
+	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-)
+	"github.com/nats-io/nats.go/jetstream"
 
-// freePort returns a loopback port nothing listens on now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+	"github.com/trellis-dev/trellis/internal/testport"
+)
 
 // startNATS starts one JetStream server with per-write fsync, listening on
 // a loopback port, stopped at the test's end.
@@ -36,13 +29,45 @@ func startServer(t testing.TB, opts *server.Options) *server.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	errs := &errLog{}
+	s.SetLogger(errs, false, false)
 	go s.Start()
 	if !s.ReadyForConnections(30 * time.Second) {
-		t.Fatal("nats server not ready")
+		s.Shutdown()
+		t.Fatalf("nats server not ready in 30s; its errors: %s", errs)
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	return s
 }
+
+// errLog keeps a server's errors (its logger is otherwise silent), for a
+// test that fails on the server to say why.
+type errLog struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (l *errLog) add(format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errs = append(l.errs, fmt.Sprintf(format, v...))
+}
+
+func (l *errLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.errs) == 0 {
+		return "none"
+	}
+	return strings.Join(l.errs, "; ")
+}
+
+func (l *errLog) Fatalf(format string, v ...any) { l.add(format, v...) }
+func (l *errLog) Errorf(format string, v ...any) { l.add(format, v...) }
+func (*errLog) Noticef(string, ...any)           {}
+func (*errLog) Warnf(string, ...any)             {}
+func (*errLog) Debugf(string, ...any)            {}
+func (*errLog) Tracef(string, ...any)            {}
 
 // startCluster starts n JetStream servers in this process forming one
 // cluster, and waits until it has a meta leader.
@@ -50,7 +75,7 @@ func startCluster(t testing.TB, n int) []*server.Server {
 	t.Helper()
 	ports := make([]int, n)
 	for i := range ports {
-		ports[i] = freePort(t)
+		ports[i] = testport.Free(t)
 	}
 	var routes []string
 	for _, p := range ports {
@@ -103,4 +128,21 @@ func writerAndFollower(t *testing.T, before func(a *Store)) (a, b *Store) {
 	}
 	b = openStore(t, Config{Conn: connectTo(t, srv), Replica: filepath.Join(dir, "b.db"), LeaseDuration: time.Hour})
 	return a, b
+}
+
+// createPlacedLog creates the log's stream of cluster "default" as openLog
+// does, with three replicas on the servers tagged tag, waiting for the
+// cluster's meta leader.
+func createPlacedLog(t *testing.T, js jetstream.JetStream, tag string) jetstream.Stream {
+	t.Helper()
+	ctx := context.Background()
+	st, err := retryOpen(ctx, func() (jetstream.Stream, error) {
+		return js.CreateStream(ctx, jetstream.StreamConfig{Name: streamName("default"), Subjects: []string{logSubject("default")},
+			Storage: jetstream.FileStorage, Replicas: 3, Discard: jetstream.DiscardNew, Duplicates: duplicateWindow, DenyDelete: true,
+			Placement: &jetstream.Placement{Tags: []string{tag}}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

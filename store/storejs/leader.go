@@ -3,9 +3,14 @@ package storejs
 import (
 	"context"
 	"database/sql/driver"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/storesqlite"
@@ -35,14 +40,13 @@ func (s *Store) run() {
 	defer tick.Stop()
 	fol := s.follow()
 	var stopServing func()
+	var away leadersAway
 	for {
 		switch {
 		case s.isLeading():
-			rctx, rcancel := context.WithTimeout(ctx, s.cfg.LeaseDuration/2)
-			renewed := s.lease.renew(rctx)
-			rcancel()
-			if !renewed {
-				s.log.Warn("storejs: the writer lease was taken over", "cluster", s.cfg.Name)
+			away.check(s)
+			if !s.renewLease(ctx) {
+				s.log.Warn("storejs: the writer lease was taken over, or went unrenewed for most of its duration; following the log", "cluster", s.cfg.Name)
 				s.stepDown(stopServing)
 				stopServing, fol = nil, s.follow()
 			}
@@ -59,10 +63,14 @@ func (s *Store) run() {
 				s.log.Warn("storejs: reading the writer lease", "err", err)
 			}
 			if ok {
+				s.log.Info("storejs: took the writer lease", "cluster", s.cfg.Name, "epoch", epoch)
 				fol.stop()
 				fol = nil
-				if err := s.lead(ctx, epoch); err != nil {
-					if ctx.Err() == nil {
+				if err := s.leadRenewing(ctx, epoch); err != nil {
+					switch {
+					case errors.Is(err, errStaleEpoch):
+						s.log.Info("storejs: not taking over writing the log", "err", err)
+					case ctx.Err() == nil:
 						s.log.Error("storejs: taking over writing the log", "err", err)
 					}
 					s.lease.release(context.WithoutCancel(ctx))
@@ -154,6 +162,17 @@ func (s *Store) lead(ctx context.Context, epoch uint64) error {
 		if err != nil {
 			return err
 		}
+		// The log's epochs only grow: a server whose lease's epoch is not above
+		// every record's (its replica lagged when it took the lease, or the
+		// lease was taken from it while it caught up) must not write. A
+		// record of a lower epoch after a higher one is refused by every
+		// replica as corrupt.
+		s.mu.Lock()
+		logEpoch := s.epoch
+		s.mu.Unlock()
+		if logEpoch >= epoch {
+			return fmt.Errorf("%w: the log holds a record of epoch %d, this server's lease is of epoch %d", errStaleEpoch, logEpoch, epoch)
+		}
 		batch, err := s.genesis(ctx, last)
 		if err != nil {
 			return err
@@ -165,7 +184,11 @@ func (s *Store) lead(ctx context.Context, epoch uint64) error {
 		if err != nil {
 			return err
 		}
-		seq, err := s.jl.appendRecord(ctx, data, last, epoch)
+		// Bounded as the reading above: the run loop renews no lease while
+		// it waits here.
+		actx, acancel := context.WithTimeout(ctx, s.cfg.LeaseDuration)
+		seq, err := s.jl.appendRecord(actx, data, last, epoch)
+		acancel()
 		if errors.Is(err, errFenced) && attempt < 10 {
 			continue // a deposed writer's last record; apply it and try again
 		}
@@ -186,6 +209,54 @@ func (s *Store) lead(ctx context.Context, epoch uint64) error {
 		s.log.Info("storejs: writing the log", "cluster", s.cfg.Name, "epoch", epoch, "sequence", seq)
 		return nil
 	}
+}
+
+// leadRenewing is lead while the lease is renewed beside it: catching up
+// with a long log, or waiting for the log's stream to elect its leader,
+// took longer than the lease, which another server then took (a needless
+// change of writer, and a second wait). A renewal that finds the lease taken
+// stops the takeover.
+func (s *Store) leadRenewing(ctx context.Context, epoch uint64) error {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lost := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(s.cfg.LeaseDuration / 4)
+		defer tick.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case <-tick.C:
+			}
+			if !s.renewLease(lctx) && lctx.Err() == nil {
+				close(lost)
+				cancel()
+				return
+			}
+		}
+	}()
+	err := s.lead(lctx, epoch)
+	cancel()
+	<-done // the lease is the run loop's again
+	select {
+	case <-lost:
+		if err != nil {
+			return fmt.Errorf("the writer lease was taken over while taking over: %w", err)
+		}
+		// lead finished first: the run loop's next renewal finds it out.
+	default:
+	}
+	return err
+}
+
+// renewLease renews the held lease, waiting at most half its duration.
+func (s *Store) renewLease(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseDuration/2)
+	defer cancel()
+	return s.lease.renew(rctx)
 }
 
 // genesis is what the epoch record that starts an empty log carries: the
@@ -325,4 +396,141 @@ func (s *Store) followOnce(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// leadersAway keeps the JetStream leaders of the log's stream and of the
+// lease's bucket off the server that writes the log, when that server embeds
+// a NATS server of an R3 cluster. JetStream elects a group's new leader 4 to
+// 9 s after losing one, so a SIGKILLed writer that also led the log's stream
+// or the lease's bucket left no server able to write for that long, on top of
+// the lease's time (failovers of 6-13 s in the three-process test); with
+// those leaders elsewhere the next writer takes over within the lease's time.
+//
+// It hands each group's leadership to a chosen replica (successor): one
+// online, caught up, heard from within leadersAwayFresh, and on a server
+// connected to this one by a route. Left to choose, JetStream hands it to any
+// replica it heard from within three heartbeats (3 s), and a server SIGKILLed
+// a moment ago still is one: handed to it, the group had no leader until an
+// election, 4 to 9 s later (failovers of 8-13 s in the three-process test,
+// where the new writer asked a second after its predecessor's kill). It asks
+// at most every leadersAwayEvery for each group, and at every tick while no
+// replica can take the leadership.
+type leadersAway struct {
+	last map[string]time.Time // by stream: the last hand-over asked
+}
+
+// leadersAwayEvery is a variable for tests.
+var leadersAwayEvery = 5 * time.Second
+
+// leadersAwayFresh is how recently a replica must have been heard from to
+// take a group's leadership: JetStream's heartbeat is a second.
+const leadersAwayFresh = 1500 * time.Millisecond
+
+func (a *leadersAway) check(s *Store) {
+	if s.srv == nil || s.cfg.Replicas < 2 || !s.srv.JetStreamIsClustered() {
+		return
+	}
+	if a.last == nil {
+		a.last = make(map[string]time.Time)
+	}
+	acc := s.srv.GlobalAccount().GetName()
+	for _, stream := range []string{streamName(s.cfg.Name), "KV_" + leaseBucket(s.cfg.Name)} {
+		if !s.srv.JetStreamIsStreamLeader(acc, stream) || time.Since(a.last[stream]) < leadersAwayEvery {
+			continue
+		}
+		to, why := s.successor(stream)
+		if to == "" {
+			s.log.Debug("storejs: the writer's NATS server keeps a stream's leadership for now", "stream", stream, "why", why)
+			continue
+		}
+		a.last[stream] = time.Now()
+		if err := s.handOver(stream, to); err != nil {
+			s.log.Warn("storejs: asking the writer's NATS server to hand a stream's leadership over", "stream", stream, "to", to, "err", err)
+		} else {
+			s.log.Info("storejs: the writer's NATS server hands a stream's leadership over", "stream", stream, "to", to)
+		}
+	}
+}
+
+// notLeader starts successor's why when this server's view of the group is
+// not the leader's: it is asked again.
+const notLeader = "this server does not lead it"
+
+// successor names the replica of stream's group to hand its leadership to
+// (see leadersAway), the one heard from last; or "" and why none can take
+// it. The stream's leader (this server) answers from its own state.
+func (s *Store) successor(stream string) (name, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(500*time.Millisecond, s.cfg.LeaseDuration/4))
+	defer cancel()
+	st, err := s.js.Stream(ctx, stream)
+	if err != nil {
+		return "", "reading its state: " + err.Error()
+	}
+	rz, err := s.srv.Routez(nil)
+	if err != nil {
+		return "", "reading the routes: " + err.Error()
+	}
+	routed := make(map[string]bool)
+	for _, r := range rz.Routes {
+		routed[r.RemoteName] = true
+	}
+	var best *jetstream.PeerInfo
+	var whys []string
+	if ci := st.CachedInfo().Cluster; ci != nil {
+		if ci.Leader != s.srv.Name() {
+			return "", notLeader + " (" + ci.Leader + " does)"
+		}
+		for _, p := range ci.Replicas {
+			switch {
+			case p.Name == s.srv.Name():
+				// Another replica answered (it lists the others): its view
+				// of the routes and of who is current is not this one's.
+				return "", notLeader + " (another replica answered)"
+			case !routed[p.Name]:
+				whys = append(whys, p.Name+" has no route to this server")
+			case p.Offline:
+				whys = append(whys, p.Name+" is offline")
+			case !p.Current:
+				whys = append(whys, p.Name+" is behind")
+			case p.Active > leadersAwayFresh:
+				whys = append(whys, fmt.Sprintf("%s was last heard from %s ago", p.Name, p.Active.Round(time.Millisecond)))
+			case best == nil || p.Active < best.Active:
+				best = p
+			}
+		}
+	}
+	if best == nil {
+		if len(whys) == 0 {
+			return "", "it has no other replica"
+		}
+		return "", strings.Join(whys, "; ")
+	}
+	return best.Name, ""
+}
+
+// handOver asks stream's leader to hand its leadership to the replica on
+// server to, through JetStream's API (the embedded server's own step-down
+// lets JetStream choose).
+func (s *Store) handOver(stream, to string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), min(500*time.Millisecond, s.cfg.LeaseDuration/4))
+	defer cancel()
+	req, err := json.Marshal(server.JSApiLeaderStepdownRequest{Placement: &server.Placement{Preferred: to}})
+	if err != nil {
+		return err
+	}
+	msg, err := s.nc.RequestWithContext(ctx, fmt.Sprintf(server.JSApiStreamLeaderStepDownT, stream), req)
+	if err != nil {
+		return err
+	}
+	var resp server.JSApiStreamLeaderStepDownResponse
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	if resp.Error != nil {
+		return resp.Error
+	}
+	if !resp.Success {
+		return errors.New("the stream's leader did not step down")
+	}
+	return nil
 }

@@ -12,8 +12,9 @@ import (
 
 // The leader lease chooses which server writes the log: a key of a KeyValue
 // bucket, TRELLIS_<name>_LEADER, holding the leader's epoch and name. The
-// leader renews it (a compare-and-set on its revision) every third of the
-// lease's duration; a server that sees the revision unchanged for a whole
+// leader renews it (a compare-and-set on its revision) every fourth of the
+// lease's duration, and gives it up by clearing the owner (keeping the
+// epoch); a server that sees the revision unchanged for a whole
 // duration, by its own clock, takes it over with the next epoch. The lease
 // only chooses: what keeps a deposed leader that has not noticed yet from
 // writing is the log's expected last sequence, which the new leader's epoch
@@ -78,12 +79,13 @@ func (l *lease) acquire(ctx context.Context, minEpoch uint64) (uint64, bool, err
 		return 0, false, fmt.Errorf("reading the leader lease: %w", err)
 	}
 	now := time.Now()
+	free := cur.Owner == "" // released (release)
 	if e.Revision() != l.rev {
 		l.rev, l.seen, l.holder = e.Revision(), now, cur
-		if cur.Owner != l.owner {
+		if cur.Owner != l.owner && !free {
 			return 0, false, nil
 		}
-	} else if cur.Owner != l.owner && now.Sub(l.seen) < l.ttl {
+	} else if cur.Owner != l.owner && !free && now.Sub(l.seen) < l.ttl {
 		return 0, false, nil
 	}
 	v := leaseValue{Epoch: max(cur.Epoch, minEpoch) + 1, Owner: l.owner}
@@ -121,22 +123,34 @@ func (l *lease) took(rev uint64, v leaseValue) {
 	l.rev, l.seen, l.holder, l.holding = rev, time.Now(), v, true
 }
 
-// renew extends a held lease; false: it was taken over.
+// renew extends a held lease; false: it was taken over, or it could not be
+// renewed for so long that it may be. A renewal the bucket did not answer
+// (its leader being elected, or handed over: leadersAway) leaves the lease
+// held until three quarters of its duration since the last renewal: the
+// others take it only once they saw it unchanged for a whole duration.
+// Stepping down at the first unanswered renewal made writers change hands
+// for nothing.
 func (l *lease) renew(ctx context.Context) bool {
 	rev, err := l.kv.Update(ctx, leaseKey, mustJSON(l.holder), l.rev)
-	if err != nil {
-		l.holding = false
-		return false
+	if err == nil {
+		l.rev, l.seen = rev, time.Now()
+		return true
 	}
-	l.rev, l.seen = rev, time.Now()
-	return true
+	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && time.Since(l.seen) < l.ttl*3/4 {
+		return true
+	}
+	l.holding = false
+	return false
 }
 
 // release gives a held lease up at once (a server that stops), so that
-// another takes over without waiting for it to lapse.
+// another takes over without waiting for it to lapse. The key keeps the
+// epoch, with no owner: the next holder's is above it whatever its replica
+// applied (a deleted key made a lagging server's next epoch one the log
+// already held).
 func (l *lease) release(ctx context.Context) {
 	if l.holding {
-		_ = l.kv.Delete(ctx, leaseKey, jetstream.LastRevision(l.rev))
+		_, _ = l.kv.Update(ctx, leaseKey, mustJSON(leaseValue{Epoch: l.holder.Epoch}), l.rev)
 		l.holding = false
 	}
 }

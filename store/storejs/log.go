@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -37,12 +38,28 @@ const (
 // publishTimeout bounds one attempt of an append (a variable for tests).
 var publishTimeout = 5 * time.Second
 
+// appendRetryWait is the pause before an append is sent again when the
+// stream had no leader to take it (an election: a few seconds).
+const appendRetryWait = 100 * time.Millisecond
+
+// readHeartbeat is how often the server holding a reader's consumer says it
+// is alive while the log is idle. A reader that misses two recreates its
+// consumer on a server that answers, from where it stopped: when the server
+// holding the consumer is killed, a follower goes on applying the log after
+// about two heartbeats. nats.go's default for an ordered consumer (5 s) made
+// such a follower apply nothing for 10 s after a SIGKILL, and so answered
+// nothing it forwarded (it waits to read its own writes) for as long.
+var readHeartbeat = time.Second
+
 var (
 	// errFenced: another writer appended to the log since this one's last
 	// record (the expected last sequence did not match).
 	errFenced = errors.New("storejs: another server took over writing the log")
 	// errUnknownOutcome: an append was not acknowledged; it may be in the log.
 	errUnknownOutcome = errors.New("storejs: the log did not acknowledge a write in time; it may or may not have been recorded")
+	// errStaleEpoch: a server's lease is of an epoch the log already holds
+	// (or a lower one); it does not write.
+	errStaleEpoch = errors.New("storejs: the writer lease's epoch is behind the log's")
 	// errBehind: the log was compacted past what a replica applied; it needs
 	// a snapshot.
 	errBehind = errors.New("storejs: the log was compacted past the replica's position")
@@ -53,6 +70,7 @@ func logSubject(name string) string { return "trellis." + name + ".log" }
 
 // jsLog is the stream of one cluster.
 type jsLog struct {
+	log     *slog.Logger
 	js      jetstream.JetStream
 	stream  jetstream.Stream
 	name    string
@@ -61,7 +79,7 @@ type jsLog struct {
 
 // openLog creates the cluster's stream when missing (with replicas copies)
 // and checks the settings the log depends on when it exists.
-func openLog(ctx context.Context, js jetstream.JetStream, name string, replicas int) (*jsLog, error) {
+func openLog(ctx context.Context, js jetstream.JetStream, name string, replicas int, log *slog.Logger) (*jsLog, error) {
 	cfg := jetstream.StreamConfig{
 		Name:        streamName(name),
 		Description: "Trellis commit log of cluster " + name,
@@ -89,7 +107,7 @@ func openLog(ctx context.Context, js jetstream.JetStream, name string, replicas 
 	case info.Config.Replicas != replicas:
 		return nil, fmt.Errorf("stream %s has %d replicas, the store URL asks for %d", cfg.Name, info.Config.Replicas, replicas)
 	}
-	return &jsLog{js: js, stream: st, name: name, subject: cfg.Subjects[0]}, nil
+	return &jsLog{log: log, js: js, stream: st, name: name, subject: cfg.Subjects[0]}, nil
 }
 
 // last returns the stream's last sequence (0: empty).
@@ -150,13 +168,19 @@ func (l *jsLog) appendRecord(ctx context.Context, data []byte, after, epoch uint
 // publish appends one message after sequence after. An attempt that is not
 // answered is sent again with the same message ID; when a later attempt is
 // refused because the stream moved, the message at after+1 tells whether the
-// earlier attempt was stored after all.
+// earlier attempt was stored after all. A stream electing its leader has no
+// server to take the message: such attempts (nothing stored) are sent again
+// every appendRetryWait. It gives up after publishAttempts attempts left
+// unanswered, after publishAttempts times publishTimeout, or when ctx ends.
 func (l *jsLog) publish(ctx context.Context, msg *nats.Msg, after, epoch uint64) (uint64, error) {
 	id := strconv.FormatUint(epoch, 10) + "." + strconv.FormatUint(after+1, 10)
-	unanswered := false
-	for attempt := 0; attempt < publishAttempts; attempt++ {
+	unanswered := 0
+	var lastErr error
+	giveUp := time.Now().Add(publishAttempts * publishTimeout)
+	for unanswered < publishAttempts && time.Now().Before(giveUp) {
 		actx, cancel := context.WithTimeout(ctx, publishTimeout)
-		ack, err := l.js.PublishMsg(actx, msg, jetstream.WithExpectLastSequence(after), jetstream.WithMsgID(id))
+		ack, err := l.js.PublishMsg(actx, msg, jetstream.WithExpectLastSequence(after), jetstream.WithMsgID(id),
+			jetstream.WithRetryWait(appendRetryWait))
 		cancel()
 		if err == nil {
 			return ack.Sequence, nil
@@ -165,23 +189,39 @@ func (l *jsLog) publish(ctx context.Context, msg *nats.Msg, after, epoch uint64)
 		if errors.As(err, &apiErr) {
 			switch apiErr.ErrorCode {
 			case jetstream.JSErrCodeStreamWrongLastSequence:
-				if unanswered && l.storedAs(ctx, after+1, id) {
+				if unanswered > 0 && l.storedAs(ctx, after+1, id) {
 					return after + 1, nil
 				}
 				return 0, errFenced
 			case jetstream.JSErrCodeStreamWrongLastSequenceConstant:
 				// R>1: another write to the subject was in flight; try again.
+				lastErr = err
 				time.Sleep(time.Millisecond)
 				continue
 			}
 			return 0, fmt.Errorf("appending to the log: %w", err)
 		}
-		if ctx.Err() != nil {
-			return 0, errUnknownOutcome
+		lastErr = err
+		if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			unanswered++ // sent, and maybe stored
+			l.log.Warn("storejs: an append to the log was not answered; sending it again", "sequence", after+1, "attempt", unanswered, "err", err)
 		}
-		unanswered = true
+		if ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(appendRetryWait):
+		}
 	}
-	if unanswered && l.storedAs(ctx, after+1, id) {
+	switch {
+	case unanswered == 0:
+		// Nothing reached a server of the stream: not stored.
+		return 0, fmt.Errorf("appending to the log: %w", lastErr)
+	case ctx.Err() != nil:
+		return 0, errUnknownOutcome
+	}
+	if l.storedAs(ctx, after+1, id) {
 		return after + 1, nil
 	}
 	return 0, errUnknownOutcome
@@ -199,8 +239,73 @@ func (l *jsLog) storedAs(ctx context.Context, seq uint64, id string) bool {
 // reassembling fragments.
 type logReader struct {
 	l    *jsLog
-	it   jetstream.MessagesContext
+	src  msgSource
 	next uint64 // the sequence expected next
+}
+
+// logMsg is one message of the log: its sequence, fragment header and data.
+type logMsg struct {
+	seq  uint64
+	frag string
+	data []byte
+}
+
+// msgSource gives a reader the log's messages in order.
+type msgSource interface {
+	next(ctx context.Context) (logMsg, error)
+	stop()
+}
+
+// consumerSource reads through an ordered consumer: a follower's way, which
+// waits for new records.
+type consumerSource struct{ it jetstream.MessagesContext }
+
+func (c consumerSource) next(ctx context.Context) (logMsg, error) {
+	m, err := c.it.Next(jetstream.NextContext(ctx))
+	if err != nil {
+		return logMsg{}, err
+	}
+	meta, err := m.Metadata()
+	if err != nil {
+		return logMsg{}, fmt.Errorf("reading the log: %w", err)
+	}
+	return logMsg{seq: meta.Sequence.Stream, frag: m.Headers().Get(hdrFrag), data: m.Data()}, nil
+}
+
+func (c consumerSource) stop() { c.it.Stop() }
+
+// getSource asks the stream's leader for each message by its sequence. It
+// needs no consumer, whose creation goes through JetStream's meta leader: a
+// server taking the writing over after its predecessor's SIGKILL waited out
+// the meta group's election (5-7 s in the three-process test) when the
+// killed server had led it too. It reads only what the log holds.
+type getSource struct {
+	stream jetstream.Stream
+	seq    uint64
+}
+
+// errNoMessage: a getSource found no message at a sequence (compacted away,
+// or not on the replica answering); the caller reads with a consumer instead.
+var errNoMessage = errors.New("no message at the sequence")
+
+func (g *getSource) next(ctx context.Context) (logMsg, error) {
+	m, err := g.stream.GetMsg(ctx, g.seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return logMsg{}, fmt.Errorf("reading the log at %d: %w", g.seq, errNoMessage)
+	}
+	if err != nil {
+		return logMsg{}, fmt.Errorf("reading the log at %d: %w", g.seq, err)
+	}
+	g.seq++
+	return logMsg{seq: m.Sequence, frag: m.Header.Get(hdrFrag), data: m.Data}, nil
+}
+
+func (g *getSource) stop() {}
+
+// readByGets reads from seq by a getSource (records up to a known sequence:
+// nextRecord's limit).
+func (l *jsLog) readByGets(seq uint64) *logReader {
+	return &logReader{l: l, src: &getSource{stream: l.stream, seq: seq}, next: seq}
 }
 
 // readFrom starts reading at seq.
@@ -213,14 +318,14 @@ func (l *jsLog) readFrom(ctx context.Context, seq uint64) (*logReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the log from %d: %w", seq, err)
 	}
-	it, err := c.Messages(jetstream.PullMaxMessages(512))
+	it, err := c.Messages(jetstream.PullMaxMessages(512), jetstream.PullHeartbeat(readHeartbeat))
 	if err != nil {
 		return nil, fmt.Errorf("reading the log from %d: %w", seq, err)
 	}
-	return &logReader{l: l, it: it, next: seq}, nil
+	return &logReader{l: l, src: consumerSource{it}, next: seq}, nil
 }
 
-func (r *logReader) stop() { r.it.Stop() }
+func (r *logReader) stop() { r.src.stop() }
 
 // entry is a whole record read from the log: its bytes and the sequence of
 // its last message.
@@ -244,20 +349,16 @@ func (r *logReader) nextRecord(ctx context.Context, limit uint64) (entry, error)
 		if limit > 0 && r.next > limit {
 			return entry{}, errTail
 		}
-		m, err := r.it.Next(jetstream.NextContext(ctx))
+		m, err := r.src.next(ctx)
 		if err != nil {
 			return entry{}, err
 		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return entry{}, fmt.Errorf("reading the log: %w", err)
-		}
-		seq := meta.Sequence.Stream
+		seq := m.seq
 		if seq != r.next {
 			return entry{}, r.gap(ctx, seq)
 		}
 		r.next = seq + 1
-		i, n, err := fragment(m.Headers().Get(hdrFrag))
+		i, n, err := fragment(m.frag)
 		if err != nil {
 			return entry{}, fmt.Errorf("%w at sequence %d: %v", errCorrupt, seq, err)
 		}
@@ -267,7 +368,7 @@ func (r *logReader) nextRecord(ctx context.Context, limit uint64) (entry, error)
 				continue // the rest of a record whose start was dropped
 			}
 		}
-		parts = append(parts, m.Data())
+		parts = append(parts, m.data)
 		if len(parts) == want {
 			var data []byte
 			if want == 1 {

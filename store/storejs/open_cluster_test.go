@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/trellis-dev/trellis/internal/testport"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -20,8 +21,8 @@ import (
 // failing: a `trellis server` restarted right after another was SIGKILLed
 // exited with "reading the log from N: context deadline exceeded". The
 // replica exists and lags, as a restarted server's does. (A missing one is
-// restored first, and the snapshot bucket's lookup still fails the same
-// way during the election.)
+// restored first; the snapshot bucket's lookup waits for the election in the
+// same way.)
 //
 // Five servers; the two streams are placed on the first three (tag "log").
 // Three servers stop (one of the streams', two others): the meta group has
@@ -46,13 +47,7 @@ func TestOpenWaitsForTheMetaLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	place := &jetstream.Placement{Tags: []string{"log"}}
-	_, err = retryOpen(ctx, func() (jetstream.Stream, error) {
-		return js.CreateStream(ctx, jetstream.StreamConfig{Name: streamName("default"), Subjects: []string{logSubject("default")},
-			Storage: jetstream.FileStorage, Replicas: 3, Discard: jetstream.DiscardNew, Duplicates: duplicateWindow, DenyDelete: true, Placement: place})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	createPlacedLog(t, js, "log")
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: leaseBucket("default"), History: 1,
 		Storage: jetstream.FileStorage, Replicas: 3, Placement: place}); err != nil {
 		t.Fatal(err)
@@ -124,14 +119,14 @@ func clusterOpts(t *testing.T, n int) []*server.Options {
 	var routes []string
 	ports := make([]int, n)
 	for i := range ports {
-		ports[i] = freePort(t)
+		ports[i] = testport.Free(t)
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i]))
 	}
 	dir := t.TempDir()
 	opts := make([]*server.Options, n)
 	for i := range opts {
 		opts[i] = &server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: freePort(t), JetStream: true,
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: testport.Free(t), JetStream: true,
 			StoreDir: filepath.Join(dir, fmt.Sprint(i)), SyncAlways: true, NoSigs: true, NoLog: true,
 			Cluster: server.ClusterOpts{Name: "test", Host: "127.0.0.1", Port: ports[i]},
 			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),

@@ -21,6 +21,9 @@ func init() {
 			return nil, fmt.Errorf("%w: a %s store is read through a trellis server (--server), not opened by a tool", store.ErrNoStore, url)
 		}
 		cfg.Now = opts.Now
+		if opts.Logger != nil {
+			cfg.Logger = opts.Logger.With("store", "jetstream")
+		}
 		s, err := Open(ctx, cfg)
 		if err != nil {
 			return nil, err // not a nil *Store in a non-nil interface

@@ -2,6 +2,7 @@ package storejs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -62,6 +63,8 @@ const (
 	snapshotRetry = time.Minute
 	// compactTimeout bounds the compaction after a snapshot.
 	compactTimeout = 10 * time.Second
+	// uploadTimeout bounds a snapshot's upload, which a Close waits for.
+	uploadTimeout = time.Minute
 	// metadata keys of a snapshot object
 	metaSeq    = "trellis-seq"
 	metaEpoch  = "trellis-epoch"
@@ -175,18 +178,8 @@ func (s *Store) snapshots(ctx context.Context) ([]snapshot, error) {
 		}
 		out = append(out, sn)
 	}
-	slices.SortFunc(out, func(a, b snapshot) int { return -cmpUint(a.seq, b.seq) })
+	slices.SortFunc(out, func(a, b snapshot) int { return cmp.Compare(b.seq, a.seq) })
 	return out, nil
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Snapshot takes a snapshot of this server's replica now, uploads it, keeps
@@ -229,7 +222,14 @@ func (s *Store) takeSnapshot(ctx context.Context) (snapshot, error) {
 		return snapshot{}, err
 	}
 	sn := snapshot{name: snapshotName(pos.Seq), seq: pos.Seq, state: st}
-	if _, err := s.bucket(ctx, true); err != nil {
+	// The bucket's creation is not cut short by a Close: a stream create
+	// abandoned by its caller goes on in the NATS server, and one the
+	// embedded server's shutdown met half made was never stopped (a leaked
+	// stream goroutine CI's leak check found).
+	bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), uploadTimeout)
+	_, err = s.bucket(bctx, true)
+	bcancel()
+	if err != nil {
 		return snapshot{}, err
 	}
 	if info, err := s.snaps.GetInfo(ctx, sn.name); err == nil {
@@ -250,7 +250,12 @@ func (s *Store) takeSnapshot(ctx context.Context) (snapshot, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return snapshot{}, err
 	}
-	info, err := s.snaps.Put(ctx, jetstream.ObjectMeta{Name: sn.name, Metadata: sn.metadata(),
+	// The upload is not cut short by a Close either: an object store's Put
+	// cancelled between its chunks and its metadata can leave an object
+	// listed whose compaction never ran (a third snapshot, CI saw it).
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), uploadTimeout)
+	defer cancel()
+	info, err := s.snaps.Put(uctx, jetstream.ObjectMeta{Name: sn.name, Metadata: sn.metadata(),
 		Description: fmt.Sprintf("replica of cluster %s at log sequence %d", s.cfg.Name, sn.seq)}, f)
 	if err != nil {
 		return snapshot{}, fmt.Errorf("uploading it to %s: %w", snapshotBucket(s.cfg.Name), err)
@@ -365,10 +370,15 @@ func (s *Store) snapshotLoop(ctx context.Context) {
 // in its place when the file is missing or the compacted log no longer
 // continues from its position.
 func (s *Store) openReplica(ctx context.Context) error {
-	first, last, err := s.jl.bounds(ctx)
+	type bounds struct{ first, last uint64 }
+	b, err := retryOpen(ctx, func() (bounds, error) {
+		first, last, err := s.jl.bounds(ctx)
+		return bounds{first, last}, err
+	})
 	if err != nil {
 		return err
 	}
+	first, last := b.first, b.last
 	path := s.cfg.replicaPath()
 	// An empty log has nothing a snapshot could hold (one of another log is
 	// refused anyway): a new cluster's servers skip the bucket.
@@ -407,7 +417,9 @@ func (s *Store) openSQLite(ctx context.Context) (err error) {
 // replica's place, trying older ones when it does not. When none does, it is
 // an error if the log no longer holds the records after at.
 func (s *Store) restore(ctx context.Context, at, first, last uint64) error {
-	snaps, err := s.snapshots(ctx)
+	// A server opening while its cluster elects a meta leader finds no
+	// answer for the bucket for a while, as for the log (retryOpen).
+	snaps, err := retryOpen(ctx, func() ([]snapshot, error) { return s.snapshots(ctx) })
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package storejs
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func TestReaderTellsCompactionFromLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := openLog(ctx, js, "gap", 1)
+	l, err := openLog(ctx, js, "gap", 1, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

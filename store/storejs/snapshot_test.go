@@ -33,7 +33,7 @@ func TestRebuildFromSnapshotAndLogEqualsTheWriters(t *testing.T) {
 	cfg.SnapshotInterval, cfg.CompactMargin = 50*time.Millisecond, 5
 	workloadOn(ctx, t, cfg, 60, nil)
 	holder := c.open(c.config("writer"))
-	waitLeader(t, holder)
+	storejs.WaitLeading(t, holder)
 	first, last, err := holder.LogBounds(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -116,17 +116,6 @@ func createRuns(t *testing.T, s *storejs.Store, prefix string, n int) {
 	}
 }
 
-func waitLeader(t *testing.T, s *storejs.Store) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !s.Leading() {
-		if time.Now().After(deadline) {
-			t.Fatal("the store did not take the lease in 20s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestFollowerBehindACompactionRestores closes a follower, compacts the
 // log past its position while it is down, and reopens it: it restores the
 // newest snapshot, applies the log after it, and equals the writer.
@@ -134,7 +123,7 @@ func TestFollowerBehindACompactionRestores(t *testing.T) {
 	ctx := context.Background()
 	c := newCluster(t)
 	w := c.open(c.config("writer"))
-	waitLeader(t, w)
+	storejs.WaitLeading(t, w)
 	createRuns(t, w, "early", 30)
 	fcfg := c.config("follower")
 	f := c.open(fcfg)
@@ -186,7 +175,7 @@ func TestCorruptSnapshotIsRefused(t *testing.T) {
 	ctx := context.Background()
 	c := newCluster(t)
 	w := c.open(c.config("writer"))
-	waitLeader(t, w)
+	storejs.WaitLeading(t, w)
 	createRuns(t, w, "a", 60)
 	older, err := w.Snapshot(ctx)
 	if err != nil {
@@ -263,7 +252,7 @@ func TestMeasureSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	waitLeader(t, s)
+	storejs.WaitLeading(t, s)
 	first, last, _ := s.LogBounds(ctx)
 	if os.Getenv("STOREJS_SNAPSHOT_DROP") == "1" {
 		infos, _ := s.SnapshotBucket().List(ctx)
@@ -298,7 +287,7 @@ func TestSnapshotOfAnotherLogIsRefused(t *testing.T) {
 	ctx := context.Background()
 	other := newCluster(t)
 	o := other.open(other.config("writer"))
-	waitLeader(t, o)
+	storejs.WaitLeading(t, o)
 	createRuns(t, o, "other", 10)
 	seq, err := o.Snapshot(ctx)
 	if err != nil {
@@ -306,7 +295,7 @@ func TestSnapshotOfAnotherLogIsRefused(t *testing.T) {
 	}
 	c := newCluster(t)
 	w := c.open(c.config("writer"))
-	waitLeader(t, w)
+	storejs.WaitLeading(t, w)
 	createRuns(t, w, "mine", 120)
 	if _, last, _ := w.LogBounds(ctx); last <= seq {
 		t.Fatalf("the log ends at %d, not past the foreign snapshot's %d", last, seq)
@@ -364,7 +353,7 @@ func TestWriterSnapshotsEveryNRecords(t *testing.T) {
 	cfg := c.config("writer")
 	cfg.SnapshotEvery = 20
 	w := c.open(cfg)
-	waitLeader(t, w)
+	storejs.WaitLeading(t, w)
 	createRuns(t, w, "r", 100)
 	_, last, err := w.LogBounds(ctx)
 	if err != nil {

@@ -86,7 +86,7 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening jetstream store: %w", err)
 	}
-	if s.jl, err = retryOpen(ctx, func() (*jsLog, error) { return openLog(ctx, js, cfg.Name, cfg.Replicas) }); err != nil {
+	if s.jl, err = retryOpen(ctx, func() (*jsLog, error) { return openLog(ctx, js, cfg.Name, cfg.Replicas, s.log) }); err != nil {
 		return nil, fmt.Errorf("opening jetstream store: %w", err)
 	}
 	kv, err := retryOpen(ctx, func() (jetstream.KeyValue, error) { return openLease(ctx, js, cfg.Name, cfg.Replicas) })
@@ -172,10 +172,30 @@ func (s *Store) catchUp(ctx context.Context, last uint64) error {
 	if head == last {
 		return nil
 	}
+	if last-head <= catchUpByGets {
+		// A few records (a follower taking the writing over): asked of the
+		// stream's leader one by one, with no consumer (getSource).
+		err := s.applyUpTo(ctx, s.jl.readByGets(head+1), last)
+		if !errors.Is(err, errNoMessage) {
+			return err
+		}
+		s.mu.Lock()
+		head = s.head
+		s.mu.Unlock()
+	}
 	r, err := s.jl.readFrom(ctx, head+1)
 	if err != nil {
 		return err
 	}
+	return s.applyUpTo(ctx, r, last)
+}
+
+// catchUpByGets is how many messages behind the log's end a replica catches
+// up by asking for each (more are read with a consumer, 512 at a time).
+const catchUpByGets = 256
+
+// applyUpTo applies r's records up to sequence last, and stops r.
+func (s *Store) applyUpTo(ctx context.Context, r *logReader, last uint64) error {
 	defer r.stop()
 	for {
 		e, err := r.nextRecord(ctx, last)
@@ -197,24 +217,43 @@ func (s *Store) apply(ctx context.Context, e entry) error {
 	if err == nil {
 		err = s.check(rec, e.seq)
 	}
+	if errors.Is(err, errApplied) {
+		return nil
+	}
 	if err != nil {
 		return s.fail(fmt.Errorf("log record at sequence %d of stream %s: %w", e.seq, streamName(s.cfg.Name), err))
 	}
 	st := replicaState{epoch: rec.epoch, hash: hashOf(e.data)}
-	if err := s.rep.ApplyLog(ctx, &rec.batch, storesqlite.LogPosition{Seq: e.seq, State: st.encode()}); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	err = s.rep.ApplyLog(ctx, &rec.batch, storesqlite.LogPosition{Seq: e.seq, State: st.encode()})
+	switch {
+	case errors.Is(err, storesqlite.ErrApplied):
+		// The replica holds it already: this server's writer committed it
+		// after the check above (its Committed advanced the head), or an
+		// earlier apply of it committed after its caller stopped waiting
+		// (its context ended while the replica's writer ran it), which left
+		// the head behind the replica. The replica's position is the truth.
+		return s.syncHead(ctx)
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
 		return s.fail(fmt.Errorf("applying the log record at sequence %d: %w", e.seq, err))
 	}
 	s.advance(e.seq, st)
 	return nil
 }
 
+// errApplied: a record the replica holds already. A reader started while
+// this server wrote the log (a demoted writer's follower, whose last
+// batch's append had gone out and committed after the reader began) meets
+// the records its own writer committed.
+var errApplied = errors.New("applied already")
+
 func (s *Store) check(rec *record, seq uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
+	case seq <= s.head:
+		return errApplied
 	case rec.prev != s.hash:
 		return fmt.Errorf("%w: it does not follow the record at %d the replica applied last (a record was lost, altered or reordered)", errCorrupt, s.head)
 	case rec.epoch < s.epoch:
@@ -236,8 +275,27 @@ func (s *Store) fail(err error) error {
 	return err
 }
 
+// syncHead moves the head up to the replica's position.
+func (s *Store) syncHead(ctx context.Context) error {
+	pos, err := s.rep.LogPosition(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := decodeState(pos.State)
+	if err != nil {
+		return s.fail(fmt.Errorf("the replica's log position: %w", err))
+	}
+	s.advance(pos.Seq, st)
+	return nil
+}
+
+// advance moves the head to seq, whose record st describes; never back.
 func (s *Store) advance(seq uint64, st replicaState) {
 	s.mu.Lock()
+	if seq <= s.head {
+		s.mu.Unlock()
+		return
+	}
 	s.head, s.epoch, s.hash = seq, st.epoch, st.hash
 	close(s.advanced)
 	s.advanced = make(chan struct{})

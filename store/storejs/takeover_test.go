@@ -45,14 +45,7 @@ func TestTakeOverFollowsTheLogsElection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logStream, err := retryOpen(ctx, func() (jetstream.Stream, error) {
-		return js.CreateStream(ctx, jetstream.StreamConfig{Name: streamName("default"), Subjects: []string{logSubject("default")},
-			Storage: jetstream.FileStorage, Replicas: 3, Discard: jetstream.DiscardNew, Duplicates: duplicateWindow, DenyDelete: true,
-			Placement: &jetstream.Placement{Tags: []string{"log"}}})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	logStream := createPlacedLog(t, js, "log")
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: leaseBucket("default"), History: 1,
 		Storage: jetstream.FileStorage, Replicas: 3, Placement: &jetstream.Placement{Tags: []string{"lease"}}}); err != nil {
 		t.Fatal(err)

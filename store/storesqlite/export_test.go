@@ -34,3 +34,19 @@ func BlobRows(t testing.TB, s *Store) int {
 	}
 	return n
 }
+
+// WriterCacheSize is the write connection's PRAGMA cache_size.
+func WriterCacheSize(t testing.TB, s *Store) int {
+	t.Helper()
+	var n int
+	err := s.submit(t.Context(), &request{ctx: t.Context(), done: make(chan error, 1), readOnly: true, alone: func(w *writer) error {
+		return w.conn.QueryRowContext(t.Context(), "PRAGMA cache_size").Scan(&n)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// WriterCacheKiB is the write connection's page cache the store asks for.
+const WriterCacheKiB = writerCacheKiB

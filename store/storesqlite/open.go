@@ -143,10 +143,17 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// writerCacheKiB is the writer connection's page cache. SQLite's default (2 MiB)
-// holds a few thousand runs' pages: past that, every write that touches an index
-// page it evicted reads it back (a system call, and the WAL's frame lookup).
-const writerCacheKiB = 64 << 10
+// writerCacheKiB is the writer connection's page cache: SQLite's default is 2
+// MiB, and past it a write that touches an index page the cache dropped reads it
+// back first (a system call, and the WAL's frame lookup). The cache fills with
+// every page the writer touches and keeps them until the connection closes, so
+// it is memory the process holds however many runs merely wait. In the default
+// build each cached page costs about 9 KB, not 4 (modernc.org/memory puts the
+// page and its header, about 4.3 KB, in an 8 KiB slot): 4 MiB of cache is about
+// 9 MB resident. It was 64 MiB: w4 (runs that sleep an hour) grew the process by
+// 18 MB for 10,000 runs and 128 MB for 100,000, while w1 at n = 20,000 ran no
+// faster than with 4 MiB (docs/benchmarks.md, w4).
+const writerCacheKiB = 4 << 10
 
 // dsn is the driver's connection string. The write connection keeps its
 // temporary files in memory (temp_store=MEMORY): the statement journals of a

@@ -63,6 +63,12 @@ type CommitLog interface {
 	Committed(pos LogPosition, err error)
 }
 
+// ErrApplied is returned by ApplyLog for a batch at or before the position
+// the replica holds: it was applied already (by this replica's own writer,
+// which committed it while a follower of the same replica read it from the
+// log), and nothing of it ran again.
+var ErrApplied = errors.New("the replica holds this log position already")
+
 // ErrReplica is returned by a write that a replica cannot log: one that
 // commits a transaction of its own (CheckpointTx, RunCreateTx), and ApplyLog
 // while a log is attached.
@@ -147,6 +153,8 @@ func (s *Store) LogPosition(ctx context.Context) (LogPosition, error) {
 // ApplyLog applies a batch read from the log in one transaction with its
 // position, then signals its topics. A statement that fails fails the whole
 // batch: the replica no longer matches the log, and nothing of it commits.
+// A batch whose position is not after the replica's is not applied again
+// (ErrApplied): the check and the batch are one transaction.
 func (s *Store) ApplyLog(ctx context.Context, b *LogBatch, pos LogPosition) error {
 	if att := s.clog.Load(); att != nil && att.l != nil {
 		return ErrReplica
@@ -155,6 +163,14 @@ func (s *Store) ApplyLog(ctx context.Context, b *LogBatch, pos LogPosition) erro
 	r.apply = func(tx *wtx) error {
 		if tx.w.clog != nil {
 			return ErrReplica // attached since the check above
+		}
+		var held int64
+		switch err := tx.queryRow(`SELECT seq FROM log_position WHERE id = 1`).Scan(&held); {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("reading the log position: %w", err)
+		case uint64(held) >= pos.Seq:
+			return fmt.Errorf("%w: the batch at %d, the replica at %d", ErrApplied, pos.Seq, held)
 		}
 		for i, st := range b.Statements {
 			args := make([]any, len(st.Args))
