@@ -16,6 +16,7 @@ var listCases = []testCase{
 	{"PaginationWithFilter", listPaginationFiltered},
 	{"PaginationByStatuses", listPaginationStatuses},
 	{"PaginationAcrossStatuses", listPaginationAcrossStatuses},
+	{"PaginationOlderActiveRuns", listPaginationOlderActiveRuns},
 	{"CountsPerStatus", listCountsPerStatus},
 	{"DefaultLimit", listDefaultLimit},
 	{"MalformedCursor", listMalformedCursor},
@@ -160,6 +161,37 @@ func listPaginationAcrossStatuses(t *testing.T, e *env) {
 	slices.Reverse(ofQ1)
 	e.wantPages(store.RunListParams{Limit: 4}, []int{4, 4, 4, 3}, all)
 	e.wantPages(store.RunListParams{Limit: 4, Queue: "q1"}, []int{4, 4, 2}, ofQ1)
+}
+
+// listPaginationOlderActiveRuns pages from finished runs into older active
+// ones and back: a driver that reads the active statuses only above the page
+// the finished runs fill (Postgres) must still find them once the finished
+// runs fill less than a page.
+func listPaginationOlderActiveRuns(t *testing.T, e *env) {
+	var want []string
+	add := func(n int, status store.Status) {
+		for range n {
+			e.clk.Advance(time.Millisecond)
+			r := e.create(withWorkflow("w" + string(status)))
+			switch status {
+			case store.StatusRunning:
+				e.claimOne(r.ID, claimWorkflows(r.Workflow))
+			case store.StatusSucceeded:
+				e.finish(e.claimOne(r.ID, claimWorkflows(r.Workflow)))
+			}
+			want = append(want, r.ID)
+		}
+	}
+	add(3, store.StatusPending)
+	add(2, store.StatusRunning)
+	add(6, store.StatusSucceeded)
+	add(1, store.StatusPending)
+	add(5, store.StatusSucceeded)
+	slices.Reverse(want)
+	e.wantPages(store.RunListParams{Limit: 4}, []int{4, 4, 4, 4, 1}, want)
+	e.wantPages(store.RunListParams{Limit: 20}, []int{17}, want)
+	e.wantPages(store.RunListParams{Limit: 6, Statuses: []store.Status{store.StatusSucceeded, store.StatusPending}},
+		[]int{6, 6, 3}, slices.DeleteFunc(slices.Clone(want), func(id string) bool { return slices.Contains(want[12:14], id) }))
 }
 
 // listCountsPerStatus counts runs per status (store.RunCounter, where the

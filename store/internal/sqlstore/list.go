@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +26,15 @@ type listQuery struct {
 }
 
 // listAlt is one part of a list read in parts (listQuery.alts).
-type listAlt struct{ from, cond string }
+type listAlt struct {
+	from, cond string
+	// late: the part is read after the others, and only above the lowest
+	// sequence of the page they fill on their own (see build). For a part
+	// whose index holds many dead entries (the active statuses' on Postgres,
+	// which runs leave behind as they move on until a vacuum), that reads
+	// the newest entries only instead of walking every dead one.
+	late bool
+}
 
 // newList starts a list with the page size of limit (store.ListLimit).
 func (s *SQL) newList(limit int) (*listQuery, error) {
@@ -104,13 +113,33 @@ func (l *listQuery) build(selectFrom, seq string) (string, []any) {
 		}
 		return q + ` ORDER BY ` + seq + ` DESC LIMIT ` + limit, l.a.list
 	}
-	parts := make([]string, len(l.alts))
+	// Parts are read late only when some are not.
+	bounded := slices.ContainsFunc(l.alts, func(a listAlt) bool { return a.late }) &&
+		slices.ContainsFunc(l.alts, func(a listAlt) bool { return !a.late })
+	var early, late []string
 	for i, alt := range l.alts {
 		cond := alt.cond
 		if where != "" {
 			cond = where + ` AND ` + cond
 		}
-		parts[i] = `SELECT * FROM (` + alt.from + ` WHERE ` + cond + ` ORDER BY ` + seq + ` DESC LIMIT ` + limit + `) AS p` + strconv.Itoa(i)
+		if bounded && alt.late {
+			// The page's rows from this part are above the lowest of the
+			// page the early parts fill (sequences are unique): b.s, or 0
+			// when they fill less than a page.
+			cond += ` AND ` + seq + ` > (SELECT s FROM b)`
+		}
+		part := `SELECT * FROM (` + alt.from + ` WHERE ` + cond + ` ORDER BY ` + seq + ` DESC LIMIT ` + limit + `) AS p` + strconv.Itoa(i)
+		if bounded && alt.late {
+			late = append(late, part)
+		} else {
+			early = append(early, part)
+		}
 	}
-	return strings.Join(parts, ` UNION ALL `) + ` ORDER BY ` + seq + ` DESC LIMIT ` + limit, l.a.list
+	page := ` ORDER BY ` + seq + ` DESC LIMIT ` + limit
+	if !bounded {
+		return strings.Join(early, ` UNION ALL `) + page, l.a.list
+	}
+	return `WITH f AS (` + strings.Join(early, ` UNION ALL `) + page + `), ` +
+		`b AS (SELECT CASE WHEN count(*) < ` + limit + ` THEN 0 ELSE min(` + seq + `) END AS s FROM f) ` +
+		`SELECT * FROM (SELECT * FROM f UNION ALL ` + strings.Join(late, ` UNION ALL `) + `) AS m` + page, l.a.list
 }

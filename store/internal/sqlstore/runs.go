@@ -115,7 +115,12 @@ func (s *SQL) RunListQuery(p *store.RunListParams) (string, []any, int, error) {
 	case (s.d.RunningApart || s.d.ListsByStatus) && p.WorkflowID == "":
 		slices.Sort(sts)
 		for _, st := range slices.Compact(sts) {
-			l.alts = append(l.alts, s.statusPart(l, from, st))
+			alt := s.statusPart(l, from, st)
+			// Postgres: an active status's part of runs_status holds an
+			// entry for every run that passed through it since the last
+			// vacuum; the finished runs' parts bound what it reads.
+			alt.late = s.d.ListsByStatus && !store.Status(st).Terminal()
+			l.alts = append(l.alts, alt)
 		}
 	default:
 		if err := l.in("status", sts); err != nil {
