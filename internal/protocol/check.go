@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -299,13 +301,13 @@ func checkLifecycle(p *store.CheckpointParams, steps map[string]stepFacts, k int
 		}
 		return nil
 	case store.StreamStepCompleted, store.StreamStepFailed:
-		var data struct {
-			Name string `json:"name"`
+		if !jsontext.Value(w.Data).IsValid() {
+			return fieldErr(field, "lifecycle event %q: its data is a JSON object", w.Name)
 		}
-		if err := json.Unmarshal(w.Data, &data); err != nil || data.Name == "" {
+		name := stepName(w.Data)
+		if name == "" {
 			return fieldErr(field, "%s: its data names the step (name)", w.Name)
 		}
-		name := data.Name
 		f := steps[name]
 		if w.Name == store.StreamStepCompleted && f.completed || w.Name == store.StreamStepFailed && f.failed {
 			return nil
