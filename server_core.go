@@ -8,6 +8,7 @@ import (
 
 	servercore "github.com/trellis-dev/trellis/internal/core"
 	"github.com/trellis-dev/trellis/internal/results"
+	"github.com/trellis-dev/trellis/store"
 )
 
 // serverCore is a server's core (internal/core): one core on the server's
@@ -41,6 +42,21 @@ func (k *serverCore) Client(ns string, cs servercore.Calls) any {
 	c.cfg.Namespace = ns
 	c.b = &embedded{core: k.core, cfg: &c.cfg, reg: &c.reg, calls: calls{idem: cs.Idempotency, handoff: cs.Handoff}}
 	return c
+}
+
+func (k *serverCore) WaitRuns(ctx context.Context, ns string, ids []string, ended func(id string, run any), idle func()) error {
+	w, release, err := k.watcher(ns, k.cfg.Worker.PollInterval)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return w.WaitEach(ctx, ids, func(id string, run *store.Run) {
+		if run == nil {
+			ended(id, nil)
+			return
+		}
+		ended(id, runFromStore(run))
+	}, idle)
 }
 
 func (k *serverCore) StartScheduler()                         { k.startScheduler() }

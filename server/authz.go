@@ -150,6 +150,8 @@ func (s *Server) authorizeScope(r *http.Request, sc scope, c *call) error {
 		return c.allowQueue(r.URL.Query().Get("queue"))
 	case scopeBodyQueue:
 		return nil // the handler checks the queue its body names
+	case scopeRunsQuery:
+		return nil // the handler checks the queues of the runs it names (waitruns.go)
 	case scopeRun, scopeRunLazy:
 		id := r.PathValue("id")
 		if err := checkRef("run ID", id); err != nil {

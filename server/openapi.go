@@ -110,9 +110,12 @@ func responses(rt route, schemas obj) obj {
 	if rt.stream {
 		ok["content"] = obj{"text/event-stream": obj{"schema": obj{"type": "string"}}}
 	}
-	if rt.response != nil {
+	switch {
+	case rt.ndjson:
+		ok["content"] = obj{"application/x-ndjson": obj{"schema": ref(rt.response, schemas)}}
+	case rt.response != nil:
 		ok["content"] = obj{"application/json": obj{"schema": ref(rt.response, schemas)}}
-	} else if rt.op == "openapi" {
+	case rt.op == "openapi":
 		ok["content"] = obj{"application/json": obj{"schema": obj{"type": "object"}}}
 	}
 	out := obj{strconv.Itoa(rt.status): ok,

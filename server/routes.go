@@ -23,6 +23,10 @@ const (
 	// principal's grant covers the whole namespace, the middleware does not read
 	// the run (call.run stays nil); otherwise it reads it as scopeRun does.
 	scopeRunLazy
+	// scopeRunsQuery: the queue of each run the `runs` query parameter
+	// names (checked by the handler; none read when the grant covers the
+	// whole namespace).
+	scopeRunsQuery
 	scopeApproval // the queue of the run of approval {id}
 	scopeGlobal   // no namespace: the role must be granted on every namespace ("*")
 )
@@ -45,6 +49,9 @@ type route struct {
 	status          int  // the status of success
 	response        any  // a zero value of the response type (nil: no body)
 	stream          bool // answers text/event-stream: not counted in MaxInFlight but in MaxStreams
+	// ndjson: answers application/x-ndjson, one response value per line,
+	// written as they come (a long poll, counted in MaxInFlight).
+	ndjson bool
 	// keyInStore: the handler checks only its request before its store call,
 	// which looks its idempotency key up first thing in its transaction, so a
 	// request with a key skips the lookup before the handler (a read per call);
@@ -134,6 +141,11 @@ var (
 	}, pageParams...)
 	childParams  = []param{{"position", "integer", "the position of the child op in the parent's history (required)"}}
 	waitParams   = []param{{"wait", "string", `long poll: how long to wait for the run to end, e.g. "30s"`}}
+	// waitRunsParams are GET runs:wait's (waitruns.go).
+	waitRunsParams = []param{
+		{"runs", "string", "the run IDs to wait for, separated by commas: 1 to 100 (required)"},
+		{"wait", "string", `how long to wait for them to end, e.g. "30s" (the server's --max-wait at most, and by default)`},
+	}
 	streamParams = []param{{"after", "string", `replay the events after this sequence, or "now": only new events (the Last-Event-ID header wins)`}}
 )
 
@@ -168,6 +180,8 @@ var routeTable = []route{
 		role: auth.RoleReader, scope: scopeRun, status: 200, response: History{}, handle: (*Server).getHistory},
 	{method: "GET", pattern: nsRuns + "/{id}/result", op: "getResult", summary: "The run; with wait, once it ends (200) or when the wait is over (202)",
 		role: auth.RoleReader, scope: scopeRunLazy, query: waitParams, status: 200, response: trellis.Run{}, handle: (*Server).getResult},
+	{method: "GET", pattern: nsRuns + ":wait", op: "waitRuns", summary: "Wait for up to 100 runs at once: a JSON line for each as it ends, and a last line when all have or the wait is over",
+		role: auth.RoleReader, scope: scopeRunsQuery, query: waitRunsParams, status: 200, response: WaitLine{}, ndjson: true, handle: (*Server).waitRuns},
 	{method: "GET", pattern: nsRuns + "/{id}/stream", op: "streamRun", summary: "The run's events as text/event-stream (SSE), from a cursor, live until its final event",
 		role: auth.RoleReader, scope: scopeRun, query: streamParams, status: 200, stream: true, handle: (*Server).streamRun},
 	{method: "POST", pattern: nsRuns + "/{id}/cancel", op: "cancelRun", summary: "Cancel a run",

@@ -27,6 +27,7 @@ var scopeDocs = map[scope]string{
 	scopeRun:       "`{ns}` and the run's queue",
 	scopeRunLazy:   "`{ns}` and the run's queue",
 	scopeApproval:  "`{ns}` and the queue of the approval's run",
+	scopeRunsQuery: "`{ns}` and the queue of each run of `runs`",
 }
 
 var workerScopeDocs = map[workerScope]string{

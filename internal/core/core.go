@@ -72,6 +72,12 @@ type Core interface {
 	// StopScheduler stops the scheduler: its lease passes to another
 	// process at once.
 	StopScheduler(ctx context.Context) error
+	// WaitRuns waits in namespace ns for every run of ids (run IDs, each
+	// once) to end, or for ctx: ended gets each run as it ends, a
+	// *trellis.Run, or nil when no such run exists; idle is called whenever
+	// none more is at hand. It returns ctx's error when ctx ended first. The
+	// runs share the namespace's results watcher with every other wait.
+	WaitRuns(ctx context.Context, ns string, ids []string, ended func(id string, run any), idle func()) error
 	// StopPurger stops the purger: a batch in flight deletes nothing or all
 	// of its runs.
 	StopPurger()

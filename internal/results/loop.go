@@ -127,7 +127,7 @@ func (w *Watcher) deliver(runs []*store.Run) {
 		}
 		for _, ch := range w.waiters[r.ID] {
 			c := *r
-			ch <- outcome{run: &c}
+			ch <- outcome{id: r.ID, run: &c}
 		}
 		delete(w.waiters, r.ID)
 	}
@@ -152,7 +152,7 @@ func (w *Watcher) fail(ids []string, err error) {
 	defer w.mu.Unlock()
 	for _, id := range ids {
 		for _, ch := range w.waiters[id] {
-			ch <- outcome{err: fmt.Errorf("waiting for run %s: %w", id, err)}
+			ch <- outcome{id: id, err: fmt.Errorf("waiting for run %s: %w", id, err)}
 		}
 		delete(w.waiters, id)
 	}

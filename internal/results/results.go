@@ -65,6 +65,7 @@ type Watcher struct {
 }
 
 type outcome struct {
+	id  string // the run's ID: a channel may wait for several (WaitEach)
 	run *store.Run
 	err error
 }
@@ -129,6 +130,79 @@ func (w *Watcher) Wait(ctx context.Context, runID string) (*store.Run, error) {
 	}
 }
 
+// WaitEach waits for every run of ids (run IDs, each once) to end, calling
+// ended from the calling goroutine for each as it does (run set) or as it is
+// found not to exist (run nil), and idle whenever none more is at hand (a
+// caller that writes each run out flushes then). It returns nil once every run
+// was reported, ctx's error when ctx ended first (the runs reported by then
+// were), or the error of a read that failed. One channel takes every outcome,
+// so a caller waiting for a hundred runs costs what one waiting for one does.
+func (w *Watcher) WaitEach(ctx context.Context, ids []string, ended func(id string, run *store.Run), idle func()) error {
+	ch := make(chan outcome, len(ids))
+	for i, id := range ids {
+		if !w.register(id, ch) {
+			for _, id := range ids[:i] {
+				w.unregister(id, ch)
+			}
+			return fmt.Errorf("waiting for runs: %w", store.ErrClosed)
+		}
+	}
+	left := len(ids)
+	got := func(o outcome) error {
+		left--
+		switch {
+		case o.err == nil:
+			ended(o.id, o.run)
+		case errors.Is(o.err, store.ErrRunNotFound):
+			ended(o.id, nil)
+		default:
+			return o.err
+		}
+		return nil
+	}
+	var err error
+	for left > 0 && err == nil {
+		select {
+		case o := <-ch:
+			err = got(o)
+			for more := true; more && left > 0 && err == nil; {
+				select {
+				case o := <-ch:
+					err = got(o)
+				default:
+					more = false
+				}
+			}
+			if err == nil {
+				idle()
+			}
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	if left == 0 {
+		return nil
+	}
+	// The runs not reported: no outcome reaches ch once they are
+	// unregistered (outcomes are sent under w.mu); one sent before is
+	// reported still, when the wait ended for ctx.
+	for _, id := range ids {
+		w.unregister(id, ch)
+	}
+	if err != nil && err == ctx.Err() {
+		for {
+			select {
+			case o := <-ch:
+				_ = got(o) // a failed read's, after ctx ended: the wait is over anyway
+			default:
+				idle()
+				return err
+			}
+		}
+	}
+	return err
+}
+
 func (w *Watcher) register(runID string, ch chan outcome) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -178,7 +252,7 @@ func (w *Watcher) Ended(runID string, final *store.Run) {
 	case final != nil && final.Status.Terminal():
 		for _, ch := range chs {
 			c := *final
-			ch <- outcome{run: &c}
+			ch <- outcome{id: runID, run: &c}
 		}
 		delete(w.waiters, runID)
 	default:
@@ -200,7 +274,7 @@ func (w *Watcher) closeAll() {
 	w.closed = true
 	for id, chs := range w.waiters {
 		for _, ch := range chs {
-			ch <- outcome{err: fmt.Errorf("waiting for run %s: %w", id, store.ErrClosed)}
+			ch <- outcome{id: id, err: fmt.Errorf("waiting for run %s: %w", id, store.ErrClosed)}
 		}
 	}
 	clear(w.waiters)

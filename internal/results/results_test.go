@@ -249,3 +249,64 @@ func TestSQLitePollReadsAfterForeignCommitsOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWaitEach waits for many runs on one channel: each is reported once, as it
+// ends or is found missing; a wait whose ctx ends first reports what ended by
+// then and leaves no caller registered.
+func TestWaitEach(t *testing.T) {
+	t.Parallel()
+	st, w, _ := setup(t, time.Hour) // no poll: the feed alone must deliver
+	ctx := context.Background()
+	ended := start(t, st, "each-ended")
+	finish(t, st, ended, store.StatusSucceeded)
+	open := []*store.ClaimedRun{start(t, st, "each-a"), start(t, st, "each-b")}
+	type report struct {
+		id, status string
+	}
+	reports := make(chan report, 10)
+	idles := 0
+	errc := make(chan error, 1)
+	go func() {
+		errc <- w.WaitEach(ctx, []string{"each-a", "each-ended", "each-missing", "each-b"}, func(id string, run *store.Run) {
+			r := report{id: id, status: "missing"}
+			if run != nil {
+				r.status = string(run.Status)
+				if run.ID != id {
+					r.status = "wrong run " + run.ID
+				}
+			}
+			reports <- r
+		}, func() { idles++ })
+	}()
+	want := map[report]bool{{"each-ended", "succeeded"}: true, {"each-missing", "missing"}: true}
+	for range 2 {
+		if r := <-reports; !want[r] {
+			t.Fatalf("first reports: got %+v, want %v", r, want)
+		}
+	}
+	finish(t, st, open[1], store.StatusFailed)
+	if r := <-reports; r != (report{"each-b", "failed"}) {
+		t.Fatalf("after b ended: %+v", r)
+	}
+	finish(t, st, open[0], store.StatusSucceeded)
+	if r := <-reports; r != (report{"each-a", "succeeded"}) {
+		t.Fatalf("after a ended: %+v", r)
+	}
+	if err := <-errc; err != nil || idles == 0 {
+		t.Fatalf("WaitEach = %v with %d idle calls", err, idles)
+	}
+
+	start(t, st, "each-open")
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	err := w.WaitEach(cctx, []string{"each-open", "each-a"}, func(id string, run *store.Run) { reports <- report{id: id} }, func() {})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitEach past its ctx = %v", err)
+	}
+	if r := <-reports; r.id != "each-a" || len(reports) != 0 {
+		t.Fatalf("reports %+v and %d more, want each-a alone", r, len(reports))
+	}
+	if got := w.Waiting(); got != 0 {
+		t.Fatalf("Waiting() = %d after WaitEach returned", got)
+	}
+}
