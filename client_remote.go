@@ -94,9 +94,10 @@ func (r *remoteBackend) delete(ctx context.Context, ref string) error {
 	return err
 }
 
-// waitRun is wait: the server resolves the reference.
+// waitRun waits for a run by its ID: alone or, with many waits in flight,
+// batched into GET runs:wait (remote_waits.go).
 func (r *remoteBackend) waitRun(ctx context.Context, runID string) (*Run, error) {
-	return r.wait(ctx, runID)
+	return r.waits.wait(ctx, runID)
 }
 
 // decide decides as the token's principal: principal is ignored.

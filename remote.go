@@ -31,6 +31,9 @@ type remote struct {
 	pollWait atomic.Int64
 	closed   atomic.Bool
 	starts   *starts // coalesces concurrent starts
+	waits    *waits  // batches concurrent waits (Handle.Result)
+	// maxAnswer bounds an answer, or a line of one, read from the server.
+	maxAnswer int64
 }
 
 // close makes later calls fail with ErrClosed, fails the starts waiting to be
@@ -38,18 +41,20 @@ type remote struct {
 func (r *remote) close() {
 	r.closed.Store(true)
 	r.starts.close()
+	r.waits.close()
 	r.hc.Close()
 }
 
 func newRemote(cfg Config) (*remote, error) {
-	hc, err := httpc.New(httpc.Config{Base: cfg.Server, Token: cfg.Token, TLSConfig: cfg.TLSConfig,
-		// A run's answer holds its input and output: room for both and more.
-		MaxAnswer: max(httpc.DefaultMaxAnswer, 3*int64(cfg.MaxPayloadBytes)+1<<20)})
+	// A run's answer holds its input and output: room for both and more.
+	maxAnswer := max(httpc.DefaultMaxAnswer, 3*int64(cfg.MaxPayloadBytes)+1<<20)
+	hc, err := httpc.New(httpc.Config{Base: cfg.Server, Token: cfg.Token, TLSConfig: cfg.TLSConfig, MaxAnswer: maxAnswer})
 	if err != nil {
 		return nil, fmt.Errorf("opening trellis: %w", err)
 	}
-	r := &remote{hc: hc, ns: "/v1/namespaces/" + url.PathEscape(cfg.Namespace)}
+	r := &remote{hc: hc, ns: "/v1/namespaces/" + url.PathEscape(cfg.Namespace), maxAnswer: maxAnswer}
 	r.starts = newStarts(r)
+	r.waits = newWaits(r)
 	r.pollWait.Store(int64(remoteWait))
 	return r, nil
 }

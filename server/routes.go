@@ -139,8 +139,8 @@ var (
 		{"status", "string", "comma-separated approval states"},
 		{"run", "string", "run ID"},
 	}, pageParams...)
-	childParams  = []param{{"position", "integer", "the position of the child op in the parent's history (required)"}}
-	waitParams   = []param{{"wait", "string", `long poll: how long to wait for the run to end, e.g. "30s"`}}
+	childParams = []param{{"position", "integer", "the position of the child op in the parent's history (required)"}}
+	waitParams  = []param{{"wait", "string", `long poll: how long to wait for the run to end, e.g. "30s"`}}
 	// waitRunsParams are GET runs:wait's (waitruns.go).
 	waitRunsParams = []param{
 		{"runs", "string", "the run IDs to wait for, separated by commas: 1 to 100 (required)"},

@@ -1,0 +1,142 @@
+package trellis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+)
+
+// waitRunsRequests reads how many GET runs:wait the server answered from its
+// metrics.
+func (e *remoteEnv) waitRunsRequests(t *testing.T) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", e.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+e.token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "trellis_api_requests_total{") && strings.Contains(line, `route="waitRuns"`) {
+			var v int
+			fmt.Sscanf(line[strings.LastIndexByte(line, ' ')+1:], "%d", &v)
+			n += v
+		}
+	}
+	return n
+}
+
+// TestRemoteResultsBatched: many Handle.Result calls at once through a server
+// go as GET runs:wait batches, and each caller gets its own run, as it ends;
+// a run deleted meanwhile fails its caller alone with ErrRunNotFound, a
+// caller that gives up returns at once, and Close fails the waits queued.
+func TestRemoteResultsBatched(t *testing.T) {
+	e := newRemoteEnv(t)
+	ctx := ctxT(t)
+	const n = 40
+	handles := make([]*trellis.Handle[string], n)
+	for i := range handles {
+		handles[i] = must[*trellis.Handle[string]](t)(trellis.Start(ctx, e.client, remoteEvent, nil, trellis.StartOptions{ID: fmt.Sprintf("batched-%d", i)}))
+	}
+	for _, h := range handles {
+		waitStatus(t, e.client, h.RunID(), trellis.StatusWaiting)
+	}
+	before := e.waitRunsRequests(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i, h := range handles {
+		wg.Go(func() {
+			out, err := h.Result(ctx)
+			if err == nil && out != fmt.Sprintf("go %d", i) {
+				err = fmt.Errorf("run %d got %q", i, out)
+			}
+			errs <- err
+		})
+	}
+	time.Sleep(100 * time.Millisecond) // the waits queue and go as batches
+	for i, h := range handles {
+		if err := e.client.SendEvent(ctx, h.RunID(), "go", fmt.Sprintf("go %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.waitRunsRequests(t) - before; got == 0 || got > n/2 {
+		t.Fatalf("%d waits went as %d runs:wait requests, want batches", n, got)
+	}
+
+	// Four waits alone hold the slots; the next ones are batched.
+	held := make([]*trellis.Handle[string], 4)
+	for i := range held {
+		held[i] = must[*trellis.Handle[string]](t)(trellis.Start(ctx, e.client, remoteEvent, nil))
+		waitStatus(t, e.client, held[i].RunID(), trellis.StatusWaiting)
+		wg.Go(func() {
+			if _, err := held[i].Result(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	gone := must[*trellis.Handle[map[string]any]](t)(trellis.Start(ctx, e.client, remoteEcho, map[string]any{"x": 1}))
+	must[*trellis.Run](t)(e.client.Wait(ctx, gone.RunID()))
+	if err := e.client.Delete(ctx, gone.RunID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gone.Result(ctx); !errors.Is(err, trellis.ErrRunNotFound) {
+		t.Fatalf("Result of a deleted run = %v, want ErrRunNotFound", err)
+	}
+	late := must[*trellis.Handle[string]](t)(trellis.Start(ctx, e.client, remoteEvent, nil))
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	t0 := time.Now()
+	if _, err := late.Result(cctx); !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > 5*time.Second {
+		t.Fatalf("Result past its context = %v after %s", err, time.Since(t0))
+	}
+	cancel()
+	for _, h := range append(held, late) {
+		if err := e.client.SendEvent(ctx, h.RunID(), "go", "done"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+
+	// Close: a batched wait ends with ErrClosed.
+	c := e.open(t, e.token)
+	waiting := must[*trellis.Handle[string]](t)(trellis.Start(ctx, c, remoteEvent, nil))
+	waitStatus(t, c, waiting.RunID(), trellis.StatusWaiting)
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	for range 4 {
+		wg.Go(func() { _, _ = waiting.Result(wctx) }) // the four alone
+	}
+	time.Sleep(50 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() {
+		_, err := waiting.Result(ctx)
+		closed <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-closed; !errors.Is(err, trellis.ErrClosed) {
+		t.Fatalf("a batched wait at Close = %v, want ErrClosed", err)
+	}
+	wcancel()
+	wg.Wait()
+}
