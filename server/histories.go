@@ -42,6 +42,11 @@ type leaseHistory struct {
 	seq     int64
 	rec     *protocol.Recorded // nil: not known yet (read from the store)
 	expires time.Time          // guarded by leaseHistories.mu
+	// runSeq is the run's sequence, from the claim this server pushed (0:
+	// not known): the lease's writes carry it to the store as a hint
+	// (store.Lease.RunSeq), which then finds the run without looking its
+	// ID up. A run's sequence never changes.
+	runSeq int64
 }
 
 // historyKept is how long an entry stays after its last use at the least.
@@ -56,7 +61,7 @@ func (lh *leaseHistories) pushed(runs []*store.ClaimedRun) {
 	lh.mu.Lock()
 	defer lh.mu.Unlock()
 	for _, cr := range runs {
-		lh.m[leaseRun{cr.Run.Namespace, cr.Run.ID}] = &leaseHistory{token: cr.LeaseToken,
+		lh.m[leaseRun{cr.Run.Namespace, cr.Run.ID}] = &leaseHistory{token: cr.LeaseToken, runSeq: cr.Run.Sequence,
 			rec: protocol.NewRecorded(cr.History, cr.Run.CancelRequested), expires: later(cr.LeaseExpiresAt, lh.now().Add(historyKept))}
 	}
 	lh.maybePrune()

@@ -577,6 +577,7 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 		// checkpoint writes nothing (internal/protocol).
 		lh := h.s.histories.acquire(p.Lease)
 		defer lh.mu.Unlock()
+		p.Lease.RunSeq = lh.runSeq // the entry is this lease's (acquire)
 		if err := lh.check(ctx, h.s.store, p, it.Seq); err != nil {
 			out[i] = &pb.CheckpointResult{Error: errorDetail(err)}
 			return
