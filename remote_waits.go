@@ -185,11 +185,13 @@ func (ws *waits) send(ids []string, byID map[string][]*queuedWait) {
 	ctx, cancel := context.WithTimeout(ws.ctx, wait+time.Minute) // a server that stops answering
 	defer cancel()
 	resp, err := ws.r.hc.Open(ctx, call, nil)
+	failed := err != nil // the batch got no last line saying done
 	if err == nil {
 		rd := bufio.NewReaderSize(resp.Body, 64<<10)
 		for {
 			l, err := readWaitLine(rd, ws.r.maxAnswer)
 			if err != nil || l.Done || l.Error != nil {
+				failed = err != nil || l.Error != nil
 				break
 			}
 			switch {
@@ -215,7 +217,9 @@ func (ws *waits) send(ids []string, byID map[string][]*queuedWait) {
 			case ws.closed:
 				q.err = fmt.Errorf("waiting for run %s: %w", q.id, ErrClosed)
 				close(q.done)
-			case reported == 0 && err != nil, ws.unsupported:
+			case reported == 0 && failed, ws.unsupported:
+				// Refused, failed or cut before any line: each caller's
+				// own long poll gets its own answer (and retries).
 				q.alone = true
 				close(q.done)
 			default:

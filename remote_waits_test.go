@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,4 +143,69 @@ func TestRemoteResultsBatched(t *testing.T) {
 	}
 	wcancel()
 	wg.Wait()
+}
+
+// TestRemoteResultsBeforeRunsWait: against a server without runs:wait (404,
+// as one from before it answers), batched waits fall back to one long poll
+// each, and every caller still gets its run.
+func TestRemoteResultsBeforeRunsWait(t *testing.T) {
+	e := newRemoteEnv(t)
+	target, err := url.Parse(e.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int32
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/runs:wait") {
+			refused.Add(1)
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"type":"about:blank","title":"Not found","status":404,"detail":"no such route","code":"not_found"}`)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer old.Close()
+	c, err := trellis.Open(t.Context(), trellis.Config{Server: old.URL, Token: e.token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxT(t)
+	const n = 12
+	handles := make([]*trellis.Handle[string], n)
+	for i := range handles {
+		handles[i] = must[*trellis.Handle[string]](t)(trellis.Start(ctx, c, remoteEvent, nil))
+		waitStatus(t, c, handles[i].RunID(), trellis.StatusWaiting)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i, h := range handles {
+		wg.Go(func() {
+			out, err := h.Result(ctx)
+			if err == nil && out != fmt.Sprint(i) {
+				err = fmt.Errorf("run %d got %q", i, out)
+			}
+			errs <- err
+		})
+	}
+	time.Sleep(100 * time.Millisecond) // the waits beyond four queue and try a batch
+	for i, h := range handles {
+		if err := c.SendEvent(ctx, h.RunID(), "go", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One batch, or two when the second gathered before the first was
+	// refused; then every wait goes alone.
+	if got := refused.Load(); got < 1 || got > 2 {
+		t.Fatalf("%d batches tried, want 1 or 2", got)
+	}
 }
