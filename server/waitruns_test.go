@@ -88,7 +88,7 @@ func TestWaitRuns(t *testing.T) {
 			// The wait over first: the last line lists the runs not ended.
 			d := e.start("await-go", nil, map[string]any{"queue": "q1"})
 			t0 := time.Now()
-			next, status, _ = e.waitLines("runs="+d.ID+","+a.ID+"&wait=200ms", "q1-reader")
+			_, status, _ = e.waitLines("runs="+d.ID+","+a.ID+"&wait=200ms", "q1-reader")
 			if status != 403 {
 				t.Fatalf("a reader of queue q1 waiting for a run of the default queue: status %d, want 403", status)
 			}
