@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -25,13 +24,8 @@ func TestFollowerReadsOnWhenItsConsumersServerStops(t *testing.T) {
 	}
 	ctx := context.Background()
 	opts := clusterOpts(t, 4)
-	for _, o := range opts[:3] {
-		o.Tags = append(o.Tags, "log")
-	}
-	servers := make([]*server.Server, len(opts))
-	for i, o := range opts {
-		servers[i] = startServer(t, o)
-	}
+	tag(opts[:3], "log")
+	servers := startServers(t, opts)
 	js, err := jetstream.New(connectTo(t, servers[3]))
 	if err != nil {
 		t.Fatal(err)

@@ -34,13 +34,8 @@ func TestOpenWaitsForTheMetaLeader(t *testing.T) {
 	}
 	ctx := context.Background()
 	opts := clusterOpts(t, 5)
-	for _, o := range opts[:3] {
-		o.Tags = append(o.Tags, "log")
-	}
-	servers := make([]*server.Server, len(opts))
-	for i, o := range opts {
-		servers[i] = startServer(t, o)
-	}
+	tag(opts[:3], "log")
+	servers := startServers(t, opts)
 	nc := connectTo(t, servers[0])
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -133,4 +128,21 @@ func clusterOpts(t *testing.T, n int) []*server.Options {
 		}
 	}
 	return opts
+}
+
+// tag adds tag to the placement tags of opts.
+func tag(opts []*server.Options, tag string) {
+	for _, o := range opts {
+		o.Tags = append(o.Tags, tag)
+	}
+}
+
+// startServers starts a server of each of opts, stopped at the test's end.
+func startServers(t *testing.T, opts []*server.Options) []*server.Server {
+	t.Helper()
+	servers := make([]*server.Server, len(opts))
+	for i, o := range opts {
+		servers[i] = startServer(t, o)
+	}
+	return servers
 }

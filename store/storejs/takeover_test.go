@@ -28,18 +28,9 @@ func TestTakeOverFollowsTheLogsElection(t *testing.T) {
 	}
 	ctx := context.Background()
 	opts := clusterOpts(t, 5)
-	for i, o := range opts {
-		if i < 3 {
-			o.Tags = append(o.Tags, "log")
-		}
-		if i >= 2 {
-			o.Tags = append(o.Tags, "lease")
-		}
-	}
-	servers := make([]*server.Server, len(opts))
-	for i, o := range opts {
-		servers[i] = startServer(t, o)
-	}
+	tag(opts[:3], "log")
+	tag(opts[2:], "lease")
+	servers := startServers(t, opts)
 	probe := connectTo(t, servers[3])
 	js, err := jetstream.New(probe)
 	if err != nil {
