@@ -302,8 +302,7 @@ func (r *remote) wait(ctx context.Context, ref string) (*Run, error) {
 			Query: url.Values{"wait": {wait.String()}}, Out: &run, Wait: wait, Attempts: waitAttempts}
 		status, err := r.do(ctx, call)
 		switch {
-		case errors.Is(err, ErrInvalidParams) && wait > time.Second:
-			r.pollWait.CompareAndSwap(int64(wait), int64(max(wait/2, time.Second)))
+		case r.shortenWait(wait, err):
 			continue
 		case err != nil:
 			return nil, err
@@ -314,6 +313,17 @@ func (r *remote) wait(ctx context.Context, ref string) (*Run, error) {
 			return nil, err
 		}
 	}
+}
+
+// shortenWait reports whether err is a server's refusal of a long poll's
+// wait (400: above its --max-wait) that a shorter wait may pass, and halves
+// the client's wait then (down to a second), remembering what the server took.
+func (r *remote) shortenWait(wait time.Duration, err error) bool {
+	if !errors.Is(err, ErrInvalidParams) || wait <= time.Second {
+		return false
+	}
+	r.pollWait.CompareAndSwap(int64(wait), int64(max(wait/2, time.Second)))
+	return true
 }
 
 func (r *remote) sendEvent(ctx context.Context, ref, name string, payload []byte) error {

@@ -166,9 +166,6 @@ type waitLine struct {
 // (the wait was over, or the answer was cut after some lines), or alone when
 // the server refused the batch or answered nothing.
 func (ws *waits) send(ids []string, byID map[string][]*queuedWait) {
-	wait := time.Duration(ws.r.pollWait.Load())
-	call := httpc.Call{Method: http.MethodGet, Path: ws.r.ns + "/runs:wait",
-		Query: url.Values{"runs": {strings.Join(ids, ",")}, "wait": {wait.String()}}}
 	reported := 0
 	deliver := func(id string, run *Run, err error) {
 		qs, ok := byID[id]
@@ -182,9 +179,10 @@ func (ws *waits) send(ids []string, byID map[string][]*queuedWait) {
 		delete(byID, id)
 		reported++
 	}
-	ctx, cancel := context.WithTimeout(ws.ctx, wait+time.Minute) // a server that stops answering
+	// A server that stops answering: the wait only ever shortens.
+	ctx, cancel := context.WithTimeout(ws.ctx, time.Duration(ws.r.pollWait.Load())+time.Minute)
 	defer cancel()
-	resp, err := ws.r.hc.Open(ctx, call, nil)
+	resp, err := ws.open(ctx, ids)
 	failed := err != nil // the batch got no last line saying done
 	if err == nil {
 		rd := bufio.NewReaderSize(resp.Body, 64<<10)
@@ -232,6 +230,21 @@ func (ws *waits) send(ids []string, byID map[string][]*queuedWait) {
 	}
 }
 
+// open sends GET runs:wait for ids. A server whose longest wait is shorter
+// than the client's refuses the request (400): the wait shortens as a single
+// long poll's does (remote.shortenWait), and the request goes again.
+func (ws *waits) open(ctx context.Context, ids []string) (*http.Response, error) {
+	for {
+		wait := time.Duration(ws.r.pollWait.Load())
+		call := httpc.Call{Method: http.MethodGet, Path: ws.r.ns + "/runs:wait",
+			Query: url.Values{"runs": {strings.Join(ids, ",")}, "wait": {wait.String()}}}
+		resp, err := ws.r.hc.Open(ctx, call, nil)
+		if err == nil || !ws.r.shortenWait(wait, remoteErr(err)) {
+			return resp, err
+		}
+	}
+}
+
 // readWaitLine reads one line of the answer, up to limit bytes.
 func readWaitLine(rd *bufio.Reader, limit int64) (*waitLine, error) {
 	var buf []byte
@@ -259,14 +272,12 @@ func readWaitLine(rd *bufio.Reader, limit int64) (*waitLine, error) {
 }
 
 // runNotFound is the error a wait for a run the namespace does not hold
-// gets, as GET .../result answers it.
+// gets: the problem GET .../result answers with, through remoteErr as every
+// other answer of the server.
 func runNotFound(id string) error {
-	e := &RemoteError{Status: http.StatusNotFound, err: ErrRunNotFound,
-		Detail: fmt.Sprintf("waiting for run %s: %v", id, ErrRunNotFound)}
-	if entry, ok := problem.For(ErrRunNotFound); ok {
-		e.Code = entry.Code
-	}
-	return e
+	e, _ := problem.For(ErrRunNotFound)
+	return remoteErr(&httpc.Problem{Status: e.Status, Code: e.Code, Title: e.Title,
+		Detail: fmt.Sprintf("waiting for run %s: %v", id, ErrRunNotFound)})
 }
 
 // close fails the queued waits with ErrClosed and waits for the batches in

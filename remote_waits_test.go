@@ -18,8 +18,9 @@ import (
 	"github.com/trellis-dev/trellis"
 )
 
-// waitRunsRequests reads how many GET runs:wait the server answered from its
-// metrics.
+// waitRunsRequests reads how many GET runs:wait the server answered 200 from
+// its metrics (a batch refused, such as for a wait above the server's
+// --max-wait, does not count).
 func (e *remoteEnv) waitRunsRequests(t *testing.T) int {
 	t.Helper()
 	req, _ := http.NewRequest("GET", e.base+"/metrics", nil)
@@ -32,7 +33,7 @@ func (e *remoteEnv) waitRunsRequests(t *testing.T) int {
 	b, _ := io.ReadAll(res.Body)
 	n := 0
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "trellis_api_requests_total{") && strings.Contains(line, `route="waitRuns"`) {
+		if strings.HasPrefix(line, "trellis_api_requests_total{") && strings.Contains(line, `route="waitRuns"`) && strings.Contains(line, `code="200"`) {
 			var v int
 			fmt.Sscanf(line[strings.LastIndexByte(line, ' ')+1:], "%d", &v)
 			n += v
@@ -41,24 +42,28 @@ func (e *remoteEnv) waitRunsRequests(t *testing.T) int {
 	return n
 }
 
-// TestRemoteResultsBatched: many Handle.Result calls at once through a server
-// go as GET runs:wait batches, and each caller gets its own run, as it ends;
-// a run deleted meanwhile fails its caller alone with ErrRunNotFound, a
-// caller that gives up returns at once, and Close fails the waits queued.
-func TestRemoteResultsBatched(t *testing.T) {
-	e := newRemoteEnv(t)
-	ctx := ctxT(t)
-	const n = 40
+// startWaiting starts n runs of remoteEvent through c and returns their
+// handles once each waits for its event.
+func startWaiting(t *testing.T, c *trellis.Client, n int) []*trellis.Handle[string] {
+	t.Helper()
 	handles := make([]*trellis.Handle[string], n)
 	for i := range handles {
-		handles[i] = must[*trellis.Handle[string]](t)(trellis.Start(ctx, e.client, remoteEvent, nil, trellis.StartOptions{ID: fmt.Sprintf("batched-%d", i)}))
+		handles[i] = must[*trellis.Handle[string]](t)(trellis.Start(ctxT(t), c, remoteEvent, nil))
 	}
 	for _, h := range handles {
-		waitStatus(t, e.client, h.RunID(), trellis.StatusWaiting)
+		waitStatus(t, c, h.RunID(), trellis.StatusWaiting)
 	}
-	before := e.waitRunsRequests(t)
+	return handles
+}
+
+// awaitEach calls every handle's Result at once, sends run i the event "go"
+// with payload "go i" once the waits have had time to queue (and be batched),
+// and fails the test unless each caller got its own run's payload.
+func awaitEach(t *testing.T, c *trellis.Client, handles []*trellis.Handle[string]) {
+	t.Helper()
+	ctx := ctxT(t)
 	var wg sync.WaitGroup
-	errs := make(chan error, n)
+	errs := make(chan error, len(handles))
 	for i, h := range handles {
 		wg.Go(func() {
 			out, err := h.Result(ctx)
@@ -68,9 +73,9 @@ func TestRemoteResultsBatched(t *testing.T) {
 			errs <- err
 		})
 	}
-	time.Sleep(100 * time.Millisecond) // the waits queue and go as batches
+	time.Sleep(100 * time.Millisecond) // the waits beyond four queue and go as batches
 	for i, h := range handles {
-		if err := e.client.SendEvent(ctx, h.RunID(), "go", fmt.Sprintf("go %d", i)); err != nil {
+		if err := c.SendEvent(ctx, h.RunID(), "go", fmt.Sprintf("go %d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -81,11 +86,25 @@ func TestRemoteResultsBatched(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestRemoteResultsBatched: many Handle.Result calls at once through a server
+// go as GET runs:wait batches, and each caller gets its own run, as it ends;
+// a run deleted meanwhile fails its caller alone with ErrRunNotFound, a
+// caller that gives up returns at once, and Close fails the waits queued.
+func TestRemoteResultsBatched(t *testing.T) {
+	e := newRemoteEnv(t)
+	ctx := ctxT(t)
+	const n = 40
+	handles := startWaiting(t, e.client, n)
+	before := e.waitRunsRequests(t)
+	awaitEach(t, e.client, handles)
 	if got := e.waitRunsRequests(t) - before; got == 0 || got > n/2 {
 		t.Fatalf("%d waits went as %d runs:wait requests, want batches", n, got)
 	}
 
 	// Four waits alone hold the slots; the next ones are batched.
+	var wg sync.WaitGroup
 	held := make([]*trellis.Handle[string], 4)
 	for i := range held {
 		held[i] = must[*trellis.Handle[string]](t)(trellis.Start(ctx, e.client, remoteEvent, nil))
@@ -172,37 +191,7 @@ func TestRemoteResultsBeforeRunsWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx := ctxT(t)
-	const n = 12
-	handles := make([]*trellis.Handle[string], n)
-	for i := range handles {
-		handles[i] = must[*trellis.Handle[string]](t)(trellis.Start(ctx, c, remoteEvent, nil))
-		waitStatus(t, c, handles[i].RunID(), trellis.StatusWaiting)
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i, h := range handles {
-		wg.Go(func() {
-			out, err := h.Result(ctx)
-			if err == nil && out != fmt.Sprint(i) {
-				err = fmt.Errorf("run %d got %q", i, out)
-			}
-			errs <- err
-		})
-	}
-	time.Sleep(100 * time.Millisecond) // the waits beyond four queue and try a batch
-	for i, h := range handles {
-		if err := c.SendEvent(ctx, h.RunID(), "go", fmt.Sprint(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	awaitEach(t, c, startWaiting(t, c, 12))
 	// One batch, or two when the second gathered before the first was
 	// refused; then every wait goes alone.
 	if got := refused.Load(); got < 1 || got > 2 {
