@@ -22,7 +22,23 @@ import (
 // OFFSET 0 keeps the planner from copying the queue's subquery into each of the
 // six CASEs that read it: it was planned and run six times per run, and planning
 // the statement took 0.4 ms.
-var sqlRunCreates = runInsertCols + `
+var (
+	sqlRunCreates      = runCreatesSQL(false)
+	sqlRunCreatesKeyed = runCreatesSQL(true)
+)
+
+// runCreatesSQL is sqlRunCreates or, keyed, its variant for the keyed creator's
+// pipelined batches (see keyedcreate.go): one more column array, $22, the
+// creates' idempotency keys, and a run is inserted only when the same
+// transaction inserted (or took over) its key, which its row's xmin tells.
+func runCreatesSQL(keyed bool) string {
+	keyArg, keyCol, keyCond := "", "", ""
+	if keyed {
+		keyArg, keyCol = ", $22::text[]", ", ikey"
+		keyCond = ` AND EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.namespace = x.ns AND k.key = x.ikey
+		AND k.xmin = pg_current_xact_id()::xid)`
+	}
+	return runInsertCols + `
 	SELECT x.ns, x.id, x.workflow_id, x.workflow, x.queue, x.priority,
 		CASE WHEN q.restricted THEN 'pending' ELSE x.status END,
 		CASE WHEN q.restricted THEN 0 ELSE x.attempts END,
@@ -33,13 +49,14 @@ var sqlRunCreates = runInsertCols + `
 		x.version, x.input, x.deadline, x.avail, x.now, x.now, x.ckey, x.trace_parent, x.pin, x.retry
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int4[], $7::int4[],
 		$8::bytea[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::int4[],
-		$14::text[], $15::int8[], $16::timestamptz[], $17::timestamptz[], $18::text[], $19::text[], $20::int4[], $21::text[])
+		$14::text[], $15::int8[], $16::timestamptz[], $17::timestamptz[], $18::text[], $19::text[], $20::int4[], $21::text[]` + keyArg + `)
 		AS x(ns, id, workflow_id, workflow, queue, priority, version, input, deadline, avail, now,
-			status, attempts, owner, token, expires, started, ckey, trace_parent, pin, retry)
+			status, attempts, owner, token, expires, started, ckey, trace_parent, pin, retry` + keyCol + `)
 	CROSS JOIN LATERAL (SELECT x.status = 'running' AND EXISTS (SELECT 1 FROM queues q
 		WHERE q.namespace = x.ns AND q.name = x.queue AND ` + sqlstore.Restricted + `) AS restricted OFFSET 0) q
-	WHERE ` + implicitFree("x.ns", "x.id", "x.workflow_id") + `
+	WHERE ` + implicitFree("x.ns", "x.id", "x.workflow_id") + keyCond + `
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
+}
 
 // crReq is a plain run create the writer may merge with others (see sqlRunCreates).
 type crReq struct {
@@ -55,6 +72,14 @@ type crReq struct {
 // mergeable reports whether a create can join a merged statement.
 func mergeable(p *store.RunCreateParams) bool {
 	return p.Reuse == store.ReuseRejectActive && len(p.History) == 0 && p.Idempotency == nil
+}
+
+// keyedCreatesStmt is createsStmt for creates whose idempotency keys the same
+// transaction recorded first (sqlRunCreatesKeyed): keys[i] is crs[i]'s key.
+func keyedCreatesStmt(crs []*crReq, keys []string) stmt {
+	st := createsStmt(crs)
+	st.sql, st.args = sqlRunCreatesKeyed, append(st.args, keys)
+	return st
 }
 
 // createsStmt merges creates crs (distinct run IDs) into one statement whose

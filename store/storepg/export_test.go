@@ -31,3 +31,7 @@ func BlobRows(t testing.TB, s *Store) int {
 	}
 	return n
 }
+
+// KeyedPipelined counts the batches of keyed creates s committed in its
+// pipelined transaction (keyedPipelined).
+func KeyedPipelined(s *Store) int64 { return s.k.pipelined.Load() }

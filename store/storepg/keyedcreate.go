@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,8 +20,10 @@ import (
 // found), and a transaction per start cost about five round trips and a commit:
 // through a server, where the Go client sends a key with every start, that was
 // most of Postgres' work for a workflow. The keyed creator commits the keyed
-// creates waiting at the same time in one transaction of three pipelined round
-// trips:
+// creates waiting at the same time in one transaction of three steps, each a
+// pipelined round trip (keyedCreates), or, when every create of the batch has
+// the default reuse policy and its own key and run ID (the common case), of two
+// round trips in all, BEGIN and COMMIT included (keyedPipelined):
 //
 //  1. every create's key, in one statement: inserted, or taken over when it
 //     expired (as IdempotencyBegin does); a key inserted by a concurrent
@@ -42,6 +46,8 @@ type keyedCreator struct {
 	quit     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
+	// pipelined counts the batches keyedPipelined committed (for tests).
+	pipelined atomic.Int64
 }
 
 // keyedReq is a keyed create waiting for the keyed creator.
@@ -107,8 +113,19 @@ func (k *keyedCreator) commit(reqs []*keyedReq) {
 		return
 	}
 	states := make([]keyedState, len(live))
-	// inTx publishes the topics of the created runs once the batch commits.
-	err := k.s.inTx(context.Background(), func(tx *wtx) error { return keyedCreates(tx, live, states) })
+	// Either way the topics of the created runs are published once the batch
+	// commits.
+	var err error
+	if pipelinable(live) {
+		err = k.s.retryTx(context.Background(), func(ctx context.Context) ([]string, error) {
+			return k.s.keyedPipelined(ctx, live, states)
+		})
+		if err == nil {
+			k.pipelined.Add(1)
+		}
+	} else {
+		err = k.s.inTx(context.Background(), func(tx *wtx) error { return keyedCreates(tx, live, states) })
+	}
 	for i, r := range live {
 		switch {
 		case err != nil:
@@ -126,6 +143,170 @@ func (k *keyedCreator) commit(reqs []*keyedReq) {
 	for _, r := range live {
 		close(r.done)
 	}
+}
+
+// pipelinable reports whether a batch of keyed creates can take the pipelined
+// transaction (keyedPipelined): every create of the default reuse policy, and
+// no key or run ID twice in the batch. Others (a retry racing its first try in
+// one batch, say) take keyedCreates.
+func pipelinable(reqs []*keyedReq) bool {
+	seen := make(map[string]bool, 2*len(reqs))
+	for _, r := range reqs {
+		key := "k\x00" + r.p.Namespace + "\x00" + r.p.Idempotency.Key
+		id := "r\x00" + r.p.Namespace + "\x00" + r.p.ID
+		if r.p.Reuse != store.ReuseRejectActive || r.cr == nil || seen[key] || seen[id] {
+			return false
+		}
+		seen[key], seen[id] = true, true
+	}
+	return true
+}
+
+// keyedPipelined is one attempt of a pipelinable batch of keyed creates: the
+// three steps of keyedCreates in two round trips instead of five (BEGIN, three
+// statements, COMMIT each waiting for the one before). Through a server, where
+// every start carries a key, those round trips were a third of a start's
+// latency on Postgres (w3). The first round trip sends BEGIN, the keys
+// (sqlKeysInsert) and the runs, each inserted only when this transaction
+// inserted its key (sqlRunCreatesKeyed: a statement sees the rows of the
+// earlier ones of its transaction, and a key another transaction holds makes
+// the key's insert wait for that one's end, as in keyedCreates). The second
+// sends the fingerprints of the keys that were there (a read: at that point they
+// are committed), the responses rendered in between, the keys of rejected
+// starts taken back, and COMMIT. On any failure the connection goes back to the
+// pool inside its transaction, and the pool closes it: nothing is written. It
+// returns the topics to publish.
+func (s *Store) keyedPipelined(ctx context.Context, reqs []*keyedReq, states []keyedState) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	now := s.now().Truncate(time.Microsecond)
+	var (
+		nss, keys = make([]string, len(reqs)), make([]string, len(reqs))
+		fps       = make([][]byte, len(reqs))
+		crs       = make([]*crReq, len(reqs))
+		byKey     = make(map[string]int, len(reqs))
+	)
+	for i, r := range reqs {
+		states[i] = keyedState{}
+		nss[i], keys[i], fps[i], crs[i] = r.p.Namespace, r.p.Idempotency.Key, r.p.Idempotency.Fingerprint, r.cr
+		byKey[r.p.Namespace+"\x00"+r.p.Idempotency.Key] = i
+	}
+	create := keyedCreatesStmt(crs, keys)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sqlKeysInsert, nss, keys, fps, now, now.Add(-store.IdempotencyTTL))
+	b.Queue(create.sql, create.args...)
+	br := conn.SendBatch(ctx, b)
+	err = readKeysAndRuns(br, create, func(ns, key string) { states[byKey[ns+"\x00"+key]].keyNew = true })
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating runs: %w", err)
+	}
+	var (
+		fin      keyCols
+		statuses []int32
+		bodies   [][]byte
+		seqs     []int64
+		del      keyCols
+		seen     []int // the creates whose key was there, in the order of their fingerprints' reads
+		topics   []string
+	)
+	b = &pgx.Batch{}
+	for i, r := range reqs {
+		rec := r.p.Idempotency
+		if !states[i].keyNew {
+			b.Queue(sqlKeyFingerprint, r.p.Namespace, rec.Key)
+			seen = append(seen, i)
+			continue
+		}
+		res := *r.res
+		if res == nil {
+			del.add(r.p.Namespace, rec.Key)
+			continue
+		}
+		status, body, err := rec.Render(res)
+		if err != nil {
+			return nil, fmt.Errorf("rendering the response of idempotency key %q: %w", rec.Key, err)
+		}
+		topics = append(topics, r.topics...)
+		fin.add(r.p.Namespace, rec.Key)
+		statuses, bodies, seqs = append(statuses, int32(status)), append(bodies, body), append(seqs, res.Run.Sequence)
+	}
+	if len(fin.keys) > 0 {
+		b.Queue(sqlKeysFinish, fin.nss, fin.keys, statuses, bodies, seqs)
+	}
+	if len(del.keys) > 0 {
+		b.Queue(sqlKeysDelete, del.nss, del.keys)
+	}
+	b.Queue("COMMIT")
+	br = conn.SendBatch(ctx, b)
+	err = readFinish(br, b.Len(), seen, states)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("recording idempotency keys: %w", err)
+	}
+	return topics, nil
+}
+
+// readKeysAndRuns reads the first round trip of keyedPipelined: BEGIN, the keys
+// inserted (each passed to keyNew) and the runs created (create's reader).
+func readKeysAndRuns(br pgx.BatchResults, create stmt, keyNew func(ns, key string)) error {
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var ns, key string
+		if err := rows.Scan(&ns, &key); err != nil {
+			rows.Close()
+			return err
+		}
+		keyNew(ns, key)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if rows, err = br.Query(); err != nil {
+		return err
+	}
+	err = create.rows(rows)
+	rows.Close()
+	return errors.Join(err, rows.Err())
+}
+
+// readFinish reads the second round trip of keyedPipelined, n statements: the
+// fingerprints of the creates seen (into their states), the keys' updates, and
+// COMMIT, which must have committed.
+func readFinish(br pgx.BatchResults, n int, seen []int, states []keyedState) error {
+	for _, i := range seen {
+		st := &states[i]
+		if err := br.QueryRow().Scan(&st.fp); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+	}
+	for range n - len(seen) - 1 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	tag, err := br.Exec()
+	if err == nil && tag.String() != "COMMIT" {
+		err = fmt.Errorf("the transaction did not commit (%s)", tag)
+	}
+	return err
 }
 
 // keyedCreates writes a batch of keyed creates in transaction tx (see

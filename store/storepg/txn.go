@@ -55,6 +55,13 @@ func (tx *wtx) query(sql string, args ...any) (pgx.Rows, error) {
 // runs fn again from the start: fn must keep no state across attempts but what it
 // returns through variables it overwrites.
 func (s *Store) inTx(ctx context.Context, fn func(tx *wtx) error) error {
+	return s.retryTx(ctx, func(ctx context.Context) ([]string, error) { return s.tryTx(ctx, fn) })
+}
+
+// retryTx makes attempts of a transaction with try, as inTx does, until one
+// commits (then it publishes the topics the attempt returned), fails for good, or
+// ctx ends.
+func (s *Store) retryTx(ctx context.Context, try func(ctx context.Context) ([]string, error)) error {
 	if s.closed() {
 		return store.ErrClosed
 	}
@@ -63,7 +70,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *wtx) error) error {
 		reconnect backoff
 	)
 	for {
-		topics, err := s.tryTx(ctx, fn)
+		topics, err := try(ctx)
 		switch {
 		case err == nil:
 			if len(topics) > 0 {
