@@ -59,6 +59,15 @@ func (k *serverCore) WaitRuns(ctx context.Context, ns string, ids []string, ende
 	}, idle)
 }
 
+func (k *serverCore) Ended(ns string, final *store.Run) {
+	k.mu.Lock()
+	w := k.byNS[ns]
+	k.mu.Unlock()
+	if w != nil {
+		w.Ended(final.ID, final)
+	}
+}
+
 func (k *serverCore) StartScheduler()                         { k.startScheduler() }
 func (k *serverCore) StopScheduler(ctx context.Context) error { return k.stopScheduler(ctx) }
 func (k *serverCore) StopPurger()                             { k.stopPurger() }

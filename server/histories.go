@@ -47,6 +47,10 @@ type leaseHistory struct {
 	// (store.Lease.RunSeq), which then finds the run without looking its
 	// ID up. A run's sequence never changes.
 	runSeq int64
+	// run is the run as the claim this server pushed left it (nil: not
+	// known): a checkpoint that ends the run hands what it left
+	// (store.FinalRun) to those waiting for it through this server.
+	run *store.Run
 }
 
 // historyKept is how long an entry stays after its last use at the least.
@@ -61,7 +65,7 @@ func (lh *leaseHistories) pushed(runs []*store.ClaimedRun) {
 	lh.mu.Lock()
 	defer lh.mu.Unlock()
 	for _, cr := range runs {
-		lh.m[leaseRun{cr.Run.Namespace, cr.Run.ID}] = &leaseHistory{token: cr.LeaseToken, runSeq: cr.Run.Sequence,
+		lh.m[leaseRun{cr.Run.Namespace, cr.Run.ID}] = &leaseHistory{token: cr.LeaseToken, runSeq: cr.Run.Sequence, run: cr.Run,
 			rec: protocol.NewRecorded(cr.History, cr.Run.CancelRequested), expires: later(cr.LeaseExpiresAt, lh.now().Add(historyKept))}
 	}
 	lh.maybePrune()

@@ -589,6 +589,11 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 		ends := err == nil && p.Status != store.StatusRunning || errors.Is(err, store.ErrLeaseLost)
 		if err == nil && !res.Replayed {
 			lh.applied(p, it.Seq, res.CancelRequested)
+			if p.Status == store.StatusSucceeded && lh.run != nil {
+				// A failed run may have become a workflow retry, or
+				// recorded its attempt: those are read.
+				h.s.core.Ended(p.Lease.Namespace, store.FinalRun(lh.run, p, res))
+			}
 		}
 		if ends {
 			h.s.histories.drop(p.Lease)

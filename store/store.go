@@ -877,6 +877,21 @@ type CheckpointResult struct {
 	RetryAt *time.Time `json:"retry_at,omitempty"`
 }
 
+// FinalRun is run as checkpoint p, which ended it and which the store answered
+// with res, left it in the store: what a read of the run would return, for a
+// caller that holds the run as its lease found it (the run it claimed, or
+// created claimed) and would otherwise read it again only to hand it to those
+// waiting for its end.
+func FinalRun(run *Run, p *CheckpointParams, res *CheckpointResult) *Run {
+	r := *run
+	r.Status, r.Output, r.Error = p.Status, p.Output, p.Error
+	r.WaitReason, r.LeaseOwner, r.LeaseExpiresAt, r.CurrentStep = "", "", nil, nil
+	r.CancelRequested = res.CancelRequested
+	at := res.At
+	r.UpdatedAt, r.FinishedAt = at, &at
+	return &r
+}
+
 // HistoryListParams are the parameters of HistoryList.
 type HistoryListParams struct {
 	Namespace string `json:"namespace"`

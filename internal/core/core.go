@@ -78,6 +78,12 @@ type Core interface {
 	// none more is at hand. It returns ctx's error when ctx ended first. The
 	// runs share the namespace's results watcher with every other wait.
 	WaitRuns(ctx context.Context, ns string, ids []string, ended func(id string, run any), idle func()) error
+	// Ended hands final, a run of namespace ns that a checkpoint through this
+	// server just ended, to those waiting for it here, without a read
+	// (store.FinalRun makes it): a result long poll answers as soon as the
+	// run's worker is told its checkpoint was written. A run nobody here waits
+	// for is let be.
+	Ended(ns string, final *store.Run)
 	// StopPurger stops the purger: a batch in flight deletes nothing or all
 	// of its runs.
 	StopPurger()

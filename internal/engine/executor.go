@@ -228,5 +228,5 @@ func (rs *RunState) finish(out []byte, err error) (*store.Run, store.Status) {
 		// retry: the store says how the run is, not this process.
 		return nil, ""
 	}
-	return finalRun(rs.run, p, res), p.Status
+	return store.FinalRun(rs.run, p, res), p.Status
 }

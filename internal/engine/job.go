@@ -237,7 +237,7 @@ func (e *Engine) jobSave(ctx context.Context, cr *store.ClaimedRun, ctl *worker.
 	if !p.Status.Terminal() {
 		return nil, oc
 	}
-	return finalRun(run, p, res), oc
+	return store.FinalRun(run, p, res), oc
 }
 
 // GrowStack grows the calling goroutine's stack from its first 2 KiB to 8 KiB

@@ -58,18 +58,6 @@ func (l *localRuns) wait(runID string) (<-chan *store.Run, bool) {
 	return ch, true
 }
 
-// finalRun is the run as a terminal checkpoint p, answered by res, left it in
-// the store.
-func finalRun(run *store.Run, p *store.CheckpointParams, res *store.CheckpointResult) *store.Run {
-	r := *run
-	r.Status, r.Output, r.Error = p.Status, p.Output, p.Error
-	r.WaitReason, r.LeaseOwner, r.LeaseExpiresAt = "", "", nil
-	r.CancelRequested = res.CancelRequested
-	at := res.At
-	r.UpdatedAt, r.FinishedAt = at, &at
-	return &r
-}
-
 // executing reports whether the run is executing here.
 func (l *localRuns) executing(runID string) bool {
 	l.mu.Lock()

@@ -1,0 +1,144 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"reflect"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
+)
+
+// heldReads holds every read of one run (a RunsGet naming it, as the results
+// watcher reads) while hold is set, until release is closed.
+type heldReads struct {
+	store.Store
+	run     atomic.Pointer[string]
+	hold    atomic.Bool
+	reads   atomic.Int32 // the reads of run
+	release chan struct{}
+}
+
+func (s *heldReads) RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
+	if id := s.run.Load(); id != nil && slices.Contains(p.IDs, *id) {
+		s.reads.Add(1)
+		if s.hold.Load() {
+			select {
+			case <-s.release:
+			case <-ctx.Done():
+			}
+		}
+	}
+	return s.Store.RunsGet(ctx, p)
+}
+
+// TestEndedRunAnswersWithoutARead: a run a remote worker ends through the
+// server answers the result long polls waiting for it here with the run as the
+// checkpoint left it (store.FinalRun), without the results watcher's read of
+// it (held here until the answer came), and that answer is the run a read
+// gives afterwards, field for field.
+func TestEndedRunAnswersWithoutARead(t *testing.T) {
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			st, err := trellis.OpenStore(t.Context(), url(t), time.Now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			rec := &heldReads{Store: st, release: make(chan struct{})}
+			released := false
+			defer func() {
+				if !released {
+					close(rec.release)
+				}
+			}()
+			srv, err := New(t.Context(), Config{Backend: rec, Listen: "127.0.0.1:0", Authenticator: testTokens(), MaxWait: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Shutdown(context.Background())
+			base := "http://" + srv.Addr().String()
+			gate := make(chan struct{})
+			wf := trellis.NewWorkflow("handed-over", func(wc *trellis.Context, in string) (string, error) {
+				return trellis.Step(wc, "wait", func(ctx context.Context) (string, error) {
+					select {
+					case <-gate:
+						return "done: " + in, nil
+					case <-ctx.Done():
+						return "", ctx.Err()
+					}
+				})
+			})
+			w, err := trellis.NewWorker(t.Context(), trellis.Config{Server: base, Token: "admin"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Client().Close()
+			if err := w.Register(t.Context(), wf); err != nil {
+				t.Fatal(err)
+			}
+			h, err := trellis.Start(t.Context(), w.Client(), wf, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := h.RunID()
+			rec.run.Store(&id)
+			get := func(path string) (int, map[string]any) {
+				req, _ := http.NewRequestWithContext(t.Context(), "GET", base+"/v1/namespaces/default/runs/"+id+path, nil)
+				req.Header.Set("Authorization", "Bearer admin")
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Error(err)
+					return 0, nil
+				}
+				defer res.Body.Close()
+				b, _ := io.ReadAll(res.Body)
+				var m map[string]any
+				if err := json.Unmarshal(b, &m); err != nil {
+					t.Errorf("GET %s: %d %s", path, res.StatusCode, b)
+				}
+				return res.StatusCode, m
+			}
+			type answer struct {
+				status int
+				run    map[string]any
+			}
+			answered := make(chan answer, 1)
+			go func() {
+				status, run := get("/result?wait=50s")
+				answered <- answer{status, run}
+			}()
+			for deadline := time.Now().Add(10 * time.Second); rec.reads.Load() == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the long poll never read its run")
+				}
+			}
+			rec.hold.Store(true) // from here every read of the run waits for release
+			close(gate)
+			var got answer
+			select {
+			case got = <-answered:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no answer 30s after the run ended (%d reads of it): the long poll waits for a read", rec.reads.Load())
+			}
+			if got.status != 200 || got.run["status"] != "succeeded" || got.run["output"] != "done: x" {
+				t.Fatalf("result: %d %v", got.status, got.run)
+			}
+			rec.hold.Store(false)
+			close(rec.release)
+			released = true
+			if status, read := get(""); status != 200 || !reflect.DeepEqual(read, got.run) {
+				t.Fatalf("the run handed over:\n%v\nthe run read afterwards (%d):\n%v", got.run, status, read)
+			}
+		})
+	}
+}
