@@ -185,7 +185,8 @@ func (ws *waits) send(ids []string, byID map[string][]*queuedWait) {
 	resp, err := ws.open(ctx, ids)
 	failed := err != nil // the batch got no last line saying done
 	if err == nil {
-		rd := bufio.NewReaderSize(resp.Body, 64<<10)
+		rd := waitReaders.Get().(*bufio.Reader)
+		rd.Reset(resp.Body)
 		for {
 			l, err := readWaitLine(rd, ws.r.maxAnswer)
 			if err != nil || l.Done || l.Error != nil {
@@ -200,6 +201,8 @@ func (ws *waits) send(ids []string, byID map[string][]*queuedWait) {
 			}
 		}
 		resp.Body.Close()
+		rd.Reset(nil)
+		waitReaders.Put(rd)
 	} else if p, ok := httpc.IsProblem(err); ok && (p.Status == http.StatusNotFound || p.Status == http.StatusMethodNotAllowed) && p.Code != "namespace_not_found" {
 		ws.mu.Lock()
 		ws.unsupported = true // a server from before runs:wait
@@ -244,6 +247,11 @@ func (ws *waits) open(ctx context.Context, ids []string) (*http.Response, error)
 		}
 	}
 }
+
+// waitReaders are the readers of runs:wait answers, reused: a batch's answer
+// is read through a 64 KiB buffer (a line longer than that is gathered across
+// reads, readWaitLine), which was a tenth of what a client allocated for w1.
+var waitReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
 
 // readWaitLine reads one line of the answer, up to limit bytes.
 func readWaitLine(rd *bufio.Reader, limit int64) (*waitLine, error) {
