@@ -180,7 +180,7 @@ func (w *Watcher) WaitEach(ctx context.Context, ids []string, ended func(id stri
 			err = ctx.Err()
 		}
 	}
-	if left == 0 {
+	if left == 0 && err == nil {
 		return nil
 	}
 	// The runs not reported: no outcome reaches ch once they are

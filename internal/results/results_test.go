@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -308,5 +310,57 @@ func TestWaitEach(t *testing.T) {
 	}
 	if got := w.Waiting(); got != 0 {
 		t.Fatalf("Waiting() = %d after WaitEach returned", got)
+	}
+}
+
+// failingStore fails the reads of run once armed.
+type failingStore struct {
+	*storesqlite.Store
+	run   string
+	armed atomic.Bool
+}
+
+func (f *failingStore) RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
+	if f.armed.Load() && slices.Contains(p.IDs, f.run) {
+		return nil, errors.New("disk on fire")
+	}
+	return f.Store.RunsGet(ctx, p)
+}
+
+// WaitEach returns the error of a failed read even when it is the outcome of
+// the last run it waited for (it returned nil, as if every run had been
+// reported, and runs:wait answered "done" instead of an error).
+func TestWaitEachLastReadFails(t *testing.T) {
+	t.Parallel()
+	st := &failingStore{Store: open(t, filepath.Join(t.TempDir(), "trellis.db")), run: "last-b"}
+	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop()
+	a, b := start(t, st, "last-a"), start(t, st, "last-b")
+	finish(t, st, a, store.StatusSucceeded)
+	var reported []string
+	errc := make(chan error, 1)
+	firstIdle := make(chan struct{}, 1)
+	go func() {
+		errc <- w.WaitEach(t.Context(), []string{"last-a", "last-b"}, func(id string, _ *store.Run) {
+			reported = append(reported, id)
+		}, func() {
+			select {
+			case firstIdle <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	<-firstIdle // last-a reported, last-b read and waited for
+	st.armed.Store(true)
+	finish(t, st, b, store.StatusSucceeded)
+	if err := <-errc; err == nil || !strings.Contains(err.Error(), "disk on fire") {
+		t.Fatalf("WaitEach = %v, want the failed read's error", err)
+	}
+	if !slices.Equal(reported, []string{"last-a"}) {
+		t.Fatalf("reported %q, want last-a only", reported)
 	}
 }
