@@ -38,6 +38,38 @@ func (s *heldReads) RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*sto
 	return s.Store.RunsGet(ctx, p)
 }
 
+// serveOn starts a server of cfg on a loopback port, with the test tokens,
+// and returns its base URL and the function that shuts it down (before its
+// store is closed).
+func serveOn(t *testing.T, cfg Config) (base string, shutdown func()) {
+	t.Helper()
+	cfg.Listen, cfg.Authenticator = "127.0.0.1:0", testTokens()
+	srv, err := New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return "http://" + srv.Addr().String(), func() { srv.Shutdown(context.Background()) }
+}
+
+// workerOn starts a remote worker of the server at base serving wfs, with the
+// admin token, and returns it and the function that closes it (before the
+// server shuts down).
+func workerOn(t *testing.T, base string, wfs ...trellis.Registrable) (*trellis.Worker, func()) {
+	t.Helper()
+	w, err := trellis.NewWorker(t.Context(), trellis.Config{Server: base, Token: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Register(t.Context(), wfs...); err != nil {
+		w.Client().Close()
+		t.Fatal(err)
+	}
+	return w, func() { w.Client().Close() }
+}
+
 // TestEndedRunAnswersWithoutARead: a run a remote worker ends through the
 // server answers the result long polls waiting for it here with the run as the
 // checkpoint left it (store.FinalRun), without the results watcher's read of
@@ -58,15 +90,8 @@ func TestEndedRunAnswersWithoutARead(t *testing.T) {
 					close(rec.release)
 				}
 			}()
-			srv, err := New(t.Context(), Config{Backend: rec, Listen: "127.0.0.1:0", Authenticator: testTokens(), MaxWait: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := srv.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Shutdown(context.Background())
-			base := "http://" + srv.Addr().String()
+			base, shutdown := serveOn(t, Config{Backend: rec, MaxWait: time.Minute})
+			defer shutdown()
 			gate := make(chan struct{})
 			wf := trellis.NewWorkflow("handed-over", func(wc *trellis.Context, in string) (string, error) {
 				return trellis.Step(wc, "wait", func(ctx context.Context) (string, error) {
@@ -78,14 +103,8 @@ func TestEndedRunAnswersWithoutARead(t *testing.T) {
 					}
 				})
 			})
-			w, err := trellis.NewWorker(t.Context(), trellis.Config{Server: base, Token: "admin"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Client().Close()
-			if err := w.Register(t.Context(), wf); err != nil {
-				t.Fatal(err)
-			}
+			w, closeWorker := workerOn(t, base, wf)
+			defer closeWorker()
 			h, err := trellis.Start(t.Context(), w.Client(), wf, "x")
 			if err != nil {
 				t.Fatal(err)

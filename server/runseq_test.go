@@ -37,15 +37,8 @@ func TestRemoteCheckpointsCarryTheRunSequence(t *testing.T) {
 	}
 	defer st.Close()
 	rec := &seqStore{Store: st}
-	srv, err := New(t.Context(), Config{Backend: rec, Listen: "127.0.0.1:0", Authenticator: testTokens()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(context.Background())
-	base := "http://" + srv.Addr().String()
+	base, shutdown := serveOn(t, Config{Backend: rec})
+	defer shutdown()
 	wf := trellis.NewWorkflow("seq-steps", func(wc *trellis.Context, in int) (int, error) {
 		for range 3 {
 			var err error
@@ -55,14 +48,8 @@ func TestRemoteCheckpointsCarryTheRunSequence(t *testing.T) {
 		}
 		return in, nil
 	})
-	w, err := trellis.NewWorker(t.Context(), trellis.Config{Server: base, Token: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Client().Close()
-	if err := w.Register(t.Context(), wf); err != nil {
-		t.Fatal(err)
-	}
+	w, closeWorker := workerOn(t, base, wf)
+	defer closeWorker()
 	h, err := trellis.Start(t.Context(), w.Client(), wf, 1)
 	if err != nil {
 		t.Fatal(err)

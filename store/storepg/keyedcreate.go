@@ -210,41 +210,21 @@ func (s *Store) keyedPipelined(ctx context.Context, reqs []*keyedReq, states []k
 		return nil, fmt.Errorf("creating runs: %w", err)
 	}
 	var (
-		fin      keyCols
-		statuses []int32
-		bodies   [][]byte
-		seqs     []int64
-		del      keyCols
-		seen     []int // the creates whose key was there, in the order of their fingerprints' reads
-		topics   []string
+		out  keyResponses
+		seen []int // the creates whose key was there, in the order of their fingerprints' reads
 	)
 	b = &pgx.Batch{}
 	for i, r := range reqs {
-		rec := r.p.Idempotency
 		if !states[i].keyNew {
-			b.Queue(sqlKeyFingerprint, r.p.Namespace, rec.Key)
+			b.Queue(sqlKeyFingerprint, r.p.Namespace, r.p.Idempotency.Key)
 			seen = append(seen, i)
 			continue
 		}
-		res := *r.res
-		if res == nil {
-			del.add(r.p.Namespace, rec.Key)
-			continue
+		if err := out.add(r); err != nil {
+			return nil, err
 		}
-		status, body, err := rec.Render(res)
-		if err != nil {
-			return nil, fmt.Errorf("rendering the response of idempotency key %q: %w", rec.Key, err)
-		}
-		topics = append(topics, r.topics...)
-		fin.add(r.p.Namespace, rec.Key)
-		statuses, bodies, seqs = append(statuses, int32(status)), append(bodies, body), append(seqs, res.Run.Sequence)
 	}
-	if len(fin.keys) > 0 {
-		b.Queue(sqlKeysFinish, fin.nss, fin.keys, statuses, bodies, seqs)
-	}
-	if len(del.keys) > 0 {
-		b.Queue(sqlKeysDelete, del.nss, del.keys)
-	}
+	out.queue(b)
 	b.Queue("COMMIT")
 	br = conn.SendBatch(ctx, b)
 	err = readFinish(br, b.Len(), seen, states)
@@ -254,7 +234,46 @@ func (s *Store) keyedPipelined(ctx context.Context, reqs []*keyedReq, states []k
 	if err != nil {
 		return nil, fmt.Errorf("recording idempotency keys: %w", err)
 	}
-	return topics, nil
+	return out.topics, nil
+}
+
+// keyResponses are what step 3 records of a batch: the responses of the
+// creates whose key is new, and the keys of the starts rejected among them,
+// taken back.
+type keyResponses struct {
+	fin, del keyCols
+	statuses []int32
+	bodies   [][]byte
+	seqs     []int64
+	topics   []string // of the runs created
+}
+
+// add takes the outcome of create r, whose key is new: its rendered response,
+// or its key to take back when the start was rejected.
+func (k *keyResponses) add(r *keyedReq) error {
+	res, rec := *r.res, r.p.Idempotency
+	if res == nil {
+		k.del.add(r.p.Namespace, rec.Key)
+		return nil
+	}
+	status, body, err := rec.Render(res)
+	if err != nil {
+		return fmt.Errorf("rendering the response of idempotency key %q: %w", rec.Key, err)
+	}
+	k.topics = append(k.topics, r.topics...)
+	k.fin.add(r.p.Namespace, rec.Key)
+	k.statuses, k.bodies, k.seqs = append(k.statuses, int32(status)), append(k.bodies, body), append(k.seqs, res.Run.Sequence)
+	return nil
+}
+
+// queue queues the statements that record them: a statement each.
+func (k *keyResponses) queue(b *pgx.Batch) {
+	if len(k.fin.keys) > 0 {
+		b.Queue(sqlKeysFinish, k.fin.nss, k.fin.keys, k.statuses, k.bodies, k.seqs)
+	}
+	if len(k.del.keys) > 0 {
+		b.Queue(sqlKeysDelete, k.del.nss, k.del.keys)
+	}
 }
 
 // readKeysAndRuns reads the first round trip of keyedPipelined: BEGIN, the keys
@@ -400,39 +419,18 @@ func keyedCreates(tx *wtx, reqs []*keyedReq, states []keyedState) error {
 	if err := br.Close(); err != nil {
 		return err
 	}
-	// 3. The responses, or the keys of rejected starts taken back: a statement
-	// each.
-	var (
-		fin      keyCols
-		statuses []int32
-		bodies   [][]byte
-		seqs     []int64
-		del      keyCols
-	)
+	// 3. The responses, or the keys of rejected starts taken back.
+	var out keyResponses
 	for i, r := range reqs {
-		if !states[i].keyNew {
-			continue
+		if states[i].keyNew {
+			if err := out.add(r); err != nil {
+				return err
+			}
 		}
-		res, rec := *r.res, r.p.Idempotency
-		if res == nil {
-			del.add(r.p.Namespace, rec.Key)
-			continue
-		}
-		status, body, err := rec.Render(res)
-		if err != nil {
-			return fmt.Errorf("rendering the response of idempotency key %q: %w", rec.Key, err)
-		}
-		tx.publish(r.topics...)
-		fin.add(r.p.Namespace, rec.Key)
-		statuses, bodies, seqs = append(statuses, int32(status)), append(bodies, body), append(seqs, res.Run.Sequence)
 	}
+	tx.publish(out.topics...)
 	b = &pgx.Batch{}
-	if len(fin.keys) > 0 {
-		b.Queue(sqlKeysFinish, fin.nss, fin.keys, statuses, bodies, seqs)
-	}
-	if len(del.keys) > 0 {
-		b.Queue(sqlKeysDelete, del.nss, del.keys)
-	}
+	out.queue(b)
 	if b.Len() == 0 {
 		return nil
 	}
