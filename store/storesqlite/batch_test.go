@@ -165,10 +165,21 @@ func TestRolledBackReportsTheWritesError(t *testing.T) {
 // reported), ended children count in their group and wake their parent, a
 // second write to one of the runs is applied on its own, and a checkpoint that
 // writes more in the same batch is applied as before.
+//
+// The leases carry their run's sequence (as the engine's do: the statement finds
+// the runs by rowid) or not (found by namespace and ID); with sequences, one
+// lease carries another run's, which must end neither run through the merged
+// statement: its finish is applied on its own.
 func TestBatchEndsFinishedRunsTogether(t *testing.T) {
 	t.Parallel()
+	for _, bySeq := range []bool{false, true} {
+		t.Run(fmt.Sprint("by sequence: ", bySeq), func(t *testing.T) { testBatchEndsFinishedRunsTogether(t, bySeq) })
+	}
+}
+
+func testBatchEndsFinishedRunsTogether(t *testing.T, bySeq bool) {
 	ctx := context.Background()
-	ids := []string{"ok", "stale", "failed", "cancelled", "retried", "more", "parent"}
+	ids := []string{"ok", "stale", "failed", "cancelled", "retried", "more", "parent", "hinted"}
 	s := openWithRuns(t, ids...)
 	leases := map[string]store.Lease{}
 	claim := func(wf string, n int) {
@@ -179,6 +190,9 @@ func TestBatchEndsFinishedRunsTogether(t *testing.T) {
 		}
 		for _, cr := range res.Runs {
 			leases[cr.Run.ID] = store.Lease{Namespace: "ns", RunID: cr.Run.ID, Token: cr.LeaseToken}
+			if bySeq {
+				leases[cr.Run.ID] = cr.Lease()
+			}
 		}
 	}
 	claim("w", len(ids))
@@ -202,6 +216,10 @@ func TestBatchEndsFinishedRunsTogether(t *testing.T) {
 	}
 	stale := leases["stale"]
 	stale.Token++
+	hinted := leases["hinted"]
+	if bySeq {
+		hinted.RunSeq = leases["ok"].RunSeq // another run's sequence
+	}
 	params := []*store.CheckpointParams{
 		{Lease: leases["ok"], Status: store.StatusSucceeded, Output: []byte(`"ok"`)},
 		{Lease: stale, Status: store.StatusSucceeded, Output: []byte(`"no"`)},
@@ -214,6 +232,7 @@ func TestBatchEndsFinishedRunsTogether(t *testing.T) {
 		{Lease: leases["kid-1"], Status: store.StatusSucceeded, Output: []byte(`1`)},
 		// A second write to a run of the batch: applied on its own, after the first.
 		{Lease: leases["ok"], Status: store.StatusSucceeded, Output: []byte(`"twice"`)},
+		{Lease: hinted, Status: store.StatusSucceeded, Output: []byte(`"hinted"`)},
 	}
 	batch := make([]*request, len(params))
 	fins := make([]*finish, len(params))
@@ -256,6 +275,7 @@ func TestBatchEndsFinishedRunsTogether(t *testing.T) {
 		"ok": {store.StatusSucceeded, `"ok"`}, "stale": {store.StatusRunning, ""}, "failed": {store.StatusFailed, ""},
 		"retried": {store.StatusSucceeded, `"once"`}, "more": {store.StatusSucceeded, `"more"`},
 		"kid-0": {store.StatusSucceeded, `0`}, "kid-1": {store.StatusSucceeded, `1`},
+		"hinted": {store.StatusSucceeded, `"hinted"`},
 	}
 	for id, w := range want {
 		run, err := s.RunGet(ctx, &store.RunGetParams{Namespace: "ns", Ref: id})

@@ -24,7 +24,8 @@ func onlyFinishes(p *store.CheckpointParams) bool {
 		len(p.Children) == 0 && len(p.Approvals) == 0 && len(p.ExpireApprovals) == 0
 }
 
-// finishCols is the number of parameters of one finish in sqlFinishes.
+// finishCols is the number of parameters of one finish in sqlFinishes (one
+// more in sqlFinishesBySeq: the run's sequence, first).
 const finishCols = 8
 
 // sqlFinishes is the statement that ends the runs of up to n finishes (n a
@@ -36,21 +37,34 @@ const finishCols = 8
 // row. The parameters are anonymous: the driver looks up the name of each
 // numbered one in a list as long as the statement's, which for a thousand
 // parameters cost more than the statement itself.
-var sqlFinishes = func() map[int]string {
+//
+// sqlFinishesBySeq is the same for finishes whose leases carry their run's
+// sequence (store.Lease.RunSeq: every lease a claim of this store made): it
+// finds each run by its rowid, without the probe of runs_namespace_id (one
+// B-tree descent of a key of two strings fewer per job), and still checks the
+// namespace and ID, so that a wrong sequence matches nothing and its finish is
+// applied on its own, as a stale one is.
+var sqlFinishes, sqlFinishesBySeq = finishesSQL(false), finishesSQL(true)
+
+func finishesSQL(bySeq bool) map[int]string {
+	cols, row, bySeqCond := "ns, id, token, seq, fp, status, output, error", "(?, ?, ?, ?, ?, ?, ?, ?)", ""
+	if bySeq {
+		cols, row, bySeqCond = "rseq, "+cols, "(?, ?, ?, ?, ?, ?, ?, ?, ?)", "runs.sequence = v.rseq AND "
+	}
 	m := map[int]string{}
 	for n := 2; n <= maxFinishes; n *= 2 {
-		rows := strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?), ", n), ", ")
-		m[n] = `WITH v(ns, id, token, seq, fp, status, output, error) AS (VALUES ` + rows + `)
+		rows := strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
+		m[n] = `WITH v(` + cols + `) AS (VALUES ` + rows + `)
 	UPDATE OR FAIL runs SET status = v.status, output = v.output, error = v.error, wait_reason = '',
 	lease_owner = '', lease_expires_at = NULL, finished_at = ?, updated_at = ?,
 	lease_seq = CASE WHEN v.seq = 0 THEN runs.lease_seq ELSE v.seq END,
 	lease_fp = CASE WHEN v.seq = 0 THEN runs.lease_fp ELSE v.fp END
-	FROM v WHERE runs.namespace = v.ns AND runs.id = v.id AND runs.status = 'running'
+	FROM v WHERE ` + bySeqCond + `runs.namespace = v.ns AND runs.id = v.id AND runs.status = 'running'
 	AND runs.lease_token = v.token AND (v.seq = 0 OR runs.lease_seq < v.seq)
 	RETURNING namespace, id, sequence, cancel_requested, parent_seq, parent_position`
 	}
 	return m
-}()
+}
 
 // finishMany applies the finishes among batch's live requests, when there are
 // several, with one statement per maxFinishes of them, and marks the requests
@@ -102,15 +116,25 @@ func (w *writer) finishChunk(reqs []*request, byRun map[runRef]*request) bool {
 		n *= 2
 	}
 	tx := &wtx{w: w, now: w.s.now().UTC()}
-	args := make([]any, n*finishCols+2)
-	args[n*finishCols], args[n*finishCols+1] = tx.now.UnixNano(), tx.now.UnixNano()
+	query, cols, bySeq := sqlFinishes[n], finishCols, true
+	for _, r := range reqs {
+		bySeq = bySeq && r.fin.p.Lease.RunSeq > 0
+	}
+	if bySeq {
+		query, cols = sqlFinishesBySeq[n], finishCols+1
+	}
+	args := make([]any, n*cols+2)
+	args[n*cols], args[n*cols+1] = tx.now.UnixNano(), tx.now.UnixNano()
 	for i, r := range reqs {
 		p := r.fin.p
-		a := args[i*finishCols:]
+		a := args[i*cols:]
+		if bySeq {
+			a[0], a = p.Lease.RunSeq, a[1:]
+		}
 		a[0], a[1], a[2], a[3], a[4] = p.Lease.Namespace, p.Lease.RunID, p.Lease.Token, p.Seq, p.Fingerprint
 		a[5], a[6], a[7] = string(p.Status), blob(p.Output), r.fin.errText
 	}
-	rows, err := tx.query(sqlFinishes[n], args...)
+	rows, err := tx.query(query, args...)
 	if err != nil {
 		w.failFinishes(reqs, err)
 		return false
