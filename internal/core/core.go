@@ -81,8 +81,8 @@ type Core interface {
 	// Ended hands final, a run of namespace ns that a checkpoint through this
 	// server just ended, to those waiting for it here, without a read
 	// (store.FinalRun makes it): a result long poll answers as soon as the
-	// run's worker is told its checkpoint was written. A run nobody here waits
-	// for is let be.
+	// checkpoint is written, before the worker hears back. A run nobody here
+	// waits for is let be.
 	Ended(ns string, final *store.Run)
 	// StopPurger stops the purger: a batch in flight deletes nothing or all
 	// of its runs.
