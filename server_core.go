@@ -28,7 +28,8 @@ func openServerCore(kc servercore.Config) (servercore.Core, error) {
 		cfg.Metrics = kc.Metrics.(*Metrics)
 	}
 	cfg = cfg.withDefaults()
-	k := &serverCore{core: &core{store: kc.Store, logger: cfg.Logger}, cfg: cfg, chain: newChain(cfg.interceptors())}
+	k := &serverCore{core: &core{store: kc.Store, logger: cfg.Logger, watchers: watchers{executing: kc.Executing}},
+		cfg: cfg, chain: newChain(cfg.interceptors())}
 	if err := k.startBackground(background{Scheduler: kc.Scheduler, Owner: kc.Owner,
 		SchedulerLease: kc.SchedulerLease, SchedulerInterval: kc.SchedulerInterval, Started: kc.Started,
 		RetentionInterval: kc.RetentionInterval, Clock: kc.Clock, Logger: cfg.Logger}); err != nil {
@@ -59,12 +60,12 @@ func (k *serverCore) WaitRuns(ctx context.Context, ns string, ids []string, ende
 	}, idle)
 }
 
-func (k *serverCore) Ended(ns string, final *store.Run) {
+func (k *serverCore) Ended(ns, runID string, final *store.Run) {
 	k.mu.Lock()
 	w := k.byNS[ns]
 	k.mu.Unlock()
 	if w != nil {
-		w.Ended(final.ID, final)
+		w.Ended(runID, final)
 	}
 }
 
@@ -94,6 +95,8 @@ type watchers struct {
 	mu     sync.Mutex
 	byNS   map[string]*results.Watcher
 	closed bool
+	// executing is the server's servercore.Config.Executing (nil: none).
+	executing func(ns, runID string) bool
 }
 
 // watcher returns the results watcher of namespace ns and a function to call
@@ -107,7 +110,11 @@ func (k *core) watcher(ns string, poll time.Duration) (*results.Watcher, func(),
 	if w, ok := k.byNS[ns]; ok {
 		return w, func() {}, nil
 	}
-	w, err := results.New(results.Config{Store: k.store, Namespace: ns, PollInterval: poll, Logger: k.logger})
+	cfg := results.Config{Store: k.store, Namespace: ns, PollInterval: poll, Logger: k.logger}
+	if ex := k.executing; ex != nil {
+		cfg.Executing = func(runID string) bool { return ex(ns, runID) }
+	}
+	w, err := results.New(cfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -30,6 +30,9 @@ type leaseHistories struct {
 	mu      sync.Mutex
 	m       map[leaseRun]*leaseHistory
 	pruneAt int
+	// endings counts, by run, the checkpoints being written that end a run
+	// whose claim this server pushed (see ending).
+	endings map[leaseRun]int
 }
 
 // leaseHistory is the record of one lease; mu makes the writes of the lease
@@ -57,7 +60,7 @@ type leaseHistory struct {
 const historyKept = time.Minute
 
 func newLeaseHistories(now func() time.Time) *leaseHistories {
-	return &leaseHistories{now: now, m: map[leaseRun]*leaseHistory{}, pruneAt: minLeasePrune}
+	return &leaseHistories{now: now, m: map[leaseRun]*leaseHistory{}, pruneAt: minLeasePrune, endings: map[leaseRun]int{}}
 }
 
 // pushed records the histories of runs claimed for a worker.
@@ -92,6 +95,44 @@ func (lh *leaseHistories) acquire(l store.Lease) *leaseHistory {
 	lh.mu.Unlock()
 	e.mu.Lock()
 	return e
+}
+
+// ending marks run l's checkpoint p, about to be written, as ending the run
+// when it does (a status other than running) and the claim this server pushed
+// is known (e.run): until done is called, the results watchers leave the
+// store's reports of the run to done (servercore.Config.Executing), which
+// hands the run as p left it (store.FinalRun) to those waiting for it, or has
+// it read again. It returns nil otherwise. e is the lease's entry, locked.
+func (lh *leaseHistories) ending(e *leaseHistory, p *store.CheckpointParams, ended func(final *store.Run)) (done func(res *store.CheckpointResult, err error)) {
+	if e.run == nil || p.Status == store.StatusRunning {
+		return nil
+	}
+	k := leaseRun{p.Lease.Namespace, p.Lease.RunID}
+	lh.mu.Lock()
+	lh.endings[k]++
+	lh.mu.Unlock()
+	return func(res *store.CheckpointResult, err error) {
+		var final *store.Run
+		// A failed run may have become a workflow retry, or recorded its
+		// attempt; a replayed write's outcome is the first one's: read.
+		if err == nil && res != nil && !res.Replayed && p.Status == store.StatusSucceeded {
+			final = store.FinalRun(e.run, p, res)
+		}
+		ended(final) // before the mark goes: a report read after it finds no waiter
+		lh.mu.Lock()
+		if lh.endings[k]--; lh.endings[k] <= 0 {
+			delete(lh.endings, k)
+		}
+		lh.mu.Unlock()
+	}
+}
+
+// isEnding reports whether a checkpoint that ends run id of namespace ns is
+// being written through this server (ending).
+func (lh *leaseHistories) isEnding(ns, id string) bool {
+	lh.mu.Lock()
+	defer lh.mu.Unlock()
+	return lh.endings[leaseRun{ns, id}] > 0
 }
 
 // drop forgets the entry of lease l (its lease ended).

@@ -498,6 +498,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Logger: cfg.Logger, Metrics: cfg.Metrics, TracerProvider: cfg.TracerProvider,
 		Scheduler: !cfg.Scheduler.Disabled, Owner: owner, SchedulerLease: cfg.Scheduler.LeaseDuration,
 		SchedulerInterval: cfg.Scheduler.Interval, Started: func(run *store.Run) { s.observer.ObserveStarted(run.Workflow) },
+		Executing:         s.histories.isEnding,
 		RetentionInterval: cfg.RetentionInterval, Clock: cfg.Clock})
 	if err != nil {
 		_ = s.closeStores()

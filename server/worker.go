@@ -585,15 +585,17 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 		if it.Seq > 0 {
 			p.Fingerprint = leaseWriteFingerprint(req.Spec().Procedure, principal.Name, it)
 		}
-		res, err := h.s.store.Checkpoint(ctx, p)
+		res, err := func() (res *store.CheckpointResult, err error) {
+			if done := h.s.histories.ending(lh, p, func(final *store.Run) {
+				h.s.core.Ended(p.Lease.Namespace, p.Lease.RunID, final)
+			}); done != nil {
+				defer func() { done(res, err) }() // even when the store call panics
+			}
+			return h.s.store.Checkpoint(ctx, p)
+		}()
 		ends := err == nil && p.Status != store.StatusRunning || errors.Is(err, store.ErrLeaseLost)
 		if err == nil && !res.Replayed {
 			lh.applied(p, it.Seq, res.CancelRequested)
-			if p.Status == store.StatusSucceeded && lh.run != nil {
-				// A failed run may have become a workflow retry, or
-				// recorded its attempt: those are read.
-				h.s.core.Ended(p.Lease.Namespace, store.FinalRun(lh.run, p, res))
-			}
 		}
 		if ends {
 			h.s.histories.drop(p.Lease)

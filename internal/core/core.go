@@ -46,6 +46,11 @@ type Config struct {
 	SchedulerInterval time.Duration
 	// Started is told of each run the scheduler starts.
 	Started func(*store.Run)
+	// Executing reports whether a run of namespace ns is ending through this
+	// server (a remote worker's checkpoint that ends it is being written):
+	// its outcome comes to Ended, so the results watchers do not read it when
+	// the store reports it changed (results.Config.Executing). nil: none.
+	Executing func(ns, runID string) bool
 	// RetentionInterval is the interval of the purger's passes (deleting
 	// expired runs); negative: no purger.
 	RetentionInterval time.Duration
@@ -78,12 +83,13 @@ type Core interface {
 	// none more is at hand. It returns ctx's error when ctx ended first. The
 	// runs share the namespace's results watcher with every other wait.
 	WaitRuns(ctx context.Context, ns string, ids []string, ended func(id string, run any), idle func()) error
-	// Ended hands final, a run of namespace ns that a checkpoint through this
-	// server just ended, to those waiting for it here, without a read
-	// (store.FinalRun makes it): a result long poll answers as soon as the
-	// checkpoint is written, before the worker hears back. A run nobody here
-	// waits for is let be.
-	Ended(ns string, final *store.Run)
+	// Ended reports the outcome of a checkpoint of run runID of namespace ns
+	// that Executing reported: final, the run as it left it (store.FinalRun),
+	// goes to those waiting for it here without a read, so that a result long
+	// poll answers as soon as the checkpoint is written, before the worker
+	// hears back; nil (the run did not end, or its final state is not known
+	// here) has the run read again. A run nobody here waits for is let be.
+	Ended(ns, runID string, final *store.Run)
 	// StopPurger stops the purger: a batch in flight deletes nothing or all
 	// of its runs.
 	StopPurger()
