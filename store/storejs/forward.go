@@ -16,7 +16,14 @@ func writesSubject(name string) string { return "trellis." + name + ".writes" }
 // newForwarder is a follower's way to the writer: a forwarded write returns
 // once this server's replica applied the writer's answer (read-your-writes).
 func newForwarder(s *Store) forwarder {
-	return &forward.Client{NC: s.nc, Subject: writesSubject(s.cfg.Name), Wait: s.waitApplied}
+	// A write in flight when a new writer's epoch record arrives was sent to
+	// the writer before it, which may have died with it unanswered: it waits
+	// a lease's time more (a deposed writer that is alive answers within
+	// it: it steps down when its lease goes unrenewed), then fails as of
+	// unknown outcome (a client retries it with its idempotency key) instead
+	// of waiting out the request's timeout (30 s).
+	return &forward.Client{NC: s.nc, Subject: writesSubject(s.cfg.Name), Wait: s.waitApplied,
+		LeaderChanged: s.epochChanged, ChangeGrace: s.cfg.LeaseDuration}
 }
 
 // serve answers the followers' forwarded writes while this server writes the

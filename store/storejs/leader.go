@@ -369,13 +369,45 @@ func (s *Store) follow() *follower {
 				return
 			}
 			s.log.Warn("storejs: following the log", "err", err)
+			// Making a new consumer goes through JetStream's meta leader,
+			// which may be in an election: catch up meanwhile by asking the
+			// stream's leader for each record, then try again.
+			if err := s.followGets(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("storejs: catching up with the log by its records' sequences", "err", err)
+			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(500 * time.Millisecond):
+			case <-time.After(followRetry):
 			}
 		}
 	}()
 	return f
+}
+
+// followRetry is how long a follower waits before it reads the log with a
+// new consumer after its reader failed.
+const followRetry = 200 * time.Millisecond
+
+// followGets applies the log's records up to its end as of now by asking the
+// stream's leader for each (no consumer), within a lease's time.
+func (s *Store) followGets(ctx context.Context) error {
+	gctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseDuration)
+	defer cancel()
+	last, err := s.jl.last(gctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	head := s.head
+	s.mu.Unlock()
+	if last <= head {
+		return nil
+	}
+	err = s.applyUpTo(gctx, s.jl.readByGets(head+1), last)
+	if errors.Is(err, errNoMessage) {
+		return nil // compacted away, or not on the replica that answered: the consumer's
+	}
+	return err
 }
 
 func (s *Store) followOnce(ctx context.Context) error {

@@ -43,12 +43,13 @@ var publishTimeout = 5 * time.Second
 const appendRetryWait = 100 * time.Millisecond
 
 // readHeartbeat is how often the server holding a reader's consumer says it
-// is alive while the log is idle. A reader that misses two recreates its
-// consumer on a server that answers, from where it stopped: when the server
-// holding the consumer is killed, a follower goes on applying the log after
-// about two heartbeats. nats.go's default for an ordered consumer (5 s) made
-// such a follower apply nothing for 10 s after a SIGKILL, and so answered
-// nothing it forwarded (it waits to read its own writes) for as long.
+// is alive while the log is idle. A reader that misses two ends with an
+// error, and its follower reads on with a new consumer from where it
+// stopped (readFrom): when the server holding the consumer is killed, a
+// follower goes on applying the log after about two heartbeats. nats.go's
+// default (5 s) made such a follower apply nothing for 10 s after a
+// SIGKILL, and so answer nothing it forwarded (it waits to read its own
+// writes) for as long.
 var readHeartbeat = time.Second
 
 var (
@@ -308,22 +309,48 @@ func (l *jsLog) readByGets(seq uint64) *logReader {
 	return &logReader{l: l, src: &getSource{stream: l.stream, seq: seq}, next: seq}
 }
 
-// readFrom starts reading at seq.
+// readFrom starts reading at seq, through a consumer of its own: an
+// ephemeral pull consumer in memory, with one replica, that JetStream deletes
+// once it has been idle for readerIdle (a reader stopped, or its process
+// killed). It is not nats.go's ordered consumer, which makes a new consumer
+// by itself when the one it reads from stops answering (its server killed),
+// retrying with a backoff that grows to 10 s, each attempt waiting up to
+// 10 s, none of which its reader's context can cut short: while JetStream's
+// meta group elected a leader after a SIGKILL, a follower applied nothing for
+// 12 s and more, and answered no write forwarded through it (it waits to read
+// its own writes). Here a reader's consumer that stops answering (two missed
+// heartbeats), or that the server deletes, ends the read with an error; the
+// follower catches up meanwhile by asking the stream's leader for each record
+// (followGets) and makes a new consumer, within its own deadline.
 func (l *jsLog) readFrom(ctx context.Context, seq uint64) (*logReader, error) {
-	c, err := l.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{l.subject},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    seq,
+	cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
+	defer cancel()
+	c, err := l.stream.CreateConsumer(cctx, jetstream.ConsumerConfig{
+		FilterSubject:     l.subject,
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       seq,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: readerIdle,
+		Replicas:          1,
+		MemoryStorage:     true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reading the log from %d: %w", seq, err)
 	}
-	it, err := c.Messages(jetstream.PullMaxMessages(512), jetstream.PullHeartbeat(readHeartbeat))
+	it, err := c.Messages(jetstream.PullMaxMessages(512), jetstream.PullHeartbeat(readHeartbeat),
+		jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
 		return nil, fmt.Errorf("reading the log from %d: %w", seq, err)
 	}
 	return &logReader{l: l, src: consumerSource{it}, next: seq}, nil
 }
+
+// consumerTimeout bounds the creation of a reader's consumer (a variable
+// for tests).
+var consumerTimeout = 2 * time.Second
+
+// readerIdle is how long a reader's consumer outlives its last pull.
+const readerIdle = 30 * time.Second
 
 func (r *logReader) stop() { r.src.stop() }
 
@@ -384,20 +411,35 @@ func (r *logReader) nextRecord(ctx context.Context, limit uint64) (entry, error)
 }
 
 // gap is the error of a message at seq where r.next was expected: the log
-// was compacted past the reader's position (errBehind), or it lost messages
-// (errCorrupt).
+// was compacted past the reader's position (errBehind), a delivery was lost
+// on the way while the log holds the message (errDelivery: read again), or
+// the log lost messages (errCorrupt).
 func (r *logReader) gap(ctx context.Context, seq uint64) error {
-	if seq > r.next {
-		compacted, err := r.l.compacted(ctx, r.next)
-		if err != nil {
-			return err
-		}
-		if compacted {
-			return fmt.Errorf("%w: the reader wanted sequence %d, the log now starts at %d", errBehind, r.next, seq)
-		}
+	if seq < r.next {
+		return fmt.Errorf("%w: sequence %d came again after %d", errDelivery, seq, r.next-1)
+	}
+	compacted, err := r.l.compacted(ctx, r.next)
+	if err != nil {
+		return err
+	}
+	if compacted {
+		return fmt.Errorf("%w: the reader wanted sequence %d, the log now starts at %d", errBehind, r.next, seq)
+	}
+	gctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	_, err = r.l.stream.GetMsg(gctx, r.next)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: sequence %d came after %d, and the log holds %d", errDelivery, seq, r.next-1, r.next)
+	case !errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("reading the log at %d after a gap in its delivery: %w", r.next, err)
 	}
 	return fmt.Errorf("%w: the log skips from sequence %d to %d", errCorrupt, r.next-1, seq)
 }
+
+// errDelivery: a reader's consumer skipped or repeated a message the log
+// holds; the reader starts again from the replica's position.
+var errDelivery = errors.New("storejs: the log's delivery skipped or repeated a message")
 
 // fragment parses a Trellis-Frag header ("" is 1/1).
 func fragment(h string) (i, n int, err error) {

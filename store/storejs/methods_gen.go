@@ -21,20 +21,34 @@ func (s *Store) ApprovalDecide(ctx context.Context, p *store.ApprovalDecideParam
 	return out, err
 }
 
-// ApprovalGet reads the local replica.
+// ApprovalGet reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) ApprovalGet(ctx context.Context, p *store.ApprovalGetParams) (*store.Approval, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.ApprovalGet(ctx, p)
+	out, err := s.rep.ApprovalGet(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.ApprovalGet(ctx, p)
+	}
+	return out, err
 }
 
-// ApprovalList reads the local replica.
+// ApprovalList reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) ApprovalList(ctx context.Context, p *store.ApprovalListParams) (*store.ApprovalListResult, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.ApprovalList(ctx, p)
+	out, err := s.rep.ApprovalList(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.ApprovalList(ctx, p)
+	}
+	return out, err
 }
 
 // AuditAppend is a write: the leader's replica runs it, a follower forwards it.
@@ -44,20 +58,34 @@ func (s *Store) AuditAppend(ctx context.Context, p *store.AuditAppendParams) err
 	})
 }
 
-// AuditList reads the local replica.
+// AuditList reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) AuditList(ctx context.Context, p *store.AuditListParams) (*store.AuditListResult, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.AuditList(ctx, p)
+	out, err := s.rep.AuditList(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.AuditList(ctx, p)
+	}
+	return out, err
 }
 
-// AuditNamespaces reads the local replica.
+// AuditNamespaces reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) AuditNamespaces(ctx context.Context) ([]string, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.AuditNamespaces(ctx)
+	out, err := s.rep.AuditNamespaces(ctx)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.AuditNamespaces(ctx)
+	}
+	return out, err
 }
 
 // AuditPurge is a write: the leader's replica runs it, a follower forwards it.
@@ -90,20 +118,34 @@ func (s *Store) EventSend(ctx context.Context, p *store.EventSendParams) (*store
 	return out, err
 }
 
-// HistoryList reads the local replica.
+// HistoryList reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]*store.Op, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.HistoryList(ctx, p)
+	out, err := s.rep.HistoryList(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.HistoryList(ctx, p)
+	}
+	return out, err
 }
 
-// IdempotencyGet reads the local replica.
+// IdempotencyGet reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) IdempotencyGet(ctx context.Context, p *store.IdempotencyGetParams) (*store.IdempotencyEntry, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.IdempotencyGet(ctx, p)
+	out, err := s.rep.IdempotencyGet(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.IdempotencyGet(ctx, p)
+	}
+	return out, err
 }
 
 // IdempotencyPurge is a write: the leader's replica runs it, a follower forwards it.
@@ -116,12 +158,19 @@ func (s *Store) IdempotencyPurge(ctx context.Context, p *store.IdempotencyPurgeP
 	return out, err
 }
 
-// KVGet reads the local replica.
+// KVGet reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) KVGet(ctx context.Context, p *store.KVGetParams) ([]byte, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.KVGet(ctx, p)
+	out, err := s.rep.KVGet(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.KVGet(ctx, p)
+	}
+	return out, err
 }
 
 // LeaseRelease is a write: the leader's replica runs it, a follower forwards it.
@@ -151,20 +200,34 @@ func (s *Store) NamespaceCreate(ctx context.Context, p *store.NamespaceCreatePar
 	return out, err
 }
 
-// NamespaceGet reads the local replica.
+// NamespaceGet reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) NamespaceGet(ctx context.Context, p *store.NamespaceGetParams) (*store.Namespace, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.NamespaceGet(ctx, p)
+	out, err := s.rep.NamespaceGet(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.NamespaceGet(ctx, p)
+	}
+	return out, err
 }
 
-// NamespaceList reads the local replica.
+// NamespaceList reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) NamespaceList(ctx context.Context) ([]*store.Namespace, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.NamespaceList(ctx)
+	out, err := s.rep.NamespaceList(ctx)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.NamespaceList(ctx)
+	}
+	return out, err
 }
 
 // NamespaceUpdate is a write: the leader's replica runs it, a follower forwards it.
@@ -177,12 +240,19 @@ func (s *Store) NamespaceUpdate(ctx context.Context, p *store.NamespaceUpdatePar
 	return out, err
 }
 
-// QueueCounts reads the local replica.
+// QueueCounts reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) QueueCounts(ctx context.Context) ([]store.QueueCount, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.QueueCounts(ctx)
+	out, err := s.rep.QueueCounts(ctx)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.QueueCounts(ctx)
+	}
+	return out, err
 }
 
 // QueueCreate is a write: the leader's replica runs it, a follower forwards it.
@@ -195,20 +265,34 @@ func (s *Store) QueueCreate(ctx context.Context, p *store.QueueCreateParams) (*s
 	return out, err
 }
 
-// QueueGet reads the local replica.
+// QueueGet reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) QueueGet(ctx context.Context, p *store.QueueGetParams) (*store.Queue, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.QueueGet(ctx, p)
+	out, err := s.rep.QueueGet(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.QueueGet(ctx, p)
+	}
+	return out, err
 }
 
-// QueueList reads the local replica.
+// QueueList reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) QueueList(ctx context.Context, p *store.QueueListParams) ([]*store.Queue, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.QueueList(ctx, p)
+	out, err := s.rep.QueueList(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.QueueList(ctx, p)
+	}
+	return out, err
 }
 
 // QueueSetPaused is a write: the leader's replica runs it, a follower forwards it.
@@ -241,20 +325,34 @@ func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store
 	return out, err
 }
 
-// RunChildren reads the local replica.
+// RunChildren reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) RunChildren(ctx context.Context, p *store.RunChildrenParams) ([]*store.Run, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.RunChildren(ctx, p)
+	out, err := s.rep.RunChildren(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.RunChildren(ctx, p)
+	}
+	return out, err
 }
 
-// RunCounts reads the local replica.
+// RunCounts reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) RunCounts(ctx context.Context, p *store.RunCountsParams) (*store.RunCountsResult, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.RunCounts(ctx, p)
+	out, err := s.rep.RunCounts(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.RunCounts(ctx, p)
+	}
+	return out, err
 }
 
 // RunCreate is a write: the leader's replica runs it, a follower forwards it.
@@ -277,28 +375,49 @@ func (s *Store) RunDelete(ctx context.Context, p *store.RunDeleteParams) (*store
 	return out, err
 }
 
-// RunGet reads the local replica.
+// RunGet reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) RunGet(ctx context.Context, p *store.RunGetParams) (*store.Run, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.RunGet(ctx, p)
+	out, err := s.rep.RunGet(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.RunGet(ctx, p)
+	}
+	return out, err
 }
 
-// RunList reads the local replica.
+// RunList reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) RunList(ctx context.Context, p *store.RunListParams) (*store.RunListResult, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.RunList(ctx, p)
+	out, err := s.rep.RunList(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.RunList(ctx, p)
+	}
+	return out, err
 }
 
-// RunNamespaces reads the local replica.
+// RunNamespaces reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) RunNamespaces(ctx context.Context) ([]string, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.RunNamespaces(ctx)
+	out, err := s.rep.RunNamespaces(ctx)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.RunNamespaces(ctx)
+	}
+	return out, err
 }
 
 // RunResume is a write: the leader's replica runs it, a follower forwards it.
@@ -331,12 +450,19 @@ func (s *Store) RunsCreate(ctx context.Context, p *store.RunsCreateParams) (*sto
 	return out, err
 }
 
-// RunsGet reads the local replica.
+// RunsGet reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.RunsGet(ctx, p)
+	out, err := s.rep.RunsGet(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.RunsGet(ctx, p)
+	}
+	return out, err
 }
 
 // RunsPurge is a write: the leader's replica runs it, a follower forwards it.
@@ -386,20 +512,34 @@ func (s *Store) ScheduleFire(ctx context.Context, p *store.ScheduleFireParams) (
 	return out, err
 }
 
-// ScheduleGet reads the local replica.
+// ScheduleGet reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) ScheduleGet(ctx context.Context, p *store.ScheduleGetParams) (*store.Schedule, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.ScheduleGet(ctx, p)
+	out, err := s.rep.ScheduleGet(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.ScheduleGet(ctx, p)
+	}
+	return out, err
 }
 
-// ScheduleList reads the local replica.
+// ScheduleList reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) ScheduleList(ctx context.Context, p *store.ScheduleListParams) ([]*store.Schedule, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.ScheduleList(ctx, p)
+	out, err := s.rep.ScheduleList(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.ScheduleList(ctx, p)
+	}
+	return out, err
 }
 
 // SchedulePause is a write: the leader's replica runs it, a follower forwards it.
@@ -456,12 +596,19 @@ func (s *Store) SessionEnd(ctx context.Context, p *store.SessionEndParams) error
 	})
 }
 
-// SessionEnded reads the local replica.
+// SessionEnded reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) SessionEnded(ctx context.Context, p *store.SessionEndedParams) (bool, error) {
 	if err := s.read(ctx); err != nil {
 		return false, err
 	}
-	return s.rep.SessionEnded(ctx, p)
+	out, err := s.rep.SessionEnded(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return false, cerr
+	} else if again {
+		out, err = s.rep.SessionEnded(ctx, p)
+	}
+	return out, err
 }
 
 // SessionsPurge is a write: the leader's replica runs it, a follower forwards it.
@@ -474,28 +621,49 @@ func (s *Store) SessionsPurge(ctx context.Context, p *store.SessionsPurgeParams)
 	return out, err
 }
 
-// StreamRead reads the local replica.
+// StreamRead reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) StreamRead(ctx context.Context, p *store.StreamReadParams) (*store.StreamReadResult, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.StreamRead(ctx, p)
+	out, err := s.rep.StreamRead(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.StreamRead(ctx, p)
+	}
+	return out, err
 }
 
-// TokenByHash reads the local replica.
+// TokenByHash reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) TokenByHash(ctx context.Context, p *store.TokenByHashParams) (*store.Token, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.TokenByHash(ctx, p)
+	out, err := s.rep.TokenByHash(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.TokenByHash(ctx, p)
+	}
+	return out, err
 }
 
-// TokenBySubject reads the local replica.
+// TokenBySubject reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) TokenBySubject(ctx context.Context, p *store.TokenBySubjectParams) (*store.Token, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.TokenBySubject(ctx, p)
+	out, err := s.rep.TokenBySubject(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.TokenBySubject(ctx, p)
+	}
+	return out, err
 }
 
 // TokenCreate is a write: the leader's replica runs it, a follower forwards it.
@@ -508,12 +676,19 @@ func (s *Store) TokenCreate(ctx context.Context, p *store.TokenCreateParams) (*s
 	return out, err
 }
 
-// TokenList reads the local replica.
+// TokenList reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) TokenList(ctx context.Context) ([]*store.Token, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.TokenList(ctx)
+	out, err := s.rep.TokenList(ctx)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.TokenList(ctx)
+	}
+	return out, err
 }
 
 // TokenRevoke is a write: the leader's replica runs it, a follower forwards it.
@@ -543,12 +718,19 @@ func (s *Store) TokenTouch(ctx context.Context, p *store.TokenTouchParams) error
 	})
 }
 
-// WorkerCounts reads the local replica.
+// WorkerCounts reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) WorkerCounts(ctx context.Context) ([]store.WorkerCount, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.WorkerCounts(ctx)
+	out, err := s.rep.WorkerCounts(ctx)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.WorkerCounts(ctx)
+	}
+	return out, err
 }
 
 // WorkerHeartbeat is a write: the leader's replica runs it, a follower forwards it.
@@ -558,12 +740,19 @@ func (s *Store) WorkerHeartbeat(ctx context.Context, p *store.WorkerHeartbeatPar
 	})
 }
 
-// WorkerList reads the local replica.
+// WorkerList reads the local replica (a follower's answer that something does not
+// exist is confirmed: confirmAbsent).
 func (s *Store) WorkerList(ctx context.Context, p *store.WorkerListParams) ([]*store.Worker, error) {
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
-	return s.rep.WorkerList(ctx, p)
+	out, err := s.rep.WorkerList(ctx, p)
+	if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {
+		return nil, cerr
+	} else if again {
+		out, err = s.rep.WorkerList(ctx, p)
+	}
+	return out, err
 }
 
 // WorkerRemove is a write: the leader's replica runs it, a follower forwards it.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -39,6 +40,7 @@ type Store struct {
 	head     uint64        // the log sequence the replica reached
 	hash     [32]byte      // of the last record applied or written
 	advanced chan struct{} // closed and replaced when head moves
+	newEpoch chan struct{} // closed and replaced when epoch changes
 	broken   error         // why the replica stopped following the log
 	demoted  chan struct{} // signals the owner that the writer lost the log
 	takeover chan chan error
@@ -47,6 +49,10 @@ type Store struct {
 	bucketMu sync.Mutex
 	snaps    jetstream.ObjectStore // the snapshot bucket, once opened (bucket)
 	restored uint64                // the sequence of the snapshot Open restored (0: none)
+
+	// beforeApply, when set (tests), is called before a followed record is
+	// applied, with its sequence.
+	beforeApply atomic.Pointer[func(seq uint64)]
 
 	closeOnce sync.Once
 	closeErr  error
@@ -68,7 +74,7 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		return nil, fmt.Errorf("opening jetstream store: %w: %w", store.ErrInvalidParams, err)
 	}
 	cfg = cfg.withDefaults()
-	s := &Store{cfg: cfg, log: cfg.Logger, advanced: make(chan struct{}), demoted: make(chan struct{}, 1), takeover: make(chan chan error),
+	s := &Store{cfg: cfg, log: cfg.Logger, advanced: make(chan struct{}), newEpoch: make(chan struct{}), demoted: make(chan struct{}, 1), takeover: make(chan chan error),
 		quit: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -115,8 +121,9 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	s.head, s.epoch, s.hash = pos.Seq, st.epoch, st.hash
 	// Reading the log needs a consumer, which a cluster creates only while
 	// it has a meta leader: a server restarted right after another was
-	// killed waits for the election (seconds) instead of failing to start.
-	// catchUp resumes where a failed attempt stopped.
+	// killed waits for the election (seconds) instead of failing to start,
+	// and a reader whose consumer's server stopped reads again. catchUp
+	// resumes where a failed attempt stopped.
 	if _, err := retryOpen(ctx, func() (struct{}, error) {
 		last, err := s.jl.last(ctx)
 		if err != nil {
@@ -140,11 +147,19 @@ func retryOpen[T any](ctx context.Context, f func() (T, error)) (T, error) {
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil ||
 			!(errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrTimeout) ||
 				errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) ||
-				errors.Is(err, jetstream.ErrNoStreamResponse) || isClusterNotReady(err)) {
+				errors.Is(err, jetstream.ErrNoStreamResponse) || isClusterNotReady(err) || readerLost(err)) {
 			return v, err
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// readerLost: a reader's consumer stopped answering or was deleted (its
+// server stopped), or skipped a message: reading again from the replica's
+// position goes on.
+func readerLost(err error) bool {
+	return errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, errDelivery)
 }
 
 func isClusterNotReady(err error) bool {
@@ -223,6 +238,9 @@ func (s *Store) apply(ctx context.Context, e entry) error {
 	if err != nil {
 		return s.fail(fmt.Errorf("log record at sequence %d of stream %s: %w", e.seq, streamName(s.cfg.Name), err))
 	}
+	if f := s.beforeApply.Load(); f != nil {
+		(*f)(e.seq)
+	}
 	st := replicaState{epoch: rec.epoch, hash: hashOf(e.data)}
 	err = s.rep.ApplyLog(ctx, &rec.batch, storesqlite.LogPosition{Seq: e.seq, State: st.encode()})
 	switch {
@@ -296,10 +314,22 @@ func (s *Store) advance(seq uint64, st replicaState) {
 		s.mu.Unlock()
 		return
 	}
+	if st.epoch != s.epoch {
+		close(s.newEpoch)
+		s.newEpoch = make(chan struct{})
+	}
 	s.head, s.epoch, s.hash = seq, st.epoch, st.hash
 	close(s.advanced)
 	s.advanced = make(chan struct{})
 	s.mu.Unlock()
+}
+
+// epochChanged returns a channel closed when the replica reaches a record of
+// another epoch: a new writer began.
+func (s *Store) epochChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.newEpoch
 }
 
 // waitApplied waits until the replica applied the log up to seq.

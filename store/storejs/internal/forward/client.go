@@ -41,7 +41,20 @@ type Client struct {
 	// NoLeaderWait is how long a call retries while no leader answers (0:
 	// DefaultNoLeaderWait).
 	NoLeaderWait time.Duration
+	// LeaderChanged, when set, returns a channel closed when a new leader
+	// begins (a new term). A request sent before it closed is answered by
+	// the old leader, if ever: when that one died with it (SIGKILLed), the
+	// call would otherwise wait out its Timeout. It waits ChangeGrace more
+	// for an answer (one the new leader took in the meantime comes within
+	// it) and then fails with ErrOutcomeUnknown.
+	LeaderChanged func() <-chan struct{}
+	// ChangeGrace: see LeaderChanged (0: no grace).
+	ChangeGrace time.Duration
 }
+
+// errLeaderChanged is the cause of a request given up because a new leader
+// began while it was in flight (Client.LeaderChanged).
+var errLeaderChanged = errors.New("a new leader began while the write was in flight, and the old one did not answer")
 
 // Call runs method on the leader with the parameters in and decodes its result
 // into out (a pointer; nil to drop it), both in the wire encoding (Marshal).
@@ -129,6 +142,11 @@ func (c *Client) attempt(ctx context.Context, method string, params []byte) (*re
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if c.LeaderChanged != nil {
+		var giveUp context.CancelCauseFunc
+		rctx, giveUp = context.WithCancelCause(rctx)
+		defer c.onLeaderChange(rctx, giveUp)()
+	}
 	deadline, _ := rctx.Deadline()
 	data, err := json.Marshal(request{Method: method, Params: params, TimeoutMS: time.Until(deadline).Milliseconds()})
 	if err != nil {
@@ -141,6 +159,8 @@ func (c *Client) attempt(ctx context.Context, method string, params []byte) (*re
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, err
+	case err != nil && errors.Is(context.Cause(rctx), errLeaderChanged) && ctx.Err() == nil:
+		return nil, fmt.Errorf("forwarding %s: %w: %w", method, ErrOutcomeUnknown, errLeaderChanged)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionClosed):
 		// Sent (the checks above passed), not answered.
@@ -153,4 +173,34 @@ func (c *Client) attempt(ctx context.Context, method string, params []byte) (*re
 		return nil, fmt.Errorf("forwarding %s: %w: malformed reply: %w", method, ErrOutcomeUnknown, err)
 	}
 	return &r, nil
+}
+
+// onLeaderChange gives the request of ctx up (giveUp, errLeaderChanged)
+// ChangeGrace after a new leader begins, unless it ended first; the function
+// it returns stops watching, and returns once the watcher has.
+func (c *Client) onLeaderChange(ctx context.Context, giveUp context.CancelCauseFunc) (stop func()) {
+	changed := c.LeaderChanged()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		if c.ChangeGrace > 0 {
+			t := time.NewTimer(c.ChangeGrace)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		giveUp(errLeaderChanged)
+	}()
+	return func() {
+		giveUp(nil)
+		<-done
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -332,5 +333,77 @@ func TestBadArguments(t *testing.T) {
 		if err := call(); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// TestLeaderChangeEndsAWriteInFlight: a request the old leader took and
+// never answers (it died with it) fails with ErrOutcomeUnknown ChangeGrace
+// after a new leader begins, not after the request's timeout; one answered
+// within the grace gets its answer; a new leader that begins after the
+// answer changes nothing.
+func TestLeaderChangeEndsAWriteInFlight(t *testing.T) {
+	t.Parallel()
+	ns := startNATS(t)
+	took := make(chan struct{}, 4)
+	answer, dead := make(chan struct{}), make(chan struct{})
+	serve(t, ns, "fwd.dead", func(ctx context.Context, method string, _ json.RawMessage) (any, uint64, error) {
+		took <- struct{}{}
+		if method == "slow" {
+			select {
+			case <-answer:
+				return "late", 0, nil
+			case <-ctx.Done():
+				return nil, 0, ctx.Err()
+			}
+		}
+		select { // the dead leader: never answers
+		case <-ctx.Done():
+		case <-dead:
+		}
+		return nil, 0, errors.New("dead")
+	})
+	t.Cleanup(func() { close(dead) }) // before serve's stop, which waits for the handlers
+	var mu sync.Mutex
+	changed := make(chan struct{})
+	change := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		close(changed)
+		changed = make(chan struct{})
+	}
+	c := &forward.Client{NC: connect(t, ns), Subject: "fwd.dead", Timeout: 30 * time.Second, ChangeGrace: 200 * time.Millisecond,
+		LeaderChanged: func() <-chan struct{} {
+			mu.Lock()
+			defer mu.Unlock()
+			return changed
+		}}
+
+	// Unanswered: given up after the grace.
+	errc := make(chan error, 1)
+	go func() { errc <- c.Call(context.Background(), "write", nil, nil) }()
+	<-took
+	changedAt := time.Now()
+	change()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, forward.ErrOutcomeUnknown) || !strings.Contains(err.Error(), "new leader") {
+			t.Fatalf("err = %v, want ErrOutcomeUnknown saying a new leader began", err)
+		}
+		if d := time.Since(changedAt); d < 200*time.Millisecond {
+			t.Fatalf("given up %s after the change, before the grace of 200ms", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call went on 10s after a new leader began")
+	}
+
+	// Answered within the grace: the answer.
+	var out string
+	go func() { errc <- c.Call(context.Background(), "slow", nil, &out) }()
+	<-took
+	change()
+	time.Sleep(50 * time.Millisecond)
+	close(answer)
+	if err := <-errc; err != nil || out != "late" {
+		t.Fatalf("answered within the grace: %q, %v; want \"late\"", out, err)
 	}
 }

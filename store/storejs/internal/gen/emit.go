@@ -100,14 +100,22 @@ func args(m method) string {
 }
 
 func (f *file) read(m method) {
-	f.p("// %s reads the local replica.", m.name)
+	f.p("// %s reads the local replica (a follower's answer that something does not\n// exist is confirmed: confirmAbsent).", m.name)
 	f.p("func (s *Store) %s%s {", m.name, f.signature(m))
 	zero := ""
 	if len(m.results) == 1 {
 		zero = zeroValue(m.results[0], f.typ(m.results[0])) + ", "
 	}
 	f.p("if err := s.read(ctx); err != nil {\nreturn %serr\n}", zero)
-	f.p("return s.rep.%s(ctx%s)\n}\n", m.name, args(m))
+	if len(m.results) == 0 {
+		f.p("err := s.rep.%s(ctx%s)", m.name, args(m))
+		f.p("if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {\nreturn cerr\n} else if again {\nerr = s.rep.%s(ctx%s)\n}", m.name, args(m))
+		f.p("return err\n}\n")
+		return
+	}
+	f.p("out, err := s.rep.%s(ctx%s)", m.name, args(m))
+	f.p("if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {\nreturn %scerr\n} else if again {\nout, err = s.rep.%s(ctx%s)\n}", zero, m.name, args(m))
+	f.p("return out, err\n}\n")
 }
 
 // wireIn is the value a write sends: its lone parameter, nil for none, or a
