@@ -93,3 +93,19 @@ func TestLostAnswersAreRetried(t *testing.T) {
 		t.Fatalf("dropped %d answers, want 3", tr.dropped.Load())
 	}
 }
+
+// RunsResumeBlocked, which a worker calls as it registers workflows, is sent
+// again when its answer is lost: a worker starting while its server (or the
+// server's store writer) changes does not fail to register.
+func TestResumeBlockedIsSentAgain(t *testing.T) {
+	ctx := t.Context()
+	tr := &droppingTransport{}
+	_, rs := sqliteServer(t, tr)
+	tr.arm("/ResumeBlocked", 2)
+	if _, err := rs.RunsResumeBlocked(ctx, &store.RunsResumeBlockedParams{Namespace: "default", Workflows: []string{"wf"}}); err != nil {
+		t.Fatalf("RunsResumeBlocked after two lost answers: %v", err)
+	}
+	if tr.dropped.Load() != 2 {
+		t.Fatalf("dropped %d answers, want 2", tr.dropped.Load())
+	}
+}

@@ -430,14 +430,25 @@ func (s *Store) answerBatch(batch []*ckCall, res *pb.CheckpointResponse, err err
 	}
 }
 
-// RunsResumeBlocked resumes the blocked runs of workflows.
+// RunsResumeBlocked resumes the blocked runs of workflows. A worker calls it
+// as it registers workflows; a call whose answer was lost (the server, or
+// its store's writer, changing) is sent again for up to resumePatience:
+// resuming again resumes what is still blocked, nothing twice.
 func (s *Store) RunsResumeBlocked(ctx context.Context, p *store.RunsResumeBlockedParams) (int, error) {
-	res, err := call(s, ctx, s.rpc.ResumeBlocked, &pb.ResumeBlockedRequest{Namespace: p.Namespace, Workflows: p.Workflows, Queues: p.Queues})
+	var res *pb.ResumeBlockedResponse
+	giveUp := time.Now().Add(resumePatience)
+	err := s.resendLost(ctx, func() (err error) {
+		res, err = call(s, ctx, s.rpc.ResumeBlocked, &pb.ResumeBlockedRequest{Namespace: p.Namespace, Workflows: p.Workflows, Queues: p.Queues})
+		return err
+	}, func(error) bool { return time.Now().Before(giveUp) })
 	if err != nil {
 		return 0, err
 	}
 	return int(res.Resumed), nil
 }
+
+// resumePatience bounds the resends of RunsResumeBlocked.
+const resumePatience = 30 * time.Second
 
 // HistoryList reads a run's ops.
 func (s *Store) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]*store.Op, error) {
