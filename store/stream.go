@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/trellis-dev/trellis/internal/jsonenc"
 )
 
 // A run's stream is the ordered list of events its clients watch: what the
@@ -53,6 +55,13 @@ func FinalEvent(status Status, output []byte, e *ErrorInfo) StreamWrite {
 		// An output stored apart (package store/blobs): its reader resolves it
 		// and makes the event then.
 		return StreamWrite{Name: StreamRunSucceeded, Data: append([]byte(FinalResultRefPrefix), output...)}
+	}
+	if status == StatusSucceeded {
+		// Every run's that succeeds: appended as json.Marshal encodes the
+		// struct below (package jsonenc).
+		if b, ok := jsonenc.AppendRaw(append(make([]byte, 0, 12+len(output)), `{"result":`...), output); ok {
+			return StreamWrite{Name: StreamRunSucceeded, Data: append(b, '}')}
+		}
 	}
 	// Structs, not maps: encoding a map sorts its keys by reflection.
 	name, v := StreamRunFailed, any(struct {

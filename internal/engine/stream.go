@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/trellis-dev/trellis/internal/jsonenc"
 	"github.com/trellis-dev/trellis/store"
 )
 
@@ -49,7 +50,11 @@ func (rs *RunState) addStarted(q *queued, status store.Status) {
 	rs.startPending = false
 	var ev store.StreamWrite
 	if rs.replayed == 0 {
-		ev = lifecycle(store.StreamRunStarted, startedEvent{Attempt: rs.run.Attempts, Workflow: rs.run.Workflow})
+		// Every run's: appended as json.Marshal encodes a startedEvent.
+		b := make([]byte, 0, 32+len(rs.run.Workflow))
+		b = jsonenc.AppendInt(append(b, `{"attempt":`...), rs.run.Attempts)
+		b = jsonenc.AppendString(append(b, `,"workflow":`...), rs.run.Workflow)
+		ev = store.StreamWrite{Name: store.StreamRunStarted, Data: append(b, '}')}
 	} else {
 		ev = lifecycle(store.StreamRunResumed, resumedEvent{Attempt: rs.run.Attempts, Replayed: rs.replayed})
 	}
@@ -74,7 +79,16 @@ func (sc *stepCall) duration(end time.Time) float64 {
 }
 
 func (sc *stepCall) completedEvent(end time.Time) store.StreamWrite {
-	return lifecycle(store.StreamStepCompleted, stepEvent{Name: sc.name, Attempt: sc.attempt, DurationMS: sc.duration(end)})
+	ev := stepEvent{Name: sc.name, Attempt: sc.attempt, DurationMS: sc.duration(end)}
+	// Every step's: appended as json.Marshal encodes ev (package jsonenc).
+	b := make([]byte, 0, 48+len(ev.Name))
+	b = jsonenc.AppendString(append(b, `{"name":`...), ev.Name)
+	b = jsonenc.AppendInt(append(b, `,"attempt":`...), ev.Attempt)
+	b, ok := jsonenc.AppendFloat(append(b, `,"duration_ms":`...), ev.DurationMS)
+	if !ok {
+		return lifecycle(store.StreamStepCompleted, ev)
+	}
+	return store.StreamWrite{Name: store.StreamStepCompleted, Data: append(b, '}')}
 }
 
 func (sc *stepCall) failedEvent(e *store.ErrorInfo, end time.Time, final bool) store.StreamWrite {
