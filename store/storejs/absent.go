@@ -29,10 +29,10 @@ var confirmTimeout = 5 * time.Second
 // by the next (behind a load balancer, or retrying elsewhere) would take the
 // second for the truth. So a follower asks the log's stream for its last
 // sequence and waits until its replica applied it; then (again) the read is
-// made once more. A writer's replica holds
-// every acknowledged write: its answer stands. When the end cannot be read,
-// or the replica does not reach it within confirmTimeout, the read fails
-// with that error rather than answer "not found" unconfirmed.
+// made once more. A writer's replica holds every acknowledged write: its
+// answer stands. When the end cannot be read, or the replica does not reach
+// it within confirmTimeout, the read fails with that error rather than
+// answer "not found" unconfirmed.
 //
 // Reads that find what they look for, and lists (which a follower serves as
 // its replica has them), pay nothing.
