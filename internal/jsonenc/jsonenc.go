@@ -3,9 +3,8 @@
 // producing the same bytes as json.Marshal does.
 //
 // The lifecycle events were a json.Marshal of a small struct each, five per
-// run of three steps; in a workflow's goroutine, whose stack starts small,
-// the encoder's depth also grew the stack each time (runtime.copystack was 7%
-// of the CPU of a remote worker's process under w1). Anything these
+// run of three steps: 5% of embedded w1's CPU, 9% of a remote worker's
+// process under w1 through a server (docs/benchmarks.md). Anything these
 // functions do not know to encode the same way is left to encoding/json.
 package jsonenc
 
