@@ -394,16 +394,9 @@ func (s *Store) followGets(ctx context.Context) error {
 	gctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseDuration)
 	defer cancel()
 	last, err := s.jl.last(gctx)
-	if err != nil {
-		return err
+	if err == nil {
+		err = s.applyByGets(gctx, last)
 	}
-	s.mu.Lock()
-	head := s.head
-	s.mu.Unlock()
-	if last <= head {
-		return nil
-	}
-	err = s.applyUpTo(gctx, s.jl.readByGets(head+1), last)
 	if errors.Is(err, errNoMessage) {
 		return nil // compacted away, or not on the replica that answered: the consumer's
 	}

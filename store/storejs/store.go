@@ -190,19 +190,28 @@ func (s *Store) catchUp(ctx context.Context, last uint64) error {
 	if last-head <= catchUpByGets {
 		// A few records (a follower taking the writing over): asked of the
 		// stream's leader one by one, with no consumer (getSource).
-		err := s.applyUpTo(ctx, s.jl.readByGets(head+1), last)
-		if !errors.Is(err, errNoMessage) {
+		if err := s.applyByGets(ctx, last); !errors.Is(err, errNoMessage) {
 			return err
 		}
-		s.mu.Lock()
-		head = s.head
-		s.mu.Unlock()
+		head = s.appliedSeq()
 	}
 	r, err := s.jl.readFrom(ctx, head+1)
 	if err != nil {
 		return err
 	}
 	return s.applyUpTo(ctx, r, last)
+}
+
+// applyByGets applies the records after the replica's head up to sequence
+// last by asking the stream's leader for each (getSource: no consumer); it
+// fails with errNoMessage when one is not there (compacted away, or not yet
+// on the replica that answered).
+func (s *Store) applyByGets(ctx context.Context, last uint64) error {
+	head := s.appliedSeq()
+	if last <= head {
+		return nil
+	}
+	return s.applyUpTo(ctx, s.jl.readByGets(head+1), last)
 }
 
 // catchUpByGets is how many messages behind the log's end a replica catches

@@ -107,12 +107,6 @@ func (f *file) read(m method) {
 		zero = zeroValue(m.results[0], f.typ(m.results[0])) + ", "
 	}
 	f.p("if err := s.read(ctx); err != nil {\nreturn %serr\n}", zero)
-	if len(m.results) == 0 {
-		f.p("err := s.rep.%s(ctx%s)", m.name, args(m))
-		f.p("if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {\nreturn cerr\n} else if again {\nerr = s.rep.%s(ctx%s)\n}", m.name, args(m))
-		f.p("return err\n}\n")
-		return
-	}
 	f.p("out, err := s.rep.%s(ctx%s)", m.name, args(m))
 	f.p("if again, cerr := s.confirmAbsent(ctx, err); cerr != nil {\nreturn %scerr\n} else if again {\nout, err = s.rep.%s(ctx%s)\n}", zero, m.name, args(m))
 	f.p("return out, err\n}\n")
