@@ -95,12 +95,37 @@ func workerOn(t *testing.T, base string, wfs ...trellis.Registrable) (*trellis.W
 	return w, func() { w.Client().Close() }
 }
 
+// counted is the value of counter name of m for workflow wf and status.
+func counted(t *testing.T, m *trellis.Metrics, name, wf, status string) float64 {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, c := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range c.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["workflow"] == wf && labels["status"] == status {
+				return c.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
 // TestEndedRunAnswersWithoutARead: a run a remote worker ends through the
 // server answers the result long polls waiting for it here with the run as the
 // checkpoint left it (store.FinalRun), without the results watcher's read of
 // it (none is made: the store's report of the change comes while the server
 // writes the checkpoint, and is left to the hand-over), and that answer is the
-// run a read gives afterwards, field for field.
+// run a read gives afterwards, field for field. The server's metrics count the
+// run's end before the answer.
 func TestEndedRunAnswersWithoutARead(t *testing.T) {
 	for name, url := range storeURLs(t) {
 		t.Run(name, func(t *testing.T) {
@@ -116,7 +141,8 @@ func TestEndedRunAnswersWithoutARead(t *testing.T) {
 					close(rec.release)
 				}
 			}()
-			base, shutdown := serveOn(t, Config{Backend: rec, MaxWait: time.Minute})
+			m := trellis.NewMetrics()
+			base, shutdown := serveOn(t, Config{Backend: rec, MaxWait: time.Minute, Metrics: m})
 			defer shutdown()
 			gate := make(chan struct{})
 			wf := trellis.NewWorkflow("handed-over", func(wc *trellis.Context, in string) (string, error) {
@@ -178,6 +204,11 @@ func TestEndedRunAnswersWithoutARead(t *testing.T) {
 			}
 			if got.status != 200 || got.run["status"] != "succeeded" || got.run["output"] != "done: x" {
 				t.Fatalf("result: %d %v", got.status, got.run)
+			}
+			// Counted before it was handed over: a client that saw the run
+			// end finds it in the metrics.
+			if n := counted(t, m, "trellis_runs_ended_total", "handed-over", "succeeded"); n != 1 {
+				t.Errorf("trellis_runs_ended_total of the run when its result answered: %v, want 1", n)
 			}
 			// The store's report of the run's change came while the
 			// checkpoint was written: the watcher left it to the hand-over.

@@ -591,27 +591,12 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 			}); done != nil {
 				defer func() { done(res, err) }() // even when the store call panics
 			}
-			return h.s.store.Checkpoint(ctx, p)
+			res, err = h.s.store.Checkpoint(ctx, p)
+			// Before done hands the ended run to those waiting for it: a
+			// client that saw the run end finds it in the metrics.
+			h.wrote(ctx, lh, p, it.Seq, res, err)
+			return res, err
 		}()
-		ends := err == nil && p.Status != store.StatusRunning || errors.Is(err, store.ErrLeaseLost)
-		if err == nil && !res.Replayed {
-			lh.applied(p, it.Seq, res.CancelRequested)
-		}
-		if ends {
-			h.s.histories.drop(p.Lease)
-		}
-		wf, _ := h.s.leases.wrote(p.Lease, ends)
-		if err == nil && !res.Replayed && (ends || len(p.Attempts) > 0 || len(p.Ops) > 0) {
-			if wf = h.workflowOf(ctx, p.Lease, wf); wf != "" {
-				obs := p
-				if res.RetryAt != nil { // the failure became a workflow retry: the run waits
-					retried := *p
-					retried.Status, retried.Error = store.StatusWaiting, nil
-					obs = &retried
-				}
-				h.s.observer.ObserveRemoteCheckpoint(wf, obs)
-			}
-		}
 		if err != nil {
 			out[i] = &pb.CheckpointResult{Error: errorDetail(err)}
 			return
@@ -629,6 +614,32 @@ func (h *workerService) Checkpoint(ctx context.Context, req *connect.Request[pb.
 		wg.Wait()
 	}
 	return connect.NewResponse(&pb.CheckpointResponse{Results: out}), nil
+}
+
+// wrote follows checkpoint p of a lease, written through this server with
+// result res or err: the lease's history entry (lh, locked) and its record in
+// h.s.leases, and the server's metrics of what the store applied.
+func (h *workerService) wrote(ctx context.Context, lh *leaseHistory, p *store.CheckpointParams, seq int64, res *store.CheckpointResult, err error) {
+	ends := err == nil && p.Status != store.StatusRunning || errors.Is(err, store.ErrLeaseLost)
+	if err == nil && !res.Replayed {
+		lh.applied(p, seq, res.CancelRequested)
+	}
+	if ends {
+		h.s.histories.drop(p.Lease)
+	}
+	wf, _ := h.s.leases.wrote(p.Lease, ends)
+	if err != nil || res.Replayed || !ends && len(p.Attempts) == 0 && len(p.Ops) == 0 {
+		return
+	}
+	if wf = h.workflowOf(ctx, p.Lease, wf); wf != "" {
+		obs := p
+		if res.RetryAt != nil { // the failure became a workflow retry: the run waits
+			retried := *p
+			retried.Status, retried.Error = store.StatusWaiting, nil
+			obs = &retried
+		}
+		h.s.observer.ObserveRemoteCheckpoint(wf, obs)
+	}
 }
 
 // errorDetail is the detail of a checkpoint's error, as its result carries it.
