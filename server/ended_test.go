@@ -19,16 +19,23 @@ import (
 // watcher reads) while hold is set, until release is closed.
 type heldReads struct {
 	store.Store
-	run     atomic.Pointer[string]
-	hold    atomic.Bool
-	reads   atomic.Int32 // the reads of run
+	run   atomic.Pointer[string]
+	hold  atomic.Bool
+	reads atomic.Int32 // the reads of run
+	// unheld counts the reads of run in flight that began before hold was
+	// set: one may see the run end if the store answers it late.
+	unheld  atomic.Int32
 	release chan struct{}
 }
 
 func (s *heldReads) RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
 	if id := s.run.Load(); id != nil && slices.Contains(p.IDs, *id) {
 		s.reads.Add(1)
-		if s.hold.Load() {
+		s.unheld.Add(1) // before hold is looked at: the test waits for no unheld read after setting it
+		if !s.hold.Load() {
+			defer s.unheld.Add(-1)
+		} else {
+			s.unheld.Add(-1)
 			select {
 			case <-s.release:
 			case <-ctx.Done():
@@ -194,6 +201,13 @@ func TestEndedRunAnswersWithoutARead(t *testing.T) {
 				}
 			}
 			rec.hold.Store(true) // from here every read of the run waits for release
+			// A read begun before could be answered after the run ends (on
+			// a loaded machine, on Postgres): let those finish first.
+			for deadline := time.Now().Add(10 * time.Second); rec.unheld.Load() > 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("a read of the run begun before the hold did not end")
+				}
+			}
 			before := rec.reads.Load()
 			close(gate)
 			var got answer
