@@ -485,17 +485,38 @@ func TestAuditListRoutes(t *testing.T) {
 	}
 }
 
-// counterValue reads a counter without labels from m's registry.
-func counterValue(t *testing.T, m *trellis.Metrics, name string) float64 {
+// counterValue reads counter name from m's registry: without labels, the
+// family's only counter; with labels (name, value pairs), the counter that
+// carries them, 0 when none does yet.
+func counterValue(t *testing.T, m *trellis.Metrics, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+		if mf.GetName() != name {
+			continue
+		}
+		if len(labels) == 0 && len(mf.GetMetric()) == 1 {
 			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
+		for _, c := range mf.GetMetric() {
+			has := map[string]string{}
+			for _, l := range c.GetLabel() {
+				has[l.GetName()] = l.GetValue()
+			}
+			matches := len(labels) > 0
+			for i := 0; i+1 < len(labels); i += 2 {
+				matches = matches && has[labels[i]] == labels[i+1]
+			}
+			if matches {
+				return c.GetCounter().GetValue()
+			}
+		}
+	}
+	if len(labels) > 0 {
+		return 0
 	}
 	t.Fatalf("no counter %s", name)
 	return 0

@@ -102,30 +102,6 @@ func workerOn(t *testing.T, base string, wfs ...trellis.Registrable) (*trellis.W
 	return w, func() { w.Client().Close() }
 }
 
-// counted is the value of counter name of m for workflow wf and status.
-func counted(t *testing.T, m *trellis.Metrics, name, wf, status string) float64 {
-	t.Helper()
-	fams, err := m.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, c := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range c.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["workflow"] == wf && labels["status"] == status {
-				return c.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
-}
-
 // TestEndedRunAnswersWithoutARead: a run a remote worker ends through the
 // server answers the result long polls waiting for it here with the run as the
 // checkpoint left it (store.FinalRun), without the results watcher's read of
@@ -221,7 +197,7 @@ func TestEndedRunAnswersWithoutARead(t *testing.T) {
 			}
 			// Counted before it was handed over: a client that saw the run
 			// end finds it in the metrics.
-			if n := counted(t, m, "trellis_runs_ended_total", "handed-over", "succeeded"); n != 1 {
+			if n := counterValue(t, m, "trellis_runs_ended_total", "workflow", "handed-over", "status", "succeeded"); n != 1 {
 				t.Errorf("trellis_runs_ended_total of the run when its result answered: %v, want 1", n)
 			}
 			// The store's report of the run's change came while the
