@@ -88,13 +88,11 @@ func WithSchema(t testing.TB, base, schema string) string {
 func DropSchema(t logger, base, schema string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
+	err := withConn(ctx, base, func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		return err
+	})
 	if err != nil {
-		t.Logf("dropping schema %s: %v", schema, err)
-		return
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
 		t.Logf("dropping schema %s: %v", schema, err)
 	}
 }

@@ -67,11 +67,11 @@ func ReusedSchemaURL(t testing.TB) string {
 func empty(base, schema string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
+	return withConn(ctx, base, func(conn *pgx.Conn) error { return emptyWith(ctx, conn, schema) })
+}
+
+// emptyWith empties schema on conn.
+func emptyWith(ctx context.Context, conn *pgx.Conn, schema string) error {
 	stmts, err := emptyingStatements(ctx, conn, schema)
 	if err != nil || len(stmts) == 0 {
 		return err
