@@ -73,8 +73,10 @@ func TestPayloadJSON(t *testing.T) {
 		{trellis.Payload(`"x"`), `"x"`, `"x"`},
 		{trellis.Payload("not json"), `{"$base64":"bm90IGpzb24="}`, "not json"},
 		{trellis.Payload{0xff}, `{"$base64":"/w=="}`, "\xff"},
-		{trellis.Payload("\"\xff\""), `{"$base64":"Iv8i"}`, "\"\xff\""},                                         // JSON with invalid UTF-8: strict parsers refuse it
-		{trellis.Payload(`{"$base64":"AA=="}`), `{"$base64":"eyIkYmFzZTY0IjoiQUE9PSJ9"}`, `{"$base64":"AA=="}`}, // ambiguous: wrapped
+		{trellis.Payload("\"\xff\""), `{"$base64":"Iv8i"}`, "\"\xff\""},                                           // JSON with invalid UTF-8: strict parsers refuse it
+		{trellis.Payload(`{"$base64":"AA=="}`), `{"$base64":"eyIkYmFzZTY0IjoiQUE9PSJ9"}`, `{"$base64":"AA=="}`},   // ambiguous: wrapped
+		{trellis.Payload(` [1, "a b", {"a": 1, "a": 2}] `), `[1,"a b",{"a":1,"a":2}]`, `[1,"a b",{"a":1,"a":2}]`}, // what encoding/json takes: kept
+		{trellis.Payload(`"\ud800 \u00e9"`), `"\ud800 \u00e9"`, `"\ud800 \u00e9"`},                                // a lone surrogate's escape, as encoding/json takes it
 		{nil, `null`, ""},
 	} {
 		b, err := json.Marshal(tc.in)
