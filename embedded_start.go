@@ -141,7 +141,35 @@ func (e *embedded) startMany(ctx context.Context, reqs []StartRequest) ([]StartR
 		}
 	}
 	p.Idempotency = e.idempotency("startedMany")
-	res, err := e.store.RunsCreate(ctx, p)
+	// As start does for one run: each run for which a worker has a free slot
+	// is created claimed for it.
+	slots := make([]handoff.Slot, len(p.Runs))
+	var lease time.Duration // the shortest of the claims' leases
+	for i, r := range p.Runs {
+		if slots[i] = e.reserveSlot(ctx, r); slots[i] != nil {
+			r.Claim = slots[i].Claim()
+			if lease == 0 || r.Claim.LeaseDuration < lease {
+				lease = r.Claim.LeaseDuration
+			}
+		}
+	}
+	cctx := ctx
+	if lease > 0 {
+		var cancel context.CancelFunc
+		cctx, cancel = claimedCreateContext(ctx, lease)
+		defer cancel()
+	}
+	res, err := e.store.RunsCreate(cctx, p)
+	for i, slot := range slots {
+		if slot == nil {
+			continue
+		}
+		var claimed *store.ClaimedRun
+		if err == nil && i < len(res.Items) {
+			claimed = res.Items[i].Claimed
+		}
+		slot.Done(claimed)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("starting runs: %w", err)
 	}

@@ -145,6 +145,45 @@ func TestJobBadInputFailsWithoutRetry(t *testing.T) {
 	}
 }
 
+// StartMany creates the runs for which the client's idle worker has a free
+// slot already claimed by it, as Start does (no claim of their own: they come
+// back running); the rest wait pending for a claim. All of them run.
+func TestStartManyCreatesClaimed(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	j := trellis.NewJob("gated", func(ctx context.Context, n int) (int, error) {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		return n, nil
+	})
+	c := open(t, storeURL(t), func(cfg *trellis.Config) { cfg.Worker.Concurrency = 2 })
+	register(t, c, j)
+	reqs := make([]trellis.StartRequest, 4)
+	for i := range reqs {
+		reqs[i] = trellis.StartRequest{Workflow: "gated", Input: []byte(fmt.Sprint(i))}
+	}
+	res := must[[]trellis.StartResult](t)(c.StartMany(ctxT(t), reqs))
+	for i, r := range res {
+		want := trellis.StatusPending
+		if i < 2 {
+			want = trellis.StatusRunning
+		}
+		if !r.Created || r.Run.Status != want {
+			t.Fatalf("item %d: created %v, status %s; want created, %s", i, r.Created, r.Run.Status, want)
+		}
+	}
+	close(gate)
+	for i, r := range res {
+		got := must[*trellis.Run](t)(c.Wait(ctxT(t), r.Run.ID))
+		if got.Status != trellis.StatusSucceeded || string(got.Output) != fmt.Sprint(i) || got.Attempts != 1 {
+			t.Fatalf("run %d: %s, output %s, attempts %d", i, got.Status, got.Output, got.Attempts)
+		}
+	}
+}
+
 func TestStartManyJobs(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32

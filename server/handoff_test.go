@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/trellis-dev/trellis"
 	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
 	"github.com/trellis-dev/trellis/store"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -97,6 +98,79 @@ func TestHandoff(t *testing.T) {
 			}
 			if r.Status != store.StatusPending {
 				t.Fatalf("run started with no stream waiting: %s, want pending", r.Status)
+			}
+			metrics := e.do("GET", "/metrics", "global-reader", nil).want(t, 200)
+			if want := "trellis_server_handoffs_total 2\n"; !strings.Contains(string(metrics.body), want) {
+				t.Fatalf("/metrics lacks %q", want)
+			}
+		})
+	}
+}
+
+// A batch start hands off as a single start does: each run for which a
+// waiting stream has a free slot is created claimed for its worker, in the
+// batch's one transaction, and pushed; the rest of the batch is created
+// pending, for a claim.
+func TestHandoffBatch(t *testing.T) {
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, url(t))
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			pushed := make(chan []*pb.ClaimedRun, 4)
+			ended := make(chan error, 1)
+			go func() {
+				s, err := e.workerClient("worker").Claim(ctx, connect.NewRequest(&pb.ClaimRequest{Namespace: "default",
+					Workflows: []string{"handed"}, Worker: "hw", Credit: 2,
+					LeaseDuration: durationpb.New(time.Minute), Wait: durationpb.New(30 * time.Second)}))
+				if err != nil {
+					ended <- err
+					return
+				}
+				defer s.Close()
+				for s.Receive() {
+					pushed <- s.Msg().Runs
+				}
+				ended <- s.Err()
+			}()
+			offered(t, e.srv, 2)
+			body := map[string]any{"runs": []map[string]any{
+				{"workflow": "handed", "input": 1}, {"workflow": "handed", "input": 2}, {"workflow": "handed", "input": 3}}}
+			var res struct {
+				Results []struct {
+					Run     trellis.Run `json:"run"`
+					Created bool        `json:"created"`
+				} `json:"results"`
+			}
+			e.do("POST", "/v1/namespaces/default/runs:batch", "producer", body).want(t, 200).decode(t, &res)
+			if len(res.Results) != 3 {
+				t.Fatalf("%d results, want 3", len(res.Results))
+			}
+			got := map[string]bool{}
+			for len(got) < 2 {
+				select {
+				case runs := <-pushed:
+					for _, cr := range runs {
+						if cr.LeaseToken == 0 {
+							t.Fatalf("pushed run %s without its lease", cr.Run.Id)
+						}
+						got[cr.Run.Id] = true
+					}
+				case err := <-ended:
+					t.Fatalf("stream ended after %d runs: %v", len(got), err)
+				}
+			}
+			for i, it := range res.Results {
+				r, err := e.st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: it.Run.ID})
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch {
+				case i < 2 && (!got[r.ID] || r.Status != store.StatusRunning || r.LeaseOwner != "hw" || r.Attempts != 1):
+					t.Fatalf("run %d: %s, owner %q, attempts %d, pushed %v; want running, hw, 1, pushed", i, r.Status, r.LeaseOwner, r.Attempts, got[r.ID])
+				case i == 2 && (got[r.ID] || r.Status != store.StatusPending):
+					t.Fatalf("run beyond the stream's credit: %s, pushed %v; want pending, not pushed", r.Status, got[r.ID])
+				}
 			}
 			metrics := e.do("GET", "/metrics", "global-reader", nil).want(t, 200)
 			if want := "trellis_server_handoffs_total 2\n"; !strings.Contains(string(metrics.body), want) {

@@ -16,8 +16,10 @@ type BatchCreator interface {
 	// insert: all the created runs are durable or none is. Each run keeps its
 	// own outcome under its reuse policy (RunsCreateItem): created, the
 	// existing run returned (ReuseReturnExisting), or rejected with
-	// ErrRunExists, which fails that item only. Invalid parameters fail the
-	// whole call with ErrInvalidParams and write nothing.
+	// ErrRunExists, which fails that item only. A created run whose item has
+	// a Claim is created claimed, as RunCreate does it (and under the same
+	// conditions): its item's Claimed holds the lease. Invalid parameters fail
+	// the whole call with ErrInvalidParams and write nothing.
 	RunsCreate(ctx context.Context, p *RunsCreateParams) (*RunsCreateResult, error)
 }
 
@@ -25,7 +27,7 @@ type BatchCreator interface {
 type RunsCreateParams struct {
 	Namespace string `json:"namespace"`
 	// Runs are the runs to create, 1 to MaxBatchRuns, each as RunCreate takes
-	// it but without Claim, History, KV or Idempotency; its Namespace is
+	// it but without History, KV or Idempotency; its Namespace is
 	// Namespace's (empty means Namespace). Run IDs must differ.
 	Runs []*RunCreateParams `json:"runs"`
 	// Idempotency, when set, records an idempotency key with the batch,
@@ -43,6 +45,9 @@ type RunsCreateItem struct {
 	Created bool `json:"created"`
 	// Err is ErrRunExists (wrapped) for an item its reuse policy rejected.
 	Err error `json:"-"`
+	// Claimed is the lease on the created run when the item's Claim was
+	// honoured (Run is then Claimed.Run); nil otherwise.
+	Claimed *ClaimedRun `json:"claimed,omitempty"`
 }
 
 // RunsCreateResult is the result of RunsCreate, one item per run in order.
@@ -74,8 +79,8 @@ func (p *RunsCreateParams) Validate() error {
 		switch {
 		case r.Namespace != p.Namespace:
 			return fmt.Errorf("%w: run %d is of namespace %q, not %q", ErrInvalidParams, i, r.Namespace, p.Namespace)
-		case r.Claim != nil || len(r.History) > 0 || len(r.KV) > 0 || r.Idempotency != nil:
-			return fmt.Errorf("%w: run %d: Claim, History, KV and Idempotency are not taken in a batch", ErrInvalidParams, i)
+		case len(r.History) > 0 || len(r.KV) > 0 || r.Idempotency != nil:
+			return fmt.Errorf("%w: run %d: History, KV and Idempotency are not taken in a batch", ErrInvalidParams, i)
 		case ids[r.ID]:
 			return fmt.Errorf("%w: run %d: run ID %q is repeated in the batch", ErrInvalidParams, i, r.ID)
 		}

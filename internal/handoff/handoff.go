@@ -1,5 +1,5 @@
 // Package handoff is how the HTTP server (package server) offers, to the
-// start that creates a run, a way to create the run already claimed by a
+// start that creates a run (or a batch start, for each of its runs), a way to create the run already claimed by a
 // remote worker whose claim stream on that server waits with free slots. The
 // run then starts without a claim of its own: one store write less per run,
 // and no claim round trip between the start and the first step. The server

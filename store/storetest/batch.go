@@ -15,6 +15,8 @@ var batchCases = []testCase{
 	{"InvalidWritesNothing", batchInvalidWritesNothing},
 	{"Idempotency", batchIdempotency},
 	{"Claimable", batchClaimable},
+	{"Claimed", batchClaimed},
+	{"ClaimIgnored", batchClaimIgnored},
 	{"TraceParent", batchTraceParent},
 }
 
@@ -104,14 +106,15 @@ func batchInvalidWritesNothing(t *testing.T, e *env) {
 	}
 	noWorkflow := e.params()
 	noWorkflow.Workflow = ""
-	claimed := e.params(withClaim("w"))
+	badClaim := e.params()
+	badClaim.Claim = &store.CreateClaim{Worker: "w"}
 	for name, p := range map[string]*store.RunsCreateParams{
 		"empty":        {Namespace: ns},
 		"no namespace": {Runs: []*store.RunCreateParams{e.params()}},
 		"too many":     {Namespace: ns, Runs: tooMany},
 		"repeated ID":  {Namespace: ns, Runs: []*store.RunCreateParams{good, dup, e.params(withID(dup.ID))}},
 		"bad item":     {Namespace: ns, Runs: []*store.RunCreateParams{good, noWorkflow}},
-		"claim":        {Namespace: ns, Runs: []*store.RunCreateParams{good, claimed}},
+		"bad claim":    {Namespace: ns, Runs: []*store.RunCreateParams{good, badClaim}},
 		"other ns":     {Namespace: ns, Runs: []*store.RunCreateParams{good, e.params(withNamespace("other"))}},
 	} {
 		if _, err := e.st.RunsCreate(e.ctx, p); !errors.Is(err, store.ErrInvalidParams) {
@@ -161,6 +164,68 @@ func batchClaimable(t *testing.T, e *env) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("claimed %v, want %v", got, want)
 	}
+}
+
+// batchClaimed creates the items with a Claim already claimed, as RunCreate
+// does: running, attempt 1, leased, each with a working token; the other items
+// stay pending for an ordinary claim, which takes only them.
+func batchClaimed(t *testing.T, e *env) {
+	now := e.clk.Advance(time.Second)
+	plain := e.params()
+	res := e.batch(e.params(withClaim("local")), plain, e.params(withClaim("local")))
+	for _, i := range []int{0, 2} {
+		it := res.Items[i]
+		cr := it.Claimed
+		if !it.Created || it.Err != nil || cr == nil || cr.Run != it.Run || cr.LeaseToken == 0 || cr.History == nil || len(cr.History) != 0 {
+			t.Fatalf("item %d = %+v, want a created run with its lease and empty history", i, it)
+		}
+		wantTime(t, "LeaseExpiresAt", cr.LeaseExpiresAt, now.Add(leaseDur))
+		for _, got := range []*store.Run{it.Run, e.get(it.Run.ID)} {
+			if got.Status != store.StatusRunning || got.Attempts != 1 || got.LeaseOwner != "local" || got.StartedAt == nil {
+				t.Fatalf("claimed item %d = %+v, want running, attempt 1, leased by local, started", i, got)
+			}
+			wantTimePtr(t, "Run.LeaseExpiresAt", got.LeaseExpiresAt, now.Add(leaseDur))
+			wantTime(t, "Run.StartedAt", *got.StartedAt, now)
+		}
+	}
+	if it := res.Items[1]; it.Claimed != nil || it.Run.Status != store.StatusPending {
+		t.Fatalf("item without a claim = %+v, want pending, not claimed", it)
+	}
+	wantIDs(t, "RunsClaim after the batch", e.claimIDs(claimMax(10)), []string{plain.ID})
+	e.finish(res.Items[0].Claimed)
+	e.finish(res.Items[2].Claimed)
+	e.wantStatus(res.Items[0].Run.ID, store.StatusSucceeded)
+	e.wantStatus(res.Items[2].Run.ID, store.StatusSucceeded)
+}
+
+// batchClaimIgnored: as with RunCreate, no claim for an existing run that
+// ReuseReturnExisting returns, for a run not yet available, nor for a run in a
+// queue that limits claims (it waits for an ordinary claim, which respects the
+// limits); a claimed run of another queue of the same batch is unaffected.
+func batchClaimIgnored(t *testing.T, e *env) {
+	first := e.create(withWorkflowID("k"))
+	e.mkNamespace(ns)
+	e.mkQueue(store.QueueCreateParams{Paused: true})
+	later := e.clk.Now().Add(time.Minute)
+	limited := e.params(withClaim("local"))
+	res := e.batch(e.params(withWorkflowID("k"), withReuse(store.ReuseReturnExisting), withClaim("local")),
+		e.params(withAvailableAt(later), withClaim("local")), limited,
+		e.params(withQueue("other"), withClaim("local")))
+	if it := res.Items[0]; it.Created || it.Claimed != nil || it.Run.ID != first.ID {
+		t.Fatalf("item returning the existing run = %+v, want run %s, not created, not claimed", it, first.ID)
+	}
+	e.wantStatus(first.ID, store.StatusPending)
+	for _, i := range []int{1, 2} {
+		if it := res.Items[i]; !it.Created || it.Claimed != nil || it.Run.Status != store.StatusPending {
+			t.Fatalf("item %d = %+v, want a pending run, not claimed", i, it)
+		}
+		e.wantStatus(res.Items[i].Run.ID, store.StatusPending)
+	}
+	if it := res.Items[3]; it.Claimed == nil || it.Run.Status != store.StatusRunning {
+		t.Fatalf("item in an unlimited queue = %+v, want it claimed", it)
+	}
+	e.setPaused(false)
+	wantIDs(t, "RunsClaim once the queue is resumed", e.claimIDs(claimMax(10)), []string{first.ID, limited.ID})
 }
 
 // batchTraceParent stores each item's trace context as RunCreate does: it comes

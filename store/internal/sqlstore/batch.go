@@ -4,27 +4,39 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/trellis-dev/trellis/store"
 )
 
 // batchCols are the columns a batch insert writes; the rest take their defaults
-// (no attempts, no lease, no output).
-const batchCols = `namespace, id, workflow_id, workflow, queue, priority, status, version,
+// (no attempts, no lease, no output). A batch with runs created claimed writes
+// leaseCols too.
+const (
+	batchCols = `namespace, id, workflow_id, workflow, queue, priority, status, version,
 	input, deadline, available_at, created_at, updated_at, concurrency_key, trace_parent, pin_version, retry`
+	leaseCols = `, attempts, lease_owner, lease_token, lease_expires_at, started_at`
+)
 
 // RunsCreate creates the runs of p (validated) in tx: each item's reuse policy
 // is applied against the store and the batch's earlier items, then one
 // multi-row INSERT ... ON CONFLICT DO NOTHING writes every run left; a row the
 // insert skipped (a run that another transaction created meanwhile) is
-// reported as the conflict it met.
+// reported as the conflict it met. An item with a Claim that is due now, in a
+// queue that does not limit claims, is created running, leased to the claim's
+// worker (its item's Claimed), as RunCreate does.
 func (s *SQL) RunsCreate(tx Tx, p *store.RunsCreateParams) (*store.RunsCreateResult, error) {
 	items := make([]store.RunsCreateItem, len(p.Runs))
 	latest, err := s.latestByWorkflowID(tx, p)
 	if err != nil {
 		return nil, err
 	}
+	restricted, err := s.restrictedQueues(tx, p)
+	if err != nil {
+		return nil, err
+	}
 	now := tx.Now()
+	ready := false                                      // a run is created pending: a claim may take it
 	inBatch := make(map[string]*store.Run, len(p.Runs)) // workflow ID -> run created by an earlier item
 	var insert []int                                    // indexes of the items to insert
 	for i, r := range p.Runs {
@@ -50,6 +62,16 @@ func (s *SQL) RunsCreate(tx Tx, p *store.RunsCreateParams) (*store.RunsCreateRes
 			run.AvailableAt = *r.AvailableAt
 		}
 		items[i] = store.RunsCreateItem{Run: run, Created: true}
+		if c := r.Claim; c != nil && !run.AvailableAt.After(now) && !restricted[r.Queue] {
+			// A fresh run's first token: the same clock floor claims use.
+			cr := &store.ClaimedRun{Run: run, LeaseToken: now.UnixMicro(), LeaseExpiresAt: now.Add(c.LeaseDuration),
+				History: []*store.Op{}, Inbox: []*store.Event{}}
+			run.Status, run.Attempts, run.LeaseOwner = store.StatusRunning, 1, c.Worker
+			run.LeaseExpiresAt, run.StartedAt = &cr.LeaseExpiresAt, &now
+			items[i].Claimed = cr
+		} else {
+			ready = true
+		}
 		inBatch[r.WorkflowID] = run
 		insert = append(insert, i)
 	}
@@ -57,9 +79,44 @@ func (s *SQL) RunsCreate(tx Tx, p *store.RunsCreateParams) (*store.RunsCreateRes
 		if err := s.insertBatch(tx, p, items, insert); err != nil {
 			return nil, err
 		}
-		tx.Publish(store.TopicReady)
+		if ready {
+			tx.Publish(store.TopicReady)
+		}
 	}
 	return &store.RunsCreateResult{Items: items}, nil
+}
+
+// restrictedQueues returns, of the queues of the batch's items that ask to be
+// created claimed, those that limit claims (their runs wait for an ordinary
+// claim, which respects the limits); nil when no item asks.
+func (s *SQL) restrictedQueues(tx Tx, p *store.RunsCreateParams) (map[string]bool, error) {
+	var names []string
+	for _, r := range p.Runs {
+		if r.Claim != nil {
+			names = append(names, r.Queue)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	list, err := s.d.List(slices.Compact(slices.Sorted(slices.Values(names))))
+	if err != nil {
+		return nil, err
+	}
+	restricted := map[string]bool{}
+	q := `SELECT name FROM queues WHERE namespace = ` + s.d.Param(1) + ` AND ` + s.d.InList("name", s.d.Param(2)) + ` AND ` + Restricted
+	err = tx.Query(q, []any{p.Namespace, list}, func(row Scanner) error {
+		var name string
+		if err := row.Scan(&name); err != nil {
+			return err
+		}
+		restricted[name] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading queue limits: %w", err)
+	}
+	return restricted, nil
 }
 
 // latestByWorkflowID reads, in one query, the latest run of each workflow ID of
@@ -92,8 +149,16 @@ func (s *SQL) latestByWorkflowID(tx Tx, p *store.RunsCreateParams) (map[string]*
 // statement and fills in their sequences; an item whose row was skipped by a
 // conflict becomes ErrRunExists.
 func (s *SQL) insertBatch(tx Tx, p *store.RunsCreateParams, items []store.RunsCreateItem, insert []int) error {
+	claims := false
+	for _, i := range insert {
+		claims = claims || items[i].Claimed != nil
+	}
 	var b strings.Builder
-	b.WriteString(`INSERT INTO runs (` + batchCols + `) VALUES `)
+	b.WriteString(`INSERT INTO runs (` + batchCols)
+	if claims {
+		b.WriteString(leaseCols)
+	}
+	b.WriteString(`) VALUES `)
 	a := &args{d: &s.d, next: s.d.Next}
 	for k, i := range insert {
 		r := items[i].Run
@@ -108,11 +173,21 @@ func (s *SQL) insertBatch(tx Tx, p *store.RunsCreateParams, items []store.RunsCr
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "(%s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+		fmt.Fprintf(&b, "(%s, %s, %s, %s, %s, %s, '%s', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s",
 			a.add(r.Namespace), a.add(r.ID), a.add(r.WorkflowID), a.add(r.Workflow), a.add(r.Queue),
-			a.add(r.Priority), a.add(r.Version), a.add(Blob(r.Input)), a.add(deadline),
+			a.add(r.Priority), r.Status, a.add(r.Version), a.add(Blob(r.Input)), a.add(deadline),
 			a.add(s.d.Time(r.AvailableAt)), a.add(s.d.Time(r.CreatedAt)), a.add(s.d.Time(r.UpdatedAt)),
 			a.add(p.Runs[i].ConcurrencyKey), a.add(r.TraceParent), a.add(r.PinVersion()), a.add(retry))
+		if claims {
+			var token int64
+			var expires, started time.Time // zero: NULL
+			if cr := items[i].Claimed; cr != nil {
+				token, expires, started = cr.LeaseToken, cr.LeaseExpiresAt, *r.StartedAt
+			}
+			fmt.Fprintf(&b, ", %s, %s, %s, %s, %s", a.add(r.Attempts), a.add(r.LeaseOwner), a.add(token),
+				a.add(s.d.Time(expires)), a.add(s.d.Time(started)))
+		}
+		b.WriteString(")")
 	}
 	b.WriteString(` ON CONFLICT DO NOTHING RETURNING id, sequence`)
 	seqs := make(map[string]int64, len(insert))
