@@ -98,7 +98,8 @@ type RemoteWorkload struct {
 	DefaultN    int
 	Description string
 	// DefaultClients is the default of RemoteOptions.Clients; 1 means the
-	// workload is sequential and always uses one connection.
+	// workload is sequential and always uses one connection; 0 means n (w1:
+	// every run started at once, as embedded w1 starts them).
 	DefaultClients int
 	// NeedsWorker says whether the workload needs StartRemoteWorker.
 	NeedsWorker bool
@@ -109,8 +110,8 @@ type RemoteWorkload struct {
 var RemoteWorkloads = []RemoteWorkload{
 	{"api-start", 20000, "POST /runs of N runs from concurrent keep-alive clients (default 64), each durable before its 201; starts/s and per-request latency",
 		64, false, runAPIStart},
-	{"w1", 2000, "N workflows of 3 no-op steps started through the Go client over HTTP from --clients goroutines (default 64), each waited for with Result (a long poll) from as many more; a remote worker runs them; wall time first start to last result",
-		64, true, runRemoteW1},
+	{"w1", 2000, "N workflows of 3 no-op steps started at once through the Go client over HTTP (as embedded w1: each from its own goroutine; --clients caps the starters), each waited for with Result from as many more; a remote worker runs them; wall time first start to last result",
+		0, true, runRemoteW1},
 	{"w2", 20, "one 20-step workflow N times in a row, started and waited for through the Go client over HTTP, run by a remote worker; per-step latency",
 		1, true, runRemoteW2},
 	{"w3", 200, "N sequential POST /runs then GET result?wait of a 1-step workflow run by a remote worker; latency",
@@ -151,6 +152,9 @@ func RunRemote(ctx context.Context, w RemoteWorkload, n int, o RemoteOptions) (*
 	}
 	if o.Clients <= 0 || w.DefaultClients == 1 {
 		o.Clients = w.DefaultClients // a sequential workload uses one connection
+	}
+	if o.Clients <= 0 {
+		o.Clients = n
 	}
 	u, err := url.Parse(o.Server)
 	if err != nil || u.Scheme != "http" || u.Host == "" {
@@ -474,12 +478,12 @@ func openRemoteClient(ctx context.Context, o RemoteOptions) (*trellis.Client, er
 }
 
 // runRemoteW1 is w1 through a server: n three-step runs started with the Go
-// client over HTTP by o.Clients starters, each run's handle passed to one of
-// o.Clients waiters that block in Result (a result long poll) until it ended.
-// The remote worker (its slots fewer than n at the default n of a sustained
-// run) executes them. A client whose callers each held a connection would need
-// n connections; the bench bounds its callers instead, as a real producer
-// would.
+// client over HTTP by o.Clients starters (by default n: every run at once, as
+// embedded w1 starts them), each run's handle passed to one of o.Clients
+// waiters that block in Result until it ended. The client gathers concurrent
+// starts into runs:batch requests and waits into runs:wait long polls, so n
+// callers hold a few connections, not n. The remote worker (its slots fewer
+// than n at the default n of a sustained run) executes them.
 func runRemoteW1(ctx context.Context, o RemoteOptions, n int) (*Result, error) {
 	c, err := openRemoteClient(ctx, o)
 	if err != nil {
