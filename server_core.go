@@ -28,7 +28,7 @@ func openServerCore(kc servercore.Config) (servercore.Core, error) {
 		cfg.Metrics = kc.Metrics.(*Metrics)
 	}
 	cfg = cfg.withDefaults()
-	k := &serverCore{core: &core{store: kc.Store, logger: cfg.Logger, watchers: watchers{executing: kc.Executing}},
+	k := &serverCore{core: &core{store: kc.Store, logger: cfg.Logger, watchers: watchers{executing: kc.Executing, pushed: kc.Pushed}},
 		cfg: cfg, chain: newChain(cfg.interceptors())}
 	if err := k.startBackground(background{Scheduler: kc.Scheduler, Owner: kc.Owner,
 		SchedulerLease: kc.SchedulerLease, SchedulerInterval: kc.SchedulerInterval, Started: kc.Started,
@@ -97,6 +97,8 @@ type watchers struct {
 	closed bool
 	// executing is the server's servercore.Config.Executing (nil: none).
 	executing func(ns, runID string) bool
+	// pushed is the server's servercore.Config.Pushed (nil: none).
+	pushed func(ns, runID string) bool
 }
 
 // watcher returns the results watcher of namespace ns and a function to call
@@ -114,12 +116,16 @@ func (k *core) watcher(ns string, poll time.Duration) (*results.Watcher, func(),
 	if ex := k.executing; ex != nil {
 		cfg.Executing = func(runID string) bool { return ex(ns, runID) }
 	}
+	kept := len(k.byNS) < maxWatchers
+	if pu := k.pushed; pu != nil && kept { // Ended reaches only the kept watchers
+		cfg.Local = func(runID string) bool { return pu(ns, runID) }
+	}
 	w, err := results.New(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	w.Start()
-	if len(k.byNS) >= maxWatchers {
+	if !kept {
 		return w, w.Stop, nil
 	}
 	if k.byNS == nil {

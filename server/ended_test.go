@@ -138,9 +138,15 @@ func TestEndedRunAnswersWithoutARead(t *testing.T) {
 					}
 				})
 			})
-			w, closeWorker := workerOn(t, base, wf)
-			defer closeWorker()
-			h, err := trellis.Start(t.Context(), w.Client(), wf, "x")
+			// Started before any worker serves it: the long poll's read as it
+			// registers (the run is not one this server pushed yet) says it
+			// waits; then the worker claims it.
+			c, err := trellis.Open(t.Context(), trellis.Config{Server: base, Token: "admin"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			h, err := trellis.Start(t.Context(), c, wf, "x")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -176,6 +182,8 @@ func TestEndedRunAnswersWithoutARead(t *testing.T) {
 					t.Fatal("the long poll never read its run")
 				}
 			}
+			_, closeWorker := workerOn(t, base, wf)
+			defer closeWorker()
 			rec.hold.Store(true) // from here every read of the run waits for release
 			// A read begun before could be answered after the run ends (on
 			// a loaded machine, on Postgres): let those finish first.

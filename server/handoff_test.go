@@ -117,7 +117,7 @@ func TestHandoffBatch(t *testing.T) {
 			e := newEnv(t, url(t))
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			pushed := make(chan []*pb.ClaimedRun, 4)
+			pushed := make(chan []*pb.ClaimedRun) // unbuffered: the stream's end comes after its runs
 			ended := make(chan error, 1)
 			go func() {
 				s, err := e.workerClient("worker").Claim(ctx, connect.NewRequest(&pb.ClaimRequest{Namespace: "default",

@@ -135,6 +135,18 @@ func (lh *leaseHistories) isEnding(ns, id string) bool {
 	return lh.endings[leaseRun{ns, id}] > 0
 }
 
+// isPushed reports whether run id of namespace ns holds a lease this server
+// pushed (the entry knows the run as the claim left it) and whose end has not
+// been written through it: the checkpoint that ends it drops the entry
+// (workerService.wrote) before ending's done hands the run to the results
+// watchers (servercore.Config.Pushed).
+func (lh *leaseHistories) isPushed(ns, id string) bool {
+	lh.mu.Lock()
+	defer lh.mu.Unlock()
+	e := lh.m[leaseRun{ns, id}]
+	return e != nil && e.run != nil
+}
+
 // drop forgets the entry of lease l (its lease ended).
 func (lh *leaseHistories) drop(l store.Lease) {
 	lh.mu.Lock()

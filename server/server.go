@@ -499,6 +499,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Scheduler: !cfg.Scheduler.Disabled, Owner: owner, SchedulerLease: cfg.Scheduler.LeaseDuration,
 		SchedulerInterval: cfg.Scheduler.Interval, Started: func(run *store.Run) { s.observer.ObserveStarted(run.Workflow) },
 		Executing:         s.histories.isEnding,
+		Pushed:            s.histories.isPushed,
 		RetentionInterval: cfg.RetentionInterval, Clock: cfg.Clock})
 	if err != nil {
 		_ = s.closeStores()

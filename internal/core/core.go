@@ -51,6 +51,13 @@ type Config struct {
 	// its outcome comes to Ended, so the results watchers do not read it when
 	// the store reports it changed (results.Config.Executing). nil: none.
 	Executing func(ns, runID string) bool
+	// Pushed reports whether run runID of namespace ns holds a lease that
+	// this server pushed to one of its remote workers and that has not ended
+	// through it: the checkpoint that ends the run, if it comes through this
+	// server, reports the run to Ended, so a wait for it does not read it
+	// first (results.Config.Local). It turns false once that checkpoint is
+	// written, before Ended. nil: none.
+	Pushed func(ns, runID string) bool
 	// RetentionInterval is the interval of the purger's passes (deleting
 	// expired runs); negative: no purger.
 	RetentionInterval time.Duration

@@ -4,7 +4,8 @@
 // per caller.
 //
 // A caller registers its run, then the watcher reads the run once (batched with
-// every other registration since its last read). After that the run is read again
+// every other registration since its last read), unless the run's end will be
+// reported to Ended (Config.Local). After that the run is read again
 // only when the store's feed (store.RunWatcher) says it changed, together with
 // every other changed run, in one RunsGet per batch of up to BatchSize runs. When
 // the feed does not carry other processes' commits (SQLite), or the store has no
@@ -40,6 +41,14 @@ type Config struct {
 	// end is reported to Ended, so a change the feed reports for it is not read
 	// from the store.
 	Executing func(runID string) bool
+	// Local, when set, reports whether a run's end will be reported to Ended
+	// if it comes through this process (a server's run pushed to one of its
+	// remote workers): a caller that registers for such a run is not read
+	// then, as the run is not final yet. It must turn false once the run's
+	// end is committed and before Ended is called with it, so that a caller
+	// registering in between is read; a run that ends elsewhere is read when
+	// the feed or the poll reports it changed, as any other.
+	Local func(runID string) bool
 }
 
 // Watcher follows the runs callers wait for. Start it once; Stop is idempotent.
@@ -210,6 +219,9 @@ func (w *Watcher) register(runID string, ch chan outcome) bool {
 		return false
 	}
 	w.waiters[runID] = append(w.waiters[runID], ch)
+	if w.cfg.Local != nil && w.cfg.Local(runID) {
+		return true // Ended reports it (under w.mu: after this registration)
+	}
 	w.fresh[runID] = struct{}{}
 	w.signal()
 	return true

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -208,15 +209,90 @@ func TestEndedDeliversLocalOutcomes(t *testing.T) {
 	}
 }
 
+// A run whose end will be reported to Ended (Config.Local) is not read when a
+// caller registers for it; Ended delivers it. Another run is read as its
+// caller registers, and one that stopped being local before its caller
+// registered (it ended: Ended was called with nobody waiting) is read then.
+func TestLocalRunsAreNotReadAsTheyRegister(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "trellis.db")
+	st := &countingStore{Store: open(t, path)}
+	var local sync.Map  // run ID -> true while its end will come to Ended
+	var ending sync.Map // run ID -> true while its end is written here (as a server's Executing)
+	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: time.Hour,
+		Local:     func(id string) bool { _, ok := local.Load(id); return ok },
+		Executing: func(id string) bool { _, ok := ending.Load(id); return ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop()
+	ctx := context.Background()
+	a, b, c := start(t, st, "a"), start(t, st, "b"), start(t, st, "c")
+	local.Store("a", true)
+	local.Store("c", true)
+	gotA := make(chan *store.Run, 1)
+	go func() { r, _ := w.Wait(ctx, "a"); gotA <- r }()
+	errB := waitAsync(ctx, w, "b")
+	waitRegistered(t, w, 2)
+	for st.reads.Load() < 1 { // b's, as it registered
+		time.Sleep(time.Millisecond)
+	}
+	ending.Store("a", true)
+	finish(t, st, a, store.StatusSucceeded)
+	local.Delete("a") // committed, then no longer local, then Ended
+	final := *a.Run
+	final.Status, final.Output = store.StatusSucceeded, []byte(`"handed over"`)
+	w.Ended("a", &final)
+	ending.Delete("a")
+	if r := <-gotA; r == nil || string(r.Output) != `"handed over"` {
+		t.Fatalf("Wait(a) = %+v, want the run handed to Ended", r)
+	}
+	finish(t, st, b, store.StatusSucceeded)
+	if err := <-errB; err != nil {
+		t.Fatal(err)
+	}
+	// c ends here while nobody waits: its end is dropped, and a caller
+	// registering afterwards reads it.
+	finish(t, st, c, store.StatusSucceeded)
+	local.Delete("c")
+	w.Ended("c", nil)
+	before := st.reads.Load()
+	if r, err := w.Wait(ctx, "c"); err != nil || r.Status != store.StatusSucceeded {
+		t.Fatalf("Wait(c) = %+v, %v", r, err)
+	}
+	if n := st.reads.Load() - before; n != 1 {
+		t.Fatalf("%d reads for a caller of a run no longer local, want 1", n)
+	}
+	// a was never read: its caller registered while it was local, and the
+	// feed's report of its end came while it was ending here, or after
+	// (nobody waiting).
+	if n := st.readsOf("a"); n != 0 {
+		t.Fatalf("a was read %d times, want none", n)
+	}
+}
+
 // countingStore counts the reads of waited-for runs.
 type countingStore struct {
 	*storesqlite.Store
 	reads atomic.Int64
+	ids   sync.Map // run ID -> *atomic.Int64: the reads naming it
 }
 
 func (c *countingStore) RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
 	c.reads.Add(1)
+	for _, id := range p.IDs {
+		n, _ := c.ids.LoadOrStore(id, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+	}
 	return c.Store.RunsGet(ctx, p)
+}
+
+func (c *countingStore) readsOf(id string) int64 {
+	if n, ok := c.ids.Load(id); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
 }
 
 // A SQLite watcher's poll re-reads the waited-for runs only when a commit that
