@@ -27,7 +27,7 @@ func WithWorker(st store.Store, w WorkerRole) store.Store {
 
 // WithHandedWorker is WithWorker for a worker that writes a lease only with the
 // secret its server issued with the claim (store.ClaimedRun.LeaseSecret): the
-// runs st creates claimed (RunCreate and EventSend with a Claim, which a
+// runs st creates claimed (RunCreate, RunsCreate and EventSend with a Claim, which a
 // server does to hand a run to a waiting worker) are handed to the worker
 // through hand, which gives them their secrets as the server would.
 func WithHandedWorker(st store.Store, w WorkerRole, hand func(...*store.ClaimedRun)) store.Store {
@@ -44,6 +44,18 @@ func (v *viaWorker) RunCreate(ctx context.Context, p *store.RunCreateParams) (*s
 	res, err := v.Store.RunCreate(ctx, p)
 	if err == nil && res.Claimed != nil && v.hand != nil {
 		v.hand(res.Claimed)
+	}
+	return res, err
+}
+
+func (v *viaWorker) RunsCreate(ctx context.Context, p *store.RunsCreateParams) (*store.RunsCreateResult, error) {
+	res, err := v.Store.RunsCreate(ctx, p)
+	if err == nil && v.hand != nil {
+		for _, it := range res.Items {
+			if it.Claimed != nil {
+				v.hand(it.Claimed)
+			}
+		}
 	}
 	return res, err
 }
