@@ -35,6 +35,33 @@ func offered(t *testing.T, s *Server, n int) {
 	}
 }
 
+// openHandedStream opens a claim stream of worker "hw" for workflow "handed" with a
+// credit of 2 and reads it aside (its answer headers come with its first
+// message): each message's runs arrive on pushed, then its end on ended.
+// pushed is unbuffered, so the end comes after every run was taken.
+func openHandedStream(ctx context.Context, e *env) (pushed <-chan []*pb.ClaimedRun, ended <-chan error) {
+	p, end := make(chan []*pb.ClaimedRun), make(chan error, 1)
+	go func() {
+		s, err := e.workerClient("worker").Claim(ctx, connect.NewRequest(&pb.ClaimRequest{Namespace: "default",
+			Workflows: []string{"handed"}, Worker: "hw", Credit: 2,
+			LeaseDuration: durationpb.New(time.Minute), Wait: durationpb.New(30 * time.Second)}))
+		if err != nil {
+			end <- err
+			return
+		}
+		defer s.Close()
+		for s.Receive() {
+			select {
+			case p <- s.Msg().Runs:
+			case <-ctx.Done():
+				return
+			}
+		}
+		end <- s.Err()
+	}()
+	return p, end
+}
+
 // Runs started through the API while a claim stream waits with free credit are
 // created claimed for its worker and pushed on the stream (no claim of their
 // own); once its credit is used the stream ends, and the next run is created
@@ -45,24 +72,7 @@ func TestHandoff(t *testing.T) {
 			e := newEnv(t, url(t))
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			// The stream's answer headers come with its first message: open it
-			// and read it aside.
-			pushed := make(chan []*pb.ClaimedRun)
-			ended := make(chan error, 1)
-			go func() {
-				s, err := e.workerClient("worker").Claim(ctx, connect.NewRequest(&pb.ClaimRequest{Namespace: "default",
-					Workflows: []string{"handed"}, Worker: "hw", Credit: 2,
-					LeaseDuration: durationpb.New(time.Minute), Wait: durationpb.New(30 * time.Second)}))
-				if err != nil {
-					ended <- err
-					return
-				}
-				defer s.Close()
-				for s.Receive() {
-					pushed <- s.Msg().Runs
-				}
-				ended <- s.Err()
-			}()
+			pushed, ended := openHandedStream(ctx, e)
 			offered(t, e.srv, 2)
 			for i := range 2 {
 				run := e.start("handed", i, nil)
@@ -117,22 +127,7 @@ func TestHandoffBatch(t *testing.T) {
 			e := newEnv(t, url(t))
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			pushed := make(chan []*pb.ClaimedRun) // unbuffered: the stream's end comes after its runs
-			ended := make(chan error, 1)
-			go func() {
-				s, err := e.workerClient("worker").Claim(ctx, connect.NewRequest(&pb.ClaimRequest{Namespace: "default",
-					Workflows: []string{"handed"}, Worker: "hw", Credit: 2,
-					LeaseDuration: durationpb.New(time.Minute), Wait: durationpb.New(30 * time.Second)}))
-				if err != nil {
-					ended <- err
-					return
-				}
-				defer s.Close()
-				for s.Receive() {
-					pushed <- s.Msg().Runs
-				}
-				ended <- s.Err()
-			}()
+			pushed, ended := openHandedStream(ctx, e)
 			offered(t, e.srv, 2)
 			body := map[string]any{"runs": []map[string]any{
 				{"workflow": "handed", "input": 1}, {"workflow": "handed", "input": 2}, {"workflow": "handed", "input": 3}}}
