@@ -307,6 +307,16 @@ func (e *embedded) watcher() (*results.Watcher, func(), error) {
 	return e.core.watcher(e.cfg.Namespace, e.cfg.Worker.PollInterval)
 }
 
+// lastingWatcher returns the results watcher the client's waits go through
+// when it outlasts them (the client's, or its server core's kept one for the
+// namespace), else nil.
+func (e *embedded) lastingWatcher() *results.Watcher {
+	if e.results != nil {
+		return e.results
+	}
+	return e.core.keptWatcher(e.cfg.Namespace, e.cfg.Worker.PollInterval)
+}
+
 func (e *embedded) sendEvent(ctx context.Context, ref, name string, b []byte) error {
 	if err := e.eventLimit(ctx, ref, name, len(b)); err != nil {
 		return err

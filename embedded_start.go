@@ -159,7 +159,23 @@ func (e *embedded) startMany(ctx context.Context, reqs []StartRequest) ([]StartR
 		cctx, cancel = claimedCreateContext(ctx, lease)
 		defer cancel()
 	}
+	// The waits for these runs need not read them as they register: the
+	// results watcher learns of their creation (results.Watcher.Created).
+	rw := e.lastingWatcher()
+	var mark uint64
+	if rw != nil {
+		mark = rw.Mark()
+	}
 	res, err := e.store.RunsCreate(cctx, p)
+	if err == nil && rw != nil {
+		created := make([]string, 0, len(res.Items))
+		for _, it := range res.Items {
+			if it.Created && it.Claimed == nil { // a run this worker runs: its Outcome
+				created = append(created, it.Run.ID)
+			}
+		}
+		rw.Created(created, mark)
+	}
 	for i, slot := range slots {
 		if slot == nil {
 			continue

@@ -101,6 +101,23 @@ type watchers struct {
 	pushed func(ns, runID string) bool
 }
 
+// keptWatcher returns the lasting results watcher of namespace ns (made if
+// there is room for one more), or nil.
+func (k *core) keptWatcher(ns string, poll time.Duration) *results.Watcher {
+	w, release, err := k.watcher(ns, poll)
+	if err != nil {
+		return nil
+	}
+	k.mu.Lock()
+	kept := k.byNS[ns] == w
+	k.mu.Unlock()
+	if !kept {
+		release()
+		return nil
+	}
+	return w
+}
+
 // watcher returns the results watcher of namespace ns and a function to call
 // when the wait is over.
 func (k *core) watcher(ns string, poll time.Duration) (*results.Watcher, func(), error) {

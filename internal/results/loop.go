@@ -69,6 +69,19 @@ func (w *Watcher) check(ctx context.Context, all bool) {
 func (w *Watcher) due(ids []string, all bool) (fresh, changed []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.checks++
+	if all {
+		w.allAt = w.checks
+	}
+	for _, id := range ids {
+		if _, waited := w.waiters[id]; !waited {
+			if len(w.unwaited) >= maxRemembered {
+				clear(w.unwaited)
+				w.forgot = w.checks
+			}
+			w.unwaited[id] = struct{}{}
+		}
+	}
 	fresh = make([]string, 0, len(w.fresh))
 	for id := range w.fresh {
 		fresh = append(fresh, id)

@@ -5,7 +5,8 @@
 //
 // A caller registers its run, then the watcher reads the run once (batched with
 // every other registration since its last read), unless the run's end will be
-// reported to Ended (Config.Local). After that the run is read again
+// reported to Ended (Config.Local) or the run was created by this process and
+// has not changed since (Created). After that the run is read again
 // only when the store's feed (store.RunWatcher) says it changed, together with
 // every other changed run, in one RunsGet per batch of up to BatchSize runs. When
 // the feed does not carry other processes' commits (SQLite), or the store has no
@@ -71,7 +72,24 @@ type Watcher struct {
 	waiters map[string][]chan outcome // run ID -> callers waiting
 	fresh   map[string]struct{}       // registered since the last read: read whatever their state
 	closed  bool
+
+	// What lets a run this process created go unread when a caller
+	// registers for it (Created): checks counts the checks of the feed;
+	// unwaited holds the runs the feed reported while nobody waited for
+	// them, since check forgot (the set is emptied when it grows too big);
+	// allAt is the last check that re-read every waited-for run (signals
+	// lost, other processes' commits); created maps a created run to the
+	// check count before its create began (Mark).
+	checks   uint64
+	unwaited map[string]struct{}
+	forgot   uint64
+	allAt    uint64
+	created  map[string]uint64
 }
+
+// maxRemembered caps Watcher.unwaited and Watcher.created: past it a set is
+// emptied, and the runs it held are read when waited for, as any other.
+const maxRemembered = 1 << 16
 
 type outcome struct {
 	id  string // the run's ID: a channel may wait for several (WaitEach)
@@ -94,6 +112,7 @@ func New(cfg Config) (*Watcher, error) {
 	return &Watcher{
 		cfg: cfg, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), stopping: make(chan struct{}), done: make(chan struct{}),
 		waiters: make(map[string][]chan outcome), fresh: make(map[string]struct{}),
+		unwaited: make(map[string]struct{}), created: make(map[string]uint64),
 		poll: store.NewForeignPoll(cfg.Store),
 	}, nil
 }
@@ -222,6 +241,12 @@ func (w *Watcher) register(runID string, ch chan outcome) bool {
 	if w.cfg.Local != nil && w.cfg.Local(runID) {
 		return true // Ended reports it (under w.mu: after this registration)
 	}
+	if mark, ok := w.created[runID]; ok {
+		delete(w.created, runID)
+		if _, changed := w.unwaited[runID]; !changed && w.forgot <= mark && w.allAt <= mark {
+			return true // as created: the feed reports its change
+		}
+	}
 	w.fresh[runID] = struct{}{}
 	w.signal()
 	return true
@@ -243,6 +268,39 @@ func (w *Watcher) unregister(runID string, ch chan outcome) {
 		return
 	}
 	w.waiters[runID] = chs
+}
+
+// Mark returns what Created needs: call it before the create of the runs
+// begins.
+func (w *Watcher) Mark() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.checks
+}
+
+// Created tells the watcher of runs this process just created (ids; none that
+// existed before), whose create began after mark (Mark), so that a caller
+// registering for one of them later need not read it: every change of a run
+// reaches the feed, and a change the feed reported while nobody waited for
+// the run is remembered (unwaited). The run is read as usual when the feed
+// has reported it, when the remembered changes were emptied since mark, when a
+// check since mark re-read everything (lost signals; other processes'
+// commits, which the feed of a SQLite store does not carry: the poll that
+// found them re-read only the runs waited for then), and on a store without a
+// feed. A create that publishes its run's topic (RunCreate) gains nothing: its
+// own report makes the run read; a batch's (RunsCreate) publishes none.
+func (w *Watcher) Created(ids []string, mark uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.feed == nil || w.closed {
+		return
+	}
+	for _, id := range ids {
+		if len(w.created) >= maxRemembered {
+			clear(w.created)
+		}
+		w.created[id] = mark
+	}
 }
 
 // Waiting returns how many runs have callers waiting (for tests and metrics).

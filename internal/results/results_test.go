@@ -272,6 +272,141 @@ func TestLocalRunsAreNotReadAsTheyRegister(t *testing.T) {
 	}
 }
 
+// createPending creates a pending run with RunsCreate, which publishes no
+// report of the run (a batch start's create).
+func createPending(t *testing.T, st store.Store, id string) {
+	t.Helper()
+	res, err := st.RunsCreate(context.Background(), &store.RunsCreateParams{Namespace: ns, Runs: []*store.RunCreateParams{
+		{ID: id, WorkflowID: id, Workflow: "wf", Queue: "default"}}})
+	if err != nil || !res.Items[0].Created {
+		t.Fatalf("RunsCreate(%s) = %+v, %v", id, res, err)
+	}
+}
+
+// claim claims the pending runs and returns them by ID.
+func claim(t *testing.T, st store.Store) map[string]*store.ClaimedRun {
+	t.Helper()
+	res, err := st.RunsClaim(context.Background(), &store.RunsClaimParams{Namespace: ns, Workflows: []string{"wf"},
+		Worker: "w", Max: 10, LeaseDuration: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]*store.ClaimedRun{}
+	for _, cr := range res.Runs {
+		m[cr.Run.ID] = cr
+	}
+	return m
+}
+
+// A run this process created (Created, with the Mark from before its create)
+// is not read when a caller registers for it while unchanged: the feed's
+// report of its end delivers it. One that ended before its caller registered
+// is delivered too: the feed's report came while nobody waited (remembered),
+// or comes after. So is one another process ended (the SQLite poll), and
+// every run after a check that re-read everything.
+func TestCreatedRunsAreNotReadAsTheyRegister(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "trellis.db")
+	st := &countingStore{Store: open(t, path)}
+	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: time.Hour}) // no poll: the feed alone
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop()
+	ctx := context.Background()
+
+	mark := w.Mark()
+	createPending(t, st, "quiet")
+	createPending(t, st, "early")
+	w.Created([]string{"quiet", "early"}, mark)
+	claimed := claim(t, st)
+
+	// quiet: waited for, unchanged, then ended here.
+	errQuiet := waitAsync(ctx, w, "quiet")
+	waitRegistered(t, w, 1)
+	finish(t, st, claimed["quiet"], store.StatusSucceeded)
+	if err := <-errQuiet; err != nil {
+		t.Fatal(err)
+	}
+	if n := st.readsOf("quiet"); n != 1 {
+		t.Fatalf("quiet was read %d times, want once: when the feed reported its end", n)
+	}
+
+	// early: ended here before anyone waited.
+	m := w.Mark()
+	finish(t, st, claimed["early"], store.StatusSucceeded)
+	for w.Mark() == m { // the feed's report of its end makes a check (nobody waits: remembered)
+		time.Sleep(time.Millisecond)
+	}
+	if r, err := w.Wait(ctx, "early"); err != nil || r.Status != store.StatusSucceeded {
+		t.Fatalf("Wait(early) = %+v, %v", r, err)
+	}
+}
+
+// A created run another process ends before its caller registers (a commit
+// this SQLite feed does not carry) reaches its caller through the poll.
+func TestCreatedRunEndedElsewhere(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "trellis.db")
+	st := open(t, path)
+	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop()
+	mark := w.Mark()
+	createPending(t, st, "foreign")
+	w.Created([]string{"foreign"}, mark)
+	other := open(t, path)
+	finish(t, other, claim(t, other)["foreign"], store.StatusSucceeded)
+	if r, err := w.Wait(context.Background(), "foreign"); err != nil || r.Status != store.StatusSucceeded {
+		t.Fatalf("Wait(foreign) = %+v, %v", r, err)
+	}
+}
+
+// A created run whose report the watcher may have dropped (it emptied what it
+// remembers, or re-read everything since the mark) is read as it registers.
+func TestCreatedRunsReadAfterARereadOfEverything(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "trellis.db")
+	st := &countingStore{Store: open(t, path)}
+	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Stop()
+	ctx := context.Background()
+	mark := w.Mark()
+	createPending(t, st, "run")
+	w.Created([]string{"run"}, mark)
+	// Another process commits while a caller waits for another run: a poll
+	// re-reads every waited-for run (a check of all, after the mark).
+	createPending(t, st, "held")
+	errHeld := waitAsync(ctx, w, "held")
+	waitRegistered(t, w, 1)
+	before := st.reads.Load()
+	createPending(t, open(t, path), "elsewhere")
+	for st.reads.Load() == before {
+		time.Sleep(time.Millisecond)
+	}
+	errRun := waitAsync(ctx, w, "run")
+	waitRegistered(t, w, 2)
+	for st.readsOf("run") == 0 {
+		time.Sleep(time.Millisecond) // read as it registered; the test times out otherwise
+	}
+	claimed := claim(t, st)
+	finish(t, st, claimed["held"], store.StatusSucceeded)
+	finish(t, st, claimed["run"], store.StatusSucceeded)
+	for _, errc := range []<-chan error{errHeld, errRun} {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // countingStore counts the reads of waited-for runs.
 type countingStore struct {
 	*storesqlite.Store
