@@ -167,11 +167,14 @@ func (e *embedded) startMany(ctx context.Context, reqs []StartRequest) ([]StartR
 		mark = rw.Mark()
 	}
 	res, err := e.store.RunsCreate(cctx, p)
-	if err == nil && rw != nil {
-		created := make([]string, 0, len(res.Items))
-		for _, it := range res.Items {
-			if it.Created && it.Claimed == nil { // a run this worker runs: its Outcome
-				created = append(created, it.Run.ID)
+	if rw != nil {
+		var created []string
+		if err == nil {
+			created = make([]string, 0, len(res.Items))
+			for _, it := range res.Items {
+				if it.Created && it.Claimed == nil { // a run this worker runs: its Outcome
+					created = append(created, it.Run.ID)
+				}
 			}
 		}
 		rw.Created(created, mark)

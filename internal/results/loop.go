@@ -73,13 +73,23 @@ func (w *Watcher) due(ids []string, all bool) (fresh, changed []string) {
 	if all {
 		w.allAt = w.checks
 	}
-	for _, id := range ids {
-		if _, waited := w.waiters[id]; !waited {
-			if len(w.unwaited) >= maxRemembered {
-				clear(w.unwaited)
-				w.forgot = w.checks
+	switch {
+	case len(w.created) == 0 && w.marking == 0:
+		// No created run awaits its caller, and no create is under way:
+		// nothing to remember for.
+		if len(w.unwaited) > 0 {
+			clear(w.unwaited)
+			w.forgot = w.checks
+		}
+	default:
+		for _, id := range ids {
+			if _, waited := w.waiters[id]; !waited {
+				if len(w.unwaited) >= maxRemembered {
+					clear(w.unwaited)
+					w.forgot = w.checks
+				}
+				w.unwaited[id] = struct{}{}
 			}
-			w.unwaited[id] = struct{}{}
 		}
 	}
 	fresh = make([]string, 0, len(w.fresh))

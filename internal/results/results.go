@@ -76,20 +76,24 @@ type Watcher struct {
 	// What lets a run this process created go unread when a caller
 	// registers for it (Created): checks counts the checks of the feed;
 	// unwaited holds the runs the feed reported while nobody waited for
-	// them, since check forgot (the set is emptied when it grows too big);
+	// them, since check forgot (the set is emptied when it grows too big,
+	// and kept only while some created run awaits its caller);
 	// allAt is the last check that re-read every waited-for run (signals
 	// lost, other processes' commits); created maps a created run to the
-	// check count before its create began (Mark).
+	// check count before its create began (Mark); marking counts the Marks
+	// whose Created has not come yet.
 	checks   uint64
+	marking  int
 	unwaited map[string]struct{}
 	forgot   uint64
 	allAt    uint64
 	created  map[string]uint64
 }
 
-// maxRemembered caps Watcher.unwaited and Watcher.created: past it a set is
-// emptied, and the runs it held are read when waited for, as any other.
-const maxRemembered = 1 << 16
+// maxRemembered caps Watcher.unwaited and Watcher.created (about 1 MiB
+// each): past it a set is emptied, and the runs it held are read when waited
+// for, as any other.
+const maxRemembered = 1 << 14
 
 type outcome struct {
 	id  string // the run's ID: a channel may wait for several (WaitEach)
@@ -271,15 +275,17 @@ func (w *Watcher) unregister(runID string, ch chan outcome) {
 }
 
 // Mark returns what Created needs: call it before the create of the runs
-// begins.
+// begins, and Created once it is over, whatever its outcome.
 func (w *Watcher) Mark() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.marking++
 	return w.checks
 }
 
 // Created tells the watcher of runs this process just created (ids; none that
-// existed before), whose create began after mark (Mark), so that a caller
+// existed before; none when the create failed), whose create began after mark
+// (Mark), so that a caller
 // registering for one of them later need not read it: every change of a run
 // reaches the feed, and a change the feed reported while nobody waited for
 // the run is remembered (unwaited). The run is read as usual when the feed
@@ -292,6 +298,7 @@ func (w *Watcher) Mark() uint64 {
 func (w *Watcher) Created(ids []string, mark uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.marking--
 	if w.feed == nil || w.closed {
 		return
 	}
