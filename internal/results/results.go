@@ -285,16 +285,16 @@ func (w *Watcher) Mark() uint64 {
 
 // Created tells the watcher of runs this process just created (ids; none that
 // existed before; none when the create failed), whose create began after mark
-// (Mark), so that a caller
-// registering for one of them later need not read it: every change of a run
-// reaches the feed, and a change the feed reported while nobody waited for
-// the run is remembered (unwaited). The run is read as usual when the feed
-// has reported it, when the remembered changes were emptied since mark, when a
-// check since mark re-read everything (lost signals; other processes'
-// commits, which the feed of a SQLite store does not carry: the poll that
-// found them re-read only the runs waited for then), and on a store without a
-// feed. A create that publishes its run's topic (RunCreate) gains nothing: its
-// own report makes the run read; a batch's (RunsCreate) publishes none.
+// (Mark), so that a caller registering for one of them later need not read it:
+// every change of a run reaches the feed, and a change the feed reported while
+// nobody waited for the run is remembered (unwaited). The run is read as usual
+// when the feed has reported it, when the remembered changes were emptied
+// since mark, when a check since mark re-read everything (lost signals; other
+// processes' commits, which the feed of a SQLite store does not carry: the
+// poll that found them re-read only the runs waited for then), and on a store
+// without a feed. A create that publishes its run's topic (RunCreate) gains
+// nothing: its own report makes the run read; a batch's (RunsCreate)
+// publishes none.
 func (w *Watcher) Created(ids []string, mark uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
