@@ -309,12 +309,12 @@ func (e *embedded) watcher() (*results.Watcher, func(), error) {
 
 // lastingWatcher returns the results watcher the client's waits go through
 // when it outlasts them (the client's, or its server core's kept one for the
-// namespace), else nil.
+// namespace, once a wait made it), else nil.
 func (e *embedded) lastingWatcher() *results.Watcher {
 	if e.results != nil {
 		return e.results
 	}
-	return e.core.keptWatcher(e.cfg.Namespace, e.cfg.Worker.PollInterval)
+	return e.core.keptWatcher(e.cfg.Namespace)
 }
 
 func (e *embedded) sendEvent(ctx context.Context, ref, name string, b []byte) error {

@@ -101,21 +101,15 @@ type watchers struct {
 	pushed func(ns, runID string) bool
 }
 
-// keptWatcher returns the lasting results watcher of namespace ns (made if
-// there is room for one more), or nil.
-func (k *core) keptWatcher(ns string, poll time.Duration) *results.Watcher {
-	w, release, err := k.watcher(ns, poll)
-	if err != nil {
-		return nil
-	}
+// keptWatcher returns the lasting results watcher of namespace ns, or nil
+// when there is none yet (it is made by the first wait in the namespace).
+func (k *core) keptWatcher(ns string) *results.Watcher {
 	k.mu.Lock()
-	kept := k.byNS[ns] == w
-	k.mu.Unlock()
-	if !kept {
-		release()
+	defer k.mu.Unlock()
+	if k.closed {
 		return nil
 	}
-	return w
+	return k.byNS[ns]
 }
 
 // watcher returns the results watcher of namespace ns and a function to call
