@@ -22,28 +22,55 @@ func (e *embedded) start(ctx context.Context, def *definition, input []byte, o S
 		return nil, fmt.Errorf("starting %s: %w", def.name, err)
 	}
 	p.Idempotency = e.idempotency("createdRun")
-	// A free slot of this process's worker, else (for a call of the server's)
-	// of a waiting remote worker: the run is created claimed for it.
-	slot := e.reserveSlot(ctx, p)
-	cctx := ctx
-	if slot != nil {
-		p.Claim = slot.Claim()
-		var cancel context.CancelFunc
-		cctx, cancel = claimedCreateContext(ctx, p.Claim.LeaseDuration)
-		defer cancel()
-	}
+	slots, cctx, cancel := e.claimSlots(ctx, p)
+	defer cancel()
 	res, err := e.store.RunCreate(cctx, p)
-	if slot != nil {
-		var claimed *store.ClaimedRun
-		if err == nil {
-			claimed = res.Claimed
-		}
-		slot.Done(claimed)
-	}
+	handOver(slots, err, func(int) *store.ClaimedRun { return res.Claimed })
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", def.name, err)
 	}
 	return runFromStore(res.Run), nil
+}
+
+// claimSlots reserves a slot, for each run of ps that a worker can take at
+// once (reserveSlot: this process's worker, else, for a call of the
+// server's, a waiting remote worker), and sets the run's Claim: the run is
+// created claimed for it. It returns the slots (nil where none) and the
+// create's context: ctx, or, when a slot was reserved, claimedCreateContext's
+// for the shortest of the leases; cancel it once the create is over.
+func (e *embedded) claimSlots(ctx context.Context, ps ...*store.RunCreateParams) ([]handoff.Slot, context.Context, context.CancelFunc) {
+	slots := make([]handoff.Slot, len(ps))
+	reserved, lease := false, time.Duration(0)
+	for i, p := range ps {
+		if slots[i] = e.reserveSlot(ctx, p); slots[i] != nil {
+			p.Claim = slots[i].Claim()
+			if !reserved || p.Claim.LeaseDuration < lease {
+				lease = p.Claim.LeaseDuration
+			}
+			reserved = true
+		}
+	}
+	if !reserved {
+		return slots, ctx, func() {}
+	}
+	cctx, cancel := claimedCreateContext(ctx, lease)
+	return slots, cctx, cancel
+}
+
+// handOver ends the reservations of claimSlots once the create is over: each
+// slot gets the lease its run was created with (claimed, by the run's index),
+// or nil when the create failed (err) or the store did not honour the claim.
+func handOver(slots []handoff.Slot, err error, claimed func(i int) *store.ClaimedRun) {
+	for i, slot := range slots {
+		if slot == nil {
+			continue
+		}
+		var cr *store.ClaimedRun
+		if err == nil {
+			cr = claimed(i)
+		}
+		slot.Done(cr)
+	}
 }
 
 // claimedCreateContext is the context of a store write that may create a run
@@ -141,24 +168,8 @@ func (e *embedded) startMany(ctx context.Context, reqs []StartRequest) ([]StartR
 		}
 	}
 	p.Idempotency = e.idempotency("startedMany")
-	// As start does for one run: each run for which a worker has a free slot
-	// is created claimed for it.
-	slots := make([]handoff.Slot, len(p.Runs))
-	var lease time.Duration // the shortest of the claims' leases
-	for i, r := range p.Runs {
-		if slots[i] = e.reserveSlot(ctx, r); slots[i] != nil {
-			r.Claim = slots[i].Claim()
-			if lease == 0 || r.Claim.LeaseDuration < lease {
-				lease = r.Claim.LeaseDuration
-			}
-		}
-	}
-	cctx := ctx
-	if lease > 0 {
-		var cancel context.CancelFunc
-		cctx, cancel = claimedCreateContext(ctx, lease)
-		defer cancel()
-	}
+	slots, cctx, cancel := e.claimSlots(ctx, p.Runs...)
+	defer cancel()
 	// The waits for these runs need not read them as they register: the
 	// results watcher learns of their creation (results.Watcher.Created).
 	rw := e.lastingWatcher()
@@ -179,16 +190,7 @@ func (e *embedded) startMany(ctx context.Context, reqs []StartRequest) ([]StartR
 		}
 		rw.Created(created, mark)
 	}
-	for i, slot := range slots {
-		if slot == nil {
-			continue
-		}
-		var claimed *store.ClaimedRun
-		if err == nil && i < len(res.Items) {
-			claimed = res.Items[i].Claimed
-		}
-		slot.Done(claimed)
-	}
+	handOver(slots, err, func(i int) *store.ClaimedRun { return res.Items[i].Claimed })
 	if err != nil {
 		return nil, fmt.Errorf("starting runs: %w", err)
 	}

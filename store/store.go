@@ -577,6 +577,18 @@ type CreateClaim struct {
 	LeaseDuration time.Duration `json:"lease_duration"`
 }
 
+// Apply makes run, being created at now, claimed under c: running, attempt 1,
+// started now and leased to c.Worker with a fresh run's first token (now in
+// microseconds, the clock floor claims use); it returns the lease, with an
+// empty history and inbox. The SQL drivers' RunCreate and RunsCreate use it.
+func (c *CreateClaim) Apply(run *Run, now time.Time) *ClaimedRun {
+	cr := &ClaimedRun{Run: run, LeaseToken: now.UnixMicro(), LeaseExpiresAt: now.Add(c.LeaseDuration),
+		History: []*Op{}, Inbox: []*Event{}}
+	run.Status, run.Attempts, run.LeaseOwner = StatusRunning, 1, c.Worker
+	run.LeaseExpiresAt, run.StartedAt = &cr.LeaseExpiresAt, &now
+	return cr
+}
+
 // RunCreateResult is the result of RunCreate.
 type RunCreateResult struct {
 	Run *Run `json:"run"`

@@ -28,13 +28,21 @@ func setup(t *testing.T, poll time.Duration) (*storesqlite.Store, *results.Watch
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "trellis.db")
 	st := open(t, path)
-	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: poll})
+	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: poll})
+	return st, w, path
+}
+
+// watch makes and starts a watcher of cfg, stopped at cleanup (before its
+// store closes: that cleanup was registered first).
+func watch(t *testing.T, cfg results.Config) *results.Watcher {
+	t.Helper()
+	w, err := results.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.Start()
 	t.Cleanup(w.Stop)
-	return st, w, path
+	return w
 }
 
 func open(t *testing.T, path string) *storesqlite.Store {
@@ -183,13 +191,8 @@ func TestEndedDeliversLocalOutcomes(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "trellis.db")
 	st := open(t, path)
-	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: time.Hour,
+	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: time.Hour,
 		Executing: func(string) bool { return true }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Start()
-	defer w.Stop()
 	ctx := context.Background()
 	a, b := start(t, st, "a"), start(t, st, "b")
 	errA, errB := make(chan *store.Run, 1), waitAsync(ctx, w, "b")
@@ -219,14 +222,9 @@ func TestLocalRunsAreNotReadAsTheyRegister(t *testing.T) {
 	st := &countingStore{Store: open(t, path)}
 	var local sync.Map  // run ID -> true while its end will come to Ended
 	var ending sync.Map // run ID -> true while its end is written here (as a server's Executing)
-	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: time.Hour,
+	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: time.Hour,
 		Local:     func(id string) bool { _, ok := local.Load(id); return ok },
 		Executing: func(id string) bool { _, ok := ending.Load(id); return ok }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Start()
-	defer w.Stop()
 	ctx := context.Background()
 	a, b, c := start(t, st, "a"), start(t, st, "b"), start(t, st, "c")
 	local.Store("a", true)
@@ -308,12 +306,7 @@ func TestCreatedRunsAreNotReadAsTheyRegister(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "trellis.db")
 	st := &countingStore{Store: open(t, path)}
-	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: time.Hour}) // no poll: the feed alone
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Start()
-	defer w.Stop()
+	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: time.Hour}) // no poll: the feed alone
 	ctx := context.Background()
 
 	mark := w.Mark()
@@ -350,12 +343,7 @@ func TestCreatedRunEndedElsewhere(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "trellis.db")
 	st := open(t, path)
-	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Start()
-	defer w.Stop()
+	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: 5 * time.Millisecond})
 	mark := w.Mark()
 	createPending(t, st, "foreign")
 	w.Created([]string{"foreign"}, mark)
@@ -372,12 +360,7 @@ func TestCreatedRunsReadAfterARereadOfEverything(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "trellis.db")
 	st := &countingStore{Store: open(t, path)}
-	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Start()
-	defer w.Stop()
+	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: 5 * time.Millisecond})
 	ctx := context.Background()
 	mark := w.Mark()
 	createPending(t, st, "run")
@@ -437,12 +420,7 @@ func TestSQLitePollReadsAfterForeignCommitsOnly(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "trellis.db")
 	st := &countingStore{Store: open(t, path)}
-	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Start()
-	defer w.Stop()
+	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: 5 * time.Millisecond})
 	ctx := context.Background()
 	waited := start(t, st, "waited")
 	errc := waitAsync(ctx, w, "waited")
@@ -544,12 +522,7 @@ func (f *failingStore) RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*
 func TestWaitEachLastReadFails(t *testing.T) {
 	t.Parallel()
 	st := &failingStore{Store: open(t, filepath.Join(t.TempDir(), "trellis.db")), run: "last-b"}
-	w, err := results.New(results.Config{Store: st, Namespace: ns, PollInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Start()
-	defer w.Stop()
+	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: time.Hour})
 	a, b := start(t, st, "last-a"), start(t, st, "last-b")
 	finish(t, st, a, store.StatusSucceeded)
 	var reported []string

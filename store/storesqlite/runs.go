@@ -95,11 +95,7 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 	}
 	var claimed *store.ClaimedRun
 	if c != nil && !run.AvailableAt.After(now) {
-		// A fresh run's first token: the same clock floor claims use (see sqlClaim).
-		claimed = &store.ClaimedRun{Run: run, LeaseToken: tx.now.UnixMicro(), LeaseExpiresAt: now.Add(c.LeaseDuration),
-			History: []*store.Op{}, Inbox: []*store.Event{}}
-		run.Status, run.Attempts, run.LeaseOwner = store.StatusRunning, 1, c.Worker
-		run.LeaseExpiresAt, run.StartedAt = &claimed.LeaseExpiresAt, &now
+		claimed = c.Apply(run, now)
 	}
 	res, err := tx.exec(sqlRunInsert, run.Namespace, run.ID, run.WorkflowID, run.Workflow,
 		run.Queue, run.Priority, string(run.Status), run.Version, blob(run.Input), nsPtr(run.Deadline),

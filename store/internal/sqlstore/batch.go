@@ -63,12 +63,7 @@ func (s *SQL) RunsCreate(tx Tx, p *store.RunsCreateParams) (*store.RunsCreateRes
 		}
 		items[i] = store.RunsCreateItem{Run: run, Created: true}
 		if c := r.Claim; c != nil && !run.AvailableAt.After(now) && !restricted[r.Queue] {
-			// A fresh run's first token: the same clock floor claims use.
-			cr := &store.ClaimedRun{Run: run, LeaseToken: now.UnixMicro(), LeaseExpiresAt: now.Add(c.LeaseDuration),
-				History: []*store.Op{}, Inbox: []*store.Event{}}
-			run.Status, run.Attempts, run.LeaseOwner = store.StatusRunning, 1, c.Worker
-			run.LeaseExpiresAt, run.StartedAt = &cr.LeaseExpiresAt, &now
-			items[i].Claimed = cr
+			items[i].Claimed = c.Apply(run, now)
 		} else {
 			ready = true
 		}
