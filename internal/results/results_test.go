@@ -222,11 +222,14 @@ func TestLocalRunsAreNotReadAsTheyRegister(t *testing.T) {
 	st := &countingStore{Store: open(t, path)}
 	var local sync.Map  // run ID -> true while its end will come to Ended
 	var ending sync.Map // run ID -> true while its end is written here (as a server's Executing)
+	// The runs are created before the watcher: the feed's report of a create
+	// could otherwise reach it after a's caller registered, and a changed run
+	// that is waited for and not ending here is read.
+	a, b, c := start(t, st, "a"), start(t, st, "b"), start(t, st, "c")
 	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: time.Hour,
 		Local:     func(id string) bool { _, ok := local.Load(id); return ok },
 		Executing: func(id string) bool { _, ok := ending.Load(id); return ok }})
 	ctx := context.Background()
-	a, b, c := start(t, st, "a"), start(t, st, "b"), start(t, st, "c")
 	local.Store("a", true)
 	local.Store("c", true)
 	gotA := make(chan *store.Run, 1)
