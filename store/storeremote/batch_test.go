@@ -109,3 +109,62 @@ func sqliteServer(t *testing.T, transport http.RoundTripper) (store.Store, *stor
 	t.Cleanup(func() { rs.Close() })
 	return st, rs
 }
+
+// slowTransport holds every Checkpoint call on the wire for a while and keeps
+// the most it saw in flight at once.
+type slowTransport struct {
+	mu            sync.Mutex
+	inFlight, max int
+}
+
+func (s *slowTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !strings.HasSuffix(r.URL.Path, "/Checkpoint") {
+		return http.DefaultTransport.RoundTrip(r)
+	}
+	s.mu.Lock()
+	s.inFlight++
+	s.max = max(s.max, s.inFlight)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
+	time.Sleep(20 * time.Millisecond)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// A store has two Checkpoint calls on the wire at most: the checkpoints made
+// while both are in flight wait for the next batch, and every one is answered.
+func TestTwoCheckpointBatchesInFlight(t *testing.T) {
+	ctx := t.Context()
+	tr := &slowTransport{}
+	st, rs := sqliteServer(t, tr)
+	const n = 100
+	for i := range n {
+		id := fmt.Sprint("r", i)
+		if _, err := st.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: id, WorkflowID: id, Workflow: "wf", Queue: "q"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := rs.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "default", Workflows: []string{"wf"}, Worker: "w", Max: n, LeaseDuration: time.Minute})
+	if err != nil || len(res.Runs) != n {
+		t.Fatalf("claim: %d runs, %v", len(res.Runs), err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, cr := range res.Runs {
+		wg.Go(func() {
+			_, errs[i] = rs.Checkpoint(ctx, &store.CheckpointParams{Lease: cr.Lease(), Status: store.StatusSucceeded, Output: []byte(`1`)})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("checkpoint %d: %v", i, err)
+		}
+	}
+	if tr.max != 2 {
+		t.Errorf("%d Checkpoint calls in flight at most, want 2", tr.max)
+	}
+}
