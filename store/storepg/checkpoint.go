@@ -149,6 +149,9 @@ type ckShape struct {
 	status store.Status
 	parts  string // the writes, in order: o (one op), O (ops), A, S, D, E (stream)
 	stream bool   // the update takes stream sequences (E)
+	// bySeq: the run is found by the lease's sequence hint (store.Lease.RunSeq,
+	// the last parameter), not looked up by namespace and ID.
+	bySeq bool
 }
 
 var ckSQL sync.Map // ckShape -> string
@@ -206,6 +209,10 @@ func checkpointStmt(ck *ckReq) stmt {
 		shape.parts += "E"
 		args = append(args, names, datas)
 	}
+	if l.RunSeq > 0 {
+		shape.bySeq = true
+		args = append(args, l.RunSeq)
+	}
 	sql, ok := ckSQL.Load(shape)
 	if !ok {
 		sql, _ = ckSQL.LoadOrStore(shape, buildCheckpointSQL(shape))
@@ -229,7 +236,13 @@ func checkpointStmt(ck *ckReq) stmt {
 func buildCheckpointSQL(shape ckShape) string {
 	n := 0
 	next := func() string { n++; return fmt.Sprintf("$%d", n) }
-	where := `sequence = ` + seqOf(next(), next()) + ` AND status = 'running' AND lease_token = ` + next()
+	// By the sequence hint, the namespace and ID are checked in a row comparison
+	// that no index matches (as in sqlCheckpoints): the plan reads runs_pkey.
+	run := seqOf(next(), next())
+	if shape.bySeq {
+		run = `{rseq} AND (namespace, id) IS NOT DISTINCT FROM ($1::text, $2::text)`
+	}
+	where := `sequence = ` + run + ` AND status = 'running' AND lease_token = ` + next()
 	if shape.status.Terminal() {
 		where += ` AND parent_seq IS NULL` // a child ends through the ender
 	}
@@ -254,6 +267,9 @@ func buildCheckpointSQL(shape ckShape) string {
 		fmt.Fprintf(&b, ", w%d AS (%s)", i, sql)
 	}
 	b.WriteString(" SELECT cancel_requested FROM f")
+	if shape.bySeq {
+		return strings.Replace(b.String(), "{rseq}", next()+"::int8", 1)
+	}
 	return b.String()
 }
 
