@@ -240,6 +240,14 @@ func TestRunCreatePlanReadsQueuesOnce(t *testing.T) {
 		if n := strings.Count(plan, "on queues"); n != 1 {
 			t.Errorf("reuse %v: the plan reads queues %d times, want once:\n%s", reuse, n, plan)
 		}
+		if st.sql != sqlRunCreate {
+			continue
+		}
+		// The keyed creator's lone create (keyedPipelined).
+		plan = explain(t, conn, sqlRunCreateKeyed, append(st.args, "key")...)
+		if n := strings.Count(plan, "on queues"); n != 1 {
+			t.Errorf("keyed: the plan reads queues %d times, want once:\n%s", n, plan)
+		}
 	}
 }
 

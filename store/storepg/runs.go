@@ -55,6 +55,14 @@ var (
 	sqlRunCreate = runInsertSelect + `
 	WHERE ` + implicitFree("$1", "$2", "$3") + `
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
+	// sqlRunCreateKeyed is sqlRunCreate for the keyed creator's lone create
+	// (keyedPipelined): the run is inserted only when the same transaction
+	// inserted its key ($22), as sqlRunCreatesKeyed does for many.
+	sqlRunCreateKeyed = runInsertSelect + `
+	WHERE ` + implicitFree("$1", "$2", "$3") + `
+	AND EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.namespace = $1 AND k.key = $22::text
+		AND k.xmin = pg_current_xact_id()::xid)
+	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 	runInsertSelect = runInsertCols + `
 	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::int4, ` + createdClaim + `, $7::int4,
 	$8::bytea, $9::timestamptz, $10::timestamptz, $11::timestamptz, $11::timestamptz, $18::text, $19::text, $20::int4, $21::text
