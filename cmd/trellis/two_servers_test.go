@@ -283,7 +283,11 @@ func TestTwoServersOnePostgresProcesses(t *testing.T) {
 	for i, id := range runIDs { // through the server that did not start it
 		run, err := clients[(i+1)%2].Wait(ctx, id)
 		if err != nil || run.Status != trellis.StatusSucceeded {
-			t.Fatalf("run %s: %+v, %v", id, run, err)
+			// What the store says of it, and of the runs not yet ended.
+			now, gerr := clients[i%2].Get(ctxT(t), id)
+			still, others := heldBy(t, clients[i%2], runIDs, victim.name)
+			t.Fatalf("run %s: %+v, %v; its record: %+v, %v; %d runs still leased to %s, %d others not ended, such as %v",
+				id, run, err, now, gerr, len(still), victim.name, len(others), others[:min(len(others), 5)])
 		}
 	}
 	for _, w := range workers[1:] { // a graceful stop: their last lines are written
