@@ -138,10 +138,11 @@ const (
 	ON CONFLICT (run_seq, key) DO UPDATE SET value = excluded.value`
 	ckKVDelete = `DELETE FROM kv USING f WHERE kv.run_seq = f.sequence AND kv.key = ANY({a}::text[])`
 	// ckStream appends the stream events ({a} names, {a} data) with the
-	// sequences the update took; $4 is now.
+	// sequences the update took, the last {n} of the run's (the update's
+	// parameter: no count over the events to plan); $4 is now.
 	ckStream = `INSERT INTO stream_events (run_seq, seq, name, data, created_at)
-	SELECT f.sequence, f.stream_seq - x.n + x.ord, x.name, x.data, $4
-	FROM f, (SELECT u.*, count(*) OVER () AS n FROM unnest({a}::text[], {a}::bytea[]) WITH ORDINALITY AS u(name, data, ord)) AS x`
+	SELECT f.sequence, f.stream_seq - {n}::int8 + x.ord, x.name, x.data, $4
+	FROM f, unnest({a}::text[], {a}::bytea[]) WITH ORDINALITY AS x(name, data, ord)`
 )
 
 // ckShape identifies a checkpoint statement's text.
@@ -254,13 +255,16 @@ func buildCheckpointSQL(shape ckShape) string {
 	for _, name := range cs.params {
 		set = strings.ReplaceAll(set, "{"+name+"}", next())
 	}
+	events := "" // the parameter of the number of stream events
 	if shape.stream {
-		set += ", stream_seq = stream_seq + " + next() + "::int8"
+		events = next()
+		set += ", stream_seq = stream_seq + " + events + "::int8"
 	}
 	var b strings.Builder
 	b.WriteString("WITH f AS (UPDATE runs SET " + set + " WHERE " + where + " RETURNING sequence, cancel_requested, stream_seq)")
 	for i, part := range shape.parts {
 		sql := map[rune]string{'o': ckOp, 'O': ckOps, 'A': ckAttempts, 'S': ckKVSet, 'D': ckKVDelete, 'E': ckStream}[part]
+		sql = strings.Replace(sql, "{n}", events, 1)
 		for strings.Contains(sql, "{a}") {
 			sql = strings.Replace(sql, "{a}", next(), 1)
 		}
