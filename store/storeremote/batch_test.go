@@ -38,19 +38,10 @@ func TestCheckpointsBatchedOnTheWire(t *testing.T) {
 	tr := &countingTransport{}
 	st, rs := sqliteServer(t, tr)
 	const n = 200
-	for i := range n {
-		id := fmt.Sprint("r", i)
-		if _, err := st.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: id, WorkflowID: id, Workflow: "wf", Queue: "q"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	res, err := rs.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "default", Workflows: []string{"wf"}, Worker: "w", Max: n, LeaseDuration: time.Minute})
-	if err != nil || len(res.Runs) != n {
-		t.Fatalf("claim: %d runs, %v", len(res.Runs), err)
-	}
+	claimed := createClaimed(t, st, rs, n)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
-	for i, cr := range res.Runs {
+	for i, cr := range claimed {
 		lease := cr.Lease()
 		if i%10 == 0 {
 			lease.Token++ // stale (and so not the token its secret was issued for)
@@ -62,7 +53,7 @@ func TestCheckpointsBatchedOnTheWire(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	for i, cr := range res.Runs {
+	for i, cr := range claimed {
 		run, err := st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: cr.Run.ID})
 		if err != nil {
 			t.Fatal(err)
@@ -82,6 +73,24 @@ func TestCheckpointsBatchedOnTheWire(t *testing.T) {
 	if calls >= n {
 		t.Errorf("%d checkpoints took %d calls: not batched", n, calls)
 	}
+}
+
+// createClaimed creates n runs of workflow "wf" in st and claims them through
+// rs.
+func createClaimed(t *testing.T, st store.Store, rs *storeremote.Store, n int) []*store.ClaimedRun {
+	t.Helper()
+	ctx := t.Context()
+	for i := range n {
+		id := fmt.Sprint("r", i)
+		if _, err := st.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: id, WorkflowID: id, Workflow: "wf", Queue: "q"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := rs.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "default", Workflows: []string{"wf"}, Worker: "w", Max: n, LeaseDuration: time.Minute})
+	if err != nil || len(res.Runs) != n {
+		t.Fatalf("claim: %d runs, %v", len(res.Runs), err)
+	}
+	return res.Runs
 }
 
 // sqliteServer starts an insecure server on a fresh SQLite store and returns the
@@ -141,19 +150,9 @@ func TestTwoCheckpointBatchesInFlight(t *testing.T) {
 	tr := &slowTransport{}
 	st, rs := sqliteServer(t, tr)
 	const n = 100
-	for i := range n {
-		id := fmt.Sprint("r", i)
-		if _, err := st.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: id, WorkflowID: id, Workflow: "wf", Queue: "q"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	res, err := rs.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "default", Workflows: []string{"wf"}, Worker: "w", Max: n, LeaseDuration: time.Minute})
-	if err != nil || len(res.Runs) != n {
-		t.Fatalf("claim: %d runs, %v", len(res.Runs), err)
-	}
 	var wg sync.WaitGroup
 	errs := make([]error, n)
-	for i, cr := range res.Runs {
+	for i, cr := range createClaimed(t, st, rs, n) {
 		wg.Go(func() {
 			_, errs[i] = rs.Checkpoint(ctx, &store.CheckpointParams{Lease: cr.Lease(), Status: store.StatusSucceeded, Output: []byte(`1`)})
 		})

@@ -7,9 +7,8 @@
 // Concurrent checkpoints are batched on the wire: while batchesInFlight
 // Checkpoint calls are in flight, the checkpoints made meanwhile wait and go
 // together in the next (each still fenced by its own lease token, and answered
-// on its own). Errors
-// carry the store's sentinels: errors.Is(err, store.ErrLeaseLost) holds for a
-// stale lease token as against a store.
+// on its own). Errors carry the store's sentinels: errors.Is(err,
+// store.ErrLeaseLost) holds for a stale lease token as against a store.
 package storeremote
 
 import (
