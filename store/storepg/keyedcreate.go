@@ -207,7 +207,11 @@ func (s *Store) keyedPipelined(ctx context.Context, reqs []*keyedReq, states []k
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(sqlKeysInsert, nss, keys, fps, now, now.Add(-store.IdempotencyTTL))
+	if len(reqs) == 1 { // as the create: a statement of its own, planned in less time
+		b.Queue(sqlKeyInsert, nss[0], keys[0], fps[0], now, now.Add(-store.IdempotencyTTL))
+	} else {
+		b.Queue(sqlKeysInsert, nss, keys, fps, now, now.Add(-store.IdempotencyTTL))
+	}
 	b.Queue(create.sql, create.args...)
 	br := conn.SendBatch(ctx, b)
 	err = readKeysAndRuns(br, create, func(ns, key string) { states[byKey[ns+"\x00"+key]].keyNew = true })
@@ -276,7 +280,11 @@ func (k *keyResponses) add(r *keyedReq) error {
 
 // queue queues the statements that record them: a statement each.
 func (k *keyResponses) queue(b *pgx.Batch) {
-	if len(k.fin.keys) > 0 {
+	switch len(k.fin.keys) {
+	case 0:
+	case 1:
+		b.Queue(sqlKeyFinish, k.fin.nss[0], k.fin.keys[0], k.statuses[0], k.bodies[0], k.seqs[0])
+	default:
 		b.Queue(sqlKeysFinish, k.fin.nss, k.fin.keys, k.statuses, k.bodies, k.seqs)
 	}
 	if len(k.del.keys) > 0 {
@@ -460,6 +468,16 @@ const (
 	SET fingerprint = excluded.fingerprint, status = 0, body = NULL, run_seq = NULL, created_at = excluded.created_at
 	WHERE k.created_at <= $5
 	RETURNING k.namespace, k.key`
+	// sqlKeyInsert is sqlKeysInsert for one key, and sqlKeyFinish sqlKeysFinish:
+	// a lone start's statements, which Postgres plans in less time than those
+	// over arrays (it plans every execution).
+	sqlKeyInsert = `INSERT INTO idempotency_keys AS k (namespace, key, fingerprint, status, created_at)
+	VALUES ($1, $2, $3, 0, $4)
+	ON CONFLICT (namespace, key) DO UPDATE
+	SET fingerprint = excluded.fingerprint, status = 0, body = NULL, run_seq = NULL, created_at = excluded.created_at
+	WHERE k.created_at <= $5
+	RETURNING k.namespace, k.key`
+	sqlKeyFinish      = `UPDATE idempotency_keys SET status = $3, body = $4, run_seq = $5 WHERE namespace = $1 AND key = $2`
 	sqlKeyFingerprint = `SELECT fingerprint FROM idempotency_keys WHERE namespace = $1 AND key = $2`
 	sqlKeysFinish     = `UPDATE idempotency_keys k SET status = x.status, body = x.body, run_seq = x.seq
 	FROM unnest($1::text[], $2::text[], $3::int4[], $4::bytea[], $5::int8[]) AS x(ns, key, status, body, seq)
