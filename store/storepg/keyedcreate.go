@@ -464,16 +464,16 @@ const (
 	// sqlKeysInsert returns the keys it inserted or took over (expired).
 	sqlKeysInsert = `INSERT INTO idempotency_keys AS k (namespace, key, fingerprint, status, created_at)
 	SELECT x.ns, x.key, x.fp, 0, $4 FROM unnest($1::text[], $2::text[], $3::bytea[]) AS x(ns, key, fp)
-	ON CONFLICT (namespace, key) DO UPDATE
-	SET fingerprint = excluded.fingerprint, status = 0, body = NULL, run_seq = NULL, created_at = excluded.created_at
-	WHERE k.created_at <= $5
-	RETURNING k.namespace, k.key`
+	` + keyTakeOver
 	// sqlKeyInsert is sqlKeysInsert for one key, and sqlKeyFinish sqlKeysFinish:
 	// a lone start's statements, which Postgres plans in less time than those
 	// over arrays (it plans every execution).
 	sqlKeyInsert = `INSERT INTO idempotency_keys AS k (namespace, key, fingerprint, status, created_at)
 	VALUES ($1, $2, $3, 0, $4)
-	ON CONFLICT (namespace, key) DO UPDATE
+	` + keyTakeOver
+	// keyTakeOver ends a key's insert: a key expired at $5 is taken over; the
+	// keys inserted or taken over are returned.
+	keyTakeOver = `ON CONFLICT (namespace, key) DO UPDATE
 	SET fingerprint = excluded.fingerprint, status = 0, body = NULL, run_seq = NULL, created_at = excluded.created_at
 	WHERE k.created_at <= $5
 	RETURNING k.namespace, k.key`
