@@ -32,6 +32,15 @@ func setup(t *testing.T, poll time.Duration) (*storesqlite.Store, *results.Watch
 	return st, w, path
 }
 
+// countedSetup is setup with a store that counts the watcher's reads.
+func countedSetup(t *testing.T, poll time.Duration) (*countingStore, *results.Watcher, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "trellis.db")
+	st := &countingStore{Store: open(t, path)}
+	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: poll})
+	return st, w, path
+}
+
 // watch makes and starts a watcher of cfg, stopped at cleanup (before its
 // store closes: that cleanup was registered first).
 func watch(t *testing.T, cfg results.Config) *results.Watcher {
@@ -307,9 +316,7 @@ func claim(t *testing.T, st store.Store) map[string]*store.ClaimedRun {
 // every run after a check that re-read everything.
 func TestCreatedRunsAreNotReadAsTheyRegister(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "trellis.db")
-	st := &countingStore{Store: open(t, path)}
-	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: time.Hour}) // no poll: the feed alone
+	st, w, _ := countedSetup(t, time.Hour) // no poll: the feed alone
 	ctx := context.Background()
 
 	mark := w.Mark()
@@ -344,9 +351,7 @@ func TestCreatedRunsAreNotReadAsTheyRegister(t *testing.T) {
 // this SQLite feed does not carry) reaches its caller through the poll.
 func TestCreatedRunEndedElsewhere(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "trellis.db")
-	st := open(t, path)
-	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: 5 * time.Millisecond})
+	st, w, path := setup(t, 5*time.Millisecond)
 	mark := w.Mark()
 	createPending(t, st, "foreign")
 	w.Created([]string{"foreign"}, mark)
@@ -361,9 +366,7 @@ func TestCreatedRunEndedElsewhere(t *testing.T) {
 // remembers, or re-read everything since the mark) is read as it registers.
 func TestCreatedRunsReadAfterARereadOfEverything(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "trellis.db")
-	st := &countingStore{Store: open(t, path)}
-	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: 5 * time.Millisecond})
+	st, w, path := countedSetup(t, 5*time.Millisecond)
 	ctx := context.Background()
 	mark := w.Mark()
 	createPending(t, st, "run")
@@ -421,9 +424,7 @@ func (c *countingStore) readsOf(id string) int64 {
 // it read again, another process's do.
 func TestSQLitePollReadsAfterForeignCommitsOnly(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "trellis.db")
-	st := &countingStore{Store: open(t, path)}
-	w := watch(t, results.Config{Store: st, Namespace: ns, PollInterval: 5 * time.Millisecond})
+	st, w, path := countedSetup(t, 5*time.Millisecond)
 	ctx := context.Background()
 	waited := start(t, st, "waited")
 	errc := waitAsync(ctx, w, "waited")
