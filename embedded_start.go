@@ -190,7 +190,12 @@ func (e *embedded) startMany(ctx context.Context, reqs []StartRequest) ([]StartR
 		}
 		rw.Created(created, mark)
 	}
-	handOver(slots, err, func(i int) *store.ClaimedRun { return res.Items[i].Claimed })
+	handOver(slots, err, func(i int) *store.ClaimedRun {
+		if i < len(res.Items) { // a store that answered fewer items leaves the rest unclaimed
+			return res.Items[i].Claimed
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("starting runs: %w", err)
 	}
