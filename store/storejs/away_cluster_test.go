@@ -116,12 +116,21 @@ func TestWriterHandsLeadershipToALiveReplica(t *testing.T) {
 		if to, why = writer.successor(stream); to == "" && !strings.HasPrefix(why, notLeader) {
 			t.Fatalf("the successor with %s stopped: none (%s), want %s", down.cfg.ServerName, why, live.cfg.ServerName)
 		}
-	}
-	if to != live.cfg.ServerName {
-		t.Fatalf("the successor with %s stopped: %q, want %s", down.cfg.ServerName, to, live.cfg.ServerName)
-	}
-	if err := writer.handOver(stream, to); err != nil {
-		t.Fatal(err)
+		if to == "" {
+			continue
+		}
+		if to != live.cfg.ServerName {
+			t.Fatalf("the successor with %s stopped: %q, want %s", down.cfg.ServerName, to, live.cfg.ServerName)
+		}
+		// The leadership can also move between the successor's answer and
+		// the hand-over (the writer's own automatic hand-over, under load):
+		// the stream's leader then answers that it does not lead. Ask again.
+		if err := writer.handOver(stream, to); err != nil {
+			if !strings.Contains(err.Error(), "not leader") {
+				t.Fatal(err)
+			}
+			why, to = err.Error(), ""
+		}
 	}
 	deadline = time.Now().Add(5 * time.Second)
 	for !live.srv.JetStreamIsStreamLeader(acc, stream) {
