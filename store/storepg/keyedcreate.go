@@ -198,15 +198,26 @@ func (s *Store) keyedPipelined(ctx context.Context, reqs []*keyedReq, states []k
 		byKey[r.p.Namespace+"\x00"+r.p.Idempotency.Key] = i
 	}
 	create := keyedCreatesStmt(crs, keys)
-	if len(reqs) == 1 && reqs[0].create.sql == sqlRunCreate {
+	generic := false // the transaction's statements are executed with their generic plans (stmt.generic)
+	if len(reqs) == 1 && (reqs[0].create.sql == sqlRunCreate || reqs[0].create.sql == sqlRunCreateOwnID) {
 		// A lone start (every one of a client that starts one run at a
 		// time): its own statement, which plans in a fraction of the time of
-		// the statement for many (the store plans every execution).
+		// the statement for many (the store plans every execution), or, for a
+		// run whose workflow ID is its ID, is not planned at each execution:
+		// neither are the key's insert, its fingerprint's read and its
+		// finish, which read idempotency_keys by its primary key alone.
 		create = reqs[0].create
-		create.sql, create.args = sqlRunCreateKeyed, append(slices.Clip(create.args), keys[0])
+		keyed := sqlRunCreateKeyed
+		if create.sql == sqlRunCreateOwnID {
+			keyed, generic = sqlRunCreateOwnIDKeyed, true
+		}
+		create.sql, create.args = keyed, append(slices.Clip(create.args), keys[0])
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	if generic {
+		b.Queue(sqlGenericPlans)
+	}
 	if len(reqs) == 1 { // as the create: a statement of its own, planned in less time
 		b.Queue(sqlKeyInsert, nss[0], keys[0], fps[0], now, now.Add(-store.IdempotencyTTL))
 	} else {
@@ -214,7 +225,7 @@ func (s *Store) keyedPipelined(ctx context.Context, reqs []*keyedReq, states []k
 	}
 	b.Queue(create.sql, create.args...)
 	br := conn.SendBatch(ctx, b)
-	err = readKeysAndRuns(br, create, func(ns, key string) { states[byKey[ns+"\x00"+key]].keyNew = true })
+	err = readKeysAndRuns(br, b.Len()-2, create, func(ns, key string) { states[byKey[ns+"\x00"+key]].keyNew = true })
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -235,6 +246,9 @@ func (s *Store) keyedPipelined(ctx context.Context, reqs []*keyedReq, states []k
 		if err := out.add(r); err != nil {
 			return nil, err
 		}
+	}
+	if generic && len(out.del.keys) > 0 {
+		b.Queue(sqlCustomPlans) // sqlKeysDelete joins an array with the keys: planned for its arguments
 	}
 	out.queue(b)
 	b.Queue("COMMIT")
@@ -292,11 +306,14 @@ func (k *keyResponses) queue(b *pgx.Batch) {
 	}
 }
 
-// readKeysAndRuns reads the first round trip of keyedPipelined: BEGIN, the keys
-// inserted (each passed to keyNew) and the runs created (create's reader).
-func readKeysAndRuns(br pgx.BatchResults, create stmt, keyNew func(ns, key string)) error {
-	if _, err := br.Exec(); err != nil {
-		return err
+// readKeysAndRuns reads the first round trip of keyedPipelined: BEGIN and the
+// other execs statements before the keys, the keys inserted (each passed to
+// keyNew) and the runs created (create's reader).
+func readKeysAndRuns(br pgx.BatchResults, execs int, create stmt, keyNew func(ns, key string)) error {
+	for range execs {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {

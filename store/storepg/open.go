@@ -142,7 +142,10 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 	// tables were small or had no statistics (a fresh schema; no ANALYZE yet, or
 	// none at all where autovacuum is off): w1 at n = 20,000 then cost the server
 	// anywhere from 3.0 to 6.7 s of CPU from one run to the next, and 3.5 to 4.4 s
-	// with custom plans. A URL that sets plan_cache_mode keeps its own.
+	// with custom plans. A URL that sets plan_cache_mode keeps its own. The
+	// writer's batches of only statements whose generic plan is their custom
+	// plan in every state of the tables (stmt.generic: a lone create or
+	// checkpoint, as in w3) set force_generic_plan for their transaction.
 	if _, ok := poolCfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
 		poolCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	}

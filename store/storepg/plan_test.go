@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -432,3 +433,141 @@ func TestListSkipsDeadEntriesOfActiveStatuses(t *testing.T) {
 
 // sharedBuffers matches the counts of an EXPLAIN line's "Buffers: shared hit=N read=M".
 var sharedBuffers = regexp.MustCompile(`(?:hit|read)=(\d+)`)
+
+// TestGenericPlans checks the statements a batch executes with their generic
+// plans (stmt.generic, sqlGenericPlans): each connection makes such a plan once
+// and keeps it, whatever the tables hold later, so it must be the plan a
+// custom one would be in every state a table can be in when the plan is made:
+// a table that never held a row (no statistics: the planner's costs tie),
+// 100,000 runs without statistics, and after ANALYZE. A lone checkpoint with
+// the sequence hint reads runs through runs_pkey alone; a lone create of a run
+// whose workflow ID is its ID reads no index of runs; the keyed start's
+// statements read idempotency_keys through its primary key. Statements left
+// to custom plans are not flagged.
+func TestGenericPlans(t *testing.T) {
+	s, conn := openPlanSchema(t, "")
+	ctx, now := t.Context(), time.Now()
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	op := &store.Op{Position: 0, Kind: store.OpStep, Name: "s", Done: true, Attempts: 1, Result: []byte(`1`), StartedAt: now}
+	ev := store.StreamWrite{Name: store.StreamStepCompleted, Data: []byte(`{}`)}
+	type check struct {
+		name      string
+		st        stmt
+		want, bad []string
+	}
+	var checks []check
+	wake := now.Add(time.Hour)
+	for i, p := range []store.CheckpointParams{
+		{Status: store.StatusRunning, Ops: []*store.Op{op}},
+		{Status: store.StatusRunning, Ops: []*store.Op{op, op}, Stream: []store.StreamWrite{ev}},
+		{Status: store.StatusWaiting, WakeAt: &wake, Stream: []store.StreamWrite{ev, ev}},
+		{Status: store.StatusSucceeded, Output: []byte(`1`), Ops: []*store.Op{op}, Stream: []store.StreamWrite{ev, ev}},
+		{Status: store.StatusFailed, Error: &store.ErrorInfo{Message: "x"}, Ops: []*store.Op{op}},
+	} {
+		p.Lease = store.Lease{Namespace: "default", RunID: "r50", Token: 50, RunSeq: 50}
+		ck, err := newCkReq(now, &p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := checkpointStmt(ck)
+		if !st.generic {
+			t.Fatalf("a lone %s checkpoint with the sequence hint is not planned once", p.Status)
+		}
+		checks = append(checks, check{fmt.Sprintf("checkpoint %d (%s)", i, p.Status), st,
+			[]string{"runs_pkey"}, []string{"runs_running", "runs_status", "runs_namespace_id", "Seq Scan", "Bitmap"}})
+	}
+	cp := &store.RunCreateParams{Namespace: "default", ID: "rx", WorkflowID: "rx", Workflow: "wf", Queue: "default",
+		Claim: &store.CreateClaim{Worker: "w", LeaseDuration: time.Minute}}
+	create, _, err := s.runCreateStmt(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !create.generic || create.sql != sqlRunCreateOwnID {
+		t.Fatal("a lone create of a run whose workflow ID is its ID is not planned once")
+	}
+	noRuns := []string{"runs_", "Seq Scan", "Bitmap", "idempotency_keys_created", "idempotency_keys_run"}
+	keys := []string{"idempotency_keys_pkey"}
+	checks = append(checks,
+		check{"create", create, []string{"queues_pkey"}, noRuns},
+		check{"keyed create", stmt{sql: sqlRunCreateOwnIDKeyed, args: append(slices.Clip(create.args), "key")}, keys, noRuns},
+		check{"key insert", stmt{sql: sqlKeyInsert, args: []any{"default", "key", []byte("fp"), now, now}}, nil, noRuns},
+		check{"key fingerprint", stmt{sql: sqlKeyFingerprint, args: []any{"default", "key"}}, keys, noRuns},
+		check{"key finish", stmt{sql: sqlKeyFinish, args: []any{"default", "key", int32(201), []byte("{}"), int64(1)}}, keys, noRuns},
+	)
+	// Left to custom plans: without the hint, with kv writes, another workflow ID.
+	ck, err := newCkReq(now, &store.CheckpointParams{Lease: store.Lease{Namespace: "default", RunID: "r50", Token: 50},
+		Status: store.StatusRunning, Ops: []*store.Op{op}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checkpointStmt(ck).generic {
+		t.Error("a checkpoint without the sequence hint is planned once")
+	}
+	ck, err = newCkReq(now, &store.CheckpointParams{Lease: store.Lease{Namespace: "default", RunID: "r50", Token: 50, RunSeq: 50},
+		Status: store.StatusRunning, KV: []store.KVWrite{{Key: "k", Value: []byte("1")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checkpointStmt(ck).generic {
+		t.Error("a checkpoint that writes kv is planned once")
+	}
+	cp.WorkflowID = "other"
+	if st, _, err := s.runCreateStmt(cp); err != nil || st.generic {
+		t.Errorf("a create with a workflow ID of its own is planned once (%v)", err)
+	}
+
+	seed := `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, status, lease_token, lease_expires_at, created_at, updated_at)
+		SELECT 'default', 'r' || g, 'r' || g, 'wf', 'default', CASE WHEN g % 50 = 0 THEN 'running' ELSE 'succeeded' END,
+			g, CASE WHEN g % 50 = 0 THEN now() + interval '1 minute' END, now(), now()
+		FROM generate_series(1, 100000) g`
+	for i, state := range []string{"never held a row", "100,000 runs, no statistics", "analyzed"} {
+		switch i {
+		case 1:
+			if _, err := conn.Exec(ctx, seed); err != nil {
+				t.Fatal(err)
+			}
+		case 2:
+			if _, err := conn.Exec(ctx, "ANALYZE runs"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for j, c := range checks {
+			plan := genericPlan(t, conn, fmt.Sprintf("g%d_%d", i, j), c.st)
+			for _, w := range c.want {
+				if !strings.Contains(plan, w) {
+					t.Errorf("%s, %s: the generic plan does not read %s:\n%s", state, c.name, w, plan)
+				}
+			}
+			for _, b := range c.bad {
+				if strings.Contains(plan, b) {
+					t.Errorf("%s, %s: the generic plan reads %s:\n%s", state, c.name, b, plan)
+				}
+			}
+		}
+	}
+}
+
+// genericPlan prepares st as name on conn (whose plan_cache_mode is
+// force_generic_plan) and returns the plan of its execution: the generic plan,
+// made now, in a transaction rolled back.
+func genericPlan(t *testing.T, conn *pgx.Conn, name string, st stmt) string {
+	t.Helper()
+	if _, err := conn.Prepare(t.Context(), name, st.sql); err != nil {
+		t.Fatal(err)
+	}
+	params := make([]string, len(st.args))
+	for i := range params {
+		params[i] = fmt.Sprintf("$%d", i+1)
+	}
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	// EXPLAIN EXECUTE takes its arguments as literals: the simple protocol
+	// writes them into the text.
+	args := append([]any{pgx.QueryExecModeSimpleProtocol}, st.args...)
+	return strings.Join(planLines(t, tx, "EXPLAIN (COSTS OFF) EXECUTE "+name+"("+strings.Join(params, ", ")+")", args...), "\n")
+}

@@ -63,6 +63,18 @@ var (
 	AND EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.namespace = $1 AND k.key = $22::text
 		AND k.xmin = pg_current_xact_id()::xid)
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
+	// sqlRunCreateOwnID and sqlRunCreateOwnIDKeyed are sqlRunCreate and
+	// sqlRunCreateKeyed for a run whose workflow ID is its run ID (a start
+	// that names no workflow ID), for which implicitFree holds: without its
+	// lookup of runs, the statement reads no index of runs and is planned once
+	// (stmt.generic). A generic plan of that lookup, made on a table without
+	// statistics, may read runs_status (every run of the namespace).
+	sqlRunCreateOwnID = runInsertSelect + `
+	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
+	sqlRunCreateOwnIDKeyed = runInsertSelect + `
+	WHERE EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.namespace = $1 AND k.key = $22::text
+		AND k.xmin = pg_current_xact_id()::xid)
+	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 	runInsertSelect = runInsertCols + `
 	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::int4, ` + createdClaim + `, $7::int4,
 	$8::bytea, $9::timestamptz, $10::timestamptz, $11::timestamptz, $11::timestamptz, $18::text, $19::text, $20::int4, $21::text
@@ -144,11 +156,13 @@ func (s *Store) runCreateStmt(p *store.RunCreateParams) (stmt, *crReq, error) {
 		avail = *p.AvailableAt
 	}
 	query := sqlRunCreate
-	switch p.Reuse {
-	case store.ReuseReject:
+	switch {
+	case p.Reuse == store.ReuseReject:
 		query = sqlRunCreateReject
-	case store.ReuseReturnExisting:
+	case p.Reuse == store.ReuseReturnExisting:
 		query = sqlRunCreateReturnExisting
+	case p.WorkflowID == p.ID:
+		query = sqlRunCreateOwnID
 	}
 	retry, err := store.RetryColumn(p.Retry)
 	if err != nil {
@@ -161,7 +175,7 @@ func (s *Store) runCreateStmt(p *store.RunCreateParams) (stmt, *crReq, error) {
 		status[1] = 1 // a seeded run counts the run it came from (see store.RunCreateParams.History)
 	}
 	return stmt{
-		sql: query,
+		sql: query, generic: query == sqlRunCreateOwnID,
 		args: append([]any{p.Namespace, p.ID, p.WorkflowID, p.Workflow, p.Queue, p.Priority, p.Version,
 			p.Input, timePtrArg(p.Deadline), avail, now}, append(status, p.ConcurrencyKey, p.TraceParent, pinArg(p), retry)...),
 		rows: func(rows pgx.Rows) (err error) {

@@ -25,6 +25,13 @@ type stmt struct {
 	rows func(pgx.Rows) error
 	// tag, when set, inspects the command tag; its error fails the request.
 	tag func(pgconn.CommandTag) error
+	// generic: the statement's generic plan is its custom plan, whatever the
+	// tables hold when it is made (TestGenericPlans): it reads runs, queues
+	// and idempotency_keys only through a unique index that its parameters
+	// match in full, and no partial index's condition follows from its own.
+	// A batch of only such statements is executed with the plan each
+	// connection makes once (sqlGenericPlans), not planned at every execution.
+	generic bool
 }
 
 // request is one write call waiting for a writer.
@@ -223,6 +230,13 @@ func (w *writer) exec(batch []*request) (int, error) {
 		b.Queue(sqlAsyncCommit)
 	}
 	units := w.batchUnits(batch)
+	generic := len(units) > 0
+	for _, u := range units {
+		generic = generic && u.st.generic
+	}
+	if generic {
+		b.Queue(sqlGenericPlans)
+	}
 	for _, u := range units {
 		b.Queue(u.st.sql, u.st.args...)
 	}
@@ -232,6 +246,9 @@ func (w *writer) exec(batch []*request) (int, error) {
 	br := conn.SendBatch(ctx, b)
 	failed, err := -1, error(nil)
 	if lazy {
+		_, err = br.Exec()
+	}
+	if generic && err == nil {
 		_, err = br.Exec()
 	}
 	if err == nil {
@@ -252,6 +269,17 @@ func (w *writer) exec(batch []*request) (int, error) {
 // sqlAsyncCommit makes the batch's transaction commit without waiting for its WAL
 // to reach disk.
 const sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
+
+// sqlGenericPlans has the statements after it in the transaction executed with
+// their generic plans (see stmt.generic). The store's connections otherwise
+// plan every execution (plan_cache_mode, poolConfig): with w3's batches of one
+// create or one checkpoint, planning was about a third of a run's time on
+// Postgres (docs/benchmarks.md).
+const sqlGenericPlans = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+
+// sqlCustomPlans has the statements after it in the transaction planned for
+// their arguments again, as the store's connections do by default.
+const sqlCustomPlans = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
 
 // unit is one statement of a batch and the requests it serves (by index in the
 // batch).
