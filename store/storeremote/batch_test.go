@@ -39,20 +39,12 @@ func TestCheckpointsBatchedOnTheWire(t *testing.T) {
 	st, rs := sqliteServer(t, tr)
 	const n = 200
 	claimed := createClaimed(t, st, rs, n)
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i, cr := range claimed {
-		lease := cr.Lease()
+	errs := checkpointAll(ctx, rs, claimed, func(i int, p *store.CheckpointParams) {
 		if i%10 == 0 {
-			lease.Token++ // stale (and so not the token its secret was issued for)
+			p.Lease.Token++ // stale (and so not the token its secret was issued for)
 		}
-		wg.Go(func() {
-			_, errs[i] = rs.Checkpoint(ctx, &store.CheckpointParams{Lease: lease,
-				Status: store.StatusSucceeded, Output: []byte(`1`),
-				Ops: []*store.Op{{Position: 0, Kind: store.OpStep, Name: "s", Done: true, Attempts: 1, Result: []byte(`1`)}}})
-		})
-	}
-	wg.Wait()
+		p.Ops = []*store.Op{{Position: 0, Kind: store.OpStep, Name: "s", Done: true, Attempts: 1, Result: []byte(`1`)}}
+	})
 	for i, cr := range claimed {
 		run, err := st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: cr.Run.ID})
 		if err != nil {
@@ -91,6 +83,23 @@ func createClaimed(t *testing.T, st store.Store, rs *storeremote.Store, n int) [
 		t.Fatalf("claim: %d runs, %v", len(res.Runs), err)
 	}
 	return res.Runs
+}
+
+// checkpointAll ends each claimed run as succeeded through rs, each from a
+// goroutine of its own, all at once, with the parameters edit changes (nil:
+// none), and returns their errors.
+func checkpointAll(ctx context.Context, rs *storeremote.Store, claimed []*store.ClaimedRun, edit func(i int, p *store.CheckpointParams)) []error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(claimed))
+	for i, cr := range claimed {
+		p := &store.CheckpointParams{Lease: cr.Lease(), Status: store.StatusSucceeded, Output: []byte(`1`)}
+		if edit != nil {
+			edit(i, p)
+		}
+		wg.Go(func() { _, errs[i] = rs.Checkpoint(ctx, p) })
+	}
+	wg.Wait()
+	return errs
 }
 
 // sqliteServer starts an insecure server on a fresh SQLite store and returns the
@@ -149,15 +158,7 @@ func TestTwoCheckpointBatchesInFlight(t *testing.T) {
 	ctx := t.Context()
 	tr := &slowTransport{}
 	st, rs := sqliteServer(t, tr)
-	const n = 100
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i, cr := range createClaimed(t, st, rs, n) {
-		wg.Go(func() {
-			_, errs[i] = rs.Checkpoint(ctx, &store.CheckpointParams{Lease: cr.Lease(), Status: store.StatusSucceeded, Output: []byte(`1`)})
-		})
-	}
-	wg.Wait()
+	errs := checkpointAll(ctx, rs, createClaimed(t, st, rs, 100), nil)
 	for i, err := range errs {
 		if err != nil {
 			t.Errorf("checkpoint %d: %v", i, err)
