@@ -155,6 +155,14 @@ type ckShape struct {
 	bySeq bool
 }
 
+// planOnce says whether the shape's statement may run on a generic plan
+// (stmt.generic): with the sequence hint, a checkpoint that writes ops and
+// stream events reads runs through runs_pkey alone, whatever the table holds
+// (TestGenericPlans); kv and attempts are left to custom plans.
+func (shape ckShape) planOnce() bool {
+	return shape.bySeq && strings.Trim(shape.parts, "oOE") == ""
+}
+
 var ckSQL sync.Map // ckShape -> string
 
 // checkpointStmt is the statement of a batch holding the single checkpoint ck.
@@ -218,11 +226,7 @@ func checkpointStmt(ck *ckReq) stmt {
 	if !ok {
 		sql, _ = ckSQL.LoadOrStore(shape, buildCheckpointSQL(shape))
 	}
-	// With the sequence hint, a checkpoint that writes ops and stream events
-	// reads runs through runs_pkey alone, whatever the table holds
-	// (TestGenericPlans); kv and attempts are left to custom plans.
-	generic := shape.bySeq && strings.Trim(shape.parts, "oOE") == ""
-	return stmt{sql: sql.(string), args: args, generic: generic, rows: func(rows pgx.Rows) error {
+	return stmt{sql: sql.(string), args: args, generic: shape.planOnce(), rows: func(rows pgx.Rows) error {
 		ck.res = nil
 		if !rows.Next() {
 			return rows.Err()

@@ -35,8 +35,7 @@ func runCreatesSQL(keyed bool) string {
 	keyArg, keyCol, keyCond := "", "", ""
 	if keyed {
 		keyArg, keyCol = ", $22::text[]", ", ikey"
-		keyCond = ` AND EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.namespace = x.ns AND k.key = x.ikey
-		AND k.xmin = pg_current_xact_id()::xid)`
+		keyCond = " AND " + keyInsertedHere("x.ns", "x.ikey")
 	}
 	return runInsertCols + `
 	SELECT x.ns, x.id, x.workflow_id, x.workflow, x.queue, x.priority,

@@ -198,21 +198,17 @@ func (s *Store) keyedPipelined(ctx context.Context, reqs []*keyedReq, states []k
 		byKey[r.p.Namespace+"\x00"+r.p.Idempotency.Key] = i
 	}
 	create := keyedCreatesStmt(crs, keys)
-	generic := false // the transaction's statements are executed with their generic plans (stmt.generic)
-	if len(reqs) == 1 && (reqs[0].create.sql == sqlRunCreate || reqs[0].create.sql == sqlRunCreateOwnID) {
+	if keyed, ok := keyedLone[reqs[0].create.sql]; len(reqs) == 1 && ok {
 		// A lone start (every one of a client that starts one run at a
 		// time): its own statement, which plans in a fraction of the time of
-		// the statement for many (the store plans every execution), or, for a
-		// run whose workflow ID is its ID, is not planned at each execution:
-		// neither are the key's insert, its fingerprint's read and its
-		// finish, which read idempotency_keys by its primary key alone.
+		// the statement for many (the store plans every execution), or, when
+		// that is planned once (stmt.generic: a run whose workflow ID is its
+		// ID), with the key's insert, its fingerprint's read and its finish,
+		// which read idempotency_keys by its primary key alone.
 		create = reqs[0].create
-		keyed := sqlRunCreateKeyed
-		if create.sql == sqlRunCreateOwnID {
-			keyed, generic = sqlRunCreateOwnIDKeyed, true
-		}
 		create.sql, create.args = keyed, append(slices.Clip(create.args), keys[0])
 	}
+	generic := create.generic // the transaction's statements run on their generic plans
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	if generic {

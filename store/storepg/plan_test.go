@@ -571,3 +571,81 @@ func genericPlan(t *testing.T, conn *pgx.Conn, name string, st stmt) string {
 	args := append([]any{pgx.QueryExecModeSimpleProtocol}, st.args...)
 	return strings.Join(planLines(t, tx, "EXPLAIN (COSTS OFF) EXECUTE "+name+"("+strings.Join(params, ", ")+")", args...), "\n")
 }
+
+// TestLoneWritesRunOnGenericPlans checks, on the store's own connections, that
+// the writer runs what stmt.generic flags on generic plans and the rest on
+// custom ones: a lone create of a run whose workflow ID is its ID, keyed or
+// not (with its key's statements), and a lone checkpoint with the lease's
+// sequence are never planned for their arguments
+// (pg_prepared_statements counts each connection's plans of a statement), a
+// create with a workflow ID of its own always is.
+func TestLoneWritesRunOnGenericPlans(t *testing.T) {
+	s, _ := openPlanSchema(t, "")
+	ctx := t.Context()
+	ev := []store.StreamWrite{{Name: store.StreamStepCompleted, Data: []byte(`{}`)}}
+	var ckSQLText string
+	for i := range 8 {
+		id := fmt.Sprint("own-", i)
+		if _, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: id, WorkflowID: id, Workflow: "wf", Queue: "default"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: fmt.Sprint("named-", i), WorkflowID: fmt.Sprint("wid-", i), Workflow: "other", Queue: "default"}); err != nil {
+			t.Fatal(err)
+		}
+		keyed := fmt.Sprint("keyed-", i)
+		rec := &store.IdempotencyRecord{Key: keyed, Fingerprint: []byte{1},
+			Response: func(any) (int, []byte, error) { return 201, []byte(`{}`), nil }}
+		if _, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: keyed, WorkflowID: keyed, Workflow: "other", Queue: "default", Idempotency: rec}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "default", Workflows: []string{"wf"}, Worker: "w", Max: 1, LeaseDuration: time.Minute})
+		if err != nil || len(res.Runs) != 1 {
+			t.Fatalf("claim: %v, %v", res, err)
+		}
+		p := &store.CheckpointParams{Lease: res.Runs[0].Lease(), Status: store.StatusRunning, Stream: ev,
+			Ops: []*store.Op{{Position: 0, Kind: store.OpStep, Name: "s", Done: true, Attempts: 1, Result: []byte(`1`), StartedAt: time.Now()}}}
+		ck, err := newCkReq(time.Now(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ckSQLText = checkpointStmt(ck).sql
+		if _, err := s.Checkpoint(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type plans struct{ generic, custom int64 }
+	got := map[string]*plans{sqlRunCreateOwnID: {}, ckSQLText: {}, sqlRunCreate: {}, sqlRunCreateOwnIDKeyed: {}, sqlKeyInsert: {}, sqlKeyFinish: {}}
+	conns := s.pool.AcquireAllIdle(ctx)
+	for _, c := range conns {
+		rows, err := c.Query(ctx, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var (
+				text    string
+				gen, cu int64
+			)
+			if err := rows.Scan(&text, &gen, &cu); err != nil {
+				t.Fatal(err)
+			}
+			if p := got[text]; p != nil {
+				p.generic, p.custom = p.generic+gen, p.custom+cu
+			}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.Release()
+	}
+	for name, text := range map[string]string{"the create of a run whose workflow ID is its ID": sqlRunCreateOwnID,
+		"the checkpoint": ckSQLText, "a keyed create of such a run": sqlRunCreateOwnIDKeyed, "its key's insert": sqlKeyInsert,
+		"its key's finish": sqlKeyFinish} {
+		if p := got[text]; p.generic == 0 || p.custom != 0 {
+			t.Errorf("%s: %d generic plans, %d custom, want generic ones only", name, p.generic, p.custom)
+		}
+	}
+	if p := got[sqlRunCreate]; p.custom == 0 || p.generic != 0 {
+		t.Errorf("a create with a workflow ID of its own: %d generic plans, %d custom, want custom ones only", p.generic, p.custom)
+	}
+}

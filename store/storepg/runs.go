@@ -60,8 +60,7 @@ var (
 	// inserted its key ($22), as sqlRunCreatesKeyed does for many.
 	sqlRunCreateKeyed = runInsertSelect + `
 	WHERE ` + implicitFree("$1", "$2", "$3") + `
-	AND EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.namespace = $1 AND k.key = $22::text
-		AND k.xmin = pg_current_xact_id()::xid)
+	AND ` + keyInsertedHere("$1", "$22::text") + `
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 	// sqlRunCreateOwnID and sqlRunCreateOwnIDKeyed are sqlRunCreate and
 	// sqlRunCreateKeyed for a run whose workflow ID is its run ID (a start
@@ -72,8 +71,7 @@ var (
 	sqlRunCreateOwnID = runInsertSelect + `
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 	sqlRunCreateOwnIDKeyed = runInsertSelect + `
-	WHERE EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.namespace = $1 AND k.key = $22::text
-		AND k.xmin = pg_current_xact_id()::xid)
+	WHERE ` + keyInsertedHere("$1", "$22::text") + `
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 	runInsertSelect = runInsertCols + `
 	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::int4, ` + createdClaim + `, $7::int4,
@@ -91,6 +89,19 @@ var (
 	)
 	SELECT true, * FROM ins UNION ALL SELECT false, * FROM latest`
 )
+
+// keyedLone is the keyed creator's statement for a lone create of each
+// statement of the default reuse policy: the same create, made only when the
+// same transaction inserted its key ($22).
+var keyedLone = map[string]string{sqlRunCreate: sqlRunCreateKeyed, sqlRunCreateOwnID: sqlRunCreateOwnIDKeyed}
+
+// keyInsertedHere is the condition that the idempotency key (namespace ns, key
+// key) was inserted or taken over by the statement's own transaction, which
+// its row's xmin tells: a keyed create is made only then.
+func keyInsertedHere(ns, key string) string {
+	return `EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.namespace = ` + ns + ` AND k.key = ` + key + `
+		AND k.xmin = pg_current_xact_id()::xid)`
+}
 
 // RunCreate implements sqlstore.Own: store.Store's RunCreate, under the payloads stored apart.
 func (d seam) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {

@@ -222,20 +222,10 @@ func (w *writer) exec(batch []*request) (int, error) {
 	}
 	defer conn.Release()
 	b := &pgx.Batch{}
-	lazy := true
-	for _, r := range batch {
-		lazy = lazy && r.noSync
-	}
-	if lazy {
-		b.Queue(sqlAsyncCommit)
-	}
 	units := w.batchUnits(batch)
-	generic := len(units) > 0
-	for _, u := range units {
-		generic = generic && u.st.generic
-	}
-	if generic {
-		b.Queue(sqlGenericPlans)
+	settings := batchSettings(batch, units)
+	for _, set := range settings {
+		b.Queue(set)
 	}
 	for _, u := range units {
 		b.Queue(u.st.sql, u.st.args...)
@@ -245,11 +235,10 @@ func (w *writer) exec(batch []*request) (int, error) {
 	}
 	br := conn.SendBatch(ctx, b)
 	failed, err := -1, error(nil)
-	if lazy {
-		_, err = br.Exec()
-	}
-	if generic && err == nil {
-		_, err = br.Exec()
+	for range settings {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
 	}
 	if err == nil {
 		failed, err = readResults(br, batch, units)
@@ -264,6 +253,27 @@ func (w *writer) exec(batch []*request) (int, error) {
 		return failed, err
 	}
 	return -1, nil
+}
+
+// batchSettings are the statements that set the transaction of a batch of
+// requests laid out as units, sent first: without waiting for the WAL flush
+// when no request needs it, on generic plans when every statement may use one.
+func batchSettings(batch []*request, units []unit) []string {
+	var settings []string
+	lazy, generic := true, len(units) > 0
+	for _, r := range batch {
+		lazy = lazy && r.noSync
+	}
+	for _, u := range units {
+		generic = generic && u.st.generic
+	}
+	if lazy {
+		settings = append(settings, sqlAsyncCommit)
+	}
+	if generic {
+		settings = append(settings, sqlGenericPlans)
+	}
+	return settings
 }
 
 // sqlAsyncCommit makes the batch's transaction commit without waiting for its WAL
