@@ -58,38 +58,51 @@ func BenchmarkRunCreateParallel(b *testing.B) {
 	}
 }
 
+// BenchmarkCheckpointParallel: step checkpoints (an op and its stream event,
+// as the engine writes them) of many runs at once; "by sequence" with the
+// lease's RunSeq (the run found by rowid), "by ID" without it (looked up in
+// runs_namespace_id first).
 func BenchmarkCheckpointParallel(b *testing.B) {
 	for _, d := range durabilities {
-		b.Run(string(d), func(b *testing.B) {
-			s := benchStore(b, d)
-			leases := claimBenchRuns(b, s, benchParallelism*runtime.GOMAXPROCS(0))
-			result := []byte(`{"charge_id":"ch_1234567890","status":"captured"}`)
-			var next atomic.Int64
-			before := s.Stats()
-			b.SetParallelism(benchParallelism)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				lease := leases[next.Add(1)-1]
-				for pos := 0; pb.Next(); pos++ {
-					now := time.Now()
-					_, err := s.Checkpoint(context.Background(), &store.CheckpointParams{
-						Lease: lease, Status: store.StatusRunning,
-						Ops: []*store.Op{{Position: pos, Kind: store.OpStep, Name: "charge", Done: true,
-							Result: result, Attempts: 1, StartedAt: now, FinishedAt: &now}},
-					})
-					if err != nil {
-						b.Error(err)
-						return
+		for _, bySeq := range []bool{false, true} {
+			name := string(d) + "/by ID"
+			if bySeq {
+				name = string(d) + "/by sequence"
+			}
+			b.Run(name, func(b *testing.B) {
+				s := benchStore(b, d)
+				leases := claimBenchRuns(b, s, benchParallelism*runtime.GOMAXPROCS(0), bySeq)
+				result := []byte(`{"charge_id":"ch_1234567890","status":"captured"}`)
+				event := []byte(`{"position":0,"name":"charge","result":{"charge_id":"ch_1234567890"}}`)
+				var next atomic.Int64
+				before := s.Stats()
+				b.SetParallelism(benchParallelism)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					lease := leases[next.Add(1)-1]
+					for pos := 0; pb.Next(); pos++ {
+						now := time.Now()
+						_, err := s.Checkpoint(context.Background(), &store.CheckpointParams{
+							Lease: lease, Status: store.StatusRunning,
+							Ops: []*store.Op{{Position: pos, Kind: store.OpStep, Name: "charge", Done: true,
+								Result: result, Attempts: 1, StartedAt: now, FinishedAt: &now}},
+							Stream: []store.StreamWrite{{Name: "step.completed", Data: event}},
+						})
+						if err != nil {
+							b.Error(err)
+							return
+						}
 					}
-				}
+				})
+				reportThroughput(b, s, before)
 			})
-			reportThroughput(b, s, before)
-		})
+		}
 	}
 }
 
-// claimBenchRuns creates and claims n runs and returns their leases.
-func claimBenchRuns(b *testing.B, s *storesqlite.Store, n int) []store.Lease {
+// claimBenchRuns creates and claims n runs and returns their leases, with
+// their runs' sequences when bySeq.
+func claimBenchRuns(b *testing.B, s *storesqlite.Store, n int, bySeq bool) []store.Lease {
 	for i := range n {
 		createRun(b, s, fmt.Sprint("r", i))
 	}
@@ -102,6 +115,9 @@ func claimBenchRuns(b *testing.B, s *storesqlite.Store, n int) []store.Lease {
 	leases := make([]store.Lease, n)
 	for i, cr := range res.Runs {
 		leases[i] = store.Lease{Namespace: "ns", RunID: cr.Run.ID, Token: cr.LeaseToken}
+		if bySeq {
+			leases[i] = cr.Lease()
+		}
 	}
 	return leases
 }

@@ -2,6 +2,9 @@ package storesqlite
 
 import (
 	"context"
+	"errors"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,24 +58,117 @@ func TestQueriesReadTheirPartialIndexes(t *testing.T) {
 	}
 	for _, q := range queries {
 		sqlText, args := q.build()
-		rows, err := s.readDB.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+sqlText, args...)
-		if err != nil {
-			t.Fatalf("%s: %v", q.name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		if err := rows.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if got := strings.Join(plan, "; "); !strings.Contains(got, q.want) || strings.Contains(got, "runs_list") {
+		got := queryPlan(t, s, sqlText, args...)
+		if !strings.Contains(got, q.want) || strings.Contains(got, "runs_list") {
 			t.Errorf("%s: plan %q, want it to read %q (and not runs_list)", q.name, got, q.want)
 		}
 	}
+}
+
+// A checkpoint with the lease's sequence (store.Lease.RunSeq) finds its run by
+// rowid, whatever the status it writes; without it, by runs_namespace_id.
+func TestCheckpointsFindTheirRunBySequence(t *testing.T) {
+	s := openWithRuns(t, "a")
+	param := regexp.MustCompile(`\?(\d+)`)
+	for name, query := range map[string]string{"running, with stream events": sqlCkRunningStream, "running": sqlCkRunning,
+		"waiting": sqlCkWaiting, "blocked": sqlCkBlocked, "pending": sqlCkPending, "finished": sqlCkFinished} {
+		n := 0
+		for _, m := range param.FindAllStringSubmatch(query, -1) {
+			n = max(n, atoi(t, m[1]))
+		}
+		for _, bySeq := range []bool{true, false} {
+			q, args, want := query, make([]any, n), "USING INDEX runs_namespace_id (namespace=? AND id=?)"
+			if bySeq {
+				q, args, want = ckBySeq(query, n), append(args, int64(1)), "USING INTEGER PRIMARY KEY (rowid=?)"
+			}
+			if got := queryPlan(t, s, q, args...); !strings.Contains(got, want) {
+				t.Errorf("%s, by sequence %v: plan %q, want %q", name, bySeq, got, want)
+			}
+		}
+	}
+}
+
+// TestCheckpointWithAWrongSequence: a lease whose sequence is another run's
+// still checkpoints its own run (found by its ID) and leaves the other alone;
+// a stale lease with the right sequence still loses it.
+func TestCheckpointWithAWrongSequence(t *testing.T) {
+	ctx := context.Background()
+	s := openWithRuns(t, "a", "b")
+	res, err := s.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "ns", Workflows: []string{"w"}, Max: 2, LeaseDuration: time.Minute})
+	if err != nil || len(res.Runs) != 2 {
+		t.Fatalf("claim: %v %v", res, err)
+	}
+	leases := map[string]store.Lease{}
+	for _, cr := range res.Runs {
+		leases[cr.Run.ID] = cr.Lease()
+	}
+	a, b := leases["a"], leases["b"]
+	if a.RunSeq == 0 || b.RunSeq == 0 || a.RunSeq == b.RunSeq {
+		t.Fatalf("leases without their runs' sequences: %+v %+v", a, b)
+	}
+	wrong := a
+	wrong.RunSeq = b.RunSeq
+	step := []store.StreamWrite{{Name: "step.completed", Data: []byte(`{}`)}}
+	if _, err := s.Checkpoint(ctx, &store.CheckpointParams{Lease: wrong, Status: store.StatusRunning, Stream: step,
+		Ops: []*store.Op{{Position: 0, Kind: store.OpStep, Name: "s", Done: true, Result: []byte(`1`)}}}); err != nil {
+		t.Fatalf("a step checkpoint with another run's sequence: %v", err)
+	}
+	wake := time.Now().Add(time.Hour)
+	if _, err := s.Checkpoint(ctx, &store.CheckpointParams{Lease: wrong, Status: store.StatusWaiting, WakeAt: &wake}); err != nil {
+		t.Fatalf("a waiting checkpoint with another run's sequence: %v", err)
+	}
+	stale := b
+	stale.Token++
+	if _, err := s.Checkpoint(ctx, &store.CheckpointParams{Lease: stale, Status: store.StatusSucceeded, Output: []byte(`1`)}); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("a stale lease with its run's sequence: %v, want ErrLeaseLost", err)
+	}
+	for id, want := range map[string]store.Status{"a": store.StatusWaiting, "b": store.StatusRunning} {
+		r, err := s.RunGet(ctx, &store.RunGetParams{Namespace: "ns", Ref: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != want {
+			t.Errorf("run %s: %s, want %s", id, r.Status, want)
+		}
+	}
+	ev, err := s.StreamRead(ctx, &store.StreamReadParams{Namespace: "ns", RunID: "b"})
+	if err != nil || len(ev.Events) != 0 {
+		t.Errorf("run b's stream: %+v %v, want no events", ev, err)
+	}
+	ev, err = s.StreamRead(ctx, &store.StreamReadParams{Namespace: "ns", RunID: "a"})
+	if err != nil || len(ev.Events) == 0 || ev.Events[0].Name != "step.completed" {
+		t.Errorf("run a's stream: %+v %v, want its step's event", ev, err)
+	}
+}
+
+// queryPlan is SQLite's plan of query, its steps joined with "; ".
+func queryPlan(t *testing.T, s *Store, query string, args ...any) string {
+	t.Helper()
+	rows, err := s.readDB.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "; ")
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
