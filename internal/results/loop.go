@@ -40,11 +40,17 @@ func (w *Watcher) loop() {
 	}
 }
 
-// othersCommitted reports whether a poll must re-read every waited-for run:
-// there are some (a run registered later is read then), and a commit the feed
-// does not carry may have happened since the last poll that did.
+// othersCommitted reports whether a poll must re-read every waited-for run: a
+// commit the feed does not carry may have happened since the last poll that
+// said so. It is asked at every poll, callers waiting or not: a poll without
+// any keeps the store's mark current (one reading, shared by the store's
+// pollers), and its check of everything reads nothing but makes the runs
+// created before it read when they are waited for (Created), as they must be
+// (the foreign commit may have changed them). Asked only while callers
+// waited, the first poll after a quiet spell compared with a mark from before
+// it and re-read every caller's run.
 func (w *Watcher) othersCommitted() bool {
-	return w.Waiting() > 0 && w.poll.Due(w.ctx)
+	return w.poll.Due(w.ctx)
 }
 
 // check reads the runs registered since the last check, and the waited-for runs
