@@ -66,7 +66,7 @@ type Watcher struct {
 
 	feed         store.RunFeed // nil when the store has none
 	crossProcess bool
-	poll         store.ForeignPoll // loop's goroutine only
+	poll         store.ForeignPoll // Start, then the loop's goroutine only
 
 	mu      sync.Mutex
 	waiters map[string][]chan outcome // run ID -> callers waiting
