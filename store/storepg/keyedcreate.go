@@ -243,9 +243,6 @@ func (s *Store) keyedPipelined(ctx context.Context, reqs []*keyedReq, states []k
 			return nil, err
 		}
 	}
-	if generic && len(out.del.keys) > 0 {
-		b.Queue(sqlCustomPlans) // sqlKeysDelete joins an array with the keys: planned for its arguments
-	}
 	out.queue(b)
 	b.Queue("COMMIT")
 	br = conn.SendBatch(ctx, b)
@@ -288,7 +285,9 @@ func (k *keyResponses) add(r *keyedReq) error {
 	return nil
 }
 
-// queue queues the statements that record them: a statement each.
+// queue queues the statements that record them: a statement each, of one key
+// by its primary key (a lone start's: planned once with it, see stmt.generic)
+// or of many over arrays.
 func (k *keyResponses) queue(b *pgx.Batch) {
 	switch len(k.fin.keys) {
 	case 0:
@@ -297,7 +296,11 @@ func (k *keyResponses) queue(b *pgx.Batch) {
 	default:
 		b.Queue(sqlKeysFinish, k.fin.nss, k.fin.keys, k.statuses, k.bodies, k.seqs)
 	}
-	if len(k.del.keys) > 0 {
+	switch len(k.del.keys) {
+	case 0:
+	case 1:
+		b.Queue(sqlKeyDelete, k.del.nss[0], k.del.keys[0])
+	default:
 		b.Queue(sqlKeysDelete, k.del.nss, k.del.keys)
 	}
 }
@@ -478,8 +481,8 @@ const (
 	sqlKeysInsert = `INSERT INTO idempotency_keys AS k (namespace, key, fingerprint, status, created_at)
 	SELECT x.ns, x.key, x.fp, 0, $4 FROM unnest($1::text[], $2::text[], $3::bytea[]) AS x(ns, key, fp)
 	` + keyTakeOver
-	// sqlKeyInsert is sqlKeysInsert for one key, and sqlKeyFinish sqlKeysFinish:
-	// a lone start's statements, which Postgres plans in less time than those
+	// sqlKeyInsert is sqlKeysInsert for one key, sqlKeyFinish sqlKeysFinish
+	// and sqlKeyDelete sqlKeysDelete: a lone start's statements, which Postgres plans in less time than those
 	// over arrays (it plans every execution).
 	sqlKeyInsert = `INSERT INTO idempotency_keys AS k (namespace, key, fingerprint, status, created_at)
 	VALUES ($1, $2, $3, 0, $4)
@@ -495,6 +498,7 @@ const (
 	sqlKeysFinish     = `UPDATE idempotency_keys k SET status = x.status, body = x.body, run_seq = x.seq
 	FROM unnest($1::text[], $2::text[], $3::int4[], $4::bytea[], $5::int8[]) AS x(ns, key, status, body, seq)
 	WHERE k.namespace = x.ns AND k.key = x.key`
+	sqlKeyDelete  = `DELETE FROM idempotency_keys WHERE namespace = $1 AND key = $2`
 	sqlKeysDelete = `DELETE FROM idempotency_keys k USING unnest($1::text[], $2::text[]) AS x(ns, key)
 	WHERE k.namespace = x.ns AND k.key = x.key`
 )

@@ -2,6 +2,7 @@ package storepg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -495,6 +496,7 @@ func TestGenericPlans(t *testing.T) {
 		check{"key insert", stmt{sql: sqlKeyInsert, args: []any{"default", "key", []byte("fp"), now, now}}, nil, noRuns},
 		check{"key fingerprint", stmt{sql: sqlKeyFingerprint, args: []any{"default", "key"}}, keys, noRuns},
 		check{"key finish", stmt{sql: sqlKeyFinish, args: []any{"default", "key", int32(201), []byte("{}"), int64(1)}}, keys, noRuns},
+		check{"key delete", stmt{sql: sqlKeyDelete, args: []any{"default", "key"}}, keys, noRuns},
 	)
 	// Left to custom plans: without the hint, with kv writes, another workflow ID.
 	ck, err := newCkReq(now, &store.CheckpointParams{Lease: store.Lease{Namespace: "default", RunID: "r50", Token: 50},
@@ -575,7 +577,8 @@ func genericPlan(t *testing.T, conn *pgx.Conn, name string, st stmt) string {
 // TestLoneWritesRunOnGenericPlans checks, on the store's own connections, that
 // the writer runs what stmt.generic flags on generic plans and the rest on
 // custom ones: a lone create of a run whose workflow ID is its ID, keyed or
-// not (with its key's statements), and a lone checkpoint with the lease's
+// not (with its key's statements, the delete of a rejected start's key
+// included), and a lone checkpoint with the lease's
 // sequence are never planned for their arguments
 // (pg_prepared_statements counts each connection's plans of a statement), a
 // create with a workflow ID of its own always is.
@@ -598,6 +601,14 @@ func TestLoneWritesRunOnGenericPlans(t *testing.T) {
 		if _, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: keyed, WorkflowID: keyed, Workflow: "other", Queue: "default", Idempotency: rec}); err != nil {
 			t.Fatal(err)
 		}
+		// A start of a taken run ID under a new key: rejected, its key taken back.
+		taken := &store.IdempotencyRecord{Key: "taken-" + keyed, Fingerprint: []byte{1}, Response: rec.Response}
+		if _, err := s.RunCreate(ctx, &store.RunCreateParams{Namespace: "default", ID: keyed, WorkflowID: keyed, Workflow: "other", Queue: "default", Idempotency: taken}); !errors.Is(err, store.ErrRunExists) {
+			t.Fatalf("a keyed start of a taken run ID: %v, want ErrRunExists", err)
+		}
+		if _, err := s.IdempotencyGet(ctx, &store.IdempotencyGetParams{Namespace: "default", Key: taken.Key}); !errors.Is(err, store.ErrIdempotencyKeyNotFound) {
+			t.Fatalf("the key of a rejected start: %v, want ErrIdempotencyKeyNotFound", err)
+		}
 		res, err := s.RunsClaim(ctx, &store.RunsClaimParams{Namespace: "default", Workflows: []string{"wf"}, Worker: "w", Max: 1, LeaseDuration: time.Minute})
 		if err != nil || len(res.Runs) != 1 {
 			t.Fatalf("claim: %v, %v", res, err)
@@ -614,7 +625,22 @@ func TestLoneWritesRunOnGenericPlans(t *testing.T) {
 		}
 	}
 	type plans struct{ generic, custom int64 }
-	got := map[string]*plans{sqlRunCreateOwnID: {}, ckSQLText: {}, sqlRunCreate: {}, sqlRunCreateOwnIDKeyed: {}, sqlKeyInsert: {}, sqlKeyFinish: {}}
+	want := []struct {
+		name, text string
+		generic    bool // generic plans only; else custom ones only
+	}{
+		{"the create of a run whose workflow ID is its ID", sqlRunCreateOwnID, true},
+		{"the checkpoint", ckSQLText, true},
+		{"a keyed create of such a run", sqlRunCreateOwnIDKeyed, true},
+		{"its key's insert", sqlKeyInsert, true},
+		{"its key's finish", sqlKeyFinish, true},
+		{"a rejected start's key delete", sqlKeyDelete, true},
+		{"a create with a workflow ID of its own", sqlRunCreate, false},
+	}
+	got := map[string]*plans{}
+	for _, w := range want {
+		got[w.text] = &plans{}
+	}
 	conns := s.pool.AcquireAllIdle(ctx)
 	for _, c := range conns {
 		rows, err := c.Query(ctx, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements`)
@@ -638,14 +664,13 @@ func TestLoneWritesRunOnGenericPlans(t *testing.T) {
 		}
 		c.Release()
 	}
-	for name, text := range map[string]string{"the create of a run whose workflow ID is its ID": sqlRunCreateOwnID,
-		"the checkpoint": ckSQLText, "a keyed create of such a run": sqlRunCreateOwnIDKeyed, "its key's insert": sqlKeyInsert,
-		"its key's finish": sqlKeyFinish} {
-		if p := got[text]; p.generic == 0 || p.custom != 0 {
-			t.Errorf("%s: %d generic plans, %d custom, want generic ones only", name, p.generic, p.custom)
+	for _, w := range want {
+		p := got[w.text]
+		if w.generic && (p.generic == 0 || p.custom != 0) {
+			t.Errorf("%s: %d generic plans, %d custom, want generic ones only", w.name, p.generic, p.custom)
 		}
-	}
-	if p := got[sqlRunCreate]; p.custom == 0 || p.generic != 0 {
-		t.Errorf("a create with a workflow ID of its own: %d generic plans, %d custom, want custom ones only", p.generic, p.custom)
+		if !w.generic && (p.custom == 0 || p.generic != 0) {
+			t.Errorf("%s: %d generic plans, %d custom, want custom ones only", w.name, p.generic, p.custom)
+		}
 	}
 }

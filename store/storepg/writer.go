@@ -287,10 +287,6 @@ const sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
 // Postgres (docs/benchmarks.md).
 const sqlGenericPlans = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
 
-// sqlCustomPlans has the statements after it in the transaction planned for
-// their arguments again, as the store's connections do by default.
-const sqlCustomPlans = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
-
 // unit is one statement of a batch and the requests it serves (by index in the
 // batch).
 type unit struct {
