@@ -396,11 +396,30 @@ func TestCreatedRunsReadAfterARereadOfEverything(t *testing.T) {
 	}
 }
 
-// countingStore counts the reads of waited-for runs.
+// countingStore counts the reads of waited-for runs, and of the store's
+// foreign-commit mark.
 type countingStore struct {
 	*storesqlite.Store
 	reads atomic.Int64
 	ids   sync.Map // run ID -> *atomic.Int64: the reads naming it
+	marks atomic.Int64
+}
+
+func (c *countingStore) ForeignCommitMark(ctx context.Context) (int64, error) {
+	c.marks.Add(1)
+	return c.Store.ForeignCommitMark(ctx)
+}
+
+// polls waits until the watcher has asked for the store's mark n more times
+// (n polls; they come every 5 ms in these tests).
+func (c *countingStore) polls(t *testing.T, n int64) {
+	t.Helper()
+	want := c.marks.Load() + n
+	for deadline := time.Now().Add(5 * time.Second); c.marks.Load() < want; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d polls read the store's mark in 5 s, want %d", n-(want-c.marks.Load()), n)
+		}
+	}
 }
 
 func (c *countingStore) RunsGet(ctx context.Context, p *store.RunsGetParams) ([]*store.Run, error) {
@@ -443,6 +462,34 @@ func TestSQLitePollReadsAfterForeignCommitsOnly(t *testing.T) {
 		t.Fatalf("%d reads of the waited-for run with no foreign commit, want 1 (as it registered)", got)
 	}
 	finish(t, open(t, path), waited, store.StatusSucceeded) // another process, as far as st can tell
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A poll while nobody waits keeps the store's mark current: a commit of
+// another process made then does not make the first poll with a caller re-read
+// the caller's run (a burst of callers after a quiet spell would all be read
+// again), and the poll's check of everything makes the runs created before it
+// read as their callers register (TestCreatedRunEndedElsewhere).
+func TestSQLitePollKeepsTheMarkWhileNobodyWaits(t *testing.T) {
+	t.Parallel()
+	st, w, path := countedSetup(t, 5*time.Millisecond)
+	ctx := context.Background()
+	waited := start(t, st, "waited")
+	createPending(t, open(t, path), "elsewhere") // another process commits while nobody waits
+	time.Sleep(150 * time.Millisecond)           // past the store's reuse of a mark reading (100 ms)
+	st.polls(t, 2)                               // polls with nobody waiting: they read the mark
+	errc := waitAsync(ctx, w, "waited")
+	waitRegistered(t, w, 1)
+	for st.readsOf("waited") < 1 { // its read as it registered
+		time.Sleep(time.Millisecond)
+	}
+	st.polls(t, 3) // polls with a caller
+	if n := st.readsOf("waited"); n != 1 {
+		t.Fatalf("the waited-for run was read %d times, want once (as it registered): the mark was not kept current while nobody waited", n)
+	}
+	finish(t, st, waited, store.StatusSucceeded)
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
