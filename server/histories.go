@@ -54,6 +54,11 @@ type leaseHistory struct {
 	// known): a checkpoint that ends the run hands what it left
 	// (store.FinalRun) to those waiting for it through this server.
 	run *store.Run
+	// leaseExpires is when the pushed claim's lease expired, as the claim
+	// said: past it, the run may have been claimed and ended through
+	// another server (its worker vanished), so isPushed no longer vouches
+	// for it.
+	leaseExpires time.Time
 }
 
 // historyKept is how long an entry stays after its last use at the least.
@@ -69,7 +74,8 @@ func (lh *leaseHistories) pushed(runs []*store.ClaimedRun) {
 	defer lh.mu.Unlock()
 	for _, cr := range runs {
 		lh.m[leaseRun{cr.Run.Namespace, cr.Run.ID}] = &leaseHistory{token: cr.LeaseToken, runSeq: cr.Run.Sequence, run: cr.Run,
-			rec: protocol.NewRecorded(cr.History, cr.Run.CancelRequested), expires: later(cr.LeaseExpiresAt, lh.now().Add(historyKept))}
+			rec: protocol.NewRecorded(cr.History, cr.Run.CancelRequested), expires: later(cr.LeaseExpiresAt, lh.now().Add(historyKept)),
+			leaseExpires: cr.LeaseExpiresAt}
 	}
 	lh.maybePrune()
 }
@@ -136,15 +142,21 @@ func (lh *leaseHistories) isEnding(ns, id string) bool {
 }
 
 // isPushed reports whether run id of namespace ns holds a lease this server
-// pushed (the entry knows the run as the claim left it) and whose end has not
-// been written through it: the checkpoint that ends it drops the entry
-// (workerService.wrote) before ending's done hands the run to the results
-// watchers (servercore.Config.Pushed).
+// pushed (the entry knows the run as the claim left it), within the lease the
+// claim gave, and whose end has not been written through it: the checkpoint
+// that ends it drops the entry (workerService.wrote) before ending's done
+// hands the run to the results watchers (servercore.Config.Pushed), which do
+// not read a run pushed here as a caller registers for it. Past the claim's
+// lease the run may have lapsed, been claimed through another server and
+// ended there, its report gone by before the caller came: the entry stays
+// (until pruned) and said pushed, and a caller of two servers on one Postgres
+// waited for such a run until its deadline (TestTwoServersOnePostgresProcesses).
+// A lease extended past it is read as any other run then: one read.
 func (lh *leaseHistories) isPushed(ns, id string) bool {
 	lh.mu.Lock()
 	defer lh.mu.Unlock()
 	e := lh.m[leaseRun{ns, id}]
-	return e != nil && e.run != nil
+	return e != nil && e.run != nil && lh.now().Before(e.leaseExpires)
 }
 
 // drop forgets the entry of lease l (its lease ended).

@@ -35,3 +35,18 @@ func TestIsPushed(t *testing.T) {
 		t.Fatal("a lease this server did not push is reported pushed")
 	}
 }
+
+// Past the lease its claim gave, a pushed run is no longer reported pushed:
+// its worker may have vanished, and another server's worker ended it.
+func TestIsPushedEndsWithTheClaimsLease(t *testing.T) {
+	now := time.Now()
+	lh := newLeaseHistories(func() time.Time { return now })
+	lh.pushed([]*store.ClaimedRun{{Run: &store.Run{Namespace: "ns", ID: "r1"}, LeaseToken: 10, LeaseExpiresAt: now.Add(time.Second)}})
+	if !lh.isPushed("ns", "r1") {
+		t.Fatal("a pushed run within its lease is not reported pushed")
+	}
+	now = now.Add(time.Second)
+	if lh.isPushed("ns", "r1") {
+		t.Fatal("a pushed run whose claim's lease expired is still reported pushed")
+	}
+}
