@@ -110,6 +110,17 @@ func (p *Payloads) Checkpoint(ctx context.Context, c *store.CheckpointParams) (*
 	if p == nil || !p.checkpointBig(c) {
 		return c, nil
 	}
+	return p.checkpointMoved(ctx, c)
+}
+
+// checkpointMoved is Checkpoint for a checkpoint with big payloads. It is a
+// function of its own so that the common checkpoint, which has none, does not
+// take its frame: every run's workflow goroutine makes its checkpoints through
+// here, and a frame the size of this one made each of them grow its stack
+// from 4 to 8 KiB.
+//
+//go:noinline
+func (p *Payloads) checkpointMoved(ctx context.Context, c *store.CheckpointParams) (*store.CheckpointParams, error) {
 	ns, id := c.Lease.Namespace, c.Lease.RunID
 	m := &memo{p: p, ns: ns}
 	q := *c
