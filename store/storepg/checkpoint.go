@@ -25,39 +25,60 @@ func (s *Store) Checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 	}
 	res, err := s.checkpoint(ctx, p)
 	if err != nil && p.Seq > 0 && errors.Is(err, store.ErrLeaseLost) {
-		// Perhaps a retry of a checkpoint that was applied (see
-		// store.CheckpointParams.Seq).
-		r, rerr := s.leaseReplay(ctx, p.Lease, p.Seq, p.Fingerprint)
-		switch {
-		case rerr == nil:
-			return r, nil
-		case !errors.Is(rerr, store.ErrLeaseLost):
-			return nil, fmt.Errorf("checkpointing: %w", rerr)
-		}
+		return s.checkpointLost(ctx, p, err)
 	}
 	return res, err
+}
+
+// checkpointLost answers a guarded checkpoint that found its lease lost (err):
+// perhaps it is a retry of a checkpoint that was applied (see
+// store.CheckpointParams.Seq). It and the error paths below are functions of
+// their own so that Checkpoint's and checkpoint's frames stay small: every
+// run's workflow goroutine makes its checkpoints through them, and larger ones
+// made each grow its stack from 4 to 8 KiB, copying it, in every checkpoint.
+//
+//go:noinline
+func (s *Store) checkpointLost(ctx context.Context, p *store.CheckpointParams, err error) (*store.CheckpointResult, error) {
+	r, rerr := s.leaseReplay(ctx, p.Lease, p.Seq, p.Fingerprint)
+	switch {
+	case rerr == nil:
+		return r, nil
+	case !errors.Is(rerr, store.ErrLeaseLost):
+		return nil, fmt.Errorf("checkpointing: %w", rerr)
+	}
+	return nil, err
+}
+
+// ckError is a checkpoint's error: err, or ErrLeaseLost for the lease of p
+// when err is nil.
+//
+//go:noinline
+func ckError(p *store.CheckpointParams, err error) error {
+	if err == nil {
+		return fmt.Errorf("checkpointing: %w: run %q token %d", store.ErrLeaseLost, p.Lease.RunID, p.Lease.Token)
+	}
+	return fmt.Errorf("checkpointing: %w", err)
 }
 
 func (s *Store) checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
 	ck, err := newCkReq(s.now(), p)
 	if err != nil {
-		return nil, fmt.Errorf("checkpointing: %w", err)
+		return nil, ckError(p, err)
 	}
 	if usesWaiting(p) || p.Status == store.StatusBlocked || p.Status == store.StatusFailed {
 		// A failure may become a workflow retry (see wfretry.go).
 		return s.checkpointWaiting(ctx, ck) // see ckwait.go
 	}
-	l := p.Lease
 	r := &request{ctx: ctx, ck: ck, topics: checkpointTopics(p), done: make(chan error, 1)}
 	if _, err := s.submit(ctx, r); err != nil {
-		return nil, fmt.Errorf("checkpointing: %w", err)
+		return nil, ckError(p, err)
 	}
 	if ck.res == nil && p.Status.Terminal() {
 		// A stale lease, or a child's final checkpoint: its group counts it.
 		return s.checkpointChildEnd(ctx, ck) // see childend.go
 	}
 	if ck.res == nil {
-		return nil, fmt.Errorf("checkpointing: %w: run %q token %d", store.ErrLeaseLost, l.RunID, l.Token)
+		return nil, ckError(p, nil)
 	}
 	return ck.res, nil
 }

@@ -153,39 +153,81 @@ type ckReq struct {
 }
 
 func newCkReq(now time.Time, p *store.CheckpointParams) (*ckReq, error) {
+	// The checks and the columns are functions of their own: every run's
+	// workflow goroutine makes its checkpoints through here, and the frame of
+	// all of it in one (900 bytes) made each of those goroutines grow its stack
+	// from 4 to 8 KiB, copying it, in every checkpoint.
+	if err := checkCkParams(p); err != nil {
+		return nil, err
+	}
+	ck := &ckReq{p: p, now: now, reason: p.WaitReason}
+	if err := ck.fill(p); err != nil {
+		return nil, err
+	}
+	return ck, nil
+}
+
+// checkCkParams checks what newCkReq takes of a checkpoint.
+//
+//go:noinline
+func checkCkParams(p *store.CheckpointParams) error {
 	switch p.Status {
 	case store.StatusRunning, store.StatusWaiting, store.StatusBlocked, store.StatusPending,
 		store.StatusSucceeded, store.StatusFailed, store.StatusCancelled:
 	default:
-		return nil, fmt.Errorf("%w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
+		return fmt.Errorf("%w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
 	}
 	for _, w := range p.Stream {
 		if w.Name == "" {
-			return nil, fmt.Errorf("%w: Stream: an event has no Name", store.ErrInvalidParams)
+			return fmt.Errorf("%w: Stream: an event has no Name", store.ErrInvalidParams)
 		}
 	}
 	if p.Seq < 0 {
-		return nil, fmt.Errorf("%w: Seq: %d is below 0", store.ErrInvalidParams, p.Seq)
+		return fmt.Errorf("%w: Seq: %d is below 0", store.ErrInvalidParams, p.Seq)
 	}
 	if p.Retry != nil && p.Status != store.StatusFailed {
-		return nil, fmt.Errorf("%w: Retry goes only with Status failed", store.ErrInvalidParams)
+		return fmt.Errorf("%w: Retry goes only with Status failed", store.ErrInvalidParams)
 	}
-	ck := &ckReq{p: p, now: now, reason: p.WaitReason}
-	var err error
-	if ck.errText, err = errJSON(p.Error); err != nil {
-		return nil, err
+	return nil
+}
+
+// fill sets the checkpoint's error, reason and rows from p.
+//
+//go:noinline
+func (ck *ckReq) fill(p *store.CheckpointParams) error {
+	if p.Error != nil {
+		var err error
+		if ck.errText, err = errJSON(p.Error); err != nil {
+			return err
+		}
+		if p.Status == store.StatusBlocked && ck.reason == "" {
+			ck.reason = p.Error.Message
+		}
 	}
-	if p.Status == store.StatusBlocked && ck.reason == "" && p.Error != nil {
-		ck.reason = p.Error.Message
+	if len(p.Ops) > 0 {
+		if err := ck.ops.add(p.Ops); err != nil {
+			return err
+		}
 	}
-	if err := ck.ops.add(p.Ops); err != nil {
-		return nil, err
+	if len(p.Attempts) > 0 || len(p.Ops) > 0 { // AttemptRows: the attempts, and the ops' succeeded ones
+		if err := ck.addAttempts(p); err != nil {
+			return err
+		}
 	}
-	if err := ck.atts.add(p.AttemptRows()); err != nil {
-		return nil, err
+	if len(p.KV) > 0 {
+		ck.kv.add(p.KV)
 	}
-	ck.kv.add(p.KV)
-	return ck, nil
+	return nil
+}
+
+// addAttempts adds the attempt rows of p.
+//
+//go:noinline
+func (ck *ckReq) addAttempts(p *store.CheckpointParams) error {
+	if atts := p.AttemptRows(); len(atts) > 0 {
+		return ck.atts.add(atts)
+	}
+	return nil
 }
 
 // ckColumns are the array parameters of sqlCheckpoints.
@@ -308,17 +350,16 @@ type opCols struct {
 // add appends a checkpoint's ops. Writes to the same position are merged first
 // (one statement may not touch a row twice): the last one wins.
 func (c *opCols) add(in []*store.Op) error {
-	last := make(map[int]int, len(in))
-	for k, op := range in {
-		last[op.Position] = k
+	if len(in) > 1 {
+		in = lastOfEach(in, func(op *store.Op) int { return op.Position })
 	}
-	for k, op := range in {
-		if last[op.Position] != k {
-			continue
-		}
-		e, err := errJSON(op.Error)
-		if err != nil {
-			return err
+	for _, op := range in {
+		var e *string
+		if op.Error != nil {
+			var err error
+			if e, err = errJSON(op.Error); err != nil {
+				return err
+			}
 		}
 		c.pos, c.atts = append(c.pos, int32(op.Position)), append(c.atts, int32(op.Attempts))
 		c.kinds, c.names = append(c.kinds, string(op.Kind)), append(c.names, op.Name)
@@ -354,15 +395,11 @@ type attCols struct {
 // add appends a checkpoint's attempts; of two writes of one attempt the last
 // wins, as the upsert would have it (one statement may not write a row twice).
 func (c *attCols) add(in []store.Attempt) error {
-	type key struct{ pos, n int }
-	last := make(map[key]int, len(in))
-	for i, a := range in {
-		last[key{a.Position, a.Attempt}] = i
+	if len(in) > 1 {
+		type key struct{ pos, n int }
+		in = lastOfEach(in, func(a store.Attempt) key { return key{a.Position, a.Attempt} })
 	}
-	for i, a := range in {
-		if last[key{a.Position, a.Attempt}] != i {
-			continue
-		}
+	for _, a := range in {
 		if !store.ValidAttemptOutcome(a.Outcome) {
 			return fmt.Errorf("%w: Attempts: attempt %d of op %d has an unknown outcome %q",
 				store.ErrInvalidParams, a.Attempt, a.Position, a.Outcome)
@@ -401,13 +438,11 @@ type kvCols struct {
 // add appends a checkpoint's run-store writes as they stand after applying them in
 // order: the last write of a key wins.
 func (c *kvCols) add(in []store.KVWrite) {
-	last := make(map[string]int, len(in))
-	for k, w := range in {
-		last[w.Key] = k
+	if len(in) > 1 {
+		in = lastOfEach(in, func(w store.KVWrite) string { return w.Key })
 	}
-	for k, w := range in {
+	for _, w := range in {
 		switch {
-		case last[w.Key] != k:
 		case w.Delete:
 			c.delKeys = append(c.delKeys, w.Key)
 		default:
@@ -418,6 +453,27 @@ func (c *kvCols) add(in []store.KVWrite) {
 
 func (c *kvCols) concat(o *kvCols) {
 	c.setKeys, c.vals, c.delKeys = append(c.setKeys, o.setKeys...), append(c.vals, o.vals...), append(c.delKeys, o.delKeys...)
+}
+
+// lastOfEach returns the elements of in that no later element shares a key
+// with, in their order: of writes to one place, the last. The columns' add
+// methods call it only for more than one element (a checkpoint's usual one op
+// needs no map), so that their frames, made on every checkpoint's goroutine,
+// hold none.
+//
+//go:noinline
+func lastOfEach[T any, K comparable](in []T, key func(T) K) []T {
+	last := make(map[K]int, len(in))
+	for i, x := range in {
+		last[key(x)] = i
+	}
+	out := make([]T, 0, len(last))
+	for i, x := range in {
+		if last[key(x)] == i {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // orEmpty sends an empty array, not NULL, for a nil slice.
