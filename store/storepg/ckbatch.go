@@ -153,11 +153,12 @@ type ckReq struct {
 }
 
 func newCkReq(now time.Time, p *store.CheckpointParams) (*ckReq, error) {
-	// The checks and the columns are functions of their own: every run's
-	// workflow goroutine makes its checkpoints through here, and the frame of
-	// all of it in one (900 bytes) made each of those goroutines grow its stack
-	// from 4 to 8 KiB, copying it, in every checkpoint.
-	if err := checkCkParams(p); err != nil {
+	// The checks (the store's own, CheckpointParams.Validate, by part) and the
+	// columns are functions of their own: every run's workflow goroutine makes
+	// its checkpoints through here, and the frame of all of it in one (900
+	// bytes) made each of those goroutines grow its stack from 4 to 8 KiB,
+	// copying it, in every checkpoint.
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	ck := &ckReq{p: p, now: now, reason: p.WaitReason}
@@ -165,30 +166,6 @@ func newCkReq(now time.Time, p *store.CheckpointParams) (*ckReq, error) {
 		return nil, err
 	}
 	return ck, nil
-}
-
-// checkCkParams checks what newCkReq takes of a checkpoint.
-//
-//go:noinline
-func checkCkParams(p *store.CheckpointParams) error {
-	switch p.Status {
-	case store.StatusRunning, store.StatusWaiting, store.StatusBlocked, store.StatusPending,
-		store.StatusSucceeded, store.StatusFailed, store.StatusCancelled:
-	default:
-		return fmt.Errorf("%w: Status: unknown status %q", store.ErrInvalidParams, p.Status)
-	}
-	for _, w := range p.Stream {
-		if w.Name == "" {
-			return fmt.Errorf("%w: Stream: an event has no Name", store.ErrInvalidParams)
-		}
-	}
-	if p.Seq < 0 {
-		return fmt.Errorf("%w: Seq: %d is below 0", store.ErrInvalidParams, p.Seq)
-	}
-	if p.Retry != nil && p.Status != store.StatusFailed {
-		return fmt.Errorf("%w: Retry goes only with Status failed", store.ErrInvalidParams)
-	}
-	return nil
 }
 
 // fill sets the checkpoint's error, reason and rows from p.
@@ -209,10 +186,8 @@ func (ck *ckReq) fill(p *store.CheckpointParams) error {
 			return err
 		}
 	}
-	if len(p.Attempts) > 0 || len(p.Ops) > 0 { // AttemptRows: the attempts, and the ops' succeeded ones
-		if err := ck.addAttempts(p); err != nil {
-			return err
-		}
+	if err := ck.addAttempts(p); err != nil {
+		return err
 	}
 	if len(p.KV) > 0 {
 		ck.kv.add(p.KV)

@@ -94,10 +94,7 @@ type ckRow struct {
 // (store.ErrConflict), an invalid Consume or a taken approval ID
 // (store.ErrInvalidParams), a taken child ID (store.ErrRunExists) write nothing.
 func (s *Store) checkpointWaiting(ctx context.Context, ck *ckReq) (*store.CheckpointResult, error) {
-	p, l := ck.p, ck.p.Lease
-	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("checkpointing: %w", err)
-	}
+	p, l := ck.p, ck.p.Lease // validated by newCkReq
 	var res *store.CheckpointResult
 	orig := ck
 	err := s.inTx(ctx, func(tx *wtx) error {
