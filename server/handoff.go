@@ -123,9 +123,10 @@ func (cs *claimStream) Done(cr *store.ClaimedRun) {
 // take it, about 50 µs on the 2-core test machine, each time on the way of a
 // run started and awaited through the server (w3): the push to the worker and
 // the result's answer. Callers yield only for a lone hand-over (the last
-// create of a stream, a checkpoint call of one run): under load the woken
-// goroutines find a thread anyway, and a yield per run cost w1 through a
-// server about 1.5% of its rate (docs/benchmarks.md).
+// create under way for a stream; a checkpoint call of one run while the server
+// serves no other): under load the woken goroutines find a thread anyway, and
+// a yield per run cost w1 through a server 1.5% (SQLite) to 5% (Postgres) of
+// its rate (docs/benchmarks.md, "A run through a server, hop by hop").
 func yieldToWoken() { runtime.Gosched() }
 
 // withdraw takes back the credit the stream offered and no create reserved.
