@@ -2,7 +2,6 @@ package trellis
 
 import (
 	"encoding/json"
-	"strconv"
 	"unicode/utf8"
 )
 
@@ -72,20 +71,24 @@ func decodePlain(data []byte, v any) bool {
 
 // plainInt parses a JSON integer of at most 18 digits, with no sign but a
 // leading minus and no exponent, fraction, leading zero or space, as
-// encoding/json would into an int64.
+// encoding/json would into an int64. Eighteen digits cannot overflow it.
 func plainInt(data []byte) (int64, bool) {
-	d := data
-	if len(d) > 0 && d[0] == '-' {
+	d, neg := data, len(data) > 0 && data[0] == '-'
+	if neg {
 		d = d[1:]
 	}
 	if len(d) == 0 || len(d) > 18 || (d[0] == '0' && len(d) > 1) {
 		return 0, false
 	}
+	var n int64
 	for _, c := range d {
 		if c < '0' || c > '9' {
 			return 0, false
 		}
+		n = n*10 + int64(c-'0')
 	}
-	n, err := strconv.ParseInt(string(data), 10, 64)
-	return n, err == nil
+	if neg {
+		n = -n
+	}
+	return n, true
 }

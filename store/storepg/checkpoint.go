@@ -49,21 +49,22 @@ func (s *Store) checkpointLost(ctx context.Context, p *store.CheckpointParams, e
 	return nil, err
 }
 
-// ckError is a checkpoint's error: err, or ErrLeaseLost for the lease of p
-// when err is nil.
+// ckError is a checkpoint's error err.
 //
 //go:noinline
-func ckError(p *store.CheckpointParams, err error) error {
-	if err == nil {
-		return fmt.Errorf("checkpointing: %w: run %q token %d", store.ErrLeaseLost, p.Lease.RunID, p.Lease.Token)
-	}
-	return fmt.Errorf("checkpointing: %w", err)
+func ckError(err error) error { return fmt.Errorf("checkpointing: %w", err) }
+
+// ckLeaseLost is the error of a checkpoint of p whose lease is not current.
+//
+//go:noinline
+func ckLeaseLost(p *store.CheckpointParams) error {
+	return fmt.Errorf("checkpointing: %w: run %q token %d", store.ErrLeaseLost, p.Lease.RunID, p.Lease.Token)
 }
 
 func (s *Store) checkpoint(ctx context.Context, p *store.CheckpointParams) (*store.CheckpointResult, error) {
 	ck, err := newCkReq(s.now(), p)
 	if err != nil {
-		return nil, ckError(p, err)
+		return nil, ckError(err)
 	}
 	if usesWaiting(p) || p.Status == store.StatusBlocked || p.Status == store.StatusFailed {
 		// A failure may become a workflow retry (see wfretry.go).
@@ -71,14 +72,14 @@ func (s *Store) checkpoint(ctx context.Context, p *store.CheckpointParams) (*sto
 	}
 	r := &request{ctx: ctx, ck: ck, topics: checkpointTopics(p), done: make(chan error, 1)}
 	if _, err := s.submit(ctx, r); err != nil {
-		return nil, ckError(p, err)
+		return nil, ckError(err)
 	}
 	if ck.res == nil && p.Status.Terminal() {
 		// A stale lease, or a child's final checkpoint: its group counts it.
 		return s.checkpointChildEnd(ctx, ck) // see childend.go
 	}
 	if ck.res == nil {
-		return nil, ckError(p, nil)
+		return nil, ckLeaseLost(p)
 	}
 	return ck.res, nil
 }

@@ -1,7 +1,6 @@
 package storepg
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -369,16 +368,14 @@ type attCols struct {
 
 // add appends a checkpoint's attempts; of two writes of one attempt the last
 // wins, as the upsert would have it (one statement may not write a row twice).
+// Their outcomes were checked by the params' Validate (CheckpointParams' for a
+// checkpoint, RunCreateParams' for a seeded history).
 func (c *attCols) add(in []store.Attempt) error {
 	if len(in) > 1 {
 		type key struct{ pos, n int }
 		in = lastOfEach(in, func(a store.Attempt) key { return key{a.Position, a.Attempt} })
 	}
 	for _, a := range in {
-		if !store.ValidAttemptOutcome(a.Outcome) {
-			return fmt.Errorf("%w: Attempts: attempt %d of op %d has an unknown outcome %q",
-				store.ErrInvalidParams, a.Attempt, a.Position, a.Outcome)
-		}
 		e, err := errJSON(&a.Error)
 		if err != nil {
 			return err
