@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 	pb "github.com/trellis-dev/trellis/internal/gen/trellis/worker/v1"
+	"github.com/trellis-dev/trellis/store"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -56,7 +57,25 @@ func TestLapsedLeaseEndsClaimStream(t *testing.T) {
 			if len(m.Runs) != 1 || m.Runs[0].Run.Id != run.ID {
 				t.Fatalf("pushed %v, want run %s", m.Runs, run.ID)
 			}
-			// The frozen worker reads on, but never heartbeats.
+			// The frozen worker heartbeats once, then no more. The lease's
+			// expiry as this server counts it is no later than the store's:
+			// at the store's expiry the stream sees the lapse before it
+			// claims, rather than claiming the run again (a claim no worker
+			// sees, counted in the run's attempts) and handing it back.
+			if _, err := e.workerClient("worker").ExtendLeases(ctx, connect.NewRequest(&pb.ExtendLeasesRequest{
+				Leases: []*pb.Lease{leaseOf(m.Runs[0])}, Duration: durationpb.New(lease)})); err != nil {
+				t.Fatal(err)
+			}
+			r, err := e.st.RunGet(ctx, &store.RunGetParams{Namespace: "default", Ref: run.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.srv.leases.mu.Lock()
+			counted := e.srv.leases.held[leaseRun{"default", run.ID}].expires
+			e.srv.leases.mu.Unlock()
+			if r.LeaseExpiresAt == nil || counted.After(*r.LeaseExpiresAt) {
+				t.Fatalf("the server counts the extended lease until %v, the store until %v", counted, r.LeaseExpiresAt)
+			}
 			timeout := time.After(lease + 5*claimRecheck)
 			for done := false; !done; {
 				select {

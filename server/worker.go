@@ -490,11 +490,17 @@ func (h *workerService) ExtendLeases(ctx context.Context, req *connect.Request[p
 			p.Steps = append(p.Steps, ww.StepFromPB(m.Steps[i]))
 		}
 	}
+	// The leases' new expiry as counted here is taken before the store's
+	// own (now plus the duration, at the store's write): it must not be
+	// later, or a stream whose worker let the lease lapse would see no lapse
+	// at the store's expiry, claim the run again, and only then hand it back
+	// (a claim that no worker saw, counted in the run's attempts).
+	until := h.s.cfg.Clock.Now().Add(p.Duration)
 	res, err := h.s.store.LeasesExtend(ctx, p)
 	if err != nil {
 		return nil, fail(err)
 	}
-	h.s.leases.extended(p.Leases, res.Lost, h.s.cfg.Clock.Now().Add(p.Duration))
+	h.s.leases.extended(p.Leases, res.Lost, until)
 	return connect.NewResponse(&pb.ExtendLeasesResponse{Lost: append(lost, res.Lost...), CancelRequested: res.CancelRequested}), nil
 }
 
