@@ -350,3 +350,66 @@ class StaleClaims(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ServerNotUpYet(unittest.TestCase):
+    """A worker started while its server is down (not up yet, restarting) tries
+    to reach it again, with backoff, for up to STARTUP_PATIENCE seconds, as the
+    Go worker's registration does, then runs as usual; a token the server
+    refuses fails at once, and stop() ends the waiting."""
+
+    def setUp(self):
+        self.srv = Server()
+        self.addCleanup(self.srv.close)
+        self.queue = new_queue()
+
+    def test_worker_started_before_its_server_runs_once_it_is_up(self):
+        @trellis.workflow("resilience.early")
+        async def early(ctx, inp):
+            return await ctx.step.run("echo", lambda: inp)
+
+        hostport = self.srv.url.removeprefix("http://")
+        url = self.srv.url
+        self.srv.stop()
+        w = InProcessWorker(self, url, self.srv.token, self.queue, [early])
+        with self.assertLogs("trellis.worker", "INFO") as logs:
+            w.thread.start()
+            time.sleep(1.5)
+            self.assertTrue(w.thread.is_alive(), "the worker gave up on a server down for 1.5 s")
+            self.srv.start(hostport)
+            c = self.srv.client()
+            self.addCleanup(c.close)
+            end = time.time() + 15
+            while not any(x["name"] == w.w.name and x.get("live") for x in c.workers()):
+                self.assertLess(time.time(), end, "the worker never showed up live")
+                time.sleep(0.05)
+        self.assertTrue(any("cannot reach the server at " + url in ln for ln in logs.output), logs.output)
+        self.assertTrue(any("reached the server at " + url in ln for ln in logs.output), logs.output)
+        r = c.start("resilience.early", "hi", queue=self.queue)
+        self.assertEqual(c.result(r["id"], timeout=30)["output"], "hi")
+
+    def test_refused_token_fails_at_once(self):
+        w = trellis.Worker(self.srv.url, "not-a-token", queues=[self.queue])
+        w.register(trellis.workflow("resilience.never")(_noop))
+        t0 = time.monotonic()
+        with self.assertRaises(trellis.ProtocolError) as cm:
+            w.run()
+        self.assertEqual(cm.exception.code, "unauthenticated")
+        self.assertLess(time.monotonic() - t0, 5)
+
+    def test_stop_ends_the_wait_for_a_server(self):
+        url = self.srv.url
+        self.srv.stop()
+        w = trellis.Worker(url, self.srv.token, queues=[self.queue])
+        w.register(trellis.workflow("resilience.never2")(_noop))
+        t = threading.Thread(target=w.run, daemon=True)
+        t.start()
+        time.sleep(1)
+        self.assertTrue(t.is_alive())
+        w.stop()
+        t.join(5)
+        self.assertFalse(t.is_alive(), "stop() did not end a worker waiting for its server")
+
+
+async def _noop(ctx, _):
+    return None

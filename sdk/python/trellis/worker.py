@@ -41,6 +41,10 @@ log = logging.getLogger("trellis.worker")
 
 _RETRY_CODES = ("unavailable", "resource_exhausted", "unknown")
 
+# How long a starting worker tries to reach a server that does not answer
+# (Worker._first_heartbeat), in seconds.
+STARTUP_PATIENCE = 30
+
 # How long the server may leave a stream silent: a Claim stream until its
 # wait is over (it then ends with next_due), a Subscribe stream for
 # server.Config.WorkerStreamIdleTimeout (5 minutes by default; it then ends
@@ -115,6 +119,7 @@ class Worker:
                  max_payload_bytes: int = 2 << 20):
         if not 1 <= concurrency <= 1000:
             raise ValueError("concurrency must be 1 to 1000")
+        self.server = server
         self.namespace = namespace
         self.queues = list(queues)
         self.name = name or f"py-{socket.gethostname()}-{os.getpid()}"
@@ -200,10 +205,19 @@ class Worker:
             for s in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(s, self._stop_evt.set)
         try:
-            await self._call("Heartbeat", self._heartbeat_msg(True))
+            started = await self._first_heartbeat()
         except BaseException:
             self._close_pools()
+            if handle_signals:
+                for s in (signal.SIGTERM, signal.SIGINT):
+                    self._loop.remove_signal_handler(s)
             raise
+        if not started:  # stopped before the server could be reached
+            self._close_pools()
+            if handle_signals:
+                for s in (signal.SIGTERM, signal.SIGINT):
+                    self._loop.remove_signal_handler(s)
+            return
         try:
             await self._call("ResumeBlocked", {"namespace": self.namespace, "workflows": list(self._workflows),
                                                "queues": self.queues})
@@ -253,6 +267,35 @@ class Worker:
         self._io.shutdown(wait=False)
         self.step_pool.shutdown(wait=False)
         self._rpc.close()
+
+    async def _first_heartbeat(self) -> bool:
+        """The worker's first Heartbeat, which writes its record. A server that
+        cannot be reached (not up yet, restarting) is tried again with backoff
+        for STARTUP_PATIENCE seconds, as the Go worker's registration is; any
+        other error (a refused token, a bad namespace) fails at once. False:
+        stop() came first."""
+        give_up = time.monotonic() + STARTUP_PATIENCE
+        delay = 0.05
+        attempt = 1
+        while True:
+            try:
+                await self._call("Heartbeat", self._heartbeat_msg(True))
+                if attempt > 1:
+                    log.info("reached the server at %s after %d attempts", self.server, attempt)
+                return True
+            except (OSError, http.client.HTTPException, ProtocolError) as e:
+                if isinstance(e, ProtocolError) and e.code not in _RETRY_CODES or time.monotonic() + delay > give_up:
+                    raise
+                if attempt == 1:
+                    log.warning("cannot reach the server at %s (%s): trying again for up to %d s", self.server, e,
+                                STARTUP_PATIENCE)
+            try:
+                await asyncio.wait_for(self._stop_evt.wait(), delay * (0.5 + random.random()))
+                return False
+            except asyncio.TimeoutError:
+                pass
+            delay = min(delay * 2, 1.0)
+            attempt += 1
 
     # --- calls ---
 

@@ -40,6 +40,9 @@ export const sleep = (ms, signal) => new Promise((resolve) => {
   signal?.addEventListener('abort', done, { once: true });
 });
 
+/** How long a starting worker tries to reach a server that does not answer (firstHeartbeat). */
+export const STARTUP_PATIENCE_MS = 30_000;
+
 function jitter(ms) { return ms * (0.8 + Math.random() * 0.4); }
 
 /** Errors of a call whose answer may have been lost: sent again. */
@@ -127,7 +130,12 @@ export class Worker {
     this.runAbort = new AbortController();
     const onSignal = () => { this.stop().catch((e) => this.log('warn', `stopping: ${e.message}`)); };
     if (this.handleSignals) { process.once('SIGTERM', onSignal); process.once('SIGINT', onSignal); }
-    await this.heartbeat(true);
+    try {
+      if (!await this.firstHeartbeat()) return;
+    } catch (err) {
+      if (this.handleSignals) { process.off('SIGTERM', onSignal); process.off('SIGINT', onSignal); }
+      throw err;
+    }
     try {
       await this.client.resumeBlocked({ namespace: this.namespace, workflows: [...this.defs.keys()], queues: this.queues }, this.callOpts());
     } catch (err) {
@@ -194,6 +202,30 @@ export class Worker {
   /** The versions of each registered definition the worker serves (servedVersions). */
   versions() {
     return [...this.defs.values()].map((d) => ({ workflow: d.name, versions: servedVersions(d).map(BigInt) }));
+  }
+
+  /**
+   * The worker's first Heartbeat, which writes its record. A server that cannot
+   * be reached (not up yet, restarting) is tried again with backoff for
+   * STARTUP_PATIENCE_MS, as the Go worker's registration is; any other error (a
+   * refused token, a bad namespace) fails at once. False: stop() came first.
+   */
+  async firstHeartbeat() {
+    const giveUp = Date.now() + STARTUP_PATIENCE_MS;
+    let backoff = 50;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.heartbeat(true);
+        if (attempt > 1) this.log('info', `reached the server at ${this.server} after ${attempt} attempts`);
+        return true;
+      } catch (err) {
+        if (!(err instanceof ConnectError) || !retriable(err) || Date.now() + backoff > giveUp) throw err;
+        if (attempt === 1) this.log('warn', `cannot reach the server at ${this.server} (${err.message}): trying again for up to ${STARTUP_PATIENCE_MS / 1000} s`);
+      }
+      await sleep(jitter(backoff), this.runAbort.signal);
+      if (this.stopping) { await this.stopped; return false; }
+      backoff = Math.min(backoff * 2, 1000);
+    }
   }
 
   async heartbeat(start) {

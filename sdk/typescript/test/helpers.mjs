@@ -27,18 +27,9 @@ export function trellisBin() {
  * The store is a SQLite file, or with TRELLIS_TEST_STORE=postgres a fresh schema
  * (dropped at stop) of TRELLIS_TEST_POSTGRES (default the local test database).
  */
-export async function startServer() {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'trellis-ts-'));
-  const tokenFile = path.join(dir, 'admin-token');
-  let store = `sqlite:${path.join(dir, 't.db')}`;
-  let schema;
-  if (process.env.TRELLIS_TEST_STORE === 'postgres') {
-    const base = new URL(process.env.TRELLIS_TEST_POSTGRES || 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable');
-    schema = `ts_${Math.random().toString(16).slice(2, 10)}`;
-    base.searchParams.set('schema', schema);
-    store = base.toString();
-  }
-  const proc = spawn(trellisBin(), ['server', '--store', store, '--listen', '127.0.0.1:0', '--access-log=false', '--admin-token-file', tokenFile], {
+/** Starts `trellis server` on store, listening on listen; resolves with the process and its URL. */
+async function spawnServer(store, listen, tokenFile) {
+  const proc = spawn(trellisBin(), ['server', '--store', store, '--listen', listen, '--access-log=false', '--admin-token-file', tokenFile], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
@@ -53,23 +44,44 @@ export async function startServer() {
     proc.stderr.on('data', onData);
     proc.on('exit', (code) => { clearTimeout(t); reject(new Error(`server exited ${code}: ${out}`)); });
   });
-  const token = fs.readFileSync(tokenFile, 'utf8').trim();
-  return {
-    url, token, dir, store, proc,
-    async stop() {
-      if (proc.exitCode === null) {
-        const exited = new Promise((r) => proc.once('exit', r));
-        proc.kill('SIGTERM');
-        await exited;
-      }
-      if (schema) {
-        const u = new URL(store);
-        try {
-          execFileSync('psql', ['-h', u.hostname, '-p', u.port || '5432', '-U', u.username || 'postgres', '-d', u.pathname.slice(1), '-qc', `DROP SCHEMA IF EXISTS ${schema} CASCADE`], { stdio: 'ignore' });
-        } catch { /* left for the next vacuum */ }
-      }
-    },
+  return { proc, url };
+}
+
+/** Stops a server process (SIGTERM) and waits for it to exit. */
+async function stopProc(proc) {
+  if (proc.exitCode === null && proc.signalCode === null) {
+    const exited = new Promise((r) => proc.once('exit', r));
+    proc.kill('SIGTERM');
+    await exited;
+  }
+}
+
+export async function startServer() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'trellis-ts-'));
+  const tokenFile = path.join(dir, 'admin-token');
+  let store = `sqlite:${path.join(dir, 't.db')}`;
+  let schema;
+  if (process.env.TRELLIS_TEST_STORE === 'postgres') {
+    const base = new URL(process.env.TRELLIS_TEST_POSTGRES || 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable');
+    schema = `ts_${Math.random().toString(16).slice(2, 10)}`;
+    base.searchParams.set('schema', schema);
+    store = base.toString();
+  }
+  const srv = { store, dir, ...await spawnServer(store, '127.0.0.1:0', tokenFile) };
+  srv.token = fs.readFileSync(tokenFile, 'utf8').trim();
+  /** Stops the server process; start() starts it again on the same store and address. */
+  srv.halt = () => stopProc(srv.proc);
+  srv.start = async () => { srv.proc = (await spawnServer(store, new URL(srv.url).host, tokenFile)).proc; };
+  srv.stop = async () => {
+    await stopProc(srv.proc);
+    if (schema) {
+      const u = new URL(store);
+      try {
+        execFileSync('psql', ['-h', u.hostname, '-p', u.port || '5432', '-U', u.username || 'postgres', '-d', u.pathname.slice(1), '-qc', `DROP SCHEMA IF EXISTS ${schema} CASCADE`], { stdio: 'ignore' });
+      } catch { /* left for the next vacuum */ }
+    }
   };
+  return srv;
 }
 
 /**
