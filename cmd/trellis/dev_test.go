@@ -97,10 +97,19 @@ func TestDevBesideDev(t *testing.T) {
 	}
 	conn.Close()
 
+	// Interrupted once it said where its UI is (a fixed second was not always
+	// enough on a loaded machine).
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	time.AfterFunc(time.Second, cancel)
-	var out, errOut bytes.Buffer
+	var out, errOut lockedBuffer
+	go func() {
+		for deadline := time.Now().Add(time.Minute); ctx.Err() == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if strings.Contains(out.String(), "web UI at ") {
+				break
+			}
+		}
+		cancel()
+	}()
 	if code := run(ctx, []string{"dev", "--store", storeURL(t)}, &out, &errOut); code != 130 {
 		t.Errorf("dev beside dev, interrupted: exit %d\n%s%s", code, out.String(), errOut.String())
 	}

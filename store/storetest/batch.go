@@ -129,14 +129,7 @@ func batchInvalidWritesNothing(t *testing.T, e *env) {
 // batchIdempotency records one key with the batch: a second call with it
 // creates nothing.
 func batchIdempotency(t *testing.T, e *env) {
-	rec := &store.IdempotencyRecord{Key: "k", Fingerprint: []byte("fp"),
-		Response: func(result any) (int, []byte, error) {
-			r, ok := result.(*store.RunsCreateResult)
-			if !ok {
-				return 0, nil, fmt.Errorf("unexpected result %T", result)
-			}
-			return 200, fmt.Appendf(nil, "%d", len(r.Items)), nil
-		}}
+	rec := rendered("k", []byte("fp"), "storetest.batch")
 	p := &store.RunsCreateParams{Namespace: ns, Runs: []*store.RunCreateParams{e.params(), e.params()}, Idempotency: rec}
 	if _, err := e.st.RunsCreate(e.ctx, p); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -19,8 +18,7 @@ import (
 // 200 with the Go type of the call's result, so a case can check what the
 // store renders it from.
 func typedRecord(key, req string) *store.IdempotencyRecord {
-	return &store.IdempotencyRecord{Key: key, Fingerprint: []byte(req),
-		Response: func(result any) (int, []byte, error) { return 200, fmt.Appendf(nil, "%T", result), nil }}
+	return rendered(key, []byte(req), "storetest.type")
 }
 
 // wantEntry fails unless key is recorded in namespace with the response body.

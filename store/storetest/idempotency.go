@@ -32,22 +32,54 @@ var idempotencyCases = []testCase{
 	{"ObjectsInvalidKey", idemObjectsInvalidKey},
 }
 
+// The suite's records name their rendering (IdempotencyRecord.Renderer) as well
+// as giving it (Response), as the server's routes do: a store that forwards a
+// write to the process that writes its log (store/storejs, when another server
+// took the writer's lease, as a loaded machine makes happen mid-case) sends the
+// name, and refuses a record without one. Each is registered once, here.
+var renderers = map[string]store.IdempotencyRenderer{
+	// idemRecord's: 201 with the run's ID, 202 with the event's sequence
+	"storetest.idem": func(_ int, result any) (int, []byte, error) {
+		switch r := result.(type) {
+		case *store.RunCreateResult:
+			return 201, []byte(r.Run.ID), nil
+		case *store.EventSendResult:
+			return 202, []byte(fmt.Sprint(r.Event.Seq)), nil
+		}
+		return 0, nil, fmt.Errorf("unexpected result %T", result)
+	},
+	// typedRecord's: 200 with the Go type of the result
+	"storetest.type": func(_ int, result any) (int, []byte, error) { return 200, fmt.Appendf(nil, "%T", result), nil },
+	// a batch's: 200 with the number of its items
+	"storetest.batch": func(_ int, result any) (int, []byte, error) {
+		r, ok := result.(*store.RunsCreateResult)
+		if !ok {
+			return 0, nil, fmt.Errorf("unexpected result %T", result)
+		}
+		return 200, fmt.Appendf(nil, "%d", len(r.Items)), nil
+	},
+	// 201 with an empty object
+	"storetest.empty": func(int, any) (int, []byte, error) { return 201, []byte(`{}`), nil },
+}
+
+func init() {
+	for name, f := range renderers {
+		store.RegisterIdempotencyRenderer(name, f)
+	}
+}
+
+// rendered is a record of key and fingerprint fp whose response the renderer
+// named renderer makes.
+func rendered(key string, fp []byte, renderer string) *store.IdempotencyRecord {
+	f := renderers[renderer]
+	return &store.IdempotencyRecord{Key: key, Fingerprint: fp, Renderer: renderer,
+		Response: func(result any) (int, []byte, error) { return f(0, result) }}
+}
+
 // idemRecord is a record of key for the request named req; its response is 201
 // with the run's or the event's ID.
 func idemRecord(key, req string) *store.IdempotencyRecord {
-	return &store.IdempotencyRecord{
-		Key:         key,
-		Fingerprint: store.IdempotencyFingerprint("POST", "/v1/x", []byte(req), "ci"),
-		Response: func(result any) (int, []byte, error) {
-			switch r := result.(type) {
-			case *store.RunCreateResult:
-				return 201, []byte(r.Run.ID), nil
-			case *store.EventSendResult:
-				return 202, []byte(fmt.Sprint(r.Event.Seq)), nil
-			}
-			return 0, nil, fmt.Errorf("unexpected result %T", result)
-		},
-	}
+	return rendered(key, store.IdempotencyFingerprint("POST", "/v1/x", []byte(req), "ci"), "storetest.idem")
 }
 
 // createIdem creates a run with an idempotency record.

@@ -389,8 +389,7 @@ func scheduleFireUnknown(t *testing.T, e *env) {
 
 func scheduleIdempotent(t *testing.T, e *env) {
 	rec := func(key string) *store.IdempotencyRecord {
-		return &store.IdempotencyRecord{Key: key, Fingerprint: []byte("fp-" + key),
-			Response: func(any) (int, []byte, error) { return 201, []byte(`{}`), nil }}
+		return rendered(key, []byte("fp-"+key), "storetest.empty")
 	}
 	p := &store.ScheduleCreateParams{Namespace: ns, Name: "a", Spec: scheduleSpec(), Idempotency: rec("k1")}
 	if _, err := e.st.ScheduleCreate(e.ctx, p); err != nil {
