@@ -2,6 +2,7 @@ package trellis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -26,6 +27,9 @@ func (e *embedded) start(ctx context.Context, def *definition, input []byte, o S
 	defer cancel()
 	res, err := e.store.RunCreate(cctx, p)
 	handOver(slots, err, func(int) *store.ClaimedRun { return res.Claimed })
+	if lapsed(ctx, cctx, err) {
+		res, err = e.finishUnclaimed(ctx, p)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", def.name, err)
 	}
@@ -71,6 +75,93 @@ func handOver(slots []handoff.Slot, err error, claimed func(i int) *store.Claime
 		}
 		slot.Done(cr)
 	}
+}
+
+// A claimed create is bounded by its lease (claimedCreateContext), and a store
+// slowed by load (a burst queued behind a busy database) can take longer: the
+// write is then given up, its outcome unknown (it may still commit), its slots
+// given back, while the caller's own context lasts and asked for no deadline.
+// Rather than fail the start, it is finished unclaimed by the run IDs it chose:
+// a run the first write made is returned as made (leased to a slot given
+// back, it runs once that lease expires), any other is created now. The
+// store's unique run IDs make the second write safe whatever the first did.
+
+// lapsed reports whether a create failed because its claimed bound cctx ended
+// while the caller's ctx lasts.
+func lapsed(ctx, cctx context.Context, err error) bool {
+	return err != nil && cctx != ctx && cctx.Err() != nil && ctx.Err() == nil
+}
+
+// finishUnclaimed finishes the start of p after its claimed create lapsed.
+func (e *embedded) finishUnclaimed(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
+	p.Claim = nil
+	made, err := e.madeRuns(ctx, p)
+	if err != nil || made[p.ID] != nil {
+		return &store.RunCreateResult{Run: made[p.ID], Created: true}, err
+	}
+	res, err := e.store.RunCreate(ctx, p)
+	if err != nil { // the first write may have committed meanwhile
+		if made, gerr := e.madeRuns(ctx, p); gerr == nil && made[p.ID] != nil {
+			return &store.RunCreateResult{Run: made[p.ID], Created: true}, nil
+		}
+	}
+	return res, err
+}
+
+// finishManyUnclaimed finishes a batch start after its claimed create lapsed:
+// the batch's write is one transaction, so either its runs exist or none do.
+func (e *embedded) finishManyUnclaimed(ctx context.Context, p *store.RunsCreateParams) (*store.RunsCreateResult, error) {
+	for _, rp := range p.Runs {
+		rp.Claim = nil
+	}
+	made, err := e.madeRuns(ctx, p.Runs...)
+	if err != nil {
+		return nil, err
+	}
+	if len(made) == 0 {
+		res, cerr := e.store.RunsCreate(ctx, p)
+		if cerr == nil {
+			return res, nil
+		}
+		if made, err = e.madeRuns(ctx, p.Runs...); err != nil || len(made) == 0 { // not committed meanwhile
+			return nil, cerr
+		}
+	}
+	// The first write committed: its runs as made; an item it did not make (its
+	// reuse policy refused it) is started again on its own, as a retry would.
+	res := &store.RunsCreateResult{Items: make([]store.RunsCreateItem, len(p.Runs))}
+	for i, rp := range p.Runs {
+		if r := made[rp.ID]; r != nil {
+			res.Items[i] = store.RunsCreateItem{Run: r, Created: true}
+			continue
+		}
+		one, err := e.store.RunCreate(ctx, rp)
+		if err != nil && !errors.Is(err, store.ErrRunExists) {
+			return nil, err
+		}
+		res.Items[i] = store.RunsCreateItem{Err: err}
+		if one != nil {
+			res.Items[i].Run, res.Items[i].Created = one.Run, one.Created
+		}
+	}
+	return res, nil
+}
+
+// madeRuns returns the runs of ps (by their run IDs) that the store holds.
+func (e *embedded) madeRuns(ctx context.Context, ps ...*store.RunCreateParams) (map[string]*store.Run, error) {
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+	}
+	runs, err := e.store.RunsGet(ctx, &store.RunsGetParams{Namespace: e.cfg.Namespace, IDs: ids})
+	if err != nil {
+		return nil, err
+	}
+	made := make(map[string]*store.Run, len(runs))
+	for _, r := range runs {
+		made[r.ID] = r
+	}
+	return made, nil
 }
 
 // claimedCreateContext is the context of a store write that may create a run
@@ -196,6 +287,9 @@ func (e *embedded) startMany(ctx context.Context, reqs []StartRequest) ([]StartR
 		}
 		return nil
 	})
+	if lapsed(ctx, cctx, err) {
+		res, err = e.finishManyUnclaimed(ctx, p)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("starting runs: %w", err)
 	}

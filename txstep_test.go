@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -74,18 +73,12 @@ func sqliteUserDB(t *testing.T) *userDB {
 
 func postgresUserDB(t *testing.T) *userDB {
 	u := pgtest.SchemaURL(t)
-	parsed, err := url.Parse(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := parsed.Query()
-	q.Set("search_path", q.Get("schema"))
-	q.Del("schema")
-	parsed.RawQuery = q.Encode()
+	connStr := pgURLWithSearchPath(t, u)
 	var conn *pgx.Conn
 	get := func(t *testing.T) *pgx.Conn {
 		if conn == nil {
-			if conn, err = pgx.Connect(context.Background(), parsed.String()); err != nil {
+			var err error
+			if conn, err = pgx.Connect(context.Background(), connStr); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { conn.Close(context.Background()) })
