@@ -204,19 +204,14 @@ class Worker:
         if handle_signals:
             for s in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(s, self._stop_evt.set)
+        started = False
         try:
             started = await self._first_heartbeat()
-        except BaseException:
-            self._close_pools()
-            if handle_signals:
-                for s in (signal.SIGTERM, signal.SIGINT):
-                    self._loop.remove_signal_handler(s)
-            raise
-        if not started:  # stopped before the server could be reached
-            self._close_pools()
-            if handle_signals:
-                for s in (signal.SIGTERM, signal.SIGINT):
-                    self._loop.remove_signal_handler(s)
+        finally:
+            if not started:  # failed, or stopped before the server could be reached
+                self._close_pools()
+                self._remove_signal_handlers(handle_signals)
+        if not started:
             return
         try:
             await self._call("ResumeBlocked", {"namespace": self.namespace, "workflows": list(self._workflows),
@@ -230,9 +225,12 @@ class Worker:
             await self._stop_evt.wait()
         finally:
             await self._shutdown(hb)
-            if handle_signals:
-                for s in (signal.SIGTERM, signal.SIGINT):
-                    self._loop.remove_signal_handler(s)
+            self._remove_signal_handlers(handle_signals)
+
+    def _remove_signal_handlers(self, installed: bool):
+        if installed:
+            for s in (signal.SIGTERM, signal.SIGINT):
+                self._loop.remove_signal_handler(s)
 
     def _start_thread(self, fn, name):
         t = threading.Thread(target=fn, name=name, daemon=True)
@@ -284,7 +282,7 @@ class Worker:
                     log.info("reached the server at %s after %d attempts", self.server, attempt)
                 return True
             except (OSError, http.client.HTTPException, ProtocolError) as e:
-                if isinstance(e, ProtocolError) and e.code not in _RETRY_CODES or time.monotonic() + delay > give_up:
+                if (isinstance(e, ProtocolError) and e.code not in _RETRY_CODES) or time.monotonic() + delay > give_up:
                     raise
                 if attempt == 1:
                     log.warning("cannot reach the server at %s (%s): trying again for up to %d s", self.server, e,

@@ -130,12 +130,14 @@ export class Worker {
     this.runAbort = new AbortController();
     const onSignal = () => { this.stop().catch((e) => this.log('warn', `stopping: ${e.message}`)); };
     if (this.handleSignals) { process.once('SIGTERM', onSignal); process.once('SIGINT', onSignal); }
+    let started = false;
     try {
-      if (!await this.firstHeartbeat()) return;
-    } catch (err) {
-      if (this.handleSignals) { process.off('SIGTERM', onSignal); process.off('SIGINT', onSignal); }
-      throw err;
+      started = await this.firstHeartbeat();
+    } finally {
+      // failed, or stopped before the server could be reached
+      if (!started && this.handleSignals) { process.off('SIGTERM', onSignal); process.off('SIGINT', onSignal); }
     }
+    if (!started) return;
     try {
       await this.client.resumeBlocked({ namespace: this.namespace, workflows: [...this.defs.keys()], queues: this.queues }, this.callOpts());
     } catch (err) {
