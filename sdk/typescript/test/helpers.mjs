@@ -22,11 +22,6 @@ export function trellisBin() {
   return built;
 }
 
-/**
- * Starts `trellis server` on a fresh store; resolves {url, token, stop, store}.
- * The store is a SQLite file, or with TRELLIS_TEST_STORE=postgres a fresh schema
- * (dropped at stop) of TRELLIS_TEST_POSTGRES (default the local test database).
- */
 /** Starts `trellis server` on store, listening on listen; resolves with the process and its URL. */
 async function spawnServer(store, listen, tokenFile) {
   const proc = spawn(trellisBin(), ['server', '--store', store, '--listen', listen, '--access-log=false', '--admin-token-file', tokenFile], {
@@ -56,6 +51,13 @@ async function stopProc(proc) {
   }
 }
 
+/**
+ * Starts `trellis server` on a fresh store; resolves {url, token, stop, store,
+ * halt, start}: halt stops the process, start starts it again on the same store
+ * and address.
+ * The store is a SQLite file, or with TRELLIS_TEST_STORE=postgres a fresh schema
+ * (dropped at stop) of TRELLIS_TEST_POSTGRES (default the local test database).
+ */
 export async function startServer() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'trellis-ts-'));
   const tokenFile = path.join(dir, 'admin-token');
@@ -69,7 +71,6 @@ export async function startServer() {
   }
   const srv = { store, dir, ...await spawnServer(store, '127.0.0.1:0', tokenFile) };
   srv.token = fs.readFileSync(tokenFile, 'utf8').trim();
-  /** Stops the server process; start() starts it again on the same store and address. */
   srv.halt = () => stopProc(srv.proc);
   srv.start = async () => { srv.proc = (await spawnServer(store, new URL(srv.url).host, tokenFile)).proc; };
   srv.stop = async () => {
