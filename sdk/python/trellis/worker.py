@@ -268,38 +268,37 @@ class Worker:
 
     async def _first_heartbeat(self) -> bool:
         """The worker's first Heartbeat, which writes its record. A server that
-        cannot be reached (not up yet, restarting) is tried again with backoff
-        for STARTUP_PATIENCE seconds, as the Go worker's registration is; any
-        other error (a refused token, a bad namespace) fails at once. False:
-        stop() came first."""
-        give_up = time.monotonic() + STARTUP_PATIENCE
-        delay = 0.05
-        attempt = 1
-        while True:
-            try:
-                await self._call("Heartbeat", self._heartbeat_msg(True))
-                if attempt > 1:
-                    log.info("reached the server at %s after %d attempts", self.server, attempt)
-                return True
-            except (OSError, http.client.HTTPException, ProtocolError) as e:
-                if (isinstance(e, ProtocolError) and e.code not in _RETRY_CODES) or time.monotonic() + delay > give_up:
-                    raise
-                if attempt == 1:
-                    log.warning("cannot reach the server at %s (%s): trying again for up to %d s", self.server, e,
-                                STARTUP_PATIENCE)
-            try:
-                await asyncio.wait_for(self._stop_evt.wait(), delay * (0.5 + random.random()))
-                return False
-            except asyncio.TimeoutError:
-                pass
-            delay = min(delay * 2, 1.0)
-            attempt += 1
+        cannot be reached (not up yet, restarting) is tried again by _call for
+        STARTUP_PATIENCE seconds, as the Go worker's registration is; any other
+        error (a refused token, a bad namespace) fails at once. False: stop()
+        came first."""
+        failures = []
+
+        def retrying(e):
+            if not failures:
+                log.warning("cannot reach the server at %s (%s): trying again for up to %d s", self.server, e,
+                            STARTUP_PATIENCE)
+            failures.append(e)
+
+        call = asyncio.ensure_future(self._call("Heartbeat", self._heartbeat_msg(True), retry_for=STARTUP_PATIENCE,
+                                                on_retry=retrying))
+        stopped = asyncio.ensure_future(self._stop_evt.wait())
+        await asyncio.wait((call, stopped), return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not call.done():
+            call.cancel()
+            return False
+        call.result()  # raises the call's error
+        if failures:
+            log.info("reached the server at %s after %d attempts", self.server, len(failures) + 1)
+        return True
 
     # --- calls ---
 
-    async def _call(self, method: str, msg: dict, retry_for: float = 0.0) -> dict:
+    async def _call(self, method: str, msg: dict, retry_for: float = 0.0, on_retry=None) -> dict:
         """A unary call on the I/O pool; with retry_for, connection failures and
-        unavailable answers are retried (50 ms doubling to 1 s) that long."""
+        unavailable answers are retried (50 ms doubling to 1 s) that long,
+        on_retry(error) told before each wait."""
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + retry_for
         delay = 0.05
@@ -311,6 +310,8 @@ class Worker:
                     raise
                 if time.monotonic() + delay > deadline:
                     raise
+                if on_retry is not None:
+                    on_retry(e)
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 1.0)
 
