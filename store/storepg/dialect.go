@@ -27,8 +27,9 @@ const sqlRunsOfWorkflowIDs = `SELECT r.* FROM (SELECT DISTINCT unnest($2::text[]
 // workflowIDIs is sqlstore.Dialect.WorkflowIDIs: runs_workflow_id holds only the
 // runs whose workflow ID is not their run ID (migration 0019); the others are
 // found by ID. Each arm names its index's condition, so that the planner can
-// read each index (a BitmapOr of two index scans).
-func workflowIDIs(param string) string {
+// read each index (a BitmapOr of two index scans); the query's own namespace
+// condition serves both.
+func workflowIDIs(_, param string) string {
 	return "((workflow_id = " + param + " AND workflow_id <> id) OR (id = " + param + " AND workflow_id = id))"
 }
 

@@ -158,9 +158,9 @@ func TestLookupByIDPlans(t *testing.T) {
 			// with one and runs_namespace_id for those started without
 			// (workflowIDIs, migration 0019).
 			{"a ref's sequence", `SELECT ` + refSeq, []any{"default", "w7"}, byWorkflowID},
-			{"a list by workflow ID", `SELECT sequence FROM runs WHERE namespace = $1 AND ` + workflowIDIs("$2") +
+			{"a list by workflow ID", `SELECT sequence FROM runs WHERE namespace = $1 AND ` + workflowIDIs("$1", "$2") +
 				` ORDER BY sequence DESC LIMIT 101`, []any{"default", "r50"}, byWorkflowID},
-			{"a reject start's check", `SELECT EXISTS (SELECT 1 FROM runs WHERE namespace = $1 AND ` + workflowIDIs("$2") + `)`,
+			{"a reject start's check", `SELECT EXISTS (SELECT 1 FROM runs WHERE namespace = $1 AND ` + workflowIDIs("$1", "$2") + `)`,
 				[]any{"default", "w7"}, byWorkflowID},
 			{"a start's check of runs started without a workflow ID", `SELECT ` + implicitFree("$1", "$2", "$3"),
 				[]any{"default", "new", "r50"}, byWorkflowID},

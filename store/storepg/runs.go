@@ -78,10 +78,10 @@ var (
 	$8::bytea, $9::timestamptz, $10::timestamptz, $11::timestamptz, $11::timestamptz, $18::text, $19::text, $20::int4, $21::text
 	FROM ` + createdRestricted
 	sqlRunCreateReject = runInsertSelect + `
-	WHERE NOT EXISTS (SELECT 1 FROM runs WHERE namespace = $1 AND ` + workflowIDIs("$3") + `)
+	WHERE NOT EXISTS (SELECT 1 FROM runs WHERE namespace = $1 AND ` + workflowIDIs("$1", "$3") + `)
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 	sqlRunCreateReturnExisting = `WITH latest AS (
-		SELECT ` + runCols + ` FROM runs WHERE namespace = $1 AND ` + workflowIDIs("$3") + `
+		SELECT ` + runCols + ` FROM runs WHERE namespace = $1 AND ` + workflowIDIs("$1", "$3") + `
 		ORDER BY sequence DESC LIMIT 1
 	), ins AS (` + runInsertSelect + `
 		WHERE NOT EXISTS (SELECT 1 FROM latest)

@@ -21,7 +21,9 @@ type parentRef = sqlstore.Parent
 // createChildren inserts a checkpoint's child groups and their runs. A taken run
 // ID or an active workflow ID fails with store.ErrRunExists after writing: the
 // request is then dirty and the batch is replayed with savepoints, so nothing of
-// the checkpoint remains (a pre-check would cost a query on every group).
+// the checkpoint remains (a pre-check would cost a query on every group). A child
+// given a workflow ID other than its run ID is checked against the unfinished
+// run with that ID (implicitTaken), which the unique index no longer holds.
 func createChildren(tx *wtx, parent parentRef, groups []*store.ChildGroup) error {
 	return shared.CreateChildren(tx, parent, groups, func(g *store.ChildGroup, active int) error {
 		return insertChildren(tx, parent, g, active)
@@ -33,6 +35,12 @@ func createChildren(tx *wtx, parent parentRef, groups []*store.ChildGroup) error
 func insertChildren(tx *wtx, parent parentRef, g *store.ChildGroup, active int) error {
 	now := tx.now.UnixNano()
 	for item, r := range g.Runs {
+		switch taken, err := implicitTaken(tx, parent.Namespace, r.ID, r.WorkflowID); {
+		case err != nil:
+			return err
+		case taken:
+			return fmt.Errorf("child run: %w", store.WorkflowIDTakenError(r.WorkflowID, r.WorkflowID, store.ReuseRejectActive))
+		}
 		avail, reason := any(now), ""
 		if item >= active {
 			avail, reason = nil, sqlstore.HeldReason

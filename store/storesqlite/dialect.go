@@ -24,11 +24,14 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	IsUniqueViolation: isUniqueViolation,
 	RunningApart:      true,
 	RunsGet:           sqlRunsGet,
+	// The runs started with one of the workflow IDs ?2 are in runs_workflow_id,
+	// those started without one whose ID it is in runs_namespace_id (migration
+	// 0029: workflowIDIs).
 	RunsOfWorkflowIDs: `SELECT ` + sqlstore.RunCols + ` FROM runs
-	WHERE namespace = ?1 AND workflow_id IN (SELECT value FROM json_each(?2))`,
-	// runs_workflow_id holds every run (SQLite updates only the index entries
-	// whose columns change, so Postgres' reason to leave runs out does not apply).
-	WorkflowIDIs: func(param string) string { return "workflow_id = " + param },
+	WHERE namespace = ?1 AND workflow_id IN (SELECT value FROM json_each(?2)) AND workflow_id <> id
+	UNION ALL SELECT ` + sqlstore.RunCols + ` FROM runs
+	WHERE namespace = ?1 AND id IN (SELECT value FROM json_each(?2)) AND workflow_id = id`,
+	WorkflowIDIs: workflowIDIs,
 	EventInsert:  `INSERT INTO events (run_seq, name, payload, sent_at) VALUES (?1, ?2, ?3, ?4) RETURNING seq`,
 	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = ?1, wait_reason = '',
 	updated_at = ?1 WHERE sequence = ?2 AND status = 'waiting'
@@ -44,6 +47,18 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	RETURNING item, namespace, id`,
 	Lock: func(...string) string { return "" },
 })
+
+// workflowIDIs is sqlstore.Dialect.WorkflowIDIs: runs_workflow_id holds only the
+// runs whose workflow ID is not their run ID (migration 0029); the others are
+// found by ID. The runs are found by sequence from the two lookups, each
+// reading its index: written as an OR of the two conditions, the query let
+// SQLite walk the namespace's runs in list order instead (it plans each arm of
+// an OR apart, and preferred the order to the arms).
+func workflowIDIs(ns, param string) string {
+	return "sequence IN (SELECT sequence FROM runs WHERE namespace = " + ns + " AND workflow_id = " + param +
+		" AND workflow_id <> id UNION ALL SELECT sequence FROM runs WHERE namespace = " + ns + " AND id = " + param +
+		" AND workflow_id = id)"
+}
 
 // errReadOnly: a statement that writes was run on the read pool.
 var errReadOnly = errors.New("writing through the read pool")

@@ -21,8 +21,38 @@ const sqlRunInsert = `INSERT INTO runs (namespace, id, workflow_id, workflow, qu
 // never created claimed).
 const sqlQueueRestricted = `SELECT 1 FROM queues WHERE namespace = ? AND name = ? AND ` + sqlstore.Restricted
 
-const sqlLatestByWorkflowID = `SELECT ` + runCols + ` FROM runs
-	WHERE namespace = ? AND workflow_id = ? ORDER BY sequence DESC LIMIT 1`
+// sqlLatestByWorkflowID is the latest run with workflow ID ?2: of those started
+// with it (runs_workflow_id) and the one started without one whose ID it is
+// (runs_namespace_id; see workflowIDIs).
+const sqlLatestByWorkflowID = `SELECT ` + runCols + ` FROM runs WHERE sequence = (SELECT MAX(s) FROM (
+	SELECT MAX(sequence) AS s FROM runs WHERE namespace = ?1 AND workflow_id = ?2 AND workflow_id <> id
+	UNION ALL SELECT sequence FROM runs WHERE namespace = ?1 AND id = ?2 AND workflow_id = id))`
+
+// sqlImplicitTaken finds whether run ?2 of namespace ?1, started without a
+// workflow ID, is unfinished: a start with workflow ID ?2 must then be refused.
+// runs_active_workflow_id holds only the runs started with a workflow ID
+// (migration 0029), so it no longer refuses such a start itself. (The other way
+// round needs no check: a run started without a workflow ID has a fresh ID.)
+const sqlImplicitTaken = `SELECT 1 FROM runs WHERE namespace = ?1 AND id = ?2 AND workflow_id = id
+	AND finished_at IS NULL`
+
+// implicitTaken reports whether a run started with workflow ID wid is refused
+// because the unfinished run with that ID was started without one. The writer's
+// transaction holds the database, so nothing comes between this check and the
+// insert that follows it.
+func implicitTaken(tx *wtx, namespace, id, wid string) (bool, error) {
+	if wid == id {
+		return false, nil
+	}
+	switch err := tx.queryRow(sqlImplicitTaken, namespace, wid).Scan(new(int)); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	default:
+		return false, fmt.Errorf("checking workflow ID %q: %w", wid, err)
+	}
+}
 
 // RunCreate implements sqlstore.Own: store.Store's RunCreate, under the payloads stored apart.
 func (d seam) RunCreate(ctx context.Context, p *store.RunCreateParams) (*store.RunCreateResult, error) {
@@ -61,6 +91,14 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 			return &store.RunCreateResult{Run: latest, Created: false}, nil
 		default:
 			return nil, store.WorkflowIDTakenError(p.WorkflowID, latest.ID, p.Reuse)
+		}
+	}
+	if p.Reuse == store.ReuseRejectActive {
+		switch taken, err := implicitTaken(tx, p.Namespace, p.ID, p.WorkflowID); {
+		case err != nil:
+			return nil, err
+		case taken:
+			return nil, store.WorkflowIDTakenError(p.WorkflowID, p.WorkflowID, p.Reuse)
 		}
 	}
 	now := fromNS(sql.NullInt64{Int64: tx.now.UnixNano(), Valid: true})
@@ -102,8 +140,9 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 		run.AvailableAt.UnixNano(), run.Attempts, run.LeaseOwner, leaseToken(claimed),
 		nsPtr(run.LeaseExpiresAt), now.UnixNano(), nsPtr(run.StartedAt), now.UnixNano(), p.ConcurrencyKey, run.TraceParent, run.PinVersion(), retry)
 	if isUniqueViolation(err) {
-		// Either the run ID is taken or an active run has this workflow ID (the
-		// partial unique index enforces the default policy).
+		// Either the run ID is taken or an active run started with this
+		// workflow ID has it (the partial unique index enforces the default
+		// policy; implicitTaken, above, the rest of it).
 		return nil, store.RunExistsError(p.ID, p.WorkflowID, p.Reuse)
 	}
 	if err != nil {

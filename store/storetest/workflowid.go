@@ -8,8 +8,9 @@ import (
 
 // A run started without a workflow ID takes its run ID as workflow ID (the
 // client's Start does so). A store may index such runs apart from those started
-// with one (Postgres leaves them out of its workflow-ID indexes, migration 0019),
-// but every rule and every lookup by workflow ID must treat them alike.
+// with one (both SQL drivers leave them out of their workflow-ID indexes:
+// Postgres' migration 0019, SQLite's 0029), but every rule and every lookup by
+// workflow ID must treat them alike.
 var workflowIDCases = []testCase{
 	{"ImplicitFoundByWorkflowID", wfidImplicitFound},
 	{"ExplicitOnActiveImplicit", wfidExplicitOnActiveImplicit},

@@ -45,12 +45,13 @@ type Dialect struct {
 	// list $2, of the statuses in the list $3 (any when it is empty); both
 	// lists encoded by List.
 	RunsGet string
-	// WorkflowIDIs returns a condition that holds for the runs whose workflow ID
-	// is the parameter param, written for the dialect's indexes. A run started
-	// without a workflow ID has its run ID as workflow ID; Postgres indexes
-	// workflow IDs only where they differ (migration 0019), so it finds such a
-	// run by its ID.
-	WorkflowIDIs func(param string) string
+	// WorkflowIDIs returns a condition that holds for the runs of namespace ns
+	// whose workflow ID is the parameter param (both markers), written for the
+	// dialect's indexes; the query names the namespace too. A run started
+	// without a workflow ID has its run ID as workflow ID; both drivers index
+	// workflow IDs only where they differ (Postgres' migration 0019, SQLite's
+	// 0029), so they find such a run by its ID.
+	WorkflowIDIs func(ns, param string) string
 	// EventInsert adds an event ($2 name, $3 payload, $4 sent at) to the inbox of
 	// run $1 and returns its seq. (Postgres' also marks the run as sent an event,
 	// runs.has_events, in the same statement: its claims read the inbox only of

@@ -91,7 +91,8 @@ func (s *SQL) RunListQuery(p *store.RunListParams) (string, []any, int, error) {
 	if err != nil {
 		return "", nil, 0, err
 	}
-	l.eq("namespace", p.Namespace)
+	ns := l.arg(p.Namespace)
+	l.cond("namespace = " + ns)
 	from := `SELECT ` + RunCols + ` FROM runs`
 	sts := make([]string, len(p.Statuses))
 	for i, st := range p.Statuses {
@@ -128,7 +129,7 @@ func (s *SQL) RunListQuery(p *store.RunListParams) (string, []any, int, error) {
 		}
 	}
 	if p.WorkflowID != "" {
-		l.cond(s.d.WorkflowIDIs(l.arg(p.WorkflowID)))
+		l.cond(s.d.WorkflowIDIs(ns, l.arg(p.WorkflowID)))
 	}
 	l.runFilters(p.Workflow, p.Queue, p.CreatedAfter, p.CreatedBefore)
 	if err := l.after("sequence", p.Cursor); err != nil {
