@@ -3,6 +3,7 @@ package workerwire
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/trellis-dev/trellis/internal/auth"
@@ -88,7 +89,11 @@ func ToConnect(err error) error {
 		return err
 	}
 	code, d := Detail(err)
-	ce = connect.NewError(code, errors.New(d.Message))
+	// The Connect error's text is its code and its message: a message that
+	// starts with the code's name ("unauthenticated: unknown, revoked or
+	// expired token", auth.ErrUnauthenticated's text) would print it twice in
+	// every client. The ErrorDetail keeps the whole message.
+	ce = connect.NewError(code, errors.New(strings.TrimPrefix(d.Message, code.String()+": ")))
 	if det, derr := connect.NewErrorDetail(d); derr == nil {
 		ce.AddDetail(det)
 	}

@@ -34,6 +34,19 @@ func TestSentinelsRoundTrip(t *testing.T) {
 	}
 }
 
+// A message that starts with its code's name is not sent with the name twice:
+// clients print a Connect error as its code and its message.
+func TestCodeNotRepeatedInMessage(t *testing.T) {
+	err := ToConnect(fmt.Errorf("%w: unknown, revoked or expired token", auth.ErrUnauthenticated))
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Message() != "unknown, revoked or expired token" || ce.Error() != "unauthenticated: unknown, revoked or expired token" {
+		t.Fatalf("ToConnect = %v (message %q)", err, ce.Message())
+	}
+	if got := FromConnect(err); !errors.Is(got, auth.ErrUnauthenticated) || got.Error() != "unauthenticated: unknown, revoked or expired token" {
+		t.Fatalf("FromConnect = %v", got)
+	}
+}
+
 func mustDetail(err error) *pb.ErrorDetail {
 	_, d := Detail(err)
 	return d
