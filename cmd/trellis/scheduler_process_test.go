@@ -125,7 +125,10 @@ func TestSchedulerFailoverProcesses(t *testing.T) {
 	t.Parallel() // a process test: beside the others (CI runs this package with -parallel 4)
 	for _, mode := range []string{"SIGKILL", "SIGSTOP"} {
 		t.Run(mode, func(t *testing.T) {
-			url := pgtest.SchemaURL(t)
+			// A leader frozen inside a fire holds the lease row's lock until
+			// Postgres ends its idle transaction: below the 2 s lease here, as
+			// the store's default (5 s) is below the default lease (10 s).
+			url := pgtest.SchemaURL(t) + "&idle_in_transaction_session_timeout=1s"
 			st, err := trellis.OpenStore(context.Background(), url, time.Now)
 			if err != nil {
 				t.Fatal(err)

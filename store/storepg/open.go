@@ -24,6 +24,20 @@ import (
 // when acquired.
 const idlePingAfter = time.Minute
 
+// idleInTxTimeout is the store's connections' idle_in_transaction_session_timeout
+// unless the URL sets one: Postgres ends a session that has sat inside a
+// transaction that long, and with it the transaction and its row locks. The
+// store's own transactions never pause between statements for more than a few
+// milliseconds of Go; a process frozen mid-transaction (SIGSTOP, a VM paused) does.
+// Without it, a scheduler leader frozen inside a schedule's fire, which locks the
+// lease row first, kept every other server from taking the lease until it was
+// resumed, and a worker frozen inside a write kept its runs locked from every
+// expiry sweep (they skip locked rows). Below the scheduler's default lease
+// (10 s), so that the lease, not the lock, bounds a takeover. A transactional
+// step (CheckpointTx) turns it off for its own transaction: the user's code may
+// pause there.
+const idleInTxTimeout = "5s"
+
 // Store is a store.Store on a PostgreSQL schema. Create it with Open.
 //
 // Most methods of store.Store and of its optional interfaces are the ones the
@@ -148,6 +162,9 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 	// checkpoint, as in w3) set force_generic_plan for their transaction.
 	if _, ok := poolCfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
 		poolCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	}
+	if _, ok := poolCfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		poolCfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTxTimeout
 	}
 	return poolCfg, nil
 }

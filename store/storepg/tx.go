@@ -71,6 +71,12 @@ func (s *Store) CheckpointTx(ctx context.Context, p *store.CheckpointParams, fn 
 		return nil, fmt.Errorf("checkpointing: beginning transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // after Commit, a no-op
+	// The user's code may pause inside its step's transaction (a call to
+	// another service, say): the store's idle-in-transaction timeout
+	// (idleInTxTimeout) is for its own transactions only.
+	if _, err := tx.Exec(ctx, `SET LOCAL idle_in_transaction_session_timeout = 0`); err != nil {
+		return nil, fmt.Errorf("checkpointing: beginning transaction: %w", err)
+	}
 	if err := callTxFn(ctx, fn, tx); err != nil {
 		return nil, err
 	}
