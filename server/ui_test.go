@@ -730,15 +730,20 @@ func TestUILostAttempt(t *testing.T) {
 			u := e.uiSession("admin")
 			run := e.start("ui-lost", nil, nil)
 			ctx := context.Background()
+			// The claim's lease outlasts a loaded machine's pause before the
+			// heartbeat (a 100 ms one had expired by then once in CI, and the
+			// heartbeat, finding it lost, recorded no step); the heartbeat then
+			// shortens it to 100 ms.
 			p := &store.RunsClaimParams{Namespace: "default", Workflows: []string{"ui-lost"}, Worker: "gone", Max: 1,
-				LeaseDuration: 100 * time.Millisecond}
+				LeaseDuration: 10 * time.Second}
 			res, err := e.st.RunsClaim(ctx, p)
 			if err != nil || len(res.Runs) != 1 {
 				t.Fatalf("claim: %v, %+v", err, res)
 			}
-			if _, err := e.st.LeasesExtend(ctx, &store.LeasesExtendParams{Duration: 100 * time.Millisecond,
-				Leases: []store.Lease{res.Runs[0].Lease()}, Steps: []store.RunStep{{Name: "charge", Attempt: 1, Since: time.Now()}}}); err != nil {
-				t.Fatal(err)
+			ext, err := e.st.LeasesExtend(ctx, &store.LeasesExtendParams{Duration: 100 * time.Millisecond,
+				Leases: []store.Lease{res.Runs[0].Lease()}, Steps: []store.RunStep{{Name: "charge", Attempt: 1, Since: time.Now()}}})
+			if err != nil || len(ext.Lost) != 0 {
+				t.Fatalf("heartbeat: %+v, %v", ext, err)
 			}
 			time.Sleep(200 * time.Millisecond)
 			p.Worker, p.LeaseDuration = "next", time.Minute
