@@ -55,6 +55,12 @@ func (s *Store) runCreateTxRaw(ctx context.Context, tx any, p *store.RunCreatePa
 	return *res, nil
 }
 
+// stepTxOptions begin a transactional step's transaction. The user's code may
+// pause inside it (a call to another service, say): the store's
+// idle-in-transaction timeout (idleInTxTimeout) is for its own transactions
+// only, so this one turns it off, in the same round trip as its BEGIN.
+var stepTxOptions = pgx.TxOptions{BeginQuery: `BEGIN; SET LOCAL idle_in_transaction_session_timeout = 0`}
+
 // CheckpointTx implements store.TxCheckpointer (its big payloads moved apart first): fn gets a pgx.Tx on a connection
 // of the store's pool; the fenced checkpoint follows fn's writes in that
 // transaction.
@@ -66,17 +72,11 @@ func (s *Store) CheckpointTx(ctx context.Context, p *store.CheckpointParams, fn 
 	if _, err := newCkReq(s.now(), p); err != nil {
 		return nil, fmt.Errorf("checkpointing: %w", err)
 	}
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.pool.BeginTx(ctx, stepTxOptions)
 	if err != nil {
 		return nil, fmt.Errorf("checkpointing: beginning transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // after Commit, a no-op
-	// The user's code may pause inside its step's transaction (a call to
-	// another service, say): the store's idle-in-transaction timeout
-	// (idleInTxTimeout) is for its own transactions only.
-	if _, err := tx.Exec(ctx, `SET LOCAL idle_in_transaction_session_timeout = 0`); err != nil {
-		return nil, fmt.Errorf("checkpointing: beginning transaction: %w", err)
-	}
 	if err := callTxFn(ctx, fn, tx); err != nil {
 		return nil, err
 	}
