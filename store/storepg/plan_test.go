@@ -103,9 +103,9 @@ func claimArgs(wfs []string, now time.Time) []any {
 
 // checkClaimPlans explains the claim's statements as RunsClaim runs them (in a
 // transaction that sqlClaimPlan set up): neither reads the whole table, the
-// claim walks runs_pending_workflow (one ordered walk per workflow) and not an
-// index of every workflow's pending runs, and, run (EXPLAIN ANALYZE, rolled
-// back), it filters out no more rows than it claims at most.
+// claim walks runs_pending_workflow (one ordered walk per workflow), and, run
+// (EXPLAIN ANALYZE, rolled back), it filters out no more rows than the front
+// of the namespace's pending runs it reads first (sqlClaim): its limit and 64.
 func checkClaimPlans(t *testing.T, conn *pgx.Conn, when string) {
 	const limit = 64 // claimArgs'
 	now := time.Now()
@@ -126,8 +126,7 @@ func checkClaimPlans(t *testing.T, conn *pgx.Conn, when string) {
 			if q.name != "claim" {
 				continue
 			}
-			if !strings.Contains(text, "runs_pending_workflow on runs") ||
-				strings.Contains(text, "runs_pending on runs") || strings.Contains(text, "runs_pending_available on runs") {
+			if !strings.Contains(text, "runs_pending_workflow on runs") || strings.Contains(text, "runs_pending_available on runs") {
 				t.Errorf("%s: claim for %v does not walk runs_pending_workflow:\n%s", when, wfs, text)
 			}
 			for _, line := range claimPlan(t, conn, "EXPLAIN ANALYZE "+q.sql, args...) {
@@ -135,7 +134,7 @@ func checkClaimPlans(t *testing.T, conn *pgx.Conn, when string) {
 					t.Errorf("%s: claim for %v was compiled (JIT)", when, wfs)
 				}
 				var n int
-				if _, err := fmt.Sscanf(strings.TrimSpace(line), "Rows Removed by Filter: %d", &n); err == nil && n > limit {
+				if _, err := fmt.Sscanf(strings.TrimSpace(line), "Rows Removed by Filter: %d", &n); err == nil && n > limit+64 {
 					t.Errorf("%s: claim for %v filtered out %d rows:\n%s", when, wfs, n, text)
 				}
 			}
