@@ -96,7 +96,7 @@ SELECT id, workflow, position, attempt, outcome FROM l`
 	// of the backlog finds them; else it reads the first $5 of each of its
 	// workflows and keeps the first $5 of those (a worker of 3 workflows of 7
 	// with a backlog each: 14-16 ms a claim of 1,000, where reading each
-	// workflow's first $5 always took 18-23 ms). Under contention a
+	// workflow's first $5 always took 18-24 ms). Under contention a
 	// walk skips the rows other claimers hold and takes the next, so the claim
 	// order holds within each workflow and nearly across them. The new token
 	// is above every token issued before and above the clock in microseconds
