@@ -198,9 +198,9 @@ type auditor struct {
 	started atomic.Bool
 	stopped sync.Once
 	closed  atomic.Bool // stop has begun: an entry added now is counted as dropped
-	// flushing is the context of the loop's flushes: stop cancels it, so
-	// that a slow flush in progress does not outlast Shutdown's context (its
-	// entries stay buffered, and stop writes them within that context).
+	// flushing is the context of the loop's flushes: stop cancels it when
+	// Shutdown's context ends first, so that a slow flush in progress does not
+	// outlast it (see stop).
 	flushing   context.Context
 	stopFlushs context.CancelFunc
 
@@ -285,15 +285,33 @@ func (a *auditor) stop(ctx context.Context) error {
 	a.stopped.Do(func() {
 		a.closed.Store(true)
 		close(a.quit)
-		a.stopFlushs()
 		if a.started.Load() {
-			<-a.done
+			// A flush under way ends first: cancelled, its write could still
+			// commit (a store's group commit finishes a batch its caller left),
+			// and its entries, put back, would be written twice. Only when
+			// ctx ends first is it cancelled, and then nothing more is written.
+			select {
+			case <-a.done:
+			case <-ctx.Done():
+				a.stopFlushs()
+				<-a.done
+			}
 		}
-		if err = a.flush(ctx); err != nil {
+		a.stopFlushs()
+		// Once ctx has ended a write begun might still commit after the store
+		// reported the end: the entries are counted lost, not written twice.
+		if err = ctx.Err(); err == nil {
+			err = a.flush(ctx)
+		}
+		if err != nil {
 			a.mu.Lock()
 			lost := len(a.buf)
 			a.buf = nil
 			a.mu.Unlock()
+			if lost == 0 {
+				err = nil
+				return
+			}
 			a.droppedTotal.Add(float64(lost))
 			err = fmt.Errorf("writing the last %d audit entries: %w", lost, err)
 		}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -341,6 +342,73 @@ func (f failingAudit) AuditAppend(ctx context.Context, p *store.AuditAppendParam
 		return errors.New("the store is away")
 	}
 	return f.Store.AuditAppend(ctx, p)
+}
+
+// slowAudit is a store whose audit appends wait for release and then write
+// whatever their caller's context has become, as a store's group commit does
+// with a batch under way; entered receives each append's start.
+type slowAudit struct {
+	store.Store
+	entered, release chan struct{}
+}
+
+func (f slowAudit) AuditAppend(ctx context.Context, p *store.AuditAppendParams) error {
+	f.entered <- struct{}{}
+	<-f.release
+	if err := f.Store.AuditAppend(context.Background(), p); err != nil {
+		return err
+	}
+	return ctx.Err() // written, but the caller that left is told it was not
+}
+
+// Stopping while the loop's flush is under way lets it end and writes each
+// entry once: the flush cancelled at Shutdown had its entries written twice
+// (its write committed, its entries went back to the buffer, and stop wrote
+// them again; TestAuditAPIChanges/postgres saw it on a loaded machine). When
+// Shutdown's context ends first, the flush is cancelled and nothing more is
+// written.
+func TestAuditShutdownDuringFlushWritesOnce(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		st, err := trellis.OpenStore(t.Context(), storeURLs(t)["sqlite"](t), time.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		f := slowAudit{Store: st, entered: make(chan struct{}, 10), release: make(chan struct{})}
+		m := trellis.NewMetrics()
+		a, err := newAuditor(f, Config{Logger: discardLogger(), AuditFlushInterval: time.Millisecond, AuditBuffer: 100,
+			Clock: clock.Real{}}, m.Registry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			a.add(store.AuditEntry{Time: time.Now(), Principal: "p", Action: "run.cancel", Outcome: "ok",
+				RequestID: fmt.Sprint("r", i), Target: store.AuditTarget{Namespace: "default", Type: "run", ID: fmt.Sprint(i)}})
+		}
+		a.start()
+		<-f.entered // the loop's flush is under way
+		ctx, cancel := context.WithCancel(t.Context())
+		stopped := make(chan error, 1)
+		go func() { stopped <- a.stop(ctx) }()
+		time.Sleep(50 * time.Millisecond) // stop waits for the flush
+		if late {
+			cancel()
+			time.Sleep(50 * time.Millisecond)
+		}
+		close(f.release)
+		err = <-stopped
+		cancel()
+		if late != (err != nil) {
+			t.Errorf("late %v: stop: %v", late, err)
+		}
+		res, err := st.AuditList(t.Context(), &store.AuditListParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Entries) != 5 {
+			t.Errorf("late %v: %d entries written, want each of the 5 once", late, len(res.Entries))
+		}
+	}
 }
 
 // A failed write keeps the entries for the next one; a full buffer drops the
