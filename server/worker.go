@@ -494,8 +494,11 @@ func (h *workerService) ExtendLeases(ctx context.Context, req *connect.Request[p
 	// own (now plus the duration, at the store's write): it must not be
 	// later, or a stream whose worker let the lease lapse would see no lapse
 	// at the store's expiry, claim the run again, and only then hand it back
-	// (a claim that no worker saw, counted in the run's attempts).
-	until := h.s.cfg.Clock.Now().Add(p.Duration)
+	// (a claim that no worker saw, counted in the run's attempts). It is
+	// cut to the microsecond, as Postgres keeps the store's: a store write
+	// within the same microsecond kept an expiry some nanoseconds earlier
+	// than the one counted here.
+	until := h.s.cfg.Clock.Now().Add(p.Duration).Truncate(time.Microsecond)
 	res, err := h.s.store.LeasesExtend(ctx, p)
 	if err != nil {
 		return nil, fail(err)
