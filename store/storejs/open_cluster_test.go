@@ -90,8 +90,20 @@ func TestOpenWaitsForTheMetaLeader(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			go s.Start()
-			t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+			// Start returns once the server enables JetStream, which
+			// waits for the cluster; a Shutdown before that raced it
+			// (nats-server panicked on a JetStream account not yet set
+			// up), so the cleanup waits for it, a while.
+			started := make(chan struct{})
+			go func() { defer close(started); s.Start() }()
+			t.Cleanup(func() {
+				select {
+				case <-started:
+				case <-time.After(30 * time.Second):
+				}
+				s.Shutdown()
+				s.WaitForShutdown()
+			})
 		}
 	}()
 	defer func() { <-restarted }()
