@@ -35,3 +35,11 @@ func BlobRows(t testing.TB, s *Store) int {
 // KeyedPipelined counts the batches of keyed creates s committed in its
 // pipelined transaction (keyedPipelined).
 func KeyedPipelined(s *Store) int64 { return s.k.pipelined.Load() }
+
+// KeyedLone counts the lone keyed creates s made in one statement (keyedOne).
+func KeyedLone(s *Store) int64 { return s.k.lone.Load() }
+
+// KeyedMispredicted counts the responses of lone keyed creates s corrected
+// after their commit (keyedOne): the response rendered before the create
+// differed from the one rendered from the run created.
+func KeyedMispredicted(s *Store) int64 { return s.k.mispredicted.Load() }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-dev/trellis/internal/batch"
 	"github.com/trellis-dev/trellis/store"
@@ -39,6 +40,11 @@ import (
 //     starts (a taken run or workflow ID) deleted: a call that fails records
 //     nothing.
 //
+// A lone create whose key is new and whose run is created (almost every start
+// of a client that starts one run at a time) takes one statement, its run's
+// insert and its key's, in one round trip (keyedOne); any other outcome of it
+// is decided by keyedCreates.
+//
 // One goroutine commits the batches one after the other, so two batches never
 // wait for each other's keys.
 type keyedCreator struct {
@@ -47,8 +53,11 @@ type keyedCreator struct {
 	quit     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
-	// pipelined counts the batches keyedPipelined committed (for tests).
-	pipelined atomic.Int64
+	// For tests: pipelined counts the batches keyedPipelined committed, lone
+	// the creates keyedOne made, mispredicted the responses keyedOne stored
+	// and corrected after the commit, as rendered from the run created
+	// (none).
+	pipelined, lone, mispredicted atomic.Int64
 }
 
 // keyedReq is a keyed create waiting for the keyed creator.
@@ -116,15 +125,31 @@ func (k *keyedCreator) commit(reqs []*keyedReq) {
 	states := make([]keyedState, len(live))
 	// Either way the topics of the created runs are published once the batch
 	// commits.
-	var err error
-	if pipelinable(live) {
+	var (
+		err     error
+		decided bool
+	)
+	switch {
+	case lone(live):
+		// One statement when the key is new and the run created; anything
+		// else is decided by keyedCreates below.
+		err = k.s.retryTx(context.Background(), func(ctx context.Context) (topics []string, err error) {
+			decided, topics, err = k.s.keyedOne(ctx, live[0], &states[0])
+			return topics, err
+		})
+		if err == nil && decided {
+			k.lone.Add(1)
+		}
+	case pipelinable(live):
 		err = k.s.retryTx(context.Background(), func(ctx context.Context) ([]string, error) {
 			return k.s.keyedPipelined(ctx, live, states)
 		})
+		decided = true
 		if err == nil {
 			k.pipelined.Add(1)
 		}
-	} else {
+	}
+	if err == nil && !decided {
 		err = k.s.inTx(context.Background(), func(tx *wtx) error { return keyedCreates(tx, live, states) })
 	}
 	for i, r := range live {
@@ -198,27 +223,9 @@ func (s *Store) keyedPipelined(ctx context.Context, reqs []*keyedReq, states []k
 		byKey[r.p.Namespace+"\x00"+r.p.Idempotency.Key] = i
 	}
 	create := keyedCreatesStmt(crs, keys)
-	if keyed, ok := keyedLone[reqs[0].create.sql]; len(reqs) == 1 && ok {
-		// A lone start (every one of a client that starts one run at a
-		// time): its own statement, which plans in a fraction of the time of
-		// the statement for many (the store plans every execution), or, when
-		// that is planned once (stmt.generic: a run whose workflow ID is its
-		// ID), with the key's insert, its fingerprint's read and its finish,
-		// which read idempotency_keys by its primary key alone.
-		create = reqs[0].create
-		create.sql, create.args = keyed, append(slices.Clip(create.args), keys[0])
-	}
-	generic := create.generic // the transaction's statements run on their generic plans
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	if generic {
-		b.Queue(sqlGenericPlans)
-	}
-	if len(reqs) == 1 { // as the create: a statement of its own, planned in less time
-		b.Queue(sqlKeyInsert, nss[0], keys[0], fps[0], now, now.Add(-store.IdempotencyTTL))
-	} else {
-		b.Queue(sqlKeysInsert, nss, keys, fps, now, now.Add(-store.IdempotencyTTL))
-	}
+	b.Queue(sqlKeysInsert, nss, keys, fps, now, now.Add(-store.IdempotencyTTL))
 	b.Queue(create.sql, create.args...)
 	br := conn.SendBatch(ctx, b)
 	err = readKeysAndRuns(br, b.Len()-2, create, func(ns, key string) { states[byKey[ns+"\x00"+key]].keyNew = true })
@@ -254,6 +261,144 @@ func (s *Store) keyedPipelined(ctx context.Context, reqs []*keyedReq, states []k
 		return nil, fmt.Errorf("recording idempotency keys: %w", err)
 	}
 	return out.topics, nil
+}
+
+// lone reports whether a batch of keyed creates is one create keyedOne can
+// make: pipelinable, with a lone create's statement, and a Response to
+// render (a record without one keeps the store's result as JSON, sequence
+// included, which keyedOne cannot render before the insert).
+func lone(reqs []*keyedReq) bool {
+	if len(reqs) != 1 || !pipelinable(reqs) || reqs[0].p.Idempotency.Response == nil {
+		return false
+	}
+	_, ok := keyedLone[reqs[0].create.sql]
+	return ok
+}
+
+// keyedOne makes a lone keyed create (every start of a client that starts one
+// run at a time, as every start through a server carries a key) in one
+// statement and its own implicit transaction, when its key is new and its run
+// is created (decided): the run's insert, then its key's (keyRecord). The
+// transactions of keyedPipelined took two round trips, BEGIN to COMMIT, and
+// five statements; through a server that was about a tenth of w3's latency on
+// Postgres (docs/benchmarks.md). The response is rendered before anything is
+// sent, from the run the create will return (crReq.expected): for a create
+// with a claim, once for the run claimed and once for the run left pending (a
+// queue that limits claims); the statement keeps the one of the status the
+// insert gave the run. After the commit the response is rendered once more,
+// from the run as created: that is the rendering the caller's Response keeps
+// (the last one, as the contract has it), and should it differ from the body
+// stored (a prediction that missed a column) the stored body is corrected at
+// once. Any other outcome is not decided here, and nothing is written: a key
+// recorded already fails the statement (a unique violation), and a run not
+// created (its ID taken, or a concurrent first try of the same request
+// holding it) leaves the key unrecorded; keyedCreates decides those.
+func (s *Store) keyedOne(ctx context.Context, r *keyedReq, st *keyedState) (decided bool, topics []string, err error) {
+	*st = keyedState{}
+	*r.res = nil
+	p, rec := r.p, r.p.Idempotency
+	// Index 0 is the response for the run pending, 1 for the run claimed,
+	// the one a create with a claim almost always gives, rendered last.
+	var (
+		statuses [2]int32
+		bodies   [2][]byte
+	)
+	for i, claimed := range []bool{false, true} {
+		if claimed && r.cr.claim == nil {
+			statuses[1], bodies[1] = statuses[0], bodies[0]
+			break
+		}
+		status, body, err := rec.Render(r.cr.expected(claimed))
+		if err != nil {
+			return false, nil, fmt.Errorf("rendering the response of idempotency key %q: %w", rec.Key, err)
+		}
+		statuses[i], bodies[i] = int32(status), body
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, nil, err
+	}
+	defer conn.Release()
+	create := r.create
+	b := &pgx.Batch{}
+	if create.generic {
+		b.Queue(sqlGenericPlans) // for the statement after it: the batch is one implicit transaction
+	}
+	b.Queue(keyedLone[create.sql], append(slices.Clip(create.args), rec.Key, rec.Fingerprint,
+		statuses[0], bodies[0], statuses[1], bodies[1])...)
+	br := conn.SendBatch(ctx, b)
+	if create.generic {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			err = create.rows(rows)
+			rows.Close()
+			err = errors.Join(err, rows.Err())
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "idempotency_keys_pkey":
+		*r.res = nil
+		return false, nil, nil
+	case err != nil:
+		return false, nil, fmt.Errorf("creating run: %w", err)
+	case *r.res == nil:
+		return false, nil, nil
+	}
+	st.keyNew = true
+	res := *r.res
+	status, body, err := rec.Render(res)
+	stored := 0
+	if res.Run.Status == store.StatusRunning {
+		stored = 1
+	}
+	if err == nil && (int32(status) != statuses[stored] || !bytes.Equal(body, bodies[stored])) {
+		s.k.mispredicted.Add(1)
+		_, err = conn.Exec(ctx, sqlKeyFinish, p.Namespace, rec.Key, int32(status), body, res.Run.Sequence)
+	}
+	if err != nil {
+		// The run and its key are committed, with the response rendered
+		// before: a retry of the request gets that one.
+		s.log.Error("storepg: recording the response of an idempotency key after its create", "key", rec.Key, "err", err)
+	}
+	return true, r.topics, nil
+}
+
+// expected is the result the create of c returns when it creates its run,
+// claimed (its claim taken) or not, as scanCreated reads it: what
+// keyedOne renders the response from before the create is sent.
+func (c *crReq) expected(claimed bool) *store.RunCreateResult {
+	p := c.p
+	us := func(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+	run := &store.Run{Namespace: p.Namespace, ID: p.ID, WorkflowID: p.WorkflowID, Workflow: p.Workflow,
+		Queue: p.Queue, Priority: p.Priority, Status: store.StatusPending, Version: p.Version, Input: p.Input,
+		AvailableAt: us(c.avail), CreatedAt: us(c.now), UpdatedAt: us(c.now), TraceParent: p.TraceParent,
+		Pinned: pinArg(p) != 0, WorkflowAttempt: 1}
+	if p.Deadline != nil && !p.Deadline.IsZero() {
+		d := us(*p.Deadline)
+		run.Deadline = &d
+	}
+	if p.Retry != nil {
+		retry := *p.Retry
+		run.Retry = &retry
+	}
+	res := &store.RunCreateResult{Run: run, Created: true}
+	if claimed && c.claim != nil {
+		exp, started := us(c.claim.expires), us(c.claim.started)
+		run.Status, run.Attempts, run.LeaseOwner = store.StatusRunning, 1, c.claim.worker
+		run.LeaseExpiresAt, run.StartedAt = &exp, &started
+		res.Claimed = &store.ClaimedRun{Run: run, LeaseToken: c.claim.token, LeaseExpiresAt: exp,
+			History: []*store.Op{}, Inbox: []*store.Event{}}
+	}
+	return res
 }
 
 // keyResponses are what step 3 records of a batch: the responses of the
@@ -481,18 +626,15 @@ const (
 	sqlKeysInsert = `INSERT INTO idempotency_keys AS k (namespace, key, fingerprint, status, created_at)
 	SELECT x.ns, x.key, x.fp, 0, $4 FROM unnest($1::text[], $2::text[], $3::bytea[]) AS x(ns, key, fp)
 	` + keyTakeOver
-	// sqlKeyInsert is sqlKeysInsert for one key, sqlKeyFinish sqlKeysFinish
-	// and sqlKeyDelete sqlKeysDelete: a lone start's statements, which Postgres plans in less time than those
-	// over arrays (it plans every execution).
-	sqlKeyInsert = `INSERT INTO idempotency_keys AS k (namespace, key, fingerprint, status, created_at)
-	VALUES ($1, $2, $3, 0, $4)
-	` + keyTakeOver
 	// keyTakeOver ends a key's insert: a key expired at $5 is taken over; the
 	// keys inserted or taken over are returned.
 	keyTakeOver = `ON CONFLICT (namespace, key) DO UPDATE
 	SET fingerprint = excluded.fingerprint, status = 0, body = NULL, run_seq = NULL, created_at = excluded.created_at
 	WHERE k.created_at <= $5
 	RETURNING k.namespace, k.key`
+	// sqlKeyFinish is sqlKeysFinish for one key and sqlKeyDelete
+	// sqlKeysDelete: Postgres plans them in less time than those over arrays
+	// (it plans every execution).
 	sqlKeyFinish      = `UPDATE idempotency_keys SET status = $3, body = $4, run_seq = $5 WHERE namespace = $1 AND key = $2`
 	sqlKeyFingerprint = `SELECT fingerprint FROM idempotency_keys WHERE namespace = $1 AND key = $2`
 	sqlKeysFinish     = `UPDATE idempotency_keys k SET status = x.status, body = x.body, run_seq = x.seq

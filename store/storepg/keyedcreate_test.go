@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/trellis-dev/trellis" // its renderers of idempotency responses, by name
 	"github.com/trellis-dev/trellis/internal/pgtest"
 	"github.com/trellis-dev/trellis/internal/pgtest/pgstore"
 	"github.com/trellis-dev/trellis/store"
@@ -101,8 +102,9 @@ func TestKeyedCreatesTogether(t *testing.T) {
 	}
 }
 
-// A keyed create alone in its batch takes the pipelined transaction
-// (keyedPipelined): it records its key and response with its run; a retry is
+// A keyed create alone in its batch records its key and response with its
+// run, in one statement when the key is new and the run created (keyedOne),
+// else in the transaction that decides the rest (keyedCreates): a retry is
 // told the key was used and a reuse by another request that it conflicts,
 // neither creating a run; a rejected start records no key, so the key serves a
 // later start; an expired key is taken over.
@@ -170,7 +172,168 @@ func TestKeyedCreateOneAtATime(t *testing.T) {
 	}
 	recorded("k1", 3, "d")
 	exists("a", true)
-	if n := storepg.KeyedPipelined(s); n != 6 {
-		t.Fatalf("%d batches went through the pipelined transaction, want all 6", n)
+	if n := storepg.KeyedLone(s); n != 2 {
+		t.Fatalf("%d creates were made in one statement, want the 2 whose key was new and run created", n)
+	}
+}
+
+// A lone keyed create renders its response before its run is created
+// (keyedOne), from the run it expects: for every kind of lone start a
+// client makes (a deadline and an availability with nanoseconds, a start in
+// the future, a retry policy, a pinned version, a priority, a trace parent,
+// a claim taken and a claim a limited queue refuses), the response stored under the
+// key is the one the server's renderer (package trellis's, registered by
+// name) makes of the run as created, none had to be corrected, and the last
+// rendering, which the server answers, is that one too.
+func TestKeyedLoneResponseAsCreated(t *testing.T) {
+	s := pgstore.Open(t, pgtest.SchemaURL(t), nil)
+	ctx := t.Context()
+	one := 1
+	if _, err := s.QueueCreate(ctx, &store.QueueCreateParams{Namespace: store.DefaultNamespace, Name: "limited",
+		QueueSettings: store.QueueSettings{ConcurrencyLimit: &one}}); err != nil {
+		t.Fatal(err)
+	}
+	odd := time.Now().Add(time.Hour).Round(0).Add(123) // nanoseconds the store drops
+	past := time.Now().Add(-time.Minute).Add(321)
+	claim := &store.CreateClaim{Worker: "w-1", LeaseDuration: 30 * time.Second}
+	cases := map[string]store.RunCreateParams{
+		"plain":            {},
+		"workflow ID":      {WorkflowID: "named"},
+		"deadline":         {Deadline: &odd},
+		"available later":  {AvailableAt: &odd},
+		"available before": {AvailableAt: &past},
+		"retry":            {Retry: &store.RunRetry{MaxAttempts: 4, InitialBackoff: store.Duration(time.Second), Factor: 3, Jitter: 0.5}},
+		"pinned":           {Version: 7, Pinned: true},
+		"priority":         {Priority: 9, Version: 2, TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", ConcurrencyKey: "k"},
+		"input":            {Input: []byte(`{"a":[1,2,3]}`)},
+		"claimed":          {Claim: claim, Deadline: &odd},
+		"claim later":      {Claim: claim, AvailableAt: &odd},
+		"claim refused":    {Claim: claim, Queue: "limited"},
+	}
+	i := 0
+	for name, p := range cases {
+		i++
+		p.Namespace, p.ID, p.Workflow = store.DefaultNamespace, fmt.Sprint("run-", i), "wf"
+		if p.WorkflowID == "" {
+			p.WorkflowID = p.ID
+		}
+		if p.Queue == "" {
+			p.Queue = "default"
+		}
+		rec := &store.IdempotencyRecord{Key: fmt.Sprint("key-", i), Fingerprint: []byte{byte(i)},
+			Renderer: "trellis.createdRun", Status: 201}
+		if err := rec.RebuildResponse(); err != nil {
+			t.Fatal(err)
+		}
+		var last []byte
+		render := rec.Response
+		rec.Response = func(v any) (int, []byte, error) {
+			status, body, err := render(v)
+			last = body
+			return status, body, err
+		}
+		p.Idempotency = rec
+		res, err := s.RunCreate(ctx, &p)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		_, want, err := render(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := s.IdempotencyGet(ctx, &store.IdempotencyGetParams{Namespace: p.Namespace, Key: rec.Key})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if e.Status != 201 || string(e.Body) != string(want) {
+			t.Errorf("%s: the key holds %d %s, want 201 %s", name, e.Status, e.Body, want)
+		}
+		if string(last) != string(want) {
+			t.Errorf("%s: rendered last %s, want %s", name, last, want)
+		}
+		switch wantStatus := store.StatusPending; {
+		case name == "claimed":
+			wantStatus = store.StatusRunning
+			fallthrough
+		default:
+			if res.Run.Status != wantStatus {
+				t.Errorf("%s: the run is %s, want %s", name, res.Run.Status, wantStatus)
+			}
+		}
+	}
+	if n := storepg.KeyedMispredicted(s); n != 0 {
+		t.Errorf("%d responses were corrected after their create, want none", n)
+	}
+	if n := storepg.KeyedLone(s); n != int64(len(cases)) {
+		t.Errorf("%d creates were made in one statement, want all %d", n, len(cases))
+	}
+}
+
+// Two stores on one database (two servers) making lone keyed creates with one
+// key at the same time: of a request and its retry, exactly one creates its
+// run, whether the two name the same run ID or not, and the other is told the
+// key was used; of two requests with one key, the other that it conflicts.
+// The one that lost its statement to the other's key (keyedOne) decides in
+// keyedCreates.
+func TestKeyedLoneAcrossStores(t *testing.T) {
+	url := pgtest.SchemaURL(t)
+	stores := []*storepg.Store{pgstore.Open(t, url, nil), pgstore.Open(t, url, nil)}
+	ctx := t.Context()
+	for round := range 60 {
+		key := fmt.Sprint("k-", round)
+		sameID, sameRequest := round%2 == 0, round%3 != 0
+		errs, ids := make([]error, 2), make([]string, 2)
+		var wg sync.WaitGroup
+		gate := make(chan struct{})
+		for i, s := range stores {
+			ids[i] = fmt.Sprint("r-", round, "-", i)
+			if sameID {
+				ids[i] = fmt.Sprint("r-", round)
+			}
+			fp := byte(1)
+			if !sameRequest {
+				fp = byte(1 + i)
+			}
+			id := ids[i]
+			wg.Go(func() {
+				<-gate
+				rec := &store.IdempotencyRecord{Key: key, Fingerprint: []byte{fp},
+					Response: func(any) (int, []byte, error) { return 201, []byte(id), nil }}
+				_, errs[i] = s.RunCreate(ctx, &store.RunCreateParams{Namespace: "ns", ID: id, WorkflowID: id,
+					Workflow: "wf", Queue: "q", Idempotency: rec})
+			})
+		}
+		close(gate)
+		wg.Wait()
+		won := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && won < 0:
+				won = i
+			case err == nil:
+				t.Fatalf("round %d: both creates executed", round)
+			case sameRequest && !errors.Is(err, store.ErrIdempotencyKeyUsed),
+				!sameRequest && !errors.Is(err, store.ErrIdempotencyKeyConflict):
+				t.Fatalf("round %d (same request %v, same ID %v): %v", round, sameRequest, sameID, err)
+			}
+		}
+		if won < 0 {
+			t.Fatalf("round %d: no create executed: %v", round, errs)
+		}
+		e, err := stores[0].IdempotencyGet(ctx, &store.IdempotencyGetParams{Namespace: "ns", Key: key})
+		if err != nil || string(e.Body) != ids[won] {
+			t.Fatalf("round %d: the key holds %+v, %v; want the response of %s", round, e, err, ids[won])
+		}
+		if !sameID {
+			lost := ids[1-won]
+			if _, err := stores[0].RunGet(ctx, &store.RunGetParams{Namespace: "ns", Ref: lost}); !errors.Is(err, store.ErrRunNotFound) {
+				t.Fatalf("round %d: the losing create's run %s: %v, want none", round, lost, err)
+			}
+		}
+	}
+	// Every winner made its create in one statement; every loser's statement
+	// failed on the key or created no run, and keyedCreates decided.
+	if n := storepg.KeyedLone(stores[0]) + storepg.KeyedLone(stores[1]); n != 60 {
+		t.Errorf("%d creates were made in one statement, want the 60 that executed", n)
 	}
 }

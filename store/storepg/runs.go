@@ -56,12 +56,12 @@ var (
 	WHERE ` + implicitFree("$1", "$2", "$3") + `
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
 	// sqlRunCreateKeyed is sqlRunCreate for the keyed creator's lone create
-	// (keyedPipelined): the run is inserted only when the same transaction
-	// inserted its key ($22), as sqlRunCreatesKeyed does for many.
-	sqlRunCreateKeyed = runInsertSelect + `
+	// (keyedOne), with its key recorded in the same statement (keyRecord).
+	sqlRunCreateKeyed = `WITH ins AS (` + runInsertSelect + `
 	WHERE ` + implicitFree("$1", "$2", "$3") + `
-	AND ` + keyInsertedHere("$1", "$22::text") + `
-	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
+	ON CONFLICT DO NOTHING RETURNING true AS created, ` + runCols + `
+	), ` + keyRecord + `
+	SELECT * FROM ins`
 	// sqlRunCreateOwnID and sqlRunCreateOwnIDKeyed are sqlRunCreate and
 	// sqlRunCreateKeyed for a run whose workflow ID is its run ID (a start
 	// that names no workflow ID), for which implicitFree holds: without its
@@ -70,9 +70,10 @@ var (
 	// statistics, may read runs_status (every run of the namespace).
 	sqlRunCreateOwnID = runInsertSelect + `
 	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
-	sqlRunCreateOwnIDKeyed = runInsertSelect + `
-	WHERE ` + keyInsertedHere("$1", "$22::text") + `
-	ON CONFLICT DO NOTHING RETURNING true, ` + runCols
+	sqlRunCreateOwnIDKeyed = `WITH ins AS (` + runInsertSelect + `
+	ON CONFLICT DO NOTHING RETURNING true AS created, ` + runCols + `
+	), ` + keyRecord + `
+	SELECT * FROM ins`
 	runInsertSelect = runInsertCols + `
 	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::int4, ` + createdClaim + `, $7::int4,
 	$8::bytea, $9::timestamptz, $10::timestamptz, $11::timestamptz, $11::timestamptz, $18::text, $19::text, $20::int4, $21::text
@@ -91,9 +92,24 @@ var (
 )
 
 // keyedLone is the keyed creator's statement for a lone create of each
-// statement of the default reuse policy: the same create, made only when the
-// same transaction inserted its key ($22).
+// statement of the default reuse policy: the same create, with its key
+// recorded in the same statement (keyRecord).
 var keyedLone = map[string]string{sqlRunCreate: sqlRunCreateKeyed, sqlRunCreateOwnID: sqlRunCreateOwnIDKeyed}
+
+// keyRecord records the idempotency key of a keyed lone create (ins, the
+// create's insert) in the create's own statement, once the insert created the
+// run: the key ($1, $22) with its fingerprint ($23), the response of the
+// run's status, pending ($24, $25) or claimed ($26, $27), rendered before
+// (keyedOne), and the run's sequence. Without ON CONFLICT: a key recorded
+// already (a retry, a reuse, a concurrent first try, an expired key) fails the
+// statement, which creates nothing then, and the keyed creator decides in a
+// transaction of its own (keyedCreates).
+const keyRecord = `k AS (
+		INSERT INTO idempotency_keys (namespace, key, fingerprint, status, body, run_seq, created_at)
+		SELECT $1, $22::text, $23::bytea, CASE WHEN ins.status = 'running' THEN $26::int4 ELSE $24::int4 END,
+			CASE WHEN ins.status = 'running' THEN $27::bytea ELSE $25::bytea END, ins.sequence, $11::timestamptz
+		FROM ins
+	)`
 
 // keyInsertedHere is the condition that the idempotency key (namespace ns, key
 // key) was inserted or taken over by the statement's own transaction, which
