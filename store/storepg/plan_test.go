@@ -298,7 +298,7 @@ func TestRunCreatePlanReadsQueuesOnce(t *testing.T) {
 		if st.sql != sqlRunCreate {
 			continue
 		}
-		// The keyed creator's lone create (keyedPipelined).
+		// The keyed creator's lone create (keyedOne).
 		plan = explain(t, conn, sqlRunCreateKeyed, keyedArgs(st.args)...)
 		if n := strings.Count(plan, "on queues"); n != 1 {
 			t.Errorf("keyed: the plan reads queues %d times, want once:\n%s", n, plan)
