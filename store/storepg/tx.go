@@ -93,7 +93,7 @@ func (s *Store) CheckpointTx(ctx context.Context, p *store.CheckpointParams, fn 
 	}
 	topics := checkpointTopics(p)
 	if payloads := s.payloads([]*request{{topics: topics}}); len(payloads) > 0 {
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, s.channel, payloads); err != nil {
+		if _, err := tx.Exec(ctx, sqlNotify, s.channel, payloads); err != nil {
 			return nil, fmt.Errorf("checkpointing: notifying: %w", err)
 		}
 	}

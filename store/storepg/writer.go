@@ -231,7 +231,7 @@ func (w *writer) exec(batch []*request) (int, error) {
 		b.Queue(u.st.sql, u.st.args...)
 	}
 	if payloads := w.s.payloads(batch); len(payloads) > 0 {
-		b.Queue(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, w.s.channel, payloads)
+		b.Queue(sqlNotify, w.s.channel, payloads)
 	}
 	br := conn.SendBatch(ctx, b)
 	failed, err := -1, error(nil)
