@@ -18,8 +18,8 @@ import (
 // each) made about 700 starts/s through a server, whatever the number of
 // connections, while the server and Postgres sat mostly idle. Sent afterwards, a
 // transaction's notifications no longer hold its commit, and the notifier sends
-// those of every transaction committed meanwhile in one statement, committed
-// without waiting for the WAL flush (synchronous_commit off for that statement):
+// those of every transaction committed meanwhile in one transaction, committed
+// without waiting for the WAL flush (synchronous_commit off for it):
 // a notification needs no durability.
 //
 // The local hub is signalled at once, as before; other processes are signalled a
@@ -44,8 +44,8 @@ type notifier struct {
 // statement the writer's batches end with). As one statement, the setting in a
 // subquery of the notify, Postgres planned it in 40 µs at every send (the
 // store's connections plan each execution), against 11 µs to execute it: a
-// keyed start through a server sends one, and the planning was a fifth of
-// Postgres' time for that start (docs/benchmarks.md).
+// keyed start through a server sends one, and the planning was about a sixth
+// of Postgres' time per run of w3 through a server (docs/benchmarks.md).
 const sqlNotify = `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`
 
 func startNotifier(s *Store) *notifier {
