@@ -571,6 +571,35 @@ type RunCreateParams struct {
 	Retry *RunRetry `json:"retry,omitempty"`
 }
 
+// NewRun is the run a create of p makes at now, before any claim (see
+// CreateClaim.Apply): pending, available at p.AvailableAt (now when nil), at
+// its first workflow attempt, with Attempts 1 when seeded with History. at
+// gives each of its times as the store keeps them (their precision and
+// location); nil keeps them as given. Input and Retry are p's own.
+func (p *RunCreateParams) NewRun(now time.Time, at func(time.Time) time.Time) *Run {
+	if at == nil {
+		at = func(t time.Time) time.Time { return t }
+	}
+	now = at(now)
+	run := &Run{
+		Namespace: p.Namespace, ID: p.ID, WorkflowID: p.WorkflowID, Workflow: p.Workflow,
+		Queue: p.Queue, Priority: p.Priority, Status: StatusPending, Version: p.Version,
+		Input: p.Input, AvailableAt: now, CreatedAt: now, UpdatedAt: now, TraceParent: p.TraceParent,
+		Pinned: p.Pinned, WorkflowAttempt: 1, Retry: p.Retry,
+	}
+	if p.Deadline != nil {
+		d := at(*p.Deadline)
+		run.Deadline = &d
+	}
+	if p.AvailableAt != nil {
+		run.AvailableAt = at(*p.AvailableAt)
+	}
+	if len(p.History) > 0 {
+		run.Attempts = 1 // the run its history came from counts as its first claim
+	}
+	return run
+}
+
 // CreateClaim asks RunCreate to lease the new run to Worker.
 type CreateClaim struct {
 	Worker        string        `json:"worker"`

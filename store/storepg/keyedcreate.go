@@ -346,7 +346,6 @@ func (s *Store) keyedOne(ctx context.Context, r *keyedReq, st *keyedState) (deci
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "idempotency_keys_pkey":
-		*r.res = nil
 		return false, nil, nil
 	case err != nil:
 		return false, nil, fmt.Errorf("creating run: %w", err)
@@ -373,30 +372,17 @@ func (s *Store) keyedOne(ctx context.Context, r *keyedReq, st *keyedState) (deci
 }
 
 // expected is the result the create of c returns when it creates its run,
-// claimed (its claim taken) or not, as scanCreated reads it: what
-// keyedOne renders the response from before the create is sent.
+// claimed (its claim taken) or not, as scanCreated reads it (times to the
+// microsecond, in UTC): what keyedOne renders the response from before the
+// create is sent. The run is made as the SQL drivers make theirs
+// (RunCreateParams.NewRun, CreateClaim.Apply).
 func (c *crReq) expected(claimed bool) *store.RunCreateResult {
-	p := c.p
 	us := func(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
-	run := &store.Run{Namespace: p.Namespace, ID: p.ID, WorkflowID: p.WorkflowID, Workflow: p.Workflow,
-		Queue: p.Queue, Priority: p.Priority, Status: store.StatusPending, Version: p.Version, Input: p.Input,
-		AvailableAt: us(c.avail), CreatedAt: us(c.now), UpdatedAt: us(c.now), TraceParent: p.TraceParent,
-		Pinned: pinArg(p) != 0, WorkflowAttempt: 1}
-	if p.Deadline != nil && !p.Deadline.IsZero() {
-		d := us(*p.Deadline)
-		run.Deadline = &d
-	}
-	if p.Retry != nil {
-		retry := *p.Retry
-		run.Retry = &retry
-	}
+	run := c.p.NewRun(c.now, us)
 	res := &store.RunCreateResult{Run: run, Created: true}
 	if claimed && c.claim != nil {
-		exp, started := us(c.claim.expires), us(c.claim.started)
-		run.Status, run.Attempts, run.LeaseOwner = store.StatusRunning, 1, c.claim.worker
-		run.LeaseExpiresAt, run.StartedAt = &exp, &started
-		res.Claimed = &store.ClaimedRun{Run: run, LeaseToken: c.claim.token, LeaseExpiresAt: exp,
-			History: []*store.Op{}, Inbox: []*store.Event{}}
+		res.Claimed = c.p.Claim.Apply(run, run.CreatedAt)
+		res.Claimed.LeaseExpiresAt = us(res.Claimed.LeaseExpiresAt) // run.LeaseExpiresAt points at it
 	}
 	return res
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/internal/sqlstore"
@@ -101,26 +102,12 @@ func runCreate(tx *wtx, p *store.RunCreateParams) (*store.RunCreateResult, error
 			return nil, store.WorkflowIDTakenError(p.WorkflowID, p.WorkflowID, p.Reuse)
 		}
 	}
-	now := fromNS(sql.NullInt64{Int64: tx.now.UnixNano(), Valid: true})
-	run := &store.Run{
-		Namespace: p.Namespace, ID: p.ID, WorkflowID: p.WorkflowID, Workflow: p.Workflow,
-		Queue: p.Queue, Priority: p.Priority, Status: store.StatusPending, Version: p.Version,
-		Input: slices.Clone(p.Input), AvailableAt: now, CreatedAt: now, UpdatedAt: now, TraceParent: p.TraceParent,
-		Pinned:          p.Pinned,
-		WorkflowAttempt: 1, Retry: p.Retry,
-	}
+	run := p.NewRun(tx.now, func(t time.Time) time.Time { return fromNS(sql.NullInt64{Int64: t.UnixNano(), Valid: true}) })
+	now := run.CreatedAt
+	run.Input = slices.Clone(p.Input)
 	retry, err := store.RetryColumn(p.Retry)
 	if err != nil {
 		return nil, err
-	}
-	if p.Deadline != nil {
-		run.Deadline = fromNSPtr(sql.NullInt64{Int64: p.Deadline.UnixNano(), Valid: true})
-	}
-	if p.AvailableAt != nil {
-		run.AvailableAt = fromNS(sql.NullInt64{Int64: p.AvailableAt.UnixNano(), Valid: true})
-	}
-	if len(p.History) > 0 {
-		run.Attempts = 1 // a seeded run counts the run it came from (see store.RunCreateParams.History)
 	}
 	c := p.Claim
 	if c != nil {

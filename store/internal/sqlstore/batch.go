@@ -52,15 +52,8 @@ func (s *SQL) RunsCreate(tx Tx, p *store.RunsCreateParams) (*store.RunsCreateRes
 			items[i].Err = store.WorkflowIDTakenError(r.WorkflowID, prev.ID, r.Reuse)
 			continue
 		}
-		run := &store.Run{
-			Namespace: r.Namespace, ID: r.ID, WorkflowID: r.WorkflowID, Workflow: r.Workflow,
-			Queue: r.Queue, Priority: r.Priority, Status: store.StatusPending, Version: r.Version,
-			Input: slices.Clone(r.Input), Deadline: r.Deadline, AvailableAt: now, CreatedAt: now, UpdatedAt: now,
-			TraceParent: r.TraceParent, Pinned: r.Pinned, WorkflowAttempt: 1, Retry: r.Retry,
-		}
-		if r.AvailableAt != nil {
-			run.AvailableAt = *r.AvailableAt
-		}
+		run := r.NewRun(now, nil)
+		run.Input = slices.Clone(r.Input)
 		items[i] = store.RunsCreateItem{Run: run, Created: true}
 		if c := r.Claim; c != nil && !run.AvailableAt.After(now) && !restricted[r.Queue] {
 			items[i].Claimed = c.Apply(run, now)
