@@ -42,7 +42,7 @@ type workerKey struct{ ns, name string }
 type pushedLeases struct {
 	live map[leaseRun]int64 // the token of each lease not known ended
 	// checkAt is when the earliest of live expired, as last scanned: leases
-	// are only extended, so no lease lapses before it.
+	// are only extended, so no lease lapses before it. Zero when none was.
 	checkAt  time.Time
 	lapsedAt time.Time // the expiry of the lease that lapsed last
 	streams  int       // claim streams of the worker open here
@@ -132,7 +132,7 @@ func (lc *leaseCounter) granted(runs []*store.ClaimedRun, worker string) {
 			lc.workers[wk] = wl
 		}
 		wl.live[k] = cr.LeaseToken
-		if cr.LeaseExpiresAt.Before(wl.checkAt) {
+		if wl.checkAt.IsZero() || cr.LeaseExpiresAt.Before(wl.checkAt) { // zero: none live at the last scan
 			wl.checkAt = cr.LeaseExpiresAt
 		}
 	}
@@ -186,30 +186,60 @@ func (lc *leaseCounter) openStream(ns, worker string) (closeStream func()) {
 func (lc *leaseCounter) lapsedSince(ns, worker string, since time.Time) bool {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
-	wk := workerKey{ns, worker}
-	wl := lc.workers[wk]
+	wl := lc.workers[workerKey{ns, worker}]
 	if wl == nil {
 		return false
 	}
-	if now := lc.now(); !now.Before(wl.checkAt) && len(wl.live) > 0 {
-		var next time.Time
-		for k, token := range wl.live {
-			h, ok := lc.held[k]
-			switch {
-			case !ok || h.token != token || h.ended:
-				delete(wl.live, k) // ended (or replaced, counted then)
-			case !h.expires.After(now):
-				delete(wl.live, k)
-				if h.expires.After(wl.lapsedAt) {
-					wl.lapsedAt = h.expires
-				}
-			case next.IsZero() || h.expires.Before(next):
-				next = h.expires
-			}
-		}
-		wl.checkAt = next
+	if now := lc.now(); !now.Before(wl.checkAt) {
+		wl.scan(lc, now)
 	}
 	return wl.lapsedAt.After(since)
+}
+
+// lapsingIn reports how long until the earliest lease this server pushed to
+// worker in namespace ns expires, when that is within d and no extension has
+// been seen: zero when none does. A claim stream waits that long rather than
+// claim, so that the claim does not take the run of a lease about to lapse
+// back for a worker that let it lapse (the store's expiry would pass between
+// the stream's check and its claim; relapsed hands such a run back, but its
+// claim is counted in the run's attempts).
+func (lc *leaseCounter) lapsingIn(ns, worker string, d time.Duration) time.Duration {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	wl := lc.workers[workerKey{ns, worker}]
+	if wl == nil || len(wl.live) == 0 {
+		return 0
+	}
+	now := lc.now()
+	if horizon := now.Add(d); !horizon.Before(wl.checkAt) {
+		wl.scan(lc, now)
+		if !wl.checkAt.IsZero() && !horizon.Before(wl.checkAt) {
+			return wl.checkAt.Sub(now)
+		}
+	}
+	return 0
+}
+
+// scan drops the leases of wl that ended or lapsed by now, recording the
+// last lapse, and sets checkAt to the earliest expiry of the rest (zero when
+// none is left); lc.mu is held.
+func (wl *pushedLeases) scan(lc *leaseCounter, now time.Time) {
+	var next time.Time
+	for k, token := range wl.live {
+		h, ok := lc.held[k]
+		switch {
+		case !ok || h.token != token || h.ended:
+			delete(wl.live, k) // ended (or replaced, counted then)
+		case !h.expires.After(now):
+			delete(wl.live, k)
+			if h.expires.After(wl.lapsedAt) {
+				wl.lapsedAt = h.expires
+			}
+		case next.IsZero() || h.expires.Before(next):
+			next = h.expires
+		}
+	}
+	wl.checkAt = next
 }
 
 // extended records leases extended until until, but for the runs in lost,

@@ -106,3 +106,53 @@ func TestLeaseCounterOlderHeartbeat(t *testing.T) {
 		t.Fatalf("after the newer lease ended: %d leases, want 0", n)
 	}
 }
+
+// A worker's lease that nears its expiry without an extension holds its claim
+// streams back until it lapses (lapsingIn), and is then seen lapsed; one
+// extended in time is neither; leases of other workers and ended ones do not
+// count.
+func TestLeaseCounterLapsing(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	opened := now
+	lc := newLeaseCounter(func() time.Time { return now })
+	closeStream := lc.openStream("ns", "w")
+	defer closeStream()
+	claimed := func(id string, token int64, lease time.Duration) *store.ClaimedRun {
+		return &store.ClaimedRun{Run: &store.Run{Namespace: "ns", ID: id}, LeaseToken: token, LeaseExpiresAt: now.Add(lease)}
+	}
+	const margin = 100 * time.Millisecond
+	if d := lc.lapsingIn("ns", "w", margin); d != 0 {
+		t.Fatalf("no lease: lapsing in %v", d)
+	}
+	lc.granted([]*store.ClaimedRun{claimed("a", 1, time.Second), claimed("b", 1, 2*time.Second)}, "w")
+	lc.granted([]*store.ClaimedRun{claimed("c", 1, 500*time.Millisecond)}, "other")
+	lc.granted([]*store.ClaimedRun{claimed("e", 1, 300*time.Millisecond)}, "w")
+	lc.ended(store.Lease{Namespace: "ns", RunID: "e", Token: 1})
+	if d := lc.lapsingIn("ns", "w", margin); d != 0 {
+		t.Fatalf("a second before the first expiry: lapsing in %v", d)
+	}
+	now = now.Add(950 * time.Millisecond)
+	if d := lc.lapsingIn("ns", "w", margin); d != 50*time.Millisecond {
+		t.Fatalf("50 ms before a's expiry: lapsing in %v, want 50ms", d)
+	}
+	if lc.lapsedSince("ns", "w", opened) {
+		t.Fatal("lapsed before the expiry")
+	}
+	// a heartbeat extends a: b's expiry is the next.
+	lc.extended([]store.Lease{{Namespace: "ns", RunID: "a", Token: 1}}, nil, now.Add(5*time.Second))
+	if d := lc.lapsingIn("ns", "w", margin); d != 0 {
+		t.Fatalf("after the heartbeat: lapsing in %v", d)
+	}
+	now = now.Add(time.Second)
+	if d := lc.lapsingIn("ns", "w", margin); d != 50*time.Millisecond {
+		t.Fatalf("50 ms before b's expiry: lapsing in %v, want 50ms", d)
+	}
+	now = now.Add(50 * time.Millisecond)
+	if !lc.lapsedSince("ns", "w", opened) {
+		t.Fatal("b's expiry passed: not lapsed")
+	}
+	if lc.lapsedSince("ns", "w", now) || lc.lapsedSince("ns", "other", opened.Add(time.Second)) {
+		t.Fatal("lapsed for a stream opened after the lapse, or for a worker without a stream here")
+	}
+}

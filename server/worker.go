@@ -315,6 +315,15 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 		}
 		credit += cs.withdraw()
 		if claim && credit > 0 {
+			// A lease of this worker about to lapse: the claim waits for
+			// its expiry (then the check above ends the stream) or for
+			// the heartbeat that extends it.
+			if d := h.s.leases.lapsingIn(m.Namespace, m.Worker, lapseMargin(cp.LeaseDuration)); d > 0 {
+				if err := sleepCtx(ctx, h.s.draining.Done(), d); err != nil {
+					return err
+				}
+				continue
+			}
 			cp.Max = credit
 			lastClaim = clk()
 			res, err := h.claim(ctx, cp)
@@ -389,6 +398,27 @@ func (h *workerService) Claim(ctx context.Context, req *connect.Request[pb.Claim
 // wake-up that never came (a notification lost with a crashed server, say), so
 // that such a run waits about a second rather than the stream's whole wait.
 const claimRecheck = time.Second
+
+// lapseMargin is how close to its expiry a claim stream holds back its
+// claims when a lease of its worker is not extended (see lapsingIn): the
+// time a claim may take between the stream's check and the store, well
+// under a heartbeat's period of a lease of the stream's own length.
+func lapseMargin(lease time.Duration) time.Duration {
+	return min(100*time.Millisecond, lease/10)
+}
+
+// sleepCtx waits for d, or until ctx ends (its error) or stop is closed.
+func sleepCtx(ctx context.Context, stop <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-stop:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
 
 // claimGap is the least time between two claims of a stream that runs made
 // ready cause: a ready signal within claimGap of the last claim waits out the
