@@ -20,6 +20,12 @@ const DefaultDiskReserve = 32 << 20
 // refused starts.
 const reserveRecheck = 100 * time.Millisecond
 
+// nearRecheck is the least time between two looks at the volume made by
+// accepted starts while it is near the point where starts are refused (see
+// diskReserve.near): starts can fill a volume faster than the looks after
+// WAL checkpoints, once a second, see.
+const nearRecheck = 10 * time.Millisecond
+
 // diskReserve keeps Config.DiskReserve bytes of the volume for the runs that
 // are running (see Config.DiskReserve). It holds them in a file beside the
 // database, allocated but never written, and gives the file back when the
@@ -33,18 +39,24 @@ type diskReserve struct {
 	s    *Store
 	path string
 	size int64
-	// refusing is the one thing the hot path reads: new runs are refused.
+	// refusing and near are what the hot path reads: new runs are refused;
+	// the volume, as last seen, had less than four reserves free beside the
+	// reserve, and starts look at it again every nearRecheck.
 	refusing atomic.Bool
+	near     atomic.Bool
 	last     atomic.Int64 // when a refused start last looked at the volume (Unix ns)
 	mu       sync.Mutex   // one look at a time
 	held     bool         // the file holds size bytes, as last seen
 	// given is set when the reserve was given back (a full volume), until it
-	// is held again: it is taken back only once there is room for it, for as
-	// much beside it, and for the WAL to grow back to the size it had then
-	// (the space a WAL truncation frees after a full disk is not free for
-	// long).
-	given   bool
-	walThen int64 // the WAL's size when the reserve was given back
+	// is held again.
+	given bool
+	// walHigh is the WAL's largest size seen since new runs were refused
+	// (or the reserve given back): starts are accepted again, and the
+	// reserve taken back, only once there is room beside it for the WAL to
+	// grow back to that size. The space a WAL truncation or restart frees
+	// is not free for long; counting it had starts accepted and refused in
+	// turns, each turn a backlog the reserve had to finish.
+	walHigh int64
 }
 
 // openDiskReserve allocates the reserve of a store that writes (nil when it
@@ -66,15 +78,23 @@ func openDiskReserve(s *Store, cfg Config) *diskReserve {
 // admit returns nil when new runs may be created, else store.ErrStorageFull
 // with what to do about it. Nil-safe.
 func (r *diskReserve) admit() error {
-	if r == nil || !r.refusing.Load() {
+	if r == nil {
 		return nil
 	}
-	if now := time.Now().UnixNano(); now-r.last.Load() >= int64(reserveRecheck) {
+	refusing := r.refusing.Load()
+	if !refusing && !r.near.Load() {
+		return nil
+	}
+	every := nearRecheck
+	if refusing {
+		every = reserveRecheck
+	}
+	if now := time.Now().UnixNano(); now-r.last.Load() >= int64(every) {
 		r.last.Store(now)
 		r.check()
-		if !r.refusing.Load() {
-			return nil
-		}
+	}
+	if !r.refusing.Load() {
+		return nil
 	}
 	return fmt.Errorf("%w: the volume of %s has less free space than the disk reserve (%d bytes) that lets running runs finish: "+
 		"new runs are refused until there is room again (free disk space; see docs/storage.md, A full disk)", store.ErrStorageFull,
@@ -95,15 +115,14 @@ func (r *diskReserve) writeFailed(full bool) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.refusing.Store(true)
-	r.releaseLocked("a write failed on a full disk")
+	r.releaseLocked("a write failed on a full disk", fileSize(r.s.cfg.Path+"-wal"))
 }
 
 // check looks at the volume: the reserve is given back when little is free
-// beside it, taken again when there is room for it and as much again (and,
-// once it was given back, for the WAL to grow back), and new runs are
-// refused while it is not held or less than half of it is free beside it (a
-// whole reserve once refusing: starts do not flap). Nil-safe.
+// beside it, taken again when there is room for it and as much again (and
+// for the WAL to grow back), and new runs are refused while it is not held or
+// less than half of it is free beside it (a whole reserve, and room for the
+// WAL to grow back, once refusing: starts do not flap). Nil-safe.
 func (r *diskReserve) check() {
 	if r == nil {
 		return
@@ -111,13 +130,19 @@ func (r *diskReserve) check() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	free, _ := freeSpace(filepath.Dir(r.path))
+	wal := fileSize(r.s.cfg.Path + "-wal")
+	refusing := r.refusing.Load()
+	if refusing || r.given {
+		r.walHigh = max(r.walHigh, wal)
+	}
+	headroom := max(0, r.walHigh-wal)
 	r.held = fileSize(r.path) >= r.size
 	switch {
 	case r.held && free < r.size/4:
-		r.refusing.Store(true)
-		r.releaseLocked("the volume is almost full")
+		r.releaseLocked("the volume is almost full", wal)
+		refusing = true
 		free += r.size
-	case !r.held && free-r.walHeadroom() >= 2*r.size:
+	case !r.held && free-headroom >= 2*r.size:
 		if err := allocate(r.path, r.size); err != nil {
 			r.s.log.Warn("storesqlite: taking the disk reserve back", "path", r.path, "bytes", r.size, "err", err)
 		} else {
@@ -129,15 +154,22 @@ func (r *diskReserve) check() {
 			}
 		}
 	}
-	low := r.size / 2
-	if r.refusing.Load() {
-		low = r.size
+	if refusing {
+		refusing = !r.held || free-headroom < r.size
+	} else if refusing = !r.held || free < r.size/2; refusing {
+		r.walHigh = wal
 	}
-	r.refusing.Store(!r.held || free < low)
+	if !refusing && !r.given {
+		r.walHigh = 0
+	}
+	r.refusing.Store(refusing)
+	r.near.Store(free < 4*r.size)
 }
 
-// releaseLocked gives the reserve's space back; r.mu is held.
-func (r *diskReserve) releaseLocked(why string) {
+// releaseLocked gives the reserve's space back; r.mu is held, wal is the
+// WAL's size.
+func (r *diskReserve) releaseLocked(why string, wal int64) {
+	r.refusing.Store(true)
 	if !r.held && fileSize(r.path) == 0 {
 		return
 	}
@@ -146,18 +178,9 @@ func (r *diskReserve) releaseLocked(why string) {
 		r.s.log.Error("storesqlite: giving the disk reserve back", "path", r.path, "err", err)
 		return
 	}
-	r.held, r.given, r.walThen = false, true, fileSize(r.s.cfg.Path+"-wal")
+	r.held, r.given, r.walHigh = false, true, max(r.walHigh, wal)
 	r.s.log.Error("storesqlite: "+why+": the disk reserve is given to running runs; new runs are refused until space returns",
 		"path", r.path, "bytes", r.size)
-}
-
-// walHeadroom is how much the WAL may still grow, once the reserve was given
-// back; 0 otherwise.
-func (r *diskReserve) walHeadroom() int64 {
-	if !r.given {
-		return 0
-	}
-	return max(0, r.walThen-fileSize(r.s.cfg.Path+"-wal"))
 }
 
 // fileSize is the size of the file at path, 0 when it cannot be read.
