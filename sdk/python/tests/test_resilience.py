@@ -17,6 +17,7 @@ import unittest
 import urllib.parse
 
 from _harness import Server, new_queue, ops_of, trellis, wait_status
+from trellis import _engine as trellis_engine
 from trellis import _wire as trellis_wire
 
 
@@ -346,6 +347,63 @@ class StaleClaims(unittest.TestCase):
         self.assertTrue(held(ex))
         self.assertIsNone(ex.stopped)
         self.assertGreater(ex.lease_expires, trellis_wire.utcnow() + datetime.timedelta(seconds=20))
+
+
+class FrozenAfterFlush(unittest.TestCase):
+    """A worker frozen between the answer to the checkpoint that precedes a
+    step's attempt and the attempt (its process stopped there) wakes with the
+    lease expired: it asks the server and, the run being another worker's by
+    then, starts no attempt (docs/worker-protocol.md, Losing a lease). The
+    freeze is the worker's event loop held in that flush, its heartbeats
+    with it, until the other worker has finished the run."""
+
+    def test_no_attempt_after_a_freeze_in_the_flush(self):
+        srv = Server()
+        self.addCleanup(srv.close)
+        c = srv.client()
+        self.addCleanup(c.close)
+        queue = new_queue()
+        a_ran, frozen, thaw = threading.Event(), threading.Event(), threading.Event()
+        self.addCleanup(thaw.set)
+        b_ran = []
+
+        def a():
+            a_ran.set()
+            return 1
+
+        def b():
+            b_ran.append(time.time())
+            return 2
+
+        @trellis.workflow("resilience.frozenflush")
+        async def wf(ctx, _):
+            await ctx.step.run("a", a)
+            return await ctx.step.run("b", b)
+
+        w1 = InProcessWorker(self, srv.url, srv.token, queue, [wf], lease_seconds=1)
+        orig = trellis_engine.RunState.flush
+
+        async def flush(rs):
+            res = await orig(rs)
+            if rs.host is w1.w and a_ran.is_set() and not frozen.is_set():
+                frozen.set()
+                thaw.wait(30)  # the loop stops here, as in a stopped process
+            return res
+        trellis_engine.RunState.flush = flush
+        self.addCleanup(setattr, trellis_engine.RunState, "flush", orig)
+
+        w1.start(c)
+        run = c.start("resilience.frozenflush", None, queue=queue)
+        self.assertTrue(frozen.wait(15), "the flush before b never came")
+        InProcessWorker(self, srv.url, srv.token, queue, [wf], lease_seconds=10).start(c)
+        self.assertEqual(c.result(run["id"], timeout=30)["status"], "succeeded")
+        self.assertEqual(len(b_ran), 1)
+        thaw.set()
+        end = time.time() + 10
+        while run["id"] in w1.w._active and time.time() < end:
+            time.sleep(0.05)
+        self.assertNotIn(run["id"], w1.w._active, "the thawed worker still holds the run")
+        self.assertEqual(len(b_ran), 1, "the thawed worker ran b's attempt on a lease another worker had taken")
 
 
 if __name__ == "__main__":

@@ -63,6 +63,17 @@ class Values(unittest.TestCase):
         self.assertEqual(trellis.child_run_id("r1", 3), "r1.3")
         self.assertEqual(trellis.child_run_id("r1", 3, 0), "r1.3.0")
 
+    def test_arity_counts_required_parameters(self):
+        # A step function's parameter with a default (a loop's `lambda i=i:`)
+        # keeps its default rather than receiving the StepInfo.
+        for fn, want in [(lambda: 0, 0), (lambda info: 0, 1), (lambda i=3: i, 0), (lambda info, i=3: i, 1),
+                         (lambda inp, info: 0, 2), (lambda inp, info=None: 0, 1)]:
+            self.assertEqual(_engine._arity(fn), want)
+
+        def with_default(i=7):
+            return i
+        self.assertEqual(_engine._arity(with_default), 0)
+
     def test_error_detail_reason_from_protobuf(self):
         # ErrorDetail{reason: "LEASE_LOST", message: "m", code: "aborted"}, as connect-go sends it
         pb = b"\x0a\x0aLEASE_LOST\x12\x01m\x1a\x07aborted"

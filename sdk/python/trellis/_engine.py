@@ -312,9 +312,11 @@ class _Running:
 
 
 def _arity(fn) -> int:
+    """The positional parameters fn requires: one with a default (the loop
+    idiom `lambda i=i: ...`) is left to it, as JavaScript's fn.length does."""
     code = getattr(fn, "__code__", None)
     if code is not None and not inspect.ismethod(fn):
-        return code.co_argcount
+        return code.co_argcount - len(getattr(fn, "__defaults__", None) or ())
     try:
         return len([p for p in inspect.signature(fn).parameters.values()
                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty])
@@ -784,12 +786,12 @@ class _StepCall:
             if err is not None:
                 return self.finish(None, err)
             # A lease that expired while the worker could not heartbeat may be
-            # another worker's by now: no attempt starts on it.
-            held = getattr(rs.host, "lease_held", None)
-            if held is not None and not await held(rs):
-                rs.request_unwind(ABANDON)
-                raise _Unwind()
+            # another worker's by now: no attempt starts on it. Checked last,
+            # after the flush (a process frozen while its checkpoint was
+            # answered wakes with the lease expired); an at-most-once
+            # attempt's start is itself a checkpoint the server fences.
             if self.at_most_once:
+                await self._abandon_unless_held(rs)
                 op = await self.begin()
                 if op is not None:
                     return op
@@ -798,6 +800,7 @@ class _StepCall:
                 err = rs.interrupted(self.detached)
                 if err is not None:
                     return self.finish(None, err)
+                await self._abandon_unless_held(rs)
                 self.attempt += 1
                 self.attempt_start = utcnow()
             t0 = self.attempt_start
@@ -822,6 +825,16 @@ class _StepCall:
             op = await self.failed(v, t0)
             if op is not None:
                 return op
+
+    @staticmethod
+    async def _abandon_unless_held(rs):
+        """Unwinds the run (abandoned) when its lease may be another
+        worker's: the worker's lease_held (a clock read while the lease is
+        known to last, else one ExtendLeases)."""
+        held = getattr(rs.host, "lease_held", None)
+        if held is not None and not await held(rs):
+            rs.request_unwind(ABANDON)
+            raise _Unwind()
 
     async def begin(self):
         """Starts the next attempt of an at-most-once step: a checkpoint (with

@@ -923,6 +923,17 @@ function lossyText(b) {
   return b ? new TextDecoder().decode(b) : '';
 }
 
+// leaseCheck is null while the run's lease is known to last (the worker's
+// leaseHeld: a clock read), else a promise that unwinds the run (abandoned)
+// when the server says the lease may be another worker's (one ExtendLeases).
+function leaseCheck(rs) {
+  const held = rs.host.leaseHeld ? rs.host.leaseHeld(rs) : true;
+  if (held === true) return null;
+  return Promise.resolve(held).then((ok) => {
+    if (!ok) { rs.requestUnwind(U.abandon, null, null, ''); throw UNWIND; }
+  });
+}
+
 function flushFailure(err) {
   return reasonOf(err) === 'CONFLICT' || err?.reason === 'CONFLICT' ? U.handBack : U.abandon;
 }
@@ -998,10 +1009,13 @@ class StepCall {
       let err = rs.interrupted(this.detached);
       if (err) return this.finish(undefined, err);
       // A lease that expired while the worker could not heartbeat may be
-      // another worker's by now: no attempt starts on it.
-      const held = rs.host.leaseHeld ? rs.host.leaseHeld(rs) : true;
-      if (held !== true && !(await held)) { rs.requestUnwind(U.abandon, null, null, ''); throw UNWIND; }
+      // another worker's by now: no attempt starts on it. Checked last,
+      // after the flush (a process frozen while its checkpoint was answered
+      // wakes with the lease expired); an at-most-once attempt's start is
+      // itself a checkpoint the server fences.
       if (this.atMostOnce) {
+        const check = leaseCheck(rs);
+        if (check) await check;
         const done = await this.begin();
         if (done) return done;
       } else {
@@ -1013,6 +1027,8 @@ class StepCall {
         }
         err = rs.interrupted(this.detached);
         if (err) return this.finish(undefined, err);
+        const check = leaseCheck(rs);
+        if (check) await check;
         this.attempt++;
         this.attemptStart = rs.now();
       }

@@ -364,6 +364,51 @@ test('a claim read after its lease expired is dropped when another worker has th
   await w.stop();
 });
 
+// A worker frozen between the answer to the checkpoint that precedes a step's
+// attempt and the attempt (its process stopped there) wakes with the lease
+// expired: it asks the server and, the run being another worker's by then,
+// starts no attempt (docs/worker-protocol.md, Losing a lease). The freeze is
+// the run held in that flush with the worker's heartbeats off (one slot: it
+// claims nothing meanwhile), until the other worker has finished the run.
+test('a worker frozen after the checkpoint before an attempt starts no attempt once the run is another worker\'s', async () => {
+  const { RunExec } = await import('../src/run.js');
+  const q = freshQueue();
+  let aRan = false; let frozen = false; let froze; let thaw;
+  const frozenAt = new Promise((r) => { froze = r; });
+  const thawed = new Promise((r) => { thaw = r; });
+  const bRan = [];
+  const wf = defineWorkflow('t.frozenflush', async (ctx) => {
+    await ctx.step.run('a', async () => { aRan = true; return 1; });
+    return ctx.step.run('b', async () => { bRan.push(Date.now()); return 2; });
+  });
+  const w1 = await worker(q, [wf], { leaseMs: 1000, concurrency: 1 });
+  const extend = w1.extendLeases;
+  w1.extendLeases = async function () { if (!frozen) return extend.call(this); };
+  const flush = RunExec.prototype.flush;
+  RunExec.prototype.flush = async function () {
+    await flush.call(this);
+    if (this.host === w1 && aRan && !frozen && bRan.length === 0) {
+      frozen = true;
+      froze();
+      await thawed; // as in a stopped process
+    }
+  };
+  try {
+    const run = await client.start('t.frozenflush', null, { queue: q });
+    await frozenAt;
+    await worker(q, [wf], { leaseMs: 10_000 });
+    assert.equal(await client.result(run.id, { timeout: 30_000 }), 2);
+    assert.equal(bRan.length, 1);
+    frozen = false;
+    thaw();
+    await eventually(() => !w1.active.has(run.id), 10_000, 'the thawed worker let the run go');
+    assert.equal(bRan.length, 1, 'the thawed worker ran b\'s attempt on a lease another worker had taken');
+  } finally {
+    RunExec.prototype.flush = flush;
+    thaw();
+  }
+});
+
 // Workflow retries: the workflow's opts.retry travels with its failing
 // checkpoint; a start's retry is stored with the run; the failed step runs
 // again with a fresh budget, its attempts numbered on, the succeeded one
