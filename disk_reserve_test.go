@@ -3,6 +3,7 @@ package trellis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/trellis-dev/trellis"
+	"github.com/trellis-dev/trellis/store"
 	"github.com/trellis-dev/trellis/store/storesqlite"
 )
 
@@ -174,4 +176,82 @@ func fileSizeOf(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// setFree grows or shrinks filler, a file on dir's volume, until the volume
+// has about want bytes free.
+func setFree(t *testing.T, dir, filler string, want int64) {
+	t.Helper()
+	delta := freeBytes(t, dir) - want
+	if delta <= 0 {
+		if err := os.Truncate(filler, max(0, fileSizeOf(t, filler)+delta)); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	f, err := os.OpenFile(filler, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(make([]byte, delta)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Starts are refused as soon as less than half the reserve is free beside it,
+// not only at the next look at the volume after a WAL checkpoint (once a
+// second): while the volume is near that point, starts look at it every 10
+// ms. Once refused, they are accepted again only when a whole reserve is free
+// beside it. Nothing failed to write meanwhile: the reserve is still held.
+func TestDiskReserveRefusesBeforeTheDiskFills(t *testing.T) {
+	t.Parallel()
+	dir := smallVolume(t, "48m")
+	dbPath := filepath.Join(dir, "trellis.db")
+	const reserve = 4 << 20 // large beside what a start writes or a WAL checkpoint moves
+	filler := filepath.Join(dir, "filler")
+	fill(t, filler, 0)
+	setFree(t, dir, filler, 5<<20+reserve) // not yet near: five reserves free beside it once it is taken
+	st, err := storesqlite.Open(context.Background(), storesqlite.Config{Path: dbPath, Logger: slog.New(slog.DiscardHandler),
+		DiskReserve: reserve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	n := 0
+	start := func() error {
+		n++
+		id := fmt.Sprintf("r%d", n)
+		_, err := st.RunCreate(context.Background(), &store.RunCreateParams{Namespace: "default", ID: id, WorkflowID: id,
+			Workflow: "w", Queue: "default"})
+		return err
+	}
+	if err := start(); err != nil {
+		t.Fatalf("a start with room: %v", err)
+	}
+	// The volume's free space is what is free beside the reserve (its file
+	// holds its bytes).
+	setFree(t, dir, filler, 2*reserve) // near: two reserves free beside it
+	time.Sleep(20 * time.Millisecond)
+	if err := start(); err != nil { // this one looks, and is let in
+		t.Fatalf("a start with two reserves free: %v", err)
+	}
+	setFree(t, dir, filler, reserve*3/8) // under half a reserve beside it, over a quarter
+	time.Sleep(20 * time.Millisecond)
+	if err := start(); !errors.Is(err, trellis.ErrStorageFull) {
+		t.Fatalf("a start with %d bytes free beside the reserve: %v, want ErrStorageFull", freeBytes(t, dir), err)
+	}
+	if size := fileSizeOf(t, dbPath+"-reserve"); size != reserve {
+		t.Fatalf("the reserve file holds %d bytes, want %d: it was given back", size, reserve)
+	}
+	setFree(t, dir, filler, reserve*3/4) // three quarters of a reserve beside it: still refused
+	time.Sleep(120 * time.Millisecond)
+	if err := start(); !errors.Is(err, trellis.ErrStorageFull) {
+		t.Fatalf("a start with three quarters of a reserve free beside it, once refusing: %v, want ErrStorageFull", err)
+	}
+	setFree(t, dir, filler, 2*reserve)
+	time.Sleep(120 * time.Millisecond)
+	if err := start(); err != nil {
+		t.Fatalf("a start with two reserves free beside it: %v", err)
+	}
 }

@@ -22,8 +22,8 @@ const reserveRecheck = 100 * time.Millisecond
 
 // nearRecheck is the least time between two looks at the volume made by
 // accepted starts while it is near the point where starts are refused (see
-// diskReserve.near): starts can fill a volume faster than the looks after
-// WAL checkpoints, once a second, see.
+// diskReserve.near): starts can fill a volume between two of the looks made
+// after WAL checkpoints (once a second).
 const nearRecheck = 10 * time.Millisecond
 
 // diskReserve keeps Config.DiskReserve bytes of the volume for the runs that
@@ -44,7 +44,7 @@ type diskReserve struct {
 	// reserve, and starts look at it again every nearRecheck.
 	refusing atomic.Bool
 	near     atomic.Bool
-	last     atomic.Int64 // when a refused start last looked at the volume (Unix ns)
+	last     atomic.Int64 // when a start last looked at the volume (Unix ns)
 	mu       sync.Mutex   // one look at a time
 	held     bool         // the file holds size bytes, as last seen
 	// given is set when the reserve was given back (a full volume), until it
