@@ -406,6 +406,70 @@ class FrozenAfterFlush(unittest.TestCase):
         self.assertEqual(len(b_ran), 1, "the thawed worker ran b's attempt on a lease another worker had taken")
 
 
+class FrozenInStepQueue(unittest.TestCase):
+    """An attempt queued for the step threads while its lease was known to
+    last, that waits there (the threads busy) while the worker cannot
+    heartbeat for a lease, asks the server when a thread takes it: the run
+    being another worker's by then, the function does not start
+    (docs/worker-protocol.md, Losing a lease)."""
+
+    def test_no_queued_attempt_after_a_freeze(self):
+        srv = Server()
+        self.addCleanup(srv.close)
+        c = srv.client()
+        self.addCleanup(c.close)
+        queue = new_queue()
+        plugged, unplug = threading.Event(), threading.Event()
+        self.addCleanup(unplug.set)
+        b_ran = []
+
+        def plug():
+            if not plugged.is_set():
+                plugged.set()
+                unplug.wait(30)  # the only step thread stays busy
+            return 1
+
+        def b():
+            b_ran.append(time.time())
+            return 2
+
+        @trellis.workflow("resilience.plug")
+        async def plug_wf(ctx, _):
+            return await ctx.step.run("plug", plug)
+
+        @trellis.workflow("resilience.queued")
+        async def queued_wf(ctx, _):
+            return await ctx.step.run("b", b)
+
+        w1 = InProcessWorker(self, srv.url, srv.token, queue, [plug_wf, queued_wf], lease_seconds=1, step_threads=1,
+                             concurrency=2)  # both slots held: it claims nothing more
+        frozen = False
+        extend = w1.w._extend
+
+        async def no_heartbeats():
+            if not frozen:
+                await extend()
+        w1.w._extend = no_heartbeats
+        w1.start(c)
+        c.start("resilience.plug", None, queue=queue)
+        self.assertTrue(plugged.wait(15), "the plug never ran")
+        run = c.start("resilience.queued", None, queue=queue)
+        end = time.time() + 15
+        while w1.w.step_pool._q.qsize() == 0 and time.time() < end:
+            time.sleep(0.02)
+        self.assertEqual(w1.w.step_pool._q.qsize(), 1, "b's attempt never queued behind the plug")
+        frozen = True  # the lease lapses; another worker takes the run over
+        InProcessWorker(self, srv.url, srv.token, queue, [plug_wf, queued_wf], lease_seconds=10).start(c)
+        self.assertEqual(c.result(run["id"], timeout=30)["status"], "succeeded")
+        self.assertEqual(len(b_ran), 1)
+        unplug.set()
+        end = time.time() + 10
+        while run["id"] in w1.w._active and time.time() < end:
+            time.sleep(0.05)
+        self.assertNotIn(run["id"], w1.w._active, "the worker still holds the run")
+        self.assertEqual(len(b_ran), 1, "the queued attempt ran on a lease another worker had taken")
+
+
 if __name__ == "__main__":
     unittest.main()
 

@@ -891,7 +891,8 @@ class _StepCall:
             if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
                 fut = asyncio.ensure_future(fn(*args))
             else:
-                fut = asyncio.get_running_loop().run_in_executor(rs.host.step_pool, _call_sync, fn, args)
+                loop = asyncio.get_running_loop()
+                fut = loop.run_in_executor(rs.host.step_pool, _call_sync, rs, loop, fn, args)
             return await self._watch(fut, running)
         finally:
             rs.attempts_running.discard(running)
@@ -1002,7 +1003,31 @@ class _StepCall:
         return op
 
 
-def _call_sync(fn, args):
+# _NOT_STARTED is what _call_sync returns for an attempt it did not start.
+_NOT_STARTED = object()
+
+# _QUEUED_LEASE_TIMEOUT bounds a step thread's wait for the server's answer
+# about a lease (see _call_sync).
+_QUEUED_LEASE_TIMEOUT = 60.0
+
+
+def _call_sync(rs, loop, fn, args):
+    """Runs a step function on a step thread. The lease was checked when the
+    attempt was queued; an attempt that waited in the step threads' queue past
+    the lease's known expiry (the process was stopped meanwhile, or the
+    threads were busy for a lease) asks the server first, as the loop does
+    (the worker's lease_held): a lease that may be another worker's stops the
+    run, and the function does not start."""
+    held = getattr(rs.host, "lease_held", None)
+    exp = rs.lease_expires
+    if held is not None and exp is not None and utcnow() >= exp:
+        try:
+            ok = asyncio.run_coroutine_threadsafe(held(rs), loop).result(_QUEUED_LEASE_TIMEOUT)
+        except Exception:  # noqa: BLE001 - no answer: taken as lost, as lease_held does
+            ok = False
+        if not ok:
+            loop.call_soon_threadsafe(rs.stop, "lost")  # before this result reaches the loop
+            return _NOT_STARTED
     return fn(*args)
 
 
