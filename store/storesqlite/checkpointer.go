@@ -29,10 +29,11 @@ const walAutoCheckpointPages = 10000
 // steady reads it can keep growing, and it never shrinks. On a full volume that is
 // fatal: a WAL that took the space freed after a disk-full error leaves none for
 // the next write, for good. So when the WAL file passes Config.WALLimit the
-// checkpointer runs a RESTART checkpoint (it waits for readers, then the next
-// write starts the WAL over and journal_size_limit truncates the file to
-// WALLimit), and after a failed write it runs a TRUNCATE checkpoint (the WAL file
-// is emptied), again at each interval until one completes.
+// writer runs a RESTART checkpoint between two transactions (writer.boundWAL: it
+// waits for readers, then the next write starts the WAL over and
+// journal_size_limit truncates the file to WALLimit), and after a failed write
+// this checkpointer runs a TRUNCATE checkpoint (the WAL file is emptied), again at
+// each interval until one completes.
 type walCheckpointer struct {
 	s       *Store
 	db      *sql.DB
@@ -115,15 +116,19 @@ func (c *walCheckpointer) pause(t *time.Timer) (signalled, stop bool) {
 	}
 }
 
-// checkpoint runs one checkpoint: TRUNCATE after a failed write, RESTART when the
-// WAL file is larger than the limit, PASSIVE otherwise.
+// checkpoint runs one checkpoint: TRUNCATE after a failed write, PASSIVE
+// otherwise (past the limit too: the writer restarts the WAL).
 func (c *walCheckpointer) checkpoint() {
 	mode := "PASSIVE"
 	switch {
 	case c.failed.Swap(false):
 		mode = "TRUNCATE"
 	case c.walSize() > c.limit:
-		mode = "RESTART"
+		// The writer restarts the WAL itself between two transactions
+		// (writer.boundWAL): a RESTART here needs the write lock, which a
+		// busy writer seldom leaves free, and meanwhile it holds the
+		// checkpoint lock the writer's would need. Copying the frames now
+		// makes the writer's RESTART short.
 	}
 	var busy, frames, done int
 	err := c.db.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &frames, &done)

@@ -45,8 +45,8 @@ type Config struct {
 	MaxBatch int
 	// Logger receives the writer's errors. Default: discard.
 	Logger *slog.Logger
-	// WALLimit bounds the write-ahead log, in bytes: past it the background
-	// checkpointer makes the next write start the WAL over, and the file is
+	// WALLimit bounds the write-ahead log, in bytes: past it the writer
+	// makes the next write start the WAL over, and the file is
 	// truncated back to this size when it is (journal_size_limit). After a failed
 	// write (e.g. a full disk) the WAL is emptied. Default 64 MiB.
 	WALLimit int64

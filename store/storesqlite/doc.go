@@ -21,8 +21,8 @@
 // # The WAL
 //
 // A background connection checkpoints the WAL off the commit path (PASSIVE, at most
-// once a second), restarts it when it passes Config.WALLimit (journal_size_limit
-// then truncates the file), and after a write failed on a full disk or an I/O error
+// once a second); the writer restarts it between two transactions when it passes
+// Config.WALLimit (journal_size_limit then truncates the file); and after a write failed on a full disk or an I/O error
 // no write runs until a TRUNCATE checkpoint emptied it, so the store recovers by
 // itself once space returns. See walCheckpointer.
 //
