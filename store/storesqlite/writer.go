@@ -52,6 +52,9 @@ type writer struct {
 	maxBatch int
 	fsync    bool // durability=fsync: durable batches commit with synchronous=FULL
 	syncFull bool // the connection's current synchronous setting
+	// walRetryAt: a RESTART of the WAL past its limit found readers of older
+	// snapshots; the next is not tried before then (boundWAL).
+	walRetryAt time.Time
 
 	reqs    chan *request // unbuffered: queued callers wait in the channel's send queue
 	quit    chan struct{}
@@ -312,24 +315,41 @@ func (w *writer) commitBatch(batch []*request) {
 // lock, and a writer busy with back-to-back transactions left it too few
 // gaps: in TestFullDiskReserveFinishesAcknowledgedRuns the WAL, its limit 1
 // MiB, reached 8 to 13 MB, and once took the space the disk reserve kept.
-// Here the lock is the writer's own; the checkpoint waits only for readers of
-// older snapshots (the busy timeout), and writes wait with it. Busy (a
-// reader, or the checkpointer's PASSIVE under way): tried after the next
-// transaction.
+// Here the lock is the writer's own, and the checkpoint waits only for the
+// readers of older snapshots: at most walRestartWait, not the busy timeout,
+// so that a long read (a report, a big page) stalls writes that long at most,
+// and then not again for walRestartPause.
 func (w *writer) boundWAL() {
 	c := w.s.ckpt
-	if c == nil || c.limit <= 0 || c.walSize() <= c.limit {
+	if c == nil || c.limit <= 0 || time.Now().Before(w.walRetryAt) || c.walSize() <= c.limit {
+		return
+	}
+	if _, err := w.exec(fmt.Sprintf("PRAGMA busy_timeout = %d", walRestartWait.Milliseconds())); err != nil {
+		w.s.log.Warn("storesqlite: restarting the WAL past its limit", "err", err)
 		return
 	}
 	var busy, frames, done int
 	err := (&rawRow{}).wrap(w.raw.query("PRAGMA wal_checkpoint(RESTART)", nil)).Scan(&busy, &frames, &done)
+	if _, rerr := w.exec(fmt.Sprintf("PRAGMA busy_timeout = %d", busyTimeoutMS)); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
 	switch {
 	case err != nil:
 		w.s.log.Warn("storesqlite: restarting the WAL past its limit", "err", err)
+		w.walRetryAt = time.Now().Add(walRestartPause)
 	case busy != 0:
 		w.s.log.Debug("storesqlite: restarting the WAL past its limit: busy", "frames", frames, "checkpointed", done)
+		w.walRetryAt = time.Now().Add(walRestartPause)
 	}
 }
+
+// walRestartWait is the longest the writer waits for readers of older
+// snapshots to restart the WAL, and walRestartPause how long it then writes
+// before it tries again.
+const (
+	walRestartWait  = 50 * time.Millisecond
+	walRestartPause = 100 * time.Millisecond
+)
 
 func (w *writer) begin(batch []*request) bool {
 	if _, err := w.exec("BEGIN IMMEDIATE"); err != nil {
