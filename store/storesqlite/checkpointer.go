@@ -117,18 +117,15 @@ func (c *walCheckpointer) pause(t *time.Timer) (signalled, stop bool) {
 }
 
 // checkpoint runs one checkpoint: TRUNCATE after a failed write, PASSIVE
-// otherwise (past the limit too: the writer restarts the WAL).
+// otherwise, past the limit too: the writer restarts the WAL itself between
+// two transactions (writer.boundWAL), since a RESTART here needs the write
+// lock, which a busy writer seldom leaves free, and meanwhile holds the
+// checkpoint lock the writer's would need; the frames copied now make the
+// writer's RESTART short.
 func (c *walCheckpointer) checkpoint() {
 	mode := "PASSIVE"
-	switch {
-	case c.failed.Swap(false):
+	if c.failed.Swap(false) {
 		mode = "TRUNCATE"
-	case c.walSize() > c.limit:
-		// The writer restarts the WAL itself between two transactions
-		// (writer.boundWAL): a RESTART here needs the write lock, which a
-		// busy writer seldom leaves free, and meanwhile it holds the
-		// checkpoint lock the writer's would need. Copying the frames now
-		// makes the writer's RESTART short.
 	}
 	var busy, frames, done int
 	err := c.db.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &frames, &done)

@@ -328,8 +328,7 @@ func (w *writer) boundWAL() {
 		w.s.log.Warn("storesqlite: restarting the WAL past its limit", "err", err)
 		return
 	}
-	var busy, frames, done int
-	err := (&rawRow{}).wrap(w.raw.query("PRAGMA wal_checkpoint(RESTART)", nil)).Scan(&busy, &frames, &done)
+	busy, frames, done, err := w.walCheckpoint("RESTART")
 	if _, rerr := w.exec(fmt.Sprintf("PRAGMA busy_timeout = %d", busyTimeoutMS)); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
@@ -501,8 +500,7 @@ func (w *writer) recoverWAL() error {
 	if c == nil || !c.failed.Load() {
 		return nil
 	}
-	var busy, frames, done int
-	err := (&rawRow{}).wrap(w.raw.query("PRAGMA wal_checkpoint(TRUNCATE)", nil)).Scan(&busy, &frames, &done)
+	busy, frames, done, err := w.walCheckpoint("TRUNCATE")
 	if err == nil && busy != 0 {
 		err = fmt.Errorf("%d of %d WAL frames copied, readers hold the rest", done, frames)
 	}
@@ -511,6 +509,13 @@ func (w *writer) recoverWAL() error {
 	}
 	c.failed.Store(false)
 	return nil
+}
+
+// walCheckpoint runs a WAL checkpoint of mode on the writer's connection and
+// returns what SQLite reports: busy, the WAL's frames, those copied.
+func (w *writer) walCheckpoint(mode string) (busy, frames, done int, err error) {
+	err = (&rawRow{}).wrap(w.raw.query("PRAGMA wal_checkpoint("+mode+")", nil)).Scan(&busy, &frames, &done)
+	return busy, frames, done, err
 }
 
 // writeFailed has the WAL truncated after a transaction failed: when a full disk

@@ -349,20 +349,34 @@ class StaleClaims(unittest.TestCase):
         self.assertGreater(ex.lease_expires, trellis_wire.utcnow() + datetime.timedelta(seconds=20))
 
 
-class FrozenAfterFlush(unittest.TestCase):
-    """A worker frozen between the answer to the checkpoint that precedes a
-    step's attempt and the attempt (its process stopped there) wakes with the
-    lease expired: it asks the server and, the run being another worker's by
-    then, starts no attempt (docs/worker-protocol.md, Losing a lease). The
-    freeze is the worker's event loop held in that flush, its heartbeats
-    with it, until the other worker has finished the run."""
+class FrozenWorker(unittest.TestCase):
+    """A worker that cannot heartbeat for a lease (stopped, as a SIGSTOPped
+    process is) and wakes after another worker finished its run starts no
+    step attempt of it (docs/worker-protocol.md, Losing a lease): neither one
+    whose preceding checkpoint was answered just before the stop, nor one
+    that waited in the step threads' queue through it."""
+
+    def setUp(self):
+        self.srv = Server()
+        self.addCleanup(self.srv.close)
+        self.c = self.srv.client()
+        self.addCleanup(self.c.close)
+        self.queue = new_queue()
+
+    def assert_let_go(self, w, run_id, ran, why):
+        """Waits until worker w no longer holds run_id; ran (the attempts of
+        the step another worker took over) must still be one."""
+        end = time.time() + 10
+        while run_id in w.w._active and time.time() < end:
+            time.sleep(0.05)
+        self.assertNotIn(run_id, w.w._active, "the worker still holds the run")
+        self.assertEqual(len(ran), 1, why)
 
     def test_no_attempt_after_a_freeze_in_the_flush(self):
-        srv = Server()
-        self.addCleanup(srv.close)
-        c = srv.client()
-        self.addCleanup(c.close)
-        queue = new_queue()
+        """Frozen between the answer to the checkpoint that precedes b's
+        attempt and the attempt: the loop held in that flush, its heartbeats
+        with it, until the other worker has finished the run."""
+        srv, c, queue = self.srv, self.c, self.queue
         a_ran, frozen, thaw = threading.Event(), threading.Event(), threading.Event()
         self.addCleanup(thaw.set)
         b_ran = []
@@ -399,26 +413,14 @@ class FrozenAfterFlush(unittest.TestCase):
         self.assertEqual(c.result(run["id"], timeout=30)["status"], "succeeded")
         self.assertEqual(len(b_ran), 1)
         thaw.set()
-        end = time.time() + 10
-        while run["id"] in w1.w._active and time.time() < end:
-            time.sleep(0.05)
-        self.assertNotIn(run["id"], w1.w._active, "the thawed worker still holds the run")
-        self.assertEqual(len(b_ran), 1, "the thawed worker ran b's attempt on a lease another worker had taken")
-
-
-class FrozenInStepQueue(unittest.TestCase):
-    """An attempt queued for the step threads while its lease was known to
-    last, that waits there (the threads busy) while the worker cannot
-    heartbeat for a lease, asks the server when a thread takes it: the run
-    being another worker's by then, the function does not start
-    (docs/worker-protocol.md, Losing a lease)."""
+        self.assert_let_go(w1, run["id"], b_ran, "the thawed worker ran b's attempt on a lease another worker had taken")
 
     def test_no_queued_attempt_after_a_freeze(self):
-        srv = Server()
-        self.addCleanup(srv.close)
-        c = srv.client()
-        self.addCleanup(c.close)
-        queue = new_queue()
+        """An attempt queued for the step threads while its lease was known
+        to last waits there (the only thread busy) while the worker cannot
+        heartbeat; when the thread takes it, the worker asks the server, and
+        the function does not start."""
+        srv, c, queue = self.srv, self.c, self.queue
         plugged, unplug = threading.Event(), threading.Event()
         self.addCleanup(unplug.set)
         b_ran = []
@@ -463,11 +465,7 @@ class FrozenInStepQueue(unittest.TestCase):
         self.assertEqual(c.result(run["id"], timeout=30)["status"], "succeeded")
         self.assertEqual(len(b_ran), 1)
         unplug.set()
-        end = time.time() + 10
-        while run["id"] in w1.w._active and time.time() < end:
-            time.sleep(0.05)
-        self.assertNotIn(run["id"], w1.w._active, "the worker still holds the run")
-        self.assertEqual(len(b_ran), 1, "the queued attempt ran on a lease another worker had taken")
+        self.assert_let_go(w1, run["id"], b_ran, "the queued attempt ran on a lease another worker had taken")
 
 
 if __name__ == "__main__":

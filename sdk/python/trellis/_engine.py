@@ -1022,10 +1022,10 @@ def _call_sync(rs, loop, fn, args):
     exp = rs.lease_expires
     if held is not None and exp is not None and utcnow() >= exp:
         try:
-            ok = asyncio.run_coroutine_threadsafe(held(rs), loop).result(_QUEUED_LEASE_TIMEOUT)
+            # lease_held stops the run itself when the lease is lost
+            if not asyncio.run_coroutine_threadsafe(held(rs), loop).result(_QUEUED_LEASE_TIMEOUT):
+                return _NOT_STARTED
         except Exception:  # noqa: BLE001 - no answer: taken as lost, as lease_held does
-            ok = False
-        if not ok:
             loop.call_soon_threadsafe(rs.stop, "lost")  # before this result reaches the loop
             return _NOT_STARTED
     return fn(*args)
