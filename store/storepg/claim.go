@@ -361,7 +361,7 @@ func scanClaimed(rows pgx.Rows, expires time.Time) ([]*store.ClaimedRun, error) 
 // keeps the other conditions out), as sqlRunsGet does: with the status and
 // token beside the ID, the planner could walk runs_running once per lease
 // instead, and did before the table had statistics. It locks the runs in
-// sequence order before it updates them (lockInOrder), and returns the leases
+// sequence order before it updates them (lockRowsInOrder), and returns the leases
 // it holds, with their cancel requests.
 //
 // LeasesExtend runs it in two passes. The first (tail "SKIP LOCKED") skips
@@ -378,9 +378,9 @@ func sqlExtend(tail string) string {
 	return `WITH k AS MATERIALIZED (
 		SELECT l.*, s.sequence FROM unnest($2::text[], $3::text[], $4::int8[], $5::text[]) AS l(namespace, id, token, step)
 		CROSS JOIN LATERAL (SELECT sequence FROM runs WHERE namespace = l.namespace AND id = l.id OFFSET 0) AS s
-	), lk AS MATERIALIZED (` + lockInOrder(`SELECT sequence FROM k`, ``, tail) + `
+	), lk AS MATERIALIZED (` + lockRowsInOrder(`SELECT * FROM k`, `sequence`, tail) + `
 	), u AS (UPDATE runs r SET lease_expires_at = $1, current_step = k.step
-		FROM k JOIN lk ON lk.sequence = k.sequence
+		FROM lk AS k
 		WHERE r.sequence = k.sequence AND r.status = 'running' AND r.lease_token = k.token
 		RETURNING r.namespace, r.id, r.cancel_requested)
 	SELECT namespace, id, cancel_requested, false FROM u

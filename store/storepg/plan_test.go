@@ -198,9 +198,11 @@ func TestLookupByIDPlans(t *testing.T) {
 			{"RunsGet, any status", sqlRunsGet, []any{"default", ids, []string{}}, []string{"runs_status", "runs_list"}},
 			{"RunsCreate's workflow IDs", sqlRunsOfWorkflowIDs, []any{"default", ids}, []string{"runs_status", "runs_list"}},
 			// LeasesExtend may also read runs_running once (as many entries
-			// as runs running), but never once per lease.
-			{"LeasesExtend, first pass", sqlExtendSkipping, []any{time.Now(), nss, ids, tokens, steps}, []string{"Index Cond: (namespace = l.namespace)\n"}},
-			{"LeasesExtend, second pass", sqlExtendWaiting, []any{time.Now(), nss, ids, tokens, steps}, []string{"Index Cond: (namespace = l.namespace)\n"}},
+			// as runs running), but never once per lease; it locks each run
+			// by a lookup of its own, never by a scan of an array of them
+			// (lockRowsInOrder).
+			{"LeasesExtend, first pass", sqlExtendSkipping, []any{time.Now(), nss, ids, tokens, steps}, []string{"Index Cond: (namespace = l.namespace)\n", "= ANY"}},
+			{"LeasesExtend, second pass", sqlExtendWaiting, []any{time.Now(), nss, ids, tokens, steps}, []string{"Index Cond: (namespace = l.namespace)\n", "= ANY"}},
 			// A child-end batch and a cancellation lock the runs' parents and
 			// groups (lockFamilies) through the runs' IDs.
 			{"lockFamilies of leases, parents", sqlLockFamiliesOfLeases[0], []any{nss, ids}, []string{"runs_status", "runs_list"}},
