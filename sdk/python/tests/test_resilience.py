@@ -412,8 +412,11 @@ class FrozenWorker(unittest.TestCase):
         InProcessWorker(self, srv.url, srv.token, queue, [wf], lease_seconds=10).start(c)
         self.assertEqual(c.result(run["id"], timeout=30)["status"], "succeeded")
         self.assertEqual(len(b_ran), 1)
-        thaw.set()
-        self.assert_let_go(w1, run["id"], b_ran, "the thawed worker ran b's attempt on a lease another worker had taken")
+        with self.assertLogs("trellis", "WARNING") as logs:
+            thaw.set()
+            self.assert_let_go(w1, run["id"], b_ran, "the thawed worker ran b's attempt on a lease another worker had taken")
+        # The run is abandoned, and the worker says so (as the Go and TypeScript workers do).
+        self.assertTrue(any(f"abandoning run {run['id']}" in m for m in logs.output), logs.output)
 
     def test_no_queued_attempt_after_a_freeze(self):
         """An attempt queued for the step threads while its lease was known

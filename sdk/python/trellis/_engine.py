@@ -648,6 +648,8 @@ class RunState:
         elif kind == HANDBACK:
             p = {"status": "pending"}
         else:
+            # Abandoned: nothing is saved; the lease lapses and a claim resumes the run.
+            self.host.log(f"abandoning run {self.run_id}: {uerr if uerr is not None else self.stopped or 'lease lost'}")
             return ""
         try:
             await self.checkpoint(p, force=True)
