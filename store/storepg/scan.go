@@ -63,7 +63,7 @@ func lockInOrder(seqs, filter, tail string) string {
 // sorts the whole array again. A heartbeat's extension of 2,048 leases, beside
 // the batches of checkpoints that update the same runs, spent 230 ms of its
 // 340 in those sorts (w1 on Postgres, n = 20,000; 8% of the database's CPU).
-// A batch of checkpoints (256 runs at most) keeps lockInOrder: its recheck
+// A batch of checkpoints (256 runs by default, Config.MaxBatch) keeps lockInOrder: its recheck
 // sorts are small, and its update is planned from that scan's small estimate
 // as a lookup of each locked run, where the planner given this query's true
 // size read every running run instead.
