@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+import unittest
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -247,3 +248,15 @@ def ops_of(c: trellis.Client, run_id: str) -> list:
 
 def new_queue() -> str:
     return "q" + uuid.uuid4().hex[:10]
+
+
+class ServerCase(unittest.TestCase):
+    """A test with a server of its own (self.srv), a client of it (self.c)
+    and a queue no other test uses (self.queue)."""
+
+    def setUp(self):
+        self.srv = Server()
+        self.addCleanup(self.srv.close)
+        self.c = self.srv.client()
+        self.addCleanup(self.c.close)
+        self.queue = new_queue()

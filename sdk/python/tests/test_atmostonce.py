@@ -8,18 +8,14 @@ from __future__ import annotations
 import os
 import unittest
 
-from _harness import Server, WorkerProcess, new_queue, ops_of, wait_marker
+from _harness import ServerCase, WorkerProcess, ops_of, wait_marker
 
 EXTRA = os.path.join(os.path.dirname(__file__), "extra_worker.py")
 
 
-class AtMostOnce(unittest.TestCase):
+class AtMostOnce(ServerCase):
     def setUp(self):
-        self.srv = Server()
-        self.addCleanup(self.srv.close)
-        self.c = self.srv.client()
-        self.addCleanup(self.c.close)
-        self.queue = new_queue()
+        super().setUp()
         self.effects = os.path.join(self.srv.dir, "effects.log")
 
     def worker(self, **env) -> WorkerProcess:

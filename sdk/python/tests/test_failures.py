@@ -13,16 +13,12 @@ import threading
 import time
 import unittest
 
-from _harness import SDK, Server, WorkerProcess, new_queue, ops_of, trellis, trellis_bin, wait_marker, wait_status
+from _harness import SDK, Server, ServerCase, WorkerProcess, new_queue, ops_of, trellis, trellis_bin, wait_marker, wait_status
 
 
-class Crashes(unittest.TestCase):
+class Crashes(ServerCase):
     def setUp(self):
-        self.srv = Server()
-        self.addCleanup(self.srv.close)
-        self.c = self.srv.client()
-        self.addCleanup(self.c.close)
-        self.queue = new_queue()
+        super().setUp()
         self.workers = []
 
     def tearDown(self):

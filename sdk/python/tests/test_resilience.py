@@ -16,7 +16,7 @@ import time
 import unittest
 import urllib.parse
 
-from _harness import Server, new_queue, ops_of, trellis, wait_status
+from _harness import Server, ServerCase, new_queue, ops_of, trellis, wait_status
 from trellis import _engine as trellis_engine
 from trellis import _wire as trellis_wire
 
@@ -161,14 +161,7 @@ class StallingProxy:
                 x.close()
 
 
-class LoopsSurvive(unittest.TestCase):
-    def setUp(self):
-        self.srv = Server()
-        self.addCleanup(self.srv.close)
-        self.c = self.srv.client()
-        self.addCleanup(self.c.close)
-        self.queue = new_queue()
-
+class LoopsSurvive(ServerCase):
     def test_lease_extensions_go_on_after_an_unexpected_failure(self):
         @trellis.workflow("resilience.long_step")
         async def long_step(ctx, _):
@@ -231,14 +224,7 @@ class LoopsSurvive(unittest.TestCase):
 
 
 
-class Stalls(unittest.TestCase):
-    def setUp(self):
-        self.srv = Server()
-        self.addCleanup(self.srv.close)
-        self.c = self.srv.client()
-        self.addCleanup(self.c.close)
-        self.queue = new_queue()
-
+class Stalls(ServerCase):
     def test_stalled_connections_are_given_up_and_made_again(self):
         started = threading.Event()
 
@@ -284,17 +270,10 @@ class Stalls(unittest.TestCase):
             self.assertLess(again[0] - t0, within, method)
 
 
-class StaleClaims(unittest.TestCase):
+class StaleClaims(ServerCase):
     """A claim read after its lease expired (a frozen worker's connection held
     it) is dropped when another worker has the run since, and goes on when only
     the worker's clock says it expired (the server extends it)."""
-
-    def setUp(self):
-        self.srv = Server()
-        self.addCleanup(self.srv.close)
-        self.c = self.srv.client()
-        self.addCleanup(self.c.close)
-        self.queue = new_queue()
 
     def test_stale_claim_dropped_or_extended(self):
         @trellis.workflow("resilience.stale")
@@ -349,19 +328,12 @@ class StaleClaims(unittest.TestCase):
         self.assertGreater(ex.lease_expires, trellis_wire.utcnow() + datetime.timedelta(seconds=20))
 
 
-class FrozenWorker(unittest.TestCase):
+class FrozenWorker(ServerCase):
     """A worker that cannot heartbeat for a lease (stopped, as a SIGSTOPped
     process is) and wakes after another worker finished its run starts no
     step attempt of it (docs/worker-protocol.md, Losing a lease): neither one
     whose preceding checkpoint was answered just before the stop, nor one
     that waited in the step threads' queue through it."""
-
-    def setUp(self):
-        self.srv = Server()
-        self.addCleanup(self.srv.close)
-        self.c = self.srv.client()
-        self.addCleanup(self.c.close)
-        self.queue = new_queue()
 
     def assert_let_go(self, w, run_id, ran, why):
         """Waits until worker w no longer holds run_id; ran (the attempts of
