@@ -148,7 +148,9 @@ SELECT id, workflow, position, attempt, outcome FROM l`
 	FROM picked WHERE r.sequence = picked.sequence
 	RETURNING ` + runColsR + `, ` + claimedHistoryJSON + `, ` + inboxJSONCol
 	// sqlNextDue is the earliest future time at which a run of these workflows and
-	// queues becomes due. Each branch walks a partial index in time order.
+	// queues becomes due. Each branch walks a partial index in time order; the
+	// pending branch names runs_pending_available's condition (available_at >
+	// created_at, migration 0029), which every pending run due after $2 meets.
 	// sqlClaimPlan keeps the claim's transaction from sorting where an index
 	// gives the order: each of the claim's walks then reads runs_pending_workflow
 	// in claim order and stops at its limit. Without it, a planner that
@@ -164,7 +166,7 @@ SELECT id, workflow, position, attempt, outcome FROM l`
 	(SELECT available_at FROM runs WHERE namespace = $1 AND status = 'waiting'
 		AND available_at > $2 AND ` + claimFilter + ` ORDER BY available_at LIMIT 1),
 	(SELECT available_at FROM runs WHERE namespace = $1 AND status = 'pending'
-		AND available_at > $2 AND ` + claimFilter + ` ORDER BY available_at LIMIT 1),
+		AND available_at > created_at AND available_at > $2 AND ` + claimFilter + ` ORDER BY available_at LIMIT 1),
 	(SELECT lease_expires_at FROM runs WHERE namespace = $1 AND status = 'running'
 		AND lease_expires_at > $2 AND ` + claimFilter + ` ORDER BY lease_expires_at LIMIT 1))`
 )

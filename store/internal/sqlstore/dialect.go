@@ -58,9 +58,14 @@ type Dialect struct {
 	// such runs, migration 0020.)
 	EventInsert string
 	// RunningApart: the index runs_status leaves running runs out (WHERE status
-	// <> 'running', SQLite's schema), so a query by status names that condition
-	// to read it, and counts running runs through runs_running instead.
+	// <> 'running': SQLite's migration 0016, Postgres' 0029), so a query by
+	// status names that condition to read it, and counts and lists running runs
+	// through runs_running instead.
 	RunningApart bool
+	// IndexedBy, when set, returns the clause after a table's name that makes
+	// the query read the index named (SQLite's INDEXED BY): where a partial
+	// index is the one that fits, but the planner might prefer another.
+	IndexedBy func(index string) string
 	// ListsByStatus: no index holds every run of a namespace in sequence order
 	// (Postgres' schema, which dropped runs_list: Postgres writes an entry in
 	// every index of a row at each of its changes of status), so a list of runs

@@ -102,10 +102,11 @@ func (s *SQL) RunListQuery(p *store.RunListParams) (string, []any, int, error) {
 		sts[i] = string(st)
 	}
 	// A list by workflow ID reads its index, which finds the few runs to
-	// filter. Else, with RunningApart (SQLite), each status asked for is read
-	// through its index: a list IN several statuses would walk runs_list, every
-	// run of the namespace, looking for them; with ListsByStatus (Postgres,
-	// which has no runs_list), each status asked for, or every status.
+	// filter. Else, with RunningApart, each status asked for is read through
+	// its index: a list IN several statuses would walk runs_list (SQLite's),
+	// every run of the namespace, looking for them; with ListsByStatus
+	// (Postgres, which has no runs_list), each status asked for, or every
+	// status.
 	if len(sts) == 0 && s.d.ListsByStatus && p.WorkflowID == "" {
 		for _, st := range store.AllStatuses {
 			sts = append(sts, string(st))
@@ -149,7 +150,10 @@ func (s *SQL) statusPart(l *listQuery, from, st string) listAlt {
 	case !s.d.RunningApart:
 		return listAlt{from: from, cond: "status = " + l.arg(st)}
 	case st == string(store.StatusRunning):
-		return listAlt{from: from + ` INDEXED BY runs_running`, cond: "status = 'running'"}
+		if s.d.IndexedBy != nil {
+			from += s.d.IndexedBy("runs_running")
+		}
+		return listAlt{from: from, cond: "status = 'running'"}
 	}
 	return listAlt{from: from, cond: "status = " + l.arg(st) + " AND status <> 'running'"}
 }
