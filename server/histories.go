@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -59,6 +60,10 @@ type leaseHistory struct {
 	// another server (its worker vanished), so isPushed no longer vouches
 	// for it.
 	leaseExpires time.Time
+	// stale: a later lease of the run came through this server (its claim
+	// was pushed here), so this lease's writes are refused as lost before
+	// its protocol is checked (see check).
+	stale bool
 }
 
 // historyKept is how long an entry stays after its last use at the least.
@@ -87,9 +92,9 @@ func (lh *leaseHistories) acquire(l store.Lease) *leaseHistory {
 	k := leaseRun{l.Namespace, l.RunID}
 	e := lh.m[k]
 	if e == nil || e.token != l.Token {
-		if e != nil && e.token > l.Token { // a stale lease's write: the store refuses it
+		if e != nil && e.token > l.Token { // a stale lease's write: refused (check)
 			lh.mu.Unlock()
-			e = &leaseHistory{token: l.Token}
+			e = &leaseHistory{token: l.Token, stale: true}
 			e.mu.Lock() // the caller unlocks it
 			return e
 		}
@@ -196,7 +201,16 @@ func later(a, b time.Time) time.Time {
 // or refuses it when it differs; one whose application this record did not
 // see (through another server, or before a restart) finds its ops recorded
 // as they are, which the rules accept (an identical op again).
+//
+// A write of a stale lease is refused as lost (store.ErrLeaseLost, as the
+// store would refuse it) without a check: checked against the history the
+// later lease wrote, a worker that was frozen past its lease and woke up was
+// told its write broke the protocol (invalid_argument, "rewrites the op
+// recorded there"), which says the worker is wrong, not late.
 func (e *leaseHistory) check(ctx context.Context, st store.Store, p *store.CheckpointParams, seq int64) error {
+	if e.stale {
+		return fmt.Errorf("%w: run %q: a later claim of the run holds its lease", store.ErrLeaseLost, p.Lease.RunID)
+	}
 	if seq > 0 && seq <= e.seq || !protocol.Checked() {
 		return nil
 	}

@@ -68,6 +68,53 @@ func TestWorkerCheckpointBreakingTheRules(t *testing.T) {
 	}
 }
 
+// A worker frozen past its lease (SIGSTOP, a paused VM) wakes up and sends
+// the write it was making, while a later claim of the run, pushed through the
+// same server, has written the op at that position since: the write is
+// refused as lost, what the worker can act on (it abandons the run), not as
+// breaking the protocol, which it did not. Found from outside: a Python worker
+// stopped past its lease was told "rewrites the op recorded there".
+func TestStaleLeaseWriteIsLostNotInvalid(t *testing.T) {
+	t.Parallel()
+	e, first := newRecordedRun(t)
+	ctx := t.Context()
+	// The first lease ends (as at its expiry) and a second claim takes the run.
+	if err := e.st.LeaseRelease(ctx, &store.LeaseReleaseParams{Lease: store.Lease{Namespace: "default",
+		RunID: first.Run.Id, Token: first.LeaseToken}}); err != nil {
+		t.Fatal(err)
+	}
+	second := e.claimAs("worker", "default")
+	if second.Run.Id != first.Run.Id || second.LeaseToken <= first.LeaseToken {
+		t.Fatalf("the second claim took run %s with token %d (first: %s, %d)", second.Run.Id, second.LeaseToken,
+			first.Run.Id, first.LeaseToken)
+	}
+	now := timestamppb.Now()
+	step := func(name string) []*pb.Op {
+		return []*pb.Op{{Position: 1, Kind: "event", Name: "go", Done: true, Result: []byte(`{}`), Attempts: 1, StartedAt: now, FinishedAt: now},
+			{Position: 2, Kind: "step", Name: name, Done: true, Result: []byte(`2`), Attempts: 1, StartedAt: now, FinishedAt: now}}
+	}
+	if err := e.checkpointAs("worker", &pb.CheckpointItem{Lease: leaseOf(second), Seq: 1, Status: "running", Ops: step("b")}); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshotRun(t, e, first.Run.Id)
+	// The first lease's next write, then one whose seq skips (a retry after
+	// timeouts): each read against the second lease's history would break
+	// the rules (another step at position 2).
+	for _, seq := range []int64{2, 5} {
+		err := e.checkpointAs("worker", &pb.CheckpointItem{Lease: leaseOf(first), Seq: seq, Status: "running", Ops: step("c")})
+		if !errors.Is(err, store.ErrLeaseLost) {
+			t.Fatalf("seq %d: the stale lease's write: %v, want lease lost", seq, err)
+		}
+	}
+	if after := snapshotRun(t, e, first.Run.Id); after != before {
+		t.Fatalf("the stale lease's write changed the run:\n%s\nthen\n%s", before, after)
+	}
+	// The second lease goes on.
+	if err := e.checkpointAs("worker", &pb.CheckpointItem{Lease: leaseOf(second), Seq: 2, Status: "succeeded", Output: []byte(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 var fuzzRuns atomic.Int64
 
 // newRecordedRun makes a run claimed by "worker" whose history holds a done
