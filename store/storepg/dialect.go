@@ -69,6 +69,9 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	INSERT INTO events (run_seq, name, payload, sent_at) VALUES ($1, $2, $3, $4) RETURNING seq`,
 	ListsByStatus: true, // 0018_drop_runs_list.sql
 	RunningApart:  true, // 0029_claims_spare_indexes.sql
+	RunningRuns: func(ns string) string {
+		return "(SELECT * FROM runs WHERE namespace = " + ns + " AND status = 'running' OFFSET 0) AS runs"
+	},
 	// WakeOnEvent also forgets the names the run waited for (see 0002_waiting.sql).
 	WakeOnEvent: `UPDATE runs SET status = 'pending', available_at = $1, wait_reason = '',
 	wait_events = NULL, updated_at = $1 WHERE sequence = $2 AND status = 'waiting' AND $3 = ANY(wait_events)

@@ -23,7 +23,7 @@ var shared = sqlstore.New(sqlstore.Dialect{
 	TextList:          func(col string) string { return col },
 	IsUniqueViolation: isUniqueViolation,
 	RunningApart:      true,
-	IndexedBy:         func(index string) string { return " INDEXED BY " + index },
+	RunningRuns:       func(string) string { return "runs INDEXED BY runs_running" },
 	RunsGet:           sqlRunsGet,
 	// The runs started with one of the workflow IDs ?2 are in runs_workflow_id,
 	// those started without one whose ID it is in runs_namespace_id (migration

@@ -42,8 +42,9 @@ func (r Reads) RunCounts(ctx context.Context, p *store.RunCountsParams) (*store.
 // runs, up to limit+1, read as a list reads them (statusPart, runFilters).
 func (s *SQL) CountQuery(p *store.RunCountsParams, st store.Status, limit int64) (string, []any) {
 	l := &listQuery{s: s, a: &args{d: &s.d}}
-	l.eq("namespace", p.Namespace)
-	part := s.statusPart(l, `SELECT 1 FROM runs`, string(st))
+	ns := l.arg(p.Namespace)
+	l.cond("namespace = " + ns)
+	part := s.statusPart(l, "1", ns, string(st))
 	l.cond(part.cond)
 	l.runFilters(p.Workflow, p.Queue, p.CreatedAfter, p.CreatedBefore)
 	return `SELECT count(*) FROM (` + part.from + ` WHERE ` + strings.Join(l.where, " AND ") +

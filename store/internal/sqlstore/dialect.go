@@ -62,10 +62,15 @@ type Dialect struct {
 	// status names that condition to read it, and counts and lists running runs
 	// through runs_running instead.
 	RunningApart bool
-	// IndexedBy, when set, returns the clause after a table's name that makes
-	// the query read the index named (SQLite's INDEXED BY): where a partial
-	// index is the one that fits, but the planner might prefer another.
-	IndexedBy func(index string) string
+	// RunningRuns, with RunningApart, returns the FROM item from which a list
+	// or a count reads the running runs of the namespace whose parameter
+	// marker is ns: all of them, through runs_running (they are as many as the
+	// workers' slots), named runs. SQLite's names the index (INDEXED BY);
+	// Postgres' is a subquery that OFFSET 0 keeps whole, so that the planner
+	// cannot walk runs_pkey newest first, filtering by status, instead: it
+	// did, from statistics that counted more running runs than there were,
+	// and such a walk reads every run newer than the running ones.
+	RunningRuns func(ns string) string
 	// ListsByStatus: no index holds every run of a namespace in sequence order
 	// (Postgres' schema, which dropped runs_list: Postgres writes an entry in
 	// every index of a row at each of its changes of status), so a list of runs

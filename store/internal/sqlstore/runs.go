@@ -117,7 +117,7 @@ func (s *SQL) RunListQuery(p *store.RunListParams) (string, []any, int, error) {
 	case (s.d.RunningApart || s.d.ListsByStatus) && p.WorkflowID == "":
 		slices.Sort(sts)
 		for _, st := range slices.Compact(sts) {
-			alt := s.statusPart(l, from, st)
+			alt := s.statusPart(l, RunCols, ns, st)
 			// Postgres: an active status's part of runs_status holds an
 			// entry for every run that passed through it since the last
 			// vacuum; the finished runs' parts bound what it reads.
@@ -140,20 +140,19 @@ func (s *SQL) RunListQuery(p *store.RunListParams) (string, []any, int, error) {
 	return query, args, l.limit, nil
 }
 
-// statusPart is how a list or a count (from, a SELECT ... FROM runs) reads
-// the runs of status st. With Dialect.RunningApart it reads them through the
-// index that holds them, naming that partial index's condition, as SQLite
-// needs to read it: runs_status, newest first, or for running runs, as many
-// as the workers' slots, runs_running. Else by status alone.
-func (s *SQL) statusPart(l *listQuery, from, st string) listAlt {
+// statusPart is how a list or a count (a SELECT of cols) reads the runs of
+// status st in the namespace whose marker is ns. With Dialect.RunningApart it
+// reads them through the index that holds them, naming that partial index's
+// condition, as SQLite needs to read it: runs_status, newest first, or for
+// running runs, as many as the workers' slots, runs_running
+// (Dialect.RunningRuns). Else by status alone.
+func (s *SQL) statusPart(l *listQuery, cols, ns, st string) listAlt {
+	from := `SELECT ` + cols + ` FROM runs`
 	switch {
 	case !s.d.RunningApart:
 		return listAlt{from: from, cond: "status = " + l.arg(st)}
 	case st == string(store.StatusRunning):
-		if s.d.IndexedBy != nil {
-			from += s.d.IndexedBy("runs_running")
-		}
-		return listAlt{from: from, cond: "status = 'running'"}
+		return listAlt{from: `SELECT ` + cols + ` FROM ` + s.d.RunningRuns(ns), cond: "status = 'running'"}
 	}
 	return listAlt{from: from, cond: "status = " + l.arg(st) + " AND status <> 'running'"}
 }
