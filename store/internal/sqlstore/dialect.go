@@ -69,7 +69,8 @@ type Dialect struct {
 	// Postgres' is a subquery that OFFSET 0 keeps whole, so that the planner
 	// cannot walk runs_pkey newest first, filtering by status, instead: it
 	// did, from statistics that counted more running runs than there were,
-	// and such a walk reads every run newer than the running ones.
+	// and such a walk reads every run newer than the running ones. (A part
+	// read late above a bound reads plain runs: listAlt.boundedFrom.)
 	RunningRuns func(ns string) string
 	// ListsByStatus: no index holds every run of a namespace in sequence order
 	// (Postgres' schema, which dropped runs_list: Postgres writes an entry in

@@ -34,6 +34,10 @@ type listAlt struct {
 	// which runs leave behind as they move on until a vacuum), that reads
 	// the newest entries only instead of walking every dead one.
 	late bool
+	// boundedFrom, when set, replaces from when the part is read late above
+	// such a bound: the bound limits whatever walk the planner chooses, where
+	// from may have had to keep it from choosing one (Dialect.RunningRuns).
+	boundedFrom string
 }
 
 // newList starts a list with the page size of limit (store.ListLimit).
@@ -122,13 +126,17 @@ func (l *listQuery) build(selectFrom, seq string) (string, []any) {
 		if where != "" {
 			cond = where + ` AND ` + cond
 		}
+		from := alt.from
 		if bounded && alt.late {
 			// The page's rows from this part are above the lowest of the
 			// page the early parts fill (sequences are unique): b.s, or 0
 			// when they fill less than a page.
 			cond += ` AND ` + seq + ` > (SELECT s FROM b)`
+			if alt.boundedFrom != "" {
+				from = alt.boundedFrom
+			}
 		}
-		part := `SELECT * FROM (` + alt.from + ` WHERE ` + cond + ` ORDER BY ` + seq + ` DESC LIMIT ` + limit + `) AS p` + strconv.Itoa(i)
+		part := `SELECT * FROM (` + from + ` WHERE ` + cond + ` ORDER BY ` + seq + ` DESC LIMIT ` + limit + `) AS p` + strconv.Itoa(i)
 		if bounded && alt.late {
 			late = append(late, part)
 		} else {
