@@ -796,3 +796,63 @@ func TestLoneWritesRunOnGenericPlans(t *testing.T) {
 		}
 	}
 }
+
+// TestPurgeWalksReadAPage checks what retention reads without an index of
+// its own (migration 0030): beside 100,000 finished runs of another namespace
+// none expired, the walk of a finished status reads at most its page, in a
+// namespace with nothing expired as in one with a backlog; and the purge
+// deletes the expired runs and only those, past runs created before the cutoff
+// that finished after it.
+func TestPurgeWalksReadAPage(t *testing.T) {
+	s, conn := openPlanSchema(t, "")
+	ctx := t.Context()
+	insert := `INSERT INTO runs (namespace, id, workflow_id, workflow, queue, status, created_at, updated_at, finished_at)
+		SELECT $1::text, $2::text || g, $2::text || g, 'wf', 'default', 'succeeded', now() - $3::interval, now(), now() - $4::interval
+		FROM generate_series(1, $5::int) g`
+	for _, q := range []struct {
+		ns, name, made, ended string
+		n                     int
+	}{
+		{"big", "b", "0s", "0s", 100000},
+		{"ns", "long", "2h", "0s", 1000}, // created before the cutoff, finished after
+		{"ns", "old", "2h", "90m", 1000}, // expired
+		{"ns", "new", "0s", "0s", 1000},
+	} {
+		if _, err := conn.Exec(ctx, insert, q.ns, q.name, q.made, q.ended, q.n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(ctx, "ANALYZE runs"); err != nil {
+		t.Fatal(err)
+	}
+	cutoff := time.Now().Add(-time.Hour)
+	for _, ns := range []string{"big", "ns"} {
+		for _, walk := range shared.PurgeWalks() {
+			read := rowsRead(t, conn, walk, ns, cutoff, 0, 500)
+			t.Logf("%s: %d rows", ns, read)
+			if read > 500 {
+				t.Errorf("a purge's walk in %s read %d rows:\n%s", ns, read,
+					strings.Join(planLines(t, conn, "EXPLAIN ANALYZE "+walk, ns, cutoff, 0, 500), "\n"))
+			}
+		}
+	}
+	deleted := 0
+	for {
+		n, err := s.RunsPurge(ctx, &store.RunsPurgeParams{Namespace: "ns", FinishedBefore: cutoff, Limit: 300})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deleted += n
+		if n < 300 {
+			break
+		}
+	}
+	var left, expired int
+	if err := conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE finished_at < $1) FROM runs WHERE namespace = 'ns'`,
+		cutoff).Scan(&left, &expired); err != nil {
+		t.Fatal(err)
+	}
+	if deleted != 1000 || left != 2000 || expired != 0 {
+		t.Errorf("purged %d runs, %d left of which %d expired; want 1000, 2000 and 0", deleted, left, expired)
+	}
+}

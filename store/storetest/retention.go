@@ -15,6 +15,8 @@ var retentionCases = []testCase{
 	{"DeleteUnknown", retentionDeleteUnknown},
 	{"DeleteParentKeepsChildren", retentionDeleteParent},
 	{"PurgeExpiredOnly", retentionPurgeExpired},
+	{"PurgePastLongRuns", retentionPurgePastLongRuns},
+	{"PurgePastAPageOfLongRuns", retentionPurgePastPage},
 	{"PurgeBadInput", retentionPurgeBadInput},
 	{"Namespaces", retentionNamespaces},
 }
@@ -177,6 +179,73 @@ func retentionPurgeExpired(t *testing.T, e *env) {
 		t.Fatalf("runs left %v, want %v", ids, want)
 	}
 	e.getIn("other", other.Run.ID)
+}
+
+// retentionPurgePastLongRuns purges runs of every finished status that
+// expired, created after runs that are kept: runs that started before the
+// cutoff and finished after it, and a run still going.
+func retentionPurgePastLongRuns(t *testing.T, e *env) {
+	long := []*store.ClaimedRun{e.start(), e.start()}
+	var expired []string
+	for _, status := range []store.Status{store.StatusSucceeded, store.StatusFailed, store.StatusSucceeded} {
+		cr := e.start()
+		e.end(cr, status)
+		expired = append(expired, cr.Run.ID)
+	}
+	cancelled := e.create()
+	e.cancel(cancelled.ID)
+	expired = append(expired, cancelled.ID)
+	pending := e.create()
+	cutoff := e.clk.Advance(time.Hour)
+	e.clk.Advance(time.Second)
+	e.finish(long[0])
+	e.end(long[1], store.StatusFailed)
+	going := e.claimOne(pending.ID)
+	fresh := e.start()
+	e.finish(fresh)
+	n, err := e.st.RunsPurge(e.ctx, &store.RunsPurgeParams{Namespace: ns, FinishedBefore: cutoff})
+	if err != nil || n != len(expired) {
+		t.Fatalf("RunsPurge = %d, %v; want %d", n, err, len(expired))
+	}
+	for _, id := range expired {
+		e.wantNoRun(id)
+	}
+	ids := e.listIDs(store.RunListParams{Namespace: ns})
+	slices.Sort(ids)
+	want := []string{long[0].Run.ID, long[1].Run.ID, going.Run.ID, fresh.Run.ID}
+	slices.Sort(want)
+	if !slices.Equal(ids, want) {
+		t.Fatalf("runs left %v, want %v", ids, want)
+	}
+	e.finish(going)
+}
+
+// retentionPurgePastPage purges an expired run created after more runs that
+// are kept than a purge reads at once.
+func retentionPurgePastPage(t *testing.T, e *env) {
+	const kept = 510
+	for range kept {
+		e.create()
+	}
+	var long []*store.ClaimedRun
+	for len(long) < kept {
+		long = append(long, e.claim().Runs...)
+	}
+	expired := e.start()
+	e.finish(expired)
+	cutoff := e.clk.Advance(time.Hour)
+	e.clk.Advance(time.Second)
+	for _, cr := range long {
+		e.finish(cr)
+	}
+	n, err := e.st.RunsPurge(e.ctx, &store.RunsPurgeParams{Namespace: ns, FinishedBefore: cutoff, Limit: 10})
+	if err != nil || n != 1 {
+		t.Fatalf("RunsPurge = %d, %v; want 1", n, err)
+	}
+	e.wantNoRun(expired.Run.ID)
+	if got := len(e.listIDs(store.RunListParams{Namespace: ns, Limit: 1000})); got != kept {
+		t.Fatalf("%d runs left, want %d", got, kept)
+	}
 }
 
 func retentionPurgeBadInput(t *testing.T, e *env) {

@@ -39,7 +39,7 @@ func (s *SQL) RunDelete(tx Tx, p *store.RunDeleteParams) (*store.Run, error) {
 	if !run.Status.Terminal() {
 		return nil, fmt.Errorf("%w: run %s is %s; cancel it first", store.ErrRunActive, run.ID, run.Status)
 	}
-	if err := s.deleteRuns(tx, []int64{run.Sequence}); err != nil {
+	if err := s.deleteRuns(tx, seqList([]int64{run.Sequence})); err != nil {
 		return nil, err
 	}
 	tx.Publish(store.RunTopic(run.Namespace, run.ID))
@@ -47,31 +47,105 @@ func (s *SQL) RunDelete(tx Tx, p *store.RunDeleteParams) (*store.Run, error) {
 }
 
 // RunsPurge deletes up to p.Limit runs of p.Namespace that finished before
-// p.FinishedBefore, oldest first, and returns how many it deleted.
+// p.FinishedBefore, oldest first (in order of creation), and returns how many
+// it deleted.
+//
+// No index of its own finds them (an entry in one for every run that ends
+// costs each run more than the purge saves, docs/retention.md): it walks each
+// finished status's part of runs_status from the oldest run, a page at a time,
+// and stops at the first run created at or after the cutoff, which cannot have
+// finished before it. What it reads beyond the expired runs it deletes is the
+// runs created before the cutoff that finished after it, the runs that took
+// longer than their time since (a clock that ran behind another server's may
+// hold a run back one pass more, by as much as it lagged).
 func (s *SQL) RunsPurge(tx Tx, p *store.RunsPurgeParams) (int, error) {
-	query := s.d.rebind(`SELECT sequence FROM runs WHERE namespace = $1 AND finished_at < $2
-	ORDER BY finished_at LIMIT $3` + s.d.Lock())
+	cutoff := s.d.Time(p.FinishedBefore)
 	var seqs []int64
-	err := tx.Query(query, []any{p.Namespace, s.d.Time(p.FinishedBefore), p.Limit}, func(row Scanner) error {
-		var seq int64
-		if err := row.Scan(&seq); err != nil {
-			return err
+	for _, walk := range s.q.purgeWalks {
+		after, done := int64(0), false
+		for !done && len(seqs) < p.Limit {
+			read := 0
+			err := tx.Query(walk, []any{p.Namespace, cutoff, after, purgePage}, func(row Scanner) error {
+				var seq int64
+				var mark int
+				if err := row.Scan(&seq, &mark); err != nil {
+					return err
+				}
+				read++
+				after = seq
+				switch {
+				case done || len(seqs) == p.Limit:
+				case mark == purgeExpired:
+					seqs = append(seqs, seq)
+				case mark == purgeNewer:
+					done = true
+				} // else created before the cutoff, finished after it: go on
+				return nil
+			})
+			if err != nil {
+				return 0, fmt.Errorf("selecting expired runs: %w", err)
+			}
+			done = done || read < purgePage
 		}
-		seqs = append(seqs, seq)
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("selecting expired runs: %w", err)
 	}
 	if len(seqs) == 0 {
 		return 0, nil
 	}
-	return len(seqs), s.deleteRuns(tx, seqs)
+	list := seqList(seqs)
+	if lock := s.d.Lock(); lock != "" {
+		// Another process may be purging the same runs: lock them, and
+		// delete only those still there (Postgres skips a row deleted
+		// while it waited for the lock).
+		seqs = seqs[:0]
+		err := tx.Query(`SELECT sequence FROM runs WHERE sequence IN `+list+lock, nil, func(row Scanner) error {
+			var seq int64
+			if err := row.Scan(&seq); err != nil {
+				return err
+			}
+			seqs = append(seqs, seq)
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("locking expired runs: %w", err)
+		}
+		if len(seqs) == 0 {
+			return 0, nil
+		}
+		list = seqList(seqs)
+	}
+	return len(seqs), s.deleteRuns(tx, list)
 }
 
-// deleteRuns deletes runs by sequence with every row that belongs to them; the
-// children of a deleted parent stay, no longer tied to it.
-func (s *SQL) deleteRuns(tx Tx, seqs []int64) error {
+// The purge's walk reads purgePage runs at a time, each marked by how it
+// stands against the cutoff (purgeWalks' CASE): 1 finished before it, 2
+// created at or after it, 0 neither.
+const (
+	purgePage    = 500
+	purgeExpired = 1
+	purgeNewer   = 2
+)
+
+// purgeWalks are the purge's walks, one for each finished status: the part of
+// runs_status that holds it (naming the index's condition, as a query by
+// status does: Dialect.RunningApart), in sequence order, after $3, each run
+// marked against the cutoff $2.
+func purgeWalks(d *Dialect) []string {
+	var out []string
+	for _, st := range []store.Status{store.StatusSucceeded, store.StatusFailed, store.StatusCancelled} {
+		out = append(out, d.rebind(`SELECT sequence, CASE WHEN finished_at < $2 THEN 1 WHEN created_at < $2 THEN 0 ELSE 2 END
+	FROM runs WHERE namespace = $1 AND status = '`+string(st)+`' AND status <> 'running' AND sequence > $3
+	ORDER BY sequence LIMIT $4`))
+	}
+	return out
+}
+
+// PurgeWalks returns the purge's walks (purgeWalks), for the tests of their
+// plans: $1 namespace, $2 cutoff, $3 after, $4 page.
+func (s *SQL) PurgeWalks() []string { return s.q.purgeWalks }
+
+// seqList renders run sequences as an SQL list, "(1,2,3)": integers only,
+// nothing to quote.
+func seqList(seqs []int64) string {
 	var b strings.Builder
 	b.WriteByte('(')
 	for i, seq := range seqs {
@@ -81,7 +155,12 @@ func (s *SQL) deleteRuns(tx Tx, seqs []int64) error {
 		b.WriteString(strconv.FormatInt(seq, 10))
 	}
 	b.WriteByte(')')
-	list := b.String() // integers only: nothing to quote
+	return b.String()
+}
+
+// deleteRuns deletes the runs of a seqList with every row that belongs to them; the
+// children of a deleted parent stay, no longer tied to it.
+func (s *SQL) deleteRuns(tx Tx, list string) error {
 	if _, err := tx.Exec(`UPDATE runs SET parent_seq = NULL, parent_position = NULL, item = NULL
 	WHERE parent_seq IN ` + list); err != nil {
 		return fmt.Errorf("detaching children: %w", err)

@@ -28,6 +28,7 @@ type queries struct {
 	releaseHeld, groupReleased  string
 	groupFail, groupEnd         string
 	migrationRecord             string
+	purgeWalks                  []string
 }
 
 // New binds the shared logic to d.
@@ -74,6 +75,7 @@ func New(d Dialect) *SQL {
 		approvalSet: r(`UPDATE approvals SET status = $1, principal = $2, comment = $3, decided_at = $4
 	WHERE seq = $5`),
 		runStatusLock: r(`SELECT status FROM runs WHERE sequence = $1` + d.Lock()),
+		purgeWalks:    purgeWalks(&d),
 	}
 	s.cq = newCancelQueries(d)
 	s.sq = newStreamQueries(d)
