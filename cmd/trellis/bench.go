@@ -22,7 +22,7 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.StringVar(&ba.server, "server", "", "benchmark a Trellis server at `URL` instead of a store: the bench is its client (default $"+envServer+")")
 	fs.StringVar(&ba.token, "token", "", "the bearer `token` for --server: producer, reader and worker on namespace "+bench.RemoteNamespace+
 		" (worker runs the bench's remote worker for w1, w2, w3, s1 and s2); s3 reads the server's /metrics and needs reader:* (default $"+envToken+")")
-	fs.IntVar(&ba.clients, "clients", 0, "with --server: concurrent keep-alive clients (0: the workload's default)")
+	fs.IntVar(&ba.clients, "clients", 0, "with --server: concurrent keep-alive clients (0: the workload's default);\nwithout, w1 only: at most this many runs started and awaited at once (0: all N at once)")
 	fs.StringVar(&ba.workloads, "workload", "", "comma-separated `workloads`: w1, w2, w3, w4, w5, w6, w7, w8, r1, ui1 or s1, s2, s3 (default w1,w2,w3);\nwith --server: "+bench.RemoteNames()+" (default api-start)")
 	fs.IntVar(&ba.n, "n", 0, "runs per workload (0: the workload's default)")
 	fs.BoolVar(&ba.asJSON, "json", false, "print one JSON line per workload")
@@ -61,9 +61,6 @@ func runBenchCommand(ctx context.Context, args []string, stdout io.Writer) error
 	defer stopPprof()
 	if ba.server != "" {
 		return runRemoteBench(ctx, fs, &ba, stdout)
-	}
-	if ba.clients != 0 {
-		return usagef(fs, "bench: --clients needs --server")
 	}
 	if ba.noWorker {
 		return usagef(fs, "bench: --no-worker needs --server")
@@ -172,7 +169,13 @@ func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Wr
 		if !ok {
 			return usagef(fs, "bench: unknown workload %q", name)
 		}
+		if ba.clients != 0 && w.Name != "w1" {
+			return usagef(fs, "bench: --clients without --server bounds w1 only, not %s", w.Name)
+		}
 		selected = append(selected, w)
+	}
+	if ba.clients < 0 {
+		return usagef(fs, "bench: --clients must be positive")
 	}
 	stop, err := startProfiles(ba.cpuProfile, ba.memProfile)
 	if err != nil {
@@ -182,7 +185,7 @@ func runBench(ctx context.Context, fs *flag.FlagSet, ba *benchArgs, stdout io.Wr
 	var growth []*bench.Result
 	bench.GrowthProgress = os.Stderr
 	for _, w := range selected {
-		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency, Subscribers: ba.subscribers, ClaimBatch: ba.claimBatch, Observe: ba.observe, TraceRatio: ba.traceRatio})
+		res, err := bench.Run(ctx, w, ba.n, bench.Options{Store: ba.store, Concurrency: ba.concurrency, Clients: ba.clients, Subscribers: ba.subscribers, ClaimBatch: ba.claimBatch, Observe: ba.observe, TraceRatio: ba.traceRatio})
 		if err != nil {
 			return err
 		}

@@ -112,7 +112,8 @@ func TestBenchThroughServer(t *testing.T) {
 		want string
 	}{
 		{[]string{"bench", "--server", base, "--workload", "w7"}, `unknown workload "w7" with --server`},
-		{[]string{"bench", "--store", url, "--clients", "4"}, "--clients needs --server"},
+		{[]string{"bench", "--store", url, "--workload", "w1,w3", "--clients", "4"}, "--clients without --server bounds w1 only, not w3"},
+		{[]string{"bench", "--store", url, "--workload", "w1", "--clients", "-1"}, "--clients must be positive"},
 		{[]string{"bench", "--store", url, "--no-worker"}, "--no-worker needs --server"},
 		{[]string{"bench", "--store", url, "--server", base}, "exclude each other"},
 		{[]string{"bench", "--server", base, "--pprof", "0.0.0.0:6060"}, "only a loopback address"},
