@@ -102,8 +102,9 @@ type RunDeleter interface {
 	// first), and then nothing is deleted.
 	RunDelete(ctx context.Context, p *RunDeleteParams) (*Run, error)
 	// RunsPurge deletes up to Limit runs of Namespace that finished before
-	// FinishedBefore, oldest first (in order of creation), with everything
-	// that belongs to them, in one short transaction. It returns how many runs it deleted: fewer than
+	// FinishedBefore, each finished status oldest first (in order of
+	// creation), with everything that belongs to them, in one short
+	// transaction. It returns how many runs it deleted: fewer than
 	// Limit means none is left.
 	RunsPurge(ctx context.Context, p *RunsPurgeParams) (int, error)
 	// RunNamespaces lists the namespaces that have runs, in order.

@@ -3,6 +3,8 @@ package storetest
 import (
 	"errors"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ var retentionCases = []testCase{
 	{"PurgeExpiredOnly", retentionPurgeExpired},
 	{"PurgePastLongRuns", retentionPurgePastLongRuns},
 	{"PurgePastAPageOfLongRuns", retentionPurgePastPage},
+	{"PurgeConcurrently", retentionPurgeConcurrently},
 	{"PurgeBadInput", retentionPurgeBadInput},
 	{"Namespaces", retentionNamespaces},
 }
@@ -245,6 +248,52 @@ func retentionPurgePastPage(t *testing.T, e *env) {
 	e.wantNoRun(expired.Run.ID)
 	if got := len(e.listIDs(store.RunListParams{Namespace: ns, Limit: 1000})); got != kept {
 		t.Fatalf("%d runs left, want %d", got, kept)
+	}
+}
+
+// retentionPurgeConcurrently purges from four callers at once, as several
+// processes' purgers may: each run is deleted once and counted once.
+func retentionPurgeConcurrently(t *testing.T, e *env) {
+	const expired = 120
+	for range expired {
+		e.create()
+	}
+	var crs []*store.ClaimedRun
+	for len(crs) < expired {
+		crs = append(crs, e.claim().Runs...)
+	}
+	for _, cr := range crs {
+		e.finish(cr)
+	}
+	cutoff := e.clk.Advance(time.Hour)
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				n, err := e.st.RunsPurge(e.ctx, &store.RunsPurgeParams{Namespace: ns, FinishedBefore: cutoff, Limit: 10})
+				if err != nil {
+					errs <- err
+					return
+				}
+				total.Add(int64(n))
+				if n < 10 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("RunsPurge: %v", err)
+	}
+	if got := total.Load(); got != expired {
+		t.Fatalf("the purges counted %d runs deleted, want %d", got, expired)
+	}
+	if ids := e.listIDs(store.RunListParams{Namespace: ns}); len(ids) != 0 {
+		t.Fatalf("runs left: %v", ids)
 	}
 }
 

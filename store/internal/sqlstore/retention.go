@@ -47,8 +47,8 @@ func (s *SQL) RunDelete(tx Tx, p *store.RunDeleteParams) (*store.Run, error) {
 }
 
 // RunsPurge deletes up to p.Limit runs of p.Namespace that finished before
-// p.FinishedBefore, oldest first (in order of creation), and returns how many
-// it deleted.
+// p.FinishedBefore, each finished status oldest first (in order of creation),
+// and returns how many it deleted.
 //
 // No index of its own finds them (an entry in one for every run that ends
 // costs each run more than the purge saves, docs/retention.md): it walks each
@@ -94,10 +94,12 @@ func (s *SQL) RunsPurge(tx Tx, p *store.RunsPurgeParams) (int, error) {
 	list := seqList(seqs)
 	if lock := s.d.Lock(); lock != "" {
 		// Another process may be purging the same runs: lock them, and
-		// delete only those still there (Postgres skips a row deleted
-		// while it waited for the lock).
+		// delete only those still there and still expired (Postgres checks
+		// the condition again on a row changed while it waited for the
+		// lock, and skips a row deleted meanwhile).
 		seqs = seqs[:0]
-		err := tx.Query(`SELECT sequence FROM runs WHERE sequence IN `+list+lock, nil, func(row Scanner) error {
+		query := s.d.rebind(`SELECT sequence FROM runs WHERE sequence IN ` + list + ` AND finished_at < $1` + lock)
+		err := tx.Query(query, []any{cutoff}, func(row Scanner) error {
 			var seq int64
 			if err := row.Scan(&seq); err != nil {
 				return err
