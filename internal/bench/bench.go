@@ -202,25 +202,28 @@ func runOn(ctx context.Context, w Workload, n int, o Options) (*Result, error) {
 	if err := c.Register(ctx, benchWorkflows...); err != nil {
 		return nil, err
 	}
-	if w.runWith != nil {
-		return w.runWith(ctx, c, n, o)
+	run := func() (*Result, error) {
+		if w.runWith != nil {
+			return w.runWith(ctx, c, n, o)
+		}
+		return w.run(ctx, c, n)
 	}
 	if !dbPerRun[w.Name] {
-		return w.run(ctx, c, n)
+		return run()
 	}
 	pc, err := openPGCounters(ctx, o.Store)
 	if err != nil {
 		return nil, err
 	}
 	if pc == nil { // not Postgres
-		return w.run(ctx, c, n)
+		return run()
 	}
 	defer pc.close()
 	before, err := pc.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	res, err := w.run(ctx, c, n)
+	res, err := run()
 	if err != nil {
 		return nil, err
 	}
