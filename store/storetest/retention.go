@@ -223,17 +223,24 @@ func retentionPurgePastLongRuns(t *testing.T, e *env) {
 	e.finish(going)
 }
 
+// startMany creates n runs and claims them; no other run may be due.
+func (e *env) startMany(n int) []*store.ClaimedRun {
+	e.t.Helper()
+	for range n {
+		e.create()
+	}
+	var crs []*store.ClaimedRun
+	for len(crs) < n {
+		crs = append(crs, e.claim().Runs...)
+	}
+	return crs
+}
+
 // retentionPurgePastPage purges an expired run created after more runs that
 // are kept than a purge reads at once.
 func retentionPurgePastPage(t *testing.T, e *env) {
 	const kept = 510
-	for range kept {
-		e.create()
-	}
-	var long []*store.ClaimedRun
-	for len(long) < kept {
-		long = append(long, e.claim().Runs...)
-	}
+	long := e.startMany(kept)
 	expired := e.start()
 	e.finish(expired)
 	cutoff := e.clk.Advance(time.Hour)
@@ -255,14 +262,7 @@ func retentionPurgePastPage(t *testing.T, e *env) {
 // processes' purgers may: each run is deleted once and counted once.
 func retentionPurgeConcurrently(t *testing.T, e *env) {
 	const expired = 120
-	for range expired {
-		e.create()
-	}
-	var crs []*store.ClaimedRun
-	for len(crs) < expired {
-		crs = append(crs, e.claim().Runs...)
-	}
-	for _, cr := range crs {
+	for _, cr := range e.startMany(expired) {
 		e.finish(cr)
 	}
 	cutoff := e.clk.Advance(time.Hour)
