@@ -56,8 +56,9 @@ func (s *SQL) RunDelete(tx Tx, p *store.RunDeleteParams) (*store.Run, error) {
 // and stops at the first run created at or after the cutoff, which cannot have
 // finished before it. What it reads beyond the expired runs it deletes is the
 // runs created before the cutoff that finished after it, the runs that took
-// longer than their time since (a clock that ran behind another server's may
-// hold a run back one pass more, by as much as it lagged).
+// longer than their time since. (A server whose clock runs ahead stamps its
+// runs late: the walk may stop at one of them and leave the expired runs
+// after it for a later pass, by as much as that clock ran ahead.)
 func (s *SQL) RunsPurge(tx Tx, p *store.RunsPurgeParams) (int, error) {
 	cutoff := s.d.Time(p.FinishedBefore)
 	var seqs []int64
