@@ -381,13 +381,27 @@ func (m *Methods) runDelete(ctx context.Context, p *store.RunDeleteParams) (*sto
 	return run, nil
 }
 
-// runsPurge deletes finished runs (under RunsPurge, apart.go). A crash may
-// lose a purge without harm: the next one deletes the same rows.
+// runsPurge deletes finished runs (under RunsPurge, apart.go): it finds them
+// on the read pool and deletes those still expired in a write. A crash may
+// lose a purge without harm: the next one deletes the same rows. A purge that
+// another process's purge overtook deletes fewer than it found, and may so
+// return fewer than p.Limit with more left: the purger's next pass takes them.
 func (m *Methods) runsPurge(ctx context.Context, p *store.RunsPurgeParams) (int, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("purging runs: %w", err)
 	}
-	return m.purged(ctx, "purging runs", func(tx Tx) (int, error) { return m.sql.RunsPurge(tx, p) })
+	var found []int64
+	err := m.d.Read(ctx, func(q Querier) (err error) {
+		found, err = m.sql.PurgeFind(q, p)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purging runs: %w", err)
+	}
+	if len(found) == 0 {
+		return 0, nil
+	}
+	return m.purged(ctx, "purging runs", func(tx Tx) (int, error) { return m.sql.PurgeDelete(tx, p, found) })
 }
 
 // RunNamespaces implements store.RunDeleter.

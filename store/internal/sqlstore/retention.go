@@ -46,9 +46,10 @@ func (s *SQL) RunDelete(tx Tx, p *store.RunDeleteParams) (*store.Run, error) {
 	return run, nil
 }
 
-// RunsPurge deletes up to p.Limit runs of p.Namespace that finished before
+// PurgeFind finds up to p.Limit runs of p.Namespace that finished before
 // p.FinishedBefore, each finished status oldest first (in order of creation),
-// and returns how many it deleted.
+// for PurgeDelete. It reads outside the write (Methods.runsPurge reads it
+// on the read pool), so that SQLite's writer is not held while it reads.
 //
 // No index of its own finds them (an entry in one for every run that ends
 // costs each run more than the purge saves, docs/retention.md): it walks each
@@ -59,14 +60,14 @@ func (s *SQL) RunDelete(tx Tx, p *store.RunDeleteParams) (*store.Run, error) {
 // longer than their time since. (A server whose clock runs ahead stamps its
 // runs late: the walk may stop at one of them and leave the expired runs
 // after it for a later pass, by as much as that clock ran ahead.)
-func (s *SQL) RunsPurge(tx Tx, p *store.RunsPurgeParams) (int, error) {
+func (s *SQL) PurgeFind(q Querier, p *store.RunsPurgeParams) ([]int64, error) {
 	cutoff := s.d.Time(p.FinishedBefore)
 	var seqs []int64
 	for _, walk := range s.q.purgeWalks {
 		after, done := int64(0), false
 		for !done && len(seqs) < p.Limit {
 			read := 0
-			err := tx.Query(walk, []any{p.Namespace, cutoff, after, purgePage}, func(row Scanner) error {
+			err := q.Query(walk, []any{p.Namespace, cutoff, after, purgePage}, func(row Scanner) error {
 				var seq int64
 				var mark int
 				if err := row.Scan(&seq, &mark); err != nil {
@@ -84,39 +85,40 @@ func (s *SQL) RunsPurge(tx Tx, p *store.RunsPurgeParams) (int, error) {
 				return nil
 			})
 			if err != nil {
-				return 0, fmt.Errorf("selecting expired runs: %w", err)
+				return nil, fmt.Errorf("selecting expired runs: %w", err)
 			}
 			done = done || read < purgePage
 		}
 	}
+	return seqs, nil
+}
+
+// PurgeDelete deletes the runs PurgeFind found that are still there and
+// still expired, and returns how many it deleted. Another process may be
+// purging the same runs: on Postgres it locks them first (and Postgres checks
+// the condition again on a row changed while it waited for the lock, and
+// skips a row deleted meanwhile); SQLite's single writer needs no lock.
+func (s *SQL) PurgeDelete(tx Tx, p *store.RunsPurgeParams, found []int64) (int, error) {
+	if len(found) == 0 {
+		return 0, nil
+	}
+	var seqs []int64
+	query := s.d.rebind(`SELECT sequence FROM runs WHERE sequence IN ` + seqList(found) + ` AND finished_at < $1` + s.d.Lock())
+	err := tx.Query(query, []any{s.d.Time(p.FinishedBefore)}, func(row Scanner) error {
+		var seq int64
+		if err := row.Scan(&seq); err != nil {
+			return err
+		}
+		seqs = append(seqs, seq)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("locking expired runs: %w", err)
+	}
 	if len(seqs) == 0 {
 		return 0, nil
 	}
-	list := seqList(seqs)
-	if lock := s.d.Lock(); lock != "" {
-		// Another process may be purging the same runs: lock them, and
-		// delete only those still there and still expired (Postgres checks
-		// the condition again on a row changed while it waited for the
-		// lock, and skips a row deleted meanwhile).
-		seqs = seqs[:0]
-		query := s.d.rebind(`SELECT sequence FROM runs WHERE sequence IN ` + list + ` AND finished_at < $1` + lock)
-		err := tx.Query(query, []any{cutoff}, func(row Scanner) error {
-			var seq int64
-			if err := row.Scan(&seq); err != nil {
-				return err
-			}
-			seqs = append(seqs, seq)
-			return nil
-		})
-		if err != nil {
-			return 0, fmt.Errorf("locking expired runs: %w", err)
-		}
-		if len(seqs) == 0 {
-			return 0, nil
-		}
-		list = seqList(seqs)
-	}
-	return len(seqs), s.deleteRuns(tx, list)
+	return len(seqs), s.deleteRuns(tx, seqList(seqs))
 }
 
 // The purge's walk reads purgePage runs at a time, each marked by how it
