@@ -105,7 +105,8 @@ type RunDeleter interface {
 	// FinishedBefore, each finished status oldest first (in order of
 	// creation), with everything that belongs to them, in one short
 	// transaction. It returns how many runs it deleted: fewer than
-	// Limit means none is left.
+	// Limit means none is left, unless another process's purge deleted
+	// some of those it found meanwhile.
 	RunsPurge(ctx context.Context, p *RunsPurgeParams) (int, error)
 	// RunNamespaces lists the namespaces that have runs, in order.
 	RunNamespaces(ctx context.Context) ([]string, error)
